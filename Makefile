@@ -1,0 +1,37 @@
+# m2n: `make run` installs what is missing, builds refit and runs a checked reshard;
+# `make test` runs the whole suite. See README.md.
+GO      ?= go
+BIN     := bin/refit
+PURE    := ./mesh/... ./placement/... ./reshard/... ./hier/...
+
+# OpenMPI refuses to start as root unless told; CI and containers run as root.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all deps build run test vet purecheck fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/ensure-deps.sh
+
+build: deps
+	$(GO) build -o $(BIN) ./apps/refit
+
+run: build
+	$(BIN) plan --shape 16x8 --dtype bf16 --src-mesh 4 --src-placements S0 --dst-mesh 2x2 --dst-placements R,S1
+
+# purecheck proves the pure packages build without cgo and import no cgo package.
+purecheck:
+	CGO_ENABLED=0 $(GO) build $(PURE)
+	@bad=$$($(GO) list -deps $(PURE) | grep -E '/m2n/(mpi|cuda|nccl)$$' || true); \
+	  if [ -n "$$bad" ]; then echo "pure packages import cgo packages: $$bad"; exit 1; fi
+
+vet: deps
+	$(GO) vet ./...
+
+test: deps purecheck vet
+	$(GO) test ./...
+
+clean:
+	rm -rf bin
