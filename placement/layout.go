@@ -1,0 +1,287 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/m2n-dev/m2n/mesh"
+)
+
+// MaxTensorDims is the largest number of dims a global tensor may have.
+const MaxTensorDims = 8
+
+// Layout is how one process group holds a global tensor: its global shape,
+// element type, the mesh of ranks that hold it and one placement per mesh
+// axis. It is immutable once built by NewLayout, and every rank's local
+// shape and global offset follow PyTorch DTensor exactly
+// (torch.distributed.tensor._utils._compute_local_shape_and_global_offset).
+type Layout struct {
+	shape      []int64
+	dtype      DType
+	mesh       mesh.Mesh
+	placements []Placement
+
+	// axes[d] lists, in mesh-axis order, the mesh axes that shard tensor dim d.
+	axes [][]int
+	// parts[d] holds the nested torch.chunk parts of dim d, indexed by the
+	// row-major index of a coordinate restricted to axes[d].
+	parts [][]Interval
+}
+
+// NewLayout validates and builds a layout. The shape has 0 to MaxTensorDims
+// non-negative dims; there is one placement per mesh axis; every Shard dim
+// lies inside the shape.
+func NewLayout(shape []int64, dtype DType, m mesh.Mesh, placements []Placement) (Layout, error) {
+	if len(shape) > MaxTensorDims {
+		return Layout{}, fmt.Errorf("shape %s has %d dims, at most %d are supported", FormatShape(shape), len(shape), MaxTensorDims)
+	}
+	elems := uint64(1)
+	for _, s := range shape {
+		if s < 0 {
+			return Layout{}, fmt.Errorf("shape %s has a negative dim %d", FormatShape(shape), s)
+		}
+		hi, lo := bits.Mul64(elems, uint64(s))
+		if hi != 0 || lo > math.MaxInt64/16 {
+			return Layout{}, fmt.Errorf("shape %s is too large", FormatShape(shape))
+		}
+		elems = lo
+	}
+	if !dtype.Valid() {
+		return Layout{}, fmt.Errorf("invalid dtype %v", dtype)
+	}
+	if m.NDim() == 0 {
+		return Layout{}, fmt.Errorf("layout needs a mesh")
+	}
+	if len(placements) != m.NDim() {
+		return Layout{}, fmt.Errorf("%d placements [%s] for a %d-axis mesh %s: want one per mesh axis",
+			len(placements), Format(placements), m.NDim(), mesh.FormatShape(m.Shape()))
+	}
+	l := Layout{
+		shape:      slices.Clone(shape),
+		dtype:      dtype,
+		mesh:       m,
+		placements: slices.Clone(placements),
+		axes:       make([][]int, len(shape)),
+		parts:      make([][]Interval, len(shape)),
+	}
+	for a, p := range placements {
+		switch p.Kind {
+		case KindReplicate:
+		case KindShard:
+			if p.Dim < 0 || p.Dim >= len(shape) {
+				return Layout{}, fmt.Errorf("placement %s on mesh axis %d: shard dim %d is out of range for a %d-dim tensor %s",
+					p, a, p.Dim, len(shape), FormatShape(shape))
+			}
+			l.axes[p.Dim] = append(l.axes[p.Dim], a)
+		default:
+			return Layout{}, fmt.Errorf("placement on mesh axis %d has unknown kind %d", a, p.Kind)
+		}
+	}
+	for d := range shape {
+		l.parts[d] = nestedChunks(shape[d], l.axes[d], m)
+	}
+	return l, nil
+}
+
+// nestedChunks splits [0, n) over the given mesh axes in order, each axis
+// applying torch.chunk to every interval the previous one left.
+func nestedChunks(n int64, axes []int, m mesh.Mesh) []Interval {
+	parts := []Interval{{0, n}}
+	for _, a := range axes {
+		k := int64(m.Dim(a))
+		next := make([]Interval, 0, len(parts)*int(k))
+		for _, iv := range parts {
+			for r := int64(0); r < k; r++ {
+				next = append(next, Chunk(iv, k, r))
+			}
+		}
+		parts = next
+	}
+	return parts
+}
+
+// Chunk returns part r of k of the interval as torch.chunk cuts it: with
+// c = ceil(len/k), part r is [lo+r*c, lo+min(len, r*c+c)), or the empty
+// interval [hi, hi) when r*c >= len. It is not a balanced split: 10 over 4
+// gives 3,3,3,1 and 2 over 8 gives 1,1,0,0,0,0,0,0.
+func Chunk(iv Interval, k, r int64) Interval {
+	n := iv.Len()
+	c := (n + k - 1) / k
+	start := r * c
+	if start >= n {
+		return Interval{iv.Hi, iv.Hi}
+	}
+	return Interval{iv.Lo + start, iv.Lo + min(n, start+c)}
+}
+
+// Shape returns a copy of the global shape.
+func (l Layout) Shape() []int64 { return slices.Clone(l.shape) }
+
+// NDim returns the number of tensor dims.
+func (l Layout) NDim() int { return len(l.shape) }
+
+// DType returns the element type.
+func (l Layout) DType() DType { return l.dtype }
+
+// ElemSize returns the element size in bytes.
+func (l Layout) ElemSize() int64 { return int64(l.dtype.Size()) }
+
+// Mesh returns the mesh.
+func (l Layout) Mesh() mesh.Mesh { return l.mesh }
+
+// Placements returns a copy of the placements, one per mesh axis.
+func (l Layout) Placements() []Placement { return slices.Clone(l.placements) }
+
+// Elems returns the number of elements of the global tensor.
+func (l Layout) Elems() int64 {
+	n := int64(1)
+	for _, s := range l.shape {
+		n *= s
+	}
+	return n
+}
+
+// Bytes returns the size of the global tensor in bytes.
+func (l Layout) Bytes() int64 { return l.Elems() * l.ElemSize() }
+
+// ShardAxes returns the mesh axes that shard tensor dim d, in mesh-axis
+// order (nil when dim d is not sharded).
+func (l Layout) ShardAxes(d int) []int { return slices.Clone(l.axes[d]) }
+
+// Parts returns the parts tensor dim d is cut into: part j is the interval
+// held by the coordinates whose restriction to ShardAxes(d), read as a
+// row-major index, is j. Parts are in ascending order of Lo; empty parts
+// are [hi, hi) of their parent interval.
+func (l Layout) Parts(d int) []Interval { return slices.Clone(l.parts[d]) }
+
+// NumParts returns len(Parts(d)) without copying.
+func (l Layout) NumParts(d int) int { return len(l.parts[d]) }
+
+// Part returns Parts(d)[j] without copying.
+func (l Layout) Part(d, j int) Interval { return l.parts[d][j] }
+
+// PartIndex returns, for the mesh coordinate coord, the index into Parts(d)
+// of the part it holds.
+func (l Layout) PartIndex(d int, coord []int) int {
+	j := 0
+	for _, a := range l.axes[d] {
+		j = j*l.mesh.Dim(a) + coord[a]
+	}
+	return j
+}
+
+// LocalBox returns the region of the global tensor that the rank at mesh
+// coordinate coord holds. An empty region has Lo = Hi in some dim.
+func (l Layout) LocalBox(coord []int) Box {
+	b := Box{Lo: make([]int64, len(l.shape)), Hi: make([]int64, len(l.shape))}
+	for d := range l.shape {
+		iv := l.parts[d][l.PartIndex(d, coord)]
+		b.Lo[d], b.Hi[d] = iv.Lo, iv.Hi
+	}
+	return b
+}
+
+// LocalShapeOffset returns the local shape and global offset of the rank at
+// mesh coordinate coord exactly as DTensor reports them: a dim whose local
+// size is 0 reports the dim's global size as its offset.
+func (l Layout) LocalShapeOffset(coord []int) (shape, offset []int64) {
+	shape = make([]int64, len(l.shape))
+	offset = make([]int64, len(l.shape))
+	for d := range l.shape {
+		iv := l.parts[d][l.PartIndex(d, coord)]
+		shape[d] = iv.Len()
+		offset[d] = iv.Lo
+		if shape[d] == 0 {
+			offset[d] = l.shape[d]
+		}
+	}
+	return shape, offset
+}
+
+// RankBox returns the region that rank holds, and false if the mesh does
+// not hold rank.
+func (l Layout) RankBox(rank int) (Box, bool) {
+	i := l.mesh.Index(rank)
+	if i < 0 {
+		return Box{}, false
+	}
+	return l.LocalBox(l.mesh.Coord(i, nil)), true
+}
+
+// LocalBytes returns the size in bytes of rank's local buffer, 0 if the mesh
+// does not hold rank.
+func (l Layout) LocalBytes(rank int) int64 {
+	b, ok := l.RankBox(rank)
+	if !ok {
+		return 0
+	}
+	return b.Elems() * l.ElemSize()
+}
+
+// Replication returns how many ranks hold each element: the product of the
+// mesh axes that replicate.
+func (l Layout) Replication() int {
+	r := 1
+	for a, p := range l.placements {
+		if p.Kind == KindReplicate {
+			r *= l.mesh.Dim(a)
+		}
+	}
+	return r
+}
+
+// Equal reports whether two layouts are identical.
+func (l Layout) Equal(o Layout) bool {
+	return slices.Equal(l.shape, o.shape) && l.dtype == o.dtype && l.mesh.Equal(o.mesh) &&
+		slices.Equal(l.placements, o.placements)
+}
+
+// String renders the layout as "16x8 bf16 on 2x2[4-7] R,S1".
+func (l Layout) String() string {
+	return fmt.Sprintf("%s %s on %s %s", FormatShape(l.shape), l.dtype, l.mesh, Format(l.placements))
+}
+
+// ParseShape parses a global tensor shape: dims joined by 'x' such as
+// "7168x2048" or "256x2048x7168"; "scalar" (or "[]") is the 0-dim shape.
+// Dims are non-negative integers; 0 is allowed.
+func ParseShape(s string) ([]int64, error) {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "":
+		return nil, fmt.Errorf("empty shape: want dims like 7168x2048 (or scalar)")
+	case "scalar", "[]", "()":
+		return []int64{}, nil
+	}
+	parts := strings.Split(s, "x")
+	if len(parts) > MaxTensorDims {
+		return nil, fmt.Errorf("shape %q has %d dims, at most %d are supported", s, len(parts), MaxTensorDims)
+	}
+	shape := make([]int64, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("shape %q: dim %q is not an integer", s, p)
+		}
+		if n < 0 {
+			return nil, fmt.Errorf("shape %q: dim %d is negative", s, n)
+		}
+		shape[i] = n
+	}
+	return shape, nil
+}
+
+// FormatShape renders a tensor shape as "7168x2048", or "scalar" for 0 dims.
+func FormatShape(shape []int64) string {
+	if len(shape) == 0 {
+		return "scalar"
+	}
+	parts := make([]string, len(shape))
+	for i, s := range shape {
+		parts[i] = strconv.FormatInt(s, 10)
+	}
+	return strings.Join(parts, "x")
+}

@@ -1,0 +1,64 @@
+package reshard
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// WriteTable renders the plan as a readable table: a header with the
+// layouts and fingerprint, one row per transfer (ranks, global box, bytes,
+// where the bytes sit on each side) and the bytes each rank sends and
+// receives. maxRows bounds the transfer rows printed (0 prints all); totals
+// always cover the whole plan.
+func (p *Plan) WriteTable(w io.Writer, maxRows int) error {
+	ew := &errWriter{w: w}
+	fmt.Fprintf(ew, "source:      %v\n", p.src)
+	fmt.Fprintf(ew, "destination: %v\n", p.dst)
+	fmt.Fprintf(ew, "world %d, stripe replicas %v, fingerprint %016x\n", p.world, p.opts.StripeReplicas, p.fingerprint)
+	fmt.Fprintf(ew, "%d transfers, %d bytes\n\n", p.Len(), p.Bytes())
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\tsrc\tdst\tbox\tbytes\t\tsource at\tdestination at\t")
+	n := p.Len()
+	if maxRows > 0 && n > maxRows {
+		n = maxRows
+	}
+	for i := 0; i < n; i++ {
+		t := p.Transfer(i)
+		note := ""
+		if t.Src == t.Dst {
+			note = "local"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%v\t%d\t%s\t%v\t%v\t\n", i, t.Src, t.Dst, t.Box, t.Bytes(), note, t.SrcAt, t.DstAt)
+	}
+	tw.Flush()
+	if n < p.Len() {
+		fmt.Fprintf(ew, "... %d more transfers\n", p.Len()-n)
+	}
+	sent, recv := p.RankBytes()
+	fmt.Fprintln(ew)
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rank\tsends\treceives\ttransfers out\ttransfers in\t")
+	for r := 0; r < p.world; r++ {
+		if !p.src.Mesh().Contains(r) && !p.dst.Mesh().Contains(r) {
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t\n", r, sent[r], recv[r], len(p.Sends(r)), p.dstStart[r+1]-p.dstStart[r])
+	}
+	tw.Flush()
+	return ew.err
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(b)
+	e.err = err
+	return n, err
+}

@@ -1,0 +1,138 @@
+package reshard
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Strided says where a box's bytes sit inside a rank's dense, row-major
+// local buffer, without listing them: Rows() runs of Run contiguous bytes,
+// the first at byte Offset, the others found by stepping an odometer over
+// Count (outermost first) with the byte strides in Stride. Trailing dims that
+// the box covers in full are merged into the run, dims of count 1 are
+// dropped, and adjacent dims that step evenly are merged, so a box's
+// descriptor has at most NDim-1 outer dims and usually far fewer.
+type Strided struct {
+	Offset int64   // byte offset of the first run
+	Run    int64   // bytes in one contiguous run
+	Count  []int64 // number of runs along each outer dim, outermost first
+	Stride []int64 // byte distance between consecutive runs along each outer dim
+}
+
+// Rows returns the number of contiguous runs.
+func (s Strided) Rows() int64 {
+	n := int64(1)
+	for _, c := range s.Count {
+		n *= c
+	}
+	return n
+}
+
+// Bytes returns the number of bytes described.
+func (s Strided) Bytes() int64 { return s.Rows() * s.Run }
+
+// Contiguous reports whether the bytes form a single run.
+func (s Strided) Contiguous() bool { return len(s.Count) == 0 }
+
+// String renders the descriptor as "@64 run 32 x [4/128 2/1024]": offset,
+// run length, and count/stride per outer dim.
+func (s Strided) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "@%d run %d", s.Offset, s.Run)
+	if len(s.Count) > 0 {
+		b.WriteString(" x [")
+		for i := range s.Count {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%d/%d", s.Count[i], s.Stride[i])
+		}
+		b.WriteByte(']')
+	}
+	return b.String()
+}
+
+// ForEachRun calls fn with the byte offset of every run, in order.
+func (s Strided) ForEachRun(fn func(off int64)) {
+	if len(s.Count) == 0 {
+		fn(s.Offset)
+		return
+	}
+	var idx [16]int64
+	for _, c := range s.Count {
+		if c == 0 {
+			return
+		}
+	}
+	off := s.Offset
+	outer := len(s.Count) - 1
+	for {
+		fn(off)
+		d := outer
+		for ; d >= 0; d-- {
+			idx[d]++
+			off += s.Stride[d]
+			if idx[d] < s.Count[d] {
+				break
+			}
+			off -= s.Stride[d] * s.Count[d]
+			idx[d] = 0
+		}
+		if d < 0 {
+			return
+		}
+	}
+}
+
+// describe builds the descriptor of the sub-box [rel, rel+count) of a dense
+// row-major buffer of shape local, with elem bytes per element. Every count
+// must be positive. scratch provides storage for Count and Stride (2*len(local)
+// values) and may be nil.
+func describe(local, rel, count []int64, elem int64, scratch []int64) Strided {
+	nd := len(local)
+	// stride of dim d in elements.
+	offset := int64(0)
+	stride := int64(1)
+	run := elem
+	// k is the innermost dim not merged into the run.
+	k := nd - 1
+	merging := true
+	var strides [16]int64
+	for d := nd - 1; d >= 0; d-- {
+		strides[d] = stride
+		offset += rel[d] * stride
+		if merging {
+			run *= count[d]
+			k = d - 1
+			merging = count[d] == local[d]
+		}
+		stride *= local[d]
+	}
+	s := Strided{Offset: offset * elem, Run: run}
+	if k < 0 {
+		return s
+	}
+	if cap(scratch) < 2*(k+1) {
+		scratch = make([]int64, 2*(k+1))
+	}
+	cnt := scratch[0 : 0 : k+1]
+	str := scratch[k+1 : k+1 : 2*(k+1)]
+	for d := 0; d <= k; d++ {
+		if count[d] == 1 {
+			continue
+		}
+		st := strides[d] * elem
+		if n := len(cnt); n > 0 && str[n-1] == count[d]*st {
+			// the previous outer dim steps exactly over this one: merge.
+			cnt[n-1] *= count[d]
+			str[n-1] = st
+			continue
+		}
+		cnt = append(cnt, count[d])
+		str = append(str, st)
+	}
+	if len(cnt) > 0 {
+		s.Count, s.Stride = cnt, str
+	}
+	return s
+}
