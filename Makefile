@@ -2,7 +2,8 @@
 # `make test` runs the whole suite. See README.md.
 GO      ?= go
 BIN     := bin/refit
-PURE    := ./mesh/... ./placement/... ./reshard/... ./hier/...
+PURE    := $(foreach d,mesh placement reshard hier,$(if $(wildcard $(d)/*.go),./$(d)/...))
+FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -32,6 +33,15 @@ vet: deps
 
 test: deps purecheck vet
 	$(GO) test ./...
+
+# fuzz runs every fuzz target for FUZZTIME each (go test runs one target at a time).
+fuzz:
+	$(GO) test ./mesh -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./placement -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./reshard -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
+
+bench:
+	$(GO) test ./reshard -run '^$$' -bench . -benchmem
 
 clean:
 	rm -rf bin

@@ -9,6 +9,10 @@ import (
 // MaxDims is the largest number of axes a Mesh may have.
 const MaxDims = 8
 
+// MaxRanks bounds the number of ranks a Mesh may hold and the rank numbers
+// themselves: every rank is in [0, MaxRanks).
+const MaxRanks = 1 << 20
+
 // Mesh is an N-D array of communicator-local ranks, stored row-major: the
 // rank at coordinate (c0, c1, ..., cn-1) is Ranks()[c0*s1*...*sn-1 + ... + cn-1].
 // A Mesh is immutable; the zero Mesh has no axes and no ranks and is invalid
@@ -37,8 +41,8 @@ func New(shape []int, ranks []int) (Mesh, error) {
 	m := Mesh{shape: slices.Clone(shape), ranks: slices.Clone(ranks), start: -1}
 	interval := true
 	for i, r := range ranks {
-		if r < 0 {
-			return Mesh{}, fmt.Errorf("mesh rank %d is negative", r)
+		if r < 0 || r >= MaxRanks {
+			return Mesh{}, fmt.Errorf("mesh rank %d is outside [0, %d)", r, MaxRanks)
 		}
 		if r != ranks[0]+i {
 			interval = false
@@ -87,8 +91,8 @@ func checkShape(shape []int) (int, error) {
 		if s < 1 {
 			return 0, fmt.Errorf("mesh %s has an axis of size %d, want at least 1", FormatShape(shape), s)
 		}
-		if n > (1<<31)/s {
-			return 0, fmt.Errorf("mesh %s holds too many ranks", FormatShape(shape))
+		if n > MaxRanks/s {
+			return 0, fmt.Errorf("mesh %s holds too many ranks (at most %d)", FormatShape(shape), MaxRanks)
 		}
 		n *= s
 	}

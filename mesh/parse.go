@@ -40,12 +40,12 @@ func ParseRanks(s string) ([]int, error) {
 		return nil, fmt.Errorf("empty rank list: want ranks like 0-7 or 8,3,5")
 	}
 	var ranks []int
-	seen := map[int]bool{}
+	seen := make([]uint64, MaxRanks/64)
 	add := func(r int) error {
-		if seen[r] {
+		if seen[r/64]&(1<<(r%64)) != 0 {
 			return fmt.Errorf("rank list %q repeats rank %d", s, r)
 		}
-		seen[r] = true
+		seen[r/64] |= 1 << (r % 64)
 		ranks = append(ranks, r)
 		return nil
 	}
@@ -55,6 +55,9 @@ func ParseRanks(s string) ([]int, error) {
 		a, err := strconv.Atoi(strings.TrimSpace(lo))
 		if err != nil || a < 0 {
 			return nil, fmt.Errorf("rank list %q: %q is not a non-negative rank", s, item)
+		}
+		if a >= MaxRanks {
+			return nil, fmt.Errorf("rank list %q: rank %d is not below %d", s, a, MaxRanks)
 		}
 		if !isRange {
 			if err := add(a); err != nil {
@@ -69,8 +72,8 @@ func ParseRanks(s string) ([]int, error) {
 		if b < a {
 			return nil, fmt.Errorf("rank list %q: range %q runs backwards", s, item)
 		}
-		if b-a >= 1<<24 {
-			return nil, fmt.Errorf("rank list %q: range %q is too long", s, item)
+		if b >= MaxRanks {
+			return nil, fmt.Errorf("rank list %q: rank %d is not below %d", s, b, MaxRanks)
 		}
 		for r := a; r <= b; r++ {
 			if err := add(r); err != nil {

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/spf13/cobra"
+)
+
+func newLayoutCmd() *cobra.Command {
+	var shape, dtype, meshSpec, pl, ranks string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "layout --shape S --mesh M --placements P [--ranks L] [--json]",
+		Short: "Show each rank's local shape and global offset for a layout",
+		Long: `layout prints, for every rank of a mesh, the region of the global tensor it
+holds: its local shape and global offset, exactly as PyTorch DTensor computes
+them (torch.chunk splits, empty trailing shards reporting the dim's global
+size as offset, several mesh axes on one dim nested in mesh-axis order).
+Ranks are listed in row-major coordinate order.`,
+		Example: `  refit layout --shape 13x2 --mesh 4x2 --placements S0,S0
+  refit layout --shape 256x2048x7168 --mesh 8x4 --placements S0,S1 --ranks 32-63 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if shape == "" {
+				return usageError{fmt.Errorf("--shape is required (e.g. --shape 13x2)")}
+			}
+			if meshSpec == "" || pl == "" {
+				return usageError{fmt.Errorf("--mesh and --placements are required (e.g. --mesh 4x2 --placements S0,R)")}
+			}
+			s, err := placement.ParseShape(shape)
+			if err != nil {
+				return flagError("shape", shape, err)
+			}
+			dt, err := placement.ParseDType(dtype)
+			if err != nil {
+				return flagError("dtype", dtype, err)
+			}
+			l, err := parseLayout(s, dt, meshSpec, pl, ranks, 0, "mesh", "placements", "ranks")
+			if err != nil {
+				return err
+			}
+			return printLayout(cmd.OutOrStdout(), l, asJSON)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&shape, "shape", "", "global tensor shape, e.g. 13x2")
+	fs.StringVar(&dtype, "dtype", "f32", "element type (sets the byte counts)")
+	fs.StringVar(&meshSpec, "mesh", "", "mesh shape, e.g. 4x2")
+	fs.StringVar(&pl, "placements", "", "one placement per mesh axis, e.g. S0,S0")
+	fs.StringVar(&ranks, "ranks", "", "ranks in mesh order (default 0..size-1)")
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+type rankJSON struct {
+	Coord  []int   `json:"coord"`
+	Rank   int     `json:"rank"`
+	Shape  []int64 `json:"shape"`
+	Offset []int64 `json:"offset"`
+}
+
+func printLayout(w io.Writer, l placement.Layout, asJSON bool) error {
+	m := l.Mesh()
+	rows := make([]rankJSON, m.Size())
+	for i := range rows {
+		coord := m.Coord(i, nil)
+		shape, offset := l.LocalShapeOffset(coord)
+		rows[i] = rankJSON{Coord: coord, Rank: m.RankAt(i), Shape: shape, Offset: offset}
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(struct {
+			Ranks []rankJSON `json:"ranks"`
+		}{rows})
+	}
+	fmt.Fprintf(w, "%v\n\n", l)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rank\tcoord\tshape\toffset\tbytes\t")
+	for _, r := range rows {
+		n := l.ElemSize()
+		for _, s := range r.Shape {
+			n *= s
+		}
+		fmt.Fprintf(tw, "%d\t%v\t%s\t%v\t%d\t\n", r.Rank, r.Coord, placement.FormatShape(r.Shape), r.Offset, n)
+	}
+	return tw.Flush()
+}

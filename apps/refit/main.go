@@ -1,0 +1,80 @@
+// Command refit reshards distributed tensors between process groups.
+//
+// It is an SPMD program: `mpirun -np W refit run ...` moves a tensor from
+// the source ranks' layout to the destination ranks' layout and checks it.
+// The offline subcommands (layout, plan, model) need no launcher.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// usageError marks bad input: refit prints it on one line and exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// flagError reports a flag whose value cannot be used, naming both.
+func flagError(flag, value string, err error) error {
+	return usageError{fmt.Errorf("--%s %q: %w", flag, value, err)}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "refit",
+		Short: "Reshard distributed tensors from M source ranks to N destination ranks",
+		Long: `refit moves a distributed tensor from one process group's layout to another's:
+M trainer ranks holding one DTensor layout hand it to N generator ranks that
+want another, as in reinforcement-learning weight sync.
+
+A layout is a global shape, a dtype, a mesh of ranks and one placement per
+mesh axis (S<dim> shards a tensor dim with torch.chunk, R replicates), exactly
+as PyTorch DTensor defines them.
+
+Offline commands (no launcher needed):
+  refit layout   show each rank's local shape and global offset
+  refit plan     show the transfers a reshard makes
+
+Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
+or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
+	})
+	root.AddCommand(newLayoutCmd(), newPlanCmd())
+	return root
+}
+
+func main() {
+	root := newRoot()
+	err := root.Execute()
+	if err == nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "refit: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsage(err) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}
+
+// isCobraUsage recognises cobra's own argument errors (unknown command,
+// unexpected arguments, missing required flags), which are usage errors too.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "accepts ", "requires at least", "required flag"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
