@@ -29,6 +29,10 @@ type Transfer struct {
 	Box      placement.Box
 	SrcAt    Strided
 	DstAt    Strided
+	// SrcLocal and DstLocal are the whole regions the source and the
+	// destination hold, so that any part of Box can be described with
+	// Describe on either side.
+	SrcLocal, DstLocal placement.Box
 }
 
 // Bytes returns the size of the transfer.
@@ -316,10 +320,12 @@ func (p *Plan) Len() int { return len(p.pieces) }
 func (p *Plan) Transfer(i int) Transfer {
 	pc := &p.pieces[i]
 	nd := p.src.NDim()
-	// one allocation holds the box and both descriptors.
-	buf := make([]int64, 6*nd)
+	// one allocation holds the boxes and both descriptors.
+	buf := make([]int64, 10*nd)
 	t := Transfer{Src: int(pc.src), Dst: int(pc.dst), DstShard: int(pc.dstShard)}
 	t.Box = placement.Box{Lo: buf[0:nd:nd], Hi: buf[nd : 2*nd : 2*nd]}
+	t.SrcLocal = placement.Box{Lo: buf[6*nd : 7*nd : 7*nd], Hi: buf[7*nd : 8*nd : 8*nd]}
+	t.DstLocal = placement.Box{Lo: buf[8*nd : 9*nd : 9*nd], Hi: buf[9*nd : 10*nd : 10*nd]}
 	var srcLocal, dstLocal, srcRel, dstRel, count [placement.MaxTensorDims]int64
 	for d := 0; d < nd; d++ {
 		ov := p.overlaps[d][pc.ov[d]]
@@ -327,6 +333,8 @@ func (p *Plan) Transfer(i int) Transfer {
 		count[d] = ov.iv.Len()
 		sp := p.src.Part(d, int(ov.src))
 		dp := p.dst.Part(d, int(ov.dst))
+		t.SrcLocal.Lo[d], t.SrcLocal.Hi[d] = sp.Lo, sp.Hi
+		t.DstLocal.Lo[d], t.DstLocal.Hi[d] = dp.Lo, dp.Hi
 		srcLocal[d], srcRel[d] = sp.Len(), ov.iv.Lo-sp.Lo
 		dstLocal[d], dstRel[d] = dp.Len(), ov.iv.Lo-dp.Lo
 	}

@@ -3,6 +3,8 @@ package reshard
 import (
 	"fmt"
 	"strings"
+
+	"github.com/m2n-dev/m2n/placement"
 )
 
 // Strided says where a box's bytes sit inside a rank's dense, row-major
@@ -82,6 +84,23 @@ func (s Strided) ForEachRun(fn func(off int64)) {
 			return
 		}
 	}
+}
+
+// Describe returns where the bytes of sub sit inside a dense row-major
+// buffer that holds the region local, with elem bytes per element. It panics
+// if sub is empty or not inside local.
+func Describe(local, sub placement.Box, elem int64) Strided {
+	nd := len(local.Lo)
+	var shape, rel, count [placement.MaxTensorDims]int64
+	for d := 0; d < nd; d++ {
+		if sub.Lo[d] < local.Lo[d] || sub.Hi[d] > local.Hi[d] || sub.Hi[d] <= sub.Lo[d] {
+			panic(fmt.Sprintf("reshard: box %v is empty or not inside %v", sub, local))
+		}
+		shape[d] = local.Hi[d] - local.Lo[d]
+		rel[d] = sub.Lo[d] - local.Lo[d]
+		count[d] = sub.Hi[d] - sub.Lo[d]
+	}
+	return describe(shape[:nd], rel[:nd], count[:nd], elem, nil)
 }
 
 // describe builds the descriptor of the sub-box [rel, rel+count) of a dense

@@ -1,0 +1,65 @@
+package reshard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/inproc"
+	"github.com/m2n-dev/m2n/reshard/transporttest"
+)
+
+var routes = []struct {
+	name  string
+	build transporttest.Builder
+}{
+	{"flat", reshard.Flat},
+	{"agbcast", reshard.AllGatherBroadcast},
+}
+
+// TestConformanceInproc runs the transport conformance suite over the
+// in-process transport: every pair of testdata/reshard_pairs.txt, in every
+// rank arrangement, on every route, with default staging and with tiny
+// chunks that force many rounds, plus one idle rank.
+func TestConformanceInproc(t *testing.T) {
+	pairs, err := transporttest.ReadPairs("../testdata/reshard_pairs.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := transporttest.Cases(pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) < 13 {
+		t.Fatalf("only %d conformance pairs", len(pairs))
+	}
+	optsList := []reshard.ScheduleOptions{
+		reshard.DefaultScheduleOptions,
+		{ChunkBytes: 24, StagingBytes: 4 * 64},
+	}
+	for _, c := range cases {
+		for _, r := range routes {
+			for _, opts := range optsList {
+				if opts.ChunkBytes < 1024 && c.Src.Bytes() > 64<<10 {
+					continue // tiny chunks of a large tensor only slow the test
+				}
+				world := c.World() + 1
+				errs := inproc.Run(world, func(tr reshard.Transport) error {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					env := transporttest.Env{T: tr, Mem: reshard.HostMemory{}, IO: transporttest.HostBuffers{}, Opts: opts}
+					_, err := transporttest.RunCase(ctx, env, c, r.build)
+					if err != nil {
+						tr.Abort(err)
+					}
+					return err
+				})
+				if err := errors.Join(errs...); err != nil {
+					t.Errorf("%v, %s, chunk %d: %v", c, r.name, opts.ChunkBytes, err)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package reshard
+
+import (
+	"context"
+	"fmt"
+)
+
+// Buffer is a rank's memory region: host memory (HostBuffer) or device
+// memory of a GPU backend. Executors never look inside a Buffer; they hand
+// it to the Memory and Transport that made it.
+type Buffer interface {
+	// Len returns the size in bytes.
+	Len() int64
+}
+
+// HostBuffer is host memory as a Buffer.
+type HostBuffer []byte
+
+// Len returns len(b).
+func (b HostBuffer) Len() int64 { return int64(len(b)) }
+
+// Op is one point-to-point operation of a round: send Len bytes of Buf
+// starting at Off to Peer, or receive them from Peer.
+type Op struct {
+	Peer     int
+	Send     bool
+	Buf      Buffer
+	Off, Len int64
+}
+
+// Transport moves bytes between the ranks of one communicator. Operations
+// are posted in rounds: Start posts every operation of a round at once and
+// returns; Wait on the result completes them. Sends and receives between
+// the same pair of ranks match in the order they are posted, across rounds.
+// A rank may have at most two rounds in flight.
+type Transport interface {
+	// Rank returns this rank's index in the communicator.
+	Rank() int
+	// Size returns the number of ranks.
+	Size() int
+	// Start posts the operations of one round. The buffers must stay
+	// untouched until Wait returns.
+	Start(ops []Op) (Pending, error)
+	// Abort tears the communicator down after an unrecoverable error,
+	// so that no rank waits forever on this one. It does not return on
+	// transports where aborting ends the process (MPI_Abort).
+	Abort(reason error)
+}
+
+// Pending is a posted round.
+type Pending interface {
+	// Wait blocks until every operation of the round has completed, or ctx
+	// is done. After a ctx error the round is abandoned; the caller must
+	// Abort the transport.
+	Wait(ctx context.Context) error
+}
+
+// Memory allocates and copies the buffers a Transport moves. Copies may be
+// asynchronous (a GPU stream); Sync waits for all of them.
+type Memory interface {
+	// Alloc returns a buffer of n bytes; its contents are unspecified.
+	Alloc(n int64) (Buffer, error)
+	// Free releases a buffer from Alloc.
+	Free(b Buffer)
+	// Pack copies the bytes desc describes in src, run after run, into
+	// dst[off : off+desc.Bytes()].
+	Pack(dst Buffer, off int64, src Buffer, desc Strided) error
+	// Unpack copies src[off : off+desc.Bytes()] into the bytes desc
+	// describes in dst.
+	Unpack(dst Buffer, desc Strided, src Buffer, off int64) error
+	// Copy copies the bytes srcDesc describes in src to the bytes dstDesc
+	// describes in dst, in order; both describe the same number of bytes.
+	Copy(dst Buffer, dstDesc Strided, src Buffer, srcDesc Strided) error
+	// Sync waits until every copy issued so far has completed.
+	Sync() error
+}
+
+// HostMemory is Memory over HostBuffers, copying with the CPU.
+type HostMemory struct{}
+
+// Alloc returns a zeroed HostBuffer.
+func (HostMemory) Alloc(n int64) (Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("reshard: allocate %d bytes", n)
+	}
+	return HostBuffer(make([]byte, n)), nil
+}
+
+// Free does nothing; the garbage collector reclaims host buffers.
+func (HostMemory) Free(Buffer) {}
+
+// Pack implements Memory.
+func (HostMemory) Pack(dst Buffer, off int64, src Buffer, desc Strided) error {
+	d, s, err := hostPair(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := checkRange("pack destination", off, desc.Bytes(), int64(len(d))); err != nil {
+		return err
+	}
+	if err := checkStrided("pack source", desc, int64(len(s))); err != nil {
+		return err
+	}
+	run := desc.Run
+	desc.ForEachRun(func(at int64) {
+		copy(d[off:off+run], s[at:at+run])
+		off += run
+	})
+	return nil
+}
+
+// Unpack implements Memory.
+func (HostMemory) Unpack(dst Buffer, desc Strided, src Buffer, off int64) error {
+	d, s, err := hostPair(dst, src)
+	if err != nil {
+		return err
+	}
+	if err := checkRange("unpack source", off, desc.Bytes(), int64(len(s))); err != nil {
+		return err
+	}
+	if err := checkStrided("unpack destination", desc, int64(len(d))); err != nil {
+		return err
+	}
+	run := desc.Run
+	desc.ForEachRun(func(at int64) {
+		copy(d[at:at+run], s[off:off+run])
+		off += run
+	})
+	return nil
+}
+
+// Copy implements Memory. The two descriptors may cut the bytes into runs
+// of different lengths.
+func (HostMemory) Copy(dst Buffer, dstDesc Strided, src Buffer, srcDesc Strided) error {
+	d, s, err := hostPair(dst, src)
+	if err != nil {
+		return err
+	}
+	if srcDesc.Bytes() != dstDesc.Bytes() {
+		return fmt.Errorf("reshard: copy of %d bytes into %d", srcDesc.Bytes(), dstDesc.Bytes())
+	}
+	if err := checkStrided("copy source", srcDesc, int64(len(s))); err != nil {
+		return err
+	}
+	if err := checkStrided("copy destination", dstDesc, int64(len(d))); err != nil {
+		return err
+	}
+	if srcDesc.Run == dstDesc.Run {
+		runs := make([]int64, 0, srcDesc.Rows())
+		srcDesc.ForEachRun(func(at int64) { runs = append(runs, at) })
+		i := 0
+		run := srcDesc.Run
+		dstDesc.ForEachRun(func(at int64) {
+			copy(d[at:at+run], s[runs[i]:runs[i]+run])
+			i++
+		})
+		return nil
+	}
+	tmp := make([]byte, srcDesc.Bytes())
+	off := int64(0)
+	srcDesc.ForEachRun(func(at int64) {
+		off += int64(copy(tmp[off:], s[at:at+srcDesc.Run]))
+	})
+	off = 0
+	dstDesc.ForEachRun(func(at int64) {
+		off += int64(copy(d[at:at+dstDesc.Run], tmp[off:]))
+	})
+	return nil
+}
+
+// Sync does nothing: host copies are synchronous.
+func (HostMemory) Sync() error { return nil }
+
+func hostPair(dst, src Buffer) (HostBuffer, HostBuffer, error) {
+	d, ok1 := dst.(HostBuffer)
+	s, ok2 := src.(HostBuffer)
+	if !ok1 || !ok2 {
+		return nil, nil, fmt.Errorf("reshard: HostMemory needs HostBuffers, got %T and %T", dst, src)
+	}
+	return d, s, nil
+}
+
+func checkRange(what string, off, n, size int64) error {
+	if off < 0 || n < 0 || off+n > size {
+		return fmt.Errorf("reshard: %s [%d, %d) outside a buffer of %d bytes", what, off, off+n, size)
+	}
+	return nil
+}
+
+// checkStrided checks that every run of desc lies inside a buffer of size
+// bytes: the first run starts at Offset and the last at Offset plus the
+// sum of (Count-1)*Stride.
+func checkStrided(what string, desc Strided, size int64) error {
+	if desc.Rows() == 0 {
+		return nil
+	}
+	last := desc.Offset
+	for i, c := range desc.Count {
+		last += (c - 1) * desc.Stride[i]
+	}
+	if desc.Offset < 0 || desc.Run < 0 || last+desc.Run > size {
+		return fmt.Errorf("reshard: %s %v reaches byte %d of a buffer of %d", what, desc, last+desc.Run, size)
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+// Package transporttest is the conformance suite every reshard transport
+// runs: the same reshard cases, on every route, checked element by element,
+// over the in-process transport, over MPI across processes, and over NCCL on
+// GPUs. Cases come from the conformance pairs file (testdata/
+// reshard_pairs.txt) in three rank arrangements: the paper's disjoint
+// intervals, permuted rank lists, and meshes that share ranks.
+package transporttest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+
+	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// Pair is one line of the conformance pairs file.
+type Pair struct {
+	Line                                         int
+	Shape, DType, SrcMesh, SrcPl, DstMesh, DstPl string
+}
+
+func (p Pair) String() string {
+	return fmt.Sprintf("%s %s %s %s -> %s %s", p.Shape, p.DType, p.SrcMesh, p.SrcPl, p.DstMesh, p.DstPl)
+}
+
+// ReadPairs reads a pairs file: one case a line, fields "shape | dtype |
+// source mesh | source placements | destination mesh | destination
+// placements", '#' comments.
+func ReadPairs(path string) ([]Pair, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Pair
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fs := strings.Split(line, "|")
+		if len(fs) != 6 {
+			return nil, fmt.Errorf("%s:%d: %d fields, want 6", path, n, len(fs))
+		}
+		for i := range fs {
+			fs[i] = strings.TrimSpace(fs[i])
+		}
+		out = append(out, Pair{Line: n, Shape: fs[0], DType: fs[1], SrcMesh: fs[2], SrcPl: fs[3], DstMesh: fs[4], DstPl: fs[5]})
+	}
+	return out, sc.Err()
+}
+
+// Arrangement places a pair's meshes on communicator ranks.
+type Arrangement string
+
+const (
+	// Disjoint puts the source on [0, M) and the destination on [M, M+N).
+	Disjoint Arrangement = "disjoint"
+	// Permuted draws both rank lists from a fixed shuffle of [0, M+N).
+	Permuted Arrangement = "permuted"
+	// Overlapping starts the destination mesh inside the source mesh, so
+	// some ranks hold both a source and a destination buffer.
+	Overlapping Arrangement = "overlapping"
+)
+
+// Arrangements lists every arrangement.
+var Arrangements = []Arrangement{Disjoint, Permuted, Overlapping}
+
+// Case is a pair in one arrangement.
+type Case struct {
+	Pair
+	Arrangement Arrangement
+	Src, Dst    placement.Layout
+}
+
+// World returns the ranks the case needs.
+func (c Case) World() int {
+	w := 0
+	for _, m := range []mesh.Mesh{c.Src.Mesh(), c.Dst.Mesh()} {
+		for i := 0; i < m.Size(); i++ {
+			w = max(w, m.RankAt(i)+1)
+		}
+	}
+	return w
+}
+
+func (c Case) String() string {
+	return fmt.Sprintf("line %d %s [%s: src %s, dst %s]", c.Line, c.Pair, c.Arrangement,
+		mesh.FormatRanks(c.Src.Mesh().Ranks()), mesh.FormatRanks(c.Dst.Mesh().Ranks()))
+}
+
+// Layouts builds the pair's layouts in an arrangement.
+func (p Pair) Layouts(a Arrangement) (Case, error) {
+	shape, err := placement.ParseShape(p.Shape)
+	if err != nil {
+		return Case{}, err
+	}
+	dt, err := placement.ParseDType(p.DType)
+	if err != nil {
+		return Case{}, err
+	}
+	sm, err := mesh.ParseShape(p.SrcMesh)
+	if err != nil {
+		return Case{}, err
+	}
+	dm, err := mesh.ParseShape(p.DstMesh)
+	if err != nil {
+		return Case{}, err
+	}
+	m, n := prod(sm), prod(dm)
+	var srcRanks, dstRanks []int
+	switch a {
+	case Disjoint:
+		srcRanks, dstRanks = seq(0, m), seq(m, n)
+	case Permuted:
+		perm := rand.New(rand.NewPCG(uint64(p.Line), 7)).Perm(m + n)
+		srcRanks, dstRanks = perm[:m], perm[m:]
+	case Overlapping:
+		start := m / 2
+		srcRanks, dstRanks = seq(0, m), seq(start, n)
+	default:
+		return Case{}, fmt.Errorf("unknown arrangement %q", a)
+	}
+	build := func(ms []int, ranks []int, pl string) (placement.Layout, error) {
+		mm, err := mesh.New(ms, ranks)
+		if err != nil {
+			return placement.Layout{}, err
+		}
+		ps, err := placement.Parse(pl)
+		if err != nil {
+			return placement.Layout{}, err
+		}
+		return placement.NewLayout(shape, dt, mm, ps)
+	}
+	c := Case{Pair: p, Arrangement: a}
+	if c.Src, err = build(sm, srcRanks, p.SrcPl); err != nil {
+		return Case{}, err
+	}
+	if c.Dst, err = build(dm, dstRanks, p.DstPl); err != nil {
+		return Case{}, err
+	}
+	return c, nil
+}
+
+// Cases expands every pair into every arrangement.
+func Cases(pairs []Pair) ([]Case, error) {
+	var out []Case
+	for _, p := range pairs {
+		for _, a := range Arrangements {
+			c, err := p.Layouts(a)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", p.Line, err)
+			}
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// HostIO moves bytes between host memory and a Memory's buffers, so the
+// suite can fill and check device memory.
+type HostIO interface {
+	Upload(dst reshard.Buffer, src []byte) error
+	Download(dst []byte, src reshard.Buffer) error
+}
+
+// HostBuffers is the HostIO of host memory.
+type HostBuffers struct{}
+
+// Upload copies src into a HostBuffer.
+func (HostBuffers) Upload(dst reshard.Buffer, src []byte) error {
+	copy(dst.(reshard.HostBuffer), src)
+	return nil
+}
+
+// Download copies a HostBuffer into dst.
+func (HostBuffers) Download(dst []byte, src reshard.Buffer) error {
+	copy(dst, src.(reshard.HostBuffer))
+	return nil
+}
+
+// Builder makes a route's schedule.
+type Builder func(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) (*reshard.Schedule, error)
+
+// Env is one rank's view of a transport under test.
+type Env struct {
+	T    reshard.Transport
+	Mem  reshard.Memory
+	IO   HostIO
+	Topo reshard.Topology
+	Opts reshard.ScheduleOptions
+}
+
+// RunCase runs one case on the calling rank (every rank of the transport
+// calls it with the same arguments): it plans on the transport's world,
+// fills the source buffers with the pattern and poisons the destination
+// buffers, runs the route's schedule, and checks every destination element.
+// Ranks outside both meshes take part with no buffers.
+func RunCase(ctx context.Context, env Env, c Case, build Builder) (reshard.Stats, error) {
+	rank, world := env.T.Rank(), env.T.Size()
+	var st reshard.Stats
+	if c.World() > world {
+		return st, fmt.Errorf("%v needs %d ranks, the transport has %d", c, c.World(), world)
+	}
+	plan, err := reshard.NewPlan(c.Src, c.Dst, world, reshard.Options{})
+	if err != nil {
+		return st, err
+	}
+	sched, err := build([]*reshard.Plan{plan}, env.Topo, env.Opts)
+	if err != nil {
+		return st, err
+	}
+	var bufs reshard.TensorBuffers
+	var free []reshard.Buffer
+	defer func() {
+		for _, b := range free {
+			env.Mem.Free(b)
+		}
+	}()
+	if c.Src.Mesh().Contains(rank) {
+		host := make([]byte, c.Src.LocalBytes(rank))
+		reshard.FillPattern(c.Src, rank, host)
+		if bufs.Src, err = env.Mem.Alloc(int64(len(host))); err != nil {
+			return st, err
+		}
+		free = append(free, bufs.Src)
+		if err := env.IO.Upload(bufs.Src, host); err != nil {
+			return st, err
+		}
+	}
+	var got []byte
+	if c.Dst.Mesh().Contains(rank) {
+		got = make([]byte, c.Dst.LocalBytes(rank))
+		for i := range got {
+			got[i] = reshard.PoisonByte
+		}
+		if bufs.Dst, err = env.Mem.Alloc(int64(len(got))); err != nil {
+			return st, err
+		}
+		free = append(free, bufs.Dst)
+		if err := env.IO.Upload(bufs.Dst, got); err != nil {
+			return st, err
+		}
+	}
+	ex := &reshard.Executor{T: env.T, Mem: env.Mem}
+	defer ex.Close()
+	st, err = ex.Run(ctx, sched, []reshard.TensorBuffers{bufs})
+	if err != nil {
+		return st, err
+	}
+	if got != nil {
+		if err := env.IO.Download(got, bufs.Dst); err != nil {
+			return st, err
+		}
+		if err := reshard.CheckPattern(c.Dst, rank, got); err != nil {
+			return st, fmt.Errorf("%s: %w", sched.Route, err)
+		}
+	}
+	return st, nil
+}
+
+func prod(s []int) int {
+	n := 1
+	for _, v := range s {
+		n *= v
+	}
+	return n
+}
+
+func seq(start, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = start + i
+	}
+	return out
+}
