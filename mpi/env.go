@@ -103,6 +103,16 @@ func Init(required ThreadLevel) (provided ThreadLevel, err error) {
 	return threadLevelOf(p), nil
 }
 
+// QueryThread returns the thread level that Init obtained
+// (MPI_Query_thread). It is only valid between Init and Finalize.
+func QueryThread() (ThreadLevel, error) {
+	var p C.int
+	if err := check("MPI_Query_thread", C.MPI_Query_thread(&p)); err != nil {
+		return 0, err
+	}
+	return threadLevelOf(p), nil
+}
+
 // Initialized reports whether Init has been called (MPI_Initialized). It
 // stays true after Finalize. It may be called at any time.
 func Initialized() bool {

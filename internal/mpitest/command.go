@@ -14,7 +14,9 @@ import (
 // on one machine (a laptop, a container, CI: root, 2 cores):
 //
 //   - --oversubscribe: allow more ranks than cores (tests use 2 to 8 ranks).
-//   - --bind-to none: do not pin oversubscribed ranks to the same core.
+//   - --bind-to none: OpenMPI binds each rank to one core when ranks do not
+//     outnumber cores, which confines a Go process's threads (the
+//     goroutine scheduler, the garbage collector) to that core.
 //   - --mca pml ob1 --mca btl self,vader: plain shared-memory transport;
 //     skips UCX, libfabric and InfiniBand probing, which is slow or noisy
 //     in containers (Debian's openmpi-mca-params.conf excludes most of them
@@ -24,8 +26,9 @@ import (
 //     as Docker's default seccomp profile does ("Read -1, expected N,
 //     errno = 1"); copying through the shared segment always works, at about
 //     a fifth of the speed for large messages.
-//   - --mca mpi_yield_when_idle 1: ranks waiting in MPI yield the CPU, since
-//     oversubscribed ranks that busy-poll starve the rank they wait for.
+//
+// OpenMPI makes waiting ranks yield the CPU by itself when they outnumber
+// the cores (mpi_yield_when_idle), so that is not set here.
 //
 // M2N_MPIRUN_FLAGS, if set, replaces them.
 var DefaultFlags = []string{
@@ -34,7 +37,6 @@ var DefaultFlags = []string{
 	"--mca", "pml", "ob1",
 	"--mca", "btl", "self,vader",
 	"--mca", "btl_vader_single_copy_mechanism", "none",
-	"--mca", "mpi_yield_when_idle", "1",
 }
 
 // DefaultEnv are environment settings added to every job unless the
