@@ -1,7 +1,8 @@
-// Package mpi is a thin binding to the MPI C library (OpenMPI by default;
-// MPICH with the build tag mpich) and the only package of m2n that touches
-// MPI's C API. It needs cgo and pkg-config (package ompi-c, from Debian's
-// libopenmpi-dev); there is deliberately no stub for CGO_ENABLED=0.
+// Package mpi is a thin binding to the MPI C library and the only package
+// of m2n that touches MPI's C API. It needs cgo and pkg-config: by default
+// it builds against OpenMPI (pkg-config ompi-c, from Debian's
+// libopenmpi-dev); with the build tag mpich, against MPICH (pkg-config
+// mpich). There is deliberately no stub for CGO_ENABLED=0.
 //
 // # Use
 //

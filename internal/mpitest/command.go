@@ -1,12 +1,14 @@
 package mpitest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -30,7 +32,8 @@ import (
 // OpenMPI makes waiting ranks yield the CPU by itself when they outnumber
 // the cores (mpi_yield_when_idle), so that is not set here.
 //
-// M2N_MPIRUN_FLAGS, if set, replaces them.
+// These are OpenMPI options. M2N_MPIRUN_FLAGS, if set, replaces them; with
+// MPICH's mpiexec (Hydra) set it to the empty string.
 var DefaultFlags = []string{
 	"--oversubscribe",
 	"--bind-to", "none",
@@ -99,7 +102,8 @@ func Command(np int, args ...string) (*exec.Cmd, error) {
 	return command(np, nil, args)
 }
 
-func command(np int, extra, args []string) (*exec.Cmd, error) {
+// command is Command with options extra(path) added after Flags().
+func command(np int, extra func(path string) []string, args []string) (*exec.Cmd, error) {
 	if np < 1 {
 		return nil, fmt.Errorf("mpitest: %d ranks; want at least 1", np)
 	}
@@ -110,12 +114,52 @@ func command(np int, extra, args []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	argv := append(Flags(), extra...)
+	argv := Flags()
+	if extra != nil {
+		argv = append(argv, extra(path)...)
+	}
 	argv = append(argv, "-np", strconv.Itoa(np))
 	argv = append(argv, args...)
 	cmd := exec.Command(path, argv...)
 	cmd.Env = Env()
 	return cmd, nil
+}
+
+// launcher is the kind of mpirun at a path, found once from its --version
+// output: "openmpi", "mpich" (Hydra) or "" when unknown.
+var launcher = struct {
+	sync.Mutex
+	kind map[string]string
+}{kind: map[string]string{}}
+
+func launcherKind(path string) string {
+	launcher.Lock()
+	defer launcher.Unlock()
+	if k, ok := launcher.kind[path]; ok {
+		return k
+	}
+	out, _ := exec.Command(path, "--version").CombinedOutput()
+	k := ""
+	switch {
+	case bytes.Contains(out, []byte("Open MPI")), bytes.Contains(out, []byte("OpenRTE")):
+		k = "openmpi"
+	case bytes.Contains(out, []byte("HYDRA")):
+		k = "mpich"
+	}
+	launcher.kind[path] = k
+	return k
+}
+
+// tagFlags returns the option that makes the launcher at path prefix each
+// output line with the rank it came from, if it has one.
+func tagFlags(path string) []string {
+	switch launcherKind(path) {
+	case "openmpi":
+		return []string{"--tag-output"} // "[1,3]<stdout>:"
+	case "mpich":
+		return []string{"-prepend-rank"} // "[3] "
+	}
+	return nil
 }
 
 // Require returns mpirun's path for a test that needs it. If there is none,

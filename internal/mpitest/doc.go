@@ -29,7 +29,8 @@
 // Environment:
 //
 //   - M2N_MPIRUN: the mpirun to use (default: mpirun on PATH).
-//   - M2N_MPIRUN_FLAGS: replaces DefaultFlags (split at spaces).
+//   - M2N_MPIRUN_FLAGS: replaces DefaultFlags (split at spaces), which are
+//     OpenMPI's; set it empty for MPICH's mpiexec.
 //   - M2N_MPITEST_TIMEOUT: per-job timeout, a Go duration or seconds
 //     (default 120s; also capped by the test binary's -timeout).
 //   - M2N_SKIP_MPI=1: skip, instead of fail, tests that need mpirun when it

@@ -148,7 +148,7 @@ func launch(np int, id, pattern string, timeout time.Duration, env []string) (st
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}
-	cmd, err := command(np, []string{"--tag-output"}, args)
+	cmd, err := command(np, tagFlags, args)
 	if err != nil {
 		return "", err
 	}
