@@ -1,0 +1,88 @@
+// Package mpi is a thin binding to the MPI C library and the only package
+// of m2n that touches MPI's C API. It needs cgo and pkg-config: by default
+// it builds against OpenMPI (pkg-config ompi-c, from Debian's
+// libopenmpi-dev); with the build tag mpich, against MPICH (pkg-config
+// mpich). There is deliberately no stub for CGO_ENABLED=0.
+//
+// # Use
+//
+// A program launched by mpirun initializes MPI once, works on World or on
+// communicators derived from it, and finalizes:
+//
+//	provided, err := mpi.Init(mpi.ThreadMultiple)
+//	if err != nil { ... }
+//	if provided < mpi.ThreadMultiple { ... serialize MPI calls ... }
+//	defer mpi.Finalize()
+//	w := mpi.World()
+//	sub, err := w.Split(w.Rank()%2, w.Rank()) // even and odd ranks
+//	defer sub.Free()
+//	all := make([]byte, sub.Size()*8)
+//	err = sub.Allgather(mine[:8], all)
+//
+//	// Point to point: post every receive and send, then wait for all.
+//	r1, _ := w.Irecv(in, left, tag)
+//	r2, _ := w.Isend(out, right, tag)
+//	err = mpi.Waitall([]*mpi.Request{r1, r2})
+//
+// # Errors
+//
+// Init sets MPI_ERRORS_RETURN on MPI_COMM_WORLD, and every communicator this
+// package creates gets it too, so a failing MPI call returns an *Error
+// naming the call (Op "MPI_Isend", say) with MPI's code and message, rather
+// than aborting the job. Arguments that break a documented contract are
+// rejected before MPI is called with an error wrapping ErrInvalid. Rank and
+// Size panic on failure, which only happens on a nil or freed communicator
+// or outside Init..Finalize.
+//
+// # Large buffers
+//
+// MPI counts are C ints, so no single call can move 2^31 bytes or more. This
+// package splits instead of using derived datatypes: every []byte passed to
+// Isend, Irecv, Send, Recv and Bcast is cut into pieces of at most 1 GiB,
+// each moved by its own MPI call. For point-to-point operations the pieces
+// are separate messages with the same (peer, tag); MPI delivers messages
+// between two ranks on one communicator and tag in order, and a receiver of
+// exactly len(buf) bytes splits identically, so the pieces match up. One
+// *Request then stands for several MPI requests. Hence a receive must have
+// the sender's exact length, and a nonblocking receive of more than one
+// piece cannot use AnySource or AnyTag. Allgather and Allgatherv take int64
+// counts and displacements: when their total exceeds 1 GiB they run as one
+// chunked Bcast per rank, and when only the displacements exceed it they
+// gather into a packed temporary buffer. Allreduce splits long slices too.
+//
+// # Memory
+//
+// Blocking calls pass Go memory to C only for the duration of the call, as
+// cgo allows. Nonblocking calls (Isend, Irecv) leave MPI holding the buffer
+// after they return, so the Request pins it with runtime.Pinner until Wait,
+// Test, Waitall or Testall sees it complete. Empty buffers are passed to MPI
+// as a nil pointer with count 0.
+//
+// # Threads
+//
+// MPI's thread level, chosen at Init, says which threads may call MPI; Go
+// moves goroutines between OS threads, so each level asks this of callers:
+//
+//   - ThreadMultiple: any goroutine may call this package at any time. Ask
+//     for it when goroutines overlap communication; OpenMPI 4.1 over its
+//     shared-memory and TCP transports provides it.
+//   - ThreadSerialized: calls may come from any goroutine but must never
+//     overlap; the caller serializes them, for example with a mutex around
+//     every call (including Wait, Test and Rank).
+//   - ThreadFunneled and ThreadSingle: only the OS thread that called Init
+//     may call MPI. Call runtime.LockOSThread in the goroutine that calls
+//     Init (for the main goroutine, in an init function) and make every MPI
+//     call from that goroutine.
+//
+// Blocking calls (Wait, Recv, collectives) hold their OS thread while they
+// block; the Go runtime starts other threads for the remaining goroutines.
+// Values of this package (Comm, Request) are not otherwise synchronized: a
+// Request must not be used from two goroutines at once, and Free must not
+// race with other uses of its Comm.
+//
+// # Launching
+//
+// Programs using this package run under mpirun. Tests use
+// internal/mpitest, which re-executes the test binary under mpirun with the
+// flags this project needs (see mpitest.Command).
+package mpi

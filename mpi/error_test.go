@@ -1,0 +1,123 @@
+package mpi_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/mpi"
+)
+
+// TestErrorsReturn checks that MPI errors come back as *Error naming the MPI
+// call, on World and on derived communicators, and that the job goes on
+// working afterwards: MPI_ERRORS_RETURN is really in force.
+func TestErrorsReturn(t *testing.T) {
+	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
+		sub, err := c.Split(0, c.Rank())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Free()
+		dup, err := c.Dup()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dup.Free()
+		size := c.Size()
+		cases := []struct {
+			name string
+			call func() error
+			op   string
+		}{
+			{"Isend to a rank beyond Size", func() error { _, err := c.Isend([]byte{1}, size, 0); return err }, "MPI_Isend"},
+			{"Isend on a split comm", func() error { _, err := sub.Isend([]byte{1}, size, 0); return err }, "MPI_Isend"},
+			{"Isend on a dup", func() error { _, err := dup.Isend(nil, size+5, 0); return err }, "MPI_Isend"},
+			{"Irecv from a rank beyond Size", func() error { _, err := c.Irecv(make([]byte, 1), size, 0); return err }, "MPI_Irecv"},
+			{"Send to a rank beyond Size", func() error { return c.Send([]byte{1}, size, 0) }, "MPI_Send"},
+			{"Recv from a rank beyond Size", func() error { return c.Recv(make([]byte, 1), size, 0) }, "MPI_Recv"},
+			{"Bcast from a root beyond Size", func() error { return c.Bcast([]byte{1}, size) }, "MPI_Bcast"},
+			{"bitwise op on float64", func() error { return c.AllreduceFloat64([]float64{1}, []float64{0}, mpi.BOr) }, "MPI_Allreduce"},
+		}
+		for _, tc := range cases {
+			err := tc.call()
+			var e *mpi.Error
+			if !errors.As(err, &e) {
+				t.Errorf("%s: error %v (%T), want *mpi.Error", tc.name, err, err)
+				continue
+			}
+			if e.Op != tc.op || e.Code == 0 || e.Msg == "" {
+				t.Errorf("%s: %+v, want Op %s with a code and message", tc.name, *e, tc.op)
+			}
+			if want := "mpi: " + tc.op + ": "; !strings.HasPrefix(e.Error(), want) {
+				t.Errorf("%s: Error() = %q, want prefix %q", tc.name, e.Error(), want)
+			}
+			t.Logf("%s: %v (code %d)", tc.name, e, e.Code)
+		}
+		// Still alive and talking.
+		got := make([]byte, size)
+		if err := c.Allgather([]byte{byte(c.Rank())}, got); err != nil {
+			t.Fatalf("Allgather after the errors: %v", err)
+		}
+	})
+}
+
+// TestInvalidArguments checks the contract violations caught before MPI is
+// called.
+func TestInvalidArguments(t *testing.T) {
+	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
+		var none *mpi.Comm
+		rank := c.Rank()
+		cases := []struct {
+			name string
+			call func() error
+		}{
+			{"Init twice", func() error { _, err := mpi.Init(mpi.ThreadSingle); return err }},
+			{"Barrier on nil comm", func() error { return none.Barrier() }},
+			{"Isend on nil comm", func() error { _, err := none.Isend(nil, 0, 0); return err }},
+			{"Isend to a negative rank", func() error { _, err := c.Isend(nil, -3, 0); return err }},
+			{"Isend with a negative tag", func() error { _, err := c.Isend(nil, 0, -2); return err }},
+			{"Irecv from a negative rank", func() error { _, err := c.Irecv(nil, -3, 0); return err }},
+			{"Recv with a negative tag", func() error { return c.Recv(nil, 0, -5) }},
+			{"Irecv AnySource over two chunks", func() error {
+				defer mpi.SetChunkBytes(4)()
+				_, err := c.Irecv(make([]byte, 5), mpi.AnySource, 0)
+				return err
+			}},
+			{"Irecv AnyTag over two chunks", func() error {
+				defer mpi.SetChunkBytes(4)()
+				_, err := c.Irecv(make([]byte, 5), 0, mpi.AnyTag)
+				return err
+			}},
+			{"Allgather with a short recv", func() error { return c.Allgather([]byte{1, 2}, make([]byte, 3)) }},
+			{"Allgatherv with too few counts", func() error {
+				return c.Allgatherv([]byte{1}, make([]byte, 2), []int64{1}, []int64{0})
+			}},
+			{"Allgatherv with len(send) != counts[rank]", func() error {
+				return c.Allgatherv([]byte{1, 2}, make([]byte, 2), []int64{1, 1}, []int64{0, 1})
+			}},
+			{"Allgatherv with a block outside recv", func() error {
+				return c.Allgatherv([]byte{1}, make([]byte, 2), []int64{1, 1}, []int64{0, 2})
+			}},
+			{"Allgatherv with a negative count", func() error {
+				counts := []int64{1, 1}
+				counts[1-rank] = -1
+				return c.Allgatherv([]byte{1}, make([]byte, 2), counts, []int64{0, 1})
+			}},
+			{"Free world", func() error { return c.Free() }},
+		}
+		for _, tc := range cases {
+			if err := tc.call(); !errors.Is(err, mpi.ErrInvalid) {
+				t.Errorf("%s: %v, want an error wrapping ErrInvalid", tc.name, err)
+			}
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Rank on a nil comm did not panic")
+				}
+			}()
+			none.Rank()
+		}()
+	})
+}

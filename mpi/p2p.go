@@ -1,0 +1,177 @@
+package mpi
+
+/*
+#include "cmpi.h"
+*/
+import "C"
+
+// AnySource, passed as the source of Recv or Irecv, matches a message from
+// any rank (MPI_ANY_SOURCE).
+const AnySource = -1
+
+// AnyTag, passed as the tag of Recv or Irecv, matches a message with any tag
+// (MPI_ANY_TAG).
+const AnyTag = -1
+
+// peerArg validates a destination or source rank and maps AnySource.
+func peerArg(op string, rank int, wildcard bool) (C.int, error) {
+	if wildcard && rank == AnySource {
+		return C.MPI_ANY_SOURCE, nil
+	}
+	if rank < 0 {
+		return 0, invalid(op, "negative rank %d", rank)
+	}
+	return C.int(rank), nil
+}
+
+// tagArg validates a tag and maps AnyTag. MPI checks the upper bound
+// (MPI_TAG_UB, at least 32767).
+func tagArg(op string, tag int, wildcard bool) (C.int, error) {
+	if wildcard && tag == AnyTag {
+		return C.MPI_ANY_TAG, nil
+	}
+	if tag < 0 {
+		return 0, invalid(op, "negative tag %d", tag)
+	}
+	return C.int(tag), nil
+}
+
+// Isend starts sending buf to rank dest of c with tag tag (MPI_Isend) and
+// returns at once. buf is pinned and must not be modified until the
+// returned Request completes.
+//
+// A buf longer than the chunk limit (1 GiB) goes as several messages of at
+// most that size with the same (dest, tag); the receiver must post a
+// matching receive of exactly len(buf) bytes with Irecv or Recv, which split
+// identically. MPI keeps messages between one pair of ranks on one
+// communicator and tag in order, so the pieces cannot cross. An empty buf is
+// one message of 0 bytes.
+//
+// Errors: a negative dest or tag wraps ErrInvalid; MPI's own checks (a dest
+// not in c, a tag above MPI_TAG_UB) return an *Error with Op "MPI_Isend".
+func (c *Comm) Isend(buf []byte, dest, tag int) (*Request, error) {
+	const op = "MPI_Isend"
+	h, err := c.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	d, err := peerArg(op, dest, false)
+	if err != nil {
+		return nil, err
+	}
+	tg, err := tagArg(op, tag, false)
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{h: make([]C.MPI_Request, 0, numChunks(len(buf)))}
+	r.pinBuf(buf)
+	err = forChunks(len(buf), func(off, n int) error {
+		var q C.MPI_Request
+		if err := check(op, C.MPI_Isend(at(buf, off), C.int(n), C.m2n_byte(), d, tg, h, &q)); err != nil {
+			return err
+		}
+		r.h = append(r.h, q)
+		return nil
+	})
+	if err != nil {
+		r.abandon()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Irecv starts receiving a message of exactly len(buf) bytes from rank src
+// of c with tag tag into buf (MPI_Irecv) and returns at once. buf is pinned
+// and must not be read or modified until the returned Request completes.
+//
+// A buf longer than the chunk limit is received as several messages, as
+// Isend sends it. src may be AnySource and tag AnyTag only when buf fits in
+// one message (at most 1 GiB): otherwise the pieces of different messages
+// could interleave, and Irecv returns an error wrapping ErrInvalid.
+//
+// Errors: a negative src or tag that is not a wildcard wraps ErrInvalid;
+// MPI's own checks return an *Error with Op "MPI_Irecv".
+func (c *Comm) Irecv(buf []byte, src, tag int) (*Request, error) {
+	const op = "MPI_Irecv"
+	h, err := c.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	s, err := peerArg(op, src, true)
+	if err != nil {
+		return nil, err
+	}
+	tg, err := tagArg(op, tag, true)
+	if err != nil {
+		return nil, err
+	}
+	if (src == AnySource || tag == AnyTag) && numChunks(len(buf)) > 1 {
+		return nil, invalid(op, "AnySource or AnyTag with a %d-byte buffer, which is more than one message of at most %d bytes", len(buf), chunkBytes)
+	}
+	r := &Request{h: make([]C.MPI_Request, 0, numChunks(len(buf)))}
+	r.pinBuf(buf)
+	err = forChunks(len(buf), func(off, n int) error {
+		var q C.MPI_Request
+		if err := check(op, C.MPI_Irecv(at(buf, off), C.int(n), C.m2n_byte(), s, tg, h, &q)); err != nil {
+			return err
+		}
+		r.h = append(r.h, q)
+		return nil
+	})
+	if err != nil {
+		r.abandon()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Send sends buf to rank dest of c with tag tag and blocks until buf may be
+// reused (MPI_Send). Long buffers are split as by Isend, and the receiver
+// must receive exactly len(buf) bytes.
+func (c *Comm) Send(buf []byte, dest, tag int) error {
+	const op = "MPI_Send"
+	h, err := c.handle(op)
+	if err != nil {
+		return err
+	}
+	d, err := peerArg(op, dest, false)
+	if err != nil {
+		return err
+	}
+	tg, err := tagArg(op, tag, false)
+	if err != nil {
+		return err
+	}
+	return forChunks(len(buf), func(off, n int) error {
+		return check(op, C.MPI_Send(at(buf, off), C.int(n), C.m2n_byte(), d, tg, h))
+	})
+}
+
+// Recv receives a message of exactly len(buf) bytes from rank src of c with
+// tag tag into buf and blocks until it has arrived (MPI_Recv). Long buffers
+// are received in pieces as Isend sends them. src may be AnySource and tag
+// AnyTag at any length: the later pieces are received from the source and
+// with the tag that the first piece came with.
+func (c *Comm) Recv(buf []byte, src, tag int) error {
+	const op = "MPI_Recv"
+	h, err := c.handle(op)
+	if err != nil {
+		return err
+	}
+	s, err := peerArg(op, src, true)
+	if err != nil {
+		return err
+	}
+	tg, err := tagArg(op, tag, true)
+	if err != nil {
+		return err
+	}
+	return forChunks(len(buf), func(off, n int) error {
+		var st C.MPI_Status
+		if err := check(op, C.MPI_Recv(at(buf, off), C.int(n), C.m2n_byte(), s, tg, h, &st)); err != nil {
+			return err
+		}
+		s, tg = st.MPI_SOURCE, st.MPI_TAG
+		return nil
+	})
+}
