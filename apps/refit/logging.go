@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/term"
+)
+
+// newLogger returns the logger of one rank: human-readable console output
+// when stderr is a terminal, one JSON object a line otherwise (what mpirun
+// and srun collect). The level comes from the flag, else M2N_LOG_LEVEL,
+// else info.
+func newLogger(level string, rank int) (zerolog.Logger, error) {
+	if level == "" {
+		level = os.Getenv("M2N_LOG_LEVEL")
+	}
+	if level == "" {
+		level = "info"
+	}
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("log level %q: want trace, debug, info, warn, error or disabled", level)
+	}
+	var log zerolog.Logger
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	} else {
+		log = zerolog.New(os.Stderr)
+	}
+	return log.Level(lvl).With().Timestamp().Int("rank", rank).Logger(), nil
+}

@@ -1,0 +1,102 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// transportTag is the tag of every reshard message. Messages between one
+// pair of ranks match in posting order, which the executor keeps equal on
+// both sides, so one tag suffices.
+const transportTag = 0x4d32
+
+// Transport is the host-memory reshard.Transport over an MPI communicator.
+// It moves reshard.HostBuffers with nonblocking MPI point-to-point calls.
+type Transport struct {
+	comm *Comm
+}
+
+// NewTransport returns a reshard transport over c. The transport uses c's
+// point-to-point traffic with one tag; give it a communicator of its own
+// (c.Dup()) when the program sends other messages on c.
+func NewTransport(c *Comm) *Transport { return &Transport{comm: c} }
+
+// Rank returns this rank in the communicator.
+func (t *Transport) Rank() int { return t.comm.Rank() }
+
+// Size returns the communicator size.
+func (t *Transport) Size() int { return t.comm.Size() }
+
+// Comm returns the communicator.
+func (t *Transport) Comm() *Comm { return t.comm }
+
+// Start posts every receive of the round, then every send, and returns.
+func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
+	reqs := make([]*Request, 0, len(ops))
+	post := func(o reshard.Op) error {
+		hb, ok := o.Buf.(reshard.HostBuffer)
+		if !ok {
+			return fmt.Errorf("mpi: transport buffer %T is not host memory", o.Buf)
+		}
+		if o.Off < 0 || o.Len < 0 || o.Off+o.Len > hb.Len() {
+			return fmt.Errorf("mpi: [%d, %d) outside a buffer of %d bytes", o.Off, o.Off+o.Len, hb.Len())
+		}
+		b := []byte(hb[o.Off : o.Off+o.Len : o.Off+o.Len])
+		var r *Request
+		var err error
+		if o.Send {
+			r, err = t.comm.Isend(b, o.Peer, transportTag)
+		} else {
+			r, err = t.comm.Irecv(b, o.Peer, transportTag)
+		}
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+		return nil
+	}
+	for pass := 0; pass < 2; pass++ {
+		for _, o := range ops {
+			if o.Send != (pass == 1) {
+				continue
+			}
+			if err := post(o); err != nil {
+				return nil, fmt.Errorf("peer %d: %w", o.Peer, err)
+			}
+		}
+	}
+	return &pending{reqs: reqs}, nil
+}
+
+// Abort ends every process of the communicator (MPI_Abort); it does not
+// return.
+func (t *Transport) Abort(reason error) {
+	Abort(t.comm, 3)
+}
+
+type pending struct {
+	reqs []*Request
+}
+
+// Wait completes the round. Without a deadline it blocks in MPI_Waitall;
+// with one it polls MPI_Testall (which drives MPI's progress engine, so the
+// transfer runs at full speed) and returns ctx's error when it expires,
+// leaving the round unfinished: the caller must then Abort.
+func (p *pending) Wait(ctx context.Context) error {
+	if ctx.Done() == nil {
+		return Waitall(p.reqs)
+	}
+	for {
+		done, err := Testall(p.reqs)
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+	}
+}
