@@ -19,8 +19,14 @@ deps:
 build: deps
 	$(GO) build -o $(BIN) ./apps/refit
 
+# The demo: 4 trainer ranks holding rows (Shard(0)) hand a 32 MiB bf16 matrix
+# to a DP2 x TP2 generator that wants columns (Replicate, Shard(1)): a change
+# of shard dim and 2-way replication, on every route, checked element by
+# element, as a real 8-process MPI job.
 run: build
-	$(BIN) plan --shape 16x8 --dtype bf16 --src-mesh 4 --src-placements S0 --dst-mesh 2x2 --dst-placements R,S1
+	scripts/mpirun.sh -np 8 $(BIN) run --shape 4096x4096 --dtype bf16 \
+	  --src-mesh 4 --src-placements S0 --dst-mesh 2x2 --dst-placements R,S1 \
+	  --route all --check --iters 3
 
 # purecheck proves the pure packages build without cgo and import no cgo package.
 purecheck:

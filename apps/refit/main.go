@@ -14,6 +14,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// jobRank is this process's rank once an MPI job has started, -1 before.
+var jobRank = -1
+
+// jobError is a failure every rank of the job knows about (a failed check
+// is agreed on collectively): only rank 0 prints it.
+type jobError struct{ err error }
+
+func (e jobError) Error() string { return e.err.Error() }
+func (e jobError) Unwrap() error { return e.err }
+
 // usageError marks bad input: refit prints it on one line and exits 2.
 type usageError struct{ err error }
 
@@ -59,9 +69,15 @@ func main() {
 	if err == nil {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "refit: %v\n", err)
 	var ue usageError
-	if errors.As(err, &ue) || isCobraUsage(err) {
+	var je jobError
+	usage := errors.As(err, &ue) || isCobraUsage(err)
+	// Under a launcher every rank sees the same flags and fails the same
+	// way on bad input, and agrees on a failed check: only rank 0 says so.
+	if !(usage || errors.As(err, &je)) || jobRank <= 0 {
+		fmt.Fprintf(os.Stderr, "refit: %v\n", err)
+	}
+	if usage {
 		os.Exit(2)
 	}
 	os.Exit(1)

@@ -203,16 +203,14 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, s
 		return err
 	}
 	defer mpi.Finalize()
-	if f.pair.world == 0 {
-		f.pair.world = j.world
-	}
 	src, dst, world, err := f.pair.layouts()
 	if err != nil {
 		return err
 	}
-	if world != j.world {
+	if world > j.world || (f.pair.world != 0 && world != j.world) {
 		return usageError{fmt.Errorf("the meshes need a communicator of %d ranks; this job has %d (mpirun -np %d)", world, j.world, world)}
 	}
+	world = j.world
 	plan, err := reshard.NewPlan(src, dst, world, reshard.Options{StripeReplicas: f.stripe})
 	if err != nil {
 		return usageError{err}
@@ -237,7 +235,7 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, s
 		Fingerprint: fmt.Sprintf("%016x", plan.Fingerprint()), ChunkBytes: opts.ChunkBytes, Staging: opts.StagingBytes}
 	ex := &reshard.Executor{T: j.tr, Mem: reshard.HostMemory{}}
 	defer ex.Close()
-	failed := false
+	var failed []string
 	for _, name := range routes {
 		var build func([]*reshard.Plan, reshard.Topology, reshard.ScheduleOptions) (*reshard.Schedule, error)
 		for _, r := range routeBuilders {
@@ -253,7 +251,9 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, s
 		if err != nil {
 			return err
 		}
-		failed = failed || strings.HasPrefix(rr.Check, "FAILED")
+		if strings.HasPrefix(rr.Check, "FAILED") {
+			failed = append(failed, rr.Route+": "+strings.TrimPrefix(rr.Check, "FAILED: "))
+		}
 		rep.Routes = append(rep.Routes, rr)
 	}
 	if extra != nil {
@@ -270,8 +270,8 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, s
 			return err
 		}
 	}
-	if failed {
-		return fmt.Errorf("check failed")
+	if len(failed) > 0 {
+		return jobError{fmt.Errorf("check failed on route %s", strings.Join(failed, "; route "))}
 	}
 	return nil
 }
@@ -283,6 +283,7 @@ func startJob(logLevel string) (*job, error) {
 	}
 	comm := mpi.World()
 	j := &job{comm: comm, rank: comm.Rank(), world: comm.Size()}
+	jobRank = j.rank
 	log, err := newLogger(logLevel, j.rank)
 	if err != nil {
 		return nil, usageError{err}
@@ -364,6 +365,7 @@ func (j *job) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFlags
 			times = append(times, slowest[0])
 		}
 		st = s
+		injectFault(j.rank, dstHost)
 		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", el).Msg("iteration")
 	}
 	sort.Float64s(times)
@@ -426,6 +428,16 @@ func (j *job) firstError(msg string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// injectFault flips one received byte when M2N_FAULT_CORRUPT=rank:byte names
+// this rank: a test-only switch that proves --check catches a wrong byte.
+func injectFault(rank int, dst []byte) {
+	var r, b int
+	if _, err := fmt.Sscanf(getenv("M2N_FAULT_CORRUPT"), "%d:%d", &r, &b); err != nil || r != rank || b >= len(dst) {
+		return
+	}
+	dst[b] ^= 0x40
 }
 
 func role(src, dst placement.Layout, r int) string {
