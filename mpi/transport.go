@@ -15,13 +15,26 @@ const transportTag = 0x4d32
 // Transport is the host-memory reshard.Transport over an MPI communicator.
 // It moves reshard.HostBuffers with nonblocking MPI point-to-point calls.
 type Transport struct {
-	comm *Comm
+	comm    *Comm
+	inPlace bool
 }
 
 // NewTransport returns a reshard transport over c. The transport uses c's
 // point-to-point traffic with one tag; give it a communicator of its own
 // (c.Dup()) when the program sends other messages on c.
-func NewTransport(c *Comm) *Transport { return &Transport{comm: c} }
+//
+// The transport moves strided regions in place with derived datatypes
+// (see IsendStrided), so the executor packs nothing; inPlace false turns
+// that off, and strided regions then go through the executor's staging.
+func NewTransport(c *Comm, inPlace bool) *Transport { return &Transport{comm: c, inPlace: inPlace} }
+
+// MaxInPlaceBytes implements reshard.InPlaceTransport.
+func (t *Transport) MaxInPlaceBytes() int64 {
+	if !t.inPlace {
+		return 0
+	}
+	return MaxStridedBytes
+}
 
 // Rank returns this rank in the communicator.
 func (t *Transport) Rank() int { return t.comm.Rank() }
@@ -40,12 +53,25 @@ func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 		if !ok {
 			return fmt.Errorf("mpi: transport buffer %T is not host memory", o.Buf)
 		}
-		if o.Off < 0 || o.Len < 0 || o.Off+o.Len > hb.Len() {
+		if !o.InPlace && (o.Off < 0 || o.Len < 0 || o.Off+o.Len > hb.Len()) {
 			return fmt.Errorf("mpi: [%d, %d) outside a buffer of %d bytes", o.Off, o.Off+o.Len, hb.Len())
 		}
-		b := []byte(hb[o.Off : o.Off+o.Len : o.Off+o.Len])
 		var r *Request
 		var err error
+		if o.InPlace {
+			at := Strided{Offset: o.At.Offset, Run: o.At.Run, Count: o.At.Count, Stride: o.At.Stride}
+			if o.Send {
+				r, err = t.comm.IsendStrided(hb, at, o.Peer, transportTag)
+			} else {
+				r, err = t.comm.IrecvStrided(hb, at, o.Peer, transportTag)
+			}
+			if err != nil {
+				return err
+			}
+			reqs = append(reqs, r)
+			return nil
+		}
+		b := []byte(hb[o.Off : o.Off+o.Len : o.Off+o.Len])
 		if o.Send {
 			r, err = t.comm.Isend(b, o.Peer, transportTag)
 		} else {

@@ -103,6 +103,15 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		}
 		return full[sg.Tensor]
 	}
+	maxInPlace := int64(0)
+	if ip, ok := e.T.(InPlaceTransport); ok {
+		maxInPlace = ip.MaxInPlaceBytes()
+	}
+	// inPlace reports whether a message's one strided segment can go to
+	// the transport as it is.
+	inPlace := func(segs []Segment, n int64) bool {
+		return len(segs) == 1 && n <= maxInPlace && n > 0
+	}
 	var queue []inflight
 	complete := func(f inflight) error {
 		if err := f.pending.Wait(ctx); err != nil {
@@ -137,12 +146,12 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		// reallocated.
 		var recvNeed, sendNeed int64
 		for _, m := range w.recvs {
-			if _, _, ok := direct(m.To, resolve); !ok {
+			if _, _, ok := direct(m.To, resolve); !ok && !inPlace(m.To, m.Bytes) {
 				recvNeed += m.Bytes
 			}
 		}
 		for _, m := range w.sends {
-			if _, _, ok := direct(m.From, resolve); !ok {
+			if _, _, ok := direct(m.From, resolve); !ok && !inPlace(m.From, m.Bytes) {
 				sendNeed += m.Bytes
 			}
 		}
@@ -160,6 +169,8 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		for _, m := range w.recvs {
 			if buf, off, ok := direct(m.To, resolve); ok {
 				ops = append(ops, Op{Peer: m.Src, Buf: buf, Off: off, Len: m.Bytes})
+			} else if inPlace(m.To, m.Bytes) {
+				ops = append(ops, Op{Peer: m.Src, Buf: resolve(m.To[0]), Len: m.Bytes, InPlace: true, At: m.To[0].At})
 			} else {
 				ops = append(ops, Op{Peer: m.Src, Buf: recvStage, Off: recvOff, Len: m.Bytes})
 				unpacks = append(unpacks, unpack{to: m.To, off: recvOff})
@@ -171,6 +182,8 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		for _, m := range w.sends {
 			if buf, off, ok := direct(m.From, resolve); ok {
 				ops = append(ops, Op{Peer: m.Dst, Send: true, Buf: buf, Off: off, Len: m.Bytes})
+			} else if inPlace(m.From, m.Bytes) {
+				ops = append(ops, Op{Peer: m.Dst, Send: true, Buf: resolve(m.From[0]), Len: m.Bytes, InPlace: true, At: m.From[0].At})
 			} else {
 				if err := e.gather(sendStage, sendOff, m.From, resolve); err != nil {
 					return st, err

@@ -20,12 +20,27 @@ type HostBuffer []byte
 func (b HostBuffer) Len() int64 { return int64(len(b)) }
 
 // Op is one point-to-point operation of a round: send Len bytes of Buf
-// starting at Off to Peer, or receive them from Peer.
+// starting at Off to Peer, or receive them from Peer. With InPlace set, the
+// bytes are instead the strided region At of Buf, moved without staging by
+// a transport that implements InPlaceTransport; Len still holds the count.
 type Op struct {
 	Peer     int
 	Send     bool
 	Buf      Buffer
 	Off, Len int64
+	InPlace  bool
+	At       Strided
+}
+
+// InPlaceTransport is a Transport that sends from and receives into strided
+// regions directly (MPI derived datatypes, say), so that the executor packs
+// nothing. A message's sender and receiver may use different forms: the
+// bytes on the wire are the region's runs in order either way.
+type InPlaceTransport interface {
+	Transport
+	// MaxInPlaceBytes returns the largest region one in-place Op may move;
+	// 0 turns in-place operations off.
+	MaxInPlaceBytes() int64
 }
 
 // Transport moves bytes between the ranks of one communicator. Operations

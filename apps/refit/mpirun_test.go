@@ -90,7 +90,13 @@ func TestConformanceMPI(t *testing.T) {
 			if c.Src.Bytes() <= 64<<10 {
 				args = append(args, "--chunk-bytes", "40", "--staging-bytes", "160")
 			}
-			stdout, stderr, err := mpirunRefit(t, c.World(), nil, args...)
+			// half the cases pack strided boxes through staging instead of
+			// moving them in place with MPI datatypes.
+			var env []string
+			if c.Line%2 == 1 {
+				env = []string{"M2N_MPI_INPLACE=0"}
+			}
+			stdout, stderr, err := mpirunRefit(t, c.World(), env, args...)
 			if err != nil {
 				t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", c, err, stdout, stderr)
 			}

@@ -16,11 +16,12 @@ import (
 
 // World is a communicator of n in-process ranks.
 type World struct {
-	n      int
-	mu     sync.Mutex
-	queues map[[2]int]*queue // by (sender, receiver)
-	abort  chan struct{}
-	reason error
+	n       int
+	inPlace bool
+	mu      sync.Mutex
+	queues  map[[2]int]*queue // by (sender, receiver)
+	abort   chan struct{}
+	reason  error
 }
 
 type queue struct {
@@ -28,8 +29,28 @@ type queue struct {
 }
 
 type op struct {
-	buf   reshard.HostBuffer
+	buf   reshard.HostBuffer // the contiguous bytes, or the whole buffer of a strided op
+	at    *reshard.Strided   // the region of buf, for an in-place op
 	round *round
+}
+
+// bytes returns the op's bytes in wire order (a copy for a strided op).
+func (o *op) bytes() []byte {
+	if o.at == nil {
+		return o.buf
+	}
+	out := make([]byte, o.at.Bytes())
+	if err := (reshard.HostMemory{}).Pack(reshard.HostBuffer(out), 0, o.buf, *o.at); err != nil {
+		panic(err) // Start checked the region
+	}
+	return out
+}
+
+func (o *op) len() int64 {
+	if o.at == nil {
+		return int64(len(o.buf))
+	}
+	return o.at.Bytes()
 }
 
 type round struct {
@@ -46,6 +67,15 @@ func NewWorld(n int) *World {
 	return &World{n: n, queues: map[[2]int]*queue{}, abort: make(chan struct{})}
 }
 
+// NewWorldInPlace returns a communicator of n ranks whose transports move
+// strided regions in place (they implement reshard.InPlaceTransport), as
+// the MPI transport does with derived datatypes.
+func NewWorldInPlace(n int) *World {
+	w := NewWorld(n)
+	w.inPlace = true
+	return w
+}
+
 // Transport returns rank's endpoint.
 func (w *World) Transport(rank int) reshard.Transport { return &transport{w: w, rank: rank} }
 
@@ -55,6 +85,14 @@ type transport struct {
 }
 
 func (t *transport) Rank() int { return t.rank }
+
+// MaxInPlaceBytes implements reshard.InPlaceTransport.
+func (t *transport) MaxInPlaceBytes() int64 {
+	if t.w.inPlace {
+		return 1 << 40
+	}
+	return 0
+}
 func (t *transport) Size() int { return t.w.n }
 
 // ErrAborted is returned by Wait after any rank aborted the world.
@@ -85,6 +123,16 @@ func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 		if !ok {
 			return nil, fmt.Errorf("inproc: buffer %T is not host memory", o.Buf)
 		}
+		if o.InPlace {
+			if !t.w.inPlace {
+				return nil, fmt.Errorf("inproc: in-place op on a world without in-place support")
+			}
+			// an empty pack proves the region lies inside the buffer.
+			if err := (reshard.HostMemory{}).Pack(reshard.HostBuffer(make([]byte, o.At.Bytes())), 0, hb, o.At); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if o.Off < 0 || o.Len < 0 || o.Off+o.Len > hb.Len() {
 			return nil, fmt.Errorf("inproc: [%d, %d) outside a buffer of %d bytes", o.Off, o.Off+o.Len, hb.Len())
 		}
@@ -92,7 +140,13 @@ func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 	t.w.mu.Lock()
 	defer t.w.mu.Unlock()
 	for _, o := range ops {
-		mine := &op{buf: o.Buf.(reshard.HostBuffer)[o.Off : o.Off+o.Len], round: r}
+		mine := &op{round: r}
+		if o.InPlace {
+			at := o.At
+			mine.buf, mine.at = o.Buf.(reshard.HostBuffer), &at
+		} else {
+			mine.buf = o.Buf.(reshard.HostBuffer)[o.Off : o.Off+o.Len]
+		}
 		key := [2]int{o.Peer, t.rank}
 		if o.Send {
 			key = [2]int{t.rank, o.Peer}
@@ -124,10 +178,13 @@ func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 // match copies a send into its receive and completes both.
 func match(send, recv *op) {
 	var err error
-	if len(send.buf) != len(recv.buf) {
-		err = fmt.Errorf("inproc: message of %d bytes into a receive of %d", len(send.buf), len(recv.buf))
-	} else {
-		copy(recv.buf, send.buf)
+	switch {
+	case send.len() != recv.len():
+		err = fmt.Errorf("inproc: message of %d bytes into a receive of %d", send.len(), recv.len())
+	case recv.at == nil:
+		copy(recv.buf, send.bytes())
+	default:
+		err = (reshard.HostMemory{}).Unpack(recv.buf, *recv.at, reshard.HostBuffer(send.bytes()), 0)
 	}
 	send.round.finish(err)
 	recv.round.finish(err)
@@ -163,7 +220,13 @@ func (r *round) Wait(ctx context.Context) error {
 // Run starts fn on every rank of a new world of n ranks, each in its own
 // goroutine, and returns the errors in rank order once all have returned.
 func Run(n int, fn func(t reshard.Transport) error) []error {
-	w := NewWorld(n)
+	return NewWorld(n).Run(fn)
+}
+
+// Run starts fn on every rank of w, each in its own goroutine, and returns
+// the errors in rank order once all have returned.
+func (w *World) Run(fn func(t reshard.Transport) error) []error {
+	n := w.n
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {

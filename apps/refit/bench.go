@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/spf13/cobra"
+)
+
+func newBenchCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "Measure a reshard against a plain MPI exchange of the same bytes (launch with mpirun)",
+		Long: `bench runs the reshard of refit run and, in the same job, a plain MPI
+exchange of exactly the same bytes between exactly the same pairs of ranks
+(one contiguous Isend/Irecv per pair, all posted at once), alternating the
+two iteration by iteration so that both see the same machine. It reports
+both times, both bandwidths and their ratio: how close the reshard gets to
+moving its bytes with no layout work at all.
+
+The default case is a 256 MiB f32 matrix on 4 source ranks in rows
+(Shard(0)) to 4 destination ranks in columns (Shard(1)), so that every
+source sends a strided box to every destination. Any refit run flags apply.`,
+		Example: `  scripts/mpirun.sh -np 8 bin/refit bench
+  scripts/mpirun.sh -np 8 bin/refit bench --dst-placements S0 --iters 20 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runJob(cmd.OutOrStdout(), &f, plainExchange)
+		},
+	}
+	f.register(cmd)
+	fs := cmd.Flags()
+	for flag, v := range map[string]string{"shape": "8192x8192", "src-mesh": "4", "src-placements": "S0",
+		"dst-mesh": "4", "dst-placements": "S1"} {
+		if err := fs.Set(flag, v); err != nil {
+			panic(err)
+		}
+		fs.Lookup(flag).DefValue = v
+	}
+	fs.Lookup("iters").DefValue = "10"
+	_ = fs.Set("iters", "10")
+	return cmd
+}
+
+// plainReport is the baseline bench adds to the report.
+type plainReport struct {
+	Baseline     string  `json:"baseline"`
+	MedianSec    float64 `json:"median_s"`
+	TensorGBps   float64 `json:"tensor_gbps"`
+	ReshardRoute string  `json:"reshard_route"`
+	ReshardSec   float64 `json:"reshard_median_s"`
+	Ratio        float64 `json:"reshard_over_plain_bandwidth"`
+}
+
+// plainExchange times one contiguous message per (source, destination)
+// pair of the plan, of the pair's total bytes, interleaved with iterations
+// of the first route, and appends the comparison to the report.
+func plainExchange(j *job, plan *reshard.Plan, srcBuf, dstBuf reshard.Buffer, rep *runReport) error {
+	if len(rep.Routes) == 0 {
+		return nil
+	}
+	// bytes per pair, from the plan.
+	sendTo := map[int]int64{}
+	recvFrom := map[int]int64{}
+	for _, i := range plan.Sends(j.rank) {
+		t := plan.Transfer(int(i))
+		if t.Dst != j.rank {
+			sendTo[t.Dst] += t.Bytes()
+		}
+	}
+	for _, i := range plan.Recvs(j.rank) {
+		t := plan.Transfer(int(i))
+		if t.Src != j.rank {
+			recvFrom[t.Src] += t.Bytes()
+		}
+	}
+	var sendBuf, recvBuf []byte
+	var total int64
+	for _, n := range sendTo {
+		total += n
+	}
+	sendBuf = make([]byte, total)
+	total = 0
+	for _, n := range recvFrom {
+		total += n
+	}
+	recvBuf = make([]byte, total)
+	for i := range sendBuf {
+		sendBuf[i] = byte(i)
+	}
+	peers := func(m map[int]int64) []int {
+		var out []int
+		for p := range m {
+			out = append(out, p)
+		}
+		sort.Ints(out)
+		return out
+	}
+	exchange := func() error {
+		var reqs []*mpi.Request
+		var off int64
+		for _, p := range peers(recvFrom) {
+			r, err := j.comm.Irecv(recvBuf[off:off+recvFrom[p]], p, 77)
+			if err != nil {
+				return err
+			}
+			reqs = append(reqs, r)
+			off += recvFrom[p]
+		}
+		off = 0
+		for _, p := range peers(sendTo) {
+			r, err := j.comm.Isend(sendBuf[off:off+sendTo[p]], p, 77)
+			if err != nil {
+				return err
+			}
+			reqs = append(reqs, r)
+			off += sendTo[p]
+		}
+		return mpi.Waitall(reqs)
+	}
+	first := rep.Routes[0]
+	sched, err := routeSchedule(first.Route, plan, j)
+	if err != nil {
+		return err
+	}
+	ex := &reshard.Executor{T: j.tr, Mem: reshard.HostMemory{}}
+	defer ex.Close()
+	bufs := []reshard.TensorBuffers{{Src: srcBuf, Dst: dstBuf}}
+	timeIt := func(fn func() error) (float64, error) {
+		if err := j.comm.Barrier(); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		el := []float64{time.Since(t0).Seconds()}
+		slowest := []float64{0}
+		err := j.comm.AllreduceFloat64(el, slowest, mpi.Max)
+		return slowest[0], err
+	}
+	var plainT, reshardT []float64
+	iters := first.Iters
+	for it := 0; it < iters+1; it++ {
+		p, err := timeIt(exchange)
+		if err != nil {
+			return err
+		}
+		r, err := timeIt(func() error {
+			_, err := ex.Run(context.Background(), sched, bufs)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if it > 0 { // the first pair warms up
+			plainT, reshardT = append(plainT, p), append(reshardT, r)
+		}
+	}
+	pm, rm := median(plainT), median(reshardT)
+	pr := plainReport{Baseline: "plain MPI exchange, one contiguous message per pair", MedianSec: pm,
+		ReshardRoute: first.Route, ReshardSec: rm, Ratio: pm / rm}
+	if pm > 0 {
+		pr.TensorGBps = float64(plan.Src().Bytes()) / pm / 1e9
+	}
+	rep.Routes = append(rep.Routes, routeReport{Route: "plain", Iters: iters, MedianSec: pm, TensorGBps: pr.TensorGBps,
+		Check: "not checked", Extra: pr})
+	if j.rank == 0 {
+		j.log.Debug().Floats64("plain", plainT).Floats64("reshard", reshardT).Msg("bench samples")
+	}
+	return nil
+}
+
+func routeSchedule(name string, plan *reshard.Plan, j *job) (*reshard.Schedule, error) {
+	for _, r := range routeBuilders {
+		if r.name == name {
+			return r.build([]*reshard.Plan{plan}, j.topo, j.opts)
+		}
+	}
+	return nil, fmt.Errorf("unknown route %q", name)
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}

@@ -1,0 +1,130 @@
+package mpi
+
+/*
+#include "cmpi.h"
+
+// m2n_strided_type builds the datatype of n nested outer dims (counts and
+// byte strides, outermost first) over a contiguous run of bytes, and commits
+// it. On error it frees what it made.
+static int m2n_strided_type(int run, int n, const long long *counts, const long long *strides, MPI_Datatype *out) {
+	MPI_Datatype t, next;
+	int rc = MPI_Type_contiguous(run, MPI_BYTE, &t);
+	if (rc != MPI_SUCCESS) return rc;
+	for (int i = n - 1; i >= 0; i--) {
+		rc = MPI_Type_create_hvector((int)counts[i], 1, (MPI_Aint)strides[i], t, &next);
+		MPI_Type_free(&t);
+		if (rc != MPI_SUCCESS) return rc;
+		t = next;
+	}
+	rc = MPI_Type_commit(&t);
+	if (rc != MPI_SUCCESS) {
+		MPI_Type_free(&t);
+		return rc;
+	}
+	*out = t;
+	return MPI_SUCCESS;
+}
+*/
+import "C"
+
+import (
+	"math"
+	"unsafe"
+)
+
+// Strided describes a region of a buffer as the reshard planner does: runs
+// of Run contiguous bytes, the first at Offset, the others found by
+// stepping Count (outermost first) with the byte Stride of each outer dim.
+type Strided struct {
+	Offset, Run   int64
+	Count, Stride []int64
+}
+
+// bytes returns the bytes the region holds.
+func (s Strided) bytes() int64 {
+	n := s.Run
+	for _, c := range s.Count {
+		n *= c
+	}
+	return n
+}
+
+// MaxStridedBytes is the largest region IsendStrided and IrecvStrided move
+// in one message (MPI counts are C ints).
+const MaxStridedBytes = math.MaxInt32
+
+// IsendStrided sends the region at of buf to dest as one message, with no
+// copy on this side: MPI reads the runs in place through a derived datatype
+// (a contiguous run inside nested hvectors). The receiver may receive it
+// with Irecv into contiguous memory or with IrecvStrided into any region of
+// the same size. buf stays pinned until the request completes.
+//
+// Errors: a region outside buf, or larger than MaxStridedBytes, wraps
+// ErrInvalid; MPI's errors return an *Error.
+func (c *Comm) IsendStrided(buf []byte, at Strided, dest, tag int) (*Request, error) {
+	return c.strided("MPI_Isend", buf, at, dest, tag)
+}
+
+// IrecvStrided receives one message from src into the region at of buf, in
+// place. The message must hold exactly the region's bytes.
+func (c *Comm) IrecvStrided(buf []byte, at Strided, src, tag int) (*Request, error) {
+	return c.strided("MPI_Irecv", buf, at, src, tag)
+}
+
+func (c *Comm) strided(op string, buf []byte, at Strided, peer, tag int) (*Request, error) {
+	h, err := c.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	p, err := peerArg(op, peer, false)
+	if err != nil {
+		return nil, err
+	}
+	tg, err := tagArg(op, tag, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(at.Count) != len(at.Stride) {
+		return nil, invalid(op, "%d counts and %d strides", len(at.Count), len(at.Stride))
+	}
+	if at.Run <= 0 || at.Run > MaxStridedBytes || at.bytes() > MaxStridedBytes {
+		return nil, invalid(op, "a strided region of %d bytes in runs of %d; want 1 to %d", at.bytes(), at.Run, MaxStridedBytes)
+	}
+	last := at.Offset
+	for i, n := range at.Count {
+		if n < 1 || n > MaxStridedBytes || at.Stride[i] < 0 {
+			return nil, invalid(op, "outer dim %d: count %d, stride %d", i, n, at.Stride[i])
+		}
+		last += (n - 1) * at.Stride[i]
+	}
+	if at.Offset < 0 || last+at.Run > int64(len(buf)) {
+		return nil, invalid(op, "strided region reaches byte %d of a %d-byte buffer", last+at.Run, len(buf))
+	}
+	var counts, strides *C.longlong
+	if len(at.Count) > 0 {
+		counts = (*C.longlong)(unsafe.Pointer(&at.Count[0]))
+		strides = (*C.longlong)(unsafe.Pointer(&at.Stride[0]))
+	}
+	var dt C.MPI_Datatype
+	if err := check("MPI_Type_create_hvector", C.m2n_strided_type(C.int(at.Run), C.int(len(at.Count)), counts, strides, &dt)); err != nil {
+		return nil, err
+	}
+	// MPI keeps a datatype alive until the operations that use it end.
+	defer C.MPI_Type_free(&dt)
+	r := &Request{h: make([]C.MPI_Request, 1)}
+	r.pinBuf(buf)
+	base := unsafe.Pointer(&buf[at.Offset])
+	var rc C.int
+	if op == "MPI_Isend" {
+		rc = C.MPI_Isend(base, 1, dt, p, tg, h, &r.h[0])
+	} else {
+		rc = C.MPI_Irecv(base, 1, dt, p, tg, h, &r.h[0])
+	}
+	if err := check(op, rc); err != nil {
+		r.h = nil
+		r.pin.Unpin()
+		r.pinned = false
+		return nil, err
+	}
+	return r, nil
+}
