@@ -147,3 +147,31 @@ func TestRunWrongWorldSize(t *testing.T) {
 		t.Errorf("stderr:\n%s", stderr)
 	}
 }
+
+// TestSlurmScript runs jobs/slurm/refit.sbatch with a stand-in srun that
+// hands its ranks to mpirun, so the script's parameters and the command it
+// builds are checked without a Slurm cluster.
+func TestSlurmScript(t *testing.T) {
+	mpitest.Require(t)
+	dir := t.TempDir()
+	launcher, _ := filepath.Abs("../../scripts/mpirun.sh")
+	fake := "#!/usr/bin/env bash\n# stand-in srun: --mpi=pmix -n N prog args...\n" +
+		"[ \"$1\" = --mpi=pmix ] || { echo \"srun: want --mpi=pmix first, got $1\" >&2; exit 9; }\n" +
+		"[ \"$2\" = -n ] || { echo \"srun: want -n, got $2\" >&2; exit 9; }\n" +
+		"n=$3; shift 3\nexec " + launcher + " -np \"$n\" \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "srun"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "../../jobs/slurm/refit.sbatch")
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "REFIT="+refitBin, "SLURM_NTASKS=6",
+		"SHAPE=12x6", "DTYPE=i32", "SRC_MESH=2", "SRC_PL=S1", "DST_MESH=2x2", "DST_PL=S0,R", "ITERS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"route flat:", "route agbcast:", "check passed", "destination: 12x6 i32 on 2x2[2-5] S0,R"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
