@@ -1,0 +1,4 @@
+package hier
+
+// BlockOwner exposes blockOwner to the tests.
+var BlockOwner = blockOwner

@@ -1,0 +1,292 @@
+package hier
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// Problem is what the aggregate data-movement model needs to know about a
+// reshard: the unique bytes, the source injection paths, and per destination
+// domain what it receives and how many ranks share the work.
+type Problem struct {
+	// Bytes is B, the unique bytes of the tensor the destinations need.
+	Bytes float64
+	// Sources is Ns, the independent source injection paths (source ranks
+	// that send distinct data at once; shared NICs count once).
+	Sources int
+	// Rho is the destination replication factor: how many destination
+	// ranks hold each element.
+	Rho int
+	// Domains lists every destination domain.
+	Domains []DomainLoad
+	// Chunk is the pipeline chunk in bytes (startup and tail terms).
+	Chunk float64
+}
+
+// DomainLoad is one destination domain's share of a reshard.
+type DomainLoad struct {
+	// Bytes is what the domain's ranks need, counted once (every shard
+	// that has a replica in the domain).
+	Bytes float64
+	// Ranks is K*rho_d, the destination ranks in the domain.
+	Ranks int
+	// Copies is the bytes replicated inside the domain: for every shard,
+	// its size times (replicas in the domain - 1).
+	Copies float64
+	// RecvFlat is the most bytes any one rank of the domain receives.
+	RecvFlat float64
+}
+
+// Fabric is the hardware the model runs on: per-rank bandwidths in bytes
+// per second and a per-message latency in seconds.
+type Fabric struct {
+	NetBW, LocalBW float64
+	Latency        float64
+}
+
+// Term is one bandwidth term of a route's bound.
+type Term struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Bound is a route's speed-of-light time: the largest of its terms.
+type Bound struct {
+	Route   string  `json:"route"`
+	Seconds float64 `json:"seconds"`
+	Binding string  `json:"binding"` // the name of the term that binds
+	Terms   []Term  `json:"terms"`
+	// Startup is the latency and pipeline fill/drain the bandwidth terms
+	// leave out; Predicted = Seconds + Startup is what route choice uses.
+	Startup   float64 `json:"startup_seconds"`
+	Predicted float64 `json:"predicted_seconds"`
+}
+
+func bound(route string, startup float64, terms ...Term) Bound {
+	b := Bound{Route: route, Terms: terms, Startup: startup}
+	for _, t := range terms {
+		if t.Seconds > b.Seconds || b.Binding == "" {
+			b.Seconds, b.Binding = t.Seconds, t.Name
+		}
+	}
+	b.Predicted = b.Seconds + b.Startup
+	return b
+}
+
+// Bounds returns the bound of every route, in the order flat, agbcast,
+// hier:
+//
+//	T_flat    = rho*B / (Ns*BN)             (source injection; also each receiver's bytes / BN)
+//	T_agbcast = B / BN                      (root injection)
+//	T_hier    = max(B / (Ns*BN),            (source injection)
+//	                B_d / (K*rho_d*BN),     (each domain's network receive)
+//	                (rho_d-1)*B_d / (K*rho_d*BL))  (each domain's local copies)
+//
+// where a domain holds K shards with rho_d replicas each. With one domain
+// holding everything, T_hier = max(B / (min(Ns, K*rho)*BN), (rho-1)*B /
+// (K*rho*BL)) as in the paper. The domain count adds only startup and tail.
+func Bounds(p Problem, f Fabric) []Bound {
+	ns := float64(max(p.Sources, 1))
+	rho := float64(max(p.Rho, 1))
+	B := p.Bytes
+	var flatRecv, hierRecv, hierLocal float64
+	for _, d := range p.Domains {
+		n := float64(max(d.Ranks, 1))
+		flatRecv = max(flatRecv, d.RecvFlat/f.NetBW)
+		hierRecv = max(hierRecv, d.Bytes/(n*f.NetBW))
+		hierLocal = max(hierLocal, d.Copies/(n*f.LocalBW))
+	}
+	nd := float64(max(len(p.Domains), 1))
+	chunk := min(p.Chunk, B)
+	flat := bound("flat", f.Latency,
+		Term{"source injection rho*B/(Ns*BN)", rho * B / (ns * f.NetBW)},
+		Term{"destination receive", flatRecv})
+	// the chain broadcast fills one hop per destination rank.
+	dstRanks := 0
+	for _, d := range p.Domains {
+		dstRanks += d.Ranks
+	}
+	ag := bound("agbcast", f.Latency*float64(p.Sources+dstRanks)+chunk/f.NetBW*float64(max(dstRanks-1, 0)),
+		Term{"root injection B/BN", B / f.NetBW})
+	hier := bound("hier", f.Latency*(nd+1)+chunk/f.NetBW*(nd-1)+chunk/f.LocalBW,
+		Term{"source injection B/(Ns*BN)", B / (ns * f.NetBW)},
+		Term{"domain network receive B/(K*rho*BN)", hierRecv},
+		Term{"local replication (rho-1)*B/(K*rho*BL)", hierLocal})
+	return []Bound{flat, ag, hier}
+}
+
+// Uniform describes the paper's setting: every one of domains destination
+// domains holds all dstShards shards of a tensor of bytes B with rho/domains
+// replicas each.
+func Uniform(bytes float64, sources, dstShards, rho, domains int, chunk float64) (Problem, error) {
+	if bytes < 0 || sources < 1 || dstShards < 1 || rho < 1 || domains < 1 {
+		return Problem{}, fmt.Errorf("hier: bytes %g, sources %d, shards %d, rho %d, domains %d: want bytes >= 0 and the rest >= 1",
+			bytes, sources, dstShards, rho, domains)
+	}
+	if rho%domains != 0 {
+		return Problem{}, fmt.Errorf("hier: rho %d does not spread evenly over %d domains", rho, domains)
+	}
+	rd := rho / domains
+	p := Problem{Bytes: bytes, Sources: sources, Rho: rho, Chunk: chunk}
+	for i := 0; i < domains; i++ {
+		p.Domains = append(p.Domains, DomainLoad{Bytes: bytes, Ranks: dstShards * rd,
+			Copies: float64(rd-1) * bytes, RecvFlat: bytes / float64(dstShards)})
+	}
+	return p, nil
+}
+
+// FromPlan derives the model's problem from a plan and a topology: B from
+// the destination shards, Ns from the ranks that send in the plan (with
+// Options.StripeReplicas that is every source replica), and per destination
+// domain its bytes, ranks and local copies.
+func FromPlan(p *reshard.Plan, topo reshard.Topology, chunk float64) Problem {
+	dst := p.Dst()
+	prob := Problem{Rho: dst.Replication(), Chunk: chunk}
+	// sources that send (distinct ranks; sources sharing a domain with a
+	// destination still inject).
+	senders := map[int]bool{}
+	for i := 0; i < p.Len(); i++ {
+		t := p.Transfer(i)
+		if t.Src != t.Dst {
+			senders[t.Src] = true
+		}
+	}
+	prob.Sources = len(senders)
+	// shard sizes and their replicas per domain.
+	type shardInfo struct {
+		bytes     float64
+		perDomain map[int]int
+	}
+	shards := map[int]*shardInfo{}
+	recv := map[int]float64{}
+	dm := dst.Mesh()
+	for i := 0; i < dm.Size(); i++ {
+		r := dm.RankAt(i)
+		box, _ := dst.RankBox(r)
+		bytes := float64(box.Elems() * dst.ElemSize())
+		recv[r] = bytes
+		if bytes == 0 {
+			continue
+		}
+		id := p.Transfer(int(p.Recvs(r)[0])).DstShard
+		s := shards[id]
+		if s == nil {
+			s = &shardInfo{bytes: bytes, perDomain: map[int]int{}}
+			shards[id] = s
+			prob.Bytes += bytes
+		}
+		s.perDomain[domainOf(topo, r)]++
+	}
+	loads := map[int]*DomainLoad{}
+	for i := 0; i < dm.Size(); i++ {
+		r := dm.RankAt(i)
+		d := domainOf(topo, r)
+		if loads[d] == nil {
+			loads[d] = &DomainLoad{}
+		}
+		loads[d].Ranks++
+		loads[d].RecvFlat = max(loads[d].RecvFlat, recv[r])
+	}
+	for _, s := range shards {
+		for d, n := range s.perDomain {
+			loads[d].Bytes += s.bytes
+			loads[d].Copies += s.bytes * float64(n-1)
+		}
+	}
+	keys := make([]int, 0, len(loads))
+	for d := range loads {
+		keys = append(keys, d)
+	}
+	sort.Ints(keys)
+	for _, d := range keys {
+		prob.Domains = append(prob.Domains, *loads[d])
+	}
+	return prob
+}
+
+func domainOf(topo reshard.Topology, r int) int {
+	if topo.Domain == nil {
+		return r
+	}
+	return topo.Domain[r]
+}
+
+// Choice is the route auto picks and why.
+type Choice struct {
+	Route  string  `json:"route"`
+	Why    string  `json:"why"`
+	Bounds []Bound `json:"bounds"`
+}
+
+// Choose picks the route with the smallest predicted time (bound plus
+// startup), preferring the simpler route on a tie: flat, then hier, then
+// agbcast.
+func Choose(p Problem, f Fabric) Choice {
+	bs := Bounds(p, f)
+	order := map[string]int{"flat": 0, "hier": 1, "agbcast": 2}
+	best := bs[0]
+	for _, b := range bs[1:] {
+		if b.Predicted < best.Predicted*(1-1e-9) || (math.Abs(b.Predicted-best.Predicted) <= best.Predicted*1e-9 && order[b.Route] < order[best.Route]) {
+			best = b
+		}
+	}
+	var parts []string
+	for _, b := range bs {
+		parts = append(parts, fmt.Sprintf("%s %s", b.Route, fmtSeconds(b.Predicted)))
+	}
+	why := fmt.Sprintf("%s predicts the least time (%s; %s binds): %s", best.Route, fmtSeconds(best.Predicted), best.Binding,
+		strings.Join(parts, ", "))
+	return Choice{Route: best.Route, Why: why, Bounds: bs}
+}
+
+func fmtSeconds(s float64) string {
+	switch {
+	case s >= 1:
+		return fmt.Sprintf("%.4g s", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.4g ms", s*1e3)
+	}
+	return fmt.Sprintf("%.4g us", s*1e6)
+}
+
+// Auto is the route auto: it derives the problem from the plans (summed over
+// tensors) and the topology, picks a route with Choose, and schedules it.
+func Auto(plans []*reshard.Plan, topo reshard.Topology, opts Options, f Fabric) (*reshard.Schedule, Choice, error) {
+	var prob Problem
+	for i, p := range plans {
+		q := FromPlan(p, topo, float64(opts.ChunkBytes))
+		if i == 0 {
+			prob = q
+			continue
+		}
+		prob.Bytes += q.Bytes
+		prob.Sources = max(prob.Sources, q.Sources)
+		prob.Rho = max(prob.Rho, q.Rho)
+		for j := range prob.Domains {
+			if j < len(q.Domains) {
+				prob.Domains[j].Bytes += q.Domains[j].Bytes
+				prob.Domains[j].Copies += q.Domains[j].Copies
+				prob.Domains[j].RecvFlat += q.Domains[j].RecvFlat
+			}
+		}
+	}
+	c := Choose(prob, f)
+	var s *reshard.Schedule
+	var err error
+	switch c.Route {
+	case "flat":
+		s, err = reshard.Flat(plans, topo, opts.ScheduleOptions)
+	case "agbcast":
+		s, err = reshard.AllGatherBroadcast(plans, topo, opts.ScheduleOptions)
+	default:
+		s, err = Route(plans, topo, opts)
+	}
+	if err == nil {
+		s.Route = "auto:" + c.Route
+	}
+	return s, c, err
+}

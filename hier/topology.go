@@ -1,0 +1,73 @@
+package hier
+
+import (
+	"fmt"
+
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// DomainSizes override the domains a runtime discovers. A size of 0 keeps
+// the discovered domains for that side.
+type DomainSizes struct {
+	// Src groups the source ranks, in source mesh order, into domains of
+	// this many ranks.
+	Src int
+	// Dst groups the destination ranks, in destination mesh order, into
+	// domains of this many ranks.
+	Dst int
+}
+
+// Domains builds the topology of a communicator from the domain each rank
+// discovered (host[r]: ranks with equal values share a host or an NVLink
+// domain) and the overrides. A side with an override gets domains of its
+// own, numbered apart from everything else, so that traffic between the
+// two sides crosses the network even when every rank runs on one machine:
+// that is how several domains are emulated on one host. A rank in both
+// meshes takes its destination domain when that side is overridden. Ranks
+// the overrides do not cover keep their discovered domain.
+func Domains(host []int, src, dst placement.Layout, sizes DomainSizes) (reshard.Topology, error) {
+	world := len(host)
+	if sizes.Src < 0 || sizes.Dst < 0 {
+		return reshard.Topology{}, fmt.Errorf("hier: domain sizes %+v must not be negative", sizes)
+	}
+	key := make([]string, world)
+	for r := range key {
+		key[r] = fmt.Sprintf("host:%d", host[r])
+	}
+	assign := func(side string, l placement.Layout, size int) {
+		if size == 0 {
+			return
+		}
+		m := l.Mesh()
+		for i := 0; i < m.Size(); i++ {
+			key[m.RankAt(i)] = fmt.Sprintf("%s:%d", side, i/size)
+		}
+	}
+	assign("src", src, sizes.Src)
+	assign("dst", dst, sizes.Dst) // last, so a shared rank takes its destination domain
+	ids := map[string]int{}
+	domain := make([]int, world)
+	for r, k := range key {
+		id, ok := ids[k]
+		if !ok {
+			id = len(ids)
+			ids[k] = id
+		}
+		domain[r] = id
+	}
+	return reshard.Topology{Domain: domain}, nil
+}
+
+// DomainCount returns how many distinct domains the ranks of a mesh span.
+func DomainCount(topo reshard.Topology, l placement.Layout) int {
+	m := l.Mesh()
+	if topo.Domain == nil {
+		return m.Size()
+	}
+	seen := map[int]bool{}
+	for i := 0; i < m.Size(); i++ {
+		seen[topo.Domain[m.RankAt(i)]] = true
+	}
+	return len(seen)
+}
