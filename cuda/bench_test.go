@@ -1,0 +1,39 @@
+package cuda_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cuda/nvrtc"
+	"github.com/m2n-dev/m2n/internal/gputest"
+)
+
+var bench struct {
+	once sync.Once
+	res  []cuda.BenchResult
+	err  error
+}
+
+// BenchmarkPackUnpack runs BenchPackUnpack once per process (1 GiB, rows of
+// 256 B, 4 KiB and 64 KiB at twice their width apart; median of 20 timed
+// launches each) and reports each op's bandwidth relative to a plain copy.
+// b.N does not matter: the function times its own launches with events.
+func BenchmarkPackUnpack(b *testing.B) {
+	ctx := gputest.Context(b)
+	gputest.SkipIfNotAvailable(b, "nvrtc", nvrtc.Load(), nvrtc.ErrNotAvailable)
+	bench.once.Do(func() {
+		bench.res, bench.err = cuda.BenchPackUnpack(ctx, cuda.BenchOptions{})
+		if bench.err == nil {
+			b.Logf("\n%s", cuda.FormatBench(bench.res))
+		}
+	})
+	if bench.err != nil {
+		b.Fatal(bench.err)
+	}
+	for range b.N {
+	}
+	for _, r := range bench.res {
+		b.ReportMetric(r.GBps, r.Op+"-"+itoa(int64(r.RowBytes))+"B-GB/s")
+	}
+}
