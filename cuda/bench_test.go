@@ -21,7 +21,7 @@ var bench struct {
 // b.N does not matter: the function times its own launches with events.
 func BenchmarkPackUnpack(b *testing.B) {
 	ctx := gputest.Context(b)
-	gputest.SkipIfNotAvailable(b, "nvrtc", nvrtc.Load(), nvrtc.ErrNotAvailable)
+	gputest.SkipIfNotAvailable(b, nvrtc.Load(), nvrtc.ErrNotAvailable)
 	bench.once.Do(func() {
 		bench.res, bench.err = cuda.BenchPackUnpack(ctx, cuda.BenchOptions{})
 		if bench.err == nil {

@@ -218,7 +218,7 @@ func TestGPUEvents(t *testing.T) {
 
 func TestGPUKernelsCompile(t *testing.T) {
 	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, "nvrtc", nvrtc.Load(), nvrtc.ErrNotAvailable)
+	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
 	major, minor, err := nvrtc.Version()
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +292,7 @@ func stridedCase(t *testing.T, ctx *cuda.Context, s *cuda.Stream, r *rand.Rand, 
 
 func TestGPUStridedRandom(t *testing.T) {
 	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, "nvrtc", nvrtc.Load(), nvrtc.ErrNotAvailable)
+	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
 	s := gputest.Stream(t, ctx)
 	r := rand.New(rand.NewPCG(3, 4))
 	n := 300
@@ -320,7 +320,7 @@ func TestGPUStridedRandom(t *testing.T) {
 // and a single long run that the kernels split over the whole device.
 func TestGPUStridedLarge(t *testing.T) {
 	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, "nvrtc", nvrtc.Load(), nvrtc.ErrNotAvailable)
+	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
 	s := gputest.Stream(t, ctx)
 	r := rand.New(rand.NewPCG(5, 6))
 	const total = 64 << 20

@@ -10,24 +10,24 @@ import (
 )
 
 // SkipIfNotAvailable skips t when err wraps sentinel (a package's
-// ErrNotAvailable), printing err as the reason; any other non-nil err fails
-// t. lib names the library in the message.
-func SkipIfNotAvailable(t testing.TB, lib string, err error, sentinel error) {
+// ErrNotAvailable), with err as the reason ("cuda: not available:
+// libcuda.so.1 not found: ..."); any other non-nil err fails t.
+func SkipIfNotAvailable(t testing.TB, err error, sentinel error) {
 	t.Helper()
 	if err == nil {
 		return
 	}
 	if errors.Is(err, sentinel) {
-		t.Skipf("%s: %v", lib, err)
+		t.Skip(err)
 	}
-	t.Fatalf("%s: %v", lib, err)
+	t.Fatal(err)
 }
 
 // Context loads CUDA and returns a retained primary context of device 0,
 // released when the test ends. It skips t where CUDA is not available.
 func Context(t testing.TB) *cuda.Context {
 	t.Helper()
-	SkipIfNotAvailable(t, "cuda", cuda.Load(), cuda.ErrNotAvailable)
+	SkipIfNotAvailable(t, cuda.Load(), cuda.ErrNotAvailable)
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
 		t.Fatal(err)
