@@ -110,6 +110,28 @@ type Comm struct {
 	ctx         *cuda.Context
 	nonBlocking bool
 	cfg         *cConfig
+	// A communicator from a non-blocking Split has no handle until NCCL
+	// writes it into slot, when the split completes on parent.
+	slot   *C.ncclComm_t
+	parent *Comm
+	// slots of NoColor splits that NCCL may still write to; freed with c.
+	orphans []*C.ncclComm_t
+}
+
+// handle returns the NCCL handle: errClosed after Destroy or Abort, and an
+// error matching ErrInProgress while a non-blocking Split is unfinished.
+func (c *Comm) handle() (C.ncclComm_t, error) {
+	if c.h != nil {
+		return c.h, nil
+	}
+	if c.slot == nil {
+		return nil, errClosed
+	}
+	if h := C.m2n_nccl_slot_load(c.slot); h != nil {
+		c.h, c.parent = h, nil
+		return h, nil
+	}
+	return nil, &Error{Op: "ncclCommSplit", Code: C.M2N_NCCL_IN_PROGRESS, Msg: "split still in progress on the parent communicator"}
 }
 
 // InitRank creates this rank's member of a communicator of nranks ranks
@@ -136,8 +158,8 @@ func InitRank(nranks int, id UniqueID, rank int, cfg *Config) (*Comm, error) {
 	return c.started(err)
 }
 
-// started finishes InitRank and Split: a non-blocking start is fine, a
-// blocking caller waits, a failure frees what was made.
+// started finishes InitRank: a non-blocking start is fine, a blocking
+// caller waits, a failure frees what was made.
 func (c *Comm) started(err error) (*Comm, error) {
 	if errors.Is(err, ErrInProgress) {
 		if c.nonBlocking {
@@ -164,13 +186,25 @@ var errClosed = errors.New("nccl: communicator destroyed or aborted")
 // (ncclCommGetAsyncError): nil when ready and healthy, an error matching
 // ErrInProgress while a non-blocking operation is under way, or the error
 // that broke it (a network failure, say), after which only Abort helps.
+//
+// For a communicator from a non-blocking Split, it reports the split's
+// progress on the parent until the split is done.
 func (c *Comm) AsyncError() error {
-	if c.h == nil {
-		return errClosed
+	h, err := c.handle()
+	if errors.Is(err, ErrInProgress) {
+		if perr := c.parent.AsyncError(); perr != nil {
+			return perr // still splitting, or the split failed
+		}
+		if h, err = c.handle(); err != nil {
+			return errors.New("nccl: ncclCommSplit: finished without a communicator")
+		}
+	}
+	if err != nil {
+		return err
 	}
 	return call("ncclCommGetAsyncError", nil, func() C.ncclResult_t {
 		var r C.ncclResult_t
-		if r0 := C.m2n_ncclCommGetAsyncError(c.h, &r); r0 != C.M2N_NCCL_SUCCESS {
+		if r0 := C.m2n_ncclCommGetAsyncError(h, &r); r0 != C.M2N_NCCL_SUCCESS {
 			return r0
 		}
 		return r
@@ -211,18 +245,19 @@ func (c *Comm) UserRank() (int, error) { return c.intQuery("ncclCommUserRank", 1
 func (c *Comm) CuDevice() (int, error) { return c.intQuery("ncclCommCuDevice", 2) }
 
 func (c *Comm) intQuery(op string, which int) (int, error) {
-	if c.h == nil {
-		return 0, errClosed
+	h, err := c.handle()
+	if err != nil {
+		return 0, err
 	}
 	var v C.int
-	err := call(op, nil, func() C.ncclResult_t {
+	err = call(op, nil, func() C.ncclResult_t {
 		switch which {
 		case 0:
-			return C.m2n_ncclCommCount(c.h, &v)
+			return C.m2n_ncclCommCount(h, &v)
 		case 1:
-			return C.m2n_ncclCommUserRank(c.h, &v)
+			return C.m2n_ncclCommUserRank(h, &v)
 		}
-		return C.m2n_ncclCommCuDevice(c.h, &v)
+		return C.m2n_ncclCommCuDevice(h, &v)
 	})
 	return int(v), err
 }
@@ -234,16 +269,20 @@ const NoColor = -1
 // Split makes new communicators from this one (ncclCommSplit): every rank
 // calls it; ranks with equal color form one, ordered by key then by their
 // rank here. A rank passing NoColor gets a nil Comm and nil error. cfg nil
-// inherits this communicator's configuration (and its Context). For a
-// non-blocking communicator the result may still be in progress: WaitReady.
+// inherits this communicator's configuration (and its Context).
+//
+// On a non-blocking communicator the split runs on in the background: c
+// reports it (AsyncError, WaitReady) and must not be used until it is done,
+// and the new Comm has no handle until then; its WaitReady waits for both.
 func (c *Comm) Split(color, key int, cfg *Config) (*Comm, error) {
-	if c.h == nil {
-		return nil, errClosed
+	h, err := c.handle()
+	if err != nil {
+		return nil, err
 	}
 	if C.m2n_nccl_has(0) == 0 {
 		return nil, errors.New("nccl: ncclCommSplit: this NCCL has no ncclCommSplit (needs 2.18)")
 	}
-	n := &Comm{ctx: c.ctx, nonBlocking: c.nonBlocking}
+	n := &Comm{ctx: c.ctx, nonBlocking: c.nonBlocking, parent: c}
 	var ccfg *C.m2n_nccl_config
 	if cfg != nil {
 		n.cfg = cfg.c()
@@ -255,22 +294,45 @@ func (c *Comm) Split(color, key int, cfg *Config) (*Comm, error) {
 	} else {
 		n.cfg = c.cfg.ref() // NCCL copies the parent's config, pointers too
 	}
-	err := call("ncclCommSplit", n.ctx, func() C.ncclResult_t {
-		return C.m2n_ncclCommSplit(c.h, C.int(color), C.int(key), &n.h, ccfg)
-	})
-	if err == nil && n.h == nil {
-		n.cfg.unref()
-		return nil, nil // NoColor
+	// NCCL stores the new handle from its own thread when the split is
+	// done, so the slot must be C memory.
+	n.slot = C.m2n_nccl_slot_new()
+	if n.slot == nil {
+		panic("nccl: out of memory")
 	}
-	return n.started(err)
+	err = call("ncclCommSplit", n.ctx, func() C.ncclResult_t {
+		return C.m2n_ncclCommSplit(h, C.int(color), C.int(key), n.slot, ccfg)
+	})
+	if err != nil && !errors.Is(err, ErrInProgress) {
+		n.free()
+		return nil, err
+	}
+	if color == NoColor {
+		// NCCL may still write NULL into the slot: keep it with c.
+		c.orphans = append(c.orphans, n.slot)
+		n.slot = nil
+		n.free()
+		return nil, nil
+	}
+	if _, herr := n.handle(); herr != nil && !c.nonBlocking {
+		n.free()
+		return nil, errors.New("nccl: ncclCommSplit: returned without a communicator")
+	}
+	return n, nil
 }
 
 // Destroy releases the communicator after its queued work completes:
 // ncclCommFinalize, waiting out a non-blocking finalize, then
 // ncclCommDestroy. A second call is a no-op.
 func (c *Comm) Destroy() error {
-	if c.h == nil {
+	if c.h == nil && c.slot == nil {
 		return nil
+	}
+	if _, err := c.handle(); err != nil {
+		// An unfinished non-blocking Split: wait for it.
+		if err := c.WaitReady(context.Background()); err != nil {
+			return err
+		}
 	}
 	var errs []error
 	if C.m2n_nccl_has(1) != 0 {
@@ -287,18 +349,35 @@ func (c *Comm) Destroy() error {
 
 // Abort stops the communicator's work and frees it at once
 // (ncclCommAbort), for errors and timeouts; the other ranks' calls fail or
-// must be aborted too. A second call is a no-op.
+// must be aborted too. A communicator whose non-blocking Split is
+// unfinished is aborted through its parent, which is aborted too. A second
+// call is a no-op.
 func (c *Comm) Abort() error {
-	if c.h == nil {
-		return nil
+	h, err := c.handle()
+	if errors.Is(err, ErrInProgress) {
+		err = c.parent.Abort()
+		c.free()
+		return err
 	}
-	err := call("ncclCommAbort", c.ctx, func() C.ncclResult_t { return C.m2n_ncclCommAbort(c.h) })
+	if err != nil {
+		return nil // already destroyed or aborted
+	}
+	err = call("ncclCommAbort", c.ctx, func() C.ncclResult_t { return C.m2n_ncclCommAbort(h) })
 	c.free()
 	return err
 }
 
 func (c *Comm) free() {
 	c.h = nil
+	c.parent = nil
+	if c.slot != nil {
+		C.m2n_nccl_slot_free(c.slot)
+		c.slot = nil
+	}
+	for _, s := range c.orphans {
+		C.m2n_nccl_slot_free(s)
+	}
+	c.orphans = nil
 	c.cfg.unref()
 	c.cfg = nil
 }

@@ -174,14 +174,36 @@ func TestGPUNonBlocking(t *testing.T) {
 		return err
 	}
 	exercise(t, ctx, s, c, wait)
+
+	// A non-blocking split finishes in the background; the child has no
+	// handle until then.
 	sub, err := c.Split(0, 0, nil)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || sub == nil {
+		t.Fatalf("Split = %v, %v", sub, err)
 	}
 	if err := sub.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sub.Count(); err != nil || n != 1 {
+		t.Fatalf("split Count = %d, %v", n, err)
+	}
+	exercise(t, ctx, s, sub, func(err error) error {
+		if errors.Is(err, nccl.ErrInProgress) {
+			return sub.WaitReady(wctx)
+		}
+		return err
+	})
 	if err := sub.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	none, err := c.Split(nccl.NoColor, 0, nil)
+	if err != nil || none != nil {
+		t.Fatalf("Split(NoColor) = %v, %v", none, err)
+	}
+	if err := c.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
 }

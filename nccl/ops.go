@@ -55,11 +55,12 @@ func streamHandle(s *cuda.Stream) C.uintptr_t {
 	return C.uintptr_t(s.Handle())
 }
 
-func (c *Comm) op(name string, f func() C.ncclResult_t) error {
-	if c.h == nil {
-		return errClosed
+func (c *Comm) op(name string, f func(h C.ncclComm_t) C.ncclResult_t) error {
+	h, err := c.handle()
+	if err != nil {
+		return err
 	}
-	return call(name, c.ctx, f)
+	return call(name, c.ctx, func() C.ncclResult_t { return f(h) })
 }
 
 func checkSize(op string, n int) error {
@@ -76,8 +77,8 @@ func (c *Comm) Send(buf cuda.DevicePtr, n, peer int, s *cuda.Stream) error {
 	if err := checkSize("ncclSend", n); err != nil {
 		return err
 	}
-	return c.op("ncclSend", func() C.ncclResult_t {
-		return C.m2n_ncclSend(C.uintptr_t(buf), C.size_t(n), C.M2N_NCCL_UINT8, C.int(peer), c.h, streamHandle(s))
+	return c.op("ncclSend", func(h C.ncclComm_t) C.ncclResult_t {
+		return C.m2n_ncclSend(C.uintptr_t(buf), C.size_t(n), C.M2N_NCCL_UINT8, C.int(peer), h, streamHandle(s))
 	})
 }
 
@@ -86,8 +87,8 @@ func (c *Comm) Recv(buf cuda.DevicePtr, n, peer int, s *cuda.Stream) error {
 	if err := checkSize("ncclRecv", n); err != nil {
 		return err
 	}
-	return c.op("ncclRecv", func() C.ncclResult_t {
-		return C.m2n_ncclRecv(C.uintptr_t(buf), C.size_t(n), C.M2N_NCCL_UINT8, C.int(peer), c.h, streamHandle(s))
+	return c.op("ncclRecv", func(h C.ncclComm_t) C.ncclResult_t {
+		return C.m2n_ncclRecv(C.uintptr_t(buf), C.size_t(n), C.M2N_NCCL_UINT8, C.int(peer), h, streamHandle(s))
 	})
 }
 
@@ -98,8 +99,8 @@ func (c *Comm) Broadcast(send, recv cuda.DevicePtr, n, root int, s *cuda.Stream)
 	if err := checkSize("ncclBroadcast", n); err != nil {
 		return err
 	}
-	return c.op("ncclBroadcast", func() C.ncclResult_t {
-		return C.m2n_ncclBroadcast(C.uintptr_t(send), C.uintptr_t(recv), C.size_t(n), C.M2N_NCCL_UINT8, C.int(root), c.h, streamHandle(s))
+	return c.op("ncclBroadcast", func(h C.ncclComm_t) C.ncclResult_t {
+		return C.m2n_ncclBroadcast(C.uintptr_t(send), C.uintptr_t(recv), C.size_t(n), C.M2N_NCCL_UINT8, C.int(root), h, streamHandle(s))
 	})
 }
 
@@ -109,7 +110,7 @@ func (c *Comm) AllGather(send, recv cuda.DevicePtr, n int, s *cuda.Stream) error
 	if err := checkSize("ncclAllGather", n); err != nil {
 		return err
 	}
-	return c.op("ncclAllGather", func() C.ncclResult_t {
-		return C.m2n_ncclAllGather(C.uintptr_t(send), C.uintptr_t(recv), C.size_t(n), C.M2N_NCCL_UINT8, c.h, streamHandle(s))
+	return c.op("ncclAllGather", func(h C.ncclComm_t) C.ncclResult_t {
+		return C.m2n_ncclAllGather(C.uintptr_t(send), C.uintptr_t(recv), C.size_t(n), C.M2N_NCCL_UINT8, h, streamHandle(s))
 	})
 }

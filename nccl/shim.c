@@ -143,6 +143,10 @@ void m2n_nccl_config_free(m2n_nccl_config *c) {
 	free(c);
 }
 
+ncclComm_t *m2n_nccl_slot_new(void) { return calloc(1, sizeof(ncclComm_t)); }
+ncclComm_t m2n_nccl_slot_load(ncclComm_t *slot) { return __atomic_load_n(slot, __ATOMIC_ACQUIRE); }
+void m2n_nccl_slot_free(ncclComm_t *slot) { free(slot); }
+
 const char *m2n_ncclGetErrorString(ncclResult_t r) { return fn.ncclGetErrorString(r); }
 const char *m2n_ncclGetLastError(ncclComm_t comm) {
 	return fn.ncclGetLastError == NULL ? NULL : fn.ncclGetLastError(comm);

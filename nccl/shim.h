@@ -54,6 +54,12 @@ int m2n_nccl_open(const char *path, char *err, size_t errlen);
 // 1 Finalize, 2 GetLastError.
 int m2n_nccl_has(int which);
 
+// A slot is C memory for a communicator handle that NCCL writes later: a
+// non-blocking ncclCommSplit stores the new handle when the split completes.
+ncclComm_t *m2n_nccl_slot_new(void);
+ncclComm_t m2n_nccl_slot_load(ncclComm_t *slot);
+void m2n_nccl_slot_free(ncclComm_t *slot);
+
 const char *m2n_ncclGetErrorString(ncclResult_t r);
 const char *m2n_ncclGetLastError(ncclComm_t comm);
 ncclResult_t m2n_ncclGetVersion(int *v);
