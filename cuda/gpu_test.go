@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,10 +69,10 @@ func TestGPUDevice(t *testing.T) {
 
 func TestGPUErrors(t *testing.T) {
 	ctx := gputest.Context(t)
-	_, err := ctx.Alloc(1 << 62)
+	_, err := ctx.Alloc(1 << 50)
 	var e *cuda.Error
-	if !errors.As(err, &e) || e.Op != "cuMemAlloc" || e.Code != cuda.CodeOutOfMemory || e.Name != "CUDA_ERROR_OUT_OF_MEMORY" {
-		t.Fatalf("Alloc(2^62): %v", err)
+	if !errors.As(err, &e) || e.Op != "cuMemAlloc" || !strings.HasPrefix(e.Name, "CUDA_ERROR_") || e.Msg == "" {
+		t.Fatalf("Alloc(2^50): %v", err)
 	}
 	t.Logf("%v", err)
 }

@@ -18,8 +18,8 @@ import (
 type kernelSet struct {
 	mod C.CUmodule
 	fn  [len(widths)]C.CUfunction
-	// maxBlocks[i] is how many blocks of fn[i] fit on the device at once.
-	maxBlocks [len(widths)]int
+	// resident[i] is how many blocks of fn[i] fit on the device at once.
+	resident [len(widths)]int
 }
 
 // images caches compiled kernels per architecture and output kind, for
@@ -77,21 +77,31 @@ func (c *Context) loadKernels() (*kernelSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	var mod C.CUmodule
 	image, err := kernelImage(major, minor, nvrtc.CUBIN)
+	var ks *kernelSet
 	if err == nil {
-		err = check("cuModuleLoadData", C.m2n_cuModuleLoadData(c.h, &mod, unsafe.Pointer(&image[0])))
+		ks, err = c.loadModule(image)
 	}
 	if err != nil {
 		ptx, perr := kernelImage(major, minor, nvrtc.PTX)
 		if perr == nil {
 			// PTX must be NUL-terminated for cuModuleLoadData.
-			ptx = append(ptx[:len(ptx):len(ptx)], 0)
-			perr = check("cuModuleLoadData", C.m2n_cuModuleLoadData(c.h, &mod, unsafe.Pointer(&ptx[0])))
+			ks, perr = c.loadModule(append(ptx[:len(ptx):len(ptx)], 0))
 		}
 		if perr != nil {
 			return nil, errors.Join(err, perr)
 		}
+	}
+	c.kernels = ks
+	return ks, nil
+}
+
+// loadModule loads a compiled strided-copy module into the context and
+// looks up its kernels and how many of their blocks fit on the device.
+func (c *Context) loadModule(image []byte) (*kernelSet, error) {
+	var mod C.CUmodule
+	if err := check("cuModuleLoadData", C.m2n_cuModuleLoadData(c.h, &mod, unsafe.Pointer(&image[0]))); err != nil {
+		return nil, err
 	}
 	ks := &kernelSet{mod: mod}
 	for i, w := range widths {
@@ -108,9 +118,8 @@ func (c *Context) loadKernels() (*kernelSet, error) {
 			C.m2n_cuModuleUnload(c.h, mod)
 			return nil, err
 		}
-		ks.maxBlocks[i] = max(int(n), 1) * c.sms
+		ks.resident[i] = max(int(n), 1) * c.sms
 	}
-	c.kernels = ks
 	return ks, nil
 }
 
@@ -164,13 +173,16 @@ func launch(s *Stream, op string, p copyPlan) error {
 	if err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
-	i := widthIndex(p.width)
-	cp := p.cParams()
-	r := C.m2n_launch_copy(s.ctx.h, ks.fn[i], C.uint(p.grid(ks.maxBlocks[i])), blockThreads, s.h, &cp)
-	if err := check("cuLaunchKernel", r); err != nil {
+	if err := ks.launch(s, p, p.grid(ks.resident[widthIndex(p.width)])); err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
 	return nil
+}
+
+func (k *kernelSet) launch(s *Stream, p copyPlan, grid int) error {
+	cp := p.cParams()
+	r := C.m2n_launch_copy(s.ctx.h, k.fn[widthIndex(p.width)], C.uint(grid), blockThreads, s.h, &cp)
+	return check("cuLaunchKernel", r)
 }
 
 // Pack queues on s a copy of the bytes desc describes at src into dst,

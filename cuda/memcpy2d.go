@@ -14,8 +14,9 @@ type Copy2D struct {
 }
 
 // Memcpy2DAsync queues c with the copy engines (cuMemcpy2DAsync). It is kept
-// for comparison with Pack: on an H200 it reaches only 40-76% of a plain copy
-// for narrow rows.
+// for comparison with Pack: on an H200, packing 1 GiB from rows at twice
+// their width apart, it reached 68%, 76% and 40% of a plain copy for rows of
+// 256 B, 4 KiB and 64 KiB.
 func Memcpy2DAsync(s *Stream, c Copy2D) error {
 	if c.Width < 0 || c.Height < 0 || c.DstPitch < c.Width || c.SrcPitch < c.Width {
 		return fmt.Errorf("cuda: cuMemcpy2DAsync: bad shape %+v", c)

@@ -16,6 +16,9 @@ const (
 	// per thread of a full block, one unrolled round. Longer rows are split
 	// so that a single long run still spreads over every SM.
 	chunkElems = 4 * blockThreads
+	// maxGridBlocks caps a launch; the kernels' grid-stride loop does the
+	// rest.
+	maxGridBlocks = 1 << 22
 	// kernelDims is M2N_MAX_DIMS in kernels/params.h: MaxDims outer
 	// dimensions plus one from splitting runs to a common length.
 	kernelDims = MaxDims + 1
@@ -44,18 +47,35 @@ type copyPlan struct {
 	teamShift    uint
 }
 
-// grid returns the number of blocks to launch: enough for every item, at
-// most maxBlocks (the blocks that fit on the device at once), at least 1.
-func (p *copyPlan) grid(maxBlocks int) int {
-	teams := uint64(blockThreads >> p.teamShift)
-	need := (p.items + teams - 1) / teams
-	if maxBlocks < 1 {
-		maxBlocks = 1
+// grid returns the number of blocks to launch, given how many fit on the
+// device at once. Rows split into chunks (longer than chunkElems elements)
+// get a block for every team's item, capped at maxGridBlocks; shorter rows
+// get at most the resident blocks, which loop over the items. Measured on an
+// H200 (1 GiB, source pitch twice the row): 64 KiB rows reach 96% of a plain
+// copy with a block per item against 88% with resident blocks, while 256 B
+// and 4 KiB rows reach 87-88% with resident blocks against 81-83% with a
+// block per item.
+func (p *copyPlan) grid(resident int) int {
+	limit := resident
+	if p.chunksPerRow > 1 {
+		limit = maxGridBlocks
 	}
-	if need < uint64(maxBlocks) {
+	return clampGrid(p.blocksNeeded(), limit)
+}
+
+// blocksNeeded is the number of blocks that gives every team one item.
+func (p *copyPlan) blocksNeeded() uint64 {
+	teams := uint64(blockThreads >> p.teamShift)
+	return (p.items + teams - 1) / teams
+}
+
+// clampGrid returns need limited to [1, limit].
+func clampGrid(need uint64, limit int) int {
+	limit = max(limit, 1)
+	if need < uint64(limit) {
 		return max(int(need), 1)
 	}
-	return maxBlocks
+	return limit
 }
 
 // planCopy plans copying the bytes srcDesc describes at src to the places

@@ -137,10 +137,11 @@ func TestPlanBenchShapes(t *testing.T) {
 	for _, c := range []struct {
 		row                      int64
 		team, chunks, chunkElems uint64
+		grid                     int // with 792 resident blocks
 	}{
-		{256, 16, 1, 16},
-		{4096, 256, 1, 256},
-		{65536, 256, 4, 1024},
+		{256, 16, 1, 16, 792},
+		{4096, 256, 1, 256, 792},
+		{65536, 256, 4, 1024, 65536},
 	} {
 		rows := int64(1<<30) / c.row
 		desc := Strided{Run: c.row, Count: []int64{rows}, Stride: []int64{2 * c.row}}
@@ -149,7 +150,8 @@ func TestPlanBenchShapes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p.width != 16 || uint64(1)<<p.teamShift != c.team || p.chunksPerRow != c.chunks ||
-			p.chunkElems != c.chunkElems || p.rows != uint64(rows) || len(p.src.count) != 1 || len(p.dst.count) != 1 {
+			p.chunkElems != c.chunkElems || p.rows != uint64(rows) ||
+			len(p.src.count) != 1 || len(p.dst.count) != 1 || p.grid(792) != c.grid {
 			t.Errorf("row %d: plan %+v", c.row, p)
 		}
 	}
@@ -222,14 +224,16 @@ func TestParamsLayout(t *testing.T) {
 	}
 }
 
-// emuCopy runs a plan through the kernel source compiled for the CPU, with at
-// most three blocks so that the grid-stride loop wraps.
-func emuCopy(t *testing.T, p copyPlan) {
+// emuCopy runs a plan through the kernel source compiled for the CPU on at
+// most maxBlocks blocks: the grid a launch uses with enough of them, one or
+// a few to make the grid-stride loop wrap.
+func emuCopy(t *testing.T, p copyPlan, maxBlocks int) {
 	t.Helper()
 	if p.items == 0 {
 		return
 	}
-	if err := kernels.Emulate(p.width, p.paramBytes(), p.grid(3), blockThreads); err != nil {
+	grid := clampGrid(p.blocksNeeded(), maxBlocks)
+	if err := kernels.Emulate(p.width, p.paramBytes(), grid, blockThreads); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -276,7 +280,7 @@ func TestKernelsOnCPU(t *testing.T) {
 			if err := oracle(want); err != nil {
 				t.Fatalf("case %d %s: oracle: %v", i, op, err)
 			}
-			emuCopy(t, p)
+			emuCopy(t, p, []int{maxGridBlocks, 3, 1}[i%3])
 			if !bytes.Equal(dst, want) {
 				t.Fatalf("case %d %s: src %+v dst %+v: kernel and oracle differ (plan %+v)", i, op, sd, dd, p)
 			}
