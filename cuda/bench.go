@@ -1,0 +1,158 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// BenchOptions configures BenchPackUnpack. Zero fields take the defaults.
+type BenchOptions struct {
+	RowBytes   []int // run widths; default 256 B, 4 KiB, 64 KiB
+	TotalBytes int   // bytes moved per operation; default 1 GiB
+	Iters      int   // timed iterations, the median is reported; default 20
+	Warmup     int   // untimed iterations first; default 3
+}
+
+// BenchResult is one operation at one row width.
+type BenchResult struct {
+	RowBytes int
+	Op       string // "copy" (plain device-to-device), "pack", "unpack", "memcpy2d"
+	Bytes    int64
+	Median   time.Duration
+	GBps     float64 // Bytes / Median, decimal GB/s (bytes copied, counted once)
+	VsCopy   float64 // GBps over the plain copy's GBps at the same size
+}
+
+// BenchPackUnpack measures Pack and Unpack against a plain device-to-device
+// copy of the same number of bytes (cuMemcpyDtoDAsync), and cuMemcpy2DAsync
+// doing the pack, for each row width: the strided side has TotalBytes in
+// rows of RowBytes, each row 2*RowBytes after the previous (source pitch
+// twice the row). Each operation is timed with events on one stream, Warmup
+// times untimed then Iters times, and the median reported. It needs
+// 4*TotalBytes of device memory.
+func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err error) {
+	if len(opt.RowBytes) == 0 {
+		opt.RowBytes = []int{256, 4 << 10, 64 << 10}
+	}
+	if opt.TotalBytes == 0 {
+		opt.TotalBytes = 1 << 30
+	}
+	if opt.Iters == 0 {
+		opt.Iters = 20
+	}
+	if opt.Warmup == 0 {
+		opt.Warmup = 3
+	}
+	total := opt.TotalBytes
+	free := func(p DevicePtr) { err = errors.Join(err, ctx.Free(p)) }
+	strided, err := ctx.Alloc(2 * total)
+	if err != nil {
+		return nil, err
+	}
+	defer free(strided)
+	packed, err := ctx.Alloc(total)
+	if err != nil {
+		return nil, err
+	}
+	defer free(packed)
+	other, err := ctx.Alloc(total)
+	if err != nil {
+		return nil, err
+	}
+	defer free(other)
+	for _, p := range []DevicePtr{strided, packed, other} {
+		if err := ctx.Memset(p, 0x5a, total); err != nil {
+			return nil, err
+		}
+	}
+	s, err := ctx.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, s.Destroy()) }()
+	start, err := ctx.NewEvent(true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, start.Destroy()) }()
+	end, err := ctx.NewEvent(true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, end.Destroy()) }()
+
+	timeOp := func(op func() error) (time.Duration, error) {
+		var ts []time.Duration
+		for i := range opt.Warmup + opt.Iters {
+			if err := start.Record(s); err != nil {
+				return 0, err
+			}
+			if err := op(); err != nil {
+				return 0, err
+			}
+			if err := end.Record(s); err != nil {
+				return 0, err
+			}
+			if err := end.Synchronize(); err != nil {
+				return 0, err
+			}
+			d, err := ElapsedTime(start, end)
+			if err != nil {
+				return 0, err
+			}
+			if i >= opt.Warmup {
+				ts = append(ts, d)
+			}
+		}
+		slices.Sort(ts)
+		return ts[len(ts)/2], nil
+	}
+
+	for _, row := range opt.RowBytes {
+		if row <= 0 || total%row != 0 {
+			return res, fmt.Errorf("cuda: BenchPackUnpack: row %d does not divide %d", row, total)
+		}
+		rows := total / row
+		desc := Strided{Run: int64(row), Count: []int64{int64(rows)}, Stride: []int64{2 * int64(row)}}
+		ops := []struct {
+			name string
+			run  func() error
+		}{
+			{"copy", func() error { return s.CopyDtoD(other, packed, total) }},
+			{"pack", func() error { return Pack(s, packed, strided, desc) }},
+			{"unpack", func() error { return Unpack(s, strided, desc, packed) }},
+			{"memcpy2d", func() error {
+				return Memcpy2DAsync(s, Copy2D{Dst: packed, Src: strided, DstPitch: row, SrcPitch: 2 * row, Width: row, Height: rows})
+			}},
+		}
+		var copyGBps float64
+		for _, op := range ops {
+			d, err := timeOp(op.run)
+			if err != nil {
+				return res, fmt.Errorf("cuda: BenchPackUnpack: %s, rows of %d B: %w", op.name, row, err)
+			}
+			r := BenchResult{RowBytes: row, Op: op.name, Bytes: int64(total), Median: d,
+				GBps: float64(total) / d.Seconds() / 1e9}
+			if op.name == "copy" {
+				copyGBps = r.GBps
+			}
+			r.VsCopy = r.GBps / copyGBps
+			res = append(res, r)
+		}
+	}
+	return res, nil
+}
+
+// FormatBench renders results as a table, one line per row width and op.
+func FormatBench(res []BenchResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%8s  %-8s  %10s  %10s  %9s  %7s\n", "row", "op", "bytes", "median", "GB/s", "vs copy")
+	for _, r := range res {
+		fmt.Fprintf(&b, "%8d  %-8s  %10d  %10s  %9.1f  %6.1f%%\n",
+			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsCopy)
+	}
+	return b.String()
+}

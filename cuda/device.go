@@ -1,0 +1,106 @@
+package cuda
+
+// #include "shim.h"
+import "C"
+
+import "fmt"
+
+// Device is a CUDA device ordinal, as the driver numbers them (after
+// CUDA_VISIBLE_DEVICES).
+type Device int
+
+// Attribute is a CUdevice_attribute (cuda.h).
+type Attribute int
+
+// Device attributes used here; any other CUdevice_attribute value works too.
+const (
+	AttrMaxThreadsPerBlock     Attribute = 1
+	AttrMultiprocessorCount    Attribute = 16
+	AttrPCIBusID               Attribute = 33
+	AttrPCIDeviceID            Attribute = 34
+	AttrMaxThreadsPerSM        Attribute = 39
+	AttrPCIDomainID            Attribute = 50
+	AttrComputeCapabilityMajor Attribute = 75
+	AttrComputeCapabilityMinor Attribute = 76
+)
+
+// DeviceCount returns the number of devices the driver sees.
+func DeviceCount() (int, error) {
+	if err := Load(); err != nil {
+		return 0, err
+	}
+	var n C.int
+	if err := check("cuDeviceGetCount", C.m2n_cuDeviceGetCount(&n)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// GetDevice returns the device with the given ordinal, checking that it
+// exists.
+func GetDevice(ordinal int) (Device, error) {
+	if err := Load(); err != nil {
+		return 0, err
+	}
+	var d C.CUdevice
+	if err := check("cuDeviceGet", C.m2n_cuDeviceGet(&d, C.int(ordinal))); err != nil {
+		return 0, err
+	}
+	return Device(d), nil
+}
+
+// Name returns the device's marketing name ("NVIDIA H200").
+func (d Device) Name() (string, error) {
+	var buf [256]C.char
+	if err := check("cuDeviceGetName", C.m2n_cuDeviceGetName(&buf[0], C.int(len(buf)), C.CUdevice(d))); err != nil {
+		return "", err
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+// Attribute returns one device attribute.
+func (d Device) Attribute(a Attribute) (int, error) {
+	var v C.int
+	if err := check("cuDeviceGetAttribute", C.m2n_cuDeviceGetAttribute(&v, C.int(a), C.CUdevice(d))); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// MultiprocessorCount returns the number of SMs (132 on an H200).
+func (d Device) MultiprocessorCount() (int, error) {
+	return d.Attribute(AttrMultiprocessorCount)
+}
+
+// ComputeCapability returns the device's compute capability (9, 0 on Hopper).
+func (d Device) ComputeCapability() (major, minor int, err error) {
+	if major, err = d.Attribute(AttrComputeCapabilityMajor); err != nil {
+		return 0, 0, err
+	}
+	if minor, err = d.Attribute(AttrComputeCapabilityMinor); err != nil {
+		return 0, 0, err
+	}
+	return major, minor, nil
+}
+
+// PCIBusID returns the device's PCI address, "0000:18:00.0", in the form NVML
+// accepts.
+func (d Device) PCIBusID() (string, error) {
+	var buf [64]C.char
+	if err := check("cuDeviceGetPCIBusId", C.m2n_cuDeviceGetPCIBusId(&buf[0], C.int(len(buf)), C.CUdevice(d))); err != nil {
+		return "", err
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+// TotalMem returns the device's memory in bytes.
+func (d Device) TotalMem() (int64, error) {
+	var n C.size_t
+	if err := check("cuDeviceTotalMem", C.m2n_cuDeviceTotalMem(&n, C.CUdevice(d))); err != nil {
+		return 0, err
+	}
+	return int64(n), nil
+}
+
+// String names the device by ordinal.
+func (d Device) String() string { return fmt.Sprintf("cuda:%d", int(d)) }

@@ -1,0 +1,40 @@
+// Package cuda is m2n's binding to the CUDA driver API: devices, primary
+// contexts, device and pinned memory, streams, events, and the strided
+// copies (pack/unpack kernels) that move a box of a tensor between its place
+// in a dense buffer and a contiguous staging buffer. It also names the
+// NVLink domain a GPU sits in (DomainKey, through NVML).
+//
+// libcuda.so.1 is opened with dlopen when Load is first called (the file can
+// be named with M2N_CUDA_PATH), so building needs no CUDA toolkit; the
+// kernels are compiled at run time with NVRTC (package cuda/nvrtc). Where
+// there is no driver or no device, Load's error wraps ErrNotAvailable and
+// says why, and callers (tests too) skip with it. The package is cgo, one
+// package per C library; pure packages must not import it.
+//
+// A walk through a pack on one GPU:
+//
+//	if err := cuda.Load(); err != nil {
+//		return err // errors.Is(err, cuda.ErrNotAvailable): no GPU here
+//	}
+//	dev, _ := cuda.GetDevice(0)
+//	ctx, _ := dev.PrimaryContext() // the runtime's and NCCL's context too
+//	defer ctx.Release()
+//	s, _ := ctx.NewStream()
+//	defer s.Destroy()
+//
+//	// Box rows [1,3) x cols [2,6) of a 4x8 float32 matrix at src:
+//	box := cuda.Strided{Offset: (1*8 + 2) * 4, Run: 4 * 4,
+//		Count: []int64{2}, Stride: []int64{8 * 4}}
+//	staging, _ := ctx.Alloc(int(box.Bytes())) // 32 bytes
+//	_ = cuda.Pack(s, staging, src, box)       // strided -> contiguous
+//	_ = cuda.Unpack(s, dst, box, staging)     // contiguous -> strided
+//	_ = s.Synchronize()
+//
+// Threads: the driver keeps a current context per OS thread and goroutines
+// move between threads, so every call here makes its context current itself.
+// Other CUDA libraries (NCCL) use whatever is current on the calling thread:
+// lock the goroutine and make the context current first with Context.Bind.
+//
+// Errors from the driver are *Error values naming the call:
+// "cuda: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of memory".
+package cuda

@@ -1,0 +1,73 @@
+package cuda
+
+// #include "shim.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotAvailable reports that CUDA cannot be used in this process: libcuda
+// could not be opened, or the driver found no device. Load's error wraps it
+// with the reason, so callers and tests branch with errors.Is and print the
+// error itself.
+var ErrNotAvailable = errors.New("cuda: not available")
+
+// Error is a failed driver call: Op names the entry point (cuMemAlloc), Code
+// is its CUresult, Name and Msg the driver's name and text for it.
+type Error struct {
+	Op   string
+	Code int
+	Name string
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("cuda: %s: %s: %s", e.Op, e.Name, e.Msg)
+}
+
+// CUresult values that callers may want to branch on (cuda.h).
+const (
+	CodeInvalidValue   = 1
+	CodeOutOfMemory    = 2
+	CodeNotInitialized = 3
+	CodeStubLibrary    = 34
+	CodeNoDevice       = 100
+	CodeInvalidDevice  = 101
+	CodeInvalidImage   = 200
+	CodeInvalidContext = 201
+	CodeNoBinaryForGPU = 209
+	CodeUnsupportedPTX = 222
+	CodeNotFound       = 500
+	CodeNotReady       = 600
+	CodeIllegalAddress = 700
+	CodeLaunchFailed   = 719
+	CodeNotSupported   = 801
+	CodeUnknown        = 999
+)
+
+// IsCode reports whether err is, or wraps, an *Error with the given code.
+func IsCode(err error, code int) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// check turns a CUresult into nil or an *Error for op.
+func check(op string, r C.CUresult) error {
+	if r == 0 {
+		return nil
+	}
+	return newError(op, int(r))
+}
+
+func newError(op string, code int) *Error {
+	e := &Error{Op: op, Code: code, Name: fmt.Sprintf("CUresult(%d)", code), Msg: "unknown error"}
+	if s := C.m2n_cuErrorName(C.CUresult(code)); s != nil {
+		e.Name = C.GoString(s)
+	}
+	if s := C.m2n_cuErrorString(C.CUresult(code)); s != nil {
+		e.Msg = C.GoString(s)
+	}
+	return e
+}

@@ -1,0 +1,225 @@
+package cuda
+
+// #include <stdlib.h>
+// #include "shim.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/cuda/nvrtc"
+)
+
+// kernelSet is the strided-copy module loaded into one context.
+type kernelSet struct {
+	mod C.CUmodule
+	fn  [len(widths)]C.CUfunction
+	// resident[i] is how many blocks of fn[i] fit on the device at once.
+	resident [len(widths)]int
+}
+
+// images caches compiled kernels per architecture and output kind, for
+// every context in the process.
+var images struct {
+	sync.Mutex
+	m map[string]imageResult
+}
+
+type imageResult struct {
+	image []byte
+	err   error
+}
+
+func kernelImage(major, minor int, out nvrtc.Output) ([]byte, error) {
+	arch := fmt.Sprintf("sm_%d%d", major, minor)
+	if out == nvrtc.PTX {
+		arch = fmt.Sprintf("compute_%d%d", major, minor)
+	}
+	images.Lock()
+	defer images.Unlock()
+	if r, ok := images.m[arch]; ok {
+		return r.image, r.err
+	}
+	var headers []nvrtc.Header
+	names, sources := kernels.StridedHeaders()
+	for i := range names {
+		headers = append(headers, nvrtc.Header{Name: names[i], Source: sources[i]})
+	}
+	opts := []string{"--gpu-architecture=" + arch, "--std=c++17"}
+	image, err := nvrtc.Compile(kernels.StridedSource(), "m2n_strided.cu", headers, opts, out)
+	if err != nil {
+		err = fmt.Errorf("cuda: compiling the strided-copy kernels for %s: %w", arch, err)
+	}
+	if images.m == nil {
+		images.m = map[string]imageResult{}
+	}
+	images.m[arch] = imageResult{image, err}
+	return image, err
+}
+
+// loadKernels returns the context's strided-copy kernels, compiling and
+// loading them on first use: a CUBIN for the device's architecture, or PTX
+// for the driver to compile if the CUBIN does not load.
+func (c *Context) loadKernels() (*kernelSet, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released {
+		return nil, errors.New("cuda: context already released")
+	}
+	if c.kernels != nil {
+		return c.kernels, nil
+	}
+	major, minor, err := c.dev.ComputeCapability()
+	if err != nil {
+		return nil, err
+	}
+	image, err := kernelImage(major, minor, nvrtc.CUBIN)
+	var ks *kernelSet
+	if err == nil {
+		ks, err = c.loadModule(image)
+	}
+	if err != nil {
+		ptx, perr := kernelImage(major, minor, nvrtc.PTX)
+		if perr == nil {
+			// PTX must be NUL-terminated for cuModuleLoadData.
+			ks, perr = c.loadModule(append(ptx[:len(ptx):len(ptx)], 0))
+		}
+		if perr != nil {
+			return nil, errors.Join(err, perr)
+		}
+	}
+	c.kernels = ks
+	return ks, nil
+}
+
+// loadModule loads a compiled strided-copy module into the context and
+// looks up its kernels and how many of their blocks fit on the device.
+func (c *Context) loadModule(image []byte) (*kernelSet, error) {
+	var mod C.CUmodule
+	if err := check("cuModuleLoadData", C.m2n_cuModuleLoadData(c.h, &mod, unsafe.Pointer(&image[0]))); err != nil {
+		return nil, err
+	}
+	ks := &kernelSet{mod: mod}
+	for i, w := range widths {
+		name := C.CString(fmt.Sprintf("m2n_copy%d", w))
+		err := check("cuModuleGetFunction", C.m2n_cuModuleGetFunction(c.h, &ks.fn[i], mod, name))
+		C.free(unsafe.Pointer(name))
+		if err != nil {
+			C.m2n_cuModuleUnload(c.h, mod)
+			return nil, err
+		}
+		var n C.int
+		if err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+			C.m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(c.h, &n, ks.fn[i], blockThreads)); err != nil {
+			C.m2n_cuModuleUnload(c.h, mod)
+			return nil, err
+		}
+		ks.resident[i] = max(int(n), 1) * c.sms
+	}
+	return ks, nil
+}
+
+func (k *kernelSet) unload(c *Context) error {
+	return check("cuModuleUnload", C.m2n_cuModuleUnload(c.h, k.mod))
+}
+
+// cParams marshals the plan into the kernels' parameter block.
+func (p *copyPlan) cParams() C.m2n_copy_params {
+	var cp C.m2n_copy_params
+	fill := func(cs *C.m2n_side, s planSide) {
+		cs.base = C.ulonglong(s.base)
+		cs.nd = C.ulonglong(len(s.count))
+		for i := range s.count {
+			cs.count[i] = C.ulonglong(s.count[i])
+			cs.stride[i] = C.ulonglong(s.stride[i])
+		}
+	}
+	fill(&cp.src, p.src)
+	fill(&cp.dst, p.dst)
+	cp.rows = C.ulonglong(p.rows)
+	cp.run_elems = C.ulonglong(p.runElems)
+	cp.chunk_elems = C.ulonglong(p.chunkElems)
+	cp.chunks_per_row = C.ulonglong(p.chunksPerRow)
+	cp.items = C.ulonglong(p.items)
+	cp.team_shift = C.ulonglong(p.teamShift)
+	return cp
+}
+
+// paramBytes returns the parameter block's bytes, for the CPU emulator.
+func (p *copyPlan) paramBytes() []byte {
+	cp := p.cParams()
+	return C.GoBytes(unsafe.Pointer(&cp), C.sizeof_m2n_copy_params)
+}
+
+func widthIndex(w int) int {
+	for i, x := range widths {
+		if x == w {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("cuda: no kernel for width %d", w))
+}
+
+// launch queues the plan's kernel on s. An empty plan launches nothing.
+func launch(s *Stream, op string, p copyPlan) error {
+	if p.items == 0 {
+		return nil
+	}
+	ks, err := s.ctx.loadKernels()
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	if err := ks.launch(s, p, p.grid(ks.resident[widthIndex(p.width)])); err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	return nil
+}
+
+func (k *kernelSet) launch(s *Stream, p copyPlan, grid int) error {
+	cp := p.cParams()
+	r := C.m2n_launch_copy(s.ctx.h, k.fn[widthIndex(p.width)], C.uint(grid), blockThreads, s.h, &cp)
+	return check("cuLaunchKernel", r)
+}
+
+// Pack queues on s a copy of the bytes desc describes at src into dst,
+// contiguously (desc.Bytes() bytes). Any alignment works; 16-byte aligned
+// addresses, runs and strides get the fastest kernel. Describing no bytes is
+// a no-op that launches nothing. The buffers must not overlap. Errors wrap
+// ErrBadStrided for a bad descriptor; the first call in a context compiles
+// the kernels (NVRTC) and may fail with nvrtc.ErrNotAvailable.
+func Pack(s *Stream, dst, src DevicePtr, desc Strided) error {
+	p, err := planCopy(dst, Contiguous(desc.Bytes()), src, desc)
+	if err != nil {
+		return fmt.Errorf("cuda: Pack: %w", err)
+	}
+	return launch(s, "Pack", p)
+}
+
+// Unpack queues on s a copy of desc.Bytes() contiguous bytes at src to the
+// places desc describes at dst; other bytes of dst are left alone. desc's
+// runs must be disjoint. Otherwise as Pack.
+func Unpack(s *Stream, dst DevicePtr, desc Strided, src DevicePtr) error {
+	p, err := planCopy(dst, desc, src, Contiguous(desc.Bytes()))
+	if err != nil {
+		return fmt.Errorf("cuda: Unpack: %w", err)
+	}
+	return launch(s, "Unpack", p)
+}
+
+// StridedCopy queues on s a copy from the places srcDesc describes at src to
+// the places dstDesc describes at dst, byte k to byte k in packed order. The
+// two must describe the same number of bytes but may have different runs and
+// dimensions (runs are split to their greatest common divisor: keep the runs
+// multiples of each other for speed). dstDesc's runs must be disjoint.
+// Otherwise as Pack.
+func StridedCopy(s *Stream, dst DevicePtr, dstDesc Strided, src DevicePtr, srcDesc Strided) error {
+	p, err := planCopy(dst, dstDesc, src, srcDesc)
+	if err != nil {
+		return fmt.Errorf("cuda: StridedCopy: %w", err)
+	}
+	return launch(s, "StridedCopy", p)
+}

@@ -1,0 +1,45 @@
+package kernels
+
+// #include <stdlib.h>
+// #include <string.h>
+// #include "emu.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// ParamsSize is the size in bytes of the strided-copy kernels' parameter
+// block (m2n_copy_params in params.h).
+const ParamsSize = C.sizeof_m2n_copy_params
+
+// Alloc returns n zeroed bytes of C memory for Emulate, and a function that
+// frees them.
+func Alloc(n int) ([]byte, func()) {
+	p := C.calloc(C.size_t(max(n, 1)), 1)
+	if p == nil {
+		panic("kernels: out of memory")
+	}
+	return unsafe.Slice((*byte)(p), n), func() { C.free(p) }
+}
+
+// Emulate runs the strided-copy kernel m2n_copy<width> on the CPU with the
+// parameter block params (its bytes, as package cuda marshals them) over grid
+// blocks of block threads, one thread after another. It is for tests: the
+// kernels dereference the addresses in params, so they must point into
+// memory from Alloc.
+func Emulate(width int, params []byte, grid, block int) error {
+	if len(params) != ParamsSize {
+		return fmt.Errorf("kernels: parameter block of %d bytes, want %d", len(params), ParamsSize)
+	}
+	if grid < 1 || block < 1 {
+		return fmt.Errorf("kernels: grid %d, block %d", grid, block)
+	}
+	var p C.m2n_copy_params
+	C.memcpy(unsafe.Pointer(&p), unsafe.Pointer(&params[0]), C.size_t(len(params)))
+	if C.m2n_emu_launch(C.int(width), &p, C.uint(grid), C.uint(block)) != 0 {
+		return fmt.Errorf("kernels: no kernel for width %d", width)
+	}
+	return nil
+}

@@ -1,0 +1,10 @@
+#ifndef M2N_EMU_H
+#define M2N_EMU_H
+
+#include "params.h"
+
+// m2n_emu_launch runs kernel m2n_copy<width> over grid blocks of block
+// threads; 0 on success, 1 for an unknown width.
+int m2n_emu_launch(int width, const m2n_copy_params *p, unsigned int grid, unsigned int block);
+
+#endif

@@ -1,0 +1,71 @@
+// strided.cu: the pack/unpack kernels, compiled at run time by NVRTC.
+//
+// One kernel per element width (16, 8, 4, 2, 1 bytes): the host picks the
+// widest one that divides every address, run and stride of the copy. A thread
+// block is split into teams of 2^team_shift threads; a team copies one work
+// item (a chunk of one row) with its lanes striding over the chunk, and teams
+// stride over the items (a grid-stride loop). Row addresses come from the row
+// index by mixed radix over each side's counts and strides.
+//
+// The file is plain C apart from the M2N_* macros, so that the tests can
+// compile it for the CPU (Emulate in emu.go) and run it one thread at a time.
+#include "params.h"
+
+#ifdef __CUDACC__
+#define M2N_KERNEL extern "C" __global__ void __launch_bounds__(256)
+#define M2N_INLINE __device__ __forceinline__
+#define M2N_ALIGNED(n) struct alignas(n)
+// __grid_constant__ (sm_70+, CUDA 11.7+) lets the kernel take the address of
+// its parameter block without a per-thread copy to local memory.
+#define M2N_PARAMS const __grid_constant__ m2n_copy_params
+#endif
+
+typedef M2N_ALIGNED(16) m2n_v16 { unsigned int x, y, z, w; } m2n_v16;
+
+#define M2N_UNROLL 4
+
+M2N_INLINE unsigned long long m2n_row_offset(const m2n_side *s, unsigned long long row) {
+	// Unrolled with constant indices so that the arrays stay in the
+	// parameter bank; nd is the same for every thread, so the branches are
+	// uniform.
+	const int nd = (int)s->nd;
+	unsigned long long off = 0;
+#pragma unroll
+	for (int i = M2N_MAX_DIMS - 1; i > 0; --i) {
+		if (i < nd) {
+			const unsigned long long c = s->count[i];
+			unsigned long long q;
+			if (((row | c) >> 32) == 0) {
+				q = (unsigned int)row / (unsigned int)c;
+			} else {
+				q = row / c;
+			}
+			off += (row - q * c) * s->stride[i];
+			row = q;
+		}
+	}
+	if (nd > 0) {
+		off += row * s->stride[0];
+	}
+	return off;
+}
+
+#define M2N_NAME m2n_copy16
+#define M2N_T m2n_v16
+#include "strided_body.h"
+
+#define M2N_NAME m2n_copy8
+#define M2N_T unsigned long long
+#include "strided_body.h"
+
+#define M2N_NAME m2n_copy4
+#define M2N_T unsigned int
+#include "strided_body.h"
+
+#define M2N_NAME m2n_copy2
+#define M2N_T unsigned short
+#include "strided_body.h"
+
+#define M2N_NAME m2n_copy1
+#define M2N_T unsigned char
+#include "strided_body.h"

@@ -1,0 +1,42 @@
+// strided_body.h is one strided-copy kernel, instantiated by strided.cu for
+// each element type M2N_T under the name M2N_NAME. It has no include guard on
+// purpose.
+M2N_KERNEL M2N_NAME(M2N_PARAMS p) {
+	const unsigned int shift = (unsigned int)p.team_shift;
+	const unsigned int team = 1u << shift;
+	const unsigned int lane = threadIdx.x & (team - 1);
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
+	const unsigned long long step = (unsigned long long)gridDim.x * teams;
+	for (unsigned long long item = (unsigned long long)blockIdx.x * teams + (threadIdx.x >> shift); item < p.items;
+	     item += step) {
+		unsigned long long row = item, chunk = 0;
+		if (p.chunks_per_row > 1) {
+			row = item / p.chunks_per_row;
+			chunk = item - row * p.chunks_per_row;
+		}
+		const M2N_T *__restrict__ s = (const M2N_T *)(p.src.base + m2n_row_offset(&p.src, row));
+		M2N_T *__restrict__ d = (M2N_T *)(p.dst.base + m2n_row_offset(&p.dst, row));
+		unsigned long long c = chunk * p.chunk_elems + lane;
+		unsigned long long end = (chunk + 1) * p.chunk_elems;
+		if (end > p.run_elems) {
+			end = p.run_elems;
+		}
+		// Four loads in flight per thread before the stores.
+		for (; c + (M2N_UNROLL - 1) * (unsigned long long)team < end; c += M2N_UNROLL * (unsigned long long)team) {
+			M2N_T v0 = s[c];
+			M2N_T v1 = s[c + team];
+			M2N_T v2 = s[c + 2 * team];
+			M2N_T v3 = s[c + 3 * team];
+			d[c] = v0;
+			d[c + team] = v1;
+			d[c + 2 * team] = v2;
+			d[c + 3 * team] = v3;
+		}
+		for (; c < end; c += team) {
+			d[c] = s[c];
+		}
+	}
+}
+
+#undef M2N_NAME
+#undef M2N_T

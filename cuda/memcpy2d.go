@@ -1,0 +1,74 @@
+package cuda
+
+// #include "shim.h"
+import "C"
+
+import "fmt"
+
+// Copy2D is a pitched device-to-device copy: Height rows of Width bytes, row
+// i read from Src+i*SrcPitch and written to Dst+i*DstPitch.
+type Copy2D struct {
+	Dst, Src           DevicePtr
+	DstPitch, SrcPitch int
+	Width, Height      int
+}
+
+// Memcpy2DAsync queues c with the copy engines (cuMemcpy2DAsync). It is kept
+// for comparison with Pack: on an H200, packing 1 GiB from rows at twice
+// their width apart, it reached 68%, 76% and 40% of a plain copy for rows of
+// 256 B, 4 KiB and 64 KiB.
+func Memcpy2DAsync(s *Stream, c Copy2D) error {
+	if c.Width < 0 || c.Height < 0 || c.DstPitch < c.Width || c.SrcPitch < c.Width {
+		return fmt.Errorf("cuda: cuMemcpy2DAsync: bad shape %+v", c)
+	}
+	if c.Width == 0 || c.Height == 0 {
+		return nil
+	}
+	p := C.m2n_memcpy2d{
+		srcMemoryType: C.M2N_CU_MEMORYTYPE_DEVICE,
+		srcDevice:     C.CUdeviceptr(c.Src),
+		srcPitch:      C.size_t(c.SrcPitch),
+		dstMemoryType: C.M2N_CU_MEMORYTYPE_DEVICE,
+		dstDevice:     C.CUdeviceptr(c.Dst),
+		dstPitch:      C.size_t(c.DstPitch),
+		WidthInBytes:  C.size_t(c.Width),
+		Height:        C.size_t(c.Height),
+	}
+	return check("cuMemcpy2DAsync", C.m2n_cuMemcpy2DAsync(s.ctx.h, &p, s.h))
+}
+
+// Copy3D is a pitched device-to-device copy of Depth slices of Height rows of
+// Width bytes. A slice is Height rows of Pitch bytes on each side, so
+// SrcHeight and DstHeight (rows per slice, at least Height) set the slice
+// strides: row i of slice k starts at Src + (k*SrcHeight + i)*SrcPitch.
+type Copy3D struct {
+	Dst, Src             DevicePtr
+	DstPitch, SrcPitch   int
+	DstHeight, SrcHeight int
+	Width, Height, Depth int
+}
+
+// Memcpy3DAsync queues c with the copy engines (cuMemcpy3DAsync).
+func Memcpy3DAsync(s *Stream, c Copy3D) error {
+	if c.Width < 0 || c.Height < 0 || c.Depth < 0 || c.DstPitch < c.Width || c.SrcPitch < c.Width ||
+		c.DstHeight < c.Height || c.SrcHeight < c.Height {
+		return fmt.Errorf("cuda: cuMemcpy3DAsync: bad shape %+v", c)
+	}
+	if c.Width == 0 || c.Height == 0 || c.Depth == 0 {
+		return nil
+	}
+	p := C.m2n_memcpy3d{
+		srcMemoryType: C.M2N_CU_MEMORYTYPE_DEVICE,
+		srcDevice:     C.CUdeviceptr(c.Src),
+		srcPitch:      C.size_t(c.SrcPitch),
+		srcHeight:     C.size_t(c.SrcHeight),
+		dstMemoryType: C.M2N_CU_MEMORYTYPE_DEVICE,
+		dstDevice:     C.CUdeviceptr(c.Dst),
+		dstPitch:      C.size_t(c.DstPitch),
+		dstHeight:     C.size_t(c.DstHeight),
+		WidthInBytes:  C.size_t(c.Width),
+		Height:        C.size_t(c.Height),
+		Depth:         C.size_t(c.Depth),
+	}
+	return check("cuMemcpy3DAsync", C.m2n_cuMemcpy3DAsync(s.ctx.h, &p, s.h))
+}

@@ -1,0 +1,274 @@
+// shim.c opens libcuda.so.1 with dlopen and forwards calls to it. Entry points
+// are resolved with cuGetProcAddress_v2 (CUDA >= 12.0) at a fixed API version,
+// so each name maps to the ABI this file was written against even where later
+// toolkits renamed or versioned it; where cuGetProcAddress_v2 is absent or
+// refuses a name, the exact exported (versioned) symbol is looked up instead.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shim.h"
+
+// CUDA 12.0: the ABI version every entry point below is requested at, unless
+// its table row says otherwise.
+#define M2N_CUDA_ABI 12000
+// CU_GET_PROC_ADDRESS_LEGACY_STREAM: the null stream means the legacy stream.
+#define M2N_PROC_LEGACY_STREAM 1
+
+typedef CUresult (*getproc_fn)(const char *, void **, int, unsigned long long, int *);
+
+static struct {
+	CUresult (*cuInit)(unsigned int);
+	CUresult (*cuGetErrorName)(CUresult, const char **);
+	CUresult (*cuGetErrorString)(CUresult, const char **);
+	CUresult (*cuDriverGetVersion)(int *);
+	CUresult (*cuDeviceGetCount)(int *);
+	CUresult (*cuDeviceGet)(CUdevice *, int);
+	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+	CUresult (*cuDeviceGetPCIBusId)(char *, int, CUdevice);
+	CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
+	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+	CUresult (*cuCtxSetCurrent)(CUcontext);
+	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuMemGetInfo)(size_t *, size_t *);
+	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+	CUresult (*cuMemFree)(CUdeviceptr);
+	CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
+	CUresult (*cuMemFreeHost)(void *);
+	CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+	CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+	CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuMemcpy2DAsync)(const m2n_memcpy2d *, CUstream);
+	CUresult (*cuMemcpy3DAsync)(const m2n_memcpy3d *, CUstream);
+	CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+	CUresult (*cuStreamDestroy)(CUstream);
+	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuStreamQuery)(CUstream);
+	CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
+	CUresult (*cuEventCreate)(CUevent *, unsigned int);
+	CUresult (*cuEventDestroy)(CUevent);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventSynchronize)(CUevent);
+	CUresult (*cuEventQuery)(CUevent);
+	CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+	CUresult (*cuModuleUnload)(CUmodule);
+	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
+	CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+		unsigned int, unsigned int, CUstream, void **, void **);
+} fn;
+
+// One row per entry point: the slot, the name cuGetProcAddress knows, the API
+// version to ask for, and the exported symbols to try with dlsym, in order.
+struct entry {
+	void **slot;
+	const char *name;
+	int version;
+	const char *exported[2];
+};
+
+#define E(f, v, s1, s2) { (void **)&fn.f, #f, v, { s1, s2 } }
+
+static struct entry entries[] = {
+	E(cuInit, M2N_CUDA_ABI, "cuInit", NULL),
+	E(cuGetErrorName, M2N_CUDA_ABI, "cuGetErrorName", NULL),
+	E(cuGetErrorString, M2N_CUDA_ABI, "cuGetErrorString", NULL),
+	E(cuDriverGetVersion, M2N_CUDA_ABI, "cuDriverGetVersion", NULL),
+	E(cuDeviceGetCount, M2N_CUDA_ABI, "cuDeviceGetCount", NULL),
+	E(cuDeviceGet, M2N_CUDA_ABI, "cuDeviceGet", NULL),
+	E(cuDeviceGetName, M2N_CUDA_ABI, "cuDeviceGetName", NULL),
+	E(cuDeviceGetAttribute, M2N_CUDA_ABI, "cuDeviceGetAttribute", NULL),
+	E(cuDeviceGetPCIBusId, M2N_CUDA_ABI, "cuDeviceGetPCIBusId", NULL),
+	E(cuDeviceTotalMem, M2N_CUDA_ABI, "cuDeviceTotalMem_v2", NULL),
+	E(cuDevicePrimaryCtxRetain, M2N_CUDA_ABI, "cuDevicePrimaryCtxRetain", NULL),
+	E(cuDevicePrimaryCtxRelease, M2N_CUDA_ABI, "cuDevicePrimaryCtxRelease_v2", NULL),
+	E(cuCtxSetCurrent, M2N_CUDA_ABI, "cuCtxSetCurrent", NULL),
+	E(cuCtxSynchronize, M2N_CUDA_ABI, "cuCtxSynchronize", NULL),
+	E(cuMemGetInfo, M2N_CUDA_ABI, "cuMemGetInfo_v2", NULL),
+	E(cuMemAlloc, M2N_CUDA_ABI, "cuMemAlloc_v2", NULL),
+	E(cuMemFree, M2N_CUDA_ABI, "cuMemFree_v2", NULL),
+	E(cuMemHostAlloc, M2N_CUDA_ABI, "cuMemHostAlloc", NULL),
+	E(cuMemFreeHost, M2N_CUDA_ABI, "cuMemFreeHost", NULL),
+	E(cuMemsetD8, M2N_CUDA_ABI, "cuMemsetD8_v2", NULL),
+	E(cuMemsetD8Async, M2N_CUDA_ABI, "cuMemsetD8Async", NULL),
+	E(cuMemcpyHtoD, M2N_CUDA_ABI, "cuMemcpyHtoD_v2", NULL),
+	E(cuMemcpyDtoH, M2N_CUDA_ABI, "cuMemcpyDtoH_v2", NULL),
+	E(cuMemcpyDtoD, M2N_CUDA_ABI, "cuMemcpyDtoD_v2", NULL),
+	E(cuMemcpyHtoDAsync, M2N_CUDA_ABI, "cuMemcpyHtoDAsync_v2", NULL),
+	E(cuMemcpyDtoHAsync, M2N_CUDA_ABI, "cuMemcpyDtoHAsync_v2", NULL),
+	E(cuMemcpyDtoDAsync, M2N_CUDA_ABI, "cuMemcpyDtoDAsync_v2", NULL),
+	E(cuMemcpy2DAsync, M2N_CUDA_ABI, "cuMemcpy2DAsync_v2", NULL),
+	E(cuMemcpy3DAsync, M2N_CUDA_ABI, "cuMemcpy3DAsync_v2", NULL),
+	E(cuStreamCreate, M2N_CUDA_ABI, "cuStreamCreate", NULL),
+	E(cuStreamDestroy, M2N_CUDA_ABI, "cuStreamDestroy_v2", NULL),
+	E(cuStreamSynchronize, M2N_CUDA_ABI, "cuStreamSynchronize", NULL),
+	E(cuStreamQuery, M2N_CUDA_ABI, "cuStreamQuery", NULL),
+	E(cuStreamWaitEvent, M2N_CUDA_ABI, "cuStreamWaitEvent", NULL),
+	E(cuEventCreate, M2N_CUDA_ABI, "cuEventCreate", NULL),
+	E(cuEventDestroy, M2N_CUDA_ABI, "cuEventDestroy_v2", NULL),
+	E(cuEventRecord, M2N_CUDA_ABI, "cuEventRecord", NULL),
+	E(cuEventSynchronize, M2N_CUDA_ABI, "cuEventSynchronize", NULL),
+	E(cuEventQuery, M2N_CUDA_ABI, "cuEventQuery", NULL),
+	// CUDA 12.8 added cuEventElapsedTime_v2 (same signature) and CUDA 13's
+	// header maps the plain name to it; older drivers have only the first.
+	E(cuEventElapsedTime, 12080, "cuEventElapsedTime_v2", "cuEventElapsedTime"),
+	E(cuModuleLoadData, M2N_CUDA_ABI, "cuModuleLoadData", NULL),
+	E(cuModuleUnload, M2N_CUDA_ABI, "cuModuleUnload", NULL),
+	E(cuModuleGetFunction, M2N_CUDA_ABI, "cuModuleGetFunction", NULL),
+	E(cuOccupancyMaxActiveBlocksPerMultiprocessor, M2N_CUDA_ABI, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL),
+	E(cuLaunchKernel, M2N_CUDA_ABI, "cuLaunchKernel", NULL),
+};
+
+#undef E
+
+static void *lib;
+
+int m2n_cu_open(const char *path, char *err, size_t errlen) {
+	if (lib != NULL) {
+		return 0;
+	}
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+		return 1;
+	}
+	getproc_fn getproc = (getproc_fn)dlsym(h, "cuGetProcAddress_v2");
+	for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
+		struct entry *e = &entries[i];
+		void *p = NULL;
+		if (getproc != NULL) {
+			int status = 0;
+			if (getproc(e->name, &p, e->version, M2N_PROC_LEGACY_STREAM, &status) != 0 || status != 0) {
+				p = NULL;
+				if (e->version != M2N_CUDA_ABI &&
+				    (getproc(e->name, &p, M2N_CUDA_ABI, M2N_PROC_LEGACY_STREAM, &status) != 0 || status != 0)) {
+					p = NULL;
+				}
+			}
+		}
+		for (int j = 0; p == NULL && j < 2 && e->exported[j] != NULL; j++) {
+			p = dlsym(h, e->exported[j]);
+		}
+		if (p == NULL) {
+			snprintf(err, errlen, "%s: no entry point %s", path, e->name);
+			dlclose(h);
+			memset(&fn, 0, sizeof(fn));
+			return 2;
+		}
+		*e->slot = p;
+	}
+	lib = h;
+	return 0;
+}
+
+static CUresult cur(CUcontext ctx) {
+	return ctx == NULL ? 0 : fn.cuCtxSetCurrent(ctx);
+}
+
+#define WITH_CTX(call)                  \
+	do {                            \
+		CUresult r_ = cur(ctx); \
+		if (r_ != 0) {          \
+			return r_;      \
+		}                       \
+		return call;            \
+	} while (0)
+
+CUresult m2n_cuInit(void) { return fn.cuInit(0); }
+
+const char *m2n_cuErrorName(CUresult r) {
+	const char *s = NULL;
+	if (fn.cuGetErrorName == NULL || fn.cuGetErrorName(r, &s) != 0) {
+		return NULL;
+	}
+	return s;
+}
+
+const char *m2n_cuErrorString(CUresult r) {
+	const char *s = NULL;
+	if (fn.cuGetErrorString == NULL || fn.cuGetErrorString(r, &s) != 0) {
+		return NULL;
+	}
+	return s;
+}
+
+CUresult m2n_cuDriverGetVersion(int *v) { return fn.cuDriverGetVersion(v); }
+CUresult m2n_cuDeviceGetCount(int *n) { return fn.cuDeviceGetCount(n); }
+CUresult m2n_cuDeviceGet(CUdevice *d, int ordinal) { return fn.cuDeviceGet(d, ordinal); }
+CUresult m2n_cuDeviceGetName(char *name, int len, CUdevice d) { return fn.cuDeviceGetName(name, len, d); }
+CUresult m2n_cuDeviceGetAttribute(int *v, int attr, CUdevice d) { return fn.cuDeviceGetAttribute(v, attr, d); }
+CUresult m2n_cuDeviceGetPCIBusId(char *id, int len, CUdevice d) { return fn.cuDeviceGetPCIBusId(id, len, d); }
+CUresult m2n_cuDeviceTotalMem(size_t *bytes, CUdevice d) { return fn.cuDeviceTotalMem(bytes, d); }
+CUresult m2n_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) { return fn.cuDevicePrimaryCtxRetain(ctx, d); }
+CUresult m2n_cuDevicePrimaryCtxRelease(CUdevice d) { return fn.cuDevicePrimaryCtxRelease(d); }
+CUresult m2n_cuCtxSetCurrent(CUcontext ctx) { return fn.cuCtxSetCurrent(ctx); }
+CUresult m2n_cuCtxSynchronize(CUcontext ctx) { WITH_CTX(fn.cuCtxSynchronize()); }
+CUresult m2n_cuMemGetInfo(CUcontext ctx, size_t *free_, size_t *total) { WITH_CTX(fn.cuMemGetInfo(free_, total)); }
+CUresult m2n_cuMemAlloc(CUcontext ctx, CUdeviceptr *p, size_t n) { WITH_CTX(fn.cuMemAlloc(p, n)); }
+CUresult m2n_cuMemFree(CUcontext ctx, CUdeviceptr p) { WITH_CTX(fn.cuMemFree(p)); }
+CUresult m2n_cuMemHostAlloc(CUcontext ctx, void **p, size_t n, unsigned int flags) {
+	WITH_CTX(fn.cuMemHostAlloc(p, n, flags));
+}
+CUresult m2n_cuMemFreeHost(CUcontext ctx, void *p) { WITH_CTX(fn.cuMemFreeHost(p)); }
+CUresult m2n_cuMemsetD8(CUcontext ctx, CUdeviceptr p, unsigned char v, size_t n) { WITH_CTX(fn.cuMemsetD8(p, v, n)); }
+CUresult m2n_cuMemsetD8Async(CUcontext ctx, CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
+	WITH_CTX(fn.cuMemsetD8Async(p, v, n, s));
+}
+CUresult m2n_cuMemcpyHtoD(CUcontext ctx, CUdeviceptr dst, const void *src, size_t n) {
+	WITH_CTX(fn.cuMemcpyHtoD(dst, src, n));
+}
+CUresult m2n_cuMemcpyDtoH(CUcontext ctx, void *dst, CUdeviceptr src, size_t n) {
+	WITH_CTX(fn.cuMemcpyDtoH(dst, src, n));
+}
+CUresult m2n_cuMemcpyDtoD(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n) {
+	WITH_CTX(fn.cuMemcpyDtoD(dst, src, n));
+}
+CUresult m2n_cuMemcpyHtoDAsync(CUcontext ctx, CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+	WITH_CTX(fn.cuMemcpyHtoDAsync(dst, src, n, s));
+}
+CUresult m2n_cuMemcpyDtoHAsync(CUcontext ctx, void *dst, CUdeviceptr src, size_t n, CUstream s) {
+	WITH_CTX(fn.cuMemcpyDtoHAsync(dst, src, n, s));
+}
+CUresult m2n_cuMemcpyDtoDAsync(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+	WITH_CTX(fn.cuMemcpyDtoDAsync(dst, src, n, s));
+}
+CUresult m2n_cuMemcpy2DAsync(CUcontext ctx, const m2n_memcpy2d *p, CUstream s) { WITH_CTX(fn.cuMemcpy2DAsync(p, s)); }
+CUresult m2n_cuMemcpy3DAsync(CUcontext ctx, const m2n_memcpy3d *p, CUstream s) { WITH_CTX(fn.cuMemcpy3DAsync(p, s)); }
+CUresult m2n_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned int flags) { WITH_CTX(fn.cuStreamCreate(s, flags)); }
+CUresult m2n_cuStreamDestroy(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamDestroy(s)); }
+CUresult m2n_cuStreamSynchronize(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamSynchronize(s)); }
+CUresult m2n_cuStreamQuery(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamQuery(s)); }
+CUresult m2n_cuStreamWaitEvent(CUcontext ctx, CUstream s, CUevent e) { WITH_CTX(fn.cuStreamWaitEvent(s, e, 0)); }
+CUresult m2n_cuEventCreate(CUcontext ctx, CUevent *e, unsigned int flags) { WITH_CTX(fn.cuEventCreate(e, flags)); }
+CUresult m2n_cuEventDestroy(CUcontext ctx, CUevent e) { WITH_CTX(fn.cuEventDestroy(e)); }
+CUresult m2n_cuEventRecord(CUcontext ctx, CUevent e, CUstream s) { WITH_CTX(fn.cuEventRecord(e, s)); }
+CUresult m2n_cuEventSynchronize(CUcontext ctx, CUevent e) { WITH_CTX(fn.cuEventSynchronize(e)); }
+CUresult m2n_cuEventQuery(CUcontext ctx, CUevent e) { WITH_CTX(fn.cuEventQuery(e)); }
+CUresult m2n_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent start, CUevent end) {
+	WITH_CTX(fn.cuEventElapsedTime(ms, start, end));
+}
+CUresult m2n_cuModuleLoadData(CUcontext ctx, CUmodule *m, const void *image) { WITH_CTX(fn.cuModuleLoadData(m, image)); }
+CUresult m2n_cuModuleUnload(CUcontext ctx, CUmodule m) { WITH_CTX(fn.cuModuleUnload(m)); }
+CUresult m2n_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const char *name) {
+	WITH_CTX(fn.cuModuleGetFunction(f, m, name));
+}
+CUresult m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(CUcontext ctx, int *n, CUfunction f, int block) {
+	WITH_CTX(fn.cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, 0));
+}
+
+CUresult m2n_launch_copy(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+	const m2n_copy_params *p) {
+	// The kernel takes the struct by value; cuLaunchKernel copies it out of
+	// *p before returning, so p may live in Go memory.
+	void *args[1] = { (void *)p };
+	WITH_CTX(fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
+}

@@ -1,0 +1,113 @@
+package cuda
+
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Stream is a CUDA stream of one context. Work on one stream runs in order;
+// separate streams may overlap. Streams made here are non-blocking: they do
+// not synchronise with the legacy null stream.
+type Stream struct {
+	ctx *Context
+	h   C.CUstream
+}
+
+// CU_STREAM_NON_BLOCKING (cuda.h).
+const streamNonBlocking = 0x1
+
+// NewStream creates a non-blocking stream (cuStreamCreate).
+func (c *Context) NewStream() (*Stream, error) {
+	var h C.CUstream
+	if err := check("cuStreamCreate", C.m2n_cuStreamCreate(c.h, &h, streamNonBlocking)); err != nil {
+		return nil, err
+	}
+	return &Stream{ctx: c, h: h}, nil
+}
+
+// Context returns the stream's context.
+func (s *Stream) Context() *Context { return s.ctx }
+
+// Handle returns the CUstream (the same value as a cudaStream_t), for NCCL
+// and other libraries.
+func (s *Stream) Handle() uintptr { return uintptr(unsafe.Pointer(s.h)) }
+
+// Destroy destroys the stream (cuStreamDestroy); work already queued still
+// completes. A second call is a no-op.
+func (s *Stream) Destroy() error {
+	if s.h == nil {
+		return nil
+	}
+	h := s.h
+	s.h = nil
+	return check("cuStreamDestroy", C.m2n_cuStreamDestroy(s.ctx.h, h))
+}
+
+// Synchronize waits for all work queued on the stream (cuStreamSynchronize).
+func (s *Stream) Synchronize() error {
+	return check("cuStreamSynchronize", C.m2n_cuStreamSynchronize(s.ctx.h, s.h))
+}
+
+// Query reports whether all work queued on the stream has completed
+// (cuStreamQuery).
+func (s *Stream) Query() (bool, error) {
+	r := C.m2n_cuStreamQuery(s.ctx.h, s.h)
+	if r == CodeNotReady {
+		return false, nil
+	}
+	return true, check("cuStreamQuery", r)
+}
+
+// WaitEvent makes later work on the stream wait for the event's last record
+// (cuStreamWaitEvent). The event may belong to another stream or context.
+func (s *Stream) WaitEvent(e *Event) error {
+	return check("cuStreamWaitEvent", C.m2n_cuStreamWaitEvent(s.ctx.h, s.h, e.h))
+}
+
+// Memset queues setting n bytes at p to v (cuMemsetD8Async).
+func (s *Stream) Memset(p DevicePtr, v byte, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return check("cuMemsetD8Async", C.m2n_cuMemsetD8Async(s.ctx.h, C.CUdeviceptr(p), C.uchar(v), C.size_t(n), s.h))
+}
+
+// CopyHtoD queues a copy of src to device memory at dst (cuMemcpyHtoDAsync).
+// src must lie in a HostBuffer and stay untouched until the copy completes.
+func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	if !isPinned(src) {
+		return fmt.Errorf("cuda: cuMemcpyHtoDAsync: source is not pinned memory from HostAlloc")
+	}
+	return check("cuMemcpyHtoDAsync",
+		C.m2n_cuMemcpyHtoDAsync(s.ctx.h, C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), s.h))
+}
+
+// CopyDtoH queues a copy of len(dst) bytes from device memory at src
+// (cuMemcpyDtoHAsync). dst must lie in a HostBuffer and is only complete once
+// the stream has synchronised past the copy.
+func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	if !isPinned(dst) {
+		return fmt.Errorf("cuda: cuMemcpyDtoHAsync: destination is not pinned memory from HostAlloc")
+	}
+	return check("cuMemcpyDtoHAsync",
+		C.m2n_cuMemcpyDtoHAsync(s.ctx.h, unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst)), s.h))
+}
+
+// CopyDtoD queues a copy of n bytes between device buffers
+// (cuMemcpyDtoDAsync).
+func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoDAsync",
+		C.m2n_cuMemcpyDtoDAsync(s.ctx.h, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), s.h))
+}

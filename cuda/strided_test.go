@@ -1,0 +1,303 @@
+package cuda
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"github.com/m2n-dev/m2n/cuda/kernels"
+)
+
+func TestStridedValidate(t *testing.T) {
+	ok := []Strided{
+		{},
+		{Run: 5},
+		{Offset: 3, Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 10}},
+		{Run: 4, Count: []int64{0}, Stride: []int64{1}},
+		{Run: 4, Count: []int64{1, 1, 1, 1, 1, 1, 1}, Stride: make([]int64, 7)},
+	}
+	for _, d := range ok {
+		if err := d.Validate(); err != nil {
+			t.Errorf("%+v: %v", d, err)
+		}
+	}
+	bad := []Strided{
+		{Offset: -1, Run: 1},
+		{Run: -1},
+		{Run: 1, Count: []int64{2}},
+		{Run: 1, Count: []int64{2}, Stride: []int64{-1}},
+		{Run: 1, Count: []int64{-2}, Stride: []int64{1}},
+		{Run: 1, Count: []int64{0, -1}, Stride: []int64{1, 1}},
+		{Run: 1, Count: make([]int64, 8), Stride: make([]int64, 8)},
+		{Run: 1 << 40, Count: []int64{1 << 30}, Stride: []int64{1 << 40}},
+		{Run: 1, Count: []int64{1 << 40, 1 << 40}, Stride: []int64{1, 1}},
+	}
+	for _, d := range bad {
+		if err := d.Validate(); !errors.Is(err, ErrBadStrided) {
+			t.Errorf("%+v: got %v, want ErrBadStrided", d, err)
+		}
+	}
+}
+
+func TestStridedBytesExtent(t *testing.T) {
+	d := Strided{Offset: 3, Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 10}}
+	if got := d.Bytes(); got != 24 {
+		t.Errorf("Bytes = %d, want 24", got)
+	}
+	if got := d.Extent(); got != 3+100+20+4 {
+		t.Errorf("Extent = %d, want 127", got)
+	}
+	if got := (Strided{Offset: 9, Run: 4, Count: []int64{0}, Stride: []int64{1}}).Extent(); got != 0 {
+		t.Errorf("empty Extent = %d, want 0", got)
+	}
+}
+
+func TestCheckDisjoint(t *testing.T) {
+	ok := []Strided{
+		{Run: 4, Count: []int64{3}, Stride: []int64{4}},
+		{Run: 4, Count: []int64{2, 3}, Stride: []int64{4, 8}}, // transposed
+		{Run: 4, Count: []int64{3, 1}, Stride: []int64{4, 0}},
+	}
+	for _, d := range ok {
+		if err := d.checkDisjoint(); err != nil {
+			t.Errorf("%+v: %v", d, err)
+		}
+	}
+	bad := []Strided{
+		{Run: 4, Count: []int64{3}, Stride: []int64{3}},
+		{Run: 4, Count: []int64{2}, Stride: []int64{0}},
+		{Run: 2, Count: []int64{2, 3}, Stride: []int64{4, 2}},
+	}
+	for _, d := range bad {
+		if err := d.checkDisjoint(); !errors.Is(err, ErrBadStrided) {
+			t.Errorf("%+v: got %v, want ErrBadStrided", d, err)
+		}
+	}
+}
+
+func TestHostPackExample(t *testing.T) {
+	// Rows 1..2, columns 1..3 of a 3x4 matrix of bytes.
+	src := []byte{
+		0, 1, 2, 3,
+		4, 5, 6, 7,
+		8, 9, 10, 11,
+	}
+	d := Strided{Offset: 5, Run: 2, Count: []int64{2}, Stride: []int64{4}}
+	got := make([]byte, 4)
+	if err := HostPack(got, src, d); err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{5, 6, 9, 10}; !bytes.Equal(got, want) {
+		t.Errorf("HostPack = %v, want %v", got, want)
+	}
+	back := make([]byte, 12)
+	if err := HostUnpack(back, d, got); err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{0, 0, 0, 0, 0, 5, 6, 0, 0, 9, 10, 0}; !bytes.Equal(back, want) {
+		t.Errorf("HostUnpack = %v, want %v", back, want)
+	}
+	if err := HostPack(got, src[:10], d); !errors.Is(err, ErrBadStrided) {
+		t.Errorf("short source: got %v, want ErrBadStrided", err)
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	cases := []struct {
+		d    Strided
+		run  uint64
+		dims []dim
+	}{
+		{Strided{Run: 8}, 8, nil},
+		// Whole rows of a 4x8 matrix: one run.
+		{Strided{Run: 8, Count: []int64{4}, Stride: []int64{8}}, 32, nil},
+		// A 2x3x4 box of a 5x3x4 tensor: the inner two merge into the run.
+		{Strided{Run: 4, Count: []int64{2, 3}, Stride: []int64{12, 4}}, 24, nil},
+		// Pitched rows stay; a count-1 dimension disappears.
+		{Strided{Run: 4, Count: []int64{1, 6}, Stride: []int64{999, 8}}, 4, []dim{{6, 8}}},
+		// Two outer dims that are contiguous with each other merge.
+		{Strided{Run: 4, Count: []int64{2, 3}, Stride: []int64{24, 8}}, 4, []dim{{6, 8}}},
+		{Strided{Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 8}}, 4, []dim{{2, 100}, {3, 8}}},
+	}
+	for _, c := range cases {
+		run, dims := normalize(c.d)
+		if run != c.run || !slices.Equal(dims, c.dims) {
+			t.Errorf("normalize(%+v) = %d, %v; want %d, %v", c.d, run, dims, c.run, c.dims)
+		}
+	}
+}
+
+func TestPlanBenchShapes(t *testing.T) {
+	// The benchmark's shapes: rows of 256 B, 4 KiB, 64 KiB at twice their
+	// width apart, 1 GiB in all, from 256-byte aligned buffers.
+	for _, c := range []struct {
+		row                      int64
+		team, chunks, chunkElems uint64
+		grid                     int // with 792 resident blocks
+	}{
+		{256, 16, 1, 16, 792},
+		{4096, 256, 1, 256, 792},
+		{65536, 256, 4, 1024, 65536},
+	} {
+		rows := int64(1<<30) / c.row
+		desc := Strided{Run: c.row, Count: []int64{rows}, Stride: []int64{2 * c.row}}
+		p, err := planCopy(1<<40, Contiguous(desc.Bytes()), 1<<41, desc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.width != 16 || uint64(1)<<p.teamShift != c.team || p.chunksPerRow != c.chunks ||
+			p.chunkElems != c.chunkElems || p.rows != uint64(rows) ||
+			len(p.src.count) != 1 || len(p.dst.count) != 1 || p.grid(792) != c.grid {
+			t.Errorf("row %d: plan %+v", c.row, p)
+		}
+	}
+}
+
+func TestPlanWidth(t *testing.T) {
+	for _, c := range []struct {
+		dst, src DevicePtr
+		d        Strided
+		width    int
+	}{
+		{256, 512, Strided{Run: 32, Count: []int64{4}, Stride: []int64{64}}, 16},
+		{256, 512, Strided{Offset: 8, Run: 32, Count: []int64{4}, Stride: []int64{64}}, 8},
+		{256, 512, Strided{Run: 32, Count: []int64{4}, Stride: []int64{36}}, 4},
+		{258, 512, Strided{Run: 32, Count: []int64{4}, Stride: []int64{64}}, 2},
+		{256, 512, Strided{Run: 33, Count: []int64{4}, Stride: []int64{64}}, 1},
+	} {
+		p, err := planCopy(c.dst, Contiguous(c.d.Bytes()), c.src, c.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.width != c.width {
+			t.Errorf("%+v: width %d, want %d", c, p.width, c.width)
+		}
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	d := Strided{Run: 4, Count: []int64{3}, Stride: []int64{8}}
+	if _, err := planCopy(0, Contiguous(11), 0, d); !errors.Is(err, ErrBadStrided) {
+		t.Errorf("size mismatch: got %v", err)
+	}
+	overlap := Strided{Run: 4, Count: []int64{3}, Stride: []int64{2}}
+	if _, err := planCopy(0, overlap, 0, Contiguous(12)); !errors.Is(err, ErrBadStrided) {
+		t.Errorf("overlapping destination: got %v", err)
+	}
+	if _, err := planCopy(0, Contiguous(12), 0, overlap); err != nil {
+		t.Errorf("overlapping source is fine: got %v", err)
+	}
+	p, err := planCopy(0, Contiguous(0), 0, Strided{Run: 4, Count: []int64{0}, Stride: []int64{4}})
+	if err != nil || p.items != 0 {
+		t.Errorf("empty: plan %+v, %v", p, err)
+	}
+}
+
+// TestParamsLayout checks the marshalled parameter block against the layout
+// in kernels/params.h, field by field.
+func TestParamsLayout(t *testing.T) {
+	p := copyPlan{
+		width: 4,
+		src:   planSide{base: 0x1000, count: []uint64{2, 3}, stride: []uint64{40, 8}},
+		dst:   planSide{base: 0x2000, count: []uint64{6}, stride: []uint64{4}},
+		rows:  6, runElems: 1, chunkElems: 1, chunksPerRow: 1, items: 6, teamShift: 0,
+	}
+	b := p.paramBytes()
+	if len(b) != kernels.ParamsSize || kernels.ParamsSize != 2*(2+2*kernelDims)*8+6*8 {
+		t.Fatalf("parameter block is %d bytes, emulator wants %d", len(b), kernels.ParamsSize)
+	}
+	u := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+	side := (2 + 2*kernelDims) * 8
+	want := map[int]uint64{
+		0: 0x1000, 8: 2, 16: 2, 24: 3, 16 + 8*kernelDims: 40, 24 + 8*kernelDims: 8,
+		side: 0x2000, side + 8: 1, side + 16: 6, side + 16 + 8*kernelDims: 4,
+		2 * side: 6, 2*side + 8: 1, 2*side + 16: 1, 2*side + 24: 1, 2*side + 32: 6, 2*side + 40: 0,
+	}
+	for off, v := range want {
+		if got := u(off); got != v {
+			t.Errorf("byte %d: %d, want %d", off, got, v)
+		}
+	}
+}
+
+// emuCopy runs a plan through the kernel source compiled for the CPU on at
+// most maxBlocks blocks: the grid a launch uses with enough of them, one or
+// a few to make the grid-stride loop wrap.
+func emuCopy(t *testing.T, p copyPlan, maxBlocks int) {
+	t.Helper()
+	if p.items == 0 {
+		return
+	}
+	grid := clampGrid(p.blocksNeeded(), maxBlocks)
+	if err := kernels.Emulate(p.width, p.paramBytes(), grid, blockThreads); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func addr(b []byte) DevicePtr { return DevicePtr(uintptr(unsafe.Pointer(&b[0]))) }
+
+// TestKernelsOnCPU checks Pack, Unpack and StridedCopy plans, run by the real
+// kernel source on the CPU, against the host oracle for random descriptors.
+func TestKernelsOnCPU(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	n := 400
+	if testing.Short() {
+		n = 100
+	}
+	widthsSeen := map[int]int{}
+	for i := range n {
+		sd, sLen := RandomBox(r)
+		total := sd.Bytes()
+		dd, dLen := RandomDisjoint(r, total)
+		if r.IntN(3) == 0 {
+			// Same box shape on the other side, often the common case.
+			dd, dLen = RandomBox(r)
+			if dd.Bytes() != total || dd.checkDisjoint() != nil {
+				dd, dLen = RandomDisjoint(r, total)
+			}
+		}
+		src, freeSrc := kernels.Alloc(int(sLen) + 1)
+		dst, freeDst := kernels.Alloc(int(max(dLen, total)) + 1)
+		for j := range src {
+			src[j] = byte(r.Uint32())
+		}
+		for j := range dst {
+			dst[j] = byte(r.Uint32())
+		}
+		check := func(op string, p copyPlan, err error, oracle func(want []byte) error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("case %d %s: %v", i, op, err)
+			}
+			if p.items > 0 {
+				widthsSeen[p.width]++
+			}
+			want := slices.Clone(dst)
+			if err := oracle(want); err != nil {
+				t.Fatalf("case %d %s: oracle: %v", i, op, err)
+			}
+			emuCopy(t, p, []int{maxGridBlocks, 3, 1}[i%3])
+			if !bytes.Equal(dst, want) {
+				t.Fatalf("case %d %s: src %+v dst %+v: kernel and oracle differ (plan %+v)", i, op, sd, dd, p)
+			}
+		}
+		p, err := planCopy(addr(dst), Contiguous(total), addr(src), sd)
+		check("Pack", p, err, func(want []byte) error { return HostPack(want, src, sd) })
+		p, err = planCopy(addr(dst), dd, addr(src), Contiguous(total))
+		check("Unpack", p, err, func(want []byte) error { return HostUnpack(want, dd, src) })
+		p, err = planCopy(addr(dst), dd, addr(src), sd)
+		check("StridedCopy", p, err, func(want []byte) error { return HostStridedCopy(want, dd, src, sd) })
+		freeSrc()
+		freeDst()
+	}
+	for _, w := range widths {
+		if widthsSeen[w] == 0 && !testing.Short() {
+			t.Errorf("no case used the %d-byte kernel: %v", w, widthsSeen)
+		}
+	}
+	t.Logf("kernel widths used: %v", widthsSeen)
+}
