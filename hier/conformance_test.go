@@ -37,7 +37,7 @@ func TestConformanceHier(t *testing.T) {
 				}
 				opts := reshard.ScheduleOptions{ChunkBytes: 1 << 10, StagingBytes: 1 << 14}
 				if c.Src.Bytes() <= 4<<10 {
-					opts = reshard.ScheduleOptions{ChunkBytes: 40, StagingBytes: 160}
+					opts = reshard.ScheduleOptions{ChunkBytes: 40, StagingBytes: 320}
 				}
 				build := func(plans []*reshard.Plan, topo reshard.Topology, o reshard.ScheduleOptions) (*reshard.Schedule, error) {
 					return hier.Route(plans, topo, hier.Options{ScheduleOptions: o, Balance: bal})

@@ -38,7 +38,7 @@ func TestConformanceInproc(t *testing.T) {
 	}
 	optsList := []reshard.ScheduleOptions{
 		reshard.DefaultScheduleOptions,
-		{ChunkBytes: 24, StagingBytes: 4 * 64},
+		{ChunkBytes: 24, StagingBytes: 8 * 24},
 	}
 	for _, c := range cases {
 		for _, r := range routes {

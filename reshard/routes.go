@@ -13,8 +13,9 @@ type ScheduleOptions struct {
 	// most this many bytes, which pipeline through the rounds.
 	ChunkBytes int64
 	// StagingBytes bounds the staging memory of a rank: two rounds in
-	// flight, each with its sends and its receives, so a round moves at
-	// most StagingBytes/4 bytes each way per rank.
+	// flight, each with its sends and its receives over the network and
+	// over the local fabric, so a round moves at most StagingBytes/8 bytes
+	// each way per rank and link class.
 	StagingBytes int64
 }
 
@@ -26,15 +27,15 @@ func (o ScheduleOptions) Validate() error {
 	if o.ChunkBytes <= 0 {
 		return &FieldError{Field: "chunk bytes", Got: fmt.Sprint(o.ChunkBytes), Why: "must be positive"}
 	}
-	if o.StagingBytes < 4*o.ChunkBytes {
-		return &FieldError{Field: "staging bytes", Got: fmt.Sprint(o.StagingBytes), Want: fmt.Sprintf(">= %d", 4*o.ChunkBytes),
-			Why: "staging holds two rounds of sends and receives, each at least one chunk"}
+	if o.StagingBytes < 8*o.ChunkBytes {
+		return &FieldError{Field: "staging bytes", Got: fmt.Sprint(o.StagingBytes), Want: fmt.Sprintf(">= 8 x chunk = %d", 8*o.ChunkBytes),
+			Why: "staging holds two rounds of sends and receives over two link classes, each at least one chunk"}
 	}
 	return nil
 }
 
-// RoundBytes returns the per-round, per-direction budget.
-func (o ScheduleOptions) RoundBytes() int64 { return o.StagingBytes / 4 }
+// RoundBytes returns the per-round budget of each direction and link class.
+func (o ScheduleOptions) RoundBytes() int64 { return o.StagingBytes / 8 }
 
 // Flat schedules the direct route: every transfer goes straight from its
 // source owner to its destination, cut into chunks. Chunks are added

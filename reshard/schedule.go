@@ -82,7 +82,7 @@ type Schedule struct {
 	Messages []Message // in posting order: by round, then insertion order
 	Rounds   int
 	// RoundBytes bounds the bytes a rank sends, and separately receives,
-	// in one round.
+	// in one round over each link class (network, local).
 	RoundBytes int64
 	world      int
 }
@@ -110,18 +110,19 @@ func (t Topology) Class(a, b int) LinkClass {
 }
 
 // Builder assembles a Schedule: Add places each message in the earliest
-// round that respects its dependency and the per-rank, per-round byte
-// budget. The placement only looks at the messages added before, so every
-// rank that adds the same messages in the same order builds the same
-// schedule. Rounds per rank never decrease in insertion order, so messages
-// between a pair of ranks keep their insertion order.
+// round, no earlier than its dependency allows, in which its sender may
+// still send and its receiver still receive that many bytes under the
+// per-rank, per-round budget. Network and local traffic have budgets of
+// their own, so that a leader's fan-out over the local fabric does not
+// hold back what it forwards over the network. The placement only looks at
+// the messages added before, so every rank that adds the same messages in
+// the same order builds the same schedule. Messages between a pair of ranks
+// match in (round, insertion) order, which both sides see alike.
 type Builder struct {
 	s        *Schedule
 	topo     Topology
-	sendCur  []int
-	recvCur  []int
-	sendUse  []int64
-	recvUse  []int64
+	use      [2][2][][]int64 // [send, recv][network, local][rank][round] bytes
+	open     []int           // [rank] every round before this is full
 	maxRound int
 }
 
@@ -145,30 +146,33 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 		return nil, fmt.Errorf("reshard: round budget %d bytes, want > 0", roundBytes)
 	}
 	return &Builder{
-		s:       &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
-		topo:    topo,
-		sendCur: make([]int, world),
-		recvCur: make([]int, world),
-		sendUse: make([]int64, world),
-		recvUse: make([]int64, world),
+		s:    &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
+		topo: topo,
+		use: [2][2][][]int64{
+			{make([][]int64, world), make([][]int64, world)},
+			{make([][]int64, world), make([][]int64, world)}},
+		open: make([]int, world),
 	}, nil
 }
 
 // Add schedules m no earlier than round after and returns its round. A
 // message that forwards data received in round k must pass after >= k+2
 // (AfterRecv does that); one that reads data a local copy wrote in round k
-// may pass k. Local copies (Src == Dst) use no transport budget.
+// may pass k. Local copies (Src == Dst) use no transport budget. A message
+// larger than the budget gets a round to itself.
 func (b *Builder) Add(m Message, after int) int {
 	m.Class = b.topo.Class(m.Src, m.Dst)
 	r := max(after, 0)
 	if m.Src != m.Dst {
-		r = max(r, b.sendCur[m.Src], b.recvCur[m.Dst])
-		if b.use(b.sendCur, b.sendUse, m.Src, r)+m.Bytes > b.s.RoundBytes ||
-			b.use(b.recvCur, b.recvUse, m.Dst, r)+m.Bytes > b.s.RoundBytes {
+		send, recv := &b.use[0][m.Class][m.Src], &b.use[1][m.Class][m.Dst]
+		r = max(r, min(b.open[m.Src], b.open[m.Dst]))
+		for !(b.fits(*send, r, m.Bytes) && b.fits(*recv, r, m.Bytes)) {
 			r++
 		}
-		b.charge(b.sendCur, b.sendUse, m.Src, r, m.Bytes)
-		b.charge(b.recvCur, b.recvUse, m.Dst, r, m.Bytes)
+		*send = charge(*send, r, m.Bytes)
+		*recv = charge(*recv, r, m.Bytes)
+		b.advance(m.Src)
+		b.advance(m.Dst)
 	}
 	m.Round = r
 	b.maxRound = max(b.maxRound, r)
@@ -176,23 +180,41 @@ func (b *Builder) Add(m Message, after int) int {
 	return r
 }
 
+// fits reports whether n more bytes fit round r of a usage list. An empty
+// round takes any message.
+func (b *Builder) fits(use []int64, r int, n int64) bool {
+	if r >= len(use) || use[r] == 0 {
+		return true
+	}
+	return use[r]+n <= b.s.RoundBytes
+}
+
+func charge(use []int64, r int, n int64) []int64 {
+	for len(use) <= r {
+		use = append(use, 0)
+	}
+	use[r] += n
+	return use
+}
+
+// advance moves a rank's open pointer past rounds that are full in every
+// direction and class.
+func (b *Builder) advance(rank int) {
+	for o := b.open[rank]; ; o++ {
+		for dir := range b.use {
+			for class := range b.use[dir] {
+				if u := b.use[dir][class][rank]; o >= len(u) || u[o] < b.s.RoundBytes {
+					b.open[rank] = o
+					return
+				}
+			}
+		}
+	}
+}
+
 // AfterRecv returns the earliest round in which data received in round r
 // may be forwarded.
 func AfterRecv(r int) int { return r + 2 }
-
-func (b *Builder) use(cur []int, use []int64, rank, r int) int64 {
-	if cur[rank] == r {
-		return use[rank]
-	}
-	return 0
-}
-
-func (b *Builder) charge(cur []int, use []int64, rank, r int, n int64) {
-	if cur[rank] != r {
-		cur[rank], use[rank] = r, 0
-	}
-	use[rank] += n
-}
 
 // Schedule finishes the schedule: messages sorted by round, stably.
 func (b *Builder) Schedule() *Schedule {

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
@@ -60,10 +60,11 @@ type plainReport struct {
 // plainExchange times one contiguous message per (source, destination)
 // pair of the plan, of the pair's total bytes, interleaved with iterations
 // of the first route, and appends the comparison to the report.
-func plainExchange(j *job, plan *reshard.Plan, srcBuf, dstBuf reshard.Buffer, rep *runReport) error {
+func plainExchange(c *config, rep *runReport) error {
 	if len(rep.Routes) == 0 {
 		return nil
 	}
+	j, plan := c.j, c.plan
 	// bytes per pair, from the plan.
 	sendTo := map[int]int64{}
 	recvFrom := map[int]int64{}
@@ -124,13 +125,13 @@ func plainExchange(j *job, plan *reshard.Plan, srcBuf, dstBuf reshard.Buffer, re
 		return mpi.Waitall(reqs)
 	}
 	first := rep.Routes[0]
-	sched, err := routeSchedule(first.Route, plan, j)
+	sched, _, err := c.schedule(strings.TrimPrefix(first.Route, "auto:"))
 	if err != nil {
 		return err
 	}
-	ex := &reshard.Executor{T: j.tr, Mem: reshard.HostMemory{}}
+	ex := &reshard.Executor{T: c.tr, Mem: reshard.HostMemory{}}
 	defer ex.Close()
-	bufs := []reshard.TensorBuffers{{Src: srcBuf, Dst: dstBuf}}
+	bufs := []reshard.TensorBuffers{{Src: c.srcBuf, Dst: c.dstBuf}}
 	timeIt := func(fn func() error) (float64, error) {
 		if err := j.comm.Barrier(); err != nil {
 			return 0, err
@@ -174,15 +175,6 @@ func plainExchange(j *job, plan *reshard.Plan, srcBuf, dstBuf reshard.Buffer, re
 		j.log.Debug().Floats64("plain", plainT).Floats64("reshard", reshardT).Msg("bench samples")
 	}
 	return nil
-}
-
-func routeSchedule(name string, plan *reshard.Plan, j *job) (*reshard.Schedule, error) {
-	for _, r := range routeBuilders {
-		if r.name == name {
-			return r.build([]*reshard.Plan{plan}, j.topo, j.opts)
-		}
-	}
-	return nil, fmt.Errorf("unknown route %q", name)
 }
 
 func median(v []float64) float64 {

@@ -167,3 +167,48 @@ func TestExitStatus(t *testing.T) {
 	}
 	_ = os.Remove(bin)
 }
+
+// TestModelPaperNumbers: refit model prints the paper's figures exactly.
+func TestModelPaperNumbers(t *testing.T) {
+	for rho, want := range map[string][]string{
+		"2": {"flat     17.92 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
+		"4": {"flat     35.84 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
+		"8": {"flat     71.68 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
+	} {
+		out, err := refit(t, "model", "--bytes", "7168MB", "--sources", "16", "--dst-shards", "8", "--rho", rho,
+			"--domains", "1", "--net-bw", "50GB/s", "--local-bw", "900GB/s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("rho %s: output lacks %q:\n%s", rho, w, out)
+			}
+		}
+		if !strings.Contains(out, "auto: hier predicts the least time") {
+			t.Errorf("rho %s: auto does not pick hier:\n%s", rho, out)
+		}
+	}
+	// the layout form derives B, Ns, K and rho: 16 sources, TP8 x DP4.
+	out, err := refit(t, "model", "--shape", "256x2048x7168", "--dtype", "bf16", "--src-mesh", "16", "--src-placements", "S0",
+		"--dst-mesh", "4x8", "--dst-placements", "R,S1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Problem struct {
+			Bytes   float64
+			Sources int
+			Rho     int
+			Domains []struct{ Ranks int }
+		} `json:"problem"`
+		Route string `json:"route"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Problem.Bytes != 256*2048*7168*2 || got.Problem.Sources != 16 || got.Problem.Rho != 4 ||
+		len(got.Problem.Domains) != 1 || got.Problem.Domains[0].Ranks != 32 || got.Route != "hier" {
+		t.Errorf("layout form derived %+v, route %s", got.Problem, got.Route)
+	}
+}

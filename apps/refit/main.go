@@ -14,8 +14,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// jobRank is this process's rank once an MPI job has started, -1 before.
-var jobRank = -1
+// jobRank is this process's rank in an MPI job: from the launcher's
+// environment at start-up, then from MPI; -1 outside a launcher.
+var jobRank = launcherRank()
+
+// launcherRank reads the rank mpirun or srun gave this process, before MPI
+// is initialised.
+func launcherRank() int {
+	for _, k := range []string{"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"} {
+		var r int
+		if _, err := fmt.Sscan(os.Getenv(k), &r); err == nil {
+			return r
+		}
+	}
+	return -1
+}
 
 // jobError is a failure every rank of the job knows about (a failed check
 // is agreed on collectively): only rank 0 prints it.
@@ -59,7 +72,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newModelCmd())
 	return root
 }
 

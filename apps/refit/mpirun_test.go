@@ -71,9 +71,12 @@ func caseArgs(c transporttest.Case) []string {
 }
 
 // TestConformanceMPI runs every pair of testdata/reshard_pairs.txt, in
-// every rank arrangement (disjoint, permuted, overlapping), on every route,
-// as a real mpirun job with --check. Small tensors also run with tiny chunks
-// so that they cross many rounds.
+// every rank arrangement (disjoint, permuted, overlapping), as real mpirun
+// jobs with --check: flat, agbcast, hier and auto with all ranks in one
+// domain, then hier and auto again with the destination ranks emulated as
+// 2 and as 4 domains. Small tensors run with tiny chunks so that they cross
+// many rounds, and half the cases pack strided boxes through staging
+// instead of moving them in place with MPI datatypes.
 func TestConformanceMPI(t *testing.T) {
 	pairs, err := transporttest.ReadPairs("../../testdata/reshard_pairs.txt")
 	if err != nil {
@@ -84,35 +87,118 @@ func TestConformanceMPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
-		name := fmt.Sprintf("line%d/%s", c.Line, c.Arrangement)
-		t.Run(name, func(t *testing.T) {
-			args := append([]string{"run", "--route", "all", "--check", "--json", "--iters", "1", "--warmup", "0"}, caseArgs(c)...)
-			if c.Src.Bytes() <= 64<<10 {
-				args = append(args, "--chunk-bytes", "40", "--staging-bytes", "160")
-			}
-			// half the cases pack strided boxes through staging instead of
-			// moving them in place with MPI datatypes.
-			var env []string
-			if c.Line%2 == 1 {
-				env = []string{"M2N_MPI_INPLACE=0"}
-			}
-			stdout, stderr, err := mpirunRefit(t, c.World(), env, args...)
-			if err != nil {
-				t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", c, err, stdout, stderr)
-			}
-			var rep runReport
-			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-				t.Fatalf("%v: %v\n%s", c, err, stdout)
-			}
-			if len(rep.Routes) != len(routeBuilders) {
-				t.Fatalf("%v: %d routes ran, want %d", c, len(rep.Routes), len(routeBuilders))
-			}
-			for _, r := range rep.Routes {
-				if r.Check != "passed" {
-					t.Errorf("%v: route %s: check %s", c, r.Route, r.Check)
+		for _, domains := range []int{1, 2, 4} {
+			name := fmt.Sprintf("line%d/%s/domains%d", c.Line, c.Arrangement, domains)
+			t.Run(name, func(t *testing.T) {
+				routes := "all,auto"
+				want := append(append([]string(nil), routeNames...), "auto")
+				args := []string{"run", "--check", "--json", "--iters", "1", "--warmup", "0"}
+				if domains > 1 {
+					n := c.Dst.Mesh().Size()
+					routes, want = "hier,auto", []string{"hier", "auto"}
+					args = append(args, "--dst-domain-size", fmt.Sprint((n+domains-1)/domains))
 				}
+				args = append(append(args, "--route", routes), caseArgs(c)...)
+				if c.Src.Bytes() <= 64<<10 {
+					args = append(args, "--chunk-bytes", "40", "--staging-bytes", "320")
+				}
+				var env []string
+				if c.Line%2 == 1 {
+					env = []string{"M2N_MPI_INPLACE=0"}
+				}
+				stdout, stderr, err := mpirunRefit(t, c.World(), env, args...)
+				if err != nil {
+					t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", c, err, stdout, stderr)
+				}
+				var rep runReport
+				if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+					t.Fatalf("%v: %v\n%s", c, err, stdout)
+				}
+				if len(rep.Routes) != len(want) {
+					t.Fatalf("%v: %d routes ran, want %d", c, len(rep.Routes), len(want))
+				}
+				for i, r := range rep.Routes {
+					if !strings.HasPrefix(r.Route, want[i]) {
+						t.Errorf("%v: route %d is %s, want %s", c, i, r.Route, want[i])
+					}
+					if r.Check != "passed" {
+						t.Errorf("%v: route %s: check %s", c, r.Route, r.Check)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTrafficAccounting checks the paper's claims on real mpirun runs, from
+// the bytes each rank counted by link class: 4 sources in one domain move a
+// tensor of B bytes to DP4 x TP2 [R, S1] destinations in 2 domains of 4.
+// With hier the sources inject B exactly once and each destination domain
+// receives B once over the network; with flat the sources inject rho*B;
+// with agbcast the root sends B over the network, once, and every
+// destination receives the whole tensor.
+func TestTrafficAccounting(t *testing.T) {
+	const B = 64 * 32 * 2
+	args := []string{"run", "--shape", "64x32", "--dtype", "bf16", "--src-mesh", "4", "--src-placements", "S0",
+		"--dst-mesh", "4x2", "--dst-placements", "R,S1", "--src-domain-size", "4", "--dst-domain-size", "4",
+		"--route", "all", "--check", "--json", "--iters", "1", "--warmup", "0", "--chunk-bytes", "256", "--staging-bytes", "2KiB"}
+	stdout, stderr, err := mpirunRefit(t, 12, nil, args...)
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	var rep runReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	routes := map[string]routeReport{}
+	for _, r := range rep.Routes {
+		if r.Check != "passed" {
+			t.Fatalf("route %s: check %s", r.Route, r.Check)
+		}
+		routes[r.Route] = r
+	}
+	sum := func(rr routeReport, pick func(rankTraffic) bool, val func(rankTraffic) int64) int64 {
+		var n int64
+		for _, x := range rr.Ranks {
+			if pick(x) {
+				n += val(x)
 			}
-		})
+		}
+		return n
+	}
+	isSrc := func(x rankTraffic) bool { return x.Role == "src" }
+	netOut := func(x rankTraffic) int64 { return x.SentNetwork }
+	if got := sum(routes["hier"], isSrc, netOut); got != B {
+		t.Errorf("hier: sources inject %d bytes, want B = %d", got, B)
+	}
+	domains := map[int]int64{}
+	for _, x := range routes["hier"].Ranks {
+		if x.Role == "dst" {
+			domains[x.Domain] += x.RecvNetwork
+		}
+	}
+	if len(domains) != 2 {
+		t.Fatalf("hier: destinations in %d domains, want 2", len(domains))
+	}
+	for d, got := range domains {
+		if got != B {
+			t.Errorf("hier: domain %d receives %d bytes over the network, want B = %d", d, got, B)
+		}
+	}
+	if got := sum(routes["flat"], isSrc, netOut); got != 4*B {
+		t.Errorf("flat: sources inject %d bytes, want rho*B = %d", got, 4*B)
+	}
+	ag := routes["agbcast"]
+	if got := ag.Ranks[0].SentNetwork; got != B {
+		t.Errorf("agbcast: the root sends %d bytes over the network, want B = %d", got, B)
+	}
+	if got := sum(ag, isSrc, netOut); got != B {
+		t.Errorf("agbcast: sources send %d bytes over the network in all, want the root's B = %d", got, B)
+	}
+	for _, x := range ag.Ranks {
+		if x.Role == "dst" && x.Recv != B {
+			t.Errorf("agbcast: destination %d receives %d bytes, want the whole tensor, %d", x.Rank, x.Recv, B)
+		}
 	}
 }
 

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -18,87 +18,151 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// runFlags are the flags of `refit run` and `refit bench`.
+// runFlags are the flags of `refit run`, `refit bench` and `refit sweep`.
 type runFlags struct {
-	pair     pairFlags
-	route    string
-	iters    int
-	warmup   int
-	check    bool
-	asJSON   bool
-	stripe   bool
-	chunk    string
-	staging  string
-	logLevel string
+	pair      pairFlags
+	route     string
+	iters     int
+	warmup    int
+	check     bool
+	asJSON    bool
+	stripe    bool
+	chunk     string
+	staging   string
+	logLevel  string
+	balance   string
+	srcDomain int
+	dstDomain int
+	emulate   string
+	netBW     string
+	localBW   string
+	latency   time.Duration
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
 	f.pair.register(cmd.Flags())
 	fs := cmd.Flags()
-	fs.StringVar(&f.route, "route", "flat", "route: flat, agbcast, or all (each in turn)")
+	fs.StringVar(&f.route, "route", "flat", "route: flat, agbcast, hier, auto, or all (flat, agbcast and hier in turn); a comma list works too")
 	fs.IntVar(&f.iters, "iters", 5, "timed iterations per route")
 	fs.IntVar(&f.warmup, "warmup", 1, "untimed iterations before the timed ones")
 	fs.BoolVar(&f.check, "check", false, "poison destinations before every iteration and check every element after")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON object on rank 0")
 	fs.BoolVar(&f.stripe, "stripe", false, "spread sends of replicated source regions over all replicas")
-	fs.StringVar(&f.chunk, "chunk-bytes", "", "largest message (default 16MiB, or M2N_CHUNK_BYTES)")
+	fs.StringVar(&f.chunk, "chunk-bytes", "", "largest message and pipeline chunk (default 16MiB, or M2N_CHUNK_BYTES)")
 	fs.StringVar(&f.staging, "staging-bytes", "", "staging memory per rank (default 256MiB, or M2N_STAGING_BYTES)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn, error (default info, or M2N_LOG_LEVEL)")
+	fs.StringVar(&f.balance, "balance", "", "hier leader balance: count (the paper's rule) or bytes (default count, or M2N_BALANCE)")
+	fs.IntVar(&f.srcDomain, "src-domain-size", 0, "group source ranks into domains of this size (default: one per host, or M2N_SRC_DOMAIN_SIZE)")
+	fs.IntVar(&f.dstDomain, "dst-domain-size", 0, "group destination ranks into domains of this size (default: one per host, or M2N_DST_DOMAIN_SIZE)")
+	fs.StringVar(&f.emulate, "emulate-net-bw", "", "cap each rank's cross-domain send and receive rate, e.g. 1GB/s (or M2N_EMULATE_NET_BW)")
+	fs.StringVar(&f.netBW, "net-bw", "", "per-rank network bandwidth for the model and auto (default: the emulated rate, else 50GB/s; or M2N_NET_BW)")
+	fs.StringVar(&f.localBW, "local-bw", "", "per-rank local-fabric bandwidth for the model and auto (default: measured when emulating, else 900GB/s; or M2N_LOCAL_BW)")
+	fs.DurationVar(&f.latency, "latency", 20*time.Microsecond, "per-message latency for auto's startup term")
 }
 
-// routeBuilders are the routes `refit run` knows, in the order --route all
-// runs them.
-var routeBuilders = []struct {
-	name  string
-	build func([]*reshard.Plan, reshard.Topology, reshard.ScheduleOptions) (*reshard.Schedule, error)
-}{
-	{"flat", reshard.Flat},
-	{"agbcast", reshard.AllGatherBroadcast},
-}
+// routeNames are the routes in the order --route all runs them.
+var routeNames = []string{"flat", "agbcast", "hier"}
 
 func (f *runFlags) routes() ([]string, error) {
-	var names []string
-	for _, r := range routeBuilders {
-		names = append(names, r.name)
-	}
 	if f.route == "all" {
-		return names, nil
+		return routeNames, nil
 	}
 	var out []string
 	for _, r := range strings.Split(f.route, ",") {
-		if !slices.Contains(names, r) {
-			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want %s or all", r, strings.Join(names, ", ")))
+		if r == "all" {
+			out = append(out, routeNames...)
+			continue
+		}
+		if !slices.Contains(routeNames, r) && r != "auto" {
+			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want %s, auto or all", r, strings.Join(routeNames, ", ")))
 		}
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-func (f *runFlags) scheduleOptions() (reshard.ScheduleOptions, error) {
-	opts := reshard.DefaultScheduleOptions
+// settings are the parsed options every rank must share.
+type settings struct {
+	opts    hier.Options
+	sizes   hier.DomainSizes
+	emulate float64 // bytes/s, 0 for none
+	fabric  hier.Fabric
+	measure bool // measure the local bandwidth for the fabric
+}
+
+// flagOrEnv returns the flag's value, else the environment variable's,
+// with the name to blame in errors.
+func flagOrEnv(flag, value, env string) (string, string) {
+	if value != "" {
+		return value, "--" + flag
+	}
+	return getenv(env), env
+}
+
+func (f *runFlags) settings() (settings, error) {
+	s := settings{opts: hier.Options{ScheduleOptions: reshard.DefaultScheduleOptions}}
 	for _, x := range []struct {
-		flag, env string
-		dst       *int64
-	}{{"chunk-bytes", "M2N_CHUNK_BYTES", &opts.ChunkBytes}, {"staging-bytes", "M2N_STAGING_BYTES", &opts.StagingBytes}} {
-		v := map[string]string{"chunk-bytes": f.chunk, "staging-bytes": f.staging}[x.flag]
-		name := "--" + x.flag
-		if v == "" {
-			v = getenv(x.env)
-			name = x.env
-		}
+		flag, value, env string
+		dst              *int64
+	}{{"chunk-bytes", f.chunk, "M2N_CHUNK_BYTES", &s.opts.ChunkBytes}, {"staging-bytes", f.staging, "M2N_STAGING_BYTES", &s.opts.StagingBytes}} {
+		v, name := flagOrEnv(x.flag, x.value, x.env)
 		if v == "" {
 			continue
 		}
 		n, err := parseBytes(v)
 		if err != nil {
-			return opts, usageError{fmt.Errorf("%s %q: %w", name, v, err)}
+			return s, usageError{fmt.Errorf("%s %q: %w", name, v, err)}
 		}
 		*x.dst = n
 	}
-	if err := opts.Validate(); err != nil {
-		return opts, usageError{err}
+	if err := s.opts.Validate(); err != nil {
+		return s, usageError{err}
 	}
-	return opts, nil
+	v, name := flagOrEnv("balance", f.balance, "M2N_BALANCE")
+	b, err := hier.ParseBalance(v)
+	if err != nil {
+		return s, usageError{fmt.Errorf("%s %q: %w", name, v, err)}
+	}
+	s.opts.Balance = b
+	for _, x := range []struct {
+		flag  string
+		value int
+		env   string
+		dst   *int
+	}{{"src-domain-size", f.srcDomain, "M2N_SRC_DOMAIN_SIZE", &s.sizes.Src}, {"dst-domain-size", f.dstDomain, "M2N_DST_DOMAIN_SIZE", &s.sizes.Dst}} {
+		*x.dst = x.value
+		if x.value == 0 {
+			if e := getenv(x.env); e != "" {
+				if _, err := fmt.Sscan(e, x.dst); err != nil || *x.dst < 1 {
+					return s, usageError{fmt.Errorf("%s %q: want a positive number of ranks", x.env, e)}
+				}
+			}
+		} else if x.value < 0 {
+			return s, flagError(x.flag, fmt.Sprint(x.value), fmt.Errorf("want a positive number of ranks"))
+		}
+	}
+	if v, name := flagOrEnv("emulate-net-bw", f.emulate, "M2N_EMULATE_NET_BW"); v != "" {
+		if s.emulate, err = parseRate(v); err != nil {
+			return s, usageError{fmt.Errorf("%s: %w", name, err)}
+		}
+	}
+	s.fabric = hier.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: f.latency.Seconds()}
+	if s.emulate > 0 {
+		s.fabric.NetBW = s.emulate
+		s.measure = true
+	}
+	if v, name := flagOrEnv("net-bw", f.netBW, "M2N_NET_BW"); v != "" {
+		if s.fabric.NetBW, err = parseRate(v); err != nil {
+			return s, usageError{fmt.Errorf("%s: %w", name, err)}
+		}
+	}
+	if v, name := flagOrEnv("local-bw", f.localBW, "M2N_LOCAL_BW"); v != "" {
+		if s.fabric.LocalBW, err = parseRate(v); err != nil {
+			return s, usageError{fmt.Errorf("%s: %w", name, err)}
+		}
+		s.measure = false
+	}
+	return s, nil
 }
 
 func newRunCmd() *cobra.Command {
@@ -108,24 +172,35 @@ func newRunCmd() *cobra.Command {
 		Short: "Reshard a tensor between ranks for real (launch with mpirun or srun)",
 		Long: `run is the SPMD job: launched with W ranks, the source ranks fill their
 shards with a pattern of the global element index, the destination ranks
-poison theirs, and every route moves the tensor for real over MPI. With
+poison theirs, and each route moves the tensor for real over MPI. With
 --check every destination element is compared and the job exits non-zero
 naming the first wrong rank, index, expected and got values.
 
 It prints, per route, the time per iteration (median over the timed
 iterations, after warm-up; each iteration's time is the slowest rank's),
-the bytes each rank sent and received, and the achieved bandwidth. Ranks
-outside both meshes idle. Source ranks default to 0..M-1 and destination
-ranks to M..M+N-1.
+the model's bound for the route and the ratio, the bytes each rank sent and
+received by link class (network: between domains; local: inside one), and
+the achieved bandwidth. Ranks outside both meshes idle. Source ranks default
+to 0..M-1 and destination ranks to M..M+N-1.
 
 Routes:
   flat     each destination receives every byte it needs from its source owner
   agbcast  legacy baseline: all-gather on the sources, chain broadcast to all
-           destinations, each keeps its slice`,
+           destinations, each keeps its slice
+  hier     NCCL M2N's route: one network copy per destination domain to a
+           leader, a ring between domains, local fan-out, chunked pipeline
+  auto     the route the data-movement model predicts fastest, and why
+
+Domains are hosts (MPI's shared-memory split) unless --src-domain-size or
+--dst-domain-size group the ranks otherwise; with --emulate-net-bw the
+traffic between domains is capped per rank, so that the routes' schedules
+show on one machine.`,
 		Example: `  mpirun -np 8 refit run --shape 4096x4096 --dtype bf16 --src-mesh 4 --src-placements S0 \
       --dst-mesh 2x2 --dst-placements R,S1 --route all --check
+  mpirun -np 20 refit run --shape 2048x4096 --dtype bf16 --src-mesh 4 --src-placements S0 \
+      --dst-mesh 8x2 --dst-placements R,S1 --dst-domain-size 8 --emulate-net-bw 50MB/s --route all
   srun --mpi=pmix -n 16 refit run --shape 256x2048x7168 --dtype bf16 --src-mesh 8 \
-      --src-placements S0 --dst-mesh 2x4 --dst-placements R,S1 --iters 10 --json`,
+      --src-placements S0 --dst-mesh 2x4 --dst-placements R,S1 --route auto --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runJob(cmd.OutOrStdout(), &f, nil)
@@ -141,22 +216,26 @@ type job struct {
 	comm  *mpi.Comm
 	rank  int
 	world int
-	tr    reshard.Transport
-	topo  reshard.Topology
-	opts  reshard.ScheduleOptions
+	base  reshard.Transport // MPI, without emulation
+	host  []int             // each rank's host, as discovered
+	set   settings
 }
 
 // routeReport is what one route did, as rank 0 prints it.
 type routeReport struct {
 	Route      string        `json:"route"`
+	Why        string        `json:"why,omitempty"`
 	Iters      int           `json:"iters"`
 	MedianSec  float64       `json:"median_s"`
 	MinSec     float64       `json:"min_s"`
 	MaxSec     float64       `json:"max_s"`
 	TensorGBps float64       `json:"tensor_gbps"`
+	BoundSec   float64       `json:"bound_s,omitempty"`
+	Binding    string        `json:"binding,omitempty"`
+	Ratio      float64       `json:"time_over_bound,omitempty"`
 	Check      string        `json:"check"`
 	Rounds     int           `json:"rounds"`
-	Ranks      []rankTraffic `json:"ranks"`
+	Ranks      []rankTraffic `json:"ranks,omitempty"`
 	Extra      any           `json:"extra,omitempty"`
 }
 
@@ -164,6 +243,7 @@ type routeReport struct {
 type rankTraffic struct {
 	Rank        int    `json:"rank"`
 	Role        string `json:"role"`
+	Domain      int    `json:"domain"`
 	Sent        int64  `json:"sent"`
 	Recv        int64  `json:"recv"`
 	SentNetwork int64  `json:"sent_network"`
@@ -182,29 +262,31 @@ type runReport struct {
 	Fingerprint string        `json:"fingerprint"`
 	ChunkBytes  int64         `json:"chunk_bytes"`
 	Staging     int64         `json:"staging_bytes"`
+	Domains     []int         `json:"domains"`
+	EmulatedBW  float64       `json:"emulated_net_bw,omitempty"`
+	Fabric      hier.Fabric   `json:"fabric"`
 	Routes      []routeReport `json:"routes"`
 }
 
 // runJob runs `refit run`; extra, if not nil, runs after the routes on every
-// rank and may add routes to the report (refit bench adds its baseline).
-func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, src, dst reshard.Buffer, rep *runReport) error) error {
+// rank and may add to the report (refit bench adds its baseline).
+func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) error) error {
 	routes, err := f.routes()
 	if err != nil {
 		return err
 	}
-	opts, err := f.scheduleOptions()
+	set, err := f.settings()
 	if err != nil {
 		return err
 	}
 	if f.iters < 1 || f.warmup < 0 {
 		return usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration", f.iters, f.warmup)}
 	}
-	j, err := startJob(f.logLevel)
+	j, err := startJob(f.logLevel, set)
 	if err != nil {
 		return err
 	}
 	defer mpi.Finalize()
-	j.opts = opts
 	src, dst, world, err := f.pair.layouts()
 	if err != nil {
 		return err
@@ -212,54 +294,16 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, s
 	if world > j.world || (f.pair.world != 0 && world != j.world) {
 		return usageError{fmt.Errorf("the meshes need a communicator of %d ranks; this job has %d (mpirun -np %d)", world, j.world, world)}
 	}
-	world = j.world
-	plan, err := reshard.NewPlan(src, dst, world, reshard.Options{StripeReplicas: f.stripe})
+	c, err := j.newConfig(src, dst, f.stripe)
 	if err != nil {
-		return usageError{err}
-	}
-	if err := j.agree(plan.Fingerprint()); err != nil {
 		return err
 	}
-	j.log.Debug().Str("fingerprint", fmt.Sprintf("%016x", plan.Fingerprint())).Int("transfers", plan.Len()).Msg("plan derived")
-
-	var srcHost, dstHost []byte
-	var srcBuf, dstBuf reshard.Buffer
-	if src.Mesh().Contains(j.rank) {
-		srcHost = make([]byte, src.LocalBytes(j.rank))
-		reshard.FillPattern(src, j.rank, srcHost)
-		srcBuf = reshard.HostBuffer(srcHost)
-	}
-	if dst.Mesh().Contains(j.rank) {
-		dstHost = make([]byte, dst.LocalBytes(j.rank))
-		dstBuf = reshard.HostBuffer(dstHost)
-	}
-	rep := runReport{World: world, Source: src.String(), Destination: dst.String(), Bytes: src.Bytes(),
-		Fingerprint: fmt.Sprintf("%016x", plan.Fingerprint()), ChunkBytes: opts.ChunkBytes, Staging: opts.StagingBytes}
-	ex := &reshard.Executor{T: j.tr, Mem: reshard.HostMemory{}}
-	defer ex.Close()
-	var failed []string
-	for _, name := range routes {
-		var build func([]*reshard.Plan, reshard.Topology, reshard.ScheduleOptions) (*reshard.Schedule, error)
-		for _, r := range routeBuilders {
-			if r.name == name {
-				build = r.build
-			}
-		}
-		sched, err := build([]*reshard.Plan{plan}, j.topo, opts)
-		if err != nil {
-			return err
-		}
-		rr, err := j.measure(ex, sched, f, src, dst, srcBuf, dstBuf, dstHost)
-		if err != nil {
-			return err
-		}
-		if strings.HasPrefix(rr.Check, "FAILED") {
-			failed = append(failed, rr.Route+": "+strings.TrimPrefix(rr.Check, "FAILED: "))
-		}
-		rep.Routes = append(rep.Routes, rr)
+	rep, err := c.runRoutes(routes, f)
+	if err != nil {
+		return err
 	}
 	if extra != nil {
-		if err := extra(j, plan, srcBuf, dstBuf, &rep); err != nil {
+		if err := extra(c, rep); err != nil {
 			return err
 		}
 	}
@@ -268,8 +312,14 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, s
 			if err := json.NewEncoder(out).Encode(rep); err != nil {
 				return err
 			}
-		} else if err := writeRunReport(out, &rep); err != nil {
+		} else if err := writeRunReport(out, rep); err != nil {
 			return err
+		}
+	}
+	var failed []string
+	for _, rr := range rep.Routes {
+		if strings.HasPrefix(rr.Check, "FAILED") {
+			failed = append(failed, rr.Route+": "+strings.TrimPrefix(rr.Check, "FAILED: "))
 		}
 	}
 	if len(failed) > 0 {
@@ -278,47 +328,152 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, plan *reshard.Plan, s
 	return nil
 }
 
-// startJob initialises MPI and the rank's transport and topology.
-func startJob(logLevel string) (*job, error) {
+// startJob initialises MPI and discovers each rank's host.
+func startJob(logLevel string, set settings) (*job, error) {
 	if _, err := mpi.Init(mpi.ThreadMultiple); err != nil {
 		return nil, err
 	}
 	comm := mpi.World()
-	j := &job{comm: comm, rank: comm.Rank(), world: comm.Size()}
+	j := &job{comm: comm, rank: comm.Rank(), world: comm.Size(), set: set}
 	jobRank = j.rank
 	log, err := newLogger(logLevel, j.rank)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	j.log = log
-	j.tr = mpi.NewTransport(comm, getenv("M2N_MPI_INPLACE") != "0")
-	if j.topo, err = hostTopology(comm); err != nil {
+	j.base = mpi.NewTransport(comm, getenv("M2N_MPI_INPLACE") != "0")
+	if j.host, err = hostIDs(comm); err != nil {
 		return nil, err
 	}
 	return j, nil
 }
 
-// hostTopology puts ranks that share memory (one host) in one domain, named
-// by the lowest world rank on the host.
-func hostTopology(comm *mpi.Comm) (reshard.Topology, error) {
+// hostIDs names each rank's host by the lowest world rank on it (MPI's
+// shared-memory split).
+func hostIDs(comm *mpi.Comm) ([]int, error) {
 	local, err := comm.SplitShared(0)
 	if err != nil {
-		return reshard.Topology{}, err
+		return nil, err
 	}
 	defer local.Free()
 	leader := []int64{int64(comm.Rank())}
 	if err := local.Bcast(int64Bytes(leader), 0); err != nil {
-		return reshard.Topology{}, err
+		return nil, err
 	}
 	all := make([]int64, comm.Size())
 	if err := comm.Allgather(int64Bytes(leader), int64Bytes(all)); err != nil {
-		return reshard.Topology{}, err
+		return nil, err
 	}
-	domain := make([]int, len(all))
+	host := make([]int, len(all))
 	for i, v := range all {
-		domain[i] = int(v)
+		host[i] = int(v)
 	}
-	return reshard.Topology{Domain: domain}, nil
+	return host, nil
+}
+
+// config is one layout pair on the job: its plan, topology, transport and
+// buffers.
+type config struct {
+	j        *job
+	src, dst placement.Layout
+	plan     *reshard.Plan
+	topo     reshard.Topology
+	tr       reshard.Transport
+	fabric   hier.Fabric
+	srcBuf   reshard.Buffer
+	dstBuf   reshard.Buffer
+	dstHost  []byte
+}
+
+// newConfig plans a layout pair, checks that every rank derived the same
+// plan, builds the topology, the (emulated) transport and the buffers.
+func (j *job) newConfig(src, dst placement.Layout, stripe bool) (*config, error) {
+	plan, err := reshard.NewPlan(src, dst, j.world, reshard.Options{StripeReplicas: stripe})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := j.agree(plan.Fingerprint()); err != nil {
+		return nil, err
+	}
+	topo, err := hier.Domains(j.host, src, dst, j.set.sizes)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	c := &config{j: j, src: src, dst: dst, plan: plan, topo: topo, tr: j.base, fabric: j.set.fabric}
+	if j.set.emulate > 0 {
+		c.tr = hier.Emulate(j.base, topo, j.set.emulate)
+	}
+	if j.set.measure {
+		if c.fabric.LocalBW, err = j.measureLocal(topo, dst); err != nil {
+			return nil, err
+		}
+	}
+	if src.Mesh().Contains(j.rank) {
+		host := make([]byte, src.LocalBytes(j.rank))
+		reshard.FillPattern(src, j.rank, host)
+		c.srcBuf = reshard.HostBuffer(host)
+	}
+	if dst.Mesh().Contains(j.rank) {
+		c.dstHost = make([]byte, dst.LocalBytes(j.rank))
+		c.dstBuf = reshard.HostBuffer(c.dstHost)
+	}
+	j.log.Debug().Str("fingerprint", fmt.Sprintf("%016x", plan.Fingerprint())).Int("transfers", plan.Len()).
+		Ints("domains", topo.Domain).Msg("plan derived")
+	return c, nil
+}
+
+// schedule builds a route's schedule; for auto it also says what it chose.
+func (c *config) schedule(route string) (*reshard.Schedule, string, error) {
+	plans := []*reshard.Plan{c.plan}
+	opts := c.j.set.opts
+	switch route {
+	case "flat":
+		s, err := reshard.Flat(plans, c.topo, opts.ScheduleOptions)
+		return s, "", err
+	case "agbcast":
+		s, err := reshard.AllGatherBroadcast(plans, c.topo, opts.ScheduleOptions)
+		return s, "", err
+	case "hier":
+		s, err := hier.Route(plans, c.topo, opts)
+		return s, "", err
+	case "auto":
+		s, choice, err := hier.Auto(plans, c.topo, opts, c.fabric)
+		return s, choice.Why, err
+	}
+	return nil, "", fmt.Errorf("unknown route %q", route)
+}
+
+// runRoutes measures every route and returns rank 0's report.
+func (c *config) runRoutes(routes []string, f *runFlags) (*runReport, error) {
+	j := c.j
+	rep := &runReport{World: j.world, Source: c.src.String(), Destination: c.dst.String(), Bytes: c.src.Bytes(),
+		Fingerprint: fmt.Sprintf("%016x", c.plan.Fingerprint()), ChunkBytes: j.set.opts.ChunkBytes,
+		Staging: j.set.opts.StagingBytes, Domains: c.topo.Domain, EmulatedBW: j.set.emulate, Fabric: c.fabric}
+	ex := &reshard.Executor{T: c.tr, Mem: reshard.HostMemory{}}
+	defer ex.Close()
+	bounds := map[string]hier.Bound{}
+	for _, b := range hier.Bounds(hier.FromPlan(c.plan, c.topo, float64(j.set.opts.ChunkBytes)), c.fabric) {
+		bounds[b.Route] = b
+	}
+	for _, name := range routes {
+		sched, why, err := c.schedule(name)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" && j.rank == 0 {
+			j.log.Info().Str("route", sched.Route).Msg(why)
+		}
+		rr, err := c.measure(ex, sched, f)
+		if err != nil {
+			return nil, err
+		}
+		rr.Why = why
+		if b, ok := bounds[strings.TrimPrefix(sched.Route, "auto:")]; ok && b.Seconds > 0 {
+			rr.BoundSec, rr.Binding, rr.Ratio = b.Seconds, b.Binding, rr.MedianSec/b.Seconds
+		}
+		rep.Routes = append(rep.Routes, rr)
+	}
+	return rep, nil
 }
 
 // agree checks that every rank derived the same plan.
@@ -335,18 +490,64 @@ func (j *job) agree(fp uint64) error {
 	return nil
 }
 
+// measureLocal measures the local-fabric bandwidth per rank: the
+// destination ranks of each domain pass a chunk around a ring inside the
+// domain, all domains at once, and the slowest rank's rate counts.
+func (j *job) measureLocal(topo reshard.Topology, dst placement.Layout) (float64, error) {
+	const n = 8 << 20
+	var peers []int
+	if dst.Mesh().Contains(j.rank) {
+		for i := 0; i < dst.Mesh().Size(); i++ {
+			if r := dst.Mesh().RankAt(i); topo.Domain[r] == topo.Domain[j.rank] {
+				peers = append(peers, r)
+			}
+		}
+	}
+	send, recv := make([]byte, n), make([]byte, n)
+	best := 0.0
+	for it := 0; it < 3; it++ {
+		if err := j.comm.Barrier(); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if len(peers) > 1 {
+			me := slices.Index(peers, j.rank)
+			next, prev := peers[(me+1)%len(peers)], peers[(me+len(peers)-1)%len(peers)]
+			rq, err := j.comm.Irecv(recv, prev, 91)
+			if err != nil {
+				return 0, err
+			}
+			sq, err := j.comm.Isend(send, next, 91)
+			if err != nil {
+				return 0, err
+			}
+			if err := mpi.Waitall([]*mpi.Request{rq, sq}); err != nil {
+				return 0, err
+			}
+		}
+		el := []float64{time.Since(t0).Seconds()}
+		slow := []float64{0}
+		if err := j.comm.AllreduceFloat64(el, slow, mpi.Max); err != nil {
+			return 0, err
+		}
+		best = max(best, n/slow[0])
+	}
+	j.log.Debug().Float64("local_bw", best).Msg("measured local bandwidth")
+	return best, nil
+}
+
 // measure runs one route warmup+iters times and reports it (rank 0's copy
 // holds every rank's traffic).
-func (j *job) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFlags, src, dst placement.Layout,
-	srcBuf, dstBuf reshard.Buffer, dstHost []byte) (routeReport, error) {
+func (c *config) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFlags) (routeReport, error) {
+	j := c.j
 	rr := routeReport{Route: sched.Route, Iters: f.iters, Rounds: sched.Rounds}
-	bufs := []reshard.TensorBuffers{{Src: srcBuf, Dst: dstBuf}}
+	bufs := []reshard.TensorBuffers{{Src: c.srcBuf, Dst: c.dstBuf}}
 	var times []float64
 	var st reshard.Stats
 	for it := 0; it < f.warmup+f.iters; it++ {
-		if dstHost != nil && (f.check || it == 0) {
-			for i := range dstHost {
-				dstHost[i] = reshard.PoisonByte
+		if c.dstHost != nil && (f.check || it == 0) {
+			for i := range c.dstHost {
+				c.dstHost[i] = reshard.PoisonByte
 			}
 		}
 		if err := j.comm.Barrier(); err != nil {
@@ -355,7 +556,7 @@ func (j *job) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFlags
 		t0 := time.Now()
 		s, err := ex.Run(context.Background(), sched, bufs)
 		if err != nil {
-			j.tr.Abort(err)
+			c.tr.Abort(err)
 			return rr, err
 		}
 		el := time.Since(t0).Seconds()
@@ -367,22 +568,17 @@ func (j *job) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFlags
 			times = append(times, slowest[0])
 		}
 		st = s
-		injectFault(j.rank, dstHost)
+		injectFault(j.rank, c.dstHost)
 		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", el).Msg("iteration")
 	}
-	sort.Float64s(times)
-	rr.MedianSec = times[len(times)/2]
-	if len(times)%2 == 0 {
-		rr.MedianSec = (times[len(times)/2-1] + times[len(times)/2]) / 2
-	}
-	rr.MinSec, rr.MaxSec = times[0], times[len(times)-1]
+	rr.MedianSec = median(times)
+	rr.MinSec, rr.MaxSec = slices.Min(times), slices.Max(times)
 	if rr.MedianSec > 0 {
-		rr.TensorGBps = float64(src.Bytes()) / rr.MedianSec / 1e9
+		rr.TensorGBps = float64(c.src.Bytes()) / rr.MedianSec / 1e9
 	}
-	// every rank's traffic, and the first failing check.
 	checkMsg := ""
-	if f.check && dstHost != nil {
-		if err := reshard.CheckPattern(dst, j.rank, dstHost); err != nil {
+	if f.check && c.dstHost != nil {
+		if err := reshard.CheckPattern(c.dst, j.rank, c.dstHost); err != nil {
 			checkMsg = err.Error()
 			j.log.Error().Str("route", sched.Route).Err(err).Msg("check failed")
 		}
@@ -395,8 +591,8 @@ func (j *job) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFlags
 	}
 	for r := 0; r < j.world; r++ {
 		v := all[r*len(mine):]
-		t := rankTraffic{Rank: r, Role: role(src, dst, r), SentNetwork: v[0], RecvNetwork: v[1], SentLocal: v[2],
-			RecvLocal: v[3], Copied: v[4], Packed: v[5]}
+		t := rankTraffic{Rank: r, Role: role(c.src, c.dst, r), Domain: c.topo.Domain[r], SentNetwork: v[0], RecvNetwork: v[1],
+			SentLocal: v[2], RecvLocal: v[3], Copied: v[4], Packed: v[5]}
 		t.Sent, t.Recv = t.SentNetwork+t.SentLocal, t.RecvNetwork+t.RecvLocal
 		rr.Ranks = append(rr.Ranks, t)
 	}
@@ -459,6 +655,10 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 	fmt.Fprintf(w, "source:      %s\ndestination: %s\n", rep.Source, rep.Destination)
 	fmt.Fprintf(w, "world %d, %s, fingerprint %s, chunk %s, staging %s\n", rep.World, formatBytes(rep.Bytes),
 		rep.Fingerprint, formatBytes(rep.ChunkBytes), formatBytes(rep.Staging))
+	if rep.EmulatedBW > 0 {
+		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
+			formatRate(rep.EmulatedBW), formatRate(rep.Fabric.NetBW), formatRate(rep.Fabric.LocalBW))
+	}
 	for _, rr := range rep.Routes {
 		if pr, ok := rr.Extra.(plainReport); ok {
 			fmt.Fprintf(w, "\nbaseline, %s: %s per iteration (median of %d), %.2f GB/s of tensor\n", pr.Baseline,
@@ -470,13 +670,19 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 		fmt.Fprintf(w, "\nroute %s: %s per iteration (median of %d; min %s, max %s), %.2f GB/s of tensor, %d rounds; check %s\n",
 			rr.Route, formatSeconds(rr.MedianSec), rr.Iters, formatSeconds(rr.MinSec), formatSeconds(rr.MaxSec),
 			rr.TensorGBps, rr.Rounds, rr.Check)
+		if rr.Why != "" {
+			fmt.Fprintf(w, "  auto: %s\n", rr.Why)
+		}
+		if rr.BoundSec > 0 && (rep.EmulatedBW > 0) {
+			fmt.Fprintf(w, "  model bound %s (%s binds): time is %.2fx the bound\n", formatSeconds(rr.BoundSec), rr.Binding, rr.Ratio)
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "rank\trole\tsent\treceived\tnetwork out\tnetwork in\tlocal out\tlocal in\tself copy\tpacked\t")
+		fmt.Fprintln(tw, "rank\trole\tdomain\tsent\treceived\tnetwork out\tnetwork in\tlocal out\tlocal in\tself copy\tpacked\t")
 		for _, t := range rr.Ranks {
 			if t.Role == "idle" && t.Sent+t.Recv+t.Copied == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Rank, t.Role, formatBytes(t.Sent), formatBytes(t.Recv),
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Rank, t.Role, t.Domain, formatBytes(t.Sent), formatBytes(t.Recv),
 				formatBytes(t.SentNetwork), formatBytes(t.RecvNetwork), formatBytes(t.SentLocal), formatBytes(t.RecvLocal),
 				formatBytes(t.Copied), formatBytes(t.Packed))
 		}

@@ -110,3 +110,17 @@ func int64Bytes(v []int64) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*8)
 }
+
+// formatRate renders bytes per second with a decimal unit, as bandwidths
+// are quoted: "50 GB/s".
+func formatRate(bps float64) string {
+	for _, u := range []struct {
+		name string
+		mult float64
+	}{{"TB/s", 1e12}, {"GB/s", 1e9}, {"MB/s", 1e6}, {"kB/s", 1e3}} {
+		if bps >= u.mult {
+			return fmt.Sprintf("%.4g %s", bps/u.mult, u.name)
+		}
+	}
+	return fmt.Sprintf("%.4g B/s", bps)
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/spf13/cobra"
+)
+
+func newModelCmd() *cobra.Command {
+	var pf pairFlags
+	var bytes, netBW, localBW, chunk string
+	var sources, shards, rho, domains, dstDomainSize, srcDomainSize int
+	var stripe, asJSON bool
+	var latency float64
+	cmd := &cobra.Command{
+		Use:   "model (--bytes B --sources Ns --dst-shards K --rho R | --shape S --src-mesh ... --dst-mesh ...) [flags]",
+		Short: "Print each route's speed-of-light bound from the aggregate data-movement model",
+		Long: `model evaluates the aggregate data-movement model of NCCL M2N for the three
+routes and says which term binds each and which route auto would pick:
+
+  T_flat    = rho*B / (Ns*BN)
+  T_agbcast = B / BN                                   (root injection)
+  T_hier    = max(B / (min(Ns, K*rho)*BN), (rho-1)*B / (K*rho*BL))
+
+B is the unique bytes, Ns the source injection paths, K the destination
+shards and rho their replication, BN and BL the per-rank network and
+local-fabric bandwidths. With several destination domains each holds rho/D
+replicas; the domain count adds startup and tail, not bandwidth.
+
+Explicit form: --bytes --sources --dst-shards --rho [--domains].
+Layout form: the refit plan flags (--shape --dtype --src-* --dst-*) with
+--dst-domain-size; B, Ns, K and rho come from the layouts.
+Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
+		Example: `  # the paper's single-layer experiment
+  refit model --bytes 7168MB --sources 16 --dst-shards 8 --rho 2 --domains 1 --net-bw 50GB/s --local-bw 900GB/s
+  # the same from layouts: 16 EP ranks to TP8 x DP2 in one NVLink domain
+  refit model --shape 256x2048x7168 --dtype bf16 --src-mesh 16 --src-placements S0 \
+      --dst-mesh 2x8 --dst-placements R,S1 --dst-domain-size 16`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fab := hier.Fabric{Latency: latency}
+			var err error
+			if fab.NetBW, err = parseRate(netBW); err != nil {
+				return flagError("net-bw", netBW, err)
+			}
+			if fab.LocalBW, err = parseRate(localBW); err != nil {
+				return flagError("local-bw", localBW, err)
+			}
+			ch, err := parseBytes(chunk)
+			if err != nil {
+				return flagError("chunk-bytes", chunk, err)
+			}
+			var prob hier.Problem
+			explicit := cmd.Flags().Changed("bytes")
+			layoutForm := pf.shape != ""
+			switch {
+			case explicit && layoutForm:
+				return usageError{fmt.Errorf("give either --bytes (explicit form) or --shape (layout form), not both")}
+			case explicit:
+				b, err := parseBytes(bytes)
+				if err != nil {
+					return flagError("bytes", bytes, err)
+				}
+				if prob, err = hier.Uniform(float64(b), sources, shards, rho, domains, float64(ch)); err != nil {
+					return usageError{err}
+				}
+			case layoutForm:
+				src, dst, world, err := pf.layouts()
+				if err != nil {
+					return err
+				}
+				plan, err := reshard.NewPlan(src, dst, world, reshard.Options{StripeReplicas: stripe})
+				if err != nil {
+					return usageError{err}
+				}
+				// every rank on a host of its own: the sizes group them, and
+				// by default all destination ranks share one domain.
+				host := make([]int, world)
+				for r := range host {
+					host[r] = r
+				}
+				if dstDomainSize == 0 {
+					dstDomainSize = dst.Mesh().Size()
+				}
+				topo, err := hier.Domains(host, src, dst, hier.DomainSizes{Src: srcDomainSize, Dst: dstDomainSize})
+				if err != nil {
+					return usageError{err}
+				}
+				prob = hier.FromPlan(plan, topo, float64(ch))
+			default:
+				return usageError{fmt.Errorf("give --bytes --sources --dst-shards --rho (explicit form) or the layout flags --shape ... (layout form)")}
+			}
+			choice := hier.Choose(prob, fab)
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+					Problem hier.Problem `json:"problem"`
+					Fabric  hier.Fabric  `json:"fabric"`
+					hier.Choice
+				}{prob, fab, choice})
+			}
+			return writeModel(cmd.OutOrStdout(), prob, fab, choice)
+		},
+	}
+	fs := cmd.Flags()
+	pf.register(fs)
+	_ = fs.MarkHidden("world")
+	fs.StringVar(&bytes, "bytes", "", "explicit form: unique bytes B, e.g. 7168MB")
+	fs.IntVar(&sources, "sources", 1, "explicit form: source injection paths Ns")
+	fs.IntVar(&shards, "dst-shards", 1, "explicit form: destination shards K")
+	fs.IntVar(&rho, "rho", 1, "explicit form: destination replication rho")
+	fs.IntVar(&domains, "domains", 1, "explicit form: destination domains (each holds rho/domains replicas)")
+	fs.IntVar(&dstDomainSize, "dst-domain-size", 0, "layout form: destination ranks per domain (default: all in one)")
+	fs.IntVar(&srcDomainSize, "src-domain-size", 0, "layout form: source ranks per domain")
+	fs.BoolVar(&stripe, "stripe", false, "layout form: stripe sends over source replicas (raises Ns)")
+	fs.StringVar(&netBW, "net-bw", "50GB/s", "per-rank network bandwidth BN")
+	fs.StringVar(&localBW, "local-bw", "900GB/s", "per-rank local-fabric bandwidth BL")
+	fs.StringVar(&chunk, "chunk-bytes", "16MiB", "pipeline chunk (startup and tail terms)")
+	fs.Float64Var(&latency, "latency", 20e-6, "per-message latency in seconds (startup terms, for auto)")
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func writeModel(w io.Writer, p hier.Problem, fab hier.Fabric, c hier.Choice) error {
+	ranks := 0
+	for _, d := range p.Domains {
+		ranks += d.Ranks
+	}
+	fmt.Fprintf(w, "B = %s (%.0f bytes), Ns = %d, rho = %d, %d destination ranks in %d domain(s); BN = %s, BL = %s\n\n",
+		formatDecimal(p.Bytes), p.Bytes, p.Sources, p.Rho, ranks, len(p.Domains), formatRate(fab.NetBW), formatRate(fab.LocalBW))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "route\tbound\tbinding term\tother terms\tpredicted with startup")
+	for _, b := range c.Bounds {
+		other := ""
+		for _, t := range b.Terms {
+			if t.Name != b.Binding {
+				if other != "" {
+					other += "; "
+				}
+				other += fmt.Sprintf("%s %s", t.Name, formatMs(t.Seconds))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Route, formatMs(b.Seconds), b.Binding, other, formatMs(b.Predicted))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nauto: %s\n", c.Why)
+	return err
+}
+
+// formatMs renders seconds as milliseconds with two decimals, the paper's
+// precision (8.96 ms).
+func formatMs(s float64) string { return fmt.Sprintf("%.2f ms", s*1e3) }
+
+// formatDecimal renders bytes with decimal units (7168 MB).
+func formatDecimal(b float64) string {
+	for _, u := range []struct {
+		name string
+		mult float64
+	}{{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}} {
+		if b >= u.mult {
+			return fmt.Sprintf("%.6g %s", b/u.mult, u.name)
+		}
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
