@@ -2,14 +2,14 @@
 # `make test` runs the whole suite. See README.md.
 GO      ?= go
 BIN     := bin/refit
-PURE    := $(foreach d,mesh placement reshard hier,$(if $(wildcard $(d)/*.go),./$(d)/...))
+PURE    := $(foreach d,mesh placement reshard hier stage,$(if $(wildcard $(d)/*.go),./$(d)/...))
 FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build run test vet purecheck fuzz bench clean
+.PHONY: all deps build run test vet purecheck fuzz bench gpu-bins clean
 
 all: build
 
@@ -48,6 +48,13 @@ fuzz:
 
 bench:
 	$(GO) test ./reshard -run '^$$' -bench . -benchmem
+
+# gpu-bins builds what scripts/gpu-check.sh runs on a GPU machine without Go.
+gpu-bins: deps
+	mkdir -p .devbin
+	$(GO) build -o .devbin/refit ./apps/refit
+	$(GO) test -c -o .devbin/cuda.test ./cuda
+	$(GO) test -c -o .devbin/nccl.test ./nccl
 
 clean:
 	rm -rf bin

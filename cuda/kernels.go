@@ -7,6 +7,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -34,14 +35,25 @@ type imageResult struct {
 	err   error
 }
 
+// packBatch returns the rows per lane the kernels batch for short rows:
+// M2N_PACK_BATCH if set to 1 to 8, else the source's default (4).
+func packBatch() string {
+	if v := os.Getenv("M2N_PACK_BATCH"); v >= "1" && v <= "8" && len(v) == 1 {
+		return v
+	}
+	return ""
+}
+
 func kernelImage(major, minor int, out nvrtc.Output) ([]byte, error) {
 	arch := fmt.Sprintf("sm_%d%d", major, minor)
 	if out == nvrtc.PTX {
 		arch = fmt.Sprintf("compute_%d%d", major, minor)
 	}
+	batch := packBatch()
+	key := arch + "/" + batch
 	images.Lock()
 	defer images.Unlock()
-	if r, ok := images.m[arch]; ok {
+	if r, ok := images.m[key]; ok {
 		return r.image, r.err
 	}
 	var headers []nvrtc.Header
@@ -50,6 +62,9 @@ func kernelImage(major, minor int, out nvrtc.Output) ([]byte, error) {
 		headers = append(headers, nvrtc.Header{Name: names[i], Source: sources[i]})
 	}
 	opts := []string{"--gpu-architecture=" + arch, "--std=c++17"}
+	if batch != "" {
+		opts = append(opts, "-DM2N_BATCH="+batch)
+	}
 	image, err := nvrtc.Compile(kernels.StridedSource(), "m2n_strided.cu", headers, opts, out)
 	if err != nil {
 		err = fmt.Errorf("cuda: compiling the strided-copy kernels for %s: %w", arch, err)
@@ -57,7 +72,7 @@ func kernelImage(major, minor int, out nvrtc.Output) ([]byte, error) {
 	if images.m == nil {
 		images.m = map[string]imageResult{}
 	}
-	images.m[arch] = imageResult{image, err}
+	images.m[key] = imageResult{image, err}
 	return image, err
 }
 

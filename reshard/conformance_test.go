@@ -73,3 +73,17 @@ func TestConformanceInproc(t *testing.T) {
 		}
 	}
 }
+
+// TestExchangeInproc runs the transport-contract suite over the in-process
+// transport.
+func TestExchangeInproc(t *testing.T) {
+	for _, n := range []int{1, 2, 5} {
+		errs := inproc.NewWorld(n).Run(func(tr reshard.Transport) error {
+			env := transporttest.Env{T: tr, Mem: reshard.HostMemory{}, IO: transporttest.HostBuffers{}}
+			return transporttest.Exchange(context.Background(), env, 6)
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Errorf("%d ranks: %v", n, err)
+		}
+	}
+}

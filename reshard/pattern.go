@@ -10,8 +10,13 @@ import (
 // PatternByte returns byte k of the test pattern of global element g: a
 // mix of g, so that every element differs from its neighbours and a byte
 // landing in the wrong place is caught.
-func PatternByte(g int64, k int) byte {
-	x := uint64(g)*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019
+func PatternByte(g int64, k int) byte { return patternByte(g, k, 0) }
+
+// patternByte is PatternByte for the tensor numbered seed: tensors with
+// different seeds hold different bytes, so one landing in another's place is
+// caught too.
+func patternByte(g int64, k int, seed uint64) byte {
+	x := uint64(g)*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019 + seed*0xD6E8FEB86659FD93
 	x ^= x >> 29
 	x *= 0xBF58476D1CE4E5B9
 	x ^= x >> 32
@@ -60,7 +65,10 @@ func forEachRow(shape []int64, box placement.Box, fn func(global, local, n int64
 
 // FillPattern writes the test pattern into the local buffer of rank in
 // layout l. It panics if buf is not the rank's local size.
-func FillPattern(l placement.Layout, rank int, buf []byte) {
+func FillPattern(l placement.Layout, rank int, buf []byte) { FillPatternSeed(l, rank, 0, buf) }
+
+// FillPatternSeed is FillPattern for the tensor numbered seed.
+func FillPatternSeed(l placement.Layout, rank int, seed uint64, buf []byte) {
 	box, ok := l.RankBox(rank)
 	if !ok {
 		return
@@ -73,7 +81,7 @@ func FillPattern(l placement.Layout, rank int, buf []byte) {
 		p := buf[local*int64(elem) : (local+n)*int64(elem)]
 		for i := int64(0); i < n; i++ {
 			for k := 0; k < elem; k++ {
-				p[int(i)*elem+k] = PatternByte(g+i, k)
+				p[int(i)*elem+k] = patternByte(g+i, k, seed)
 			}
 		}
 	})
@@ -95,7 +103,10 @@ func (e *MismatchError) Error() string {
 
 // CheckPattern compares rank's local buffer in layout l with the pattern
 // and returns a *MismatchError naming the first wrong element, or nil.
-func CheckPattern(l placement.Layout, rank int, buf []byte) error {
+func CheckPattern(l placement.Layout, rank int, buf []byte) error { return CheckPatternSeed(l, rank, 0, buf) }
+
+// CheckPatternSeed is CheckPattern for the tensor numbered seed.
+func CheckPatternSeed(l placement.Layout, rank int, seed uint64, buf []byte) error {
 	box, ok := l.RankBox(rank)
 	if !ok {
 		return nil
@@ -112,7 +123,7 @@ func CheckPattern(l placement.Layout, rank int, buf []byte) error {
 		for i := int64(0); i < n; i++ {
 			bad := false
 			for k := 0; k < elem; k++ {
-				if p[int(i)*elem+k] != PatternByte(g+i, k) {
+				if p[int(i)*elem+k] != patternByte(g+i, k, seed) {
 					bad = true
 					break
 				}
@@ -124,7 +135,7 @@ func CheckPattern(l placement.Layout, rank int, buf []byte) error {
 			if first == nil {
 				first = &MismatchError{Rank: rank, Index: unravel(shape, g+i)}
 				for k := 0; k < elem; k++ {
-					first.Want = append(first.Want, PatternByte(g+i, k))
+					first.Want = append(first.Want, patternByte(g+i, k, seed))
 				}
 				first.Got = append([]byte(nil), p[int(i)*elem:int(i+1)*elem]...)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -129,7 +130,10 @@ func plainExchange(c *config, rep *runReport) error {
 	if err != nil {
 		return err
 	}
-	ex := &reshard.Executor{T: c.tr, Mem: reshard.HostMemory{}}
+	if _, ok := c.mem.(reshard.HostMemory); !ok {
+		return usageError{fmt.Errorf("refit bench compares with a plain MPI exchange of host memory: run it with --device cpu")}
+	}
+	ex := &reshard.Executor{T: c.tr, Mem: c.mem}
 	defer ex.Close()
 	bufs := []reshard.TensorBuffers{{Src: c.srcBuf, Dst: c.dstBuf}}
 	timeIt := func(fn func() error) (float64, error) {

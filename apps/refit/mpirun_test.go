@@ -261,3 +261,25 @@ func TestSlurmScript(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineStages runs the paper's Example B for real: two stages of two
+// trainer ranks each (world 0-1 and 2-3) reshard to one generator rank
+// (world 4), each on its own communicator; the generator receives one full
+// tensor per stage, each with its own contents.
+func TestPipelineStages(t *testing.T) {
+	stdout, stderr, err := mpirunRefit(t, 5, nil, "run", "--pp-stages", "2", "--shape", "8x6", "--dtype", "f32",
+		"--src-mesh", "2", "--src-placements", "S0", "--dst-mesh", "1", "--dst-placements", "R",
+		"--route", "all", "--check", "--iters", "1", "--warmup", "0")
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"== stage 0 of 2: world ranks 0,1,4", "== stage 1 of 2: world ranks 2-4",
+		"destination: 8x6 f32 on 1[2] R"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if n := strings.Count(stdout, "check passed"); n != 6 {
+		t.Errorf("%d routes passed their check, want 3 routes x 2 stages:\n%s", n, stdout)
+	}
+}

@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/stage"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
@@ -37,6 +41,8 @@ type runFlags struct {
 	netBW     string
 	localBW   string
 	latency   time.Duration
+	device    string
+	ppStages  int
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
@@ -58,6 +64,8 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.netBW, "net-bw", "", "per-rank network bandwidth for the model and auto (default: the emulated rate, else 50GB/s; or M2N_NET_BW)")
 	fs.StringVar(&f.localBW, "local-bw", "", "per-rank local-fabric bandwidth for the model and auto (default: measured when emulating, else 900GB/s; or M2N_LOCAL_BW)")
 	fs.DurationVar(&f.latency, "latency", 20*time.Microsecond, "per-message latency for auto's startup term")
+	fs.StringVar(&f.device, "device", "cpu", "where tensors live: cpu (host memory, MPI) or cuda (one GPU per rank by local rank, NCCL)")
+	fs.IntVar(&f.ppStages, "pp-stages", 0, "pipeline stages: stage s trains on world ranks [s*M, (s+1)*M) and reshards to the generator (--dst-ranks, world ranks; default after the trainers) on a communicator of its own")
 }
 
 // routeNames are the routes in the order --route all runs them.
@@ -213,11 +221,10 @@ show on one machine.`,
 // job is one rank's state in a run.
 type job struct {
 	log   zerolog.Logger
-	comm  *mpi.Comm
+	comm  *mpi.Comm // the world
 	rank  int
 	world int
-	base  reshard.Transport // MPI, without emulation
-	host  []int             // each rank's host, as discovered
+	be    backend
 	set   settings
 }
 
@@ -255,6 +262,8 @@ type rankTraffic struct {
 }
 
 type runReport struct {
+	Stage       *int          `json:"stage,omitempty"`
+	Members     []int         `json:"stage_world_ranks,omitempty"`
 	World       int           `json:"world"`
 	Source      string        `json:"source"`
 	Destination string        `json:"destination"`
@@ -282,11 +291,21 @@ func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) er
 	if f.iters < 1 || f.warmup < 0 {
 		return usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration", f.iters, f.warmup)}
 	}
-	j, err := startJob(f.logLevel, set)
+	if f.ppStages < 0 {
+		return flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))
+	}
+	if f.ppStages > 0 && f.pair.srcRanks != "" {
+		return usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
+	}
+	j, err := startJob(f.logLevel, set, f.device)
 	if err != nil {
 		return err
 	}
 	defer mpi.Finalize()
+	defer j.be.close()
+	if f.ppStages > 0 {
+		return j.runStages(out, f, routes)
+	}
 	src, dst, world, err := f.pair.layouts()
 	if err != nil {
 		return err
@@ -294,10 +313,11 @@ func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) er
 	if world > j.world || (f.pair.world != 0 && world != j.world) {
 		return usageError{fmt.Errorf("the meshes need a communicator of %d ranks; this job has %d (mpirun -np %d)", world, j.world, world)}
 	}
-	c, err := j.newConfig(src, dst, f.stripe)
+	c, err := j.newConfig(j.comm, src, dst, f.stripe, 0)
 	if err != nil {
 		return err
 	}
+	defer c.close()
 	rep, err := c.runRoutes(routes, f)
 	if err != nil {
 		return err
@@ -308,18 +328,32 @@ func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) er
 		}
 	}
 	if j.rank == 0 {
-		if f.asJSON {
-			if err := json.NewEncoder(out).Encode(rep); err != nil {
-				return err
-			}
-		} else if err := writeRunReport(out, rep); err != nil {
+		if err := printReport(out, f.asJSON, rep); err != nil {
 			return err
 		}
 	}
+	return checkFailures([]*runReport{rep})
+}
+
+func printReport(out io.Writer, asJSON bool, rep *runReport) error {
+	if asJSON {
+		return json.NewEncoder(out).Encode(rep)
+	}
+	return writeRunReport(out, rep)
+}
+
+// checkFailures turns failed checks into the job's error.
+func checkFailures(reps []*runReport) error {
 	var failed []string
-	for _, rr := range rep.Routes {
-		if strings.HasPrefix(rr.Check, "FAILED") {
-			failed = append(failed, rr.Route+": "+strings.TrimPrefix(rr.Check, "FAILED: "))
+	for _, rep := range reps {
+		for _, rr := range rep.Routes {
+			if strings.HasPrefix(rr.Check, "FAILED") {
+				name := rr.Route
+				if rep.Stage != nil {
+					name = fmt.Sprintf("%s of stage %d", rr.Route, *rep.Stage)
+				}
+				failed = append(failed, name+": "+strings.TrimPrefix(rr.Check, "FAILED: "))
+			}
 		}
 	}
 	if len(failed) > 0 {
@@ -328,8 +362,136 @@ func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) er
 	return nil
 }
 
-// startJob initialises MPI and discovers each rank's host.
-func startJob(logLevel string, set settings) (*job, error) {
+// runStages runs one reshard per pipeline stage, each on its stage's
+// communicator, and prints every stage's report on world rank 0.
+func (j *job) runStages(out io.Writer, f *runFlags, routes []string) error {
+	shape, err := placement.ParseShape(f.pair.shape)
+	if err != nil {
+		return flagError("shape", f.pair.shape, err)
+	}
+	dt, err := placement.ParseDType(f.pair.dtype)
+	if err != nil {
+		return flagError("dtype", f.pair.dtype, err)
+	}
+	if f.pair.srcMesh == "" || f.pair.dstMesh == "" || f.pair.srcPl == "" || f.pair.dstPl == "" {
+		return usageError{fmt.Errorf("--src-mesh, --src-placements, --dst-mesh and --dst-placements are required")}
+	}
+	sm, err := mesh.ParseShape(f.pair.srcMesh)
+	if err != nil {
+		return flagError("src-mesh", f.pair.srcMesh, err)
+	}
+	dm, err := mesh.ParseShape(f.pair.dstMesh)
+	if err != nil {
+		return flagError("dst-mesh", f.pair.dstMesh, err)
+	}
+	m, g := prodInts(sm), prodInts(dm)
+	l := stage.Contiguous(f.ppStages, m, g)
+	if f.pair.dstRanks != "" {
+		if l.Generators, err = mesh.ParseRanks(f.pair.dstRanks); err != nil {
+			return flagError("dst-ranks", f.pair.dstRanks, err)
+		}
+	}
+	if err := l.Validate(j.world); err != nil {
+		return usageError{fmt.Errorf("--pp-stages %d with a %d-rank trainer stage and %d generator ranks on %d ranks: %w", f.ppStages, m, g, j.world, err)}
+	}
+	comms, err := j.comm.SplitStages(l)
+	if err != nil {
+		return err
+	}
+	if sb, ok := j.be.(interface{ stages([]*mpi.Comm) error }); ok {
+		if err := sb.stages(comms); err != nil {
+			return err
+		}
+	}
+	var mine []*runReport
+	for s, sc := range comms {
+		if sc == nil {
+			continue
+		}
+		src, err := parseLayout(shape, dt, f.pair.srcMesh, f.pair.srcPl, mesh.FormatRanks(l.SrcRanks(s)), 0, "src-mesh", "src-placements", "src-ranks")
+		if err != nil {
+			return err
+		}
+		dst, err := parseLayout(shape, dt, f.pair.dstMesh, f.pair.dstPl, mesh.FormatRanks(l.DstRanks(s)), 0, "dst-mesh", "dst-placements", "dst-ranks")
+		if err != nil {
+			return err
+		}
+		c, err := j.newConfig(sc, src, dst, f.stripe, uint64(s))
+		if err != nil {
+			return err
+		}
+		rep, err := c.runRoutes(routes, f)
+		c.close()
+		if err != nil {
+			return err
+		}
+		stageNo := s
+		rep.Stage = &stageNo
+		rep.Members = l.Members(s)
+		if sc.Rank() == 0 {
+			mine = append(mine, rep)
+		}
+	}
+	all, err := j.gatherReports(mine)
+	if err != nil {
+		return err
+	}
+	if j.rank == 0 {
+		for _, rep := range all {
+			if !f.asJSON {
+				fmt.Fprintf(out, "== stage %d of %d: world ranks %s\n", *rep.Stage, f.ppStages, mesh.FormatRanks(rep.Members))
+			}
+			if err := printReport(out, f.asJSON, rep); err != nil {
+				return err
+			}
+		}
+	}
+	return checkFailures(all)
+}
+
+// gatherReports collects every rank's reports on every rank, ordered by
+// stage.
+func (j *job) gatherReports(mine []*runReport) ([]*runReport, error) {
+	payload, err := json.Marshal(mine)
+	if err != nil {
+		return nil, err
+	}
+	lens := make([]int64, j.world)
+	if err := j.comm.Allgather(int64Bytes([]int64{int64(len(payload))}), int64Bytes(lens)); err != nil {
+		return nil, err
+	}
+	displs := make([]int64, j.world)
+	total := int64(0)
+	for r, n := range lens {
+		displs[r] = total
+		total += n
+	}
+	buf := make([]byte, total)
+	if err := j.comm.Allgatherv(payload, buf, lens, displs); err != nil {
+		return nil, err
+	}
+	var all []*runReport
+	for r := range lens {
+		var reps []*runReport
+		if err := json.Unmarshal(buf[displs[r]:displs[r]+lens[r]], &reps); err != nil {
+			return nil, err
+		}
+		all = append(all, reps...)
+	}
+	sort.Slice(all, func(a, b int) bool { return *all[a].Stage < *all[b].Stage })
+	return all, nil
+}
+
+func prodInts(v []int) int {
+	n := 1
+	for _, x := range v {
+		n *= x
+	}
+	return n
+}
+
+// startJob initialises MPI and the backend.
+func startJob(logLevel string, set settings, device string) (*job, error) {
 	if _, err := mpi.Init(mpi.ThreadMultiple); err != nil {
 		return nil, err
 	}
@@ -341,14 +503,13 @@ func startJob(logLevel string, set settings) (*job, error) {
 		return nil, usageError{err}
 	}
 	j.log = log
-	j.base = mpi.NewTransport(comm, getenv("M2N_MPI_INPLACE") != "0")
-	if j.host, err = hostIDs(comm); err != nil {
+	if j.be, err = newBackend(device, comm); err != nil {
 		return nil, err
 	}
 	return j, nil
 }
 
-// hostIDs names each rank's host by the lowest world rank on it (MPI's
+// hostIDs names each rank's host by the lowest rank of comm on it (MPI's
 // shared-memory split).
 func hostIDs(comm *mpi.Comm) ([]int, error) {
 	local, err := comm.SplitShared(0)
@@ -371,55 +532,90 @@ func hostIDs(comm *mpi.Comm) ([]int, error) {
 	return host, nil
 }
 
-// config is one layout pair on the job: its plan, topology, transport and
-// buffers.
+// config is one layout pair on one communicator of the job (the world, or
+// a pipeline stage's): its plan, topology, transport and buffers.
 type config struct {
-	j        *job
-	src, dst placement.Layout
-	plan     *reshard.Plan
-	topo     reshard.Topology
-	tr       reshard.Transport
-	fabric   hier.Fabric
-	srcBuf   reshard.Buffer
-	dstBuf   reshard.Buffer
-	dstHost  []byte
+	j       *job
+	comm    *mpi.Comm
+	rank    int
+	world   int
+	seed    uint64 // the tensor's pattern
+	src     placement.Layout
+	dst     placement.Layout
+	plan    *reshard.Plan
+	topo    reshard.Topology
+	tr      reshard.Transport
+	done    func()
+	mem     reshard.Memory
+	io      transporttest.HostIO
+	fabric  hier.Fabric
+	srcBuf  reshard.Buffer
+	dstBuf  reshard.Buffer
+	dstHost []byte // host copy of the destination buffer, for poison and checks
 }
 
-// newConfig plans a layout pair, checks that every rank derived the same
-// plan, builds the topology, the (emulated) transport and the buffers.
-func (j *job) newConfig(src, dst placement.Layout, stripe bool) (*config, error) {
-	plan, err := reshard.NewPlan(src, dst, j.world, reshard.Options{StripeReplicas: stripe})
-	if err != nil {
+// newConfig plans a layout pair on comm, checks that every rank derived the
+// same plan, and builds the topology, the (emulated) transport and the
+// buffers, the source filled with the pattern of tensor seed.
+func (j *job) newConfig(comm *mpi.Comm, src, dst placement.Layout, stripe bool, seed uint64) (*config, error) {
+	c := &config{j: j, comm: comm, rank: comm.Rank(), world: comm.Size(), seed: seed, src: src, dst: dst, fabric: j.set.fabric}
+	var err error
+	if c.plan, err = reshard.NewPlan(src, dst, c.world, reshard.Options{StripeReplicas: stripe}); err != nil {
 		return nil, usageError{err}
 	}
-	if err := j.agree(plan.Fingerprint()); err != nil {
+	if err := c.agree(c.plan.Fingerprint()); err != nil {
 		return nil, err
 	}
-	topo, err := hier.Domains(j.host, src, dst, j.set.sizes)
+	host, err := hostIDs(comm)
 	if err != nil {
+		return nil, err
+	}
+	if c.topo, err = hier.Domains(host, src, dst, j.set.sizes); err != nil {
 		return nil, usageError{err}
 	}
-	c := &config{j: j, src: src, dst: dst, plan: plan, topo: topo, tr: j.base, fabric: j.set.fabric}
+	if c.tr, c.done, err = j.be.transport(comm, c.topo); err != nil {
+		return nil, err
+	}
 	if j.set.emulate > 0 {
-		c.tr = hier.Emulate(j.base, topo, j.set.emulate)
+		c.tr = hier.Emulate(c.tr, c.topo, j.set.emulate)
 	}
 	if j.set.measure {
-		if c.fabric.LocalBW, err = j.measureLocal(topo, dst); err != nil {
+		if c.fabric.LocalBW, err = c.measureLocal(); err != nil {
 			return nil, err
 		}
 	}
-	if src.Mesh().Contains(j.rank) {
-		host := make([]byte, src.LocalBytes(j.rank))
-		reshard.FillPattern(src, j.rank, host)
-		c.srcBuf = reshard.HostBuffer(host)
+	c.mem, c.io = j.be.memory()
+	if src.Mesh().Contains(c.rank) {
+		host := make([]byte, src.LocalBytes(c.rank))
+		reshard.FillPatternSeed(src, c.rank, seed, host)
+		if c.srcBuf, err = c.mem.Alloc(int64(len(host))); err != nil {
+			return nil, err
+		}
+		if err := c.io.Upload(c.srcBuf, host); err != nil {
+			return nil, err
+		}
 	}
-	if dst.Mesh().Contains(j.rank) {
-		c.dstHost = make([]byte, dst.LocalBytes(j.rank))
-		c.dstBuf = reshard.HostBuffer(c.dstHost)
+	if dst.Mesh().Contains(c.rank) {
+		c.dstHost = make([]byte, dst.LocalBytes(c.rank))
+		if c.dstBuf, err = c.mem.Alloc(int64(len(c.dstHost))); err != nil {
+			return nil, err
+		}
 	}
-	j.log.Debug().Str("fingerprint", fmt.Sprintf("%016x", plan.Fingerprint())).Int("transfers", plan.Len()).
-		Ints("domains", topo.Domain).Msg("plan derived")
+	j.log.Debug().Str("fingerprint", fmt.Sprintf("%016x", c.plan.Fingerprint())).Int("transfers", c.plan.Len()).
+		Ints("domains", c.topo.Domain).Msg("plan derived")
 	return c, nil
+}
+
+// close releases the config's buffers and transport.
+func (c *config) close() {
+	for _, b := range []reshard.Buffer{c.srcBuf, c.dstBuf} {
+		if b != nil {
+			c.mem.Free(b)
+		}
+	}
+	if c.done != nil {
+		c.done()
+	}
 }
 
 // schedule builds a route's schedule; for auto it also says what it chose.
@@ -446,10 +642,10 @@ func (c *config) schedule(route string) (*reshard.Schedule, string, error) {
 // runRoutes measures every route and returns rank 0's report.
 func (c *config) runRoutes(routes []string, f *runFlags) (*runReport, error) {
 	j := c.j
-	rep := &runReport{World: j.world, Source: c.src.String(), Destination: c.dst.String(), Bytes: c.src.Bytes(),
+	rep := &runReport{World: c.world, Source: c.src.String(), Destination: c.dst.String(), Bytes: c.src.Bytes(),
 		Fingerprint: fmt.Sprintf("%016x", c.plan.Fingerprint()), ChunkBytes: j.set.opts.ChunkBytes,
 		Staging: j.set.opts.StagingBytes, Domains: c.topo.Domain, EmulatedBW: j.set.emulate, Fabric: c.fabric}
-	ex := &reshard.Executor{T: c.tr, Mem: reshard.HostMemory{}}
+	ex := &reshard.Executor{T: c.tr, Mem: c.mem}
 	defer ex.Close()
 	bounds := map[string]hier.Bound{}
 	for _, b := range hier.Bounds(hier.FromPlan(c.plan, c.topo, float64(j.set.opts.ChunkBytes)), c.fabric) {
@@ -460,7 +656,7 @@ func (c *config) runRoutes(routes []string, f *runFlags) (*runReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		if why != "" && j.rank == 0 {
+		if why != "" && c.rank == 0 {
 			j.log.Info().Str("route", sched.Route).Msg(why)
 		}
 		rr, err := c.measure(ex, sched, f)
@@ -477,14 +673,14 @@ func (c *config) runRoutes(routes []string, f *runFlags) (*runReport, error) {
 }
 
 // agree checks that every rank derived the same plan.
-func (j *job) agree(fp uint64) error {
-	all := make([]int64, j.world)
-	if err := j.comm.Allgather(int64Bytes([]int64{int64(fp)}), int64Bytes(all)); err != nil {
+func (c *config) agree(fp uint64) error {
+	all := make([]int64, c.world)
+	if err := c.comm.Allgather(int64Bytes([]int64{int64(fp)}), int64Bytes(all)); err != nil {
 		return err
 	}
 	for r, v := range all {
 		if uint64(v) != fp {
-			return fmt.Errorf("rank %d derived plan %016x, rank %d derived %016x: the ranks were given different layouts or options", j.rank, fp, r, uint64(v))
+			return fmt.Errorf("rank %d derived plan %016x, rank %d derived %016x: the ranks were given different layouts or options", c.rank, fp, r, uint64(v))
 		}
 	}
 	return nil
@@ -493,12 +689,13 @@ func (j *job) agree(fp uint64) error {
 // measureLocal measures the local-fabric bandwidth per rank: the
 // destination ranks of each domain pass a chunk around a ring inside the
 // domain, all domains at once, and the slowest rank's rate counts.
-func (j *job) measureLocal(topo reshard.Topology, dst placement.Layout) (float64, error) {
+func (c *config) measureLocal() (float64, error) {
 	const n = 8 << 20
+	j, topo, dst := c.j, c.topo, c.dst
 	var peers []int
-	if dst.Mesh().Contains(j.rank) {
+	if dst.Mesh().Contains(c.rank) {
 		for i := 0; i < dst.Mesh().Size(); i++ {
-			if r := dst.Mesh().RankAt(i); topo.Domain[r] == topo.Domain[j.rank] {
+			if r := dst.Mesh().RankAt(i); topo.Domain[r] == topo.Domain[c.rank] {
 				peers = append(peers, r)
 			}
 		}
@@ -506,18 +703,18 @@ func (j *job) measureLocal(topo reshard.Topology, dst placement.Layout) (float64
 	send, recv := make([]byte, n), make([]byte, n)
 	best := 0.0
 	for it := 0; it < 3; it++ {
-		if err := j.comm.Barrier(); err != nil {
+		if err := c.comm.Barrier(); err != nil {
 			return 0, err
 		}
 		t0 := time.Now()
 		if len(peers) > 1 {
-			me := slices.Index(peers, j.rank)
+			me := slices.Index(peers, c.rank)
 			next, prev := peers[(me+1)%len(peers)], peers[(me+len(peers)-1)%len(peers)]
-			rq, err := j.comm.Irecv(recv, prev, 91)
+			rq, err := c.comm.Irecv(recv, prev, 91)
 			if err != nil {
 				return 0, err
 			}
-			sq, err := j.comm.Isend(send, next, 91)
+			sq, err := c.comm.Isend(send, next, 91)
 			if err != nil {
 				return 0, err
 			}
@@ -527,7 +724,7 @@ func (j *job) measureLocal(topo reshard.Topology, dst placement.Layout) (float64
 		}
 		el := []float64{time.Since(t0).Seconds()}
 		slow := []float64{0}
-		if err := j.comm.AllreduceFloat64(el, slow, mpi.Max); err != nil {
+		if err := c.comm.AllreduceFloat64(el, slow, mpi.Max); err != nil {
 			return 0, err
 		}
 		best = max(best, n/slow[0])
@@ -549,8 +746,11 @@ func (c *config) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFl
 			for i := range c.dstHost {
 				c.dstHost[i] = reshard.PoisonByte
 			}
+			if err := c.io.Upload(c.dstBuf, c.dstHost); err != nil {
+				return rr, err
+			}
 		}
-		if err := j.comm.Barrier(); err != nil {
+		if err := c.comm.Barrier(); err != nil {
 			return rr, err
 		}
 		t0 := time.Now()
@@ -561,14 +761,13 @@ func (c *config) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFl
 		}
 		el := time.Since(t0).Seconds()
 		slowest := []float64{0}
-		if err := j.comm.AllreduceFloat64([]float64{el}, slowest, mpi.Max); err != nil {
+		if err := c.comm.AllreduceFloat64([]float64{el}, slowest, mpi.Max); err != nil {
 			return rr, err
 		}
 		if it >= f.warmup {
 			times = append(times, slowest[0])
 		}
 		st = s
-		injectFault(j.rank, c.dstHost)
 		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", el).Msg("iteration")
 	}
 	rr.MedianSec = median(times)
@@ -578,25 +777,29 @@ func (c *config) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFl
 	}
 	checkMsg := ""
 	if f.check && c.dstHost != nil {
-		if err := reshard.CheckPattern(c.dst, j.rank, c.dstHost); err != nil {
+		if err := c.io.Download(c.dstHost, c.dstBuf); err != nil {
+			return rr, err
+		}
+		injectFault(c.rank, c.dstHost)
+		if err := reshard.CheckPatternSeed(c.dst, c.rank, c.seed, c.dstHost); err != nil {
 			checkMsg = err.Error()
 			j.log.Error().Str("route", sched.Route).Err(err).Msg("check failed")
 		}
 	}
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Recv[reshard.LinkNetwork], st.Sent[reshard.LinkLocal],
 		st.Recv[reshard.LinkLocal], st.Sent[reshard.LinkSelf], st.Packed}
-	all := make([]int64, len(mine)*j.world)
-	if err := j.comm.Allgather(int64Bytes(mine), int64Bytes(all)); err != nil {
+	all := make([]int64, len(mine)*c.world)
+	if err := c.comm.Allgather(int64Bytes(mine), int64Bytes(all)); err != nil {
 		return rr, err
 	}
-	for r := 0; r < j.world; r++ {
+	for r := 0; r < c.world; r++ {
 		v := all[r*len(mine):]
 		t := rankTraffic{Rank: r, Role: role(c.src, c.dst, r), Domain: c.topo.Domain[r], SentNetwork: v[0], RecvNetwork: v[1],
 			SentLocal: v[2], RecvLocal: v[3], Copied: v[4], Packed: v[5]}
 		t.Sent, t.Recv = t.SentNetwork+t.SentLocal, t.RecvNetwork+t.RecvLocal
 		rr.Ranks = append(rr.Ranks, t)
 	}
-	first, err := j.firstError(checkMsg)
+	first, err := c.firstError(checkMsg)
 	if err != nil {
 		return rr, err
 	}
@@ -612,15 +815,15 @@ func (c *config) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFl
 }
 
 // firstError gathers every rank's message and returns the lowest rank's.
-func (j *job) firstError(msg string) (string, error) {
+func (c *config) firstError(msg string) (string, error) {
 	const width = 480
 	b := make([]byte, width)
 	copy(b, msg)
-	all := make([]byte, width*j.world)
-	if err := j.comm.Allgather(b, all); err != nil {
+	all := make([]byte, width*c.world)
+	if err := c.comm.Allgather(b, all); err != nil {
 		return "", err
 	}
-	for r := 0; r < j.world; r++ {
+	for r := 0; r < c.world; r++ {
 		if s := strings.TrimRight(string(all[r*width:(r+1)*width]), "\x00"); s != "" {
 			return s, nil
 		}

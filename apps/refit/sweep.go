@@ -125,11 +125,12 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 			}
 		}
 	}
-	j, err := startJob(f.logLevel, set)
+	j, err := startJob(f.logLevel, set, f.device)
 	if err != nil {
 		return err
 	}
 	defer mpi.Finalize()
+	defer j.be.close()
 	if j.world < need {
 		return usageError{fmt.Errorf("the largest configuration needs %d ranks; this job has %d (mpirun -np %d)", need, j.world, need)}
 	}
@@ -147,11 +148,12 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 				return usageError{err}
 			}
 			j.set.sizes.Dst = tp * rho / nd
-			c, err := j.newConfig(src, dst, f.stripe)
+			c, err := j.newConfig(j.comm, src, dst, f.stripe, 0)
 			if err != nil {
 				return err
 			}
 			rep, err := c.runRoutes(routes, f)
+			c.close()
 			if err != nil {
 				return err
 			}

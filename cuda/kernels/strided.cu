@@ -24,6 +24,18 @@ typedef M2N_ALIGNED(16) m2n_v16 { unsigned int x, y, z, w; } m2n_v16;
 
 #define M2N_UNROLL 4
 
+// M2N_BATCH rows per lane for short rows (see strided_body.h); the host may
+// compile with -DM2N_BATCH=1 to turn batching off (M2N_PACK_BATCH).
+#ifndef M2N_BATCH
+#define M2N_BATCH 4
+#endif
+
+#ifdef __CUDACC__
+#define M2N_UNROLL_PRAGMA _Pragma("unroll")
+#else
+#define M2N_UNROLL_PRAGMA
+#endif
+
 M2N_INLINE unsigned long long m2n_row_offset(const m2n_side *s, unsigned long long row) {
 	// Unrolled with constant indices so that the arrays stay in the
 	// parameter bank; nd is the same for every thread, so the branches are

@@ -7,8 +7,35 @@ M2N_KERNEL M2N_NAME(M2N_PARAMS p) {
 	const unsigned int lane = threadIdx.x & (team - 1);
 	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
 	const unsigned long long step = (unsigned long long)gridDim.x * teams;
-	for (unsigned long long item = (unsigned long long)blockIdx.x * teams + (threadIdx.x >> shift); item < p.items;
-	     item += step) {
+	unsigned long long item = (unsigned long long)blockIdx.x * teams + (threadIdx.x >> shift);
+#if M2N_BATCH > 1
+	// Short rows (at most one element per lane): a lane alone would keep a
+	// single load in flight, so it takes M2N_BATCH rows at a time, loading
+	// all of them before storing any.
+	if (p.chunks_per_row == 1 && p.run_elems <= team) {
+		for (; item + (M2N_BATCH - 1) * step < p.items; item += M2N_BATCH * step) {
+			const M2N_T *sb[M2N_BATCH];
+			M2N_T *db[M2N_BATCH];
+			M2N_T v[M2N_BATCH];
+			M2N_UNROLL_PRAGMA
+			for (int k = 0; k < M2N_BATCH; k++) {
+				sb[k] = (const M2N_T *)(p.src.base + m2n_row_offset(&p.src, item + k * step));
+				db[k] = (M2N_T *)(p.dst.base + m2n_row_offset(&p.dst, item + k * step));
+			}
+			if (lane < p.run_elems) {
+				M2N_UNROLL_PRAGMA
+				for (int k = 0; k < M2N_BATCH; k++) {
+					v[k] = sb[k][lane];
+				}
+				M2N_UNROLL_PRAGMA
+				for (int k = 0; k < M2N_BATCH; k++) {
+					db[k][lane] = v[k];
+				}
+			}
+		}
+	}
+#endif
+	for (; item < p.items; item += step) {
 		unsigned long long row = item, chunk = 0;
 		if (p.chunks_per_row > 1) {
 			row = item / p.chunks_per_row;

@@ -1,8 +1,10 @@
 // Package inproc is a reshard.Transport whose ranks are goroutines of one
-// process, exchanging HostBuffers by copying. It runs the same executor and
-// the same conformance suite as the MPI and NCCL transports, with no
-// launcher, which makes it the transport of unit tests and of single-process
-// tools.
+// process. A message is one Memory.Copy from the sender's buffer to the
+// receiver's, so the ranks may hold host memory (reshard.HostMemory, the
+// default) or device memory of one GPU (a cuda.Memory). It runs the same
+// executor and the same conformance suite as the MPI and NCCL transports,
+// with no launcher, which makes it the transport of unit tests, of GPU tests
+// on a machine with one GPU, and of single-process tools.
 package inproc
 
 import (
@@ -18,6 +20,7 @@ import (
 type World struct {
 	n       int
 	inPlace bool
+	mem     reshard.Memory
 	mu      sync.Mutex
 	queues  map[[2]int]*queue // by (sender, receiver)
 	abort   chan struct{}
@@ -28,29 +31,12 @@ type queue struct {
 	sends, recvs []*op
 }
 
+// op is one posted operation: a region of a buffer (contiguous ops are a
+// single run).
 type op struct {
-	buf   reshard.HostBuffer // the contiguous bytes, or the whole buffer of a strided op
-	at    *reshard.Strided   // the region of buf, for an in-place op
+	buf   reshard.Buffer
+	at    reshard.Strided
 	round *round
-}
-
-// bytes returns the op's bytes in wire order (a copy for a strided op).
-func (o *op) bytes() []byte {
-	if o.at == nil {
-		return o.buf
-	}
-	out := make([]byte, o.at.Bytes())
-	if err := (reshard.HostMemory{}).Pack(reshard.HostBuffer(out), 0, o.buf, *o.at); err != nil {
-		panic(err) // Start checked the region
-	}
-	return out
-}
-
-func (o *op) len() int64 {
-	if o.at == nil {
-		return int64(len(o.buf))
-	}
-	return o.at.Bytes()
 }
 
 type round struct {
@@ -62,9 +48,9 @@ type round struct {
 	world   *World
 }
 
-// NewWorld returns a communicator of n ranks.
+// NewWorld returns a communicator of n ranks over host memory.
 func NewWorld(n int) *World {
-	return &World{n: n, queues: map[[2]int]*queue{}, abort: make(chan struct{})}
+	return &World{n: n, mem: reshard.HostMemory{}, queues: map[[2]int]*queue{}, abort: make(chan struct{})}
 }
 
 // NewWorldInPlace returns a communicator of n ranks whose transports move
@@ -73,6 +59,14 @@ func NewWorld(n int) *World {
 func NewWorldInPlace(n int) *World {
 	w := NewWorld(n)
 	w.inPlace = true
+	return w
+}
+
+// WithMemory makes the world copy messages with mem, which must be able to
+// copy between the buffers every rank uses (one GPU's memory, say), and
+// returns w.
+func (w *World) WithMemory(mem reshard.Memory) *World {
+	w.mem = mem
 	return w
 }
 
@@ -85,6 +79,7 @@ type transport struct {
 }
 
 func (t *transport) Rank() int { return t.rank }
+func (t *transport) Size() int { return t.w.n }
 
 // MaxInPlaceBytes implements reshard.InPlaceTransport.
 func (t *transport) MaxInPlaceBytes() int64 {
@@ -93,7 +88,6 @@ func (t *transport) MaxInPlaceBytes() int64 {
 	}
 	return 0
 }
-func (t *transport) Size() int { return t.w.n }
 
 // ErrAborted is returned by Wait after any rank aborted the world.
 var ErrAborted = errors.New("inproc: communicator aborted")
@@ -109,44 +103,53 @@ func (t *transport) Abort(reason error) {
 	}
 }
 
+// region returns the bytes an Op names as a descriptor of its buffer, after
+// checking that they lie inside it.
+func (t *transport) region(o reshard.Op) (reshard.Strided, error) {
+	if o.Peer < 0 || o.Peer >= t.w.n {
+		return reshard.Strided{}, fmt.Errorf("inproc: peer %d outside a world of %d", o.Peer, t.w.n)
+	}
+	if o.Buf == nil {
+		return reshard.Strided{}, fmt.Errorf("inproc: op with no buffer")
+	}
+	at := reshard.Strided{Offset: o.Off, Run: o.Len}
+	if o.InPlace {
+		if !t.w.inPlace {
+			return at, fmt.Errorf("inproc: in-place op on a world without in-place support")
+		}
+		at = o.At
+	}
+	last := at.Offset
+	for i, c := range at.Count {
+		if c < 1 {
+			return at, fmt.Errorf("inproc: region %v has an empty dim", at)
+		}
+		last += (c - 1) * at.Stride[i]
+	}
+	if at.Offset < 0 || at.Run < 0 || last+at.Run > o.Buf.Len() {
+		return at, fmt.Errorf("inproc: region %v outside a buffer of %d bytes", at, o.Buf.Len())
+	}
+	return at, nil
+}
+
 func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 	r := &round{left: len(ops), done: make(chan struct{}), aborted: t.w.abort, world: t.w}
 	if len(ops) == 0 {
 		close(r.done)
 		return r, nil
 	}
-	for _, o := range ops {
-		if o.Peer < 0 || o.Peer >= t.w.n {
-			return nil, fmt.Errorf("inproc: peer %d outside a world of %d", o.Peer, t.w.n)
+	regions := make([]reshard.Strided, len(ops))
+	for i, o := range ops {
+		at, err := t.region(o)
+		if err != nil {
+			return nil, err
 		}
-		hb, ok := o.Buf.(reshard.HostBuffer)
-		if !ok {
-			return nil, fmt.Errorf("inproc: buffer %T is not host memory", o.Buf)
-		}
-		if o.InPlace {
-			if !t.w.inPlace {
-				return nil, fmt.Errorf("inproc: in-place op on a world without in-place support")
-			}
-			// an empty pack proves the region lies inside the buffer.
-			if err := (reshard.HostMemory{}).Pack(reshard.HostBuffer(make([]byte, o.At.Bytes())), 0, hb, o.At); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if o.Off < 0 || o.Len < 0 || o.Off+o.Len > hb.Len() {
-			return nil, fmt.Errorf("inproc: [%d, %d) outside a buffer of %d bytes", o.Off, o.Off+o.Len, hb.Len())
-		}
+		regions[i] = at
 	}
 	t.w.mu.Lock()
 	defer t.w.mu.Unlock()
-	for _, o := range ops {
-		mine := &op{round: r}
-		if o.InPlace {
-			at := o.At
-			mine.buf, mine.at = o.Buf.(reshard.HostBuffer), &at
-		} else {
-			mine.buf = o.Buf.(reshard.HostBuffer)[o.Off : o.Off+o.Len]
-		}
+	for i, o := range ops {
+		mine := &op{buf: o.Buf, at: regions[i], round: r}
 		key := [2]int{o.Peer, t.rank}
 		if o.Send {
 			key = [2]int{t.rank, o.Peer}
@@ -158,14 +161,14 @@ func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 		}
 		if o.Send {
 			if len(q.recvs) > 0 {
-				match(mine, q.recvs[0])
+				t.w.match(mine, q.recvs[0])
 				q.recvs = q.recvs[1:]
 			} else {
 				q.sends = append(q.sends, mine)
 			}
 		} else {
 			if len(q.sends) > 0 {
-				match(q.sends[0], mine)
+				t.w.match(q.sends[0], mine)
 				q.sends = q.sends[1:]
 			} else {
 				q.recvs = append(q.recvs, mine)
@@ -176,15 +179,15 @@ func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 }
 
 // match copies a send into its receive and completes both.
-func match(send, recv *op) {
+func (w *World) match(send, recv *op) {
 	var err error
-	switch {
-	case send.len() != recv.len():
-		err = fmt.Errorf("inproc: message of %d bytes into a receive of %d", send.len(), recv.len())
-	case recv.at == nil:
-		copy(recv.buf, send.bytes())
-	default:
-		err = (reshard.HostMemory{}).Unpack(recv.buf, *recv.at, reshard.HostBuffer(send.bytes()), 0)
+	if send.at.Bytes() != recv.at.Bytes() {
+		err = fmt.Errorf("inproc: message of %d bytes into a receive of %d", send.at.Bytes(), recv.at.Bytes())
+	} else if send.at.Bytes() > 0 {
+		err = w.mem.Copy(recv.buf, recv.at, send.buf, send.at)
+		if err == nil {
+			err = w.mem.Sync()
+		}
 	}
 	send.round.finish(err)
 	recv.round.finish(err)

@@ -1,0 +1,188 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// Buffer is device memory as a reshard.Buffer.
+type Buffer struct {
+	Ptr DevicePtr
+	N   int64
+}
+
+// Len returns the size in bytes.
+func (b Buffer) Len() int64 { return b.N }
+
+// Memory is reshard.Memory over one GPU: buffers are device memory, and
+// pack, unpack and copies run as kernels on the Memory's stream. It also
+// implements the conformance suite's HostIO (Upload, Download).
+type Memory struct {
+	Ctx    *Context
+	Stream *Stream
+}
+
+// NewMemory returns a Memory on ctx with a stream of its own.
+func NewMemory(ctx *Context) (*Memory, error) {
+	s, err := ctx.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	return &Memory{Ctx: ctx, Stream: s}, nil
+}
+
+// Close destroys the Memory's stream.
+func (m *Memory) Close() error { return m.Stream.Destroy() }
+
+func deviceBuf(b reshard.Buffer) (Buffer, error) {
+	d, ok := b.(Buffer)
+	if !ok {
+		return Buffer{}, fmt.Errorf("cuda: %T is not device memory", b)
+	}
+	return d, nil
+}
+
+func stridedOf(s reshard.Strided) Strided {
+	return Strided{Offset: s.Offset, Run: s.Run, Count: s.Count, Stride: s.Stride}
+}
+
+// Alloc implements reshard.Memory; a 0-byte buffer holds no memory.
+func (m *Memory) Alloc(n int64) (reshard.Buffer, error) {
+	if n == 0 {
+		return Buffer{}, nil
+	}
+	p, err := m.Ctx.Alloc(int(n))
+	if err != nil {
+		return nil, err
+	}
+	return Buffer{Ptr: p, N: n}, nil
+}
+
+// Free implements reshard.Memory.
+func (m *Memory) Free(b reshard.Buffer) {
+	if d, ok := b.(Buffer); ok && d.Ptr != 0 {
+		_ = m.Ctx.Free(d.Ptr)
+	}
+}
+
+// checkRegion makes sure a descriptor stays inside a buffer before a kernel
+// touches it: device code cannot report an out-of-range address.
+func checkRegion(what string, d Strided, size int64) error {
+	if d.Bytes() == 0 {
+		return nil
+	}
+	last := d.Offset
+	for i, c := range d.Count {
+		last += (c - 1) * d.Stride[i]
+	}
+	if d.Offset < 0 || last+d.Run > size {
+		return fmt.Errorf("cuda: %s %+v reaches byte %d of a %d-byte buffer", what, d, last+d.Run, size)
+	}
+	return nil
+}
+
+// Pack implements reshard.Memory.
+func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc reshard.Strided) error {
+	d, err := deviceBuf(dst)
+	if err != nil {
+		return err
+	}
+	s, err := deviceBuf(src)
+	if err != nil {
+		return err
+	}
+	sd := stridedOf(desc)
+	if err := checkRegion("pack source", sd, s.N); err != nil {
+		return err
+	}
+	if err := checkRegion("pack destination", Strided{Offset: off, Run: sd.Bytes()}, d.N); err != nil {
+		return err
+	}
+	if sd.Bytes() == 0 {
+		return nil
+	}
+	return Pack(m.Stream, d.Ptr+DevicePtr(off), s.Ptr, sd)
+}
+
+// Unpack implements reshard.Memory.
+func (m *Memory) Unpack(dst reshard.Buffer, desc reshard.Strided, src reshard.Buffer, off int64) error {
+	d, err := deviceBuf(dst)
+	if err != nil {
+		return err
+	}
+	s, err := deviceBuf(src)
+	if err != nil {
+		return err
+	}
+	dd := stridedOf(desc)
+	if err := checkRegion("unpack destination", dd, d.N); err != nil {
+		return err
+	}
+	if err := checkRegion("unpack source", Strided{Offset: off, Run: dd.Bytes()}, s.N); err != nil {
+		return err
+	}
+	if dd.Bytes() == 0 {
+		return nil
+	}
+	return Unpack(m.Stream, d.Ptr, dd, s.Ptr+DevicePtr(off))
+}
+
+// Copy implements reshard.Memory.
+func (m *Memory) Copy(dst reshard.Buffer, dstDesc reshard.Strided, src reshard.Buffer, srcDesc reshard.Strided) error {
+	d, err := deviceBuf(dst)
+	if err != nil {
+		return err
+	}
+	s, err := deviceBuf(src)
+	if err != nil {
+		return err
+	}
+	dd, sd := stridedOf(dstDesc), stridedOf(srcDesc)
+	if dd.Bytes() != sd.Bytes() {
+		return fmt.Errorf("cuda: copy of %d bytes into %d", sd.Bytes(), dd.Bytes())
+	}
+	if err := checkRegion("copy source", sd, s.N); err != nil {
+		return err
+	}
+	if err := checkRegion("copy destination", dd, d.N); err != nil {
+		return err
+	}
+	if sd.Bytes() == 0 {
+		return nil
+	}
+	return StridedCopy(m.Stream, d.Ptr, dd, s.Ptr, sd)
+}
+
+// Sync implements reshard.Memory: it waits for the stream.
+func (m *Memory) Sync() error { return m.Stream.Synchronize() }
+
+// Upload copies host bytes into a device buffer, after the stream's work.
+func (m *Memory) Upload(dst reshard.Buffer, src []byte) error {
+	d, err := deviceBuf(dst)
+	if err != nil {
+		return err
+	}
+	if int64(len(src)) > d.N {
+		return fmt.Errorf("cuda: upload of %d bytes into %d", len(src), d.N)
+	}
+	if err := m.Sync(); err != nil {
+		return err
+	}
+	return m.Ctx.CopyHtoD(d.Ptr, src)
+}
+
+// Download copies a device buffer into host bytes, after the stream's work.
+func (m *Memory) Download(dst []byte, src reshard.Buffer) error {
+	s, err := deviceBuf(src)
+	if err != nil {
+		return err
+	}
+	if int64(len(dst)) > s.N {
+		return fmt.Errorf("cuda: download of %d bytes from %d", len(dst), s.N)
+	}
+	if err := m.Sync(); err != nil {
+		return err
+	}
+	return m.Ctx.CopyDtoH(dst, s.Ptr)
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# gpu-check.sh runs m2n's GPU checks and benchmarks on a GPU machine that has
+# no Go: the binaries are built elsewhere (make gpu-bins) into .devbin/.
+# Logs go to $OUT (or ./gpu-out). Usage, from the repository root:
+#   scripts/gpu-check.sh
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+bin=$(pwd)/.devbin
+run() { # name, command...
+	local name=$1; shift
+	echo "### $name: $*" | tee -a "$out/summary.txt"
+	local t0=$SECONDS
+	"$@" >"$out/$name.log" 2>&1
+	local rc=$?
+	echo "### $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+	tail -n 25 "$out/$name.log" | sed 's/^/    /' >>"$out/summary.txt"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+(cd cuda && run cuda-tests "$bin/cuda.test" -test.v -test.timeout 300s)
+(cd nccl && run nccl-tests "$bin/nccl.test" -test.v -test.timeout 120s)
+run refit-cuda scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 \
+	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all,auto --check --iters 5
+run refit-cuda-pp scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --pp-stages 1 --shape 4096x4096 --dtype bf16 \
+	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 3
+for b in 4 1 2 8; do
+	M2N_PACK_BATCH=$b run "pack-bench-batch$b" "$bin/refit" pack-bench
+done
+cat "$out/summary.txt"
