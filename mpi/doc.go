@@ -34,6 +34,13 @@
 // Size panic on failure, which only happens on a nil or freed communicator
 // or outside Init..Finalize.
 //
+// Returning errors does not make every error recoverable: MPI only
+// promises that argument checks leave the library usable. For example,
+// after a receive fails with MPI_ERR_TRUNCATE (a buffer shorter than the
+// message), OpenMPI 4.1 no longer matches later messages from that peer on
+// that communicator. Treat errors from communication itself as fatal for
+// the communicator.
+//
 // # Large buffers
 //
 // MPI counts are C ints, so no single call can move 2^31 bytes or more. This
