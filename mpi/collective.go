@@ -5,7 +5,10 @@ package mpi
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Barrier blocks until every rank of c has called it (MPI_Barrier).
 func (c *Comm) Barrier() error {
@@ -189,6 +192,25 @@ const (
 	BAnd           // MPI_BAND, bitwise and
 	BOr            // MPI_BOR, bitwise or
 )
+
+// String returns the MPI name of o, such as "MPI_SUM".
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "MPI_SUM"
+	case Max:
+		return "MPI_MAX"
+	case Min:
+		return "MPI_MIN"
+	case Prod:
+		return "MPI_PROD"
+	case BAnd:
+		return "MPI_BAND"
+	case BOr:
+		return "MPI_BOR"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
 
 // AllreduceInt64 combines send element-wise over all ranks of c with op and
 // stores the result in recv on every rank (MPI_Allreduce on MPI_INT64_T).

@@ -237,11 +237,11 @@ func TestAllreduce(t *testing.T) {
 						recv = send
 					}
 					if err := c.AllreduceInt64(send, recv, o.op); err != nil {
-						t.Fatalf("%s: int64 op %d: %v", tc.name, o.op, err)
+						t.Fatalf("%s: int64 %v: %v", tc.name, o.op, err)
 					}
 					for i := range recv {
 						if recv[i] != o.want(i) {
-							t.Errorf("%s: int64 op %d: element %d = %d, want %d", tc.name, o.op, i, recv[i], o.want(i))
+							t.Errorf("%s: int64 %v: element %d = %d, want %d", tc.name, o.op, i, recv[i], o.want(i))
 						}
 					}
 				}
@@ -254,11 +254,11 @@ func TestAllreduce(t *testing.T) {
 						recv = send
 					}
 					if err := c.AllreduceFloat64(send, recv, o.op); err != nil {
-						t.Fatalf("%s: float64 op %d: %v", tc.name, o.op, err)
+						t.Fatalf("%s: float64 %v: %v", tc.name, o.op, err)
 					}
 					for i := range recv {
 						if math.Abs(recv[i]-o.want(i)) > 1e-12 {
-							t.Errorf("%s: float64 op %d: element %d = %v, want %v", tc.name, o.op, i, recv[i], o.want(i))
+							t.Errorf("%s: float64 %v: element %d = %v, want %v", tc.name, o.op, i, recv[i], o.want(i))
 						}
 					}
 				}

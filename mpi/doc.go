@@ -14,14 +14,17 @@
 //	if provided < mpi.ThreadMultiple { ... serialize MPI calls ... }
 //	defer mpi.Finalize()
 //	w := mpi.World()
-//	sub, err := w.Split(w.Rank()%2, w.Rank()) // even and odd ranks
-//	defer sub.Free()
-//	all := make([]byte, sub.Size()*8)
-//	err = sub.Allgather(mine[:8], all)
 //
-//	// Point to point: post every receive and send, then wait for all.
-//	r1, _ := w.Irecv(in, left, tag)
-//	r2, _ := w.Isend(out, right, tag)
+//	// Even and odd ranks each gather one 8-byte record per member.
+//	half, err := w.Split(w.Rank()%2, w.Rank())
+//	defer half.Free()
+//	all := make([]byte, half.Size()*8)
+//	err = half.Allgather(record[:8], all)
+//
+//	// Point to point: post the receive and the send, then wait for both.
+//	right, left := (w.Rank()+1)%w.Size(), (w.Rank()+w.Size()-1)%w.Size()
+//	r1, err := w.Irecv(in, left, tag)
+//	r2, err := w.Isend(out, right, tag)
 //	err = mpi.Waitall([]*mpi.Request{r1, r2})
 //
 // # Errors
@@ -33,6 +36,13 @@
 // rejected before MPI is called with an error wrapping ErrInvalid. Rank and
 // Size panic on failure, which only happens on a nil or freed communicator
 // or outside Init..Finalize.
+//
+// Returning errors does not make every error recoverable: MPI only
+// promises that argument checks leave the library usable. For example,
+// after a receive of a small message fails with MPI_ERR_TRUNCATE (a buffer
+// shorter than the message), OpenMPI 4.1 sometimes stops delivering later
+// messages between those two ranks. Treat errors from communication itself
+// as fatal for the job.
 //
 // # Large buffers
 //

@@ -121,3 +121,64 @@ func TestInvalidArguments(t *testing.T) {
 		}()
 	})
 }
+
+// TestCompletionErrors checks errors that MPI reports when a request
+// completes: a receive buffer shorter than the message it matches. The
+// message is large enough for OpenMPI's rendezvous protocol: truncating a
+// small, eagerly sent message sometimes leaves OpenMPI 4.1 (ob1, vader) hung
+// in later communication between the two ranks when the machine is loaded;
+// a C program shows the same. Each case runs on its own communicator with
+// the receive posted first.
+func TestCompletionErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		wait func(r *mpi.Request) error
+		op   string
+	}{
+		{"Wait", func(r *mpi.Request) error { return r.Wait() }, "MPI_Waitall"},
+		{"Waitall", func(r *mpi.Request) error { return mpi.Waitall([]*mpi.Request{nil, r}) }, "MPI_Waitall"},
+		{"Testall", func(r *mpi.Request) error {
+			for {
+				done, err := mpi.Testall([]*mpi.Request{r})
+				if done || err != nil {
+					return err
+				}
+			}
+		}, "MPI_Testall"},
+	}
+	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
+		for _, tc := range cases {
+			d, err := c.Dup()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Free()
+			if c.Rank() == 0 {
+				if err := d.Barrier(); err != nil { // the receive is posted
+					t.Fatal(err)
+				}
+				if err := d.Send(make([]byte, 128<<10), 1, 0); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			r, err := d.Irecv(make([]byte, 64<<10), 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Barrier(); err != nil {
+				t.Fatal(err)
+			}
+			err = tc.wait(r)
+			var e *mpi.Error
+			if !errors.As(err, &e) || e.Op != tc.op || !strings.Contains(e.Msg, "TRUNCATE") {
+				t.Errorf("%s of a truncated receive: %v, want *Error from %s about truncation", tc.name, err, tc.op)
+			} else {
+				t.Logf("%s: %v", tc.name, err)
+			}
+			if mpi.Pinned(r) {
+				t.Errorf("%s: the failed request still pins its buffer", tc.name)
+			}
+		}
+	})
+}
