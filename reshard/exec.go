@@ -44,6 +44,9 @@ type Executor struct {
 
 	// staging, grown on demand and kept between runs: [slot][0 send, 1 recv]
 	staging [2][2]Buffer
+	// scratch holds whole-tensor buffers (BufFull) kept between runs, by
+	// tensor index.
+	scratch []Buffer
 }
 
 // roundWork is what this rank does in one round.
@@ -84,13 +87,6 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		return st, nil
 	}
 	full, err := e.allocFull(s, rank, work)
-	defer func() {
-		for _, f := range full {
-			if f != nil {
-				e.Mem.Free(f)
-			}
-		}
-	}()
 	if err != nil {
 		return st, err
 	}
@@ -267,8 +263,14 @@ func (e *Executor) stage(slot, dir int, need, roundBytes int64) (Buffer, error) 
 	return nb, nil
 }
 
-// Close releases the executor's staging memory.
+// Close releases the executor's staging and scratch memory.
 func (e *Executor) Close() {
+	for i, b := range e.scratch {
+		if b != nil {
+			e.Mem.Free(b)
+			e.scratch[i] = nil
+		}
+	}
 	for i := range e.staging {
 		for j := range e.staging[i] {
 			if e.staging[i][j] != nil {
@@ -315,19 +317,33 @@ func (e *Executor) copyLocal(m *Message, resolve func(Segment) Buffer) error {
 	return e.scatter(m.To, tmp, 0, resolve)
 }
 
-// allocFull allocates whole-tensor scratch for the tensors whose segments
-// on this rank use it.
+// allocFull returns whole-tensor scratch for the tensors whose segments on
+// this rank use it, reusing what an earlier run allocated when the size
+// matches; Close frees it.
 func (e *Executor) allocFull(s *Schedule, rank int, work []roundWork) ([]Buffer, error) {
+	for len(e.scratch) < len(s.Plans) {
+		e.scratch = append(e.scratch, nil)
+	}
 	full := make([]Buffer, len(s.Plans))
 	need := func(segs []Segment) error {
 		for _, sg := range segs {
-			if sg.Buf == BufFull && full[sg.Tensor] == nil {
-				b, err := e.Mem.Alloc(s.Plans[sg.Tensor].Src().Bytes())
-				if err != nil {
-					return fmt.Errorf("reshard: scratch for tensor %d (%d bytes): %w", sg.Tensor, s.Plans[sg.Tensor].Src().Bytes(), err)
-				}
-				full[sg.Tensor] = b
+			if sg.Buf != BufFull || full[sg.Tensor] != nil {
+				continue
 			}
+			n := s.Plans[sg.Tensor].Src().Bytes()
+			if b := e.scratch[sg.Tensor]; b != nil && b.Len() == n {
+				full[sg.Tensor] = b
+				continue
+			}
+			if b := e.scratch[sg.Tensor]; b != nil {
+				e.Mem.Free(b)
+				e.scratch[sg.Tensor] = nil
+			}
+			b, err := e.Mem.Alloc(n)
+			if err != nil {
+				return fmt.Errorf("reshard: scratch for tensor %d (%d bytes): %w", sg.Tensor, n, err)
+			}
+			full[sg.Tensor], e.scratch[sg.Tensor] = b, b
 		}
 		return nil
 	}

@@ -25,9 +25,10 @@ typedef M2N_ALIGNED(16) m2n_v16 { unsigned int x, y, z, w; } m2n_v16;
 #define M2N_UNROLL 4
 
 // M2N_BATCH rows per lane for short rows (see strided_body.h); the host may
-// compile with -DM2N_BATCH=1 to turn batching off (M2N_PACK_BATCH).
+// compile with -DM2N_BATCH=n to change it (M2N_PACK_BATCH). 2 measured best
+// on an H200: see packBatch in ../kernels.go.
 #ifndef M2N_BATCH
-#define M2N_BATCH 4
+#define M2N_BATCH 2
 #endif
 
 #ifdef __CUDACC__
