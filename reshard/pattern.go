@@ -103,7 +103,9 @@ func (e *MismatchError) Error() string {
 
 // CheckPattern compares rank's local buffer in layout l with the pattern
 // and returns a *MismatchError naming the first wrong element, or nil.
-func CheckPattern(l placement.Layout, rank int, buf []byte) error { return CheckPatternSeed(l, rank, 0, buf) }
+func CheckPattern(l placement.Layout, rank int, buf []byte) error {
+	return CheckPatternSeed(l, rank, 0, buf)
+}
 
 // CheckPatternSeed is CheckPattern for the tensor numbered seed.
 func CheckPatternSeed(l placement.Layout, rank int, seed uint64, buf []byte) error {
