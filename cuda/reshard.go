@@ -186,3 +186,33 @@ func (m *Memory) Download(dst []byte, src reshard.Buffer) error {
 	}
 	return m.Ctx.CopyDtoH(dst, s.Ptr)
 }
+
+// ReadRegion implements reshard.RegionReader: it packs the region into a
+// temporary device buffer and copies that to dst.
+func (m *Memory) ReadRegion(dst []byte, src reshard.Buffer, at reshard.Strided) error {
+	if int64(len(dst)) != at.Bytes() {
+		return fmt.Errorf("cuda: reading %d bytes into %d", at.Bytes(), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	tmp, err := m.Alloc(int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	defer m.Free(tmp)
+	if err := m.Pack(tmp, 0, src, at); err != nil {
+		return err
+	}
+	return m.Download(dst, tmp)
+}
+
+// AddressRange implements reshard.Addresser: the device addresses a
+// buffer spans.
+func (m *Memory) AddressRange(b reshard.Buffer) (lo, hi uintptr, ok bool) {
+	d, isDev := b.(Buffer)
+	if !isDev || d.N == 0 {
+		return 0, 0, false
+	}
+	return uintptr(d.Ptr), uintptr(d.Ptr) + uintptr(d.N), true
+}

@@ -114,14 +114,14 @@ func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	after := 0
 	for _, h := range c.hops {
 		to := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufDst, At: dstAt}}
-		r := b.Add(reshard.Message{Src: prev, Dst: h.leader, Bytes: bytes, From: from, To: to}, after)
+		r := b.Add(reshard.Message{Src: prev, Dst: h.leader, Bytes: bytes, From: from, To: to, Tensor: c.tensor, Box: sub}, after)
 		if prev == h.leader {
 			after = r // a local copy is complete within its round
 		} else {
 			after = reshard.AfterRecv(r)
 		}
 		for _, o := range h.others {
-			b.Add(reshard.Message{Src: h.leader, Dst: o, Bytes: bytes, From: to, To: to}, after)
+			b.Add(reshard.Message{Src: h.leader, Dst: o, Bytes: bytes, From: to, To: to, Tensor: c.tensor, Box: sub}, after)
 		}
 		from, prev = to, h.leader
 	}

@@ -3,6 +3,7 @@ package mpi
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -48,6 +49,7 @@ func (t *Transport) Comm() *Comm { return t.comm }
 // Start posts every receive of the round, then every send, and returns.
 func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 	reqs := make([]*Request, 0, len(ops))
+	peers := make([]int, 0, len(ops))
 	post := func(o reshard.Op) error {
 		hb, ok := o.Buf.(reshard.HostBuffer)
 		if !ok {
@@ -68,7 +70,7 @@ func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 			if err != nil {
 				return err
 			}
-			reqs = append(reqs, r)
+			reqs, peers = append(reqs, r), append(peers, o.Peer)
 			return nil
 		}
 		b := []byte(hb[o.Off : o.Off+o.Len : o.Off+o.Len])
@@ -80,7 +82,7 @@ func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 		if err != nil {
 			return err
 		}
-		reqs = append(reqs, r)
+		reqs, peers = append(reqs, r), append(peers, o.Peer)
 		return nil
 	}
 	for pass := 0; pass < 2; pass++ {
@@ -93,7 +95,7 @@ func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 			}
 		}
 	}
-	return &pending{reqs: reqs}, nil
+	return &pending{reqs: reqs, peers: peers}, nil
 }
 
 // Abort ends every process of the communicator (MPI_Abort); it does not
@@ -103,7 +105,24 @@ func (t *Transport) Abort(reason error) {
 }
 
 type pending struct {
-	reqs []*Request
+	reqs  []*Request
+	peers []int
+}
+
+// Incomplete implements reshard.Incompleter: the peers whose operations of
+// the round have not completed.
+func (p *pending) Incomplete() []int {
+	var out []int
+	for i, r := range p.reqs {
+		if done, err := r.Test(); err == nil && done {
+			continue
+		}
+		if !slices.Contains(out, p.peers[i]) {
+			out = append(out, p.peers[i])
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Wait completes the round. Without a deadline it blocks in MPI_Waitall;

@@ -2,7 +2,11 @@ package reshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/crc32"
+	"slices"
+	"time"
 )
 
 // TensorBuffers are one rank's buffers for one tensor of a schedule: Src in
@@ -23,7 +27,20 @@ type Stats struct {
 	Packed   int64
 	Messages int
 	Rounds   int
+	// SentSums and RecvSums hold, with Executor.Verify, the CRC-32C of
+	// every message this rank sent (or copied) and received, by the
+	// message's index in the schedule.
+	SentSums, RecvSums []Checksum
 }
+
+// Checksum is the CRC-32C (Castagnoli) of one message's bytes.
+type Checksum struct {
+	Message int32
+	CRC     uint32
+}
+
+// castagnoli is the CRC-32C table.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Add accumulates o into s.
 func (s *Stats) Add(o Stats) {
@@ -41,6 +58,14 @@ func (s *Stats) Add(o Stats) {
 type Executor struct {
 	T   Transport
 	Mem Memory
+	// Timeout bounds every wait for a round; 0 waits forever. A round that
+	// times out fails the run with a *TimeoutError naming the peers still
+	// owed; the caller must then Abort the transport.
+	Timeout time.Duration
+	// Verify makes the run checksum (CRC-32C) every message on both sides,
+	// into Stats.SentSums and Stats.RecvSums, for the caller to compare
+	// across ranks (see Refit). The memory must implement RegionReader.
+	Verify bool
 
 	// staging, grown on demand and kept between runs: [slot][0 send, 1 recv]
 	staging [2][2]Buffer
@@ -49,12 +74,50 @@ type Executor struct {
 	scratch []Buffer
 }
 
-// roundWork is what this rank does in one round.
+// roundWork is what this rank does in one round; the lists hold indices
+// into Schedule.Messages.
 type roundWork struct {
 	round  int
-	copies []*Message
-	sends  []*Message
-	recvs  []*Message
+	copies []int
+	sends  []int
+	recvs  []int
+}
+
+// RegionReader is a Memory that can read a strided region of one of its
+// buffers into host memory (for checksums).
+type RegionReader interface {
+	ReadRegion(dst []byte, src Buffer, at Strided) error
+}
+
+// ReadRegion implements RegionReader.
+func (HostMemory) ReadRegion(dst []byte, src Buffer, at Strided) error {
+	return HostMemory{}.Pack(HostBuffer(dst), 0, src, at)
+}
+
+// TimeoutError reports a round that did not complete in time.
+type TimeoutError struct {
+	Rank    int
+	Round   int
+	After   time.Duration
+	Peers   []int    // the ranks this rank still waits for (all of the round's peers if the transport cannot tell)
+	Tensors []string // the tensors the round carries
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("rank %d: round %d did not complete in %v: still waiting for ranks %v (tensors %v)",
+		e.Rank, e.Round, e.After, e.Peers, e.Tensors)
+}
+
+// ErrTimeout matches every *TimeoutError with errors.Is.
+var ErrTimeout = errors.New("reshard: timed out")
+
+// Is makes errors.Is(err, ErrTimeout) true.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// Incompleter is a Pending that can say which peers' operations have not
+// completed yet.
+type Incompleter interface {
+	Incomplete() []int
 }
 
 // inflight is a posted round and the receives to unpack once it completes.
@@ -63,6 +126,9 @@ type inflight struct {
 	pending Pending
 	unpacks []unpack
 	stage   Buffer // the round's receive staging
+	peers   []int  // every peer of the round
+	msgs    []int  // the round's messages
+	recvs   []int  // the round's received messages, to checksum
 }
 
 type unpack struct {
@@ -86,6 +152,13 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 	if len(work) == 0 {
 		return st, nil
 	}
+	var reader RegionReader
+	if e.Verify {
+		var ok bool
+		if reader, ok = e.Mem.(RegionReader); !ok {
+			return st, fmt.Errorf("reshard: Verify needs a memory that can read regions back (%T cannot)", e.Mem)
+		}
+	}
 	full, err := e.allocFull(s, rank, work)
 	if err != nil {
 		return st, err
@@ -108,14 +181,52 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 	inPlace := func(segs []Segment, n int64) bool {
 		return len(segs) == 1 && n <= maxInPlace && n > 0
 	}
+	sum := func(segs []Segment) (uint32, error) {
+		var crc uint32
+		for _, sg := range segs {
+			b := make([]byte, sg.At.Bytes())
+			if err := reader.ReadRegion(b, resolve(sg), sg.At); err != nil {
+				return 0, err
+			}
+			crc = crc32.Update(crc, castagnoli, b)
+		}
+		return crc, nil
+	}
 	var queue []inflight
 	complete := func(f inflight) error {
-		if err := f.pending.Wait(ctx); err != nil {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if e.Timeout > 0 {
+			wctx, cancel = context.WithTimeout(ctx, e.Timeout)
+		}
+		err := f.pending.Wait(wctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && e.Timeout > 0 && ctx.Err() == nil {
+				te := &TimeoutError{Rank: rank, Round: f.round, After: e.Timeout, Peers: f.peers}
+				if inc, ok := f.pending.(Incompleter); ok {
+					te.Peers = inc.Incomplete()
+				}
+				for _, i := range f.msgs {
+					if t := tensorName(s, s.Messages[i].Tensor); !slices.Contains(te.Tensors, t) {
+						te.Tensors = append(te.Tensors, t)
+					}
+				}
+				return te
+			}
 			return fmt.Errorf("rank %d, round %d: %w", rank, f.round, err)
 		}
 		for _, u := range f.unpacks {
 			if err := e.scatter(u.to, f.stage, u.off, resolve); err != nil {
 				return err
+			}
+		}
+		if e.Verify {
+			for _, i := range f.recvs {
+				crc, err := sum(s.Messages[i].To)
+				if err != nil {
+					return err
+				}
+				st.RecvSums = append(st.RecvSums, Checksum{int32(i), crc})
 			}
 		}
 		return nil
@@ -127,12 +238,28 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 			}
 			queue = queue[1:]
 		}
-		for _, m := range w.copies {
+		for _, i := range w.copies {
+			m := &s.Messages[i]
 			if err := e.copyLocal(m, resolve); err != nil {
 				return st, err
 			}
 			st.Sent[LinkSelf] += m.Bytes
 			st.Recv[LinkSelf] += m.Bytes
+			if e.Verify {
+				if err := e.Mem.Sync(); err != nil {
+					return st, err
+				}
+				a, err := sum(m.From)
+				if err != nil {
+					return st, err
+				}
+				b, err := sum(m.To)
+				if err != nil {
+					return st, err
+				}
+				st.SentSums = append(st.SentSums, Checksum{int32(i), a})
+				st.RecvSums = append(st.RecvSums, Checksum{int32(i), b})
+			}
 		}
 		if len(w.sends)+len(w.recvs) == 0 {
 			continue
@@ -141,13 +268,13 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		// size the round's staging first: buffers in flight are never
 		// reallocated.
 		var recvNeed, sendNeed int64
-		for _, m := range w.recvs {
-			if _, _, ok := direct(m.To, resolve); !ok && !inPlace(m.To, m.Bytes) {
+		for _, i := range w.recvs {
+			if m := &s.Messages[i]; !directOrInPlace(m.To, m.Bytes, resolve, inPlace) {
 				recvNeed += m.Bytes
 			}
 		}
-		for _, m := range w.sends {
-			if _, _, ok := direct(m.From, resolve); !ok && !inPlace(m.From, m.Bytes) {
+		for _, i := range w.sends {
+			if m := &s.Messages[i]; !directOrInPlace(m.From, m.Bytes, resolve, inPlace) {
 				sendNeed += m.Bytes
 			}
 		}
@@ -162,7 +289,12 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		var ops []Op
 		var unpacks []unpack
 		var recvOff, sendOff int64
-		for _, m := range w.recvs {
+		var peers []int
+		for _, i := range w.recvs {
+			m := &s.Messages[i]
+			if !slices.Contains(peers, m.Src) {
+				peers = append(peers, m.Src)
+			}
 			if buf, off, ok := direct(m.To, resolve); ok {
 				ops = append(ops, Op{Peer: m.Src, Buf: buf, Off: off, Len: m.Bytes})
 			} else if inPlace(m.To, m.Bytes) {
@@ -175,7 +307,21 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 			}
 			st.Recv[m.Class] += m.Bytes
 		}
-		for _, m := range w.sends {
+		for _, i := range w.sends {
+			m := &s.Messages[i]
+			if !slices.Contains(peers, m.Dst) {
+				peers = append(peers, m.Dst)
+			}
+			if e.Verify {
+				if err := e.Mem.Sync(); err != nil {
+					return st, err
+				}
+				crc, err := sum(m.From)
+				if err != nil {
+					return st, err
+				}
+				st.SentSums = append(st.SentSums, Checksum{int32(i), crc})
+			}
 			if buf, off, ok := direct(m.From, resolve); ok {
 				ops = append(ops, Op{Peer: m.Dst, Send: true, Buf: buf, Off: off, Len: m.Bytes})
 			} else if inPlace(m.From, m.Bytes) {
@@ -197,7 +343,9 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		if err != nil {
 			return st, fmt.Errorf("rank %d, round %d: %w", rank, w.round, err)
 		}
-		queue = append(queue, inflight{round: w.round, pending: p, unpacks: unpacks, stage: recvStage})
+		slices.Sort(peers)
+		queue = append(queue, inflight{round: w.round, pending: p, unpacks: unpacks, stage: recvStage, peers: peers,
+			msgs: append(slices.Clone(w.sends), w.recvs...), recvs: w.recvs})
 		st.Messages += len(w.sends) + len(w.recvs)
 		st.Rounds++
 	}
@@ -207,6 +355,20 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		}
 	}
 	return st, e.Mem.Sync()
+}
+
+func directOrInPlace(segs []Segment, n int64, resolve func(Segment) Buffer, inPlace func([]Segment, int64) bool) bool {
+	_, _, ok := direct(segs, resolve)
+	return ok || inPlace(segs, n)
+}
+
+// tensorName names tensor i of a schedule in errors: its TensorNames entry
+// if the schedule has one, else "tensor i".
+func tensorName(s *Schedule, i int) string {
+	if i < len(s.TensorNames) && s.TensorNames[i] != "" {
+		return s.TensorNames[i]
+	}
+	return fmt.Sprintf("tensor %d", i)
 }
 
 // rankWork extracts this rank's messages, grouped by round.
@@ -223,11 +385,11 @@ func rankWork(s *Schedule, rank int) []roundWork {
 		w := &out[len(out)-1]
 		switch {
 		case m.Src == m.Dst:
-			w.copies = append(w.copies, m)
+			w.copies = append(w.copies, i)
 		case m.Src == rank:
-			w.sends = append(w.sends, m)
+			w.sends = append(w.sends, i)
 		default:
-			w.recvs = append(w.recvs, m)
+			w.recvs = append(w.recvs, i)
 		}
 	}
 	return out
@@ -348,8 +510,9 @@ func (e *Executor) allocFull(s *Schedule, rank int, work []roundWork) ([]Buffer,
 		return nil
 	}
 	for _, w := range work {
-		for _, list := range [][]*Message{w.copies, w.sends, w.recvs} {
-			for _, m := range list {
+		for _, list := range [][]int{w.copies, w.sends, w.recvs} {
+			for _, i := range list {
+				m := &s.Messages[i]
 				if m.Src == rank {
 					if err := need(m.From); err != nil {
 						return full, err

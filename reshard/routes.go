@@ -65,7 +65,7 @@ func Flat(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error)
 				more = more || k+1 < len(chunks[i])
 				sub := chunks[i][k]
 				b.Add(Message{
-					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem,
+					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
 					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, elem)),
 					To:   seg(ti, BufDst, Describe(t.DstLocal, sub, elem)),
 				}, 0)
@@ -115,7 +115,7 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
 		r := sm.RankAt(i)
 		boxes[i], _ = src.RankBox(r)
 		if !boxes[i].Empty() {
-			b.Add(Message{Src: r, Dst: r, Bytes: boxes[i].Elems() * elem,
+			b.Add(Message{Src: r, Dst: r, Bytes: boxes[i].Elems() * elem, Tensor: ti, Box: boxes[i],
 				From: seg(ti, BufSrc, Describe(boxes[i], boxes[i], elem)),
 				To:   seg(ti, BufFull, Describe(full, boxes[i], elem))}, 0)
 		}
@@ -133,7 +133,7 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
 				after := 0
 				for hop := 1; hop < n; hop++ {
 					from, to := ring[(pos+hop-1)%n], ring[(pos+hop)%n]
-					m := Message{Src: from, Dst: to, Bytes: sub.Elems() * elem,
+					m := Message{Src: from, Dst: to, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
 						From: seg(ti, BufFull, Describe(full, sub, elem)),
 						To:   seg(ti, BufFull, Describe(full, sub, elem))}
 					if hop == 1 {
@@ -160,7 +160,7 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
 	for _, sub := range SplitBox(full, elem, chunk) {
 		after := gathered[root]
 		for hop := 1; hop < len(chain); hop++ {
-			r := b.Add(Message{Src: chain[hop-1], Dst: chain[hop], Bytes: sub.Elems() * elem,
+			r := b.Add(Message{Src: chain[hop-1], Dst: chain[hop], Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
 				From: seg(ti, BufFull, Describe(full, sub, elem)),
 				To:   seg(ti, BufFull, Describe(full, sub, elem))}, after)
 			after = AfterRecv(r)
@@ -175,7 +175,7 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
 		if box.Empty() {
 			continue
 		}
-		b.Add(Message{Src: r, Dst: r, Bytes: box.Elems() * elem,
+		b.Add(Message{Src: r, Dst: r, Bytes: box.Elems() * elem, Tensor: ti, Box: box,
 			From: seg(ti, BufFull, Describe(full, box, elem)),
 			To:   seg(ti, BufDst, Describe(box, box, elem))}, received[r])
 	}

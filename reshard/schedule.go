@@ -2,6 +2,8 @@ package reshard
 
 import (
 	"fmt"
+
+	"github.com/m2n-dev/m2n/placement"
 )
 
 // BufKind names which of a rank's buffers for a tensor a Segment lives in.
@@ -70,6 +72,10 @@ type Message struct {
 	Bytes    int64
 	Class    LinkClass
 	From, To []Segment
+	// Tensor and Box name what the message carries (the global region of
+	// tensor Tensor), for checksums and error messages.
+	Tensor int
+	Box    placement.Box
 }
 
 // Schedule is a plan turned into messages and rounds for one route. Every
@@ -77,10 +83,12 @@ type Message struct {
 // dependencies (data it forwards) always lie at least two rounds earlier, so
 // a rank may keep two rounds in flight.
 type Schedule struct {
-	Route    string
-	Plans    []*Plan
-	Messages []Message // in posting order: by round, then insertion order
-	Rounds   int
+	Route string
+	Plans []*Plan
+	// TensorNames name the tensors in errors and reports; optional.
+	TensorNames []string
+	Messages    []Message // in posting order: by round, then insertion order
+	Rounds      int
 	// RoundBytes bounds the bytes a rank sends, and separately receives,
 	// in one round over each link class (network, local).
 	RoundBytes int64

@@ -3,6 +3,7 @@ package reshard
 import (
 	"context"
 	"fmt"
+	"unsafe"
 )
 
 // Buffer is a rank's memory region: host memory (HostBuffer) or device
@@ -217,4 +218,20 @@ func checkStrided(what string, desc Strided, size int64) error {
 		return fmt.Errorf("reshard: %s %v reaches byte %d of a buffer of %d", what, desc, last+desc.Run, size)
 	}
 	return nil
+}
+
+// Addresser is a Memory that can say which addresses a buffer spans, so
+// that aliasing buffers are caught before any data moves.
+type Addresser interface {
+	AddressRange(b Buffer) (lo, hi uintptr, ok bool)
+}
+
+// AddressRange implements Addresser for HostBuffers.
+func (HostMemory) AddressRange(b Buffer) (lo, hi uintptr, ok bool) {
+	h, isHost := b.(HostBuffer)
+	if !isHost || len(h) == 0 {
+		return 0, 0, false
+	}
+	lo = uintptr(unsafe.Pointer(&h[0]))
+	return lo, lo + uintptr(len(h)), true
 }

@@ -283,3 +283,110 @@ func TestPipelineStages(t *testing.T) {
 		t.Errorf("%d routes passed their check, want 3 routes x 2 stages:\n%s", n, stdout)
 	}
 }
+
+// faultArgs is a small multi-round job: hier with tiny chunks.
+var faultArgs = []string{"run", "--shape", "64x64", "--dtype", "bf16", "--src-mesh", "4", "--src-placements", "S0",
+	"--dst-mesh", "2x2", "--dst-placements", "R,S1", "--route", "hier", "--chunk-bytes", "256", "--staging-bytes", "2KiB",
+	"--timeout", "4s", "--check", "--iters", "2"}
+
+// TestFaultKilledRank kills rank 5 with SIGKILL in the middle of a transfer
+// (round 1): the job must end non-zero within the timeout plus a few
+// seconds, and the output must name the lost rank.
+func TestFaultKilledRank(t *testing.T) {
+	start := time.Now()
+	stdout, stderr, err := mpirunRefit(t, 8, []string{"M2N_FAULT_KILL=5:1"}, faultArgs...)
+	el := time.Since(start)
+	if err == nil {
+		t.Fatalf("the job survived a killed rank\n%s", stdout)
+	}
+	if el > 4*time.Second+10*time.Second {
+		t.Errorf("the job took %v to fail, more than the 4s timeout plus 10s", el)
+	}
+	if out := stdout + stderr; !strings.Contains(out, "process rank 5") && !strings.Contains(out, "waiting for ranks [5]") {
+		t.Errorf("the output does not name rank 5:\n%s", out)
+	}
+}
+
+// TestFaultHungRank stops rank 5 for good at round 1 without killing it:
+// only timeouts can end that; the peers that wait for it must say so and
+// abort the job within the timeout plus a few seconds.
+func TestFaultHungRank(t *testing.T) {
+	start := time.Now()
+	stdout, stderr, err := mpirunRefit(t, 8, []string{"M2N_FAULT_HANG=5:1"}, faultArgs...)
+	el := time.Since(start)
+	if err == nil {
+		t.Fatalf("the job survived a stuck rank\n%s", stdout)
+	}
+	if el > 4*time.Second+10*time.Second {
+		t.Errorf("the job took %v to fail, more than the 4s timeout plus 10s", el)
+	}
+	if !strings.Contains(stderr, "timed out after 4s waiting for ranks [5]") {
+		t.Errorf("no rank names rank 5 as the one it waits for:\n%s", stderr)
+	}
+}
+
+// TestFaultDifferentLayout starts one rank with a different destination
+// layout (an MPMD launch): every rank fails with the agreement error, which
+// names the rank and the field, and nothing hangs.
+func TestFaultDifferentLayout(t *testing.T) {
+	mpitest.Require(t)
+	common := []string{"run", "--shape", "16x8", "--dtype", "bf16", "--src-mesh", "4", "--src-placements", "S0",
+		"--dst-mesh", "2x2", "--check", "--iters", "1", "--warmup", "0", "--timeout", "20s"}
+	args := append(append([]string{refitBin}, common...), "--dst-placements", "R,S1", ":", "-np", "1", refitBin)
+	args = append(append(args, common...), "--dst-placements", "R,S0")
+	cmd, err := mpitest.Command(7, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("ranks with different layouts ran:\n%s", out)
+	}
+	if el := time.Since(start); el > 15*time.Second {
+		t.Errorf("took %v", el)
+	}
+	want := `refit: ranks disagree: rank 7 has destination placements [R,S0] for tensor "tensor0", rank 0 has [R,S1] (ranks differing from rank 0: [7])`
+	if n := strings.Count(string(out), want); n != 1 {
+		t.Errorf("the agreement error appears %d times, want once:\n%s", n, out)
+	}
+}
+
+// TestFaultShortBuffer gives rank 5 a destination buffer one byte short:
+// the job fails before any transfer, every rank with the same message.
+func TestFaultShortBuffer(t *testing.T) {
+	stdout, stderr, err := mpirunRefit(t, 8, []string{"M2N_FAULT_SHORT_DST=5"}, "run", "--shape", "16x8", "--dtype", "bf16",
+		"--src-mesh", "4", "--src-placements", "S0", "--dst-mesh", "2x2", "--dst-placements", "R,S1", "--check", "--iters", "1", "--warmup", "0")
+	if err == nil {
+		t.Fatalf("a short buffer passed\n%s", stdout)
+	}
+	want := `refit: invalid input: rank 5, tensor "tensor0": destination buffer is too short: 127 bytes, the layout needs 128`
+	if strings.Count(stderr, want) != 1 || strings.Contains(stdout, "route flat") {
+		t.Errorf("want %q once and no route report\nstdout:\n%s\nstderr:\n%s", want, stdout, stderr)
+	}
+}
+
+// TestFaultWireVerifyAtomic flips one byte on the wire into rank 5:
+// --verify fails the call, naming the tensor, the box and both ranks, and
+// with --atomic every destination still holds its previous bytes.
+func TestFaultWireVerifyAtomic(t *testing.T) {
+	stdout, stderr, err := mpirunRefit(t, 8, []string{"M2N_FAULT_WIRE=5"}, "run", "--shape", "16x8", "--dtype", "bf16",
+		"--src-mesh", "4", "--src-placements", "S0", "--dst-mesh", "2x2", "--dst-placements", "R,S1",
+		"--verify", "--atomic", "--check", "--iters", "1", "--warmup", "0")
+	if err == nil {
+		t.Fatalf("a corrupted byte passed --verify\n%s", stdout)
+	}
+	for _, want := range []string{`refit: tensor "tensor0": box [0:4, 4:8) from rank 0 to rank 5 arrived with CRC-32C`,
+		"atomic: every destination still holds its previous bytes"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	// and without the fault the same verified, atomic call passes its check.
+	stdout, stderr, err = mpirunRefit(t, 8, nil, "run", "--shape", "16x8", "--dtype", "bf16",
+		"--src-mesh", "4", "--src-placements", "S0", "--dst-mesh", "2x2", "--dst-placements", "R,S1",
+		"--verify", "--atomic", "--check", "--route", "all", "--iters", "2")
+	if err != nil || strings.Count(stdout, "check passed") != 3 {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+}

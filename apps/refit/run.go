@@ -43,6 +43,9 @@ type runFlags struct {
 	latency   time.Duration
 	device    string
 	ppStages  int
+	verify    bool
+	atomic    bool
+	timeout   string
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
@@ -65,6 +68,9 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.localBW, "local-bw", "", "per-rank local-fabric bandwidth for the model and auto (default: measured when emulating, else 900GB/s; or M2N_LOCAL_BW)")
 	fs.DurationVar(&f.latency, "latency", 20*time.Microsecond, "per-message latency for auto's startup term")
 	fs.StringVar(&f.device, "device", "cpu", "where tensors live: cpu (host memory, MPI) or cuda (one GPU per rank by local rank, NCCL)")
+	fs.BoolVar(&f.verify, "verify", false, "checksum (CRC-32C) every message on both sides and compare across ranks; a mismatch fails the call naming the tensor, box and ranks")
+	fs.BoolVar(&f.atomic, "atomic", false, "receive into shadow buffers and copy them in only when every tensor arrived (and verified) everywhere: a failed call leaves destinations untouched")
+	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (communicator set-up, each round, each agreement): a rank that times out prints what it waits for and aborts the job (default 5m, or M2N_TIMEOUT)")
 	fs.IntVar(&f.ppStages, "pp-stages", 0, "pipeline stages: stage s trains on world ranks [s*M, (s+1)*M) and reshards to the generator (--dst-ranks, world ranks; default after the trainers) on a communicator of its own")
 }
 
@@ -91,6 +97,7 @@ func (f *runFlags) routes() ([]string, error) {
 
 // settings are the parsed options every rank must share.
 type settings struct {
+	timeout time.Duration
 	opts    hier.Options
 	sizes   hier.DomainSizes
 	emulate float64 // bytes/s, 0 for none
@@ -108,7 +115,14 @@ func flagOrEnv(flag, value, env string) (string, string) {
 }
 
 func (f *runFlags) settings() (settings, error) {
-	s := settings{opts: hier.Options{ScheduleOptions: reshard.DefaultScheduleOptions}}
+	s := settings{opts: hier.Options{ScheduleOptions: reshard.DefaultScheduleOptions}, timeout: 5 * time.Minute}
+	if v, name := flagOrEnv("timeout", f.timeout, "M2N_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return s, usageError{fmt.Errorf("%s %q: want a positive duration like 30s or 5m", name, v)}
+		}
+		s.timeout = d
+	}
 	for _, x := range []struct {
 		flag, value, env string
 		dst              *int64
@@ -220,6 +234,7 @@ show on one machine.`,
 
 // job is one rank's state in a run.
 type job struct {
+	flags *runFlags
 	log   zerolog.Logger
 	comm  *mpi.Comm // the world
 	rank  int
@@ -301,6 +316,7 @@ func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) er
 	if err != nil {
 		return err
 	}
+	j.flags = f
 	defer mpi.Finalize()
 	defer j.be.close()
 	if f.ppStages > 0 {
@@ -535,6 +551,8 @@ func hostIDs(comm *mpi.Comm) ([]int, error) {
 // config is one layout pair on one communicator of the job (the world, or
 // a pipeline stage's): its plan, topology, transport and buffers.
 type config struct {
+	name    string // the tensor's name in errors
+	stripe  bool
 	j       *job
 	comm    *mpi.Comm
 	rank    int
@@ -558,13 +576,16 @@ type config struct {
 // same plan, and builds the topology, the (emulated) transport and the
 // buffers, the source filled with the pattern of tensor seed.
 func (j *job) newConfig(comm *mpi.Comm, src, dst placement.Layout, stripe bool, seed uint64) (*config, error) {
-	c := &config{j: j, comm: comm, rank: comm.Rank(), world: comm.Size(), seed: seed, src: src, dst: dst, fabric: j.set.fabric}
+	c := &config{j: j, comm: comm, rank: comm.Rank(), world: comm.Size(), seed: seed, src: src, dst: dst, fabric: j.set.fabric,
+		name: fmt.Sprintf("tensor%d", seed), stripe: stripe}
+	// Validate and agree before anything else: a rank given other flags
+	// fails every rank here, at once.
+	if err := reshard.Check(comm, []reshard.Tensor{{Name: c.name, Src: src, Dst: dst}}, c.refitOptions(nil, j.flags)); err != nil {
+		return nil, c.fail(err)
+	}
 	var err error
 	if c.plan, err = reshard.NewPlan(src, dst, c.world, reshard.Options{StripeReplicas: stripe}); err != nil {
 		return nil, usageError{err}
-	}
-	if err := c.agree(c.plan.Fingerprint()); err != nil {
-		return nil, err
 	}
 	host, err := hostIDs(comm)
 	if err != nil {
@@ -578,6 +599,15 @@ func (j *job) newConfig(comm *mpi.Comm, src, dst placement.Layout, stripe bool, 
 	}
 	if j.set.emulate > 0 {
 		c.tr = hier.Emulate(c.tr, c.topo, j.set.emulate)
+	}
+	if at, ok := faultAt("M2N_FAULT_KILL", c.rank); ok {
+		c.tr = &killer{Transport: c.tr, at: at}
+	}
+	if at, ok := faultAt("M2N_FAULT_HANG", c.rank); ok {
+		c.tr = &killer{Transport: c.tr, at: at, hang: true}
+	}
+	if _, ok := faultAt("M2N_FAULT_WIRE", c.rank); ok {
+		c.tr = &wireFault{Transport: c.tr}
 	}
 	if j.set.measure {
 		if c.fabric.LocalBW, err = c.measureLocal(); err != nil {
@@ -597,7 +627,11 @@ func (j *job) newConfig(comm *mpi.Comm, src, dst placement.Layout, stripe bool, 
 	}
 	if dst.Mesh().Contains(c.rank) {
 		c.dstHost = make([]byte, dst.LocalBytes(c.rank))
-		if c.dstBuf, err = c.mem.Alloc(int64(len(c.dstHost))); err != nil {
+		n := int64(len(c.dstHost))
+		if _, ok := faultAt("M2N_FAULT_SHORT_DST", c.rank); ok && n > 0 {
+			n-- // test-only: a destination buffer one byte short, which validation must catch
+		}
+		if c.dstBuf, err = c.mem.Alloc(n); err != nil {
 			return nil, err
 		}
 	}
@@ -672,20 +706,6 @@ func (c *config) runRoutes(routes []string, f *runFlags) (*runReport, error) {
 	return rep, nil
 }
 
-// agree checks that every rank derived the same plan.
-func (c *config) agree(fp uint64) error {
-	all := make([]int64, c.world)
-	if err := c.comm.Allgather(int64Bytes([]int64{int64(fp)}), int64Bytes(all)); err != nil {
-		return err
-	}
-	for r, v := range all {
-		if uint64(v) != fp {
-			return fmt.Errorf("rank %d derived plan %016x, rank %d derived %016x: the ranks were given different layouts or options", c.rank, fp, r, uint64(v))
-		}
-	}
-	return nil
-}
-
 // measureLocal measures the local-fabric bandwidth per rank: the
 // destination ranks of each domain pass a chunk around a ring inside the
 // domain, all domains at once, and the slowest rank's rate counts.
@@ -754,11 +774,16 @@ func (c *config) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFl
 			return rr, err
 		}
 		t0 := time.Now()
-		s, err := ex.Run(context.Background(), sched, bufs)
+		rep, err := reshard.Refit(context.Background(), ex, c.comm, []reshard.Tensor{{Name: c.name, Src: c.src, Dst: c.dst, Buffers: bufs[0]}},
+			c.refitOptions(sched, f))
 		if err != nil {
-			c.tr.Abort(err)
+			err = c.fail(err)
+			if f.atomic {
+				err = c.checkUntouched(err)
+			}
 			return rr, err
 		}
+		s := rep.Stats
 		el := time.Since(t0).Seconds()
 		slowest := []float64{0}
 		if err := c.comm.AllreduceFloat64([]float64{el}, slowest, mpi.Max); err != nil {
@@ -780,7 +805,9 @@ func (c *config) measure(ex *reshard.Executor, sched *reshard.Schedule, f *runFl
 		if err := c.io.Download(c.dstHost, c.dstBuf); err != nil {
 			return rr, err
 		}
-		injectFault(c.rank, c.dstHost)
+		if b, ok := faultAt("M2N_FAULT_CORRUPT", c.rank); ok && b < len(c.dstHost) {
+			c.dstHost[b] ^= 0x40 // test-only: prove that --check catches a wrong byte
+		}
 		if err := reshard.CheckPatternSeed(c.dst, c.rank, c.seed, c.dstHost); err != nil {
 			checkMsg = err.Error()
 			j.log.Error().Str("route", sched.Route).Err(err).Msg("check failed")
@@ -831,15 +858,6 @@ func (c *config) firstError(msg string) (string, error) {
 	return "", nil
 }
 
-// injectFault flips one received byte when M2N_FAULT_CORRUPT=rank:byte names
-// this rank: a test-only switch that proves --check catches a wrong byte.
-func injectFault(rank int, dst []byte) {
-	var r, b int
-	if _, err := fmt.Sscanf(getenv("M2N_FAULT_CORRUPT"), "%d:%d", &r, &b); err != nil || r != rank || b >= len(dst) {
-		return
-	}
-	dst[b] ^= 0x40
-}
 
 func role(src, dst placement.Layout, r int) string {
 	s, d := src.Mesh().Contains(r), dst.Mesh().Contains(r)

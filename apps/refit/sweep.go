@@ -129,6 +129,7 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 	if err != nil {
 		return err
 	}
+	j.flags = f
 	defer mpi.Finalize()
 	defer j.be.close()
 	if j.world < need {

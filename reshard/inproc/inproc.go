@@ -25,6 +25,7 @@ type World struct {
 	queues  map[[2]int]*queue // by (sender, receiver)
 	abort   chan struct{}
 	reason  error
+	gather  *gather
 }
 
 type queue struct {
@@ -241,4 +242,94 @@ func (w *World) Run(fn func(t reshard.Transport) error) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// Collective returns rank's endpoint of the world's control-plane
+// collective (reshard.Collective), for Refit over in-process ranks.
+func (w *World) Collective(rank int) reshard.Collective { return &collective{w: w, rank: rank} }
+
+type collective struct {
+	w    *World
+	rank int
+}
+
+// gather is the state of the world's collectives: generation gen collects
+// one contribution per rank; results alternate between two slots, since a
+// rank cannot start generation g+2 before every rank has left g.
+type gather struct {
+	cond    *sync.Cond
+	gen     int
+	arrived int
+	parts   [][]byte
+	result  [2][][]byte
+}
+
+func (c *collective) Rank() int { return c.rank }
+func (c *collective) Size() int { return c.w.n }
+
+// exchange contributes b and returns every rank's contribution.
+func (c *collective) exchange(b []byte) ([][]byte, error) {
+	w := c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gather == nil {
+		w.gather = &gather{cond: sync.NewCond(&w.mu), parts: make([][]byte, w.n)}
+		go func() { // wake waiters when the world aborts
+			<-w.abort
+			w.mu.Lock()
+			w.gather.cond.Broadcast()
+			w.mu.Unlock()
+		}()
+	}
+	g := w.gather
+	gen := g.gen
+	g.parts[c.rank] = append([]byte(nil), b...)
+	g.arrived++
+	if g.arrived == w.n {
+		g.result[gen%2] = g.parts
+		g.parts = make([][]byte, w.n)
+		g.arrived = 0
+		g.gen++
+		g.cond.Broadcast()
+	}
+	for g.gen == gen {
+		select {
+		case <-w.abort:
+			return nil, fmt.Errorf("%w: %v", ErrAborted, w.reason)
+		default:
+		}
+		g.cond.Wait()
+	}
+	return g.result[gen%2], nil
+}
+
+func (c *collective) Allgather(send, recv []byte) error {
+	parts, err := c.exchange(send)
+	if err != nil {
+		return err
+	}
+	if len(recv) != len(send)*c.w.n {
+		return fmt.Errorf("inproc: allgather of %d bytes into %d", len(send), len(recv))
+	}
+	for r, p := range parts {
+		if len(p) != len(send) {
+			return fmt.Errorf("inproc: allgather: rank %d sent %d bytes, rank %d %d", r, len(p), c.rank, len(send))
+		}
+		copy(recv[r*len(send):], p)
+	}
+	return nil
+}
+
+func (c *collective) Allgatherv(send, recv []byte, counts, displs []int64) error {
+	parts, err := c.exchange(send)
+	if err != nil {
+		return err
+	}
+	for r, p := range parts {
+		if int64(len(p)) != counts[r] || displs[r]+counts[r] > int64(len(recv)) {
+			return fmt.Errorf("inproc: allgatherv: rank %d sent %d bytes, expected %d", r, len(p), counts[r])
+		}
+		copy(recv[displs[r]:], p)
+	}
+	return nil
 }
