@@ -66,8 +66,10 @@ type call struct {
 // flatOpts are the options every test call starts from.
 func flatOpts() reshard.RefitOptions {
 	return reshard.RefitOptions{
-		Route:    "flat",
-		Build:    func(p []*reshard.Plan) (*reshard.Schedule, error) { return reshard.Flat(p, reshard.Topology{}, reshard.DefaultScheduleOptions) },
+		Route: "flat",
+		Build: func(p []*reshard.Plan) (*reshard.Schedule, error) {
+			return reshard.Flat(p, reshard.Topology{}, reshard.DefaultScheduleOptions)
+		},
 		Schedule: reshard.DefaultScheduleOptions,
 		Timeout:  5 * time.Second,
 	}

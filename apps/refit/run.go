@@ -858,7 +858,6 @@ func (c *config) firstError(msg string) (string, error) {
 	return "", nil
 }
 
-
 func role(src, dst placement.Layout, r int) string {
 	s, d := src.Mesh().Contains(r), dst.Mesh().Contains(r)
 	switch {
