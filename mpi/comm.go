@@ -40,6 +40,7 @@ func newComm(h C.MPI_Comm) (*Comm, error) {
 		C.MPI_Comm_free(&h)
 		return nil, err
 	}
+	live.comms.Add(1)
 	return &Comm{h: h}, nil
 }
 
@@ -152,6 +153,7 @@ func (c *Comm) Free() error {
 		return err
 	}
 	c.h = C.m2n_comm_null()
+	live.comms.Add(-1)
 	return nil
 }
 

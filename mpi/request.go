@@ -8,6 +8,7 @@ import "C"
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Request is a pending nonblocking operation returned by Isend, Irecv or
@@ -35,8 +36,21 @@ func (r *Request) pinBuf(buf []byte) {
 	if len(buf) > 0 {
 		r.pin.Pin(&buf[0])
 		r.pinned = true
+		live.pinned.Add(1)
 	}
 }
+
+// live counts what this process holds from MPI, for leak checks (Live).
+var live struct {
+	pinned atomic.Int64 // requests whose buffers are pinned: not yet completed
+	comms  atomic.Int64 // communicators created and not freed
+}
+
+// Live returns how many nonblocking requests with a buffer have not
+// completed yet and how many communicators this process created and has not
+// freed. A long-running job (the RL loop refits every step) checks that
+// both come back to where they started.
+func Live() (requests, comms int64) { return live.pinned.Load(), live.comms.Load() }
 
 // settle unpins r's buffer once every MPI request of r has completed
 // (MPI sets completed requests to MPI_REQUEST_NULL).
@@ -52,6 +66,7 @@ func (r *Request) settle() {
 	}
 	r.pin.Unpin()
 	r.pinned = false
+	live.pinned.Add(-1)
 }
 
 // orphans keeps Requests whose posting failed halfway (some of their chunks
@@ -68,6 +83,7 @@ func (r *Request) abandon() {
 		if r.pinned {
 			r.pin.Unpin()
 			r.pinned = false
+			live.pinned.Add(-1)
 		}
 		return
 	}

@@ -124,6 +124,7 @@ func (c *Comm) strided(op string, buf []byte, at Strided, peer, tag int) (*Reque
 		r.h = nil
 		r.pin.Unpin()
 		r.pinned = false
+		live.pinned.Add(-1)
 		return nil, err
 	}
 	return r, nil

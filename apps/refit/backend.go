@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/reshard"
@@ -35,12 +36,12 @@ func (h hostBackend) transport(comm *mpi.Comm, _ reshard.Topology) (reshard.Tran
 func (hostBackend) close() {}
 
 // newBackend returns the backend --device names.
-func newBackend(device string, world *mpi.Comm) (backend, error) {
+func newBackend(device string, world *mpi.Comm, timeout time.Duration) (backend, error) {
 	switch device {
 	case "", "cpu", "host":
 		return hostBackend{inPlace: getenv("M2N_MPI_INPLACE") != "0"}, nil
 	case "cuda", "gpu":
-		return newCudaBackend(world)
+		return newCudaBackend(world, timeout)
 	}
 	return nil, flagError("device", device, fmt.Errorf("want cpu or cuda"))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/mpi"
@@ -15,13 +16,16 @@ import (
 // rank on the host) and moves them with NCCL, one communicator per MPI
 // communicator it is asked for, bootstrapped over it.
 type cudaBackend struct {
-	dev   int
-	ctx   *cuda.Context
-	mem   *cuda.Memory
-	comms map[*mpi.Comm]*nccl.Comm
+	// timeout bounds communicator set-up: NCCL's initialisation runs
+	// non-blocking and is aborted when it takes longer.
+	timeout time.Duration
+	dev     int
+	ctx     *cuda.Context
+	mem     *cuda.Memory
+	comms   map[*mpi.Comm]*nccl.Comm
 }
 
-func newCudaBackend(world *mpi.Comm) (*cudaBackend, error) {
+func newCudaBackend(world *mpi.Comm, timeout time.Duration) (*cudaBackend, error) {
 	if err := cuda.Load(); err != nil {
 		return nil, fmt.Errorf("--device cuda: %w", err)
 	}
@@ -55,7 +59,11 @@ func newCudaBackend(world *mpi.Comm) (*cudaBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cudaBackend{dev: lr, ctx: ctx, mem: mem, comms: map[*mpi.Comm]*nccl.Comm{}}, nil
+	return &cudaBackend{timeout: timeout, dev: lr, ctx: ctx, mem: mem, comms: map[*mpi.Comm]*nccl.Comm{}}, nil
+}
+
+func (b *cudaBackend) config() *nccl.Config {
+	return &nccl.Config{Context: b.ctx, NonBlocking: true, InitTimeout: b.timeout}
 }
 
 func (b *cudaBackend) memory() (reshard.Memory, transporttest.HostIO) { return b.mem, b.mem }
@@ -65,7 +73,7 @@ func (b *cudaBackend) ncclComm(comm *mpi.Comm) (*nccl.Comm, error) {
 	if c, ok := b.comms[comm]; ok {
 		return c, nil
 	}
-	c, err := nccl.Bootstrap(comm, &nccl.Config{Context: b.ctx})
+	c, err := nccl.Bootstrap(comm, b.config())
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +90,7 @@ func (b *cudaBackend) stages(comms []*mpi.Comm) error {
 			bs[s] = c
 		}
 	}
-	ncs, err := nccl.BootstrapStages(bs, &nccl.Config{Context: b.ctx})
+	ncs, err := nccl.BootstrapStages(bs, b.config())
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/m2n-dev/m2n/mpi"
 	"github.com/spf13/cobra"
 )
 
@@ -33,6 +34,33 @@ func launcherRank() int {
 // jobError is a failure every rank of the job knows about (a failed check
 // is agreed on collectively): only rank 0 prints it.
 type jobError struct{ err error }
+
+// printedError is an error already printed on this rank.
+type printedError struct{ error }
+
+func (e printedError) Unwrap() error { return e.error }
+
+// finish ends an MPI job: rank 0 prints a job-wide error before MPI is
+// finalized, so that the message is out before any rank exits (the
+// launcher may kill the others as soon as one exits non-zero), then MPI is
+// finalized.
+func finish(err *error) {
+	var je jobError
+	var ue usageError
+	if *err != nil && (errors.As(*err, &je) || errors.As(*err, &ue)) {
+		if jobRank <= 0 {
+			fmt.Fprintf(os.Stderr, "refit: %v\n", *err)
+		}
+		// Every rank agreed on a job error, so all are here: wait until
+		// rank 0 has said it. (Not for usage errors: with per-rank flags
+		// only some ranks may fail, and the launcher ends the rest.)
+		if errors.As(*err, &je) {
+			_ = mpi.World().Barrier()
+		}
+		*err = printedError{*err}
+	}
+	_ = mpi.Finalize()
+}
 
 func (e jobError) Error() string { return e.err.Error() }
 func (e jobError) Unwrap() error { return e.err }
@@ -72,7 +100,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newModelCmd(), newPackBenchCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newModelCmd(), newPackBenchCmd(), newSoakCmd())
 	return root
 }
 
@@ -84,10 +112,11 @@ func main() {
 	}
 	var ue usageError
 	var je jobError
+	var pe printedError
 	usage := errors.As(err, &ue) || isCobraUsage(err)
 	// Under a launcher every rank sees the same flags and fails the same
 	// way on bad input, and agrees on a failed check: only rank 0 says so.
-	if !(usage || errors.As(err, &je)) || jobRank <= 0 {
+	if !errors.As(err, &pe) && (!(usage || errors.As(err, &je)) || jobRank <= 0) {
 		fmt.Fprintf(os.Stderr, "refit: %v\n", err)
 	}
 	if usage {

@@ -390,3 +390,39 @@ func TestFaultWireVerifyAtomic(t *testing.T) {
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 }
+
+// TestSoak runs 300 consecutive checked reshards in one job and checks that
+// nothing accumulates: no pending MPI request, no communicator left over,
+// no goroutine, and no growth of the live Go heap beyond a megabyte (the
+// plans and schedules of 250 calls would be far more).
+func TestSoak(t *testing.T) {
+	stdout, stderr, err := mpirunRefit(t, 16, nil, "soak", "--count", "300", "--progress", "0", "--json")
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	var rep struct {
+		Count int
+		Ranks []struct {
+			Rank                              int
+			Heap, HeapAfter                   int64
+			Goroutines, GoroutinesAfter       int64
+			Requests, RequestsAfter           int64
+			Communicators, CommunicatorsAfter int64
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if rep.Count != 300 || len(rep.Ranks) != 16 {
+		t.Fatalf("report of %d reshards over %d ranks", rep.Count, len(rep.Ranks))
+	}
+	for _, r := range rep.Ranks {
+		if r.RequestsAfter != 0 || r.CommunicatorsAfter != r.Communicators || r.GoroutinesAfter != r.Goroutines {
+			t.Errorf("rank %d: requests %d -> %d, communicators %d -> %d, goroutines %d -> %d", r.Rank, r.Requests,
+				r.RequestsAfter, r.Communicators, r.CommunicatorsAfter, r.Goroutines, r.GoroutinesAfter)
+		}
+		if g := r.HeapAfter - r.Heap; g > 1<<20 {
+			t.Errorf("rank %d: live Go heap grew by %d bytes", r.Rank, g)
+		}
+	}
+}

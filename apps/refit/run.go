@@ -294,7 +294,7 @@ type runReport struct {
 
 // runJob runs `refit run`; extra, if not nil, runs after the routes on every
 // rank and may add to the report (refit bench adds its baseline).
-func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) error) error {
+func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) error) (err error) {
 	routes, err := f.routes()
 	if err != nil {
 		return err
@@ -317,7 +317,7 @@ func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) er
 		return err
 	}
 	j.flags = f
-	defer mpi.Finalize()
+	defer finish(&err)
 	defer j.be.close()
 	if f.ppStages > 0 {
 		return j.runStages(out, f, routes)
@@ -519,7 +519,12 @@ func startJob(logLevel string, set settings, device string) (*job, error) {
 		return nil, usageError{err}
 	}
 	j.log = log
-	if j.be, err = newBackend(device, comm); err != nil {
+	guard := time.AfterFunc(set.timeout, func() {
+		j.log.Error().Msgf("rank %d: job set-up did not finish in %v: a peer is gone or stuck; aborting the job", j.rank, set.timeout)
+		mpi.Abort(comm, 4)
+	})
+	defer guard.Stop()
+	if j.be, err = newBackend(device, comm, set.timeout); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -583,6 +588,8 @@ func (j *job) newConfig(comm *mpi.Comm, src, dst placement.Layout, stripe bool, 
 	if err := reshard.Check(comm, []reshard.Tensor{{Name: c.name, Src: src, Dst: dst}}, c.refitOptions(nil, j.flags)); err != nil {
 		return nil, c.fail(err)
 	}
+	done := c.watch("communicator set-up")
+	defer done()
 	var err error
 	if c.plan, err = reshard.NewPlan(src, dst, c.world, reshard.Options{StripeReplicas: stripe}); err != nil {
 		return nil, usageError{err}

@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/m2n-dev/m2n/mesh"
-	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
 )
@@ -85,7 +84,7 @@ func parseInts(flag, s string) ([]int, error) {
 	return out, nil
 }
 
-func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList string) error {
+func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList string) (err error) {
 	rhos, err := parseInts("rhos", rhoList)
 	if err != nil {
 		return err
@@ -130,7 +129,7 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 		return err
 	}
 	j.flags = f
-	defer mpi.Finalize()
+	defer finish(&err)
 	defer j.be.close()
 	if j.world < need {
 		return usageError{fmt.Errorf("the largest configuration needs %d ranks; this job has %d (mpirun -np %d)", need, j.world, need)}

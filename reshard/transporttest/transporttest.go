@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -38,8 +39,14 @@ func ReadPairs(path string) ([]Pair, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return ParsePairs(f, path)
+}
+
+// ParsePairs reads pairs in the format of ReadPairs from r; name is used in
+// errors.
+func ParsePairs(r io.Reader, path string) ([]Pair, error) {
 	var out []Pair
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
