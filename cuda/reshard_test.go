@@ -3,6 +3,8 @@ package cuda_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +98,93 @@ func TestGPUMemoryBounds(t *testing.T) {
 		t.Fatal("a pack reaching byte 72 of a 64-byte buffer passed")
 	}
 	t.Log(err)
+}
+
+// TestGPURefit makes a whole refit call on device memory (8 in-process
+// ranks on the one GPU): validation, agreement, verified transfer, atomic
+// commit; then a call whose destination aliases its source on one rank,
+// which every rank must refuse before anything moves.
+func TestGPURefit(t *testing.T) {
+	ctx := gputest.Context(t)
+	pairs, err := transporttest.ParsePairs(strings.NewReader("16x8 | bf16 | 4 | S0 | 2x2 | R,S1\n"), "inline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pairs[0].Layouts(transporttest.Overlapping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := cuda.NewMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wire.Close()
+	for _, alias := range []bool{false, true} {
+		w := inproc.NewWorld(c.World()).WithMemory(wire)
+		errs := make([]error, c.World())
+		var wg sync.WaitGroup
+		for r := 0; r < c.World(); r++ {
+			wg.Add(1)
+			go func(rank int) {
+				defer wg.Done()
+				errs[rank] = func() error {
+					mem, err := cuda.NewMemory(ctx)
+					if err != nil {
+						return err
+					}
+					defer mem.Close()
+					var bufs reshard.TensorBuffers
+					if c.Src.Mesh().Contains(rank) {
+						h := make([]byte, c.Src.LocalBytes(rank))
+						reshard.FillPattern(c.Src, rank, h)
+						if bufs.Src, err = mem.Alloc(int64(len(h))); err != nil {
+							return err
+						}
+						defer mem.Free(bufs.Src)
+						if err := mem.Upload(bufs.Src, h); err != nil {
+							return err
+						}
+					}
+					if c.Dst.Mesh().Contains(rank) {
+						if bufs.Dst, err = mem.Alloc(c.Dst.LocalBytes(rank)); err != nil {
+							return err
+						}
+						defer mem.Free(bufs.Dst)
+						if alias && bufs.Src != nil {
+							// a view of the same memory as the source
+							bufs.Dst = cuda.Buffer{Ptr: bufs.Src.(cuda.Buffer).Ptr, N: bufs.Dst.Len()}
+						}
+					}
+					ex := &reshard.Executor{T: w.Transport(rank), Mem: mem}
+					defer ex.Close()
+					opts := reshard.RefitOptions{Route: "flat", Schedule: reshard.DefaultScheduleOptions, Timeout: time.Minute,
+						Verify: true, Atomic: true,
+						Build: func(p []*reshard.Plan) (*reshard.Schedule, error) {
+							return reshard.Flat(p, reshard.Topology{}, reshard.DefaultScheduleOptions)
+						}}
+					_, err = reshard.Refit(context.Background(), ex, w.Collective(rank), []reshard.Tensor{{Name: "w", Src: c.Src, Dst: c.Dst, Buffers: bufs}}, opts)
+					if err != nil || bufs.Dst == nil {
+						return err
+					}
+					got := make([]byte, bufs.Dst.Len())
+					if err := mem.Download(got, bufs.Dst); err != nil {
+						return err
+					}
+					return reshard.CheckPattern(c.Dst, rank, got)
+				}()
+			}(r)
+		}
+		wg.Wait()
+		if !alias {
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for r, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), "overlap in memory") {
+				t.Errorf("aliasing: rank %d: %v", r, err)
+			}
+		}
+	}
 }

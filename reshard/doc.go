@@ -1,12 +1,10 @@
-// Package reshard derives and runs the plan that moves a distributed tensor
+// Package reshard derives and runs the plan that moves distributed tensors
 // from one layout to another.
 //
 // Planning is pure and coordination-free: every rank calls NewPlan with the
 // same two layouts, world size and options and gets the same Plan, in the
 // same order, with the same Fingerprint, without communicating.
 //
-//	src, _ := placement.NewLayout(shape, placement.BF16, trainerMesh, []placement.Placement{placement.Shard(0)})
-//	dst, _ := placement.NewLayout(shape, placement.BF16, generatorMesh, []placement.Placement{placement.Replicate(), placement.Shard(1)})
 //	plan, err := reshard.NewPlan(src, dst, worldSize, reshard.Options{})
 //	for _, i := range plan.Recvs(myRank) {
 //		t := plan.Transfer(int(i)) // t.Src sends t.Box; t.DstAt says where it lands
@@ -20,4 +18,17 @@
 // Options.StripeReplicas. Intersections come from sweeping each dim's sorted
 // split points, so planning costs tens of nanoseconds per transfer at any
 // scale, and a plan costs a few dozen bytes per transfer.
+//
+// A route turns plans into a Schedule of messages in rounds: Flat (every
+// destination straight from its source owner) and AllGatherBroadcast (the
+// legacy baseline) here, the hierarchical route in package hier. Messages
+// are cut into chunks and rounds are bounded by a staging budget, so chunks
+// pipeline through bounded memory. An Executor runs a rank's part of a
+// schedule over a Transport (MPI, NCCL, or the in-process transport of
+// package inproc) and a Memory (host memory, or a GPU's).
+//
+// Refit is the call a program makes: it validates every input before a
+// byte moves, makes every rank agree on what it was given, bounds every wait,
+// can verify checksums and commit atomically, and reports which tensors
+// completed (see its documentation and the Example).
 package reshard

@@ -1,11 +1,15 @@
 package reshard_test
 
 import (
+	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/inproc"
 )
 
 // The paper's Example A: four source ranks hold 8x4 rows in Shard(0); four
@@ -51,4 +55,65 @@ func ExampleStrided() {
 	fmt.Println(t.Box, "source", t.SrcAt, "destination", t.DstAt)
 	// Output:
 	// [0:4, 0:4) source @0 run 8 x [4/16] destination @0 run 32
+}
+
+// A whole refit call, as every rank of an SPMD program makes it: here the
+// ranks are goroutines over the in-process transport; an MPI program passes
+// mpi.NewTransport(comm, true) and comm itself as the collective. Four
+// trainer ranks hold a 16x8 bf16 weight in rows; a DP2 x TP2 generator wants
+// it in columns. The call validates, agrees, moves, verifies, and commits
+// atomically.
+func ExampleRefit() {
+	const world = 8
+	shape := []int64{16, 8}
+	trainer, _ := mesh.Interval([]int{4}, 0)
+	generator, _ := mesh.Interval([]int{2, 2}, 4)
+	src, _ := placement.NewLayout(shape, placement.BF16, trainer, []placement.Placement{placement.Shard(0)})
+	dst, _ := placement.NewLayout(shape, placement.BF16, generator, []placement.Placement{placement.Replicate(), placement.Shard(1)})
+
+	w := inproc.NewWorld(world)
+	reports := make([]*reshard.RefitReport, world)
+	var wg sync.WaitGroup
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func(rank int) {
+			defer wg.Done()
+			var bufs reshard.TensorBuffers
+			if src.Mesh().Contains(rank) {
+				b := make([]byte, src.LocalBytes(rank))
+				reshard.FillPattern(src, rank, b) // the trainer's shard
+				bufs.Src = reshard.HostBuffer(b)
+			}
+			if dst.Mesh().Contains(rank) {
+				bufs.Dst = reshard.HostBuffer(make([]byte, dst.LocalBytes(rank)))
+			}
+			ex := &reshard.Executor{T: w.Transport(rank), Mem: reshard.HostMemory{}}
+			defer ex.Close()
+			opts := reshard.RefitOptions{
+				Route: "flat",
+				Build: func(plans []*reshard.Plan) (*reshard.Schedule, error) {
+					return reshard.Flat(plans, reshard.Topology{}, reshard.DefaultScheduleOptions)
+				},
+				Schedule: reshard.DefaultScheduleOptions,
+				Timeout:  time.Minute,
+				Verify:   true,
+				Atomic:   true,
+			}
+			rep, err := reshard.Refit(context.Background(), ex, w.Collective(rank),
+				[]reshard.Tensor{{Name: "layers.0.mlp.w", Src: src, Dst: dst, Buffers: bufs}}, opts)
+			if err != nil {
+				panic(err)
+			}
+			if bufs.Dst != nil {
+				if err := reshard.CheckPattern(dst, rank, bufs.Dst.(reshard.HostBuffer)); err != nil {
+					panic(err)
+				}
+			}
+			reports[rank] = rep
+		}(r)
+	}
+	wg.Wait()
+	fmt.Println("completed:", reports[5].Completed, "on rank 5, which received", reports[5].Stats.Recv[reshard.LinkNetwork], "bytes")
+	// Output:
+	// completed: [layers.0.mlp.w] on rank 5, which received 128 bytes
 }

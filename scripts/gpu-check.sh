@@ -22,9 +22,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 (cd nccl && run nccl-tests "$bin/nccl.test" -test.v -test.timeout 120s)
 run refit-cuda scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all,auto --check --iters 5
+run refit-cuda-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 \
+	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --verify --atomic --iters 3
 run refit-cuda-pp scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --pp-stages 1 --shape 4096x4096 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 3
-for b in 4 1 2 8; do
-	M2N_PACK_BATCH=$b run "pack-bench-batch$b" "$bin/refit" pack-bench
-done
+run pack-bench "$bin/refit" pack-bench
 cat "$out/summary.txt"

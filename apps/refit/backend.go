@@ -18,6 +18,9 @@ type backend interface {
 	// transport returns a transport over comm, classifying peers with
 	// topo, and what releases it.
 	transport(comm *mpi.Comm, topo reshard.Topology) (reshard.Transport, func(), error)
+	// domainKey names the fast local fabric this rank sits in ("" to use
+	// the host, from MPI's shared-memory split).
+	domainKey() string
 	close()
 }
 
@@ -34,6 +37,8 @@ func (h hostBackend) transport(comm *mpi.Comm, _ reshard.Topology) (reshard.Tran
 }
 
 func (hostBackend) close() {}
+
+func (hostBackend) domainKey() string { return "" }
 
 // newBackend returns the backend --device names.
 func newBackend(device string, world *mpi.Comm, timeout time.Duration) (backend, error) {

@@ -66,6 +66,17 @@ func (b *cudaBackend) config() *nccl.Config {
 	return &nccl.Config{Context: b.ctx, NonBlocking: true, InitTimeout: b.timeout}
 }
 
+// domainKey is the GPU's NVLink domain from NVML: the fabric clique on
+// multi-node NVLink, else the host. An NVML failure falls back to the host
+// (the shared-memory split).
+func (b *cudaBackend) domainKey() string {
+	k, err := cuda.DomainKey(b.dev)
+	if err != nil {
+		return ""
+	}
+	return k
+}
+
 func (b *cudaBackend) memory() (reshard.Memory, transporttest.HostIO) { return b.mem, b.mem }
 
 // ncclComm returns the NCCL communicator over comm, bootstrapping it once.

@@ -530,6 +530,31 @@ func startJob(logLevel string, set settings, device string) (*job, error) {
 	return j, nil
 }
 
+// domainIDs numbers each rank's domain: by the backend's key (a GPU's NVLink
+// domain from NVML) when every rank has one, else by host (hostIDs).
+func domainIDs(comm *mpi.Comm, key string) ([]int, error) {
+	const width = 256
+	b := make([]byte, width)
+	copy(b, key)
+	all := make([]byte, width*comm.Size())
+	if err := comm.Allgather(b, all); err != nil {
+		return nil, err
+	}
+	ids := map[string]int{}
+	out := make([]int, comm.Size())
+	for r := range out {
+		k := strings.TrimRight(string(all[r*width:(r+1)*width]), "\x00")
+		if k == "" {
+			return hostIDs(comm)
+		}
+		if _, ok := ids[k]; !ok {
+			ids[k] = len(ids)
+		}
+		out[r] = ids[k]
+	}
+	return out, nil
+}
+
 // hostIDs names each rank's host by the lowest rank of comm on it (MPI's
 // shared-memory split).
 func hostIDs(comm *mpi.Comm) ([]int, error) {
@@ -594,7 +619,7 @@ func (j *job) newConfig(comm *mpi.Comm, src, dst placement.Layout, stripe bool, 
 	if c.plan, err = reshard.NewPlan(src, dst, c.world, reshard.Options{StripeReplicas: stripe}); err != nil {
 		return nil, usageError{err}
 	}
-	host, err := hostIDs(comm)
+	host, err := domainIDs(comm, j.be.domainKey())
 	if err != nil {
 		return nil, err
 	}
