@@ -88,9 +88,17 @@ A layout is a global shape, a dtype, a mesh of ranks and one placement per
 mesh axis (S<dim> shards a tensor dim with torch.chunk, R replicates), exactly
 as PyTorch DTensor defines them.
 
+Jobs (launch with mpirun or srun):
+  refit run         reshard a tensor for real, per route, checked and timed
+  refit bench       a reshard against a plain MPI exchange of the same bytes
+  refit sweep       flat, agbcast and hier against their model bounds, over rho and domains
+  refit soak        many consecutive reshards, with memory and handle accounting
+
 Offline commands (no launcher needed):
-  refit layout   show each rank's local shape and global offset
-  refit plan     show the transfers a reshard makes
+  refit layout      show each rank's local shape and global offset
+  refit plan        show the transfers a reshard makes
+  refit model       each route's speed-of-light bound and auto's choice
+  refit pack-bench  the GPU pack/unpack kernels against a plain copy
 
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
 or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
