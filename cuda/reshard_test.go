@@ -24,11 +24,7 @@ import (
 // there is no GPU.
 func TestGPUConformance(t *testing.T) {
 	ctx := gputest.Context(t)
-	pairs, err := transporttest.ReadPairs("../testdata/reshard_pairs.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := transporttest.Cases(pairs)
+	cases, err := transporttest.LoadCases("../testdata/reshard_pairs.txt", 13)
 	if err != nil {
 		t.Fatal(err)
 	}

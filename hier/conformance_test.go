@@ -17,11 +17,7 @@ import (
 // destination domains and both leader balances, over the in-process
 // transport, with chunks small enough to pipeline.
 func TestConformanceHier(t *testing.T) {
-	pairs, err := transporttest.ReadPairs("../testdata/reshard_pairs.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := transporttest.Cases(pairs)
+	cases, err := transporttest.LoadCases("../testdata/reshard_pairs.txt", 13)
 	if err != nil {
 		t.Fatal(err)
 	}

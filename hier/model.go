@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/m2n-dev/m2n/internal/units"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -236,21 +237,11 @@ func Choose(p Problem, f Fabric) Choice {
 	}
 	var parts []string
 	for _, b := range bs {
-		parts = append(parts, fmt.Sprintf("%s %s", b.Route, fmtSeconds(b.Predicted)))
+		parts = append(parts, fmt.Sprintf("%s %s", b.Route, units.Seconds(b.Predicted)))
 	}
-	why := fmt.Sprintf("%s predicts the least time (%s; %s binds): %s", best.Route, fmtSeconds(best.Predicted), best.Binding,
+	why := fmt.Sprintf("%s predicts the least time (%s; %s binds): %s", best.Route, units.Seconds(best.Predicted), best.Binding,
 		strings.Join(parts, ", "))
 	return Choice{Route: best.Route, Why: why, Bounds: bs}
-}
-
-func fmtSeconds(s float64) string {
-	switch {
-	case s >= 1:
-		return fmt.Sprintf("%.4g s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.4g ms", s*1e3)
-	}
-	return fmt.Sprintf("%.4g us", s*1e6)
 }
 
 // Auto is the route auto: it derives the problem from the plans (summed over

@@ -78,11 +78,7 @@ func caseArgs(c transporttest.Case) []string {
 // many rounds, and half the cases pack strided boxes through staging
 // instead of moving them in place with MPI datatypes.
 func TestConformanceMPI(t *testing.T) {
-	pairs, err := transporttest.ReadPairs("../../testdata/reshard_pairs.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := transporttest.Cases(pairs)
+	cases, err := transporttest.LoadCases("../../testdata/reshard_pairs.txt", 13)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -312,13 +312,11 @@ func runJob(out io.Writer, f *runFlags, extra func(c *config, rep *runReport) er
 	if f.ppStages > 0 && f.pair.srcRanks != "" {
 		return usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
 	}
-	j, err := startJob(f.logLevel, set, f.device)
+	j, err := startJob(f, set)
+	defer j.end(&err)
 	if err != nil {
 		return err
 	}
-	j.flags = f
-	defer finish(&err)
-	defer j.be.close()
 	if f.ppStages > 0 {
 		return j.runStages(out, f, routes)
 	}
@@ -506,17 +504,19 @@ func prodInts(v []int) int {
 	return n
 }
 
-// startJob initialises MPI and the backend.
-func startJob(logLevel string, set settings, device string) (*job, error) {
+// startJob initialises MPI and the backend for the flags. Once MPI is
+// initialised it returns a job even with an error: defer its end right
+// away.
+func startJob(f *runFlags, set settings) (*job, error) {
 	if _, err := mpi.Init(mpi.ThreadMultiple); err != nil {
 		return nil, err
 	}
 	comm := mpi.World()
-	j := &job{comm: comm, rank: comm.Rank(), world: comm.Size(), set: set}
+	j := &job{flags: f, comm: comm, rank: comm.Rank(), world: comm.Size(), set: set}
 	jobRank = j.rank
-	log, err := newLogger(logLevel, j.rank)
+	log, err := newLogger(f.logLevel, j.rank)
 	if err != nil {
-		return nil, usageError{err}
+		return j, usageError{err}
 	}
 	j.log = log
 	guard := time.AfterFunc(set.timeout, func() {
@@ -524,10 +524,22 @@ func startJob(logLevel string, set settings, device string) (*job, error) {
 		mpi.Abort(comm, 4)
 	})
 	defer guard.Stop()
-	if j.be, err = newBackend(device, comm, set.timeout); err != nil {
-		return nil, err
+	if j.be, err = newBackend(f.device, comm, set.timeout); err != nil {
+		return j, err
 	}
 	return j, nil
+}
+
+// end releases the job's backend and finishes MPI (see finish); it does
+// nothing for a job that never started.
+func (j *job) end(err *error) {
+	if j == nil {
+		return
+	}
+	if j.be != nil {
+		j.be.close()
+	}
+	finish(err)
 }
 
 // domainIDs numbers each rank's domain: by the backend's key (a GPU's NVLink

@@ -108,13 +108,11 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	for _, c := range cases {
 		need = max(need, c.World())
 	}
-	j, err := startJob(f.logLevel, set, f.device)
+	j, err := startJob(f, set)
+	defer j.end(&err)
 	if err != nil {
 		return err
 	}
-	j.flags = f
-	defer finish(&err)
-	defer j.be.close()
 	if j.world < need {
 		return usageError{fmt.Errorf("the largest pair needs %d ranks; this job has %d (mpirun -np %d)", need, j.world, need)}
 	}

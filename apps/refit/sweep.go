@@ -124,13 +124,11 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 			}
 		}
 	}
-	j, err := startJob(f.logLevel, set, f.device)
+	j, err := startJob(f, set)
+	defer j.end(&err)
 	if err != nil {
 		return err
 	}
-	j.flags = f
-	defer finish(&err)
-	defer j.be.close()
 	if j.world < need {
 		return usageError{fmt.Errorf("the largest configuration needs %d ranks; this job has %d (mpirun -np %d)", need, j.world, need)}
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+
+	"github.com/m2n-dev/m2n/internal/units"
 	"math"
 	"os"
 	"strconv"
@@ -92,16 +94,8 @@ func formatBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// formatSeconds renders a duration in s, ms or us with 4 significant digits.
-func formatSeconds(s float64) string {
-	switch {
-	case s >= 1:
-		return fmt.Sprintf("%.4g s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.4g ms", s*1e3)
-	}
-	return fmt.Sprintf("%.4g us", s*1e6)
-}
+// formatSeconds renders a duration given in seconds (units.Seconds).
+func formatSeconds(s float64) string { return units.Seconds(s) }
 
 // int64Bytes views a slice of int64 as its bytes (for MPI collectives).
 func int64Bytes(v []int64) []byte {

@@ -156,6 +156,20 @@ func (p Pair) Layouts(a Arrangement) (Case, error) {
 	return c, nil
 }
 
+// LoadCases reads a pairs file and expands every pair into every
+// arrangement; a file with fewer than min pairs is an error (a truncated
+// conformance file must not pass quietly).
+func LoadCases(path string, min int) ([]Case, error) {
+	pairs, err := ReadPairs(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(pairs) < min {
+		return nil, fmt.Errorf("%s holds %d pairs, want at least %d", path, len(pairs), min)
+	}
+	return Cases(pairs)
+}
+
 // Cases expands every pair into every arrangement.
 func Cases(pairs []Pair) ([]Case, error) {
 	var out []Case
