@@ -80,3 +80,31 @@ func TestExchangeInproc(t *testing.T) {
 		}
 	}
 }
+
+// TestColocatedInproc runs every pair with both meshes on the same ranks
+// (the arrangement two-GPU runs use) on flat and agbcast.
+func TestColocatedInproc(t *testing.T) {
+	pairs, err := transporttest.ReadPairs("../testdata/reshard_pairs.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pairs {
+		c, err := p.Layouts(transporttest.Colocated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range routes {
+			errs := inproc.NewWorld(c.World()).Run(func(tr reshard.Transport) error {
+				env := transporttest.Env{T: tr, Mem: reshard.HostMemory{}, IO: transporttest.HostBuffers{}, Opts: reshard.DefaultScheduleOptions}
+				_, err := transporttest.RunCase(context.Background(), env, c, r.build)
+				if err != nil {
+					tr.Abort(err)
+				}
+				return err
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Errorf("%v, %s: %v", c, r.name, err)
+			}
+		}
+	}
+}

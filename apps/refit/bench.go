@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -16,10 +15,12 @@ func newBenchCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "bench [flags]",
-		Short: "Measure a reshard against a plain MPI exchange of the same bytes (launch with mpirun)",
-		Long: `bench runs the reshard of refit run and, in the same job, a plain MPI
+		Short: "Measure a reshard against a plain exchange of the same bytes (launch with mpirun)",
+		Long: `bench runs the reshard of refit run and, in the same job, a plain
 exchange of exactly the same bytes between exactly the same pairs of ranks
-(one contiguous Isend/Irecv per pair, all posted at once), alternating the
+over the same transport (one contiguous message per pair, all posted at
+once: Isend/Irecv over MPI, grouped ncclSend/ncclRecv with --device cuda,
+whose time gives the measured point-to-point bandwidth), alternating the
 two iteration by iteration so that both see the same machine. It reports
 both times, both bandwidths and their ratio: how close the reshard gets to
 moving its bytes with no layout work at all.
@@ -81,19 +82,29 @@ func plainExchange(c *config, rep *runReport) error {
 			recvFrom[t.Src] += t.Bytes()
 		}
 	}
-	var sendBuf, recvBuf []byte
-	var total int64
+	var sendTotal, recvTotal int64
 	for _, n := range sendTo {
-		total += n
+		sendTotal += n
 	}
-	sendBuf = make([]byte, total)
-	total = 0
 	for _, n := range recvFrom {
-		total += n
+		recvTotal += n
 	}
-	recvBuf = make([]byte, total)
-	for i := range sendBuf {
-		sendBuf[i] = byte(i)
+	sendBuf, err := c.mem.Alloc(sendTotal)
+	if err != nil {
+		return err
+	}
+	defer c.mem.Free(sendBuf)
+	recvBuf, err := c.mem.Alloc(recvTotal)
+	if err != nil {
+		return err
+	}
+	defer c.mem.Free(recvBuf)
+	fill := make([]byte, sendTotal)
+	for i := range fill {
+		fill[i] = byte(i)
+	}
+	if err := c.io.Upload(sendBuf, fill); err != nil {
+		return err
 	}
 	peers := func(m map[int]int64) []int {
 		var out []int
@@ -103,35 +114,30 @@ func plainExchange(c *config, rep *runReport) error {
 		sort.Ints(out)
 		return out
 	}
+	// the baseline: over the same transport (MPI, or NCCL on GPUs), one
+	// contiguous message per pair, all in one round.
 	exchange := func() error {
-		var reqs []*mpi.Request
+		var ops []reshard.Op
 		var off int64
 		for _, p := range peers(recvFrom) {
-			r, err := j.comm.Irecv(recvBuf[off:off+recvFrom[p]], p, 77)
-			if err != nil {
-				return err
-			}
-			reqs = append(reqs, r)
+			ops = append(ops, reshard.Op{Peer: p, Buf: recvBuf, Off: off, Len: recvFrom[p]})
 			off += recvFrom[p]
 		}
 		off = 0
 		for _, p := range peers(sendTo) {
-			r, err := j.comm.Isend(sendBuf[off:off+sendTo[p]], p, 77)
-			if err != nil {
-				return err
-			}
-			reqs = append(reqs, r)
+			ops = append(ops, reshard.Op{Peer: p, Send: true, Buf: sendBuf, Off: off, Len: sendTo[p]})
 			off += sendTo[p]
 		}
-		return mpi.Waitall(reqs)
+		pend, err := c.tr.Start(ops)
+		if err != nil {
+			return err
+		}
+		return pend.Wait(context.Background())
 	}
 	first := rep.Routes[0]
 	sched, _, err := c.schedule(strings.TrimPrefix(first.Route, "auto:"))
 	if err != nil {
 		return err
-	}
-	if _, ok := c.mem.(reshard.HostMemory); !ok {
-		return usageError{fmt.Errorf("refit bench compares with a plain MPI exchange of host memory: run it with --device cpu")}
 	}
 	ex := &reshard.Executor{T: c.tr, Mem: c.mem}
 	defer ex.Close()
@@ -168,7 +174,7 @@ func plainExchange(c *config, rep *runReport) error {
 		}
 	}
 	pm, rm := median(plainT), median(reshardT)
-	pr := plainReport{Baseline: "plain MPI exchange, one contiguous message per pair", MedianSec: pm,
+	pr := plainReport{Baseline: "plain exchange over the same transport, one contiguous message per pair", MedianSec: pm,
 		ReshardRoute: first.Route, ReshardSec: rm, Ratio: pm / rm}
 	if pm > 0 {
 		pr.TensorGBps = float64(plan.Src().Bytes()) / pm / 1e9

@@ -97,12 +97,13 @@ func (f *runFlags) routes() ([]string, error) {
 
 // settings are the parsed options every rank must share.
 type settings struct {
-	timeout time.Duration
-	opts    hier.Options
-	sizes   hier.DomainSizes
-	emulate float64 // bytes/s, 0 for none
-	fabric  hier.Fabric
-	measure bool // measure the local bandwidth for the fabric
+	fabricGiven bool // --net-bw or --local-bw was given
+	timeout     time.Duration
+	opts        hier.Options
+	sizes       hier.DomainSizes
+	emulate     float64 // bytes/s, 0 for none
+	fabric      hier.Fabric
+	measure     bool // measure the local bandwidth for the fabric
 }
 
 // flagOrEnv returns the flag's value, else the environment variable's,
@@ -174,11 +175,13 @@ func (f *runFlags) settings() (settings, error) {
 		s.measure = true
 	}
 	if v, name := flagOrEnv("net-bw", f.netBW, "M2N_NET_BW"); v != "" {
+		s.fabricGiven = true
 		if s.fabric.NetBW, err = parseRate(v); err != nil {
 			return s, usageError{fmt.Errorf("%s: %w", name, err)}
 		}
 	}
 	if v, name := flagOrEnv("local-bw", f.localBW, "M2N_LOCAL_BW"); v != "" {
+		s.fabricGiven = true
 		if s.fabric.LocalBW, err = parseRate(v); err != nil {
 			return s, usageError{fmt.Errorf("%s: %w", name, err)}
 		}
@@ -288,6 +291,7 @@ type runReport struct {
 	Staging     int64         `json:"staging_bytes"`
 	Domains     []int         `json:"domains"`
 	EmulatedBW  float64       `json:"emulated_net_bw,omitempty"`
+	FabricGiven bool          `json:"fabric_given,omitempty"`
 	Fabric      hier.Fabric   `json:"fabric"`
 	Routes      []routeReport `json:"routes"`
 }
@@ -722,7 +726,8 @@ func (c *config) runRoutes(routes []string, f *runFlags) (*runReport, error) {
 	j := c.j
 	rep := &runReport{World: c.world, Source: c.src.String(), Destination: c.dst.String(), Bytes: c.src.Bytes(),
 		Fingerprint: fmt.Sprintf("%016x", c.plan.Fingerprint()), ChunkBytes: j.set.opts.ChunkBytes,
-		Staging: j.set.opts.StagingBytes, Domains: c.topo.Domain, EmulatedBW: j.set.emulate, Fabric: c.fabric}
+		Staging: j.set.opts.StagingBytes, Domains: c.topo.Domain, EmulatedBW: j.set.emulate, Fabric: c.fabric,
+		FabricGiven: j.set.fabricGiven}
 	ex := &reshard.Executor{T: c.tr, Mem: c.mem}
 	defer ex.Close()
 	bounds := map[string]hier.Bound{}
@@ -922,6 +927,8 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 	if rep.EmulatedBW > 0 {
 		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
 			formatRate(rep.EmulatedBW), formatRate(rep.Fabric.NetBW), formatRate(rep.Fabric.LocalBW))
+	} else if rep.FabricGiven {
+		fmt.Fprintf(w, "model fabric: network %s, local %s per rank\n", formatRate(rep.Fabric.NetBW), formatRate(rep.Fabric.LocalBW))
 	}
 	for _, rr := range rep.Routes {
 		if pr, ok := rr.Extra.(plainReport); ok {
@@ -937,7 +944,7 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 		if rr.Why != "" {
 			fmt.Fprintf(w, "  auto: %s\n", rr.Why)
 		}
-		if rr.BoundSec > 0 && (rep.EmulatedBW > 0) {
+		if rr.BoundSec > 0 && (rep.EmulatedBW > 0 || rep.FabricGiven) {
 			fmt.Fprintf(w, "  model bound %s (%s binds): time is %.2fx the bound\n", formatSeconds(rr.BoundSec), rr.Binding, rr.Ratio)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

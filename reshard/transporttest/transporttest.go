@@ -75,6 +75,11 @@ const (
 	// Overlapping starts the destination mesh inside the source mesh, so
 	// some ranks hold both a source and a destination buffer.
 	Overlapping Arrangement = "overlapping"
+	// Colocated puts both meshes on the same ranks from 0, the destination
+	// in reverse order (colocated training and generation): every rank
+	// holds both buffers and most data still crosses ranks. It is not in
+	// Arrangements; small jobs (two GPUs) use it.
+	Colocated Arrangement = "colocated"
 )
 
 // Arrangements lists every arrangement.
@@ -132,6 +137,11 @@ func (p Pair) Layouts(a Arrangement) (Case, error) {
 	case Overlapping:
 		start := m / 2
 		srcRanks, dstRanks = seq(0, m), seq(start, n)
+	case Colocated:
+		srcRanks, dstRanks = seq(0, m), seq(0, n)
+		for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
+			dstRanks[i], dstRanks[j] = dstRanks[j], dstRanks[i]
+		}
 	default:
 		return Case{}, fmt.Errorf("unknown arrangement %q", a)
 	}

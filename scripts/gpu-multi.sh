@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# gpu-multi.sh runs m2n's multi-GPU checks and the scaled single-layer
+# benchmark on a machine of several GPUs with no Go (binaries from
+# `make gpu-bins` in .devbin/). Logs go to $OUT (or ./gpu-out).
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+# NVLink multicast stays off on shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+bin=$(pwd)/.devbin
+n=$(nvidia-smi --list-gpus | wc -l)
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvidia-smi topo -m; } >"$out/gpus.txt" 2>&1
+run() { # name, command...
+	local name=$1; shift
+	echo "### $name: $*" | tee -a "$out/summary.txt"
+	local t0=$SECONDS
+	"$@" >"$out/$name.log" 2>&1
+	echo "### $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+}
+(cd nccl && run nccl-multi "$bin/nccl.test" -test.run 'TestGPU' -test.v -test.timeout 300s)
+E="--shape 256x2048x7168 --dtype bf16"
+# 1 source GPU -> 1 destination GPU: the reshard against a plain NCCL send of the same bytes.
+run bench-1to1 scripts/mpirun.sh -np 2 "$bin/refit" bench --device cuda $E --src-mesh 1 --src-placements S0 \
+	--dst-mesh 1 --dst-placements S1 --iters 10 --json
+# EP2 -> TP2 on the same two GPUs: strided boxes packed by the GPU kernels.
+run bench-ep2-tp2 scripts/mpirun.sh -np 2 "$bin/refit" bench --device cuda $E --src-mesh 2 --src-placements S0 \
+	--dst-mesh 2 --dst-placements S1 --dst-ranks 1,0 --iters 10 --json
+# per-rank point-to-point bandwidth from the 1-to-1 plain send: bytes over time.
+bw=$(python3 - "$out/bench-1to1.log" <<'PY'
+import json, sys
+rep = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{') and '"routes"' in l][0]
+plain = [r for r in rep['routes'] if r['route'] == 'plain'][0]
+print('%.0fB/s' % (rep['bytes'] / plain['median_s']))
+PY
+)
+echo "measured NCCL point-to-point bandwidth per rank: $bw" | tee -a "$out/summary.txt"
+# EP2 -> DP2 replicated, each GPU its own destination domain: flat, agbcast, hier (a ring of two domains) and auto,
+# checked, with each route's bound from the measured bandwidth.
+run routes-2dom scripts/mpirun.sh -np 2 "$bin/refit" run --device cuda $E --src-mesh 2 --src-placements S0 \
+	--dst-mesh 2 --dst-placements R --dst-ranks 0,1 --dst-domain-size 1 --net-bw "$bw" --local-bw "$bw" \
+	--route all,auto --check --iters 5
+cat "$out/summary.txt"
