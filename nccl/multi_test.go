@@ -65,6 +65,8 @@ func TestGPUTransportMPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ctx.Release()
+		// non-blocking, so that the transport's handling of in-progress
+		// groups and splits runs too.
 		comm, err := nccl.Bootstrap(c, &nccl.Config{Context: ctx, NonBlocking: true, InitTimeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)

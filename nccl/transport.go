@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
@@ -28,6 +29,10 @@ type Transport struct {
 // off it for local traffic and creating one stream per communicator on ctx.
 // topo classifies peers (nil Domain: every peer is across the network).
 func NewTransport(comm *Comm, ctx *cuda.Context, topo reshard.Topology) (*Transport, error) {
+	// A non-blocking communicator may still be initialising.
+	if err := comm.WaitReady(context.Background()); err != nil {
+		return nil, err
+	}
 	rank, err := comm.UserRank()
 	if err != nil {
 		return nil, err
@@ -37,7 +42,11 @@ func NewTransport(comm *Comm, ctx *cuda.Context, topo reshard.Topology) (*Transp
 		return nil, err
 	}
 	local, err := comm.Split(0, rank, nil)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrInProgress) {
+		return nil, fmt.Errorf("nccl: transport: local communicator: %w", err)
+	}
+	// A non-blocking parent splits in the background: wait for the child.
+	if err := local.WaitReady(context.Background()); err != nil {
 		return nil, fmt.Errorf("nccl: transport: local communicator: %w", err)
 	}
 	t := &Transport{net: comm, local: local, topo: topo, rank: rank, size: size}
@@ -110,6 +119,11 @@ func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 			}
 			return nil
 		})
+		// On a non-blocking communicator the group is queued in the
+		// background: wait until it is.
+		if errors.Is(err, ErrInProgress) {
+			err = side.comm.WaitReady(context.Background())
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -124,6 +138,10 @@ type pending struct{ t *Transport }
 // failure) on the way. When ctx ends first it returns ctx's error and the
 // caller must Abort.
 func (p *pending) Wait(ctx context.Context) error {
+	// Spin on the streams for the first couple of milliseconds (a chunk
+	// over NVLink takes tens of microseconds, and a sleep would cost more
+	// than the transfer), then back off.
+	start := time.Now()
 	delay := 5 * time.Microsecond
 	for {
 		done := true
@@ -141,6 +159,13 @@ func (p *pending) Wait(ctx context.Context) error {
 			if err := c.AsyncError(); err != nil && !errors.Is(err, ErrInProgress) {
 				return err
 			}
+		}
+		if time.Since(start) < 2*time.Millisecond {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			runtime.Gosched()
+			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -16,8 +16,7 @@ import (
 // rank on the host) and moves them with NCCL, one communicator per MPI
 // communicator it is asked for, bootstrapped over it.
 type cudaBackend struct {
-	// timeout bounds communicator set-up: NCCL's initialisation runs
-	// non-blocking and is aborted when it takes longer.
+	// timeout is the job's bound on every wait.
 	timeout time.Duration
 	dev     int
 	ctx     *cuda.Context
@@ -62,8 +61,10 @@ func newCudaBackend(world *mpi.Comm, timeout time.Duration) (*cudaBackend, error
 	return &cudaBackend{timeout: timeout, dev: lr, ctx: ctx, mem: mem, comms: map[*mpi.Comm]*nccl.Comm{}}, nil
 }
 
+// config makes blocking communicators: their set-up is bounded by the
+// job's watchdog over communicator set-up, which aborts the job.
 func (b *cudaBackend) config() *nccl.Config {
-	return &nccl.Config{Context: b.ctx, NonBlocking: true, InitTimeout: b.timeout}
+	return &nccl.Config{Context: b.ctx}
 }
 
 // domainKey is the GPU's NVLink domain from NVML: the fabric clique on

@@ -57,8 +57,8 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.check, "check", false, "poison destinations before every iteration and check every element after")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON object on rank 0")
 	fs.BoolVar(&f.stripe, "stripe", false, "spread sends of replicated source regions over all replicas")
-	fs.StringVar(&f.chunk, "chunk-bytes", "", "largest message and pipeline chunk (default 16MiB, or M2N_CHUNK_BYTES)")
-	fs.StringVar(&f.staging, "staging-bytes", "", "staging memory per rank (default 256MiB, or M2N_STAGING_BYTES)")
+	fs.StringVar(&f.chunk, "chunk-bytes", "", "largest message and pipeline chunk (default 16MiB, 64MiB with --device cuda, or M2N_CHUNK_BYTES)")
+	fs.StringVar(&f.staging, "staging-bytes", "", "staging memory per rank, at least 8 chunks (default 256MiB, 1GiB with --device cuda, or M2N_STAGING_BYTES)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn, error (default info, or M2N_LOG_LEVEL)")
 	fs.StringVar(&f.balance, "balance", "", "hier leader balance: count (the paper's rule) or bytes (default count, or M2N_BALANCE)")
 	fs.IntVar(&f.srcDomain, "src-domain-size", 0, "group source ranks into domains of this size (default: one per host, or M2N_SRC_DOMAIN_SIZE)")
@@ -117,6 +117,11 @@ func flagOrEnv(flag, value, env string) (string, string) {
 
 func (f *runFlags) settings() (settings, error) {
 	s := settings{opts: hier.Options{ScheduleOptions: reshard.DefaultScheduleOptions}, timeout: 5 * time.Minute}
+	if f.device == "cuda" || f.device == "gpu" {
+		// GPUs move a chunk in tens of microseconds: larger chunks keep the
+		// per-round host work small against the transfer.
+		s.opts.ScheduleOptions = reshard.ScheduleOptions{ChunkBytes: 64 << 20, StagingBytes: 1 << 30}
+	}
 	if v, name := flagOrEnv("timeout", f.timeout, "M2N_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
