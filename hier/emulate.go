@@ -56,12 +56,7 @@ func (e *Emulated) Size() int { return e.inner.Size() }
 func (e *Emulated) Abort(reason error) { e.inner.Abort(reason) }
 
 // MaxInPlaceBytes forwards the inner transport's in-place support.
-func (e *Emulated) MaxInPlaceBytes() int64 {
-	if ip, ok := e.inner.(reshard.InPlaceTransport); ok {
-		return ip.MaxInPlaceBytes()
-	}
-	return 0
-}
+func (e *Emulated) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(e.inner) }
 
 // Start posts the round on the inner transport and books its cross-domain
 // operations on the emulated interfaces.

@@ -172,10 +172,7 @@ func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (
 		}
 		return full[sg.Tensor]
 	}
-	maxInPlace := int64(0)
-	if ip, ok := e.T.(InPlaceTransport); ok {
-		maxInPlace = ip.MaxInPlaceBytes()
-	}
+	maxInPlace := MaxInPlace(e.T)
 	// inPlace reports whether a message's one strided segment can go to
 	// the transport as it is.
 	inPlace := func(segs []Segment, n int64) bool {

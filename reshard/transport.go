@@ -44,6 +44,15 @@ type InPlaceTransport interface {
 	MaxInPlaceBytes() int64
 }
 
+// MaxInPlace returns t's MaxInPlaceBytes, or 0 when t moves contiguous
+// bytes only. Transports that wrap another forward it with this.
+func MaxInPlace(t Transport) int64 {
+	if ip, ok := t.(InPlaceTransport); ok {
+		return ip.MaxInPlaceBytes()
+	}
+	return 0
+}
+
 // Transport moves bytes between the ranks of one communicator. Operations
 // are posted in rounds: Start posts every operation of a round at once and
 // returns; Wait on the result completes them. Sends and receives between

@@ -123,12 +123,7 @@ func (k *killer) Start(ops []reshard.Op) (reshard.Pending, error) {
 }
 
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
-func (k *killer) MaxInPlaceBytes() int64 {
-	if ip, ok := k.Transport.(reshard.InPlaceTransport); ok {
-		return ip.MaxInPlaceBytes()
-	}
-	return 0
-}
+func (k *killer) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(k.Transport) }
 
 // wireFault is a test-only transport that flips one byte of the first
 // message its rank receives (M2N_FAULT_WIRE=rank), as a bad link would:
@@ -147,12 +142,7 @@ func (w *wireFault) Start(ops []reshard.Op) (reshard.Pending, error) {
 }
 
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
-func (w *wireFault) MaxInPlaceBytes() int64 {
-	if ip, ok := w.Transport.(reshard.InPlaceTransport); ok {
-		return ip.MaxInPlaceBytes()
-	}
-	return 0
-}
+func (w *wireFault) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(w.Transport) }
 
 type wirePending struct {
 	reshard.Pending
