@@ -5,6 +5,8 @@ package mpi
 */
 import "C"
 
+import "unsafe"
+
 // AnySource, passed as the source of Recv or Irecv, matches a message from
 // any rank (MPI_ANY_SOURCE).
 const AnySource = -1
@@ -63,21 +65,9 @@ func (c *Comm) Isend(buf []byte, dest, tag int) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{h: make([]C.MPI_Request, 0, numChunks(len(buf)))}
-	r.pinBuf(buf)
-	err = forChunks(len(buf), func(off, n int) error {
-		var q C.MPI_Request
-		if err := check(op, C.MPI_Isend(at(buf, off), C.int(n), C.m2n_byte(), d, tg, h, &q)); err != nil {
-			return err
-		}
-		r.h = append(r.h, q)
-		return nil
+	return postChunks(op, buf, func(p unsafe.Pointer, n C.int, q *C.MPI_Request) C.int {
+		return C.MPI_Isend(p, n, C.m2n_byte(), d, tg, h, q)
 	})
-	if err != nil {
-		r.abandon()
-		return nil, err
-	}
-	return r, nil
 }
 
 // Irecv starts receiving a message of exactly len(buf) bytes from rank src
@@ -108,11 +98,20 @@ func (c *Comm) Irecv(buf []byte, src, tag int) (*Request, error) {
 	if (src == AnySource || tag == AnyTag) && numChunks(len(buf)) > 1 {
 		return nil, invalid(op, "AnySource or AnyTag with a %d-byte buffer, which is more than one message of at most %d bytes", len(buf), chunkBytes)
 	}
+	return postChunks(op, buf, func(p unsafe.Pointer, n C.int, q *C.MPI_Request) C.int {
+		return C.MPI_Irecv(p, n, C.m2n_byte(), s, tg, h, q)
+	})
+}
+
+// postChunks starts one nonblocking operation per chunk of buf with start
+// and returns them as one Request that keeps buf pinned. If a chunk fails to
+// start, the chunks already in flight are abandoned (see Request.abandon).
+func postChunks(op string, buf []byte, start func(p unsafe.Pointer, n C.int, q *C.MPI_Request) C.int) (*Request, error) {
 	r := &Request{h: make([]C.MPI_Request, 0, numChunks(len(buf)))}
 	r.pinBuf(buf)
-	err = forChunks(len(buf), func(off, n int) error {
+	err := forChunks(len(buf), func(off, n int) error {
 		var q C.MPI_Request
-		if err := check(op, C.MPI_Irecv(at(buf, off), C.int(n), C.m2n_byte(), s, tg, h, &q)); err != nil {
+		if err := check(op, start(at(buf, off), C.int(n), &q)); err != nil {
 			return err
 		}
 		r.h = append(r.h, q)
