@@ -43,6 +43,16 @@ func deviceBuf(b reshard.Buffer) (Buffer, error) {
 	return d, nil
 }
 
+// deviceBufs returns both buffers as device memory.
+func deviceBufs(dst, src reshard.Buffer) (Buffer, Buffer, error) {
+	d, err := deviceBuf(dst)
+	if err != nil {
+		return Buffer{}, Buffer{}, err
+	}
+	s, err := deviceBuf(src)
+	return d, s, err
+}
+
 func stridedOf(s reshard.Strided) Strided {
 	return Strided{Offset: s.Offset, Run: s.Run, Count: s.Count, Stride: s.Stride}
 }
@@ -84,11 +94,7 @@ func checkRegion(what string, d Strided, size int64) error {
 
 // Pack implements reshard.Memory.
 func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc reshard.Strided) error {
-	d, err := deviceBuf(dst)
-	if err != nil {
-		return err
-	}
-	s, err := deviceBuf(src)
+	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
 	}
@@ -107,11 +113,7 @@ func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc re
 
 // Unpack implements reshard.Memory.
 func (m *Memory) Unpack(dst reshard.Buffer, desc reshard.Strided, src reshard.Buffer, off int64) error {
-	d, err := deviceBuf(dst)
-	if err != nil {
-		return err
-	}
-	s, err := deviceBuf(src)
+	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
 	}
@@ -130,11 +132,7 @@ func (m *Memory) Unpack(dst reshard.Buffer, desc reshard.Strided, src reshard.Bu
 
 // Copy implements reshard.Memory.
 func (m *Memory) Copy(dst reshard.Buffer, dstDesc reshard.Strided, src reshard.Buffer, srcDesc reshard.Strided) error {
-	d, err := deviceBuf(dst)
-	if err != nil {
-		return err
-	}
-	s, err := deviceBuf(src)
+	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
 	}
