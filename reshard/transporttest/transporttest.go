@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -195,38 +196,36 @@ func Cases(pairs []Pair) ([]Case, error) {
 	return out, nil
 }
 
-// HostIO moves bytes between host memory and a Memory's buffers, so the
-// suite can fill and check device memory.
-type HostIO interface {
-	Upload(dst reshard.Buffer, src []byte) error
-	Download(dst []byte, src reshard.Buffer) error
-}
-
-// HostBuffers is the HostIO of host memory.
-type HostBuffers struct{}
-
-// Upload copies src into a HostBuffer.
-func (HostBuffers) Upload(dst reshard.Buffer, src []byte) error {
-	copy(dst.(reshard.HostBuffer), src)
-	return nil
-}
-
-// Download copies a HostBuffer into dst.
-func (HostBuffers) Download(dst []byte, src reshard.Buffer) error {
-	copy(dst, src.(reshard.HostBuffer))
-	return nil
-}
-
-// Builder makes a route's schedule.
-type Builder func(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) (*reshard.Schedule, error)
-
 // Env is one rank's view of a transport under test.
 type Env struct {
 	T    reshard.Transport
 	Mem  reshard.Memory
-	IO   HostIO
+	IO   reshard.HostIO
 	Topo reshard.Topology
 	Opts reshard.ScheduleOptions
+	// Coalesce is the CompileOptions.CoalesceBytes the case runs with.
+	Coalesce int64
+	// Padded places every part inside a larger buffer through a view (a
+	// few elements before it, and every row padded), as fused weights
+	// sit, instead of a dense buffer of its own.
+	Padded bool
+}
+
+// paddedView returns the view Env.Padded uses for a part of shape: 3
+// elements before the part, and 5 after every innermost row.
+func paddedView(shape []int64) placement.View {
+	nd := len(shape)
+	st := make([]int64, nd)
+	acc := int64(1)
+	for d := nd - 1; d >= 0; d-- {
+		st[d] = acc
+		n := max(shape[d], 1)
+		if d == nd-1 {
+			n += 5
+		}
+		acc *= n
+	}
+	return placement.View{Offset: 3, Strides: st}
 }
 
 // RunCase runs one case on the calling rank (every rank of the transport
@@ -234,7 +233,7 @@ type Env struct {
 // fills the source buffers with the pattern and poisons the destination
 // buffers, runs the route's schedule, and checks every destination element.
 // Ranks outside both meshes take part with no buffers.
-func RunCase(ctx context.Context, env Env, c Case, build Builder) (reshard.Stats, error) {
+func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (reshard.Stats, error) {
 	rank, world := env.T.Rank(), env.T.Size()
 	var st reshard.Stats
 	if c.World() > world {
@@ -244,21 +243,39 @@ func RunCase(ctx context.Context, env Env, c Case, build Builder) (reshard.Stats
 	if err != nil {
 		return st, err
 	}
-	sched, err := build([]*reshard.Plan{plan}, env.Topo, env.Opts)
+	sched, err := route.Schedule([]*reshard.Plan{plan}, env.Topo, env.Opts)
 	if err != nil {
 		return st, err
 	}
 	var bufs reshard.TensorBuffers
+	var views reshard.TensorViews
 	var free []reshard.Buffer
 	defer func() {
 		for _, b := range free {
 			env.Mem.Free(b)
 		}
 	}()
+	// part returns a side's view and buffer size on this rank.
+	part := func(l placement.Layout) (placement.View, int64, error) {
+		box, _ := l.RankBox(rank)
+		if !env.Padded || box.Empty() {
+			return placement.View{}, l.LocalBytes(rank), nil
+		}
+		v := paddedView(box.Shape())
+		ext, err := v.Extent(box.Shape())
+		return v, (ext + 4) * l.ElemSize(), err
+	}
 	if c.Src.Mesh().Contains(rank) {
-		host := make([]byte, c.Src.LocalBytes(rank))
-		reshard.FillPattern(c.Src, rank, host)
-		if bufs.Src, err = env.Mem.Alloc(int64(len(host))); err != nil {
+		v, n, err := part(c.Src)
+		if err != nil {
+			return st, err
+		}
+		views.Src = v
+		host := make([]byte, n)
+		if err := pattern.Fill(c.Src, rank, 0, host, v); err != nil {
+			return st, err
+		}
+		if bufs.Src, err = env.Mem.Alloc(n); err != nil {
 			return st, err
 		}
 		free = append(free, bufs.Src)
@@ -268,11 +285,16 @@ func RunCase(ctx context.Context, env Env, c Case, build Builder) (reshard.Stats
 	}
 	var got []byte
 	if c.Dst.Mesh().Contains(rank) {
-		got = make([]byte, c.Dst.LocalBytes(rank))
-		for i := range got {
-			got[i] = reshard.PoisonByte
+		v, n, err := part(c.Dst)
+		if err != nil {
+			return st, err
 		}
-		if bufs.Dst, err = env.Mem.Alloc(int64(len(got))); err != nil {
+		views.Dst = v
+		got = make([]byte, n)
+		for i := range got {
+			got[i] = pattern.Poison
+		}
+		if bufs.Dst, err = env.Mem.Alloc(n); err != nil {
 			return st, err
 		}
 		free = append(free, bufs.Dst)
@@ -280,9 +302,14 @@ func RunCase(ctx context.Context, env Env, c Case, build Builder) (reshard.Stats
 			return st, err
 		}
 	}
+	prog, err := reshard.Compile(sched, rank, reshard.CompileOptions{Views: []reshard.TensorViews{views},
+		MaxInPlace: reshard.MaxInPlace(env.T), CoalesceBytes: env.Coalesce})
+	if err != nil {
+		return st, err
+	}
 	ex := &reshard.Executor{T: env.T, Mem: env.Mem}
 	defer ex.Close()
-	st, err = ex.Run(ctx, sched, []reshard.TensorBuffers{bufs})
+	st, err = ex.Run(ctx, prog, []reshard.TensorBuffers{bufs})
 	if err != nil {
 		return st, err
 	}
@@ -290,8 +317,21 @@ func RunCase(ctx context.Context, env Env, c Case, build Builder) (reshard.Stats
 		if err := env.IO.Download(got, bufs.Dst); err != nil {
 			return st, err
 		}
-		if err := reshard.CheckPattern(c.Dst, rank, got); err != nil {
+		if err := pattern.Check(c.Dst, rank, 0, got, views.Dst); err != nil {
 			return st, fmt.Errorf("%s: %w", sched.Route, err)
+		}
+		if env.Padded {
+			// bytes outside the part keep their poison.
+			keep := make([]byte, len(got))
+			copy(keep, got)
+			if err := pattern.PoisonPart(c.Dst, rank, keep, views.Dst); err != nil {
+				return st, err
+			}
+			for i, b := range keep {
+				if b != pattern.Poison {
+					return st, fmt.Errorf("%s: rank %d: byte %d outside the destination view changed", sched.Route, rank, i)
+				}
+			}
 		}
 	}
 	return st, nil
