@@ -116,6 +116,20 @@ func (e *ValidationError) Error() string { return "invalid input: " + e.Msg }
 // Unwrap returns the failing rank's typed error.
 func (e *ValidationError) Unwrap() error { return e.Err }
 
+// Agree makes the ranks of coll agree on fields and on every rank's
+// readiness, in one small collective: a field that differs is an
+// *AgreementError naming the first rank that differs from rank 0 and its
+// value, and a rank whose localErr is not nil makes every rank return a
+// *ValidationError carrying that error, typed. Every rank returns the same
+// error. Every rank must pass the same field names in the same order.
+func Agree(ctx context.Context, coll Collective, fields []Field, localErr error) error {
+	fs := make([]fieldValues, len(fields))
+	for i, f := range fields {
+		fs[i] = fieldValues{name: f.Name, values: []string{f.Value}}
+	}
+	return agree(ctx, coll, fs, localErr)
+}
+
 // exchange gathers every rank's blob (of any length) on every rank.
 func exchange(ctx context.Context, coll Collective, mine []byte) ([][]byte, error) {
 	world := coll.Size()

@@ -94,7 +94,7 @@ type Prepared struct {
 func Prepare(ctx context.Context, coll Collective, specs []Spec, route Route, topo Topology, maxInPlace int64, opts CallOptions) (*Prepared, error) {
 	rank, world := coll.Rank(), coll.Size()
 	plans, localErr := validateSpecs(rank, world, specs, route, topo, opts)
-	if err := agree(ctx, coll, callFields(specs, world, route, topo, opts), localErr); err != nil {
+	if err := agree(WithPhase(ctx, "agreement on the call's inputs"), coll, callFields(specs, world, route, topo, opts), localErr); err != nil {
 		return nil, err
 	}
 	p := &Prepared{Specs: specs, Plans: plans, Topology: topo, opts: opts, rank: rank, world: world}
@@ -118,7 +118,7 @@ func Prepare(ctx context.Context, coll Collective, specs []Spec, route Route, to
 	if err != nil {
 		err = fmt.Errorf("rank %d: route %s: %w", rank, route.Name(), err)
 	}
-	if err := agreeSchedule(ctx, coll, p.Fingerprint, err); err != nil {
+	if err := agreeSchedule(WithPhase(ctx, "agreement on the schedule built"), coll, p.Fingerprint, err); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -204,7 +204,7 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 		names[i] = s.Name
 	}
 	localErr := p.checkRunBuffers(ex.Mem, bufs)
-	if err := agreeStatusWord(ctx, coll, "buffer check", localErr); err != nil {
+	if err := agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", localErr); err != nil {
 		return nil, err
 	}
 	rep := &Report{}
@@ -268,7 +268,7 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 	failed := make([]byte, len(p.Specs))
 	var firstErr error
 	if p.opts.Verify {
-		bad, err := compareSums(ctx, coll, p.Schedule, st)
+		bad, err := compareSums(WithPhase(ctx, "checksum comparison"), coll, p.Schedule, st)
 		if err != nil {
 			rep.Failed = names
 			return rep, err
@@ -280,7 +280,7 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 			}
 		}
 	}
-	allFailed, first, err := agreeStatus(ctx, coll, failed, firstErr)
+	allFailed, first, err := agreeStatus(WithPhase(ctx, "completion status of a step"), coll, failed, firstErr)
 	if err != nil {
 		rep.Failed = names
 		return rep, err
@@ -396,3 +396,18 @@ func keyOf(mem Memory, b Buffer, spec int) bufferKey {
 
 // ErrAborted matches every *AbortError with errors.Is.
 var ErrAborted = errors.New("reshard: call aborted")
+
+type phaseKey struct{}
+
+// WithPhase names the collective phase ctx is used for ("agreement on the
+// inputs", "completion status", ...), so that a Collective can say which
+// one timed out.
+func WithPhase(ctx context.Context, phase string) context.Context {
+	return context.WithValue(ctx, phaseKey{}, phase)
+}
+
+// PhaseOf returns the phase WithPhase named, or "".
+func PhaseOf(ctx context.Context) string {
+	p, _ := ctx.Value(phaseKey{}).(string)
+	return p
+}

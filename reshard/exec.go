@@ -104,10 +104,10 @@ type TimeoutError struct {
 
 func (e *TimeoutError) Error() string {
 	if e.Phase != "" {
-		return fmt.Sprintf("rank %d: the %s did not complete in %v: still waiting for ranks %v", e.Rank, e.Phase, e.After, e.Peers)
+		return fmt.Sprintf("rank %d: timed out after %v waiting for ranks %v in the %s", e.Rank, e.After, e.Peers, e.Phase)
 	}
-	return fmt.Sprintf("rank %d: round %d did not complete in %v: still waiting for ranks %v (tensors %v)",
-		e.Rank, e.Round, e.After, e.Peers, e.Tensors)
+	return fmt.Sprintf("rank %d: timed out after %v waiting for ranks %v in round %d (tensors %v)",
+		e.Rank, e.After, e.Peers, e.Round, e.Tensors)
 }
 
 // ErrTimeout matches every *TimeoutError with errors.Is.
