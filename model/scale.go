@@ -48,6 +48,13 @@ func (c Config) Scale(n int64) (Config, error) {
 	}
 	div(c.expertsKey(), &s.Experts)
 	if c.IsMLA() {
+		div("q_lora_rank", &s.QLoraRank)
+		div("kv_lora_rank", &s.KVLoraRank)
+	}
+	if err != nil {
+		return Config{}, err
+	}
+	if c.IsMLA() {
 		dims := []*int64{&s.QKNopeHeadDim, &s.QKRopeHeadDim, &s.VHeadDim}
 		if s.QKNopeHeadDim%n == 0 && s.QKRopeHeadDim%n == 0 && s.VHeadDim%n == 0 {
 			div("qk_nope_head_dim", dims[0])
@@ -60,8 +67,6 @@ func (c Config) Scale(n int64) (Config, error) {
 			err = fmt.Errorf("scale %d divides neither the MLA head dims (qk_nope_head_dim %d, qk_rope_head_dim %d, v_head_dim %d) nor num_attention_heads %d",
 				n, c.QKNopeHeadDim, c.QKRopeHeadDim, c.VHeadDim, c.Heads)
 		}
-		div("q_lora_rank", &s.QLoraRank)
-		div("kv_lora_rank", &s.KVLoraRank)
 	} else {
 		switch {
 		case s.HeadDim%n == 0:
