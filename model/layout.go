@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -212,21 +213,51 @@ func layoutOn(t Tensor, start int, axes ...axis) (placement.Layout, error) {
 	return l, nil
 }
 
+// SplitError reports a tensor dim that does not split evenly over one
+// side's ranks: dim Dim of the tensor's layout shape holds Size of What
+// (experts, key-value heads, vocabulary rows, ...), which Key=By of that
+// side's configuration does not divide. Callers can tell the side (and so
+// the configuration at fault) with errors.As.
+type SplitError struct {
+	Tensor string
+	Side   Side
+	Dim    int
+	Size   int64
+	What   string
+	Key    string // the configuration key: tp, ep, etp, tp/kv
+	By     int
+	Note   string // why the framework needs it, if it says more
+}
+
+func (e *SplitError) Error() string {
+	side := "trainer"
+	if e.Side == Dst {
+		side = "generator"
+	}
+	s := fmt.Sprintf("tensor %s: dim %d (%d %s) does not divide over %s %s=%d", e.Tensor, e.Dim, e.Size, e.What, side, e.Key, e.By)
+	if e.Dim < 0 {
+		s = fmt.Sprintf("tensor %s: its %d %s do not divide over %s %s=%d", e.Tensor, e.Size, e.What, side, e.Key, e.By)
+	}
+	if e.Note != "" {
+		s += " (" + e.Note + ")"
+	}
+	return s
+}
+
 // divides checks that dim d of t's layout shape splits evenly n ways.
-func divides(t Tensor, d int, what string, n int, side, key string) error {
+func divides(t Tensor, d int, what string, n int, side Side, key string) error {
 	if d >= len(t.LayoutShape) {
 		return fmt.Errorf("tensor %s: a %s tensor needs a dim %d, its layout shape is %s", t.Name, t.Kind, d, placement.FormatShape(t.LayoutShape))
 	}
 	if n > 1 && t.LayoutShape[d]%int64(n) != 0 {
-		return fmt.Errorf("tensor %s: dim %d (%d %s) does not divide over %s %s=%d",
-			t.Name, d, t.LayoutShape[d], what, side, key, n)
+		return &SplitError{Tensor: t.Name, Side: side, Dim: d, Size: t.LayoutShape[d], What: what, Key: key, By: n}
 	}
 	return nil
 }
 
 // headsDivide checks, for an attention projection sharded by heads, that
 // the model's attention heads split evenly over tp.
-func headsDivide(m *Model, t Tensor, tp int, side string) error {
+func headsDivide(m *Model, t Tensor, tp int, side Side) error {
 	if m.Heads == 0 || !strings.Contains(t.Name, "self_attn.") || tp <= 1 {
 		return nil
 	}
@@ -236,7 +267,7 @@ func headsDivide(m *Model, t Tensor, tp int, side string) error {
 		return nil
 	}
 	if m.Heads%int64(tp) != 0 {
-		return fmt.Errorf("tensor %s: its %d attention heads do not divide over %s tp=%d", t.Name, m.Heads, side, tp)
+		return &SplitError{Tensor: t.Name, Side: side, Dim: -1, Size: m.Heads, What: "attention heads", Key: "tp", By: tp}
 	}
 	return nil
 }
@@ -258,7 +289,7 @@ func rowWhat(k Kind) string {
 // ranks (communicator-local ranks [0, TP*CP*DP)) and how its local buffer
 // fuses it.
 func trainerLayout(m *Model, t Tensor, tr Trainer) (placement.Layout, fusion, error) {
-	const side = "trainer"
+	const side = Src
 	P, dense := tr.StageRanks(), tr.DP*tr.CP
 	if err := headsDivide(m, t, tr.TP, side); err != nil {
 		return placement.Layout{}, fusion{}, err
@@ -279,8 +310,9 @@ func trainerLayout(m *Model, t Tensor, tr Trainer) (placement.Layout, fusion, er
 		err = divides(t, 1, "columns", tr.TP, side, "tp")
 		axes = []axis{rep(dense), shard(tr.TP, 1)}
 	case Query, Key, Value:
-		if err = divides(t, 0, rowWhat(t.Kind), tr.TP, side, "tp"); err != nil {
-			err = fmt.Errorf("%w (Megatron-Core needs tp to divide the query groups)", err)
+		err = divides(t, 0, rowWhat(t.Kind), tr.TP, side, "tp")
+		if se := (*SplitError)(nil); errors.As(err, &se) {
+			se.Note = "Megatron-Core needs tp to divide the query groups"
 		}
 		axes = []axis{rep(dense), shard(tr.TP, 0)}
 		f = fusedAs(t.Name, interleave, []string{"q_proj", "k_proj", "v_proj"}, "linear_qkv", t.Kind)
@@ -303,7 +335,7 @@ func trainerLayout(m *Model, t Tensor, tr Trainer) (placement.Layout, fusion, er
 // generatorLayout returns t's layout on the vLLM ranks (communicator-local
 // ranks [start, start+TP*DP)) and how its local buffer fuses it.
 func generatorLayout(m *Model, t Tensor, g Generator, start int) (placement.Layout, fusion, error) {
-	const side = "generator"
+	const side = Dst
 	G := g.Ranks()
 	if err := headsDivide(m, t, g.TP, side); err != nil {
 		return placement.Layout{}, fusion{}, err
@@ -334,7 +366,8 @@ func generatorLayout(m *Model, t Tensor, g Generator, start int) (placement.Layo
 			err = divides(t, 0, "key-value heads", g.TP, side, "tp")
 			axes = []axis{rep(g.DP), shard(g.TP, 0)}
 		case g.TP%kv != 0:
-			err = fmt.Errorf("tensor %s: generator tp=%d is neither a divisor nor a multiple of dim 0 (%d key-value heads)", t.Name, g.TP, kv)
+			err = &SplitError{Tensor: t.Name, Side: side, Dim: 0, Size: int64(kv), What: "key-value heads", Key: "tp", By: g.TP,
+				Note: "vLLM needs tp to divide them or be a multiple of them"}
 		default:
 			// Each key-value head is replicated over the TP/kv ranks that
 			// share it; their q heads split those ranks' rows.
