@@ -14,7 +14,8 @@ import "fmt"
 // last taking the smaller half (it also holds the LM head and the loss):
 // DeepSeek-V3's 61 layers over 4 stages are 15, 16, 16, 14, and over 16
 // stages 3, 4 x 14, 2. A stage left with no layers, or middle stages that
-// cannot share the rest evenly, is an error naming the numbers.
+// cannot share the rest evenly, is an error naming the numbers. With one
+// stage a model may have no layers at all (a plain list of tensors).
 func StageLayers(layers int, t Trainer) ([][2]int, error) {
 	t = t.normal()
 	pp := t.PP
@@ -22,9 +23,6 @@ func StageLayers(layers int, t Trainer) ([][2]int, error) {
 	if pp == 1 {
 		if (f > 0 && f != layers) || (l > 0 && l != layers) {
 			return nil, fmt.Errorf("pp=1: first=%d last=%d, but the one stage holds all %d layers", f, l, layers)
-		}
-		if layers < 1 {
-			return nil, fmt.Errorf("the model has no decoder layers to place on the pipeline stage")
 		}
 		return [][2]int{{0, layers}}, nil
 	}
