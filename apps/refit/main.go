@@ -2,7 +2,7 @@
 //
 // It is an SPMD program: `mpirun -np W refit run ...` moves a tensor from
 // the source ranks' layout to the destination ranks' layout and checks it.
-// The offline subcommands (layout, plan, model) need no launcher.
+// The offline subcommands (layout, layouts, plan, bound) need no launcher.
 package main
 
 import (
@@ -96,8 +96,9 @@ Jobs (launch with mpirun or srun):
 
 Offline commands (no launcher needed):
   refit layout      show each rank's local shape and global offset
+  refit layouts     lay a whole model out from a Megatron trainer to a vLLM generator
   refit plan        show the transfers a reshard makes
-  refit model       each route's speed-of-light bound and auto's choice
+  refit bound       each route's speed-of-light bound and auto's choice
   refit pack-bench  the GPU pack/unpack kernels against a plain copy
 
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
@@ -108,7 +109,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newModelCmd(), newPackBenchCmd(), newSoakCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newPackBenchCmd(), newSoakCmd())
 	return root
 }
 
