@@ -26,7 +26,7 @@ import (
 // there is no GPU.
 func TestGPUConformance(t *testing.T) {
 	ctx := gputest.Context(t)
-	cases, err := transporttest.LoadCases("../testdata/reshard_pairs.txt", 13)
+	cases, err := transporttest.DefaultCases(13)
 	if err != nil {
 		t.Fatal(err)
 	}

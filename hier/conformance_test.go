@@ -17,7 +17,7 @@ import (
 // destination domains and both leader balances, over the in-process
 // transport, with chunks small enough to pipeline.
 func TestConformanceHier(t *testing.T) {
-	cases, err := transporttest.LoadCases("../testdata/reshard_pairs.txt", 13)
+	cases, err := transporttest.DefaultCases(13)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,8 +130,10 @@ func Agree(ctx context.Context, coll Collective, fields []Field, localErr error)
 	return agree(ctx, coll, fs, localErr)
 }
 
-// exchange gathers every rank's blob (of any length) on every rank.
-func exchange(ctx context.Context, coll Collective, mine []byte) ([][]byte, error) {
+// Exchange gathers every rank's blob (of any length) on every rank of
+// coll, rank r's at index r: a program's own small exchanges (reports,
+// say) over the same bounded collective.
+func Exchange(ctx context.Context, coll Collective, mine []byte) ([][]byte, error) {
 	world := coll.Size()
 	lens := make([]byte, 8*world)
 	if err := coll.Allgather(ctx, binary.LittleEndian.AppendUint64(nil, uint64(len(mine))), lens); err != nil {
@@ -166,7 +168,7 @@ func spread(ctx context.Context, coll Collective, failing int, localErr error) e
 	if localErr != nil {
 		mine = EncodeError(localErr)
 	}
-	blobs, err := exchange(ctx, coll, mine)
+	blobs, err := Exchange(ctx, coll, mine)
 	if err != nil {
 		return err
 	}
@@ -278,7 +280,7 @@ func agree(ctx context.Context, coll Collective, fs []fieldValues, localErr erro
 	if fs[field].perTensor && fs[field].name != "tensor names" {
 		desc += "\x00" + tensorNameOf(fs, idx)
 	}
-	texts, err := exchange(ctx, coll, []byte(desc))
+	texts, err := Exchange(ctx, coll, []byte(desc))
 	if err != nil {
 		return err
 	}
@@ -370,7 +372,7 @@ func compareSums(ctx context.Context, coll Collective, s *Schedule, st Stats) ([
 		binary.LittleEndian.PutUint32(mine[8*i:], uint32(c.Message))
 		binary.LittleEndian.PutUint32(mine[8*i+4:], c.CRC)
 	}
-	blobs, err := exchange(ctx, coll, mine)
+	blobs, err := Exchange(ctx, coll, mine)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +420,7 @@ func agreeStatus(ctx context.Context, coll Collective, failed []byte, firstErr e
 	if firstErr != nil {
 		mine = EncodeError(firstErr)
 	}
-	blobs, err := exchange(ctx, coll, mine)
+	blobs, err := Exchange(ctx, coll, mine)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,14 +15,14 @@ import (
 var routes = []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}}
 
 // TestConformanceInproc runs the transport conformance suite over the
-// in-process transport: every pair of testdata/reshard_pairs.txt, in every
+// in-process transport: every pair of internal/conformance/reshard_pairs.txt, in every
 // rank arrangement, on every route, plus one idle rank, in three set-ups:
 // default staging with strided regions packed; tiny chunks that force many
 // rounds, moving strided regions in place (as MPI does) from parts that sit
 // in padded buffers through views, which must pack nothing; and tiny chunks
 // with small messages coalesced through staging.
 func TestConformanceInproc(t *testing.T) {
-	cases, err := transporttest.LoadCases("../testdata/reshard_pairs.txt", 13)
+	cases, err := transporttest.DefaultCases(13)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestExchangeInproc(t *testing.T) {
 // TestColocatedInproc runs every pair with both meshes on the same ranks
 // (the arrangement two-GPU runs use) on flat and agbcast.
 func TestColocatedInproc(t *testing.T) {
-	pairs, err := transporttest.ReadPairs("../testdata/reshard_pairs.txt")
+	pairs, err := transporttest.DefaultPairs()
 	if err != nil {
 		t.Fatal(err)
 	}

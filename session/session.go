@@ -334,6 +334,23 @@ func (s *Session) Aborted() (bool, error) {
 	return err != nil, err
 }
 
+// Agree makes every rank of the session agree on fields (a program's own
+// settings) and learn whether any rank failed (localErr), in one bounded
+// collective: every rank returns the same error, a *reshard.AgreementError
+// naming the first rank and field that differ or a *reshard.ValidationError
+// carrying the failing rank's error, typed (see reshard.Agree).
+func (s *Session) Agree(ctx context.Context, fields []reshard.Field, localErr error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	err := reshard.Agree(reshard.WithPhase(ctx, "agreement"), s.ctl, fields, localErr)
+	var ab *reshard.AbortError
+	if errors.As(err, &ab) {
+		return s.fail(err)
+	}
+	return err
+}
+
 // Barrier waits, bounded by the timeout, until every rank has called it.
 func (s *Session) Barrier(ctx context.Context) error {
 	return s.ctl.barrier(ctx, "barrier")
