@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/m2n-dev/m2n/placement"
@@ -73,6 +74,8 @@ type Prepared struct {
 	Topology    Topology
 	opts        CallOptions
 	rank, world int
+	needs       [][2]partNeed // what this rank's buffers must be
+	checked     []bufferKey   // the buffers the last good check saw
 }
 
 // Prepare validates a call's specs on this rank, plans every tensor,
@@ -114,6 +117,9 @@ func Prepare(ctx context.Context, coll Collective, specs []Spec, route Route, to
 		p.Schedule = sched
 		p.Fingerprint = ScheduleFingerprint(sched, topo, opts.CoalesceBytes)
 		p.Program, err = Compile(sched, rank, CompileOptions{Views: views, MaxInPlace: maxInPlace, CoalesceBytes: opts.CoalesceBytes})
+	}
+	if err == nil {
+		p.needs, err = partNeeds(sched, rank, views)
 	}
 	if err != nil {
 		err = fmt.Errorf("rank %d: route %s: %w", rank, route.Name(), err)
@@ -320,73 +326,116 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 }
 
 // checkRunBuffers checks one step's buffers on this rank: sizes against
-// the layouts and views, and no two tensors' bytes in the same place.
+// the layouts and views, and no two parts' bytes in the same place. The
+// aliasing check is skipped when the buffers are the ones the last good
+// check saw (the common case: a trainer refits the same weights every
+// step).
 func (p *Prepared) checkRunBuffers(mem Memory, bufs []TensorBuffers) error {
-	views := make([]TensorViews, len(p.Specs))
-	for i, s := range p.Specs {
-		views[i] = s.Views
-	}
-	if err := checkBuffers(p.Schedule, p.rank, bufs, views); err != nil {
+	if err := checkBuffers(p.Schedule, p.rank, p.needs, bufs); err != nil {
 		return err
 	}
-	return checkAliasing(mem, p.rank, p.Specs, bufs)
+	keys := make([]bufferKey, 0, 2*len(bufs))
+	known := true // every buffer's addresses are known
+	for i := range bufs {
+		for _, b := range []Buffer{bufs[i].Src, bufs[i].Dst} {
+			k := keyOf(mem, b, i)
+			known = known && k.spec < 0
+			keys = append(keys, k)
+		}
+	}
+	if known && slices.Equal(keys, p.checked) {
+		return nil
+	}
+	if err := checkAliasing(mem, p.rank, p.Specs, p.needs, bufs); err != nil {
+		return err
+	}
+	if known {
+		p.checked = keys
+	}
+	return nil
 }
 
 // checkAliasing fails when the bytes two parts of this rank occupy
 // overlap: buffers that share memory, or views of one buffer that meet.
-func checkAliasing(mem Memory, rank int, specs []Spec, bufs []TensorBuffers) error {
+// Parts whose spans do not overlap are told apart by their spans alone;
+// only overlapping spans (views into one fused buffer) are compared run
+// by run.
+func checkAliasing(mem Memory, rank int, specs []Spec, needs [][2]partNeed, bufs []TensorBuffers) error {
 	ad, ok := mem.(Addresser)
 	if !ok {
 		return nil
 	}
+	type part struct {
+		base, lo, hi uintptr
+		at           Strided
+		what         string
+	}
+	var parts []part
+	for i := range specs {
+		for side, b := range []Buffer{bufs[i].Src, bufs[i].Dst} {
+			n := needs[i][side]
+			if b == nil || !n.in || n.at.Bytes() == 0 {
+				continue
+			}
+			base, _, ok := ad.AddressRange(b)
+			if !ok {
+				continue
+			}
+			last := n.at.Offset
+			for k, c := range n.at.Count {
+				last += (c - 1) * n.at.Stride[k]
+			}
+			parts = append(parts, part{base: base, lo: base + uintptr(n.at.Offset), hi: base + uintptr(last+n.at.Run), at: n.at,
+				what: fmt.Sprintf("the %s part of tensor %q", sideName(side), specs[i].Name)})
+		}
+	}
+	sort.Slice(parts, func(a, b int) bool { return parts[a].lo < parts[b].lo })
 	type run struct {
 		lo, hi uintptr
 		what   string
 	}
-	var runs []run
-	for i, s := range specs {
-		for side, l := range []placement.Layout{s.Src, s.Dst} {
-			b, v, name := bufs[i].Src, s.Views.Src, "source"
-			if side == 1 {
-				b, v, name = bufs[i].Dst, s.Views.Dst, "destination"
-			}
-			if b == nil {
-				continue
-			}
-			lo, _, ok := ad.AddressRange(b)
-			if !ok {
-				continue
-			}
-			box, in := l.RankBox(rank)
-			if !in || box.Empty() {
-				continue
-			}
-			what := fmt.Sprintf("the %s part of tensor %q", name, s.Name)
-			at := DescribeView(box, box, l.ElemSize(), v)
-			at.ForEachRun(func(off int64) {
-				runs = append(runs, run{lo + uintptr(off), lo + uintptr(off+at.Run), what})
-			})
+	for i := 0; i < len(parts); {
+		// a group of parts whose spans overlap one another
+		j, hi := i+1, parts[i].hi
+		for j < len(parts) && parts[j].lo < hi {
+			hi = max(hi, parts[j].hi)
+			j++
 		}
-	}
-	sort.Slice(runs, func(a, b int) bool { return runs[a].lo < runs[b].lo })
-	for i := 1; i < len(runs); i++ {
-		if runs[i].lo < runs[i-1].hi {
-			return fmt.Errorf("rank %d: %s and %s overlap in memory; every part of a call must have bytes of its own",
-				rank, runs[i-1].what, runs[i].what)
+		if j-i > 1 {
+			var runs []run
+			for _, pt := range parts[i:j] {
+				pt.at.ForEachRun(func(off int64) {
+					runs = append(runs, run{pt.base + uintptr(off), pt.base + uintptr(off+pt.at.Run), pt.what})
+				})
+			}
+			sort.Slice(runs, func(a, b int) bool { return runs[a].lo < runs[b].lo })
+			for k := 1; k < len(runs); k++ {
+				if runs[k].lo < runs[k-1].hi {
+					return fmt.Errorf("rank %d: %s and %s overlap in memory; every part of a call must have bytes of its own",
+						rank, runs[k-1].what, runs[k].what)
+				}
+			}
 		}
+		i = j
 	}
 	return nil
 }
 
 // bufferKey identifies a buffer: by its address range where the memory
-// can tell, else by the spec it was passed for.
+// can tell (spec -1), else by the spec it was passed for; a nil buffer is
+// noBuffer.
 type bufferKey struct {
 	lo, hi uintptr
 	spec   int
 }
 
+var noBuffer = bufferKey{spec: -2}
+
 func keyOf(mem Memory, b Buffer, spec int) bufferKey {
-	if ad, ok := mem.(Addresser); ok && b != nil {
+	if b == nil {
+		return noBuffer
+	}
+	if ad, ok := mem.(Addresser); ok {
 		if lo, hi, ok := ad.AddressRange(b); ok {
 			return bufferKey{lo: lo, hi: hi, spec: -1}
 		}

@@ -41,7 +41,7 @@ func lay(shape, dtype, meshShape, pl string, ranks []int) (placement.Layout, err
 	return placement.NewLayout(s, dt, m, ps)
 }
 
-func mustLay(t *testing.T, shape, dtype, meshShape, pl string, ranks []int) placement.Layout {
+func mustLay(t testing.TB, shape, dtype, meshShape, pl string, ranks []int) placement.Layout {
 	t.Helper()
 	l, err := lay(shape, dtype, meshShape, pl, ranks)
 	if err != nil {

@@ -186,7 +186,11 @@ func (e *Executor) RunSchedule(ctx context.Context, s *Schedule, bufs []TensorBu
 	if e.T.Size() != s.World() {
 		return Stats{}, fmt.Errorf("reshard: schedule for %d ranks on a communicator of %d", s.World(), e.T.Size())
 	}
-	if err := checkBuffers(s, e.T.Rank(), bufs, nil); err != nil {
+	needs, err := partNeeds(s, e.T.Rank(), nil)
+	if err != nil {
+		return Stats{}, err
+	}
+	if err := checkBuffers(s, e.T.Rank(), needs, bufs); err != nil {
 		return Stats{}, err
 	}
 	p, err := Compile(s, e.T.Rank(), CompileOptions{MaxInPlace: MaxInPlace(e.T)})
@@ -488,47 +492,73 @@ func (d *driver) copyLocal(cp *Copy) error {
 	return nil
 }
 
-// checkBuffers validates one rank's buffers against the layouts and this
-// rank's views (nil: dense). A dense part needs a buffer of exactly its
-// size; a viewed part a buffer that reaches at least as far as the view.
-func checkBuffers(s *Schedule, rank int, bufs []TensorBuffers, views []TensorViews) error {
-	if len(bufs) != len(s.Plans) {
-		return fmt.Errorf("reshard: %d buffer pairs for a schedule of %d tensors", len(bufs), len(s.Plans))
-	}
+// partNeed is what one side of one tensor needs of this rank's buffer:
+// whether the rank holds a part, the bytes the buffer must have (exactly,
+// for a dense part; at least, for a view), and where the part's bytes sit
+// in it (for the aliasing check).
+type partNeed struct {
+	in    bool
+	want  int64
+	exact bool
+	at    Strided // the whole part through its view
+}
+
+// partNeeds derives, once, what this rank's buffers must be for the
+// schedule's tensors under views (nil: dense).
+func partNeeds(s *Schedule, rank int, views []TensorViews) ([][2]partNeed, error) {
+	out := make([][2]partNeed, len(s.Plans))
 	for i, p := range s.Plans {
 		var tv TensorViews
 		if i < len(views) {
 			tv = views[i]
 		}
-		check := func(side string, b Buffer, l placement.Layout, v placement.View) error {
-			inMesh := l.Mesh().Contains(rank)
-			want := l.LocalBytes(rank)
-			exact := v.Dense()
-			if !exact && inMesh {
-				box, _ := l.RankBox(rank)
+		for side, l := range []placement.Layout{p.Src(), p.Dst()} {
+			v := tv.Src
+			if side == 1 {
+				v = tv.Dst
+			}
+			box, in := l.RankBox(rank)
+			n := partNeed{in: in, exact: v.Dense()}
+			if !in {
+				out[i][side] = n
+				continue
+			}
+			n.want = l.LocalBytes(rank)
+			if !n.exact {
 				ext, err := v.Extent(box.Shape())
 				if err != nil {
-					return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: side, Why: err.Error(), Got: -1}
+					return nil, &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: sideName(side), Why: err.Error(), Got: -1}
 				}
-				want = ext * l.ElemSize()
+				n.want = ext * l.ElemSize()
 			}
+			if !box.Empty() {
+				n.at = DescribeView(box, box, l.ElemSize(), v)
+			}
+			out[i][side] = n
+		}
+	}
+	return out, nil
+}
+
+// checkBuffers validates one rank's buffers against what the parts need.
+func checkBuffers(s *Schedule, rank int, needs [][2]partNeed, bufs []TensorBuffers) error {
+	if len(bufs) != len(needs) {
+		return fmt.Errorf("reshard: %d buffer pairs for a schedule of %d tensors", len(bufs), len(needs))
+	}
+	for i := range needs {
+		for side, b := range []Buffer{bufs[i].Src, bufs[i].Dst} {
+			n := needs[i][side]
+			name := sideName(side)
 			switch {
-			case inMesh && b == nil:
-				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: side, Why: "is missing (the rank is in the mesh)", Want: want, Got: -1}
-			case !inMesh && b != nil && b.Len() != 0:
-				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: side, Why: "is given but the rank is not in the mesh", Want: 0, Got: b.Len()}
-			case inMesh && b.Len() < want:
-				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: side, Why: "is too short", Want: want, Got: b.Len()}
-			case inMesh && exact && b.Len() > want:
-				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: side, Why: "is too long", Want: want, Got: b.Len()}
+			case n.in && b == nil:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is missing (the rank is in the mesh)", Want: n.want, Got: -1}
+			case !n.in && b != nil && b.Len() != 0:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is given but the rank is not in the mesh", Want: 0, Got: b.Len()}
+			case n.in && b.Len() < n.want:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is too short", Want: n.want, Got: b.Len()}
+			case n.in && n.exact && b.Len() > n.want:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is too long", Want: n.want, Got: b.Len()}
 			}
-			return nil
-		}
-		if err := check("source", bufs[i].Src, p.Src(), tv.Src); err != nil {
-			return err
-		}
-		if err := check("destination", bufs[i].Dst, p.Dst(), tv.Dst); err != nil {
-			return err
 		}
 	}
 	return nil
