@@ -58,7 +58,7 @@ func BenchmarkPreparedCall(b *testing.B) {
 		for b.Loop() {
 			err := run(func(r int, ex *reshard.Executor) error {
 				var ops []reshard.Op
-				for k, peer := range []int{(r + 2) % 4, (r + 2) % 4 ^ 1} {
+				for k, peer := range []int{(r + 2) % 4, (r+2)%4 ^ 1} {
 					ops = append(ops, reshard.Op{Peer: peer, Send: r < 2, Buf: plain[r][0], Off: int64(k) * pair, Len: pair})
 				}
 				p, err := ex.T.Start(ops)
