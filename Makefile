@@ -55,6 +55,7 @@ gpu-bins: deps
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
 	$(GO) test -c -o .devbin/nccl.test ./nccl
+	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink
 
 clean:
 	rm -rf bin

@@ -1,8 +1,8 @@
 // Package cuda is m2n's binding to the CUDA driver API: devices, primary
 // contexts, device and pinned memory, streams, events, and the strided
 // copies (pack/unpack kernels) that move a box of a tensor between its place
-// in a dense buffer and a contiguous staging buffer. It also names the
-// NVLink domain a GPU sits in (DomainKey, through NVML).
+// in a dense buffer and a contiguous staging buffer. (The NVLink domain a GPU
+// sits in comes from NVML, in package internal/nvlink.)
 //
 // libcuda.so.1 is opened with dlopen when Load is first called (the file can
 // be named with M2N_CUDA_PATH), so building needs no CUDA toolkit; the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/internal/nvlink"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/reshard"
@@ -132,7 +133,7 @@ func (d *gpuDevice) forTopology(base reshard.Transport, topo reshard.Topology) r
 }
 
 func (d *gpuDevice) domainKey() string {
-	k, err := cuda.DomainKey(d.ordinal)
+	k, err := nvlink.DomainKey(d.ordinal)
 	if err != nil {
 		return ""
 	}
