@@ -147,6 +147,9 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 }
 
 // FormatBench renders results as a table, one line per row width and op.
+//
+// Deprecated: use internal/packbench.Format; this copy stays only until
+// apps/refit's pack-bench calls that, and then goes.
 func FormatBench(res []BenchResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%8s  %-8s  %10s  %10s  %9s  %7s\n", "row", "op", "bytes", "median", "GB/s", "vs copy")
