@@ -259,25 +259,7 @@ func (Auto) Name() string { return "auto" }
 
 // Choose returns the route auto picks for the plans and why.
 func (a Auto) Choose(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) Choice {
-	var prob Problem
-	for i, p := range plans {
-		q := FromPlan(p, topo, float64(opts.ChunkBytes))
-		if i == 0 {
-			prob = q
-			continue
-		}
-		prob.Bytes += q.Bytes
-		prob.Sources = max(prob.Sources, q.Sources)
-		prob.Rho = max(prob.Rho, q.Rho)
-		for j := range prob.Domains {
-			if j < len(q.Domains) {
-				prob.Domains[j].Bytes += q.Domains[j].Bytes
-				prob.Domains[j].Copies += q.Domains[j].Copies
-				prob.Domains[j].RecvFlat += q.Domains[j].RecvFlat
-			}
-		}
-	}
-	return Choose(prob, a.Fabric)
+	return Choose(ProblemOf(plans, topo, float64(opts.ChunkBytes)), a.Fabric)
 }
 
 // Schedule implements reshard.Route.

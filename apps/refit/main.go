@@ -114,6 +114,7 @@ Jobs (launch with mpirun or srun):
   refit run         reshard a tensor for real, per route, checked and timed
   refit bench       a reshard against a plain MPI exchange of the same bytes
   refit sweep       flat, agbcast and hier against their model bounds, over rho and domains
+  refit sync        refit a whole model every step (one prepared call per pipeline stage)
   refit soak        many consecutive reshards, with memory and handle accounting
 
 Offline commands (no launcher needed):
@@ -131,7 +132,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newPackBenchCmd(), newSoakCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newSyncCmd(), newPackBenchCmd(), newSoakCmd())
 	return root
 }
 
