@@ -191,10 +191,10 @@ func buildTable(t *[tableLen]byte, s float32) int32 {
 
 // tables caches one table per block column of the region being packed.
 type tables struct {
-	t     []*[tableLen]byte
-	tag   []int64 // window index of the block whose table the slot holds; -1 none
-	base  []int32
-	inv   []float64
+	t    []*[tableLen]byte
+	tag  []int64 // window index of the block whose table the slot holds; -1 none
+	base []int32
+	inv  []float64
 }
 
 var tablePool = sync.Pool{New: func() any { return new(tables) }}
