@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -34,7 +35,7 @@ func (g Grid) Amax(w Window, r Region) error {
 	wk.init(&g, &r, esz, &w)
 	var bad *NonFiniteError
 	if r.DType == placement.BF16 {
-		wk.walk(func(s *segment) bool {
+		wk.walk(func(s segment) bool {
 			m := amaxBF16(s.data)
 			if m >= 0x7F80 {
 				i := firstNonFinite(s.data, 2)
@@ -45,7 +46,7 @@ func (g Grid) Amax(w Window, r Region) error {
 			return true
 		})
 	} else {
-		wk.walk(func(s *segment) bool {
+		wk.walk(func(s segment) bool {
 			m := amaxF32(s.data)
 			if m >= bitsInf {
 				i := firstNonFinite(s.data, 4)
@@ -71,8 +72,8 @@ func (g Grid) checkWindow(w Window, box placement.Box) error {
 	var lo, hi [placement.MaxTensorDims]int64
 	g.blocks(box, lo[:g.nd], hi[:g.nd])
 	if !w.contains(lo[:g.nd], hi[:g.nd]) {
-		return fmt.Errorf("fp8: window over blocks %v does not hold blocks %v, which region %v touches",
-			w.Blocks, placement.Box{Lo: lo[:g.nd], Hi: hi[:g.nd]}, box)
+		blocks := placement.Box{Lo: slices.Clone(lo[:g.nd]), Hi: slices.Clone(hi[:g.nd])}
+		return fmt.Errorf("fp8: window over blocks %v does not hold blocks %v, which region %v touches", w.Blocks, blocks, box)
 	}
 	return nil
 }

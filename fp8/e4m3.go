@@ -36,24 +36,23 @@ const (
 // round to zero encode as 0x80.
 func Encode(f float32) byte {
 	u := math.Float32bits(f)
-	sign := byte(u>>24) & 0x80
 	a := u & 0x7FFFFFFF
+	var c uint32
 	switch {
-	case a >= bitsMax:
-		if a > bitsInf {
-			return NaN
-		}
-		return sign | 0x7E
-	case a >= bitsMinNorm:
-		// Round the f32 mantissa to 3 bits (nearest, ties to even), then
-		// rebias the exponent from 127 to 7.
-		a += 0x7FFFF + (a>>20)&1
-		return sign | byte((a>>20)-(120<<3))
-	default:
+	case a < bitsMinNorm:
 		// E4M3 subnormals are multiples of 2^-9: adding 2^14 makes the
 		// float32 adder round there (its ulp at 2^14 is 2^-9).
-		return sign | byte(math.Float32bits(math.Float32frombits(a)+16384)-bitsDenormMg)
+		c = math.Float32bits(math.Float32frombits(a)+16384) - bitsDenormMg
+	case a < bitsMax:
+		// Round the f32 mantissa to 3 bits (nearest, ties to even), then
+		// rebias the exponent from 127 to 7.
+		c = (a+0x7FFFF+(a>>20)&1)>>20 - 120<<3
+	case a <= bitsInf:
+		c = 0x7E
+	default:
+		return NaN
 	}
+	return byte(c | u>>24&0x80)
 }
 
 // Decode returns the value of an E4M3 byte as a float32 (exact); 0x7F and

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/m2n-dev/m2n/placement"
 )
 
 func TestReciprocal(t *testing.T) {
@@ -161,7 +163,7 @@ func TestTable(t *testing.T) {
 		binary.LittleEndian.PutUint16(src[2*u:], uint16(u))
 	}
 	dst := make([]byte, 1<<16)
-	var tab [tableLen]byte
+	var tab [tableCap]byte
 	scales := testScales(r, 50)
 	if testing.Short() {
 		scales = scales[:len(scales)/8]
@@ -192,5 +194,21 @@ func TestTable(t *testing.T) {
 	}
 	if tabled < len(scales)/2 {
 		t.Errorf("only %d of %d scales suit a table", tabled, len(scales))
+	}
+}
+
+// TestTinyFloat32Amax: a float32 block whose amax is below about 2^-141
+// gets the scale 0, as in torch: its nonzero elements divide to infinity
+// and clamp to 448, its zeros divide to NaN.
+func TestTinyFloat32Amax(t *testing.T) {
+	src := make([]byte, 12)
+	binary.LittleEndian.PutUint32(src, 1)              // 2^-149
+	binary.LittleEndian.PutUint32(src[4:], 0x80000003) // -3 * 2^-149
+	q, err := Quantize(placement.F32, []int64{1, 3}, Tensor, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Scales[0] != 0 || q.Data[0] != 0x7E || q.Data[1] != 0xFE || q.Data[2] != NaN {
+		t.Errorf("scale %v, bytes %#02x, want scale 0 and 7e fe 7f", q.Scales[0], q.Data)
 	}
 }

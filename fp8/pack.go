@@ -39,7 +39,7 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 	var wk walker
 	wk.init(&g, &r, esz, &scales)
 	var bad *NonFiniteError
-	fail := func(s *segment, i int64) bool {
+	fail := func(s segment, i int64) bool {
 		var v float64
 		if esz == 2 {
 			v = float64(bf16(binary.LittleEndian.Uint16(s.data[2*i:])))
@@ -50,7 +50,7 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 		return false
 	}
 	if r.DType == placement.F32 {
-		wk.walk(func(s *segment) bool {
+		wk.walk(func(s segment) bool {
 			if i := quantF32(dst[s.pos:s.pos+s.n], s.data, 1/float64(scales.Values[s.win])); i >= 0 {
 				return fail(s, i)
 			}
@@ -65,7 +65,7 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 	defer tablePool.Put(tabs)
 	_, cols := g.BlockShape()
 	tabs.reset((r.Box.Hi[g.nd-1]-1)/cols - r.Box.Lo[g.nd-1]/cols + 1)
-	wk.walk(func(s *segment) bool {
+	wk.walk(func(s segment) bool {
 		out := dst[s.pos : s.pos+s.n]
 		sc := scales.Values[s.win]
 		var i int64
@@ -88,16 +88,23 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 
 // quantBF16 quantizes the bfloat16 values in src into dst, dividing by the
 // scale 1/inv (see quantizeMul). It returns the index of the first NaN or
-// infinity, or -1.
+// infinity, or -1. Encode's normal case is written out so that the loop
+// needs no call for most elements (Encode is a little too large to
+// inline).
 func quantBF16(dst, src []byte, inv float64) int64 {
 	src = src[:2*len(dst)]
 	bad := int64(-1)
 	for i := range dst {
-		u := binary.LittleEndian.Uint16(src[2*i:])
+		u := uint16(src[2*i]) | uint16(src[2*i+1])<<8
+		q := math.Float32bits(float32(float64(bf16(u)) * inv))
+		if a := q & 0x7FFFFFFF; a-bitsMinNorm < bitsMax-bitsMinNorm {
+			dst[i] = byte((a+0x7FFFF+(a>>20)&1)>>20 - 120<<3 | q>>24&0x80)
+			continue
+		}
 		if u&0x7FFF >= 0x7F80 && bad < 0 {
 			bad = int64(i)
 		}
-		dst[i] = Encode(float32(float64(bf16(u)) * inv))
+		dst[i] = Encode(math.Float32frombits(q))
 	}
 	return bad
 }
@@ -107,11 +114,16 @@ func quantF32(dst, src []byte, inv float64) int64 {
 	src = src[:4*len(dst)]
 	bad := int64(-1)
 	for i := range dst {
-		u := binary.LittleEndian.Uint32(src[4*i:])
+		u := uint32(src[4*i]) | uint32(src[4*i+1])<<8 | uint32(src[4*i+2])<<16 | uint32(src[4*i+3])<<24
+		q := math.Float32bits(float32(float64(math.Float32frombits(u)) * inv))
+		if a := q & 0x7FFFFFFF; a-bitsMinNorm < bitsMax-bitsMinNorm {
+			dst[i] = byte((a+0x7FFFF+(a>>20)&1)>>20 - 120<<3 | q>>24&0x80)
+			continue
+		}
 		if u&0x7FFFFFFF >= bitsInf && bad < 0 {
 			bad = int64(i)
 		}
-		dst[i] = Encode(float32(float64(math.Float32frombits(u)) * inv))
+		dst[i] = Encode(math.Float32frombits(q))
 	}
 	return bad
 }
@@ -126,7 +138,8 @@ func quantF32(dst, src []byte, inv float64) int64 {
 const (
 	tableBinades  = 24
 	tableLen      = tableBinades << 7
-	tableMinElems = 4096 // elements of a block worth a table (which costs about tableLen/4 element times)
+	tableMinElems = 8192 // elements of a block worth a table (which costs about tableLen/4 element times)
+	tableCap      = 4096 // a power of two above tableLen, so that masked indices need no bounds check
 )
 
 // tableable reports whether a scale suits a table: positive, finite, and
@@ -136,62 +149,72 @@ func tableable(s float32) bool {
 }
 
 // quantBF16Table is quantBF16 through a block's table.
-func quantBF16Table(dst, src []byte, t *[tableLen]byte, base int32, inv float64) int64 {
+func quantBF16Table(dst, src []byte, t *[tableCap]byte, base int32, inv float64) int64 {
 	src = src[:2*len(dst)]
 	bad := int64(-1)
 	for i := range dst {
-		u := binary.LittleEndian.Uint16(src[2*i:])
+		u := uint16(src[2*i]) | uint16(src[2*i+1])<<8
 		sign := byte(u>>8) & 0x80
-		k := int32(u&0x7FFF) - base
-		switch {
-		case uint32(k) < tableLen:
-			dst[i] = t[k] | sign
-		case k < 0:
-			dst[i] = sign
-		default:
-			if u&0x7FFF >= 0x7F80 && bad < 0 {
-				bad = int64(i)
-			}
-			dst[i] = Encode(float32(float64(bf16(u)) * inv))
+		k := uint32(int32(u&0x7FFF) - base)
+		if k < tableLen {
+			dst[i] = t[k&(tableCap-1)] | sign
+			continue
 		}
+		if int32(k) < 0 { // below the table: zero
+			dst[i] = sign
+			continue
+		}
+		if u&0x7FFF >= 0x7F80 && bad < 0 {
+			bad = int64(i)
+		}
+		dst[i] = Encode(float32(float64(bf16(u)) * inv))
 	}
 	return bad
 }
 
 // buildTable fills t for scale s (tableable) and returns its base.
-func buildTable(t *[tableLen]byte, s float32) int32 {
+func buildTable(t *[tableCap]byte, s float32) int32 {
 	top := int32(math.Float32bits(s*512) >> 23) // 1..227
 	lowE := top - (tableBinades - 1)
 	inv := 1 / float64(s)
 	if lowE < 1 {
 		// The table reaches subnormal bfloat16 values: compute every
 		// entry directly.
-		for k := range t {
+		for k := range tableLen {
 			t[k] = Encode(float32(float64(bf16(uint16(k))) * inv))
 		}
 		return 0
 	}
 	// Quotients of the top binade, then every lower binade's by exact
 	// scaling by powers of two (all stay normal float32s: the top
-	// binade's quotients exceed 256).
-	var q [128]float32
-	for m := range q {
-		q[m] = float32(float64(bf16(uint16(top)<<7|uint16(m))) * inv)
-	}
-	p := float32(1)
-	for e := tableBinades - 1; e >= 0; e-- {
-		row := t[e<<7 : (e+1)<<7]
-		for m := range row {
-			row[m] = Encode(q[m] * p)
+	// binade's quotients exceed 256). Where a quotient is in E4M3's normal
+	// range, halving it takes 8 (one exponent step) off its code, so only
+	// the first such entry, the clamped ones and the subnormal ones need
+	// Encode.
+	for m := range 128 {
+		q := float32(float64(bf16(uint16(top)<<7|uint16(m))) * inv)
+		var c byte
+		normal := false
+		for j := range tableBinades {
+			k := (tableBinades-1-j)<<7 | m
+			switch {
+			case q < 0x1p-6:
+				c, normal = Encode(q), false
+			case normal:
+				c -= 8
+			default:
+				c, normal = Encode(q), q < Max
+			}
+			t[k] = c
+			q *= 0.5
 		}
-		p *= 0.5
 	}
 	return lowE << 7
 }
 
 // tables caches one table per block column of the region being packed.
 type tables struct {
-	t    []*[tableLen]byte
+	t    []*[tableCap]byte
 	tag  []int64 // window index of the block whose table the slot holds; -1 none
 	base []int32
 	inv  []float64
@@ -214,10 +237,10 @@ func (ts *tables) reset(n int64) {
 
 // get returns slot's table for block win of scale s, building it if the
 // slot holds another block's.
-func (ts *tables) get(slot, win int64, s float32) (*[tableLen]byte, int32, float64) {
+func (ts *tables) get(slot, win int64, s float32) (*[tableCap]byte, int32, float64) {
 	if ts.tag[slot] != win {
 		if ts.t[slot] == nil {
-			ts.t[slot] = new([tableLen]byte)
+			ts.t[slot] = new([tableCap]byte)
 		}
 		ts.base[slot] = buildTable(ts.t[slot], s)
 		ts.inv[slot] = 1 / float64(s)

@@ -145,19 +145,25 @@ func (it *runs) advance() {
 }
 
 // walker walks a validated region segment by segment, in row-major order.
+// It holds copies, not pointers, so that it and its callers' values stay on
+// the stack.
 type walker struct {
-	g    *Grid
-	r    *Region
-	esz  int64
-	wlo  [placement.MaxTensorDims]int64
-	wstr [placement.MaxTensorDims]int64
-	runs runs
-	seg  segment
+	nd         int
+	rows, cols int64
+	lo, hi     [placement.MaxTensorDims]int64 // the region's box
+	data       []byte
+	esz        int64
+	wlo        [placement.MaxTensorDims]int64
+	wstr       [placement.MaxTensorDims]int64
+	runs       runs
 }
 
 func (wk *walker) init(g *Grid, r *Region, esz int64, w *Window) {
-	wk.g, wk.r, wk.esz = g, r, esz
 	nd := g.nd
+	wk.nd, wk.rows, wk.cols = nd, g.rows, g.cols
+	copy(wk.lo[:nd], r.Box.Lo)
+	copy(wk.hi[:nd], r.Box.Hi)
+	wk.data, wk.esz = r.Data, esz
 	s := int64(1)
 	for d := nd - 1; d >= 0; d-- {
 		wk.wlo[d] = w.Blocks.Lo[d]
@@ -169,33 +175,33 @@ func (wk *walker) init(g *Grid, r *Region, esz int64, w *Window) {
 
 // walk calls fn for every segment in order until fn returns false. The
 // region must be valid and nonempty, and the window must hold its blocks.
-func (wk *walker) walk(fn func(*segment) bool) {
-	g, box, esz := wk.g, wk.r.Box, wk.esz
-	nd := g.nd
-	data := wk.r.Data
+func (wk *walker) walk(fn func(segment) bool) {
+	nd, esz, data := wk.nd, wk.esz, wk.data
+	rows, cols := wk.rows, wk.cols
+	lo, hi := &wk.lo, &wk.hi
 	it := &wk.runs
-	seg := &wk.seg
+	var seg segment
 	var c [placement.MaxTensorDims]int64
-	copy(c[:nd], box.Lo)
-	colLo, colHi := box.Lo[nd-1], box.Hi[nd-1]
-	firstBcol := colLo / g.cols
+	copy(c[:nd], lo[:nd])
+	colLo, colHi := lo[nd-1], hi[nd-1]
+	firstBcol := colLo / cols
 	pos := int64(0)
 	for {
 		base := int64(0)
 		for d := range nd - 2 {
 			base += (c[d] - wk.wlo[d]) * wk.wstr[d]
 		}
-		brow := c[nd-2] / g.rows
+		brow := c[nd-2] / rows
 		base += (brow - wk.wlo[nd-2]) * wk.wstr[nd-2]
-		rowServed := min(box.Hi[nd-2], (brow+1)*g.rows) - max(box.Lo[nd-2], brow*g.rows)
+		rowServed := min(hi[nd-2], (brow+1)*rows) - max(lo[nd-2], brow*rows)
 		for col := colLo; col < colHi; {
 			if it.left == 0 {
 				it.advance()
 			}
 			n := min(colHi-col, it.left/esz)
 			for n > 0 {
-				bcol := col / g.cols
-				bLo, bHi := bcol*g.cols, (bcol+1)*g.cols
+				bcol := col / cols
+				bLo, bHi := bcol*cols, (bcol+1)*cols
 				m := min(bHi, col+n) - col
 				seg.data = data[it.off : it.off+m*esz]
 				seg.n, seg.pos = m, pos
@@ -215,10 +221,10 @@ func (wk *walker) walk(fn func(*segment) bool) {
 		d := nd - 2
 		for ; d >= 0; d-- {
 			c[d]++
-			if c[d] < box.Hi[d] {
+			if c[d] < hi[d] {
 				break
 			}
-			c[d] = box.Lo[d]
+			c[d] = lo[d]
 		}
 		if d < 0 {
 			return
