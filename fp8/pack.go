@@ -138,7 +138,7 @@ func quantF32(dst, src []byte, inv float64) int64 {
 const (
 	tableBinades  = 24
 	tableLen      = tableBinades << 7
-	tableMinElems = 8192 // elements of a block worth a table (which costs about tableLen/4 element times)
+	tableMinElems = 8192 // elements of a block worth building its table for (measured)
 	tableCap      = 4096 // a power of two above tableLen, so that masked indices need no bounds check
 )
 
