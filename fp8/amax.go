@@ -126,3 +126,35 @@ func firstNonFinite(b []byte, esz int) int64 {
 	}
 	return -1
 }
+
+// CheckFinite returns a *NonFiniteError naming the first NaN or infinity of
+// region r in row-major order of r.Box, or nil: for callers that gathered
+// amaxes elsewhere (a GPU kernel) and saw a non-finite one.
+func (g Grid) CheckFinite(r Region) error {
+	elems, esz, err := g.check(r)
+	if err != nil || elems == 0 {
+		return err
+	}
+	all := Window{Blocks: g.All()}
+	var wk walker
+	wk.init(&g, &r, esz, &all)
+	var bad *NonFiniteError
+	wk.walk(func(s segment) bool {
+		i := firstNonFinite(s.data, int(esz))
+		if i < 0 {
+			return true
+		}
+		var v float64
+		if esz == 2 {
+			v = float64(bf16(binary.LittleEndian.Uint16(s.data[2*i:])))
+		} else {
+			v = float64(math.Float32frombits(binary.LittleEndian.Uint32(s.data[4*i:])))
+		}
+		bad = g.nonFinite(r.Box, s.pos+i, v)
+		return false
+	})
+	if bad != nil {
+		return bad
+	}
+	return nil
+}

@@ -48,6 +48,11 @@ func checkQuantize(t *testing.T, r *rand.Rand, dt placement.DType, shape []int64
 		if !errors.As(err, &nf) || nf.Flat != bad {
 			t.Fatalf("%v %v %v: first non-finite element at flat %d; Quantize: %v", placement.FormatShape(shape), dt, mode, bad, err)
 		}
+		g, _ := NewGrid(shape, mode)
+		all := placement.Box{Lo: make([]int64, len(shape)), Hi: shape}
+		if err := g.CheckFinite(Dense(dt, src, all)); !errors.As(err, &nf) || nf.Flat != bad {
+			t.Fatalf("%v %v %v: first non-finite element at flat %d; CheckFinite: %v", placement.FormatShape(shape), dt, mode, bad, err)
+		}
 		return
 	}
 	if err != nil {
