@@ -8,7 +8,6 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 )
 
-
 func bx(c ...int64) placement.Box { // lo..., hi...
 	n := len(c) / 2
 	return placement.Box{Lo: c[:n:n], Hi: c[n:]}
