@@ -1,7 +1,9 @@
 package fp8
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -102,6 +104,8 @@ func NewGrid(shape []int64, mode Mode) (Grid, error) {
 	return g, nil
 }
 
+var errZeroGrid = errors.New("fp8: the zero Grid has no tensor (make one with NewGrid)")
+
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // NDim returns the number of tensor dims (also the scale tensor's).
@@ -139,6 +143,9 @@ func (g Grid) All() placement.Box {
 
 // checkBox reports an error unless box is a box of the tensor.
 func (g Grid) checkBox(what string, box placement.Box) error {
+	if g.nd == 0 {
+		return errZeroGrid
+	}
 	if len(box.Lo) != g.nd || len(box.Hi) != g.nd {
 		return fmt.Errorf("fp8: %s %v has %d dims, the tensor %s has %d", what, box, len(box.Lo), placement.FormatShape(g.shape[:g.nd]), g.nd)
 	}
@@ -181,6 +188,9 @@ func (g Grid) blocks(box placement.Box, lo, hi []int64) {
 // BlockBox returns the box of elements that the blocks of a block box
 // cover, clipped to the tensor (edge blocks are partial).
 func (g Grid) BlockBox(blocks placement.Box) (placement.Box, error) {
+	if g.nd == 0 {
+		return placement.Box{}, errZeroGrid
+	}
 	if len(blocks.Lo) != g.nd || len(blocks.Hi) != g.nd {
 		return placement.Box{}, fmt.Errorf("fp8: block box %v has %d dims, the tensor has %d", blocks, len(blocks.Lo), g.nd)
 	}
@@ -351,12 +361,10 @@ func (w Window) combine(o Window, fn func(*float32, float32)) error {
 // saw a non-finite weight has already failed (Grid.Amax reports it).
 func (w Window) ToScales() error {
 	for i, a := range w.Values {
-		if !(a >= 0 && a <= maxFloat32) {
+		if !(a >= 0 && a <= math.MaxFloat32) {
 			return fmt.Errorf("fp8: amax %v of block %d of window %v is not a finite non-negative number", a, i, w.Blocks)
 		}
 		w.Values[i] = ScaleOf(a)
 	}
 	return nil
 }
-
-const maxFloat32 = 3.40282346638528859811704183484516925440e+38

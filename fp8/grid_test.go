@@ -200,3 +200,21 @@ func TestQuantizeEmpty(t *testing.T) {
 		}
 	}
 }
+
+func TestZeroGrid(t *testing.T) {
+	var g Grid
+	b := bx(0, 0, 1, 1)
+	if _, err := g.Blocks(b); err == nil {
+		t.Error("zero Grid: Blocks accepted a box")
+	}
+	if _, err := g.NewWindow(b); err == nil {
+		t.Error("zero Grid: NewWindow accepted a box")
+	}
+	w := Window{Blocks: b, Values: []float32{0}}
+	if err := g.Amax(w, Dense(placement.BF16, make([]byte, 2), b)); err == nil {
+		t.Error("zero Grid: Amax accepted a region")
+	}
+	if err := g.Pack(make([]byte, 1), Dense(placement.BF16, make([]byte, 2), b), w); err == nil {
+		t.Error("zero Grid: Pack accepted a region")
+	}
+}

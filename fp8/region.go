@@ -254,6 +254,7 @@ type NonFiniteError struct {
 	Value float64 // NaN, +Inf or -Inf
 }
 
+// Error says which element is not finite.
 func (e *NonFiniteError) Error() string {
 	return fmt.Sprintf("fp8: element %v (flat index %d) is %v: FP8 quantization refuses non-finite weights", e.Index, e.Flat, e.Value)
 }
