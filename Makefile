@@ -2,7 +2,7 @@
 # `make test` runs the whole suite. See README.md.
 GO      ?= go
 BIN     := bin/refit
-PURE    := $(foreach d,mesh placement reshard hier stage model,$(if $(wildcard $(d)/*.go),./$(d)/...))
+PURE    := $(foreach d,mesh placement reshard hier stage model fp8,$(if $(wildcard $(d)/*.go),./$(d)/...))
 FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.
@@ -45,6 +45,7 @@ fuzz:
 	$(GO) test ./mesh -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./placement -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./reshard -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./fp8 -run '^$$' -fuzz '^FuzzQuantize$$' -fuzztime $(FUZZTIME)
 
 bench:
 	$(GO) test ./reshard -run '^$$' -bench . -benchmem

@@ -30,6 +30,18 @@
 //	_ = cuda.Unpack(s, dst, box, staging)     // contiguous -> strided
 //	_ = s.Synchronize()
 //
+// FP8: Memory.BlockAmax gathers the partial amaxes of the blocks a source
+// region touches into a device window, and Memory.PackQuantize packs a
+// region straight into float8_e4m3fn bytes with the global block scales,
+// byte for byte as package fp8 does on the host (the kernels are in
+// kernels/quant.h, compiled with the copies; the tests run them through the
+// CPU emulator and, where there is one, on the GPU):
+//
+//	reg := cuda.FP8Region{DType: placement.BF16, Src: local, At: t.SrcAt, Box: t.Box}
+//	_ = mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: amaxBuf}, reg) // zeroed first
+//	// ... download, combine across ranks (fp8.Window.MaxWith), ToScales, upload ...
+//	_ = mem.PackQuantize(g, staging, off, reg, cuda.FP8Window{Blocks: blocks, Values: scaleBuf})
+//
 // Threads: the driver keeps a current context per OS thread and goroutines
 // move between threads, so every call here makes its context current itself.
 // Other CUDA libraries (NCCL) use whatever is current on the calling thread:

@@ -28,4 +28,5 @@ run refit-cuda-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device c
 run refit-cuda-pp scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --pp-stages 1 --shape 4096x4096 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 3
 run pack-bench "$bin/refit" pack-bench
+run quant-bench "$bin/refit" quant-bench
 cat "$out/summary.txt"

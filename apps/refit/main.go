@@ -123,6 +123,8 @@ Offline commands (no launcher needed):
   refit plan        show the transfers a reshard makes
   refit bound       each route's speed-of-light bound and auto's choice
   refit pack-bench  the GPU pack/unpack kernels against a plain copy
+  refit quantize    a raw bf16/f32 tensor to FP8 E4M3 bytes and scales, as a destination gets it
+  refit quant-bench the GPU FP8 quantize-pack kernels against packing alone and convert-after
 
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
 or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
@@ -132,7 +134,8 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newSyncCmd(), newPackBenchCmd(), newSoakCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newSyncCmd(),
+		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd())
 	return root
 }
 
