@@ -27,7 +27,7 @@ import (
 // pairs file and for pairs whose shard boundaries cut 128x128 blocks, in
 // every mode, from bf16 and f32.
 func TestDistributedPlans(t *testing.T) {
-	pairs, err := transporttest.ReadPairs("../testdata/reshard_pairs.txt")
+	pairs, err := transporttest.DefaultPairs()
 	if err != nil {
 		t.Fatal(err)
 	}
