@@ -150,11 +150,14 @@ type syncRank struct {
 	Peak      int64  `json:"rss_peak"`
 	Sent      int64  `json:"sent"`
 	Recv      int64  `json:"recv"`
-	Requests  int64  `json:"mpi_requests"`
-	Comms     int64  `json:"mpi_comms"`
-	ReqsAfter int64  `json:"mpi_requests_after"`
-	HeapStart int64  `json:"heap_start"`
-	HeapEnd   int64  `json:"heap_end"`
+	// MPI requests pending and communicators held, live Go heap and
+	// goroutines, after the first timed step and after the last: a long
+	// run must keep them flat.
+	Requests      [2]int64 `json:"mpi_requests"`
+	Comms         [2]int64 `json:"mpi_comms"`
+	Heap          [2]int64 `json:"heap"`
+	Goroutines    [2]int64 `json:"goroutines"`
+	PeakAfterWarm int64    `json:"rss_peak_first_step"`
 }
 
 type compareRun struct {
@@ -278,6 +281,8 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	var stageTimes [][]float64
 	var last []*reshard.Report
 	var slowRank int
+	var warm usage
+	var warmPeak int64
 	for it := 0; it < f.run.warmup+f.run.iters; it++ {
 		if f.run.check || it == 0 {
 			if err := poisonModel(m, bufs); err != nil {
@@ -316,6 +321,12 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			times = append(times, slowest)
 			stageTimes = append(stageTimes, per)
 		}
+		if it == f.run.warmup {
+			if warm, err = measureUsage(); err != nil {
+				return err
+			}
+			warmPeak = peakRSS()
+		}
 		last = reps
 	}
 	if bar != nil {
@@ -333,7 +344,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		}
 		rep.Stages[si].MedianSec = median(v)
 	}
-	if err := j.syncAccounting(m, last, start, rep); err != nil {
+	if err := j.syncAccounting(m, last, start, warm, warmPeak, rep); err != nil {
 		return err
 	}
 	checkMsg := ""
@@ -555,7 +566,7 @@ func stageTopology(m *session.Model, si int) reshard.Topology {
 
 // syncAccounting fills the report's bytes by link class and stage, the
 // stages' routes, and every rank's memory and handles.
-func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start usage, rep *syncReport) error {
+func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start, warm usage, warmPeak int64, rep *syncReport) error {
 	end, err := measureUsage()
 	if err != nil {
 		return err
@@ -582,7 +593,7 @@ func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start usa
 	src, dst := m.Layouts.RankBytes(j.rank)
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Sent[reshard.LinkLocal], st.Sent[reshard.LinkSelf],
 		src + dst, staging, scratch, bound, start.rss, peakRSS(), st.Sent[0] + st.Sent[1], st.Recv[0] + st.Recv[1],
-		start.requests, start.comms, end.requests, start.heap, end.heap}
+		warm.requests, end.requests, warm.comms, end.comms, warm.heap, end.heap, warm.goroutines, end.goroutines, warmPeak}
 	mine = append(mine, stageBytes...)
 	mine = append(mine, stageRounds...)
 	all, err := gatherInt64s(j.s, mine)
@@ -601,10 +612,12 @@ func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start usa
 			role = "trainer"
 		}
 		rep.Ranks = append(rep.Ranks, syncRank{Rank: r, Role: role, Share: v[3], Staging: v[4], Scratch: v[5], Bound: v[6],
-			Base: v[7], Peak: v[8], Sent: v[9], Recv: v[10], Requests: v[11], Comms: v[12], ReqsAfter: v[13], HeapStart: v[14], HeapEnd: v[15]})
+			Base: v[7], Peak: v[8], Sent: v[9], Recv: v[10], Requests: [2]int64{v[11], v[12]}, Comms: [2]int64{v[13], v[14]},
+			Heap: [2]int64{v[15], v[16]}, Goroutines: [2]int64{v[17], v[18]}, PeakAfterWarm: v[19]})
+		const fixed = 20
 		for si := 0; si < ns; si++ {
-			rep.Stages[si].Bytes += v[16+si]
-			rep.Stages[si].Rounds = max(rep.Stages[si].Rounds, int(v[16+ns+si]))
+			rep.Stages[si].Bytes += v[fixed+si]
+			rep.Stages[si].Rounds = max(rep.Stages[si].Rounds, int(v[fixed+ns+si]))
 		}
 	}
 	for si, c := range m.Call.Calls {
@@ -873,11 +886,12 @@ func writeSyncReport(w io.Writer, r *syncReport) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rank\trole\tshare\tstaging\tscratch\tstaging bound\tRSS start\tpeak RSS\tpeak - start\tshare+staging+scratch\t")
+	fmt.Fprintln(tw, "rank\trole\tshare\tstaging\tscratch\tstaging bound\tRSS start\tpeak RSS\tpeak - start\tshare+staging+scratch\tpeak after step 1\tGo heap step 1 -> end\tMPI requests\tgoroutines\t")
 	for _, x := range r.Ranks {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Rank, x.Role, formatBytes(x.Share), formatBytes(x.Staging),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s -> %s\t%d -> %d\t%d -> %d\t\n", x.Rank, x.Role, formatBytes(x.Share), formatBytes(x.Staging),
 			formatBytes(x.Scratch), formatBytes(x.Bound), formatBytes(x.Base), formatBytes(x.Peak), formatBytes(x.Peak-x.Base),
-			formatBytes(x.Share+x.Staging+x.Scratch))
+			formatBytes(x.Share+x.Staging+x.Scratch), formatBytes(x.PeakAfterWarm), formatBytes(x.Heap[0]), formatBytes(x.Heap[1]),
+			x.Requests[0], x.Requests[1], x.Goroutines[0], x.Goroutines[1])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
