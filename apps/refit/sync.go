@@ -140,16 +140,16 @@ type stageReport struct {
 
 // syncRank is one rank's footprint.
 type syncRank struct {
-	Rank      int    `json:"rank"`
-	Role      string `json:"role"`
-	Share     int64  `json:"share_bytes"`   // its part of the model, both sides
-	Staging   int64  `json:"staging_bytes"` // what its programs stage, every stage
-	Scratch   int64  `json:"scratch_bytes"` // whole-tensor scratch (agbcast)
-	Bound     int64  `json:"staging_bound"` // the staging option, per stage it is in
-	Base      int64  `json:"rss_start"`     // resident memory after joining, before the model
-	Peak      int64  `json:"rss_peak"`
-	Sent      int64  `json:"sent"`
-	Recv      int64  `json:"recv"`
+	Rank    int    `json:"rank"`
+	Role    string `json:"role"`
+	Share   int64  `json:"share_bytes"`   // its part of the model, both sides
+	Staging int64  `json:"staging_bytes"` // what its programs stage, every stage
+	Scratch int64  `json:"scratch_bytes"` // whole-tensor scratch (agbcast)
+	Bound   int64  `json:"staging_bound"` // the staging option, per stage it is in
+	Base    int64  `json:"rss_start"`     // resident memory after joining, before the model
+	Peak    int64  `json:"rss_peak"`
+	Sent    int64  `json:"sent"`
+	Recv    int64  `json:"recv"`
 	// MPI requests pending and communicators held, live Go heap and
 	// goroutines, after the first timed step and after the last: a long
 	// run must keep them flat.
