@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/m2n-dev/m2n/internal/checked"
@@ -34,13 +35,21 @@ type View struct {
 func (v View) Dense() bool { return v.Offset == 0 && v.Strides == nil }
 
 // DenseView returns the row-major view of a part of the given local shape
-// at offset elements into its buffer.
+// at offset elements into its buffer. The strides fit in an int64 for every
+// part of a Layout (NewLayout checks the tensor's span); for a shape whose
+// span (the product of its dims, 0 counting as 1) overflows, the strides
+// that would overflow saturate at math.MaxInt64, and Extent reports the
+// overflow as an error.
 func DenseView(shape []int64, offset int64) View {
 	st := make([]int64, len(shape))
 	acc := int64(1)
 	for d := len(shape) - 1; d >= 0; d-- {
 		st[d] = acc
-		acc *= max(shape[d], 1)
+		next, ok := checked.Mul(acc, max(shape[d], 1))
+		if !ok {
+			next = math.MaxInt64
+		}
+		acc = next
 	}
 	return View{Offset: offset, Strides: st}
 }
