@@ -2,7 +2,10 @@ package reshard
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -106,16 +109,46 @@ type Topology struct {
 	Domain []int
 }
 
-// Class returns the link class between two ranks.
+// Class returns the link class between two ranks. A rank that Domain does
+// not name (outside [0, len(Domain))) is in a domain of its own, as every
+// rank is when Domain is nil; Validate reports such ranks as errors.
 func (t Topology) Class(a, b int) LinkClass {
 	switch {
 	case a == b:
 		return LinkSelf
-	case t.Domain != nil && t.Domain[a] == t.Domain[b]:
+	case t.Domain != nil && a >= 0 && b >= 0 && a < len(t.Domain) && b < len(t.Domain) && t.Domain[a] == t.Domain[b]:
 		return LinkLocal
 	}
 	return LinkNetwork
 }
+
+// Validate checks that the topology fits a communicator of world ranks:
+// a nil Domain, or one domain per rank.
+func (t Topology) Validate(world int) error {
+	if t.Domain != nil && len(t.Domain) != world {
+		return &FieldError{Field: "topology", Got: fmt.Sprintf("%d ranks", len(t.Domain)), Want: fmt.Sprintf("%d (the communicator)", world),
+			Why: "the topology must name the domain of every rank"}
+	}
+	return nil
+}
+
+// MaxRounds bounds the rounds of a schedule: a message that would land in
+// round MaxRounds or later makes the Builder fail (see Builder.Err). Every
+// round costs every rank a posting step, so more rounds than this mean
+// chunks and staging far too small for the tensor.
+const MaxRounds = 1 << 24
+
+// MaxMessages bounds the messages of a schedule (about MessageBytes each,
+// so a few GiB at most). Routes count their messages before cutting boxes
+// into chunks and refuse more with an error naming the count; since every
+// message lands at most two rounds after the latest before it, a schedule
+// within MaxMessages also stays within MaxRounds.
+const MaxMessages = 1 << 23
+
+// MessageBytes estimates the memory one message of a schedule takes, with
+// its segments, box and descriptors, for comparing a schedule's size with
+// the memory a rank has.
+const MessageBytes = 512
 
 // Builder assembles a Schedule: Add places each message in the earliest
 // round, no earlier than its dependency allows, in which its sender may
@@ -126,13 +159,39 @@ func (t Topology) Class(a, b int) LinkClass {
 // the messages added before, so every rank that adds the same messages in
 // the same order builds the same schedule. Messages between a pair of ranks
 // match in (round, insertion) order, which both sides see alike.
+//
+// The rule in full: a message of n bytes from src to dst (src != dst) over
+// link class c goes to the first round r >= max(after, 0, min(open(src),
+// open(dst))) in which src's send usage and dst's receive usage over c are
+// both either zero or at most budget-n, where open(rank) is the first round
+// in which some usage list of the rank (send or receive, network or local)
+// is below the budget. A local copy (src == dst) goes to round
+// max(after, 0) and uses no budget.
+//
+// Bookkeeping costs memory in proportion to the messages, not to ranks
+// times rounds, and Add costs O(log rounds) per message in the usual case:
+// each usage list is a sparse 64-ary tree of per-round usage with subtree
+// minima, which finds the first round at or after r with room for n bytes
+// in a few node visits, plus a pointer past the rounds that are full. Only
+// a sender and a receiver whose free rounds interleave make Add step
+// between the two lists, each step still a tree search.
+//
+// Add never panics on bad input: a message naming a rank outside the
+// communicator, a negative size, a round at or past MaxRounds, or more
+// than MaxMessages messages make the Builder fail; Err reports the first
+// such error and every route checks it before returning a schedule.
 type Builder struct {
 	s        *Schedule
 	topo     Topology
-	use      [2][2][][]int64 // [send, recv][network, local][rank][round] bytes
-	open     []int           // [rank] every round before this is full
+	use      []rankUsage // per rank
 	maxRound int
+	err      error
+	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the MaxRounds error
 }
+
+// rankUsage is a rank's usage lists, [send, recv][network, local]; nil
+// until used.
+type rankUsage [2][2]*usage
 
 // NewBuilder starts a schedule for the plans (one per tensor, all over the
 // same communicator) with roundBytes the most a rank sends, and separately
@@ -140,6 +199,11 @@ type Builder struct {
 func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*Builder, error) {
 	if len(plans) == 0 {
 		return nil, fmt.Errorf("reshard: a schedule needs at least one tensor")
+	}
+	for i, p := range plans {
+		if p == nil {
+			return nil, fmt.Errorf("reshard: tensor %d has no plan (nil)", i)
+		}
 	}
 	world := plans[0].World()
 	for i, p := range plans {
@@ -153,71 +217,327 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 	if roundBytes <= 0 {
 		return nil, fmt.Errorf("reshard: round budget %d bytes, want > 0", roundBytes)
 	}
-	return &Builder{
+	b := &Builder{
 		s:    &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
 		topo: topo,
-		use: [2][2][][]int64{
-			{make([][]int64, world), make([][]int64, world)},
-			{make([][]int64, world), make([][]int64, world)}},
-		open: make([]int, world),
-	}, nil
+		use:  make([]rankUsage, world),
+	}
+	for dir := range b.totals {
+		for class := range b.totals[dir] {
+			b.totals[dir][class] = make([]int64, world)
+		}
+	}
+	return b, nil
 }
+
+// Expect declares that about n more messages will be added: it fails (and
+// makes the Builder fail) when that would pass MaxMessages, with an error
+// naming the count and its memory, and otherwise reserves room for them.
+// Routes call it with their exact message count before cutting boxes into
+// chunks, so that an absurd schedule is refused before it takes memory.
+func (b *Builder) Expect(n int64) error {
+	if b.err != nil {
+		return b.err
+	}
+	total, ok := checked.Add(int64(len(b.s.Messages)), n)
+	if n < 0 || !ok || total > MaxMessages {
+		b.err = tooManyMessages(b.s.Route, n)
+		return b.err
+	}
+	b.s.Messages = slices.Grow(b.s.Messages, int(n))
+	return nil
+}
+
+func tooManyMessages(route string, n int64) error {
+	mem, ok := checked.Mul(n, MessageBytes)
+	memS := fmt.Sprintf("about %d bytes", mem)
+	if !ok || n < 0 {
+		memS = "more bytes than an int64 counts"
+	}
+	return &FieldError{Field: route + " schedule", Got: fmt.Sprintf("%d messages (%s)", n, memS),
+		Want: fmt.Sprintf("at most %d messages", MaxMessages),
+		Why:  "the chunks are too small for these tensors and layouts: larger chunk bytes (and staging bytes, at least 8 x chunk) make fewer messages"}
+}
+
+// Err returns the first error Add or Expect met, or nil. A Builder that
+// failed keeps returning rounds from Add but no longer records messages;
+// its Schedule must not be used.
+func (b *Builder) Err() error { return b.err }
 
 // Add schedules m no earlier than round after and returns its round. A
 // message that forwards data received in round k must pass after >= k+2
 // (AfterRecv does that); one that reads data a local copy wrote in round k
 // may pass k. Local copies (Src == Dst) use no transport budget. A message
 // larger than the budget gets a round to itself.
+//
+// A message Add cannot place makes the Builder fail (see Err): Src or Dst
+// outside the communicator, negative Bytes, a round at or past MaxRounds,
+// or more than MaxMessages messages. Add then returns max(after, 0).
 func (b *Builder) Add(m Message, after int) int {
-	m.Class = b.topo.Class(m.Src, m.Dst)
 	r := max(after, 0)
-	if m.Src != m.Dst {
-		send, recv := &b.use[0][m.Class][m.Src], &b.use[1][m.Class][m.Dst]
-		r = max(r, min(b.open[m.Src], b.open[m.Dst]))
-		for !(b.fits(*send, r, m.Bytes) && b.fits(*recv, r, m.Bytes)) {
-			r++
+	if b.err != nil {
+		return r
+	}
+	world := b.s.world
+	switch {
+	case m.Src < 0 || m.Src >= world || m.Dst < 0 || m.Dst >= world:
+		b.err = fmt.Errorf("reshard: %s schedule, message %d from rank %d to rank %d: ranks must lie in the communicator [0, %d)",
+			b.s.Route, len(b.s.Messages), m.Src, m.Dst, world)
+		return r
+	case m.Bytes < 0:
+		b.err = fmt.Errorf("reshard: %s schedule, message %d from rank %d to rank %d has %d bytes, want >= 0",
+			b.s.Route, len(b.s.Messages), m.Src, m.Dst, m.Bytes)
+		return r
+	case len(b.s.Messages) >= MaxMessages:
+		b.err = tooManyMessages(b.s.Route, int64(len(b.s.Messages))+1)
+		return r
+	}
+	m.Class = b.topo.Class(m.Src, m.Dst)
+	if m.Src != m.Dst && r < MaxRounds {
+		su := b.list(0, m.Class, m.Src)
+		du := b.list(1, m.Class, m.Dst)
+		r = max(r, min(b.open(m.Src), b.open(m.Dst)))
+		r = b.place(su, du, r, m.Bytes)
+		b.totals[0][m.Class][m.Src] = satAdd(b.totals[0][m.Class][m.Src], m.Bytes)
+		b.totals[1][m.Class][m.Dst] = satAdd(b.totals[1][m.Class][m.Dst], m.Bytes)
+		if r < MaxRounds && m.Bytes > 0 {
+			su.add(r, m.Bytes, b.s.RoundBytes)
+			du.add(r, m.Bytes, b.s.RoundBytes)
 		}
-		*send = charge(*send, r, m.Bytes)
-		*recv = charge(*recv, r, m.Bytes)
-		b.advance(m.Src)
-		b.advance(m.Dst)
+	}
+	if r >= MaxRounds {
+		b.err = b.tooManyRounds(m, r)
+		return max(after, 0)
 	}
 	m.Round = r
 	b.maxRound = max(b.maxRound, r)
 	b.s.Messages = append(b.s.Messages, m)
+	if addHook != nil {
+		addHook(b, m, after)
+	}
 	return r
 }
 
-// fits reports whether n more bytes fit round r of a usage list. An empty
-// round takes any message.
-func (b *Builder) fits(use []int64, r int, n int64) bool {
-	if r >= len(use) || use[r] == 0 {
-		return true
+// addHook, set only by tests, sees every message Add places (with its
+// round) and the lower bound it was given, to compare with a reference.
+var addHook func(b *Builder, m Message, after int)
+
+// place returns the first round at or after r in which n more bytes fit
+// both the sender's list su and the receiver's list du (MaxRounds or more
+// if none does). A round fits when its usage is zero or at most budget-n.
+func (b *Builder) place(su, du *usage, r int, n int64) int {
+	budget := b.s.RoundBytes
+	limit := int64(0) // a message larger than the budget needs an empty round
+	if n <= budget {
+		limit = budget - n
 	}
-	return use[r]+n <= b.s.RoundBytes
+	for r < MaxRounds {
+		if n > 0 { // rounds before free are full: no room for even one byte
+			r = max(r, su.free)
+		}
+		r = su.first(r, limit)
+		r2 := r
+		if n > 0 {
+			r2 = max(r2, du.free)
+		}
+		if r2 = du.first(r2, limit); r2 == r {
+			return r
+		}
+		r = r2
+	}
+	return r
 }
 
-func charge(use []int64, r int, n int64) []int64 {
-	for len(use) <= r {
-		use = append(use, 0)
+// list returns (creating) the usage list of rank in direction dir over
+// link class c.
+func (b *Builder) list(dir int, c LinkClass, rank int) *usage {
+	u := b.use[rank][dir][c]
+	if u == nil {
+		u = newUsage()
+		b.use[rank][dir][c] = u
 	}
-	use[r] += n
-	return use
+	return u
 }
 
-// advance moves a rank's open pointer past rounds that are full in every
-// direction and class.
-func (b *Builder) advance(rank int) {
-	for o := b.open[rank]; ; o++ {
-		for dir := range b.use {
-			for class := range b.use[dir] {
-				if u := b.use[dir][class][rank]; o >= len(u) || u[o] < b.s.RoundBytes {
-					b.open[rank] = o
-					return
-				}
+// open returns the first round in which some usage list of rank has room
+// (is below the budget): every round before it is full in every direction
+// and class.
+func (b *Builder) open(rank int) int {
+	o := MaxRounds
+	for dir := range b.use[rank] {
+		for _, u := range b.use[rank][dir] {
+			if u == nil {
+				return 0
+			}
+			o = min(o, u.free)
+		}
+	}
+	return o
+}
+
+func (b *Builder) tooManyRounds(m Message, r int) error {
+	// the busiest list says how much staging would fit the traffic in
+	// half the round limit (the other half for the dependencies).
+	var most int64
+	for dir := range b.totals {
+		for class := range b.totals[dir] {
+			for _, t := range b.totals[dir][class] {
+				most = max(most, t)
 			}
 		}
 	}
+	need := most / (MaxRounds / 2)
+	if most%(MaxRounds/2) != 0 {
+		need++
+	}
+	need = max(need, b.s.RoundBytes+1)
+	staging, ok := checked.Mul(need, 8)
+	hint := fmt.Sprintf("staging bytes of at least %d (round budget %d) with chunk bytes at most %d", staging, need, need)
+	if !ok {
+		hint = "larger staging bytes and chunk bytes"
+	}
+	return &FieldError{Field: b.s.Route + " schedule", Got: fmt.Sprintf("message %d (%d bytes, rank %d to rank %d) in round %d", len(b.s.Messages), m.Bytes, m.Src, m.Dst, r),
+		Want: fmt.Sprintf("rounds below %d", MaxRounds),
+		Why: fmt.Sprintf("a rank moves at most %d bytes a round each way over each link class (staging / 8) and the busiest moves %d bytes: use %s",
+			b.s.RoundBytes, most, hint)}
+}
+
+// satMul multiplies non-negative sizes, saturating at math.MaxInt64.
+func satMul(a, b int64) int64 {
+	if p, ok := checked.Mul(a, b); ok {
+		return p
+	}
+	return math.MaxInt64
+}
+
+// satAdd adds non-negative sizes, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if s, ok := checked.Add(a, b); ok {
+		return s
+	}
+	return math.MaxInt64
+}
+
+// usage is one rank's bytes per round in one direction over one link
+// class, as a sparse tree: level 0 holds the bytes of every round of a
+// node of usageFan rounds, and each level above holds, per child node, the
+// least usage in it (0 while some round of it is untouched). A node exists
+// only once a round under it is charged, so that an absent node means
+// usageFan^(level+1) untouched rounds, and the parent of every node exists.
+// Usage only grows, so free (every round before it is full, usage >=
+// budget) only moves forward.
+type usage struct {
+	nodes [usageLevels]map[int32]*usageNode
+	free  int
+}
+
+const (
+	usageBits   = 6
+	usageFan    = 1 << usageBits
+	usageMask   = usageFan - 1
+	usageLevels = 4 // usageFan^usageLevels == MaxRounds rounds
+)
+
+type usageNode [usageFan]int64
+
+func newUsage() *usage {
+	u := &usage{}
+	for k := range u.nodes {
+		u.nodes[k] = map[int32]*usageNode{}
+	}
+	return u
+}
+
+// first returns the first round t >= r whose usage is at most limit
+// (limit >= 0, so an untouched round always qualifies), or MaxRounds if no
+// round below MaxRounds does.
+func (u *usage) first(r int, limit int64) int {
+	if r >= MaxRounds {
+		return r
+	}
+	nd := u.nodes[0][int32(r>>usageBits)]
+	if nd == nil {
+		return r
+	}
+	for s := r & usageMask; s < usageFan; s++ {
+		if nd[s] <= limit {
+			return r&^usageMask | s
+		}
+	}
+	// climb: e is the node just searched in full, at level k-1.
+	e := r >> usageBits
+	for k := 1; k < usageLevels; k++ {
+		i := e >> usageBits
+		nd = u.nodes[k][int32(i)]
+		if nd == nil { // cannot happen (parents exist); the rest of it is untouched
+			return (e + 1) << (usageBits * k)
+		}
+		for s := e&usageMask + 1; s < usageFan; s++ {
+			if nd[s] <= limit {
+				return u.descend(k, i<<usageBits|s, limit)
+			}
+		}
+		e = i
+	}
+	return MaxRounds
+}
+
+// descend returns the first round under node e of level k-1 whose usage
+// is at most limit; the node's least usage is.
+func (u *usage) descend(k, e int, limit int64) int {
+	for ; k > 0; k-- {
+		nd := u.nodes[k-1][int32(e)]
+		if nd == nil {
+			return e << (usageBits * k)
+		}
+		s := 0
+		for nd[s] > limit {
+			s++ // a slot qualifies: the parent holds this node's least usage
+		}
+		e = e<<usageBits | s
+	}
+	return e
+}
+
+// add charges n > 0 bytes to round r < MaxRounds and moves free past the
+// rounds that are now full under budget.
+func (u *usage) add(r int, n, budget int64) {
+	e := r
+	var least int64 // the least usage of the node just updated
+	for k := 0; k < usageLevels; k++ {
+		i := int32(e >> usageBits)
+		s := e & usageMask
+		nd := u.nodes[k][i]
+		switch {
+		case nd == nil:
+			nd = new(usageNode)
+			u.nodes[k][i] = nd
+		case k > 0 && nd[s] == least:
+			k = usageLevels // nothing above changes
+			continue
+		}
+		if k == 0 {
+			nd[s] = satAdd(nd[s], n)
+		} else {
+			nd[s] = least
+		}
+		least = nd[0]
+		for _, v := range nd[1:] {
+			least = min(least, v)
+		}
+		e >>= usageBits
+	}
+	if r == u.free && u.at(r) >= budget {
+		u.free = u.first(r, budget-1)
+	}
+}
+
+// at returns the usage of round r.
+func (u *usage) at(r int) int64 {
+	if nd := u.nodes[0][int32(r>>usageBits)]; nd != nil {
+		return nd[r&usageMask]
+	}
+	return 0
 }
 
 // AfterRecv returns the earliest round in which data received in round r
@@ -252,12 +572,13 @@ func seg(tensor int, kind BufKind, at Strided) []Segment {
 	return []Segment{{Tensor: tensor, Buf: kind, At: at}}
 }
 
-// Bytes returns the total bytes of every message of class c.
+// Bytes returns the total bytes of every message of class c, saturating
+// at math.MaxInt64.
 func (s *Schedule) Bytes(c LinkClass) int64 {
 	var n int64
 	for i := range s.Messages {
 		if s.Messages[i].Class == c {
-			n += s.Messages[i].Bytes
+			n = satAdd(n, s.Messages[i].Bytes)
 		}
 	}
 	return n
