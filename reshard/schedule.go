@@ -187,6 +187,7 @@ type Builder struct {
 	maxRound int
 	err      error
 	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the MaxRounds error
+	hints    map[uint64]*pairHint
 }
 
 // rankUsage is a rank's usage lists, [send, recv][network, local]; nil
@@ -218,9 +219,10 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 		return nil, fmt.Errorf("reshard: round budget %d bytes, want > 0", roundBytes)
 	}
 	b := &Builder{
-		s:    &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
-		topo: topo,
-		use:  make([]rankUsage, world),
+		s:     &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
+		topo:  topo,
+		use:   make([]rankUsage, world),
+		hints: map[uint64]*pairHint{},
 	}
 	for dir := range b.totals {
 		for class := range b.totals[dir] {
@@ -296,8 +298,11 @@ func (b *Builder) Add(m Message, after int) int {
 	if m.Src != m.Dst && r < MaxRounds {
 		su := b.list(0, m.Class, m.Src)
 		du := b.list(1, m.Class, m.Dst)
+		from := r
 		r = max(r, min(b.open(m.Src), b.open(m.Dst)))
-		r = b.place(su, du, r, m.Bytes)
+		h := b.hint(m.Src, m.Dst)
+		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes)
+		h.learn(from, r, m.Bytes)
 		b.totals[0][m.Class][m.Src] = satAdd(b.totals[0][m.Class][m.Src], m.Bytes)
 		b.totals[1][m.Class][m.Dst] = satAdd(b.totals[1][m.Class][m.Dst], m.Bytes)
 		if r < MaxRounds && m.Bytes > 0 {
@@ -346,6 +351,66 @@ func (b *Builder) place(su, du *usage, r int, n int64) int {
 		r = r2
 	}
 	return r
+}
+
+// hint returns (creating) the pair hint of src and dst.
+func (b *Builder) hint(src, dst int) *pairHint {
+	key := uint64(src)<<32 | uint64(dst)
+	h := b.hints[key]
+	if h == nil {
+		h = &pairHint{}
+		b.hints[key] = h
+	}
+	return h
+}
+
+// pairHint remembers, for one sender and receiver, stretches of rounds in
+// which an earlier message found no room: "no round in [lo, hi) takes n
+// bytes from this sender to this receiver". Usage only grows and open only
+// moves forward, so such a stretch stays without room for n bytes or more,
+// and a later search that starts inside it may start at hi instead: this
+// is what keeps Add from walking, message after message, over the rounds in
+// which the sender has room and the receiver has none (or the reverse).
+// The rounds found are the ones the plain search finds.
+type pairHint struct {
+	e    [pairHints]hintSpan
+	next int // the slot to overwrite when no slot matches
+}
+
+const pairHints = 4
+
+type hintSpan struct {
+	n      int64
+	lo, hi int
+}
+
+// skip returns where a search for n bytes from round r may start.
+func (h *pairHint) skip(r int, n int64) int {
+	for moved := true; moved; {
+		moved = false
+		for _, e := range h.e {
+			if e.hi > e.lo && e.n <= n && e.lo <= r && r < e.hi {
+				r, moved = e.hi, true
+			}
+		}
+	}
+	return r
+}
+
+// learn records that a search for n bytes from round lo found round hi.
+func (h *pairHint) learn(lo, hi int, n int64) {
+	if hi <= lo {
+		return
+	}
+	for i := range h.e {
+		e := &h.e[i]
+		if e.hi > e.lo && e.n == n && lo <= e.hi && e.lo <= hi {
+			e.lo, e.hi = min(e.lo, lo), max(e.hi, hi)
+			return
+		}
+	}
+	h.e[h.next] = hintSpan{n: n, lo: lo, hi: hi}
+	h.next = (h.next + 1) % pairHints
 }
 
 // list returns (creating) the usage list of rank in direction dir over
@@ -429,6 +494,9 @@ func satAdd(a, b int64) int64 {
 type usage struct {
 	nodes [usageLevels]map[int32]*usageNode
 	free  int
+	// the node of each level looked up last (nodes are never removed).
+	cacheIdx [usageLevels]int32
+	cacheNd  [usageLevels]*usageNode
 }
 
 const (
@@ -438,7 +506,13 @@ const (
 	usageLevels = 4 // usageFan^usageLevels == MaxRounds rounds
 )
 
-type usageNode [usageFan]int64
+// usageNode holds the usage of usageFan rounds (level 0) or the least
+// usage of usageFan child nodes (0 for a child that does not exist), and
+// the least of its own values.
+type usageNode struct {
+	v     [usageFan]int64
+	least int64
+}
 
 func newUsage() *usage {
 	u := &usage{}
@@ -448,6 +522,18 @@ func newUsage() *usage {
 	return u
 }
 
+// node returns node i of level k, nil if absent.
+func (u *usage) node(k int, i int32) *usageNode {
+	if nd := u.cacheNd[k]; nd != nil && u.cacheIdx[k] == i {
+		return nd
+	}
+	nd := u.nodes[k][i]
+	if nd != nil {
+		u.cacheIdx[k], u.cacheNd[k] = i, nd
+	}
+	return nd
+}
+
 // first returns the first round t >= r whose usage is at most limit
 // (limit >= 0, so an untouched round always qualifies), or MaxRounds if no
 // round below MaxRounds does.
@@ -455,25 +541,27 @@ func (u *usage) first(r int, limit int64) int {
 	if r >= MaxRounds {
 		return r
 	}
-	nd := u.nodes[0][int32(r>>usageBits)]
+	nd := u.node(0, int32(r>>usageBits))
 	if nd == nil {
 		return r
 	}
-	for s := r & usageMask; s < usageFan; s++ {
-		if nd[s] <= limit {
-			return r&^usageMask | s
+	if nd.least <= limit { // else no round of the node qualifies
+		for s := r & usageMask; s < usageFan; s++ {
+			if nd.v[s] <= limit {
+				return r&^usageMask | s
+			}
 		}
 	}
 	// climb: e is the node just searched in full, at level k-1.
 	e := r >> usageBits
 	for k := 1; k < usageLevels; k++ {
 		i := e >> usageBits
-		nd = u.nodes[k][int32(i)]
+		nd = u.node(k, int32(i))
 		if nd == nil { // cannot happen (parents exist); the rest of it is untouched
 			return (e + 1) << (usageBits * k)
 		}
 		for s := e&usageMask + 1; s < usageFan; s++ {
-			if nd[s] <= limit {
+			if nd.v[s] <= limit {
 				return u.descend(k, i<<usageBits|s, limit)
 			}
 		}
@@ -486,12 +574,12 @@ func (u *usage) first(r int, limit int64) int {
 // is at most limit; the node's least usage is.
 func (u *usage) descend(k, e int, limit int64) int {
 	for ; k > 0; k-- {
-		nd := u.nodes[k-1][int32(e)]
+		nd := u.node(k-1, int32(e))
 		if nd == nil {
 			return e << (usageBits * k)
 		}
 		s := 0
-		for nd[s] > limit {
+		for nd.v[s] > limit {
 			s++ // a slot qualifies: the parent holds this node's least usage
 		}
 		e = e<<usageBits | s
@@ -504,40 +592,41 @@ func (u *usage) descend(k, e int, limit int64) int {
 func (u *usage) add(r int, n, budget int64) {
 	e := r
 	var least int64 // the least usage of the node just updated
+	var now int64   // round r's usage after the charge
 	for k := 0; k < usageLevels; k++ {
 		i := int32(e >> usageBits)
 		s := e & usageMask
-		nd := u.nodes[k][i]
-		switch {
-		case nd == nil:
+		nd := u.node(k, i)
+		created := nd == nil
+		if created { // a new node, and (below) its slot in a parent
 			nd = new(usageNode)
 			u.nodes[k][i] = nd
-		case k > 0 && nd[s] == least:
-			k = usageLevels // nothing above changes
-			continue
+			u.cacheIdx[k], u.cacheNd[k] = i, nd
 		}
+		old := nd.v[s]
 		if k == 0 {
-			nd[s] = satAdd(nd[s], n)
+			nd.v[s] = satAdd(old, n)
+			now = nd.v[s]
 		} else {
-			nd[s] = least
+			nd.v[s] = least
 		}
-		least = nd[0]
-		for _, v := range nd[1:] {
-			least = min(least, v)
+		prev := nd.least
+		if old == prev && nd.v[s] != old { // the slot held the least: it may have grown
+			m := nd.v[0]
+			for _, v := range nd.v[1:] {
+				m = min(m, v)
+			}
+			nd.least = m
 		}
+		if !created && nd.least == prev {
+			break // this node's least usage did not change: nothing above does
+		}
+		least = nd.least
 		e >>= usageBits
 	}
-	if r == u.free && u.at(r) >= budget {
+	if r == u.free && now >= budget {
 		u.free = u.first(r, budget-1)
 	}
-}
-
-// at returns the usage of round r.
-func (u *usage) at(r int) int64 {
-	if nd := u.nodes[0][int32(r>>usageBits)]; nd != nil {
-		return nd[r&usageMask]
-	}
-	return 0
 }
 
 // AfterRecv returns the earliest round in which data received in round r
