@@ -74,6 +74,15 @@ func Route(plans []*reshard.Plan, topo reshard.Topology, opts Options) (*reshard
 	if err != nil {
 		return nil, err
 	}
+	// every transfer reaches its destination in at least one message:
+	// refuse an absurd plan before deriving chains from it.
+	var transfers int64
+	for _, p := range plans {
+		transfers += int64(p.Len()) // at most MaxTransfers each
+	}
+	if transfers > reshard.MaxMessages {
+		return nil, b.Expect(transfers)
+	}
 	var chains []chain
 	for ti, p := range plans {
 		chains = append(chains, tensorChains(ti, p, topo, opts)...)

@@ -26,10 +26,21 @@ type DomainSizes struct {
 // that is how several domains are emulated on one host. A rank in both
 // meshes takes its destination domain when that side is overridden. Ranks
 // the overrides do not cover keep their discovered domain.
+//
+// host has one entry per rank of the communicator: a mesh that reaches a
+// rank at or past len(host) is an error naming it, as are negative sizes.
 func Domains(host []int, src, dst placement.Layout, sizes DomainSizes) (reshard.Topology, error) {
 	world := len(host)
 	if sizes.Src < 0 || sizes.Dst < 0 {
 		return reshard.Topology{}, fmt.Errorf("hier: domain sizes %+v must not be negative", sizes)
+	}
+	for _, side := range []struct {
+		name string
+		l    placement.Layout
+	}{{"source", src}, {"destination", dst}} {
+		if err := side.l.Mesh().Validate(world); err != nil {
+			return reshard.Topology{}, fmt.Errorf("hier: %s mesh: %w (the host list names %d ranks)", side.name, err, world)
+		}
 	}
 	key := make([]string, world)
 	for r := range key {
@@ -60,14 +71,21 @@ func Domains(host []int, src, dst placement.Layout, sizes DomainSizes) (reshard.
 }
 
 // DomainCount returns how many distinct domains the ranks of a mesh span.
+// A rank the topology does not name counts as a domain of its own.
 func DomainCount(topo reshard.Topology, l placement.Layout) int {
 	m := l.Mesh()
 	if topo.Domain == nil {
 		return m.Size()
 	}
 	seen := map[int]bool{}
+	own := 0
 	for i := 0; i < m.Size(); i++ {
-		seen[topo.Domain[m.RankAt(i)]] = true
+		r := m.RankAt(i)
+		if r >= len(topo.Domain) {
+			own++
+			continue
+		}
+		seen[topo.Domain[r]] = true
 	}
-	return len(seen)
+	return len(seen) + own
 }

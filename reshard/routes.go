@@ -60,8 +60,16 @@ func Flat(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error)
 	if err != nil {
 		return nil, err
 	}
-	// count first: transfers materialise one at a time, chunks not at all.
+	// count first: every transfer is at least one message; then chunks,
+	// transfers materialised one at a time, chunks not at all.
 	var total int64
+	for _, p := range plans {
+		total = satAdd(total, int64(p.Len()))
+	}
+	if total > MaxMessages {
+		return nil, tooManyMessages("flat", total)
+	}
+	total = 0
 	for _, p := range plans {
 		elem := p.Src().ElemSize()
 		for i := 0; i < p.Len(); i++ {
