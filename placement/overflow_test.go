@@ -183,3 +183,15 @@ func TestBoxElemsChecked(t *testing.T) {
 		t.Error("Extent of an overflowing view accepted")
 	}
 }
+
+// TestViewSpanOverflow: strides whose span overflows are an error, not a
+// wrapped span that hides an overlap.
+func TestViewSpanOverflow(t *testing.T) {
+	v := View{Strides: []int64{math.MaxInt64 - 1, 1}}
+	if err := v.Validate([]int64{2, 2}); err == nil || !strings.Contains(err.Error(), "overflow") {
+		t.Errorf("overflowing strides: %v", err)
+	}
+	if _, err := v.Extent([]int64{2, 2}); err == nil {
+		t.Error("Extent one past math.MaxInt64 accepted")
+	}
+}

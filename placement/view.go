@@ -81,6 +81,9 @@ func (v View) Extent(shape []int64) (int64, error) {
 			return 0, fmt.Errorf("view %v of a %s part: element offset overflows int64", v, FormatShape(shape))
 		}
 	}
+	if last == math.MaxInt64 {
+		return 0, fmt.Errorf("view %v of a %s part: element offset overflows int64", v, FormatShape(shape))
+	}
 	return last + 1, nil
 }
 
@@ -133,10 +136,12 @@ func (v View) Validate(shape []int64) error {
 			return fmt.Errorf("view strides %v make elements of a %s part overlap", v.Strides, FormatShape(shape))
 		}
 		ext, ok := checked.Mul(x.n-1, x.s)
+		if ok {
+			span, ok = checked.Add(ext, span)
+		}
 		if !ok {
 			return fmt.Errorf("view strides %v of a %s part overflow int64", v.Strides, FormatShape(shape))
 		}
-		span = ext + span
 	}
 	_, err := v.Extent(shape)
 	return err

@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,23 @@ func TestBuilderRoundLimit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "in round 16777216, want rounds below 16777216") ||
 		!strings.Contains(err.Error(), "staging bytes of at least") {
 		t.Errorf("Err() = %v", err)
+	}
+}
+
+// TestStridedBytesChecked: descriptor sizes saturate or report overflow,
+// never wrap.
+func TestStridedBytesChecked(t *testing.T) {
+	s := Strided{Run: 1 << 40, Count: []int64{1 << 20, 1 << 10}, Stride: []int64{1, 1}}
+	if s.Bytes() != math.MaxInt64 {
+		t.Errorf("Bytes = %d, want saturation", s.Bytes())
+	}
+	if _, err := s.CheckedBytes(); err == nil {
+		t.Error("overflow not reported")
+	}
+	if n, err := (Strided{Run: 32, Count: []int64{4, 2}}).CheckedBytes(); err != nil || n != 256 {
+		t.Errorf("CheckedBytes = %d, %v", n, err)
+	}
+	if _, err := (Strided{Run: 32, Count: []int64{-4}}).CheckedBytes(); err == nil {
+		t.Error("negative count accepted")
 	}
 }
