@@ -193,3 +193,22 @@ func layoutOfDT(t *testing.T, shape []int64, dt placement.DType, ms []int, ranks
 	}
 	return l
 }
+
+// TestSplitEvenBadBoxes: boxes SplitEven cannot cut come back whole
+// instead of indexing out of range, and long dims cut exactly.
+func TestSplitEvenBadBoxes(t *testing.T) {
+	for _, b := range []placement.Box{
+		{Lo: []int64{0, 3}, Hi: []int64{4, 3}},
+		{Lo: []int64{0, 0}, Hi: []int64{4}},
+		{Lo: []int64{5}, Hi: []int64{2}},
+	} {
+		if got := SplitEven(b, 4); len(got) != 1 {
+			t.Errorf("SplitEven(%v, 4) = %v", b, got)
+		}
+	}
+	b := placement.Box{Lo: []int64{0}, Hi: []int64{math.MaxInt64}}
+	parts := SplitEven(b, 3)
+	if len(parts) != 3 || parts[0].Lo[0] != 0 || parts[2].Hi[0] != math.MaxInt64 || parts[1].Lo[0] != math.MaxInt64/3 {
+		t.Errorf("SplitEven of [0, MaxInt64) = %v", parts)
+	}
+}

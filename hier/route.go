@@ -306,7 +306,7 @@ func groupByDomain(ranks []int, topo reshard.Topology) [][]int {
 // n <= 1, comes back whole.
 func SplitEven(b placement.Box, n int) []placement.Box {
 	nd := b.NDim()
-	if n <= 1 || nd == 0 || b.Empty() || len(b.Hi) != nd {
+	if n <= 1 || nd == 0 || len(b.Hi) != nd || b.Empty() {
 		return []placement.Box{b}
 	}
 	dim, best := -1, int64(0)

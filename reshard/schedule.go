@@ -168,13 +168,17 @@ const MessageBytes = 512
 // is below the budget. A local copy (src == dst) goes to round
 // max(after, 0) and uses no budget.
 //
-// Bookkeeping costs memory in proportion to the messages, not to ranks
-// times rounds, and Add costs O(log rounds) per message in the usual case:
-// each usage list is a sparse 64-ary tree of per-round usage with subtree
-// minima, which finds the first round at or after r with room for n bytes
-// in a few node visits, plus a pointer past the rounds that are full. Only
-// a sender and a receiver whose free rounds interleave make Add step
-// between the two lists, each step still a tree search.
+// Bookkeeping costs memory in proportion to the messages (and the pairs
+// of ranks that exchange them), not to ranks times rounds, and Add costs
+// a few tree searches per message: each usage list is a sparse 64-ary tree
+// of per-round usage with subtree minima, which finds the first round at
+// or after r with room for n bytes in at most 2 x 4 node visits, plus a
+// pointer past the rounds that are full. Add alternates between the
+// sender's and the receiver's list until both have room in one round; a
+// hint per pair of ranks remembers the rounds in which the pair's last
+// search found no room, so that message after message does not walk the
+// same stretch again. BenchmarkBuilder shows the cost per message flat
+// from a thousand to a million messages.
 //
 // Add never panics on bad input: a message naming a rank outside the
 // communicator, a negative size, a round at or past MaxRounds, or more
