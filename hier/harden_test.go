@@ -21,7 +21,7 @@ func TestDomainsShortHostList(t *testing.T) {
 	dst := layoutOf(t, []int64{8}, []int{2}, []int{2, 3}, "S0")
 	for _, host := range [][]int{{0}, nil, {0, 0, 0}} {
 		_, err := Domains(host, src, dst, DomainSizes{Dst: 1})
-		if err == nil || !strings.Contains(err.Error(), "outside a communicator of") || !strings.Contains(err.Error(), "the host list names") {
+		if err == nil || !strings.Contains(err.Error(), "outside a communicator of") || !strings.Contains(err.Error(), "host list") {
 			t.Errorf("Domains(%v) = %v", host, err)
 		}
 	}

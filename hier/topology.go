@@ -39,7 +39,8 @@ func Domains(host []int, src, dst placement.Layout, sizes DomainSizes) (reshard.
 		l    placement.Layout
 	}{{"source", src}, {"destination", dst}} {
 		if err := side.l.Mesh().Validate(world); err != nil {
-			return reshard.Topology{}, fmt.Errorf("hier: %s mesh: %w (the host list names %d ranks)", side.name, err, world)
+			return reshard.Topology{}, &reshard.FieldError{Field: "host list", Got: fmt.Sprintf("%d ranks", world),
+				Want: "one domain per rank of the communicator", Why: fmt.Sprintf("the %s mesh: %v", side.name, err)}
 		}
 	}
 	key := make([]string, world)

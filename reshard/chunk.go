@@ -86,10 +86,12 @@ type split struct {
 
 func planSplit(b placement.Box, elem, maxBytes int64) (split, error) {
 	if elem < 1 {
-		return split{}, fmt.Errorf("reshard: split of box %v: element size %d bytes, want at least 1", b, elem)
+		return split{}, &FieldError{Field: "element size", Got: fmt.Sprintf("%d bytes", elem), Want: "at least 1",
+			Why: fmt.Sprintf("splitting box %v into chunks counts bytes per element", b)}
 	}
 	if maxBytes < 1 {
-		return split{}, fmt.Errorf("reshard: split of box %v: chunk of %d bytes, want at least 1", b, maxBytes)
+		return split{}, &FieldError{Field: "chunk bytes", Got: fmt.Sprint(maxBytes), Want: "at least 1",
+			Why: fmt.Sprintf("box %v cannot be cut into chunks of %d bytes", b, maxBytes)}
 	}
 	elems, err := b.CheckedElems()
 	if err != nil {

@@ -51,8 +51,8 @@ func TestSplitBoxRejects(t *testing.T) {
 		want      string
 	}{
 		{box, 0, -1, "element size 0 bytes, want at least 1"},
-		{box, 4, 0, "chunk of 0 bytes, want at least 1"},
-		{box, 4, -1, "chunk of -1 bytes"},
+		{box, 4, 0, "chunk bytes 0, want at least 1"},
+		{box, 4, -1, "chunk bytes -1, want at least 1"},
 		{placement.Box{Lo: []int64{0, 3}, Hi: []int64{4, 3}}, 4, 16, "is empty"},
 		{placement.Box{Lo: []int64{0}, Hi: []int64{4, 3}}, 4, 16, "box with 1 lower and 2 upper bounds"},
 		{placement.Box{Lo: []int64{0}, Hi: []int64{1 << 58}}, 8, 16 << 20, "make 137438953472 parts"},
