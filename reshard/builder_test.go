@@ -162,8 +162,8 @@ func TestBuilderMatchesOracleLong(t *testing.T) {
 func TestUsageTree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 9))
 	const budget = 10
-	for trial := 0; trial < 20; trial++ {
-		u := newUsage()
+	for trial := 0; trial < 10; trial++ {
+		u := newUsage(budget)
 		ref := map[int]int64{}
 		// clusters of touched rounds at random places, some full runs.
 		for c := 0; c < 30; c++ {
@@ -177,7 +177,7 @@ func TestUsageTree(t *testing.T) {
 				if rng.IntN(8) == 0 {
 					n = 1 + rng.Int64N(budget)
 				}
-				u.add(r, n, budget)
+				u.add(r, n)
 				ref[r] += n
 			}
 		}
@@ -196,12 +196,22 @@ func TestUsageTree(t *testing.T) {
 					r = k
 					break
 				}
+			} else if q%4 == 1 {
+				r = 0 // searches from the start set and use the fronts
 			} else {
 				r = rng.IntN(MaxRounds)
 			}
 			limit := rng.Int64N(budget + 2)
-			if got, want := u.first(r, limit), firstRef(r, limit); got != want {
+			want := firstRef(r, limit)
+			if got := u.first(r, limit); got != want {
 				t.Fatalf("trial %d: first(%d, %d) = %d, want %d", trial, r, limit, got, want)
+			}
+			if got := u.find(r, limit); got != want {
+				t.Fatalf("trial %d: find(%d, %d) = %d, want %d", trial, r, limit, got, want)
+			}
+			if q%3 == 0 && want < MaxRounds { // charge the answer, as Add does
+				u.add(want, 1)
+				ref[want]++
 			}
 		}
 		if want := firstRef(0, budget-1); u.free != want {
@@ -209,9 +219,9 @@ func TestUsageTree(t *testing.T) {
 		}
 	}
 	// a list full to the last round has no room anywhere.
-	u := newUsage()
+	u := newUsage(1)
 	for r := MaxRounds - 70; r < MaxRounds; r++ {
-		u.add(r, 1, 1)
+		u.add(r, 1)
 	}
 	if got := u.first(MaxRounds-70, 0); got != MaxRounds {
 		t.Errorf("first in a full tail = %d, want MaxRounds", got)

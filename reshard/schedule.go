@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
@@ -173,12 +174,13 @@ const MessageBytes = 512
 // a few tree searches per message: each usage list is a sparse 64-ary tree
 // of per-round usage with subtree minima, which finds the first round at
 // or after r with room for n bytes in at most 2 x 4 node visits, plus a
-// pointer past the rounds that are full. Add alternates between the
-// sender's and the receiver's list until both have room in one round; a
-// hint per pair of ranks remembers the rounds in which the pair's last
-// search found no room, so that message after message does not walk the
-// same stretch again. BenchmarkBuilder shows the cost per message flat
-// from a thousand to a million messages.
+// pointer past the rounds that are full and, for the few limits searched
+// for last, a front before which no round has that much room. Add
+// alternates between the sender's and the receiver's list until both have
+// room in one round; a hint per pair of ranks remembers the stretches in
+// which the pair's searches found no room, so that message after message
+// does not walk the same stretch again. BenchmarkBuilder shows the cost
+// per message flat from a thousand to a million messages.
 //
 // Add never panics on bad input: a message naming a rank outside the
 // communicator, a negative size, a round at or past MaxRounds, or more
@@ -310,8 +312,8 @@ func (b *Builder) Add(m Message, after int) int {
 		b.totals[0][m.Class][m.Src] = satAdd(b.totals[0][m.Class][m.Src], m.Bytes)
 		b.totals[1][m.Class][m.Dst] = satAdd(b.totals[1][m.Class][m.Dst], m.Bytes)
 		if r < MaxRounds && m.Bytes > 0 {
-			su.add(r, m.Bytes, b.s.RoundBytes)
-			du.add(r, m.Bytes, b.s.RoundBytes)
+			su.add(r, m.Bytes)
+			du.add(r, m.Bytes)
 		}
 	}
 	if r >= MaxRounds {
@@ -341,18 +343,12 @@ func (b *Builder) place(su, du *usage, r int, n int64) int {
 		limit = budget - n
 	}
 	for r < MaxRounds {
-		if n > 0 { // rounds before free are full: no room for even one byte
-			r = max(r, su.free)
+		r = su.find(r, limit)
+		if r2 := du.find(r, limit); r2 != r {
+			r = r2
+			continue
 		}
-		r = su.first(r, limit)
-		r2 := r
-		if n > 0 {
-			r2 = max(r2, du.free)
-		}
-		if r2 = du.first(r2, limit); r2 == r {
-			return r
-		}
-		r = r2
+		return r
 	}
 	return r
 }
@@ -375,26 +371,33 @@ func (b *Builder) hint(src, dst int) *pairHint {
 // and a later search that starts inside it may start at hi instead: this
 // is what keeps Add from walking, message after message, over the rounds in
 // which the sender has room and the receiver has none (or the reverse).
-// The rounds found are the ones the plain search finds.
+// The rounds found are the ones the plain search finds. Stretches are kept
+// per message size (the few a pair's chunks have; past pairHints sizes the
+// oldest size gives way), sorted and merged.
 type pairHint struct {
-	e    [pairHints]hintSpan
-	next int // the slot to overwrite when no slot matches
+	sizes [pairHints]int64
+	spans [pairHints][]hintSpan // per size: sorted, disjoint, not touching
+	used  int                   // sizes in use
+	next  int                   // the size to give way next
 }
 
 const pairHints = 4
 
-type hintSpan struct {
-	n      int64
-	lo, hi int
-}
+type hintSpan struct{ lo, hi int }
 
 // skip returns where a search for n bytes from round r may start.
 func (h *pairHint) skip(r int, n int64) int {
 	for moved := true; moved; {
 		moved = false
-		for _, e := range h.e {
-			if e.hi > e.lo && e.n <= n && e.lo <= r && r < e.hi {
-				r, moved = e.hi, true
+		for i := 0; i < h.used; i++ {
+			if h.sizes[i] > n {
+				continue
+			}
+			sp := h.spans[i]
+			// the last stretch that starts at or before r
+			j := sort.Search(len(sp), func(k int) bool { return sp[k].lo > r }) - 1
+			if j >= 0 && r < sp[j].hi {
+				r, moved = sp[j].hi, true
 			}
 		}
 	}
@@ -406,15 +409,28 @@ func (h *pairHint) learn(lo, hi int, n int64) {
 	if hi <= lo {
 		return
 	}
-	for i := range h.e {
-		e := &h.e[i]
-		if e.hi > e.lo && e.n == n && lo <= e.hi && e.lo <= hi {
-			e.lo, e.hi = min(e.lo, lo), max(e.hi, hi)
-			return
-		}
+	i := 0
+	for i < h.used && h.sizes[i] != n {
+		i++
 	}
-	h.e[h.next] = hintSpan{n: n, lo: lo, hi: hi}
-	h.next = (h.next + 1) % pairHints
+	if i == h.used {
+		if h.used < pairHints {
+			h.used++
+		} else {
+			i = h.next
+			h.next = (h.next + 1) % pairHints
+		}
+		h.sizes[i], h.spans[i] = n, h.spans[i][:0]
+	}
+	sp := h.spans[i]
+	// the stretches that overlap or touch [lo, hi) are sp[a:b].
+	a := sort.Search(len(sp), func(k int) bool { return sp[k].hi >= lo })
+	b := a
+	for b < len(sp) && sp[b].lo <= hi {
+		lo, hi = min(lo, sp[b].lo), max(hi, sp[b].hi)
+		b++
+	}
+	h.spans[i] = slices.Replace(sp, a, b, hintSpan{lo, hi})
 }
 
 // list returns (creating) the usage list of rank in direction dir over
@@ -422,7 +438,7 @@ func (h *pairHint) learn(lo, hi int, n int64) {
 func (b *Builder) list(dir int, c LinkClass, rank int) *usage {
 	u := b.use[rank][dir][c]
 	if u == nil {
-		u = newUsage()
+		u = newUsage(b.s.RoundBytes)
 		b.use[rank][dir][c] = u
 	}
 	return u
@@ -496,8 +512,15 @@ func satAdd(a, b int64) int64 {
 // Usage only grows, so free (every round before it is full, usage >=
 // budget) only moves forward.
 type usage struct {
-	nodes [usageLevels]map[int32]*usageNode
-	free  int
+	nodes  [usageLevels]map[int32]*usageNode
+	budget int64
+	free   int
+	// fronts remembers, for the few limits searched for most recently, a
+	// round before which no round's usage is at most the limit (usage
+	// only grows, so that stays true): the first answer of a search for
+	// the limit that started at or before its front.
+	fronts [usageFronts]usageFront
+	nextFr int
 	// the node of each level looked up last (nodes are never removed).
 	cacheIdx [usageLevels]int32
 	cacheNd  [usageLevels]*usageNode
@@ -518,8 +541,8 @@ type usageNode struct {
 	least int64
 }
 
-func newUsage() *usage {
-	u := &usage{}
+func newUsage(budget int64) *usage {
+	u := &usage{budget: budget}
 	for k := range u.nodes {
 		u.nodes[k] = map[int32]*usageNode{}
 	}
@@ -536,6 +559,47 @@ func (u *usage) node(k int, i int32) *usageNode {
 		u.cacheIdx[k], u.cacheNd[k] = i, nd
 	}
 	return nd
+}
+
+const usageFronts = 4
+
+type usageFront struct {
+	limit int64
+	at    int
+	set   bool
+}
+
+// find is first with what is known of the rounds before r: it starts the
+// search past free (for limits below the budget) and past every front
+// whose limit is at least limit, and when nothing between those and r was
+// unknown, the answer becomes the front of limit.
+func (u *usage) find(r int, limit int64) int {
+	lower := 0 // every round before lower has usage above limit
+	if limit < u.budget {
+		lower = u.free // rounds before free hold at least the budget
+	}
+	exact := -1
+	for i := range u.fronts {
+		f := &u.fronts[i]
+		if !f.set {
+			continue
+		}
+		if f.limit == limit {
+			exact = i
+		}
+		if f.limit >= limit {
+			lower = max(lower, f.at)
+		}
+	}
+	t := u.first(max(r, lower), limit)
+	if r <= lower { // [0, t) is known to have no round with usage <= limit
+		if exact < 0 {
+			exact = u.nextFr
+			u.nextFr = (u.nextFr + 1) % usageFronts
+		}
+		u.fronts[exact] = usageFront{limit: limit, at: t, set: true}
+	}
+	return t
 }
 
 // first returns the first round t >= r whose usage is at most limit
@@ -592,8 +656,8 @@ func (u *usage) descend(k, e int, limit int64) int {
 }
 
 // add charges n > 0 bytes to round r < MaxRounds and moves free past the
-// rounds that are now full under budget.
-func (u *usage) add(r int, n, budget int64) {
+// rounds that are now full.
+func (u *usage) add(r int, n int64) {
 	e := r
 	var least int64 // the least usage of the node just updated
 	var now int64   // round r's usage after the charge
@@ -628,8 +692,8 @@ func (u *usage) add(r int, n, budget int64) {
 		least = nd.least
 		e >>= usageBits
 	}
-	if r == u.free && now >= budget {
-		u.free = u.first(r, budget-1)
+	if r == u.free && now >= u.budget {
+		u.free = u.first(r, u.budget-1)
 	}
 }
 
