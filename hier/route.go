@@ -77,18 +77,30 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if err != nil {
 		return nil, err
 	}
+	all := make([]int, len(plans))
+	for i := range all {
+		all[i] = i
+	}
+	if err := h.AddTensors(b, plans, all, topo, opts); err != nil {
+		return nil, err
+	}
+	return b.Schedule(), nil
+}
+
+// AddTensors implements reshard.BucketRoute.
+func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions) error {
 	// every transfer reaches its destination in at least one message:
 	// refuse an absurd plan before deriving chains from it.
 	var transfers int64
-	for _, p := range plans {
-		transfers += int64(p.Len()) // at most MaxTransfers each
+	for _, ti := range tensors {
+		transfers += int64(plans[ti].Len()) // at most MaxTransfers each
 	}
 	if transfers > reshard.MaxMessages {
-		return nil, b.Expect(transfers)
+		return b.Expect(transfers)
 	}
 	var chains []chain
-	for ti, p := range plans {
-		chains = append(chains, tensorChains(ti, p, topo, h.Balance)...)
+	for _, ti := range tensors {
+		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
 	}
 	// count: every chunk of a chain is one message per hop into a leader
 	// and one per replica a leader fans out to.
@@ -97,7 +109,7 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		c := &chains[i]
 		n, err := reshard.CountChunks(c.box, c.elem, opts.ChunkBytes)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		per := int64(len(c.hops))
 		for _, h := range c.hops {
@@ -112,12 +124,13 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		}
 	}
 	if err := b.Expect(total); err != nil {
-		return nil, err
+		return err
 	}
 	for i := range chains {
 		c := &chains[i]
+		var err error
 		if c.chunks, err = reshard.SplitBox(c.box, c.elem, opts.ChunkBytes); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// Add chunk-major: every chain's first chunk, then every second, ...
@@ -137,10 +150,7 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		}
 		active = next
 	}
-	if err := b.Err(); err != nil {
-		return nil, err
-	}
-	return b.Schedule(), nil
+	return b.Err()
 }
 
 // chain is the path of one piece of one contribution: from its source owner

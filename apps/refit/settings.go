@@ -270,3 +270,14 @@ func agreedFields(cmd *cobra.Command) []reshard.Field {
 	// shift the other fields.
 	return append(out, reshard.Field{Name: "M2N_ environment", Value: "[" + strings.Join(env, " ") + "]"})
 }
+
+// settingsStaging is the staging bytes the flags or the environment give,
+// or the CPU default, for defaults that follow it (sync's bucket size).
+func (f *runFlags) settingsStaging() int64 {
+	if src := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES"); src.value != "" {
+		if n, err := parseBytes(src.value); err == nil {
+			return n
+		}
+	}
+	return reshard.DefaultScheduleOptions.StagingBytes
+}

@@ -34,6 +34,7 @@ type syncFlags struct {
 	mtp      bool
 	compare  bool
 	baseline bool
+	buckets  string
 }
 
 func newSyncCmd() *cobra.Command {
@@ -87,6 +88,7 @@ the overhead per step beyond moving the bytes.`,
 	fs.BoolVar(&f.mtp, "mtp", false, "include DeepSeek-V3's multi-token-prediction layer")
 	fs.BoolVar(&f.compare, "compare", false, "also move the model one call per tensor, and print both against the whole model's bound")
 	fs.BoolVar(&f.baseline, "baseline", false, "interleave a plain exchange of the same bytes and report the overhead per step")
+	fs.StringVar(&f.buckets, "bucket-bytes", "", "with --route auto: group each stage's tensors in order into buckets of at most this size and pick each bucket's route with the model, all in one joint schedule (default: the staging bytes; 0: one route per stage)")
 	for _, hide := range []string{"shape", "dtype", "src-mesh", "src-placements", "dst-mesh", "dst-placements", "src-ranks", "dst-ranks",
 		"world", "pp-stages", "stripe"} {
 		_ = fs.MarkHidden(hide)
@@ -179,6 +181,7 @@ type baselineRun struct {
 type syncInput struct {
 	layouts *model.Layouts
 	route   string
+	buckets int64 // auto's bucket size; 0: one route per stage
 }
 
 func (f *syncFlags) input(world int) (syncInput, error) {
@@ -194,6 +197,12 @@ func (f *syncFlags) input(world int) (syncInput, error) {
 		return in, flagError("route", f.run.route, fmt.Errorf("sync moves the model on one route: auto, flat, agbcast or hier"))
 	}
 	in.route = routes[0]
+	in.buckets = f.run.settingsStaging()
+	if f.buckets != "" {
+		if in.buckets, err = parseBytes(f.buckets); err != nil {
+			return in, flagError("bucket-bytes", f.buckets, err)
+		}
+	}
 	if f.scale < 1 {
 		return in, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
 	}
@@ -240,7 +249,13 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	// the fabric: measured local bandwidth when emulating.
 	fabric := j.set.fabric
-	route, err := hier.ParseRoute(in.route, j.set.balance, fabric)
+	routeOn := func(f hier.Fabric) (reshard.Route, error) {
+		if in.route == "auto" {
+			return hier.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
+		}
+		return hier.ParseRoute(in.route, j.set.balance, f)
+	}
+	route, err := routeOn(fabric)
 	if err != nil {
 		return err
 	}
@@ -253,10 +268,13 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		if fabric.LocalBW, err = modelLocalBW(j, m); err != nil {
 			return err
 		}
-		if _, ok := route.(hier.Auto); ok {
+		if in.route == "auto" {
 			// auto chooses on the fabric measured here.
 			m.Close()
-			if m, err = j.s.PrepareModel(ctx, l, hier.Auto{Fabric: fabric, Balance: j.set.balance}); err != nil {
+			if route, err = routeOn(fabric); err != nil {
+				return err
+			}
+			if m, err = j.s.PrepareModel(ctx, l, route); err != nil {
 				return err
 			}
 		}
@@ -368,7 +386,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	rep.Bounds = modelBounds(m, fabric, float64(j.set.opts.ChunkBytes))
 	if f.compare {
-		if rep.Compare, err = j.comparePerTensor(m, bufs, f.run.iters, rep); err != nil {
+		if rep.Compare, err = j.comparePerTensor(m, bufs, f.run.iters, in.route, rep); err != nil {
 			return err
 		}
 	}
@@ -710,7 +728,7 @@ func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
 // stage prepared once as a call of its own, run one after another each
 // step, the stages at once) and compares it with the batched call and
 // the whole model's bound.
-func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, rep *syncReport) (*compareRun, error) {
+func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, routeName string, rep *syncReport) (*compareRun, error) {
 	ctx := context.Background()
 	calls := make([][]*session.Call, len(m.Specs))
 	defer func() {
@@ -720,14 +738,15 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			}
 		}
 	}()
-	route := m.Call.Calls
+	// each tensor's call on the sync's route (auto: the route the model
+	// picks for that tensor alone).
+	r, err := hier.ParseRoute(routeName, j.set.balance, rep.Fabric)
+	if err != nil {
+		return nil, err
+	}
 	for si, ss := range m.Stages.Sessions {
 		if ss == nil {
 			continue
-		}
-		r, err := hier.ParseRoute(strings.TrimPrefix(rep.Routes[si], "auto:"), j.set.balance, rep.Fabric)
-		if err != nil {
-			return nil, err
 		}
 		for _, sp := range m.Specs[si] {
 			c, err := ss.Prepare(ctx, []reshard.Spec{sp}, r)
@@ -737,7 +756,6 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			calls[si] = append(calls[si], c)
 		}
 	}
-	_ = route
 	var times []float64
 	for it := 0; it < iters+1; it++ {
 		if err := j.barrier(); err != nil {
@@ -781,9 +799,10 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 	}
 	cr := &compareRun{PerTensorSec: median(times), BatchedSec: rep.MedianSec}
 	cr.Speedup = cr.PerTensorSec / cr.BatchedSec
-	chosen := strings.TrimPrefix(rep.Routes[0], "auto:")
+	// the bound of the route the sync ran; for auto, the least bound of
+	// any route.
 	for _, bd := range rep.Bounds {
-		if bd.Route == chosen {
+		if bd.Route == routeName || (routeName == "auto" && (cr.BoundSec == 0 || bd.Seconds < cr.BoundSec)) {
 			cr.BoundSec, cr.BoundRoute = bd.Seconds, bd.Route
 		}
 	}
