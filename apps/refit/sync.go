@@ -414,7 +414,10 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 // progress returns rank 0's progress bar over steps of the model (nil
 // when stderr is not a terminal or the report is JSON).
 func (j *job) progress(m *session.Model, steps int, asJSON bool) *progressbar.ProgressBar {
-	if j.rank != 0 || asJSON || !term.IsTerminal(int(os.Stderr.Fd())) {
+	// under mpirun, a rank's stdout is a pseudo-terminal when mpirun's
+	// is (OpenMPI forwards it so); its stderr a pipe.
+	tty := term.IsTerminal(int(os.Stdout.Fd())) || term.IsTerminal(int(os.Stderr.Fd()))
+	if j.rank != 0 || asJSON || !tty {
 		return nil
 	}
 	bytes, tensors := m.Total()
