@@ -49,7 +49,6 @@ func Run(p *Program, c Cluster, topo reshard.Topology, o Options) (*Result, erro
 
 const (
 	evStart = iota // a message's latency has passed: its flow joins the links
-	evDone         // a group's next member completes
 	evWake         // a process's compute is over
 )
 
@@ -151,6 +150,7 @@ type engine struct {
 	now  float64
 	seq  uint64
 	ev   eheap
+	gh   gheap // groups by their next completion
 	f    *fabric
 	ser  *series
 
@@ -168,6 +168,7 @@ type engine struct {
 	ps    []procState
 	succ  [][]int32
 	ready []int32
+	rhead int
 	seeds []int32
 	sstmp []uint32
 	sep   uint32
@@ -316,23 +317,31 @@ func (e *engine) run() error {
 	for {
 		e.drainReady()
 		e.settle()
-		if len(e.ev) == 0 {
+		g, tg, okg := e.gh.top()
+		if len(e.ev) == 0 && !okg {
 			break
 		}
-		t0 := e.ev[0].t
-		e.now = t0
+		t0 := tg
+		if len(e.ev) > 0 && (!okg || e.ev[0].t < tg) {
+			t0 = e.ev[0].t
+		}
+		e.now = math.Max(e.now, t0)
 		e.batches++
 		lim := t0 + e.epsT()
-		for len(e.ev) > 0 && e.ev[0].t <= lim {
+		for {
+			g, tg, okg = e.gh.top()
+			if okg && tg <= lim && (len(e.ev) == 0 || tg <= e.ev[0].t) {
+				e.gh.remove(g)
+				e.completeDue(g)
+				continue
+			}
+			if len(e.ev) == 0 || e.ev[0].t > lim {
+				break
+			}
 			ev := e.ev.pop()
 			switch ev.kind {
 			case evStart:
 				e.begin(ev.id)
-			case evDone:
-				g := &e.f.groups[ev.id]
-				if g.live && g.ver == ev.ver {
-					e.completeDue(ev.id)
-				}
 			case evWake:
 				e.wakes++
 				e.makeReady(ev.id)
@@ -382,13 +391,13 @@ func (e *engine) makeReady(pi int32) {
 }
 
 func (e *engine) drainReady() {
-	for len(e.ready) > 0 {
-		pi := e.ready[0]
-		e.ready = e.ready[1:]
+	for e.rhead < len(e.ready) {
+		pi := e.ready[e.rhead]
+		e.rhead++
 		e.ps[pi].ready = false
 		e.step(pi)
 	}
-	e.ready = e.ready[:0]
+	e.ready, e.rhead = e.ready[:0], 0
 }
 
 // settle recomputes the rates after the batch and schedules the next
@@ -407,12 +416,11 @@ func (e *engine) settle() {
 		if !gr.live || gr.m == 0 {
 			continue
 		}
-		gr.ver++
 		rem := gr.mem[0].key - gr.served
 		if rem < 0 {
 			rem = 0
 		}
-		e.push(gr.tLast+rem/gr.rate, evDone, g, gr.ver)
+		e.gh.set(g, gr.tLast+rem/gr.rate)
 	}
 	e.dirty = e.dirty[:0]
 	e.dep++
@@ -477,6 +485,7 @@ func (e *engine) completeDue(g int32) {
 	e.seed(gr.out)
 	e.seed(gr.in)
 	if gr.m == 0 {
+		e.gh.remove(g)
 		e.f.drop(g)
 		return
 	}

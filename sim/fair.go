@@ -43,7 +43,6 @@ type fabric struct {
 	lstamp  []uint32
 	rem     []float64
 	cnt     []float64
-	curKey  []float64
 	fixed   []bool
 	newLvl  []float64
 	dsum    []float64
@@ -107,7 +106,7 @@ func newFabric(caps []float64) *fabric {
 	n := len(caps)
 	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
 		index: map[uint64]int32{}, growths: maxGrowth, lstamp: make([]uint32, n), rem: make([]float64, n), cnt: make([]float64, n),
-		curKey: make([]float64, n), fixed: make([]bool, n), newLvl: make([]float64, n), dsum: make([]float64, n), dstamp: make([]uint32, n)}
+		fixed: make([]bool, n), newLvl: make([]float64, n), dsum: make([]float64, n), dstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
 	}
@@ -250,6 +249,28 @@ func (h *lheap) push(e lentry) {
 	}
 }
 
+// fix0 restores the heap after the top's key grew.
+func (h *lheap) fix0() {
+	s := *h
+	n := len(s)
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		c := l
+		if r := l + 1; r < n && s.less(r, l) {
+			c = r
+		}
+		if !s.less(c, i) {
+			return
+		}
+		s[i], s[c] = s[c], s[i]
+		i = c
+	}
+}
+
 func (h *lheap) pop() lentry {
 	s := *h
 	top := s[0]
@@ -279,7 +300,7 @@ func (h *lheap) pop() lentry {
 const (
 	rateTol   = 1e-9  // a rate change below this (relative) does not grow the region
 	commitTol = 1e-12 // a rate change below this (relative) is not applied
-	maxGrowth = 4     // default region growths before taking the whole component
+	maxGrowth = 8     // default region growths before taking the whole component
 )
 
 func (f *fabric) inRegion(l int32) bool { return f.lstamp[l] == f.epoch }
@@ -410,41 +431,33 @@ func (f *fabric) fill() {
 		}
 		return int(a.g) - int(b.g)
 	})
+	// The heap holds a lower bound of each link's fair level: freezing a
+	// flow at a rate no higher than the link's level only raises the level
+	// (rem-v*m)/(cnt-m), so a stale entry is refreshed when it reaches the
+	// top instead of on every freeze.
 	for _, l := range f.region {
 		if f.cnt[l] > 0 {
-			k := f.rem[l] / f.cnt[l]
-			f.curKey[l] = k
-			f.heap.push(lentry{k, l})
+			f.heap.push(lentry{f.rem[l] / f.cnt[l], l})
 		}
 	}
 	level := 0.0
 	ci := 0
-	freeze := func(g int32, v float64, boundIn bool) {
-		f.nr[g] = v
-		f.nbIn[g] = boundIn
-		gr := &f.groups[g]
-		m := float64(gr.m)
-		for _, l := range [2]int32{gr.out, gr.in} {
-			if !f.inRegion(l) || f.fixed[l] {
-				continue
-			}
-			f.rem[l] -= v * m
-			f.cnt[l] -= m
-			if f.cnt[l] > 0.5 {
-				k := math.Max(f.rem[l]/f.cnt[l], level)
-				f.curKey[l] = k
-				f.heap.push(lentry{k, l})
-			} else {
-				f.cnt[l] = 0
-			}
-		}
-	}
 	for {
-		// the next link to saturate
+		// the next link to saturate, with its true level
 		for len(f.heap) > 0 {
 			top := f.heap[0]
-			if f.fixed[top.l] || f.cnt[top.l] == 0 || top.key != f.curKey[top.l] {
+			l := top.l
+			if f.fixed[l] || f.cnt[l] == 0 {
 				f.heap.pop()
+				continue
+			}
+			k := f.rem[l] / f.cnt[l]
+			if k < level {
+				k = level
+			}
+			if k > top.key {
+				f.heap[0].key = k
+				f.heap.fix0()
 				continue
 			}
 			break
@@ -459,19 +472,44 @@ func (f *fabric) fill() {
 		if haveCap && (!haveLink || f.caplist[ci].level <= f.heap[0].key) {
 			c := f.caplist[ci]
 			ci++
-			level = math.Max(level, c.level)
-			freeze(c.g, c.level, c.in)
+			if c.level > level {
+				level = c.level
+			}
+			f.freeze(c.g, c.level, c.in)
 			continue
 		}
 		top := f.heap.pop()
 		l := top.l
-		level = math.Max(level, top.key)
+		if top.key > level {
+			level = top.key
+		}
 		f.fixed[l] = true
 		f.newLvl[l] = top.key
 		for _, g := range f.adj[l] {
 			if f.nr[g] < 0 {
-				freeze(g, top.key, f.groups[g].in == l)
+				f.freeze(g, top.key, f.groups[g].in == l)
 			}
+		}
+	}
+}
+
+// freeze fixes group g's rate at v, bound by its in link or its out link,
+// and takes its flows off the unfrozen counts of its region links.
+func (f *fabric) freeze(g int32, v float64, boundIn bool) {
+	f.nr[g] = v
+	f.nbIn[g] = boundIn
+	gr := &f.groups[g]
+	m := float64(gr.m)
+	if l := gr.out; f.lstamp[l] == f.epoch && !f.fixed[l] {
+		f.rem[l] -= v * m
+		if f.cnt[l] -= m; f.cnt[l] < 0.5 {
+			f.cnt[l] = 0
+		}
+	}
+	if l := gr.in; f.lstamp[l] == f.epoch && !f.fixed[l] {
+		f.rem[l] -= v * m
+		if f.cnt[l] -= m; f.cnt[l] < 0.5 {
+			f.cnt[l] = 0
 		}
 	}
 }
@@ -516,4 +554,106 @@ func (f *fabric) grow() bool {
 		f.addRegion(o)
 	}
 	return len(f.region) > n
+}
+
+// gheap is an indexed min-heap of groups by their next completion time
+// (ties by group id): one entry per group, moved in place when the time
+// changes, so rate changes leave no stale entries behind.
+type gheap struct {
+	items []int32   // group ids
+	pos   []int32   // [group] index in items, -1 when absent
+	at    []float64 // [group] completion time
+}
+
+func (h *gheap) less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	if h.at[a] != h.at[b] {
+		return h.at[a] < h.at[b]
+	}
+	return a < b
+}
+
+func (h *gheap) swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.pos[h.items[i]] = int32(i)
+	h.pos[h.items[j]] = int32(j)
+}
+
+func (h *gheap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *gheap) down(i int) {
+	n := len(h.items)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		c := l
+		if r := l + 1; r < n && h.less(r, l) {
+			c = r
+		}
+		if !h.less(c, i) {
+			return
+		}
+		h.swap(i, c)
+		i = c
+	}
+}
+
+// set places group g at time t.
+func (h *gheap) set(g int32, t float64) {
+	for int(g) >= len(h.pos) {
+		h.pos = append(h.pos, -1)
+		h.at = append(h.at, 0)
+	}
+	if i := h.pos[g]; i >= 0 {
+		old := h.at[g]
+		h.at[g] = t
+		if t < old {
+			h.up(int(i))
+		} else {
+			h.down(int(i))
+		}
+		return
+	}
+	h.at[g] = t
+	h.pos[g] = int32(len(h.items))
+	h.items = append(h.items, g)
+	h.up(len(h.items) - 1)
+}
+
+// remove takes group g out, if present.
+func (h *gheap) remove(g int32) {
+	if int(g) >= len(h.pos) || h.pos[g] < 0 {
+		return
+	}
+	i := int(h.pos[g])
+	last := len(h.items) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.items = h.items[:last]
+	h.pos[g] = -1
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+}
+
+// top returns the earliest group and its time; ok is false when empty.
+func (h *gheap) top() (int32, float64, bool) {
+	if len(h.items) == 0 {
+		return 0, 0, false
+	}
+	g := h.items[0]
+	return g, h.at[g], true
 }
