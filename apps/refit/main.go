@@ -99,6 +99,7 @@ Offline commands (no launcher needed):
   refit plan        show the transfers a reshard makes
   refit model       each route's speed-of-light bound and auto's choice
   refit pack-bench  the GPU pack/unpack kernels against a plain copy
+  refit sim         each route's schedule simulated on a modelled cluster, beside its bound
 
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
 or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
@@ -108,7 +109,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newModelCmd(), newPackBenchCmd(), newSoakCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newModelCmd(), newPackBenchCmd(), newSoakCmd(), newSimCmd())
 	return root
 }
 
