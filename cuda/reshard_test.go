@@ -11,6 +11,8 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/inproc"
 	"github.com/m2n-dev/m2n/reshard/transporttest"
@@ -24,7 +26,7 @@ import (
 // there is no GPU.
 func TestGPUConformance(t *testing.T) {
 	ctx := gputest.Context(t)
-	cases, err := transporttest.LoadCases("../testdata/reshard_pairs.txt", 13)
+	cases, err := transporttest.DefaultCases(13)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,15 +35,17 @@ func TestGPUConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wire.Close()
+	// Every route, and flat again with parts in padded buffers through
+	// views and small messages coalesced (the pack kernels gather several
+	// regions into one staged operation).
 	type route struct {
-		name    string
-		domains int
-		build   transporttest.Builder
+		route    reshard.Route
+		domains  int
+		padded   bool
+		coalesce int64
 	}
-	hierBuild := func(plans []*reshard.Plan, topo reshard.Topology, o reshard.ScheduleOptions) (*reshard.Schedule, error) {
-		return hier.Route(plans, topo, hier.Options{ScheduleOptions: o})
-	}
-	routes := []route{{"flat", 1, reshard.Flat}, {"agbcast", 1, reshard.AllGatherBroadcast}, {"hier", 1, hierBuild}, {"hier", 2, hierBuild}}
+	routes := []route{{reshard.Flat{}, 1, false, 0}, {reshard.AllGatherBroadcast{}, 1, false, 0}, {hier.Hier{}, 1, false, 0},
+		{hier.Hier{}, 2, false, 0}, {reshard.Flat{}, 1, true, 1 << 10}}
 	runs := 0
 	for _, c := range cases {
 		for _, r := range routes {
@@ -60,15 +64,15 @@ func TestGPUConformance(t *testing.T) {
 				defer mem.Close()
 				cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
-				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: opts}
-				_, err = transporttest.RunCase(cctx, env, c, r.build)
+				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: opts, Padded: r.padded, Coalesce: r.coalesce}
+				_, err = transporttest.RunCase(cctx, env, c, r.route)
 				if err != nil {
 					tr.Abort(err)
 				}
 				return err
 			})
 			if err := errors.Join(errs...); err != nil {
-				t.Errorf("%v, %s over %d domains: %v", c, r.name, r.domains, err)
+				t.Errorf("%v, %s over %d domains (views %v, coalesce %d): %v", c, r.route.Name(), r.domains, r.padded, r.coalesce, err)
 			}
 			runs++
 		}
@@ -132,7 +136,9 @@ func TestGPURefit(t *testing.T) {
 					var bufs reshard.TensorBuffers
 					if c.Src.Mesh().Contains(rank) {
 						h := make([]byte, c.Src.LocalBytes(rank))
-						reshard.FillPattern(c.Src, rank, h)
+						if err := pattern.Fill(c.Src, rank, 0, h, placement.View{}); err != nil {
+							return err
+						}
 						if bufs.Src, err = mem.Alloc(int64(len(h))); err != nil {
 							return err
 						}
@@ -151,14 +157,16 @@ func TestGPURefit(t *testing.T) {
 							bufs.Dst = cuda.Buffer{Ptr: bufs.Src.(cuda.Buffer).Ptr, N: bufs.Dst.Len()}
 						}
 					}
-					ex := &reshard.Executor{T: w.Transport(rank), Mem: mem}
+					ex := &reshard.Executor{T: w.Transport(rank), Mem: mem, Timeout: time.Minute}
 					defer ex.Close()
-					opts := reshard.RefitOptions{Route: "flat", Schedule: reshard.DefaultScheduleOptions, Timeout: time.Minute,
-						Verify: true, Atomic: true,
-						Build: func(p []*reshard.Plan) (*reshard.Schedule, error) {
-							return reshard.Flat(p, reshard.Topology{}, reshard.DefaultScheduleOptions)
-						}}
-					_, err = reshard.Refit(context.Background(), ex, w.Collective(rank), []reshard.Tensor{{Name: "w", Src: c.Src, Dst: c.Dst, Buffers: bufs}}, opts)
+					opts := reshard.CallOptions{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true}
+					cctx := context.Background()
+					call, err := reshard.Prepare(cctx, w.Collective(rank), []reshard.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
+						reshard.Flat{}, reshard.Topology{}, 0, opts)
+					if err != nil {
+						return err
+					}
+					_, err = call.Run(cctx, ex, w.Collective(rank), []reshard.TensorBuffers{bufs})
 					if err != nil || bufs.Dst == nil {
 						return err
 					}
@@ -166,7 +174,7 @@ func TestGPURefit(t *testing.T) {
 					if err := mem.Download(got, bufs.Dst); err != nil {
 						return err
 					}
-					return reshard.CheckPattern(c.Dst, rank, got)
+					return pattern.Check(c.Dst, rank, 0, got, placement.View{})
 				}()
 			}(r)
 		}

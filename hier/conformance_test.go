@@ -17,7 +17,7 @@ import (
 // destination domains and both leader balances, over the in-process
 // transport, with chunks small enough to pipeline.
 func TestConformanceHier(t *testing.T) {
-	cases, err := transporttest.LoadCases("../testdata/reshard_pairs.txt", 13)
+	cases, err := transporttest.DefaultCases(13)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +35,11 @@ func TestConformanceHier(t *testing.T) {
 				if c.Src.Bytes() <= 4<<10 {
 					opts = reshard.ScheduleOptions{ChunkBytes: 40, StagingBytes: 320}
 				}
-				build := func(plans []*reshard.Plan, topo reshard.Topology, o reshard.ScheduleOptions) (*reshard.Schedule, error) {
-					return hier.Route(plans, topo, hier.Options{ScheduleOptions: o, Balance: bal})
-				}
 				errs := inproc.NewWorldInPlace(world).Run(func(tr reshard.Transport) error {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
-					env := transporttest.Env{T: tr, Mem: reshard.HostMemory{}, IO: transporttest.HostBuffers{}, Topo: topo, Opts: opts}
-					_, err := transporttest.RunCase(ctx, env, c, build)
+					env := transporttest.Env{T: tr, Mem: reshard.HostMemory{}, IO: reshard.HostMemory{}, Topo: topo, Opts: opts}
+					_, err := transporttest.RunCase(ctx, env, c, hier.Hier{Balance: bal})
 					if err != nil {
 						tr.Abort(err)
 					}

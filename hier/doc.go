@@ -5,7 +5,7 @@
 // bounds every route, and the choice between routes.
 //
 //	topo, _ := hier.Domains(hostOfRank, src, dst, hier.DomainSizes{Dst: 8})
-//	sched, _ := hier.Route(plans, topo, hier.Options{ScheduleOptions: reshard.DefaultScheduleOptions})
+//	sched, _ := hier.Hier{}.Schedule(plans, topo, reshard.DefaultScheduleOptions)
 //	stats, err := (&reshard.Executor{T: transport, Mem: mem}).Run(ctx, sched, buffers)
 //
 // Route turns the same Plan the flat route runs into a different Schedule:

@@ -244,9 +244,21 @@ func Choose(p Problem, f Fabric) Choice {
 	return Choice{Route: best.Route, Why: why, Bounds: bs}
 }
 
-// Auto is the route auto: it derives the problem from the plans (summed over
-// tensors) and the topology, picks a route with Choose, and schedules it.
-func Auto(plans []*reshard.Plan, topo reshard.Topology, opts Options, f Fabric) (*reshard.Schedule, Choice, error) {
+// Auto is the route auto: it derives the data-movement model's problem
+// from the plans (summed over tensors) and the topology, picks the route
+// Choose predicts fastest on Fabric, and schedules it. The schedule's Route
+// is "auto:" and the chosen route's name; its Note says why.
+type Auto struct {
+	Fabric Fabric
+	// Balance is the leader balance hier uses if auto picks it.
+	Balance Balance
+}
+
+// Name returns "auto".
+func (Auto) Name() string { return "auto" }
+
+// Choose returns the route auto picks for the plans and why.
+func (a Auto) Choose(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) Choice {
 	var prob Problem
 	for i, p := range plans {
 		q := FromPlan(p, topo, float64(opts.ChunkBytes))
@@ -265,19 +277,47 @@ func Auto(plans []*reshard.Plan, topo reshard.Topology, opts Options, f Fabric) 
 			}
 		}
 	}
-	c := Choose(prob, f)
-	var s *reshard.Schedule
-	var err error
+	return Choose(prob, a.Fabric)
+}
+
+// Schedule implements reshard.Route.
+func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) (*reshard.Schedule, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	c := a.Choose(plans, topo, opts)
+	var r reshard.Route = Hier{Balance: a.Balance}
 	switch c.Route {
 	case "flat":
-		s, err = reshard.Flat(plans, topo, opts.ScheduleOptions)
+		r = reshard.Flat{}
 	case "agbcast":
-		s, err = reshard.AllGatherBroadcast(plans, topo, opts.ScheduleOptions)
-	default:
-		s, err = Route(plans, topo, opts)
+		r = reshard.AllGatherBroadcast{}
 	}
-	if err == nil {
-		s.Route = "auto:" + c.Route
+	s, err := r.Schedule(plans, topo, opts)
+	if err != nil {
+		return nil, err
 	}
-	return s, c, err
+	s.Route = "auto:" + c.Route
+	s.Note = c.Why
+	return s, nil
+}
+
+// Routes are the route names ParseRoute knows, in the order `refit run
+// --route all` runs them (auto is not among them).
+var Routes = []string{"flat", "agbcast", "hier"}
+
+// ParseRoute returns the route a name stands for: flat, agbcast, hier (with
+// balance) or auto (choosing on fabric, with balance for hier).
+func ParseRoute(name string, balance Balance, fabric Fabric) (reshard.Route, error) {
+	switch name {
+	case "flat":
+		return reshard.Flat{}, nil
+	case "agbcast":
+		return reshard.AllGatherBroadcast{}, nil
+	case "hier":
+		return Hier{Balance: balance}, nil
+	case "auto":
+		return Auto{Fabric: fabric, Balance: balance}, nil
+	}
+	return nil, fmt.Errorf("unknown route %q: want flat, agbcast, hier or auto", name)
 }

@@ -42,13 +42,7 @@ func ParseBalance(s string) (Balance, error) {
 	return 0, fmt.Errorf("unknown leader balance %q: want count or bytes", s)
 }
 
-// Options configure the hierarchical route. Every rank must use the same.
-type Options struct {
-	reshard.ScheduleOptions
-	Balance Balance
-}
-
-// Route schedules the hierarchical, topology-aware route of NCCL M2N: every
+// Hier is the hierarchical, topology-aware route of NCCL M2N: every
 // contribution (a box one destination shard needs from one source owner)
 // crosses the network once into one destination domain, to a leader among
 // the shard's replicas there; the domain's leader forwards it to the
@@ -60,7 +54,16 @@ type Options struct {
 // chunk depends only on its own receipt, so chunk i fans out and moves on
 // while chunk i+1 crosses the network, through the bounded staging of the
 // schedule's rounds.
-func Route(plans []*reshard.Plan, topo reshard.Topology, opts Options) (*reshard.Schedule, error) {
+type Hier struct {
+	// Balance says how the replicas of a shard share its contributions.
+	Balance Balance
+}
+
+// Name returns "hier".
+func (Hier) Name() string { return "hier" }
+
+// Schedule implements reshard.Route.
+func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) (*reshard.Schedule, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -70,7 +73,7 @@ func Route(plans []*reshard.Plan, topo reshard.Topology, opts Options) (*reshard
 	}
 	var chains []chain
 	for ti, p := range plans {
-		chains = append(chains, tensorChains(ti, p, topo, opts)...)
+		chains = append(chains, tensorChains(ti, p, topo, h.Balance, opts.ChunkBytes)...)
 	}
 	// Add chunk-major: every chain's first chunk, then every second, ...
 	for k, more := 0, true; more; k++ {
@@ -134,7 +137,7 @@ type shard struct {
 }
 
 // tensorChains derives the chains of one tensor.
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, opts Options) []chain {
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, chunkBytes int64) []chain {
 	dm := p.Dst().Mesh()
 	elem := p.Src().ElemSize()
 	index := map[int]int{}
@@ -164,7 +167,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, opts Options) 
 		nd := len(domains)
 		var pieces []piece
 		for ci, t := range s.contribs {
-			if opts.Balance == BalanceBytes {
+			if balance == BalanceBytes {
 				n := 0
 				for _, d := range domains {
 					n = max(n, len(d))
@@ -178,11 +181,11 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, opts Options) 
 		}
 		for _, pc := range pieces {
 			c := chain{tensor: ti, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal,
-				chunks: reshard.SplitBox(pc.box, elem, opts.ChunkBytes)}
+				chunks: reshard.SplitBox(pc.box, elem, chunkBytes)}
 			for step := 0; step < nd; step++ {
 				reps := domains[(pc.entry+step)%nd]
 				var li int
-				if opts.Balance == BalanceBytes {
+				if balance == BalanceBytes {
 					li = pc.slot % len(reps)
 				} else {
 					li = blockOwner(pc.slot, len(s.contribs), len(reps))

@@ -27,25 +27,37 @@ type DomainSizes struct {
 // meshes takes its destination domain when that side is overridden. Ranks
 // the overrides do not cover keep their discovered domain.
 func Domains(host []int, src, dst placement.Layout, sizes DomainSizes) (reshard.Topology, error) {
+	return DomainsOf(host, src.Mesh().Ranks(), dst.Mesh().Ranks(), sizes)
+}
+
+// DomainsOf is Domains for a call of several tensors: srcRanks and
+// dstRanks are the call's source and destination ranks, in the order the
+// overrides group them (Domains passes each mesh's ranks in mesh order).
+// Every rank named must be inside host.
+func DomainsOf(host []int, srcRanks, dstRanks []int, sizes DomainSizes) (reshard.Topology, error) {
 	world := len(host)
 	if sizes.Src < 0 || sizes.Dst < 0 {
 		return reshard.Topology{}, fmt.Errorf("hier: domain sizes %+v must not be negative", sizes)
+	}
+	for _, r := range append(append([]int(nil), srcRanks...), dstRanks...) {
+		if r < 0 || r >= world {
+			return reshard.Topology{}, fmt.Errorf("hier: rank %d is outside the %d ranks whose domains are known", r, world)
+		}
 	}
 	key := make([]string, world)
 	for r := range key {
 		key[r] = fmt.Sprintf("host:%d", host[r])
 	}
-	assign := func(side string, l placement.Layout, size int) {
+	assign := func(side string, ranks []int, size int) {
 		if size == 0 {
 			return
 		}
-		m := l.Mesh()
-		for i := 0; i < m.Size(); i++ {
-			key[m.RankAt(i)] = fmt.Sprintf("%s:%d", side, i/size)
+		for i, r := range ranks {
+			key[r] = fmt.Sprintf("%s:%d", side, i/size)
 		}
 	}
-	assign("src", src, sizes.Src)
-	assign("dst", dst, sizes.Dst) // last, so a shared rank takes its destination domain
+	assign("src", srcRanks, sizes.Src)
+	assign("dst", dstRanks, sizes.Dst) // last, so a shared rank takes its destination domain
 	ids := map[string]int{}
 	domain := make([]int, world)
 	for r, k := range key {

@@ -8,8 +8,11 @@ package mpi
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"time"
 )
 
 // ThreadLevel is an MPI thread-support level, ordered from the least to the
@@ -132,8 +135,41 @@ func Finalized() bool {
 // Finalize shuts MPI down (MPI_Finalize). Every rank must call it once,
 // after completing all of its requests and freeing the communicators it
 // created; no MPI call is allowed afterwards.
+//
+// After MarkFailed, Finalize instead waits a short grace period (so that
+// the job's other ranks can report their own errors) and ends the job with
+// MPI_Abort: MPI_Finalize would wait for peers that are gone or stuck.
 func Finalize() error {
+	if failed.Load() != nil {
+		time.Sleep(FailGrace)
+		Abort(nil, 1)
+	}
 	return check("MPI_Finalize", C.MPI_Finalize())
+}
+
+// failed holds the error MarkFailed recorded.
+var failed atomic.Pointer[error]
+
+// FailGrace is how long Finalize waits after MarkFailed before it ends the
+// job.
+var FailGrace = time.Second
+
+// MarkFailed records that this process's part of the job has failed in a
+// way its peers may never recover from (package session calls it when a
+// session aborts), so that Finalize ends the job instead of waiting.
+func MarkFailed(err error) {
+	if err == nil {
+		err = errors.New("mpi: marked failed")
+	}
+	failed.CompareAndSwap(nil, &err)
+}
+
+// Failed returns the error MarkFailed recorded, or nil.
+func Failed() error {
+	if p := failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Wtime returns MPI's wall-clock time in seconds since an arbitrary point in

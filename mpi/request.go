@@ -30,6 +30,7 @@ type Request struct {
 	h      []C.MPI_Request
 	pin    runtime.Pinner
 	pinned bool
+	keep   [][]C.int // arrays MPI reads until completion (Iallgatherv)
 }
 
 func (r *Request) pinBuf(buf []byte) {

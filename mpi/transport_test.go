@@ -16,7 +16,7 @@ import (
 // versus polling Testall).
 func TestTransportExchange(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
-		env := transporttest.Env{T: mpi.NewTransport(c, true), Mem: reshard.HostMemory{}, IO: transporttest.HostBuffers{}}
+		env := transporttest.Env{T: mpi.NewTransport(c, true), Mem: reshard.HostMemory{}, IO: reshard.HostMemory{}}
 		if err := transporttest.Exchange(context.Background(), env, 5); err != nil {
 			t.Fatal(err)
 		}

@@ -113,14 +113,14 @@ func TestGPUTransportMPI(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, route := range []string{"flat", "agbcast", "hier"} {
-						build := map[string]transporttest.Builder{"flat": reshard.Flat, "agbcast": reshard.AllGatherBroadcast,
-							"hier": func(pl []*reshard.Plan, tp reshard.Topology, o reshard.ScheduleOptions) (*reshard.Schedule, error) {
-								return hier.Route(pl, tp, hier.Options{ScheduleOptions: o})
-							}}[route]
+						rt, err := hier.ParseRoute(route, hier.BalanceCount, hier.Fabric{})
+						if err != nil {
+							t.Fatal(err)
+						}
 						cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 						env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo,
 							Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10}}
-						if _, err := transporttest.RunCase(cctx, env, cs, build); err != nil {
+						if _, err := transporttest.RunCase(cctx, env, cs, rt); err != nil {
 							t.Errorf("%v, %s, %d domains: %v", cs, route, domains, err)
 						}
 						cancel()

@@ -59,6 +59,15 @@ func NewTransport(comm *Comm, ctx *cuda.Context, topo reshard.Topology) (*Transp
 	return t, nil
 }
 
+// WithTopology returns the transport classifying peers with topo instead:
+// a view that shares t's communicators and streams (one call runs at a
+// time on them). Close only t.
+func (t *Transport) WithTopology(topo reshard.Topology) *Transport {
+	v := *t
+	v.topo = topo
+	return &v
+}
+
 // Rank implements reshard.Transport.
 func (t *Transport) Rank() int { return t.rank }
 

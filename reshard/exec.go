@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"slices"
 	"time"
+
+	"github.com/m2n-dev/m2n/placement"
 )
 
 // TensorBuffers are one rank's buffers for one tensor of a schedule: Src in
@@ -53,8 +55,11 @@ func (s *Stats) Add(o Stats) {
 	s.Rounds += o.Rounds
 }
 
-// Executor runs schedules on one rank over a Transport, with buffers from a
-// Memory. It is not safe for concurrent use; run one schedule at a time.
+// Executor runs compiled programs on one rank over a Transport, with
+// buffers from a Memory. It keeps its staging and scratch memory between
+// runs; Close frees them. It is not safe for concurrent use: run one
+// program at a time (a rank in several pipeline stages has one Executor per
+// stage).
 type Executor struct {
 	T   Transport
 	Mem Memory
@@ -64,7 +69,8 @@ type Executor struct {
 	Timeout time.Duration
 	// Verify makes the run checksum (CRC-32C) every message on both sides,
 	// into Stats.SentSums and Stats.RecvSums, for the caller to compare
-	// across ranks (see Refit). The memory must implement RegionReader.
+	// across ranks (see Prepared.Run). The memory must implement
+	// RegionReader.
 	Verify bool
 
 	// staging, grown on demand and kept between runs: [slot][0 send, 1 recv]
@@ -72,15 +78,6 @@ type Executor struct {
 	// scratch holds whole-tensor buffers (BufFull) kept between runs, by
 	// tensor index.
 	scratch []Buffer
-}
-
-// roundWork is what this rank does in one round; the lists hold indices
-// into Schedule.Messages.
-type roundWork struct {
-	round  int
-	copies []int
-	sends  []int
-	recvs  []int
 }
 
 // RegionReader is a Memory that can read a strided region of one of its
@@ -94,9 +91,11 @@ func (HostMemory) ReadRegion(dst []byte, src Buffer, at Strided) error {
 	return HostMemory{}.Pack(HostBuffer(dst), 0, src, at)
 }
 
-// TimeoutError reports a round that did not complete in time.
+// TimeoutError reports a wait that did not complete in time: a round of
+// the data movement, or a collective of a call.
 type TimeoutError struct {
 	Rank    int
+	Phase   string // what waited: "round 3", "agreement", ...; "" for a round
 	Round   int
 	After   time.Duration
 	Peers   []int    // the ranks this rank still waits for (all of the round's peers if the transport cannot tell)
@@ -104,8 +103,11 @@ type TimeoutError struct {
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("rank %d: round %d did not complete in %v: still waiting for ranks %v (tensors %v)",
-		e.Rank, e.Round, e.After, e.Peers, e.Tensors)
+	if e.Phase != "" {
+		return fmt.Sprintf("rank %d: timed out after %v waiting for ranks %v in the %s", e.Rank, e.After, e.Peers, e.Phase)
+	}
+	return fmt.Sprintf("rank %d: timed out after %v waiting for ranks %v in round %d (tensors %v)",
+		e.Rank, e.After, e.Peers, e.Round, e.Tensors)
 }
 
 // ErrTimeout matches every *TimeoutError with errors.Is.
@@ -120,306 +122,328 @@ type Incompleter interface {
 	Incomplete() []int
 }
 
-// inflight is a posted round and the receives to unpack once it completes.
+// inflight is a posted step.
 type inflight struct {
-	round   int
+	st      *Step
 	pending Pending
-	unpacks []unpack
 	stage   Buffer // the round's receive staging
-	peers   []int  // every peer of the round
-	msgs    []int  // the round's messages
-	recvs   []int  // the round's received messages, to checksum
 }
 
-type unpack struct {
-	to  []Segment
-	off int64 // in the round's receive staging
-}
-
-// Run executes this rank's part of the schedule. bufs holds one entry per
-// tensor of the schedule. It returns when every message this rank sends or
-// receives has completed and every byte it receives is in place.
-func (e *Executor) Run(ctx context.Context, s *Schedule, bufs []TensorBuffers) (Stats, error) {
+// Run executes a compiled program. bufs holds this rank's buffers, one
+// entry per tensor of the program's schedule. It returns when every
+// operation of the program has completed and every byte this rank
+// receives is in place.
+func (e *Executor) Run(ctx context.Context, p *Program, bufs []TensorBuffers) (Stats, error) {
 	var st Stats
-	rank := e.T.Rank()
-	if e.T.Size() != s.World() {
-		return st, fmt.Errorf("reshard: schedule for %d ranks on a communicator of %d", s.World(), e.T.Size())
+	if e.T.Rank() != p.Rank || e.T.Size() != p.World {
+		return st, fmt.Errorf("reshard: program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, e.T.Rank(), e.T.Size())
 	}
-	if err := checkBuffers(s, rank, bufs); err != nil {
-		return st, err
+	if len(bufs) != len(p.Full) {
+		return st, fmt.Errorf("reshard: %d buffer pairs for a program of %d tensors", len(bufs), len(p.Full))
 	}
-	work := rankWork(s, rank)
-	if len(work) == 0 {
+	if len(p.Steps) == 0 {
 		return st, nil
 	}
-	var reader RegionReader
+	d := driver{e: e, p: p, bufs: bufs, st: &st}
 	if e.Verify {
 		var ok bool
-		if reader, ok = e.Mem.(RegionReader); !ok {
+		if d.reader, ok = e.Mem.(RegionReader); !ok {
 			return st, fmt.Errorf("reshard: Verify needs a memory that can read regions back (%T cannot)", e.Mem)
 		}
 	}
-	full, err := e.allocFull(s, rank, work)
-	if err != nil {
+	if err := d.prepare(); err != nil {
 		return st, err
 	}
-	resolve := func(sg Segment) Buffer {
-		switch sg.Buf {
-		case BufSrc:
-			return bufs[sg.Tensor].Src
-		case BufDst:
-			return bufs[sg.Tensor].Dst
-		}
-		return full[sg.Tensor]
-	}
-	maxInPlace := MaxInPlace(e.T)
-	// inPlace reports whether a message's one strided segment can go to
-	// the transport as it is.
-	inPlace := func(segs []Segment, n int64) bool {
-		return len(segs) == 1 && n <= maxInPlace && n > 0
-	}
-	sum := func(segs []Segment) (uint32, error) {
-		var crc uint32
-		for _, sg := range segs {
-			b := make([]byte, sg.At.Bytes())
-			if err := reader.ReadRegion(b, resolve(sg), sg.At); err != nil {
-				return 0, err
-			}
-			crc = crc32.Update(crc, castagnoli, b)
-		}
-		return crc, nil
-	}
 	var queue []inflight
-	complete := func(f inflight) error {
-		wctx, cancel := ctx, context.CancelFunc(func() {})
-		if e.Timeout > 0 {
-			wctx, cancel = context.WithTimeout(ctx, e.Timeout)
-		}
-		err := f.pending.Wait(wctx)
-		cancel()
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && e.Timeout > 0 && ctx.Err() == nil {
-				te := &TimeoutError{Rank: rank, Round: f.round, After: e.Timeout, Peers: f.peers}
-				if inc, ok := f.pending.(Incompleter); ok {
-					te.Peers = inc.Incomplete()
-				}
-				for _, i := range f.msgs {
-					if t := tensorName(s, s.Messages[i].Tensor); !slices.Contains(te.Tensors, t) {
-						te.Tensors = append(te.Tensors, t)
-					}
-				}
-				return te
-			}
-			return fmt.Errorf("rank %d, round %d: %w", rank, f.round, err)
-		}
-		for _, u := range f.unpacks {
-			if err := e.scatter(u.to, f.stage, u.off, resolve); err != nil {
-				return err
-			}
-		}
-		if e.Verify {
-			for _, i := range f.recvs {
-				crc, err := sum(s.Messages[i].To)
-				if err != nil {
-					return err
-				}
-				st.RecvSums = append(st.RecvSums, Checksum{int32(i), crc})
-			}
-		}
-		return nil
-	}
-	for _, w := range work {
-		for len(queue) > 0 && queue[0].round <= w.round-2 {
-			if err := complete(queue[0]); err != nil {
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		for len(queue) > 0 && queue[0].st.Round <= s.Round-2 {
+			if err := d.complete(ctx, queue[0]); err != nil {
 				return st, err
 			}
 			queue = queue[1:]
 		}
-		for _, i := range w.copies {
-			m := &s.Messages[i]
-			if err := e.copyLocal(m, resolve); err != nil {
-				return st, err
-			}
-			st.Sent[LinkSelf] += m.Bytes
-			st.Recv[LinkSelf] += m.Bytes
-			if e.Verify {
-				if err := e.Mem.Sync(); err != nil {
-					return st, err
-				}
-				a, err := sum(m.From)
-				if err != nil {
-					return st, err
-				}
-				b, err := sum(m.To)
-				if err != nil {
-					return st, err
-				}
-				st.SentSums = append(st.SentSums, Checksum{int32(i), a})
-				st.RecvSums = append(st.RecvSums, Checksum{int32(i), b})
-			}
-		}
-		if len(w.sends)+len(w.recvs) == 0 {
-			continue
-		}
-		slot := w.round % 2
-		// size the round's staging first: buffers in flight are never
-		// reallocated.
-		var recvNeed, sendNeed int64
-		for _, i := range w.recvs {
-			if m := &s.Messages[i]; !directOrInPlace(m.To, m.Bytes, resolve, inPlace) {
-				recvNeed += m.Bytes
-			}
-		}
-		for _, i := range w.sends {
-			if m := &s.Messages[i]; !directOrInPlace(m.From, m.Bytes, resolve, inPlace) {
-				sendNeed += m.Bytes
-			}
-		}
-		recvStage, err := e.stage(slot, 1, recvNeed, s.RoundBytes)
+		f, err := d.start(s)
 		if err != nil {
 			return st, err
 		}
-		sendStage, err := e.stage(slot, 0, sendNeed, s.RoundBytes)
-		if err != nil {
-			return st, err
+		if f.pending != nil {
+			queue = append(queue, f)
 		}
-		var ops []Op
-		var unpacks []unpack
-		var recvOff, sendOff int64
-		var peers []int
-		for _, i := range w.recvs {
-			m := &s.Messages[i]
-			if !slices.Contains(peers, m.Src) {
-				peers = append(peers, m.Src)
-			}
-			if buf, off, ok := direct(m.To, resolve); ok {
-				ops = append(ops, Op{Peer: m.Src, Buf: buf, Off: off, Len: m.Bytes})
-			} else if inPlace(m.To, m.Bytes) {
-				ops = append(ops, Op{Peer: m.Src, Buf: resolve(m.To[0]), Len: m.Bytes, InPlace: true, At: m.To[0].At})
-			} else {
-				ops = append(ops, Op{Peer: m.Src, Buf: recvStage, Off: recvOff, Len: m.Bytes})
-				unpacks = append(unpacks, unpack{to: m.To, off: recvOff})
-				recvOff += m.Bytes
-				st.Packed += m.Bytes
-			}
-			st.Recv[m.Class] += m.Bytes
-		}
-		for _, i := range w.sends {
-			m := &s.Messages[i]
-			if !slices.Contains(peers, m.Dst) {
-				peers = append(peers, m.Dst)
-			}
-			if e.Verify {
-				if err := e.Mem.Sync(); err != nil {
-					return st, err
-				}
-				crc, err := sum(m.From)
-				if err != nil {
-					return st, err
-				}
-				st.SentSums = append(st.SentSums, Checksum{int32(i), crc})
-			}
-			if buf, off, ok := direct(m.From, resolve); ok {
-				ops = append(ops, Op{Peer: m.Dst, Send: true, Buf: buf, Off: off, Len: m.Bytes})
-			} else if inPlace(m.From, m.Bytes) {
-				ops = append(ops, Op{Peer: m.Dst, Send: true, Buf: resolve(m.From[0]), Len: m.Bytes, InPlace: true, At: m.From[0].At})
-			} else {
-				if err := e.gather(sendStage, sendOff, m.From, resolve); err != nil {
-					return st, err
-				}
-				ops = append(ops, Op{Peer: m.Dst, Send: true, Buf: sendStage, Off: sendOff, Len: m.Bytes})
-				sendOff += m.Bytes
-				st.Packed += m.Bytes
-			}
-			st.Sent[m.Class] += m.Bytes
-		}
-		if err := e.Mem.Sync(); err != nil {
-			return st, err
-		}
-		p, err := e.T.Start(ops)
-		if err != nil {
-			return st, fmt.Errorf("rank %d, round %d: %w", rank, w.round, err)
-		}
-		slices.Sort(peers)
-		queue = append(queue, inflight{round: w.round, pending: p, unpacks: unpacks, stage: recvStage, peers: peers,
-			msgs: append(slices.Clone(w.sends), w.recvs...), recvs: w.recvs})
-		st.Messages += len(w.sends) + len(w.recvs)
-		st.Rounds++
 	}
 	for _, f := range queue {
-		if err := complete(f); err != nil {
+		if err := d.complete(ctx, f); err != nil {
 			return st, err
 		}
 	}
 	return st, e.Mem.Sync()
 }
 
-func directOrInPlace(segs []Segment, n int64, resolve func(Segment) Buffer, inPlace func([]Segment, int64) bool) bool {
-	_, _, ok := direct(segs, resolve)
-	return ok || inPlace(segs, n)
+// RunSchedule compiles rank's part of s with dense views and runs it: a
+// convenience for tests and one-off moves; a program that runs every step
+// compiles once (Compile, or Prepare).
+func (e *Executor) RunSchedule(ctx context.Context, s *Schedule, bufs []TensorBuffers) (Stats, error) {
+	if e.T.Size() != s.World() {
+		return Stats{}, fmt.Errorf("reshard: schedule for %d ranks on a communicator of %d", s.World(), e.T.Size())
+	}
+	needs, err := partNeeds(s, e.T.Rank(), nil)
+	if err != nil {
+		return Stats{}, err
+	}
+	if err := checkBuffers(s, e.T.Rank(), needs, bufs); err != nil {
+		return Stats{}, err
+	}
+	p, err := Compile(s, e.T.Rank(), CompileOptions{MaxInPlace: MaxInPlace(e.T)})
+	if err != nil {
+		return Stats{}, err
+	}
+	return e.Run(ctx, p, bufs)
+}
+
+// driver is one Run in progress.
+type driver struct {
+	e      *Executor
+	p      *Program
+	bufs   []TensorBuffers
+	st     *Stats
+	reader RegionReader
+	full   []Buffer
+}
+
+// prepare sizes the staging and the scratch the program needs, reusing
+// what earlier runs allocated.
+func (d *driver) prepare() error {
+	e, p := d.e, d.p
+	for slot := range e.staging {
+		for dir := range e.staging[slot] {
+			need := p.Staging[slot][dir]
+			if b := e.staging[slot][dir]; need == 0 || (b != nil && b.Len() >= need) {
+				continue
+			}
+			if b := e.staging[slot][dir]; b != nil {
+				e.Mem.Free(b)
+				e.staging[slot][dir] = nil
+			}
+			b, err := e.Mem.Alloc(need)
+			if err != nil {
+				return fmt.Errorf("reshard: staging of %d bytes: %w", need, err)
+			}
+			e.staging[slot][dir] = b
+		}
+	}
+	for len(e.scratch) < len(p.Full) {
+		e.scratch = append(e.scratch, nil)
+	}
+	d.full = make([]Buffer, len(p.Full))
+	for t, n := range p.Full {
+		if n == 0 {
+			continue
+		}
+		if b := e.scratch[t]; b != nil && b.Len() == n {
+			d.full[t] = b
+			continue
+		}
+		if b := e.scratch[t]; b != nil {
+			e.Mem.Free(b)
+			e.scratch[t] = nil
+		}
+		b, err := e.Mem.Alloc(n)
+		if err != nil {
+			return fmt.Errorf("reshard: scratch for tensor %s (%d bytes): %w", tensorName(p.sched, t), n, err)
+		}
+		d.full[t], e.scratch[t] = b, b
+	}
+	return nil
+}
+
+func (d *driver) buf(r Region) Buffer {
+	switch r.Buf {
+	case BufSrc:
+		return d.bufs[r.Tensor].Src
+	case BufDst:
+		return d.bufs[r.Tensor].Dst
+	}
+	return d.full[r.Tensor]
+}
+
+// sum returns the CRC-32C of the bytes of regions.
+func (d *driver) sum(regs []Region) (uint32, error) {
+	var crc uint32
+	for _, r := range regs {
+		b := make([]byte, r.At.Bytes())
+		if err := d.reader.ReadRegion(b, d.buf(r), r.At); err != nil {
+			return 0, err
+		}
+		crc = crc32.Update(crc, castagnoli, b)
+	}
+	return crc, nil
+}
+
+// start does a step's local copies and posts its operations.
+func (d *driver) start(s *Step) (inflight, error) {
+	e, st := d.e, d.st
+	for i := range s.Copies {
+		cp := &s.Copies[i]
+		if err := d.copyLocal(cp); err != nil {
+			return inflight{}, err
+		}
+		st.Sent[LinkSelf] += cp.Bytes
+		st.Recv[LinkSelf] += cp.Bytes
+		st.Messages++
+		if e.Verify {
+			if err := e.Mem.Sync(); err != nil {
+				return inflight{}, err
+			}
+			a, err := d.sum(cp.From)
+			if err != nil {
+				return inflight{}, err
+			}
+			b, err := d.sum(cp.To)
+			if err != nil {
+				return inflight{}, err
+			}
+			st.SentSums = append(st.SentSums, Checksum{cp.Msg, a})
+			st.RecvSums = append(st.RecvSums, Checksum{cp.Msg, b})
+		}
+	}
+	if len(s.Sends)+len(s.Recvs) == 0 {
+		return inflight{}, nil
+	}
+	slot := s.Round % 2
+	sendStage, recvStage := e.staging[slot][0], e.staging[slot][1]
+	ops := make([]Op, 0, len(s.Sends)+len(s.Recvs))
+	for i := range s.Recvs {
+		w := &s.Recvs[i]
+		ops = append(ops, d.op(w, false, recvStage))
+		st.Recv[w.Class] += w.Bytes
+		st.Messages += len(w.Parts)
+		if w.Mode == WireStaged {
+			st.Packed += w.Bytes
+		}
+	}
+	for i := range s.Sends {
+		w := &s.Sends[i]
+		if e.Verify {
+			if err := e.Mem.Sync(); err != nil {
+				return inflight{}, err
+			}
+			for _, pt := range w.Parts {
+				crc, err := d.sum(pt.Regions)
+				if err != nil {
+					return inflight{}, err
+				}
+				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
+			}
+		}
+		if w.Mode == WireStaged {
+			off := w.StageOff
+			for _, pt := range w.Parts {
+				for _, r := range pt.Regions {
+					if err := e.Mem.Pack(sendStage, off, d.buf(r), r.At); err != nil {
+						return inflight{}, err
+					}
+					off += r.At.Bytes()
+				}
+			}
+			st.Packed += w.Bytes
+		}
+		ops = append(ops, d.op(w, true, sendStage))
+		st.Sent[w.Class] += w.Bytes
+		st.Messages += len(w.Parts)
+	}
+	if err := e.Mem.Sync(); err != nil {
+		return inflight{}, err
+	}
+	pend, err := e.T.Start(ops)
+	if err != nil {
+		return inflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+	}
+	st.Rounds++
+	return inflight{st: s, pending: pend, stage: recvStage}, nil
+}
+
+// op turns a wire operation into the transport's.
+func (d *driver) op(w *Wire, send bool, stage Buffer) Op {
+	switch w.Mode {
+	case WireDirect:
+		return Op{Peer: w.Peer, Send: send, Buf: d.buf(w.Region), Off: w.Region.At.Offset, Len: w.Bytes}
+	case WireInPlace:
+		return Op{Peer: w.Peer, Send: send, Buf: d.buf(w.Region), Len: w.Bytes, InPlace: true, At: w.Region.At}
+	}
+	return Op{Peer: w.Peer, Send: send, Buf: stage, Off: w.StageOff, Len: w.Bytes}
+}
+
+// complete waits for a posted step, unpacks what it staged and checksums
+// what it received.
+func (d *driver) complete(ctx context.Context, f inflight) error {
+	e, s := d.e, f.st
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if e.Timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, e.Timeout)
+	}
+	err := f.pending.Wait(wctx)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && e.Timeout > 0 && ctx.Err() == nil {
+			te := &TimeoutError{Rank: d.p.Rank, Round: s.Round, After: e.Timeout, Peers: peersOf(s)}
+			if inc, ok := f.pending.(Incompleter); ok {
+				te.Peers = inc.Incomplete()
+			}
+			for _, list := range [][]Wire{s.Sends, s.Recvs} {
+				for _, w := range list {
+					for _, pt := range w.Parts {
+						t := tensorName(d.p.sched, int(d.p.sched.Messages[pt.Msg].Tensor))
+						if !slices.Contains(te.Tensors, t) {
+							te.Tensors = append(te.Tensors, t)
+						}
+					}
+				}
+			}
+			return te
+		}
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			return cause
+		}
+		return fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+	}
+	for i := range s.Recvs {
+		w := &s.Recvs[i]
+		if w.Mode == WireStaged {
+			off := w.StageOff
+			for _, pt := range w.Parts {
+				for _, r := range pt.Regions {
+					if err := e.Mem.Unpack(d.buf(r), r.At, f.stage, off); err != nil {
+						return err
+					}
+					off += r.At.Bytes()
+				}
+			}
+		}
+		if e.Verify {
+			if w.Mode == WireStaged {
+				if err := e.Mem.Sync(); err != nil {
+					return err
+				}
+			}
+			for _, pt := range w.Parts {
+				crc, err := d.sum(pt.Regions)
+				if err != nil {
+					return err
+				}
+				d.st.RecvSums = append(d.st.RecvSums, Checksum{pt.Msg, crc})
+			}
+		}
+	}
+	return nil
 }
 
 // tensorName names tensor i of a schedule in errors: its TensorNames entry
 // if the schedule has one, else "tensor i".
 func tensorName(s *Schedule, i int) string {
-	if i < len(s.TensorNames) && s.TensorNames[i] != "" {
+	if s != nil && i < len(s.TensorNames) && s.TensorNames[i] != "" {
 		return s.TensorNames[i]
 	}
 	return fmt.Sprintf("tensor %d", i)
-}
-
-// rankWork extracts this rank's messages, grouped by round.
-func rankWork(s *Schedule, rank int) []roundWork {
-	var out []roundWork
-	for i := range s.Messages {
-		m := &s.Messages[i]
-		if m.Src != rank && m.Dst != rank {
-			continue
-		}
-		if len(out) == 0 || out[len(out)-1].round != m.Round {
-			out = append(out, roundWork{round: m.Round})
-		}
-		w := &out[len(out)-1]
-		switch {
-		case m.Src == m.Dst:
-			w.copies = append(w.copies, i)
-		case m.Src == rank:
-			w.sends = append(w.sends, i)
-		default:
-			w.recvs = append(w.recvs, i)
-		}
-	}
-	return out
-}
-
-// direct reports whether a message's bytes form one contiguous run of one
-// buffer, which the transport can then use in place.
-func direct(segs []Segment, resolve func(Segment) Buffer) (Buffer, int64, bool) {
-	if len(segs) != 1 || !segs[0].At.Contiguous() {
-		return nil, 0, false
-	}
-	return resolve(segs[0]), segs[0].At.Offset, true
-}
-
-// stage returns staging buffer [slot][dir], grown to hold need bytes (at
-// least the round budget, so it is allocated once). It returns nil when
-// need is 0 and nothing is allocated yet. The round that used the slot
-// before has completed.
-func (e *Executor) stage(slot, dir int, need, roundBytes int64) (Buffer, error) {
-	b := e.staging[slot][dir]
-	if need == 0 || (b != nil && b.Len() >= need) {
-		return b, nil
-	}
-	if b != nil {
-		e.Mem.Free(b)
-		e.staging[slot][dir] = nil
-	}
-	nb, err := e.Mem.Alloc(max(need, roundBytes))
-	if err != nil {
-		return nil, fmt.Errorf("reshard: staging of %d bytes: %w", max(need, roundBytes), err)
-	}
-	e.staging[slot][dir] = nb
-	return nb, nil
 }
 
 // Close releases the executor's staging and scratch memory.
@@ -440,118 +464,101 @@ func (e *Executor) Close() {
 	}
 }
 
-func (e *Executor) gather(dst Buffer, off int64, segs []Segment, resolve func(Segment) Buffer) error {
-	for _, sg := range segs {
-		if err := e.Mem.Pack(dst, off, resolve(sg), sg.At); err != nil {
-			return err
-		}
-		off += sg.At.Bytes()
-	}
-	return nil
-}
-
-func (e *Executor) scatter(segs []Segment, src Buffer, off int64, resolve func(Segment) Buffer) error {
-	for _, sg := range segs {
-		if err := e.Mem.Unpack(resolve(sg), sg.At, src, off); err != nil {
-			return err
-		}
-		off += sg.At.Bytes()
-	}
-	return nil
-}
-
 // copyLocal performs a message from this rank to itself.
-func (e *Executor) copyLocal(m *Message, resolve func(Segment) Buffer) error {
-	if len(m.From) == 1 && len(m.To) == 1 {
-		return e.Mem.Copy(resolve(m.To[0]), m.To[0].At, resolve(m.From[0]), m.From[0].At)
+func (d *driver) copyLocal(cp *Copy) error {
+	mem := d.e.Mem
+	if len(cp.From) == 1 && len(cp.To) == 1 {
+		return mem.Copy(d.buf(cp.To[0]), cp.To[0].At, d.buf(cp.From[0]), cp.From[0].At)
 	}
-	tmp, err := e.Mem.Alloc(m.Bytes)
+	tmp, err := mem.Alloc(cp.Bytes)
 	if err != nil {
 		return err
 	}
-	defer e.Mem.Free(tmp)
-	if err := e.gather(tmp, 0, m.From, resolve); err != nil {
-		return err
+	defer mem.Free(tmp)
+	off := int64(0)
+	for _, r := range cp.From {
+		if err := mem.Pack(tmp, off, d.buf(r), r.At); err != nil {
+			return err
+		}
+		off += r.At.Bytes()
 	}
-	return e.scatter(m.To, tmp, 0, resolve)
+	off = 0
+	for _, r := range cp.To {
+		if err := mem.Unpack(d.buf(r), r.At, tmp, off); err != nil {
+			return err
+		}
+		off += r.At.Bytes()
+	}
+	return nil
 }
 
-// allocFull returns whole-tensor scratch for the tensors whose segments on
-// this rank use it, reusing what an earlier run allocated when the size
-// matches; Close frees it.
-func (e *Executor) allocFull(s *Schedule, rank int, work []roundWork) ([]Buffer, error) {
-	for len(e.scratch) < len(s.Plans) {
-		e.scratch = append(e.scratch, nil)
-	}
-	full := make([]Buffer, len(s.Plans))
-	need := func(segs []Segment) error {
-		for _, sg := range segs {
-			if sg.Buf != BufFull || full[sg.Tensor] != nil {
-				continue
-			}
-			n := s.Plans[sg.Tensor].Src().Bytes()
-			if b := e.scratch[sg.Tensor]; b != nil && b.Len() == n {
-				full[sg.Tensor] = b
-				continue
-			}
-			if b := e.scratch[sg.Tensor]; b != nil {
-				e.Mem.Free(b)
-				e.scratch[sg.Tensor] = nil
-			}
-			b, err := e.Mem.Alloc(n)
-			if err != nil {
-				return fmt.Errorf("reshard: scratch for tensor %d (%d bytes): %w", sg.Tensor, n, err)
-			}
-			full[sg.Tensor], e.scratch[sg.Tensor] = b, b
-		}
-		return nil
-	}
-	for _, w := range work {
-		for _, list := range [][]int{w.copies, w.sends, w.recvs} {
-			for _, i := range list {
-				m := &s.Messages[i]
-				if m.Src == rank {
-					if err := need(m.From); err != nil {
-						return full, err
-					}
-				}
-				if m.Dst == rank {
-					if err := need(m.To); err != nil {
-						return full, err
-					}
-				}
-			}
-		}
-	}
-	return full, nil
+// partNeed is what one side of one tensor needs of this rank's buffer:
+// whether the rank holds a part, the bytes the buffer must have (exactly,
+// for a dense part; at least, for a view), and where the part's bytes sit
+// in it (for the aliasing check).
+type partNeed struct {
+	in    bool
+	want  int64
+	exact bool
+	at    Strided // the whole part through its view
 }
 
-// checkBuffers validates one rank's buffers against the layouts.
-func checkBuffers(s *Schedule, rank int, bufs []TensorBuffers) error {
-	if len(bufs) != len(s.Plans) {
-		return fmt.Errorf("reshard: %d buffer pairs for a schedule of %d tensors", len(bufs), len(s.Plans))
-	}
+// partNeeds derives, once, what this rank's buffers must be for the
+// schedule's tensors under views (nil: dense).
+func partNeeds(s *Schedule, rank int, views []TensorViews) ([][2]partNeed, error) {
+	out := make([][2]partNeed, len(s.Plans))
 	for i, p := range s.Plans {
-		check := func(side string, b Buffer, inMesh bool, want int64) error {
-			switch {
-			case inMesh && b == nil:
-				return &BufferError{Rank: rank, Tensor: i, Side: side, Why: "is missing (the rank is in the mesh)", Want: want, Got: -1}
-			case !inMesh && b != nil && b.Len() != 0:
-				return &BufferError{Rank: rank, Tensor: i, Side: side, Why: "is given but the rank is not in the mesh", Want: 0, Got: b.Len()}
-			case inMesh && b.Len() != want:
-				why := "is too short"
-				if b.Len() > want {
-					why = "is too long"
-				}
-				return &BufferError{Rank: rank, Tensor: i, Side: side, Why: why, Want: want, Got: b.Len()}
+		var tv TensorViews
+		if i < len(views) {
+			tv = views[i]
+		}
+		for side, l := range []placement.Layout{p.Src(), p.Dst()} {
+			v := tv.Src
+			if side == 1 {
+				v = tv.Dst
 			}
-			return nil
+			box, in := l.RankBox(rank)
+			n := partNeed{in: in, exact: v.Dense()}
+			if !in {
+				out[i][side] = n
+				continue
+			}
+			n.want = l.LocalBytes(rank)
+			if !n.exact {
+				ext, err := v.Extent(box.Shape())
+				if err != nil {
+					return nil, &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: sideName(side), Why: err.Error(), Got: -1}
+				}
+				n.want = ext * l.ElemSize()
+			}
+			if !box.Empty() {
+				n.at = DescribeView(box, box, l.ElemSize(), v)
+			}
+			out[i][side] = n
 		}
-		if err := check("source", bufs[i].Src, p.Src().Mesh().Contains(rank), p.Src().LocalBytes(rank)); err != nil {
-			return err
-		}
-		if err := check("destination", bufs[i].Dst, p.Dst().Mesh().Contains(rank), p.Dst().LocalBytes(rank)); err != nil {
-			return err
+	}
+	return out, nil
+}
+
+// checkBuffers validates one rank's buffers against what the parts need.
+func checkBuffers(s *Schedule, rank int, needs [][2]partNeed, bufs []TensorBuffers) error {
+	if len(bufs) != len(needs) {
+		return fmt.Errorf("reshard: %d buffer pairs for a schedule of %d tensors", len(bufs), len(needs))
+	}
+	for i := range needs {
+		for side, b := range []Buffer{bufs[i].Src, bufs[i].Dst} {
+			n := needs[i][side]
+			name := sideName(side)
+			switch {
+			case n.in && b == nil:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is missing (the rank is in the mesh)", Want: n.want, Got: -1}
+			case !n.in && b != nil && b.Len() != 0:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is given but the rank is not in the mesh", Want: 0, Got: b.Len()}
+			case n.in && b.Len() < n.want:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is too short", Want: n.want, Got: b.Len()}
+			case n.in && n.exact && b.Len() > n.want:
+				return &BufferError{Rank: rank, Tensor: tensorName(s, i), Side: name, Why: "is too long", Want: n.want, Got: b.Len()}
+			}
 		}
 	}
 	return nil
@@ -559,15 +566,16 @@ func checkBuffers(s *Schedule, rank int, bufs []TensorBuffers) error {
 
 // BufferError reports a local buffer that does not match its layout.
 type BufferError struct {
-	Rank, Tensor int
-	Side         string // "source" or "destination"
-	Why          string
-	Want, Got    int64 // bytes; Got is -1 for a missing buffer
+	Rank      int
+	Tensor    string // the tensor's name
+	Side      string // "source" or "destination"
+	Why       string
+	Want, Got int64 // bytes; Got is -1 for a missing buffer
 }
 
 func (e *BufferError) Error() string {
 	if e.Got < 0 {
-		return fmt.Sprintf("rank %d, tensor %d: %s buffer %s (want %d bytes)", e.Rank, e.Tensor, e.Side, e.Why, e.Want)
+		return fmt.Sprintf("rank %d, tensor %q: %s buffer %s (want %d bytes)", e.Rank, e.Tensor, e.Side, e.Why, e.Want)
 	}
-	return fmt.Sprintf("rank %d, tensor %d: %s buffer %s: %d bytes, the layout needs %d", e.Rank, e.Tensor, e.Side, e.Why, e.Got, e.Want)
+	return fmt.Sprintf("rank %d, tensor %q: %s buffer %s: %d bytes, the layout needs %d", e.Rank, e.Tensor, e.Side, e.Why, e.Got, e.Want)
 }

@@ -37,11 +37,17 @@ func (o ScheduleOptions) Validate() error {
 // RoundBytes returns the per-round budget of each direction and link class.
 func (o ScheduleOptions) RoundBytes() int64 { return o.StagingBytes / 8 }
 
-// Flat schedules the direct route: every transfer goes straight from its
-// source owner to its destination, cut into chunks. Chunks are added
-// chunk-major (every transfer's first chunk, then every second chunk, ...)
-// so that all pairs progress together.
-func Flat(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+// Flat is the direct route: every transfer goes straight from its source
+// owner to its destination, cut into chunks. Chunks are added chunk-major
+// (every transfer's first chunk, then every second chunk, ...) so that all
+// pairs progress together. Sources inject rho*B.
+type Flat struct{}
+
+// Name returns "flat".
+func (Flat) Name() string { return "flat" }
+
+// Schedule implements Route.
+func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -75,13 +81,19 @@ func Flat(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error)
 	return b.Schedule(), nil
 }
 
-// AllGatherBroadcast schedules the legacy baseline: the source group
+// AllGatherBroadcast is the legacy baseline route: the source group
 // all-gathers the full tensor (a ring per replica group, every source rank
 // ending with the whole tensor in scratch), then the first source rank
 // broadcasts it down a pipelined chain of all destination ranks, and every
 // destination keeps its slice. The root injects the tensor once and every
 // destination receives all of it.
-func AllGatherBroadcast(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+type AllGatherBroadcast struct{}
+
+// Name returns "agbcast".
+func (AllGatherBroadcast) Name() string { return "agbcast" }
+
+// Schedule implements Route.
+func (AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

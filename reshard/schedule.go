@@ -84,6 +84,8 @@ type Message struct {
 // a rank may keep two rounds in flight.
 type Schedule struct {
 	Route string
+	// Note says why the route was chosen, for routes that choose (auto).
+	Note  string
 	Plans []*Plan
 	// TensorNames name the tensors in errors and reports; optional.
 	TensorNames []string

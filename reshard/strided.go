@@ -155,3 +155,58 @@ func describe(local, rel, count []int64, elem int64, scratch []int64) Strided {
 	}
 	return s
 }
+
+// DescribeView is Describe for a part held through a view: where the bytes
+// of sub sit in a buffer that holds the region local as the view v places
+// it (placement.View, in elements), with elem bytes per element. Runs merge
+// as far as the view keeps them contiguous. For the default view it equals
+// Describe. It panics if sub is empty or not inside local.
+func DescribeView(local, sub placement.Box, elem int64, v placement.View) Strided {
+	if v.Dense() {
+		return Describe(local, sub, elem)
+	}
+	nd := len(local.Lo)
+	shape := local.Shape()
+	st := v.ResolvedStrides(shape)
+	var count [placement.MaxTensorDims]int64
+	offset := v.Offset
+	for d := 0; d < nd; d++ {
+		if sub.Lo[d] < local.Lo[d] || sub.Hi[d] > local.Hi[d] || sub.Hi[d] <= sub.Lo[d] {
+			panic(fmt.Sprintf("reshard: box %v is empty or not inside %v", sub, local))
+		}
+		count[d] = sub.Hi[d] - sub.Lo[d]
+		offset += (sub.Lo[d] - local.Lo[d]) * st[d]
+	}
+	// Merge inner dims into the run while each steps exactly over it;
+	// dims of one index add nothing.
+	run := int64(1) // elements
+	k := nd - 1
+	for ; k >= 0; k-- {
+		if count[k] == 1 {
+			continue
+		}
+		if st[k] != run {
+			break
+		}
+		run *= count[k]
+	}
+	s := Strided{Offset: offset * elem, Run: run * elem}
+	var cnt, str []int64
+	for d := 0; d <= k; d++ {
+		if count[d] == 1 {
+			continue
+		}
+		b := st[d] * elem
+		if n := len(cnt); n > 0 && str[n-1] == count[d]*b {
+			cnt[n-1] *= count[d]
+			str[n-1] = b
+			continue
+		}
+		cnt = append(cnt, count[d])
+		str = append(str, b)
+	}
+	if len(cnt) > 0 {
+		s.Count, s.Stride = cnt, str
+	}
+	return s
+}

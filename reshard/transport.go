@@ -100,8 +100,44 @@ type Memory interface {
 	Sync() error
 }
 
+// HostIO moves bytes between host memory and a Memory's buffers, so that
+// programs and tests can fill and read device memory. HostMemory and
+// package cuda's Memory implement it.
+type HostIO interface {
+	// Upload copies src into the first len(src) bytes of dst.
+	Upload(dst Buffer, src []byte) error
+	// Download copies the first len(dst) bytes of src into dst.
+	Download(dst []byte, src Buffer) error
+}
+
 // HostMemory is Memory over HostBuffers, copying with the CPU.
 type HostMemory struct{}
+
+// Upload implements HostIO.
+func (HostMemory) Upload(dst Buffer, src []byte) error {
+	d, ok := dst.(HostBuffer)
+	if !ok {
+		return fmt.Errorf("reshard: HostMemory needs a HostBuffer, got %T", dst)
+	}
+	if len(src) > len(d) {
+		return fmt.Errorf("reshard: upload of %d bytes into a buffer of %d", len(src), len(d))
+	}
+	copy(d, src)
+	return nil
+}
+
+// Download implements HostIO.
+func (HostMemory) Download(dst []byte, src Buffer) error {
+	s, ok := src.(HostBuffer)
+	if !ok {
+		return fmt.Errorf("reshard: HostMemory needs a HostBuffer, got %T", src)
+	}
+	if len(dst) > len(s) {
+		return fmt.Errorf("reshard: download of %d bytes from a buffer of %d", len(dst), len(s))
+	}
+	copy(dst, s)
+	return nil
+}
 
 // Alloc returns a zeroed HostBuffer.
 func (HostMemory) Alloc(n int64) (Buffer, error) {

@@ -179,7 +179,7 @@ func buildFixture(c fixtureConfig, route string) (*Program, reshard.Topology, er
 	topo := c.topology()
 	world := c.trainers() + c.tp*c.dp
 	prog := NewProgram(world)
-	opts := hier.Options{ScheduleOptions: reshard.ScheduleOptions{ChunkBytes: c.chunk, StagingBytes: c.stage}}
+	opts := reshard.ScheduleOptions{ChunkBytes: c.chunk, StagingBytes: c.stage}
 	for s := 0; s < c.pp; s++ {
 		plans, names, err := c.stagePlans(s, layers)
 		if err != nil {
@@ -189,11 +189,11 @@ func buildFixture(c fixtureConfig, route string) (*Program, reshard.Topology, er
 		var sc *reshard.Schedule
 		switch route {
 		case "flat":
-			sc, err = reshard.Flat(plans, st, opts.ScheduleOptions)
+			sc, err = reshard.Flat{}.Schedule(plans, st, opts)
 		case "hier":
-			sc, err = hier.Route(plans, st, opts)
+			sc, err = hier.Hier{}.Schedule(plans, st, opts)
 		case "agbcast":
-			sc, err = reshard.AllGatherBroadcast(plans, st, opts.ScheduleOptions)
+			sc, err = reshard.AllGatherBroadcast{}.Schedule(plans, st, opts)
 		default:
 			err = fmt.Errorf("route %q", route)
 		}

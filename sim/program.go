@@ -20,6 +20,7 @@ type Program struct {
 	pool   []int32 // message indices of every round, by process
 	parts  []Part
 	tensor []string // tensor names, by global tensor index
+	extra  []extraTensor
 }
 
 // Msg is one message of a program, in global ranks.
@@ -36,6 +37,15 @@ type Msg struct {
 	Tensor int32
 	Round  int32
 	Part   int32
+	// Index is the message's index in its part's schedule (the first one
+	// when several coalesced), Parts how many schedule messages it carries.
+	Index, Parts int32
+}
+
+// extraTensor records that a coalesced message also carries a tensor other
+// than its first part's.
+type extraTensor struct {
+	msg, tensor int32
 }
 
 // Proc is one executor: the rounds one rank runs for one part.
@@ -118,6 +128,11 @@ type AddOptions struct {
 	// are packed; false packs every message that is not one contiguous
 	// run (NCCL's kernels).
 	InPlace bool
+	// CoalesceBytes makes the messages of one round between one pair of
+	// ranks that are at most this large travel as one message, packed on
+	// both sides, as reshard.Compile's CoalesceBytes does; 0 keeps every
+	// message on its own.
+	CoalesceBytes int64
 	// After is the part this one follows: each rank's process of this part
 	// starts when the same rank's process of part After finishes. -1 runs
 	// the parts concurrently (each rank then runs one executor per part).
@@ -126,9 +141,12 @@ type AddOptions struct {
 
 // AddSchedule appends a schedule's messages and per-rank rounds to the
 // program and returns the part's index. Every rank's rounds follow the
-// executor: in round order, each round's local copies, receives and sends
-// (messages where Src == Dst are local copies). Link classes are kept from
-// the schedule; Run checks them against the cluster placement.
+// compiled program the executor runs (reshard.Compile): in round order,
+// each round's local copies, receives and sends (messages where Src == Dst
+// are local copies), small messages of a pair coalesced when
+// o.CoalesceBytes asks. Link classes are kept from the schedule; Run checks
+// them against the cluster placement. It walks the schedule once, whatever
+// the number of ranks.
 func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 	world := s.World()
 	if o.Ranks != nil && len(o.Ranks) != world {
@@ -173,44 +191,53 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 		}
 		return segs[0].At.Contiguous() || o.InPlace
 	}
-	// count each rank's entries, then place them by (rank, round, kind).
-	perRank := make([]int, world)
+	// Walk the schedule once, making the program's messages (a round's
+	// small messages between one pair coalesced into one, as Compile does)
+	// and each rank's entries: (message, kind 0 copy 1 recv 2 send), in
+	// schedule order.
+	type entry struct {
+		msg  int32
+		kind uint8
+	}
+	ents := make([][]entry, world)
+	type pair struct{ src, dst int }
+	var co map[pair]int32 // the round's coalesced message of each pair
+	round := -1
 	for i := range s.Messages {
 		m := &s.Messages[i]
 		if m.Bytes < 0 {
 			return 0, fmt.Errorf("sim: message %d has %d bytes", i, m.Bytes)
 		}
-		perRank[m.Src]++
-		if m.Src != m.Dst {
-			perRank[m.Dst]++
+		if m.Round != round {
+			round = m.Round
+			clear(co)
 		}
+		tensor := int32(firstTensor + m.Tensor)
+		if o.CoalesceBytes > 0 && m.Src != m.Dst && m.Bytes <= o.CoalesceBytes {
+			if co == nil {
+				co = map[pair]int32{}
+			}
+			if k, ok := co[pair{m.Src, m.Dst}]; ok {
+				pm := &p.msgs[k]
+				pm.Bytes += m.Bytes
+				pm.Pack, pm.Unpack, pm.Parts = true, true, pm.Parts+1
+				if pm.Tensor != tensor {
+					p.extra = append(p.extra, extraTensor{msg: k, tensor: tensor})
+				}
+				continue
+			}
+			co[pair{m.Src, m.Dst}] = int32(len(p.msgs))
+		}
+		gi := int32(len(p.msgs))
 		p.msgs = append(p.msgs, Msg{Src: global(m.Src), Dst: global(m.Dst), Bytes: m.Bytes, Class: m.Class,
 			Pack: m.Src != m.Dst && m.Bytes > 0 && !direct(m.From), Unpack: m.Src != m.Dst && m.Bytes > 0 && !direct(m.To),
-			Tensor: int32(firstTensor + m.Tensor), Round: int32(m.Round), Part: int32(part)})
-	}
-	// entries of one rank in schedule order: (message, kind 0 copy 1 recv 2 send)
-	start := make([]int, world+1)
-	for r := 0; r < world; r++ {
-		start[r+1] = start[r] + perRank[r]
-	}
-	type entry struct {
-		msg  int32
-		kind uint8
-	}
-	ents := make([]entry, start[world])
-	fill := append([]int(nil), start[:world]...)
-	for i := range s.Messages {
-		m := &s.Messages[i]
-		gi := int32(first + i)
+			Tensor: tensor, Round: int32(m.Round), Part: int32(part), Index: int32(i), Parts: 1})
 		if m.Src == m.Dst {
-			ents[fill[m.Src]] = entry{gi, 0}
-			fill[m.Src]++
+			ents[m.Src] = append(ents[m.Src], entry{gi, 0})
 			continue
 		}
-		ents[fill[m.Src]] = entry{gi, 2}
-		fill[m.Src]++
-		ents[fill[m.Dst]] = entry{gi, 1}
-		fill[m.Dst]++
+		ents[m.Src] = append(ents[m.Src], entry{gi, 2})
+		ents[m.Dst] = append(ents[m.Dst], entry{gi, 1})
 	}
 	// previous process on each global rank, for After.
 	var prev map[int32]int32
@@ -223,7 +250,8 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 		}
 	}
 	for r := 0; r < world; r++ {
-		es := ents[start[r]:start[r+1]]
+		es := ents[r]
+		ents[r] = nil
 		if len(es) == 0 {
 			continue
 		}

@@ -85,7 +85,8 @@ type Step struct {
 	Rank  int     `json:"rank"`
 	Part  string  `json:"part,omitempty"`
 	Round int     `json:"round"`
-	// Message is the message's index in its part (-1 for none).
+	// Message is the message's index in its part's schedule (-1 for
+	// none; the first of them when small messages coalesced).
 	Message int    `json:"message"`
 	Src     int    `json:"src,omitempty"`
 	Dst     int    `json:"dst,omitempty"`
@@ -186,6 +187,9 @@ func (e *engine) result() *Result {
 			}
 		}
 		res.Parts = append(res.Parts, pr)
+	}
+	for _, x := range e.p.extra {
+		e.tensorEnd[x.tensor] = math.Max(e.tensorEnd[x.tensor], e.mEnd[x.msg])
 	}
 	for t := range e.p.tensor {
 		res.Tensors = append(res.Tensors, TensorResult{Name: e.p.tensor[t], Seconds: e.tensorEnd[t], Bytes: e.tensorBytes[t]})
@@ -380,10 +384,10 @@ func (e *engine) path() Path {
 		lname, _, _ := e.linkName(link)
 		pt := e.p.parts[m.Part]
 		steps = append(steps, Step{Kind: "transfer", From: start, To: e.mEnd[mi], Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
-			Message: int(mi) - pt.First, Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes, Link: lname})
+			Message: int(m.Index), Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes, Link: lname})
 		if lat > 0 {
 			steps = append(steps, Step{Kind: "latency", From: e.postAt[mi], To: start, Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
-				Message: int(mi) - pt.First, Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes})
+				Message: int(m.Index), Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes})
 		}
 		g := e.sendRS[mi]
 		if e.lastSide[mi] == 1 {

@@ -33,10 +33,15 @@ type Setup struct {
 	// placement the simulation runs on.
 	World int
 	Topo  reshard.Topology
-	// Schedule holds the chunk, staging and leader balance options.
-	Schedule hier.Options
-	// InPlace moves strided regions without packing (MPI datatypes).
-	InPlace bool
+	// Schedule holds the chunk and staging options, Balance hier's leader
+	// balance.
+	Schedule reshard.ScheduleOptions
+	Balance  hier.Balance
+	// InPlace moves strided regions without packing (MPI datatypes);
+	// CoalesceBytes makes a round's messages of at most this many bytes
+	// between one pair travel as one (reshard.CompileOptions).
+	InPlace       bool
+	CoalesceBytes int64
 	// Sequential runs the stages one after another on the ranks they
 	// share, instead of concurrently.
 	Sequential bool
@@ -64,21 +69,21 @@ type RouteResult struct {
 	Result   *Result    `json:"result"`
 }
 
-// Routes are the routes SimulateRoute knows, in the order "all" runs them.
-var Routes = []string{"flat", "agbcast", "hier"}
+// Routes are the routes SimulateRoute knows besides auto, in the order
+// "all" runs them.
+var Routes = hier.Routes
 
 // schedule builds one stage's schedule for a route ("auto" resolved
 // already).
-func schedule(route string, st Stage, opts hier.Options) (*reshard.Schedule, error) {
-	switch route {
-	case "flat":
-		return reshard.Flat(st.Plans, st.Topo, opts.ScheduleOptions)
-	case "agbcast":
-		return reshard.AllGatherBroadcast(st.Plans, st.Topo, opts.ScheduleOptions)
-	case "hier":
-		return hier.Route(st.Plans, st.Topo, opts)
+func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
+	if route == "auto" {
+		return nil, fmt.Errorf("sim: auto must be resolved before scheduling")
 	}
-	return nil, fmt.Errorf("sim: unknown route %q: want flat, agbcast, hier or auto", route)
+	r, err := hier.ParseRoute(route, s.Balance, s.Cluster.Fabric())
+	if err != nil {
+		return nil, err
+	}
+	return r.Schedule(st.Plans, st.Topo, s.Schedule)
 }
 
 // StageProblem is the model's problem for one stage's tensors (summed as
@@ -212,7 +217,7 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 				return
 			}
 			go func(i int) {
-				sc, err := schedule(rr.Chosen, stages[i], s.Schedule)
+				sc, err := schedule(rr.Chosen, stages[i], s)
 				if err == nil && len(stages[i].Names) > 0 {
 					sc.TensorNames = stages[i].Names
 				}
@@ -231,7 +236,8 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 		if s.Sequential {
 			after = prev
 		}
-		k, err := prog.AddSchedule(b.sc, AddOptions{Name: stageName(stages[i], i), Ranks: stages[i].Members, InPlace: s.InPlace, After: after})
+		k, err := prog.AddSchedule(b.sc, AddOptions{Name: stageName(stages[i], i), Ranks: stages[i].Members, InPlace: s.InPlace,
+			CoalesceBytes: s.CoalesceBytes, After: after})
 		if err != nil {
 			return nil, err
 		}

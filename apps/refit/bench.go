@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/spf13/cobra"
 )
@@ -62,23 +62,24 @@ type plainReport struct {
 // plainExchange times one contiguous message per (source, destination)
 // pair of the plan, of the pair's total bytes, interleaved with iterations
 // of the first route, and appends the comparison to the report.
-func plainExchange(c *config, rep *runReport) error {
+func plainExchange(p *pairRun, rep *runReport) error {
 	if len(rep.Routes) == 0 {
 		return nil
 	}
-	j, plan := c.j, c.plan
+	j, s, plan := p.j, p.s, p.plan
+	rank := s.Rank()
 	// bytes per pair, from the plan.
 	sendTo := map[int]int64{}
 	recvFrom := map[int]int64{}
-	for _, i := range plan.Sends(j.rank) {
+	for _, i := range plan.Sends(rank) {
 		t := plan.Transfer(int(i))
-		if t.Dst != j.rank {
+		if t.Dst != rank {
 			sendTo[t.Dst] += t.Bytes()
 		}
 	}
-	for _, i := range plan.Recvs(j.rank) {
+	for _, i := range plan.Recvs(rank) {
 		t := plan.Transfer(int(i))
-		if t.Src != j.rank {
+		if t.Src != rank {
 			recvFrom[t.Src] += t.Bytes()
 		}
 	}
@@ -89,21 +90,22 @@ func plainExchange(c *config, rep *runReport) error {
 	for _, n := range recvFrom {
 		recvTotal += n
 	}
-	sendBuf, err := c.mem.Alloc(sendTotal)
+	mem := s.Memory()
+	sendBuf, err := mem.Alloc(sendTotal)
 	if err != nil {
 		return err
 	}
-	defer c.mem.Free(sendBuf)
-	recvBuf, err := c.mem.Alloc(recvTotal)
+	defer mem.Free(sendBuf)
+	recvBuf, err := mem.Alloc(recvTotal)
 	if err != nil {
 		return err
 	}
-	defer c.mem.Free(recvBuf)
+	defer mem.Free(recvBuf)
 	fill := make([]byte, sendTotal)
 	for i := range fill {
 		fill[i] = byte(i)
 	}
-	if err := c.io.Upload(sendBuf, fill); err != nil {
+	if err := mem.Upload(sendBuf, fill); err != nil {
 		return err
 	}
 	peers := func(m map[int]int64) []int {
@@ -114,6 +116,17 @@ func plainExchange(c *config, rep *runReport) error {
 		sort.Ints(out)
 		return out
 	}
+	first := rep.Routes[0]
+	route, err := hier.ParseRoute(strings.TrimPrefix(first.Route, "auto:"), j.set.balance, p.fabric)
+	if err != nil {
+		return err
+	}
+	call, err := s.Prepare(context.Background(), p.specs(), route)
+	if err != nil {
+		return err
+	}
+	defer call.Close()
+	tr := call.Transport()
 	// the baseline: over the same transport (MPI, or NCCL on GPUs), one
 	// contiguous message per pair, all in one round.
 	exchange := func() error {
@@ -128,49 +141,41 @@ func plainExchange(c *config, rep *runReport) error {
 			ops = append(ops, reshard.Op{Peer: p, Send: true, Buf: sendBuf, Off: off, Len: sendTo[p]})
 			off += sendTo[p]
 		}
-		pend, err := c.tr.Start(ops)
+		pend, err := tr.Start(ops)
 		if err != nil {
 			return err
 		}
-		return pend.Wait(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), s.Options().Timeout)
+		defer cancel()
+		return pend.Wait(ctx)
 	}
-	first := rep.Routes[0]
-	sched, _, err := c.schedule(strings.TrimPrefix(first.Route, "auto:"))
-	if err != nil {
-		return err
-	}
-	ex := &reshard.Executor{T: c.tr, Mem: c.mem}
-	defer ex.Close()
-	bufs := []reshard.TensorBuffers{{Src: c.srcBuf, Dst: c.dstBuf}}
+	bufs := p.buffers()
 	timeIt := func(fn func() error) (float64, error) {
-		if err := j.comm.Barrier(); err != nil {
+		if err := s.Barrier(context.Background()); err != nil {
 			return 0, err
 		}
 		t0 := time.Now()
 		if err := fn(); err != nil {
 			return 0, err
 		}
-		el := []float64{time.Since(t0).Seconds()}
-		slowest := []float64{0}
-		err := j.comm.AllreduceFloat64(el, slowest, mpi.Max)
-		return slowest[0], err
+		return maxOver(s, time.Since(t0).Seconds())
 	}
 	var plainT, reshardT []float64
 	iters := first.Iters
 	for it := 0; it < iters+1; it++ {
-		p, err := timeIt(exchange)
+		pt, err := timeIt(exchange)
 		if err != nil {
 			return err
 		}
-		r, err := timeIt(func() error {
-			_, err := ex.Run(context.Background(), sched, bufs)
+		rt, err := timeIt(func() error {
+			_, err := call.Run(context.Background(), bufs)
 			return err
 		})
 		if err != nil {
 			return err
 		}
 		if it > 0 { // the first pair warms up
-			plainT, reshardT = append(plainT, p), append(reshardT, r)
+			plainT, reshardT = append(plainT, pt), append(reshardT, rt)
 		}
 	}
 	pm, rm := median(plainT), median(reshardT)

@@ -168,14 +168,14 @@ func TestExitStatus(t *testing.T) {
 	_ = os.Remove(bin)
 }
 
-// TestModelPaperNumbers: refit model prints the paper's figures exactly.
+// TestModelPaperNumbers: refit bound prints the paper's figures exactly.
 func TestModelPaperNumbers(t *testing.T) {
 	for rho, want := range map[string][]string{
 		"2": {"flat     17.92 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
 		"4": {"flat     35.84 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
 		"8": {"flat     71.68 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
 	} {
-		out, err := refit(t, "model", "--bytes", "7168MB", "--sources", "16", "--dst-shards", "8", "--rho", rho,
+		out, err := refit(t, "bound", "--bytes", "7168MB", "--sources", "16", "--dst-shards", "8", "--rho", rho,
 			"--domains", "1", "--net-bw", "50GB/s", "--local-bw", "900GB/s")
 		if err != nil {
 			t.Fatal(err)
@@ -190,7 +190,7 @@ func TestModelPaperNumbers(t *testing.T) {
 		}
 	}
 	// the layout form derives B, Ns, K and rho: 16 sources, TP8 x DP4.
-	out, err := refit(t, "model", "--shape", "256x2048x7168", "--dtype", "bf16", "--src-mesh", "16", "--src-placements", "S0",
+	out, err := refit(t, "bound", "--shape", "256x2048x7168", "--dtype", "bf16", "--src-mesh", "16", "--src-placements", "S0",
 		"--dst-mesh", "4x8", "--dst-placements", "R,S1", "--json")
 	if err != nil {
 		t.Fatal(err)

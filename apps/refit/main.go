@@ -2,7 +2,7 @@
 //
 // It is an SPMD program: `mpirun -np W refit run ...` moves a tensor from
 // the source ranks' layout to the destination ranks' layout and checks it.
-// The offline subcommands (layout, plan, model) need no launcher.
+// The offline subcommands (layout, layouts, plan, bound) need no launcher.
 package main
 
 import (
@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/reshard"
 	"github.com/spf13/cobra"
 )
 
@@ -40,22 +41,43 @@ type printedError struct{ error }
 
 func (e printedError) Unwrap() error { return e.error }
 
-// finish ends an MPI job: rank 0 prints a job-wide error before MPI is
-// finalized, so that the message is out before any rank exits (the
-// launcher may kill the others as soon as one exits non-zero), then MPI is
-// finalized.
-func finish(err *error) {
+// agreed reports whether every rank of the job returns err alike (rank 0
+// prints it once): agreement and validation failures, checksum failures,
+// failed checks, and a rank's bad input spread to all.
+func agreed(err error) bool {
 	var je jobError
-	var ue usageError
-	if *err != nil && (errors.As(*err, &je) || errors.As(*err, &ue)) {
-		if jobRank <= 0 {
-			fmt.Fprintf(os.Stderr, "refit: %v\n", *err)
-		}
-		// Every rank agreed on a job error, so all are here: wait until
-		// rank 0 has said it. (Not for usage errors: with per-rank flags
-		// only some ranks may fail, and the launcher ends the rest.)
-		if errors.As(*err, &je) {
-			_ = mpi.World().Barrier()
+	var ve *reshard.ValidationError
+	var ae *reshard.AgreementError
+	var ce *reshard.ChecksumError
+	var rf refused
+	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf)
+}
+
+// describe renders a job's error for this rank's stderr.
+func describe(err error) string {
+	var rf refused
+	var ve *reshard.ValidationError
+	var ab *reshard.AbortError
+	switch {
+	case errors.As(err, &rf) && errors.As(err, &ve):
+		return fmt.Sprintf("rank %d: %s", ve.Rank, ve.Msg)
+	case errors.As(err, &ab) && ab.Rank == jobRank:
+		return fmt.Sprintf("%v; stopping the job", ab.Cause)
+	case errors.As(err, &ab):
+		return fmt.Sprintf("rank %d: stopping: %v", jobRank, err)
+	}
+	return err.Error()
+}
+
+// finish ends an MPI job: the error is printed before MPI is finalized, so
+// that the message is out before any rank exits (the launcher may kill the
+// others as soon as one exits non-zero): once by rank 0 for an error every
+// rank agreed on, else by the rank that has it. Then MPI is finalized
+// (which, after a session aborted, ends the job instead: mpi.MarkFailed).
+func finish(err *error) {
+	if *err != nil {
+		if !agreed(*err) || jobRank <= 0 {
+			fmt.Fprintf(os.Stderr, "refit: %s\n", describe(*err))
 		}
 		*err = printedError{*err}
 	}
@@ -96,8 +118,9 @@ Jobs (launch with mpirun or srun):
 
 Offline commands (no launcher needed):
   refit layout      show each rank's local shape and global offset
+  refit layouts     lay a whole model out from a Megatron trainer to a vLLM generator
   refit plan        show the transfers a reshard makes
-  refit model       each route's speed-of-light bound and auto's choice
+  refit bound       each route's speed-of-light bound and auto's choice
   refit pack-bench  the GPU pack/unpack kernels against a plain copy
   refit sim         each route's schedule simulated on a modelled cluster, beside its bound
 
@@ -109,7 +132,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newModelCmd(), newPackBenchCmd(), newSoakCmd(), newSimCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newPackBenchCmd(), newSoakCmd(), newSimCmd())
 	return root
 }
 
@@ -120,12 +143,13 @@ func main() {
 		return
 	}
 	var ue usageError
-	var je jobError
 	var pe printedError
-	usage := errors.As(err, &ue) || isCobraUsage(err)
-	// Under a launcher every rank sees the same flags and fails the same
-	// way on bad input, and agrees on a failed check: only rank 0 says so.
-	if !errors.As(err, &pe) && (!(usage || errors.As(err, &je)) || jobRank <= 0) {
+	var rf refused
+	usage := errors.As(err, &ue) || isCobraUsage(err) || errors.As(err, &rf)
+	// An offline command's error, or one raised before MPI started: every
+	// rank of a launch sees the same flags and fails the same way, so
+	// only rank 0 (or a rank outside a launcher) says so.
+	if !errors.As(err, &pe) && jobRank <= 0 {
 		fmt.Fprintf(os.Stderr, "refit: %v\n", err)
 	}
 	if usage {

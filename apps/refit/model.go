@@ -11,16 +11,19 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newModelCmd() *cobra.Command {
+// newBoundCmd is refit bound, the data-movement model's bounds. It was
+// called refit model; that name still works, with a notice on stderr.
+func newBoundCmd() *cobra.Command {
 	var pf pairFlags
 	var bytes, netBW, localBW, chunk string
 	var sources, shards, rho, domains, dstDomainSize, srcDomainSize int
 	var stripe, asJSON bool
 	var latency float64
 	cmd := &cobra.Command{
-		Use:   "model (--bytes B --sources Ns --dst-shards K --rho R | --shape S --src-mesh ... --dst-mesh ...) [flags]",
-		Short: "Print each route's speed-of-light bound from the aggregate data-movement model",
-		Long: `model evaluates the aggregate data-movement model of NCCL M2N for the three
+		Use:     "bound (--bytes B --sources Ns --dst-shards K --rho R | --shape S --src-mesh ... --dst-mesh ...) [flags]",
+		Aliases: []string{"model"},
+		Short:   "Print each route's speed-of-light bound from the aggregate data-movement model",
+		Long: `bound evaluates the aggregate data-movement model of NCCL M2N for the three
 routes and says which term binds each and which route auto would pick:
 
   T_flat    = rho*B / (Ns*BN)
@@ -37,12 +40,15 @@ Layout form: the refit plan flags (--shape --dtype --src-* --dst-*) with
 --dst-domain-size; B, Ns, K and rho come from the layouts.
 Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 		Example: `  # the paper's single-layer experiment
-  refit model --bytes 7168MB --sources 16 --dst-shards 8 --rho 2 --domains 1 --net-bw 50GB/s --local-bw 900GB/s
+  refit bound --bytes 7168MB --sources 16 --dst-shards 8 --rho 2 --domains 1 --net-bw 50GB/s --local-bw 900GB/s
   # the same from layouts: 16 EP ranks to TP8 x DP2 in one NVLink domain
-  refit model --shape 256x2048x7168 --dtype bf16 --src-mesh 16 --src-placements S0 \
+  refit bound --shape 256x2048x7168 --dtype bf16 --src-mesh 16 --src-placements S0 \
       --dst-mesh 2x8 --dst-placements R,S1 --dst-domain-size 16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.CalledAs() == "model" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "refit: \"refit model\" is now \"refit bound\" (refit layouts lays out whole models); the old name will go")
+			}
 			fab := hier.Fabric{Latency: latency}
 			var err error
 			if fab.NetBW, err = parseRate(netBW); err != nil {

@@ -30,6 +30,7 @@ type simFlags struct {
 	world            int
 	route            string
 	chunk, staging   string
+	coalesce         string
 	srcDomain        int
 	dstDomain        int
 	balance          string
@@ -120,6 +121,7 @@ the error it prints.`,
 	fs.StringVar(&f.route, "route", "all", "route: flat, agbcast, hier, auto, or all (flat, agbcast and hier); a comma list works too")
 	fs.StringVar(&f.chunk, "chunk-bytes", "64MiB", "largest message and pipeline chunk (refit run's GPU default)")
 	fs.StringVar(&f.staging, "staging-bytes", "1GiB", "staging memory per rank, at least 8 chunks (refit run's GPU default)")
+	fs.StringVar(&f.coalesce, "coalesce-bytes", "1MiB", "a round's messages of one pair up to this size travel as one, packed (refit run's GPU default; 0 turns it off)")
 	fs.IntVar(&f.srcDomain, "src-domain-size", 0, "group source ranks into domains of this size (default: the cluster's GPUs per domain)")
 	fs.IntVar(&f.dstDomain, "dst-domain-size", 0, "group destination ranks into domains of this size (default: the cluster's GPUs per domain)")
 	fs.StringVar(&f.balance, "balance", "count", "hier leader balance: count (the paper's rule) or bytes")
@@ -147,20 +149,21 @@ the error it prints.`,
 
 // simReport is what `refit sim --json` prints.
 type simReport struct {
-	Source       string      `json:"source"`
-	Destination  string      `json:"destination"`
-	World        int         `json:"world"`
-	Bytes        int64       `json:"bytes"`
-	Rho          int         `json:"rho"`
-	DstDomains   int         `json:"dst_domains"`
-	Stages       int         `json:"stages"`
-	Sequential   bool        `json:"sequential_stages,omitempty"`
-	Cluster      sim.Cluster `json:"cluster"`
-	ChunkBytes   int64       `json:"chunk_bytes"`
-	StagingBytes int64       `json:"staging_bytes"`
-	Balance      string      `json:"balance"`
-	InPlace      bool        `json:"in_place,omitempty"`
-	Domains      []int       `json:"domains"`
+	Source        string      `json:"source"`
+	Destination   string      `json:"destination"`
+	World         int         `json:"world"`
+	Bytes         int64       `json:"bytes"`
+	Rho           int         `json:"rho"`
+	DstDomains    int         `json:"dst_domains"`
+	Stages        int         `json:"stages"`
+	Sequential    bool        `json:"sequential_stages,omitempty"`
+	Cluster       sim.Cluster `json:"cluster"`
+	ChunkBytes    int64       `json:"chunk_bytes"`
+	StagingBytes  int64       `json:"staging_bytes"`
+	Balance       string      `json:"balance"`
+	CoalesceBytes int64       `json:"coalesce_bytes"`
+	InPlace       bool        `json:"in_place,omitempty"`
+	Domains       []int       `json:"domains"`
 	// Measured names the refit run report the simulation was compared
 	// with (--measured).
 	Measured string       `json:"measured,omitempty"`
@@ -431,7 +434,7 @@ func runSim(out io.Writer, f *simFlags) error {
 	if err != nil {
 		return err
 	}
-	opts := hier.Options{}
+	var opts reshard.ScheduleOptions
 	if opts.ChunkBytes, err = parseBytes(f.chunk); err != nil {
 		return flagError("chunk-bytes", f.chunk, err)
 	}
@@ -441,9 +444,11 @@ func runSim(out io.Writer, f *simFlags) error {
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
 	}
-	if opts.Balance, err = hier.ParseBalance(f.balance); err != nil {
+	balance, err := hier.ParseBalance(f.balance)
+	if err != nil {
 		return flagError("balance", f.balance, err)
 	}
+
 	if f.ppStages < 0 {
 		return flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))
 	}
@@ -477,12 +482,19 @@ func runSim(out io.Writer, f *simFlags) error {
 			if !f.changed("in-place") {
 				f.inPlace = true
 			}
+			if !f.changed("coalesce-bytes") {
+				f.coalesce = "64KiB" // refit run's CPU default (the report does not record it)
+			}
 			if err := c.Validate(); err != nil {
 				return flagError("measured", f.measured, err)
 			}
 		}
 	}
-	rep := simReport{Cluster: c, ChunkBytes: opts.ChunkBytes, StagingBytes: opts.StagingBytes, Balance: opts.Balance.String(),
+	coalesce, err := parseBytes(f.coalesce)
+	if err != nil {
+		return flagError("coalesce-bytes", f.coalesce, err)
+	}
+	rep := simReport{Cluster: c, ChunkBytes: opts.ChunkBytes, StagingBytes: opts.StagingBytes, Balance: balance.String(), CoalesceBytes: coalesce,
 		InPlace: f.inPlace, Sequential: f.sequential}
 	var stages []sim.Stage
 	var world int
@@ -520,8 +532,8 @@ func runSim(out io.Writer, f *simFlags) error {
 	if bins == 0 {
 		bins = -1
 	}
-	setup := sim.Setup{Cluster: c, World: world, Topo: topo, Schedule: opts, InPlace: f.inPlace, Sequential: f.sequential,
-		Options: sim.Options{Bins: bins}}
+	setup := sim.Setup{Cluster: c, World: world, Topo: topo, Schedule: opts, Balance: balance, InPlace: f.inPlace,
+		CoalesceBytes: coalesce, Sequential: f.sequential, Options: sim.Options{Bins: bins}}
 	if _, err := sim.Place(c, topo, world); err != nil {
 		return usageError{fmt.Errorf("%w (see --src-domain-size, --dst-domain-size, --cluster)", err)}
 	}

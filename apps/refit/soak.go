@@ -11,28 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
 	"github.com/spf13/cobra"
 )
-
-// soakPairs are the layouts the soak cycles through: the conformance pairs
-// (testdata/reshard_pairs.txt).
-const soakPairs = `
-8 | f32 | 4 | S0 | 2 | S0
-8 | f32 | 2 | S0 | 4 | S0
-10 | f32 | 4 | S0 | 3 | S0
-5 | f32 | 8 | S0 | 3 | S0
-0x4 | f32 | 4 | S0 | 2 | S1
-7x5 | f32 | 4 | S0 | 4 | S1
-4x3 | f32 | 2 | R | 3 | S0
-5 | f32 | 2x2 | S0,S0 | 4 | S0
-13x2 | f32 | 4x2 | S0,S0 | 2x4 | S0,S0
-8x8x8 | f32 | 2x2x2 | S0,S1,S2 | 2x2x2 | S2,S1,S0
-12 | i32 | 2x3 | S0,R | 3x2 | R,S0
-16x8 | bf16 | 4 | S0 | 2x2 | R,S1
-256x64x32 | bf16 | 8 | S0 | 2x4 | R,S1
-`
 
 func newSoakCmd() *cobra.Command {
 	var f runFlags
@@ -64,6 +47,26 @@ the largest pair (16).`,
 	return cmd
 }
 
+// soakCases returns the soak's layout pairs: the conformance pairs file's,
+// in every arrangement.
+func soakCases(count, world int) ([]conformance.Case, error) {
+	if count < 1 {
+		return nil, flagError("count", fmt.Sprint(count), fmt.Errorf("want at least 1"))
+	}
+	cases, err := conformance.DefaultCases(1)
+	if err != nil {
+		return nil, err
+	}
+	need := 0
+	for _, c := range cases {
+		need = max(need, c.World())
+	}
+	if world < need {
+		return nil, usageError{fmt.Errorf("the largest pair needs %d ranks; this job has %d (mpirun -np %d)", need, world, need)}
+	}
+	return cases, nil
+}
+
 // usage is one rank's footprint at one moment.
 type usage struct {
 	rss        int64
@@ -89,32 +92,14 @@ func measureUsage() (usage, error) {
 }
 
 func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
-	if count < 1 {
-		return flagError("count", fmt.Sprint(count), fmt.Errorf("want at least 1"))
-	}
-	set, err := f.settings()
-	if err != nil {
-		return err
-	}
-	pairs, err := transporttest.ParsePairs(strings.NewReader(soakPairs), "soak pairs")
-	if err != nil {
-		return err
-	}
-	cases, err := transporttest.Cases(pairs)
-	if err != nil {
-		return err
-	}
-	need := 0
-	for _, c := range cases {
-		need = max(need, c.World())
-	}
-	j, err := startJob(f, set)
+	j, err := startJob(f)
 	defer j.end(&err)
 	if err != nil {
 		return err
 	}
-	if j.world < need {
-		return usageError{fmt.Errorf("the largest pair needs %d ranks; this job has %d (mpirun -np %d)", need, j.world, need)}
+	cases, inputErr := soakCases(count, j.world)
+	if err := j.agreeReady(inputErr); err != nil {
+		return err
 	}
 	f.iters, f.warmup, f.check = 1, 0, true
 	warm := min(count, 50)
@@ -127,18 +112,20 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 			}
 		}
 		c := cases[i%len(cases)]
-		route := routeNames[(i/len(cases))%len(routeNames)]
-		cfg, err := j.newConfig(j.comm, c.Src, c.Dst, false, uint64(i))
-		if err != nil {
-			return err
-		}
-		rep, err := cfg.runRoutes([]string{route}, f)
-		cfg.close()
+		f.route = hier.Routes[(i/len(cases))%len(hier.Routes)]
+		rep, err := func() (*runReport, error) {
+			p, err := j.newPairRun(j.s, c.Src, c.Dst, uint64(i))
+			if err != nil {
+				return nil, err
+			}
+			defer p.close()
+			return p.runRoutes(f)
+		}()
 		if err != nil {
 			return err
 		}
 		if err := checkFailures([]*runReport{rep}); err != nil {
-			return fmt.Errorf("reshard %d (%v, %s): %w", i, c, route, err)
+			return fmt.Errorf("reshard %d (%v, %s): %w", i, c, f.route, err)
 		}
 		if j.rank == 0 && every > 0 && (i+1)%every == 0 {
 			j.log.Info().Int("done", i+1).Int("of", count).Dur("elapsed", time.Since(t0)).Msg("soak progress")
@@ -152,8 +139,8 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	}
 	mine := []int64{first.rss, last.rss, first.goroutines, last.goroutines, first.requests, last.requests, first.comms, last.comms,
 		first.heap, last.heap}
-	all := make([]int64, len(mine)*j.world)
-	if err := j.comm.Allgather(int64Bytes(mine), int64Bytes(all)); err != nil {
+	all, err := gatherInt64s(j.s, mine)
+	if err != nil {
 		return err
 	}
 	if j.rank != 0 {
@@ -180,7 +167,7 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 		}{count, el.Seconds(), rows})
 	}
 	fmt.Fprintf(out, "%d checked reshards (%d layout pairs x 3 arrangements, routes %s in turn) in %v, %.1f ms each\n",
-		count, len(pairs), strings.Join(routeNames, ", "), el.Round(time.Millisecond), float64(el.Milliseconds())/float64(count))
+		count, len(cases)/3, strings.Join(hier.Routes, ", "), el.Round(time.Millisecond), float64(el.Milliseconds())/float64(count))
 	fmt.Fprintf(out, "per rank after reshard %d and after reshard %d:\n\n", warm, count)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rank\tRSS\tRSS after\tGo heap\theap after\tgoroutines\tafter\tpending requests\tafter\tcommunicators\tafter\t")

@@ -9,7 +9,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
 )
 
@@ -84,54 +86,61 @@ func parseInts(flag, s string) ([]int, error) {
 	return out, nil
 }
 
-func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList string) (err error) {
-	rhos, err := parseInts("rhos", rhoList)
-	if err != nil {
-		return err
+// sweepInput is what the sweep's own flags resolve to.
+type sweepInput struct {
+	shape      []int64
+	dt         placement.DType
+	rhos, doms []int
+}
+
+// parseSweep reads the sweep's flags; every error names the flag.
+func parseSweep(f *runFlags, sources, tp int, rhoList, domainList string, world int) (sweepInput, error) {
+	var sw sweepInput
+	var err error
+	if sw.rhos, err = parseInts("rhos", rhoList); err != nil {
+		return sw, err
 	}
-	doms, err := parseInts("domains", domainList)
-	if err != nil {
-		return err
+	if sw.doms, err = parseInts("domains", domainList); err != nil {
+		return sw, err
 	}
 	if sources < 1 || tp < 1 {
-		return usageError{fmt.Errorf("--sources %d --tp %d: want at least 1 each", sources, tp)}
+		return sw, usageError{fmt.Errorf("--sources %d --tp %d: want at least 1 each", sources, tp)}
 	}
-	routes, err := f.routes()
-	if err != nil {
-		return err
+	if sw.shape, err = placement.ParseShape(f.pair.shape); err != nil {
+		return sw, flagError("shape", f.pair.shape, err)
 	}
-	set, err := f.settings()
-	if err != nil {
-		return err
+	if len(sw.shape) != 2 {
+		return sw, flagError("shape", f.pair.shape, fmt.Errorf("sweep moves a 2-dim tensor"))
 	}
-	shape, err := placement.ParseShape(f.pair.shape)
-	if err != nil {
-		return flagError("shape", f.pair.shape, err)
-	}
-	if len(shape) != 2 {
-		return flagError("shape", f.pair.shape, fmt.Errorf("sweep moves a 2-dim tensor"))
-	}
-	dt, err := placement.ParseDType(f.pair.dtype)
-	if err != nil {
-		return flagError("dtype", f.pair.dtype, err)
+	if sw.dt, err = placement.ParseDType(f.pair.dtype); err != nil {
+		return sw, flagError("dtype", f.pair.dtype, err)
 	}
 	need := 0
-	for _, rho := range rhos {
+	for _, rho := range sw.rhos {
 		need = max(need, sources+tp*rho)
-		for _, d := range doms {
+		for _, d := range sw.doms {
 			if rho%d != 0 {
-				return usageError{fmt.Errorf("--rhos %s --domains %s: rho %d does not split over %d domains", rhoList, domainList, rho, d)}
+				return sw, usageError{fmt.Errorf("--rhos %s --domains %s: rho %d does not split over %d domains", rhoList, domainList, rho, d)}
 			}
 		}
 	}
-	j, err := startJob(f, set)
+	if world < need {
+		return sw, usageError{fmt.Errorf("the largest configuration needs %d ranks; this job has %d (mpirun -np %d)", need, world, need)}
+	}
+	return sw, nil
+}
+
+func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList string) (err error) {
+	j, err := startJob(f)
 	defer j.end(&err)
 	if err != nil {
 		return err
 	}
-	if j.world < need {
-		return usageError{fmt.Errorf("the largest configuration needs %d ranks; this job has %d (mpirun -np %d)", need, j.world, need)}
+	sw, inputErr := parseSweep(f, sources, tp, rhoList, domainList, j.world)
+	if err := j.agreeReady(inputErr); err != nil {
+		return err
 	}
+	shape, dt, rhos, doms := sw.shape, sw.dt, sw.rhos, sw.doms
 	var rows []sweepRow
 	srcMesh, _ := mesh.Interval([]int{sources}, 0)
 	src, err := placement.NewLayout(shape, dt, srcMesh, []placement.Placement{placement.Shard(0)})
@@ -145,13 +154,22 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 			if err != nil {
 				return usageError{err}
 			}
-			j.set.sizes.Dst = tp * rho / nd
-			c, err := j.newConfig(j.comm, src, dst, f.stripe, 0)
+			// a session per configuration: its destination domains.
+			opts := j.set.opts
+			opts.Domains.Dst = tp * rho / nd
+			s, err := session.Join(mpi.World(), opts)
 			if err != nil {
 				return err
 			}
-			rep, err := c.runRoutes(routes, f)
-			c.close()
+			rep, err := func() (*runReport, error) {
+				defer s.Close()
+				p, err := j.newPairRun(s, src, dst, 0)
+				if err != nil {
+					return nil, err
+				}
+				defer p.close()
+				return p.runRoutes(f)
+			}()
 			if err != nil {
 				return err
 			}
@@ -175,9 +193,9 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 			TP      int        `json:"tp"`
 			NetBW   float64    `json:"emulated_net_bw"`
 			Rows    []sweepRow `json:"rows"`
-		}{placement.FormatShape(shape), dt.String(), sources, tp, set.emulate, rows})
+		}{placement.FormatShape(shape), dt.String(), sources, tp, j.set.opts.EmulateNetBW, rows})
 	}
-	return writeSweep(out, src, tp, set.emulate, rows)
+	return writeSweep(out, src, tp, j.set.opts.EmulateNetBW, rows)
 }
 
 func writeSweep(w io.Writer, src placement.Layout, tp int, emulate float64, rows []sweepRow) error {

@@ -3,12 +3,13 @@ package main
 import (
 	"fmt"
 
-	"github.com/m2n-dev/m2n/internal/units"
 	"math"
 	"os"
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/m2n-dev/m2n/internal/units"
 )
 
 func getenv(k string) string { return strings.TrimSpace(os.Getenv(k)) }

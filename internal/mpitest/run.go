@@ -92,6 +92,35 @@ func Run(t *testing.T, np int, body func(t T, c *mpi.Comm)) {
 	}
 }
 
+// Output runs body on np ranks like Run, for bodies that end their job on
+// purpose (a session that aborts makes mpi.Finalize end the job with
+// MPI_Abort): instead of failing t when the job fails, it returns the
+// job's rank-tagged output and its error, for the test to read what each
+// rank printed. It fails t only if the job cannot be started.
+func Output(t *testing.T, np int, body func(t T, c *mpi.Comm)) (string, error) {
+	t.Helper()
+	id := nextID(t)
+	if cur, ok := os.LookupEnv(childEnv); ok {
+		if cur == id {
+			runChild(t, body)
+		}
+		return "", nil
+	}
+	Require(t)
+	timeout, err := jobTimeout(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return launch(np, id, runPattern(t.Name()), timeout, nil)
+}
+
+// InChild reports whether this process is a rank of a job that Run or
+// Output started (the body runs there), rather than the parent test.
+func InChild() bool {
+	_, ok := os.LookupEnv(childEnv)
+	return ok
+}
+
 // runPattern turns a test name (with subtests) into a -test.run pattern
 // matching exactly that test.
 func runPattern(name string) string {

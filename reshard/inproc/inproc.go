@@ -245,7 +245,9 @@ func (w *World) Run(fn func(t reshard.Transport) error) []error {
 }
 
 // Collective returns rank's endpoint of the world's control-plane
-// collective (reshard.Collective), for Refit over in-process ranks.
+// collective (reshard.Collective), for calls over in-process ranks. Its
+// collectives wait for every rank without a deadline (an aborted world
+// ends them).
 func (w *World) Collective(rank int) reshard.Collective { return &collective{w: w, rank: rank} }
 
 type collective struct {
@@ -303,7 +305,7 @@ func (c *collective) exchange(b []byte) ([][]byte, error) {
 	return g.result[gen%2], nil
 }
 
-func (c *collective) Allgather(send, recv []byte) error {
+func (c *collective) Allgather(_ context.Context, send, recv []byte) error {
 	parts, err := c.exchange(send)
 	if err != nil {
 		return err
@@ -320,7 +322,7 @@ func (c *collective) Allgather(send, recv []byte) error {
 	return nil
 }
 
-func (c *collective) Allgatherv(send, recv []byte, counts, displs []int64) error {
+func (c *collective) Allgatherv(_ context.Context, send, recv []byte, counts, displs []int64) error {
 	parts, err := c.exchange(send)
 	if err != nil {
 		return err

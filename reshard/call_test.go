@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -40,7 +41,7 @@ func lay(shape, dtype, meshShape, pl string, ranks []int) (placement.Layout, err
 	return placement.NewLayout(s, dt, m, ps)
 }
 
-func mustLay(t *testing.T, shape, dtype, meshShape, pl string, ranks []int) placement.Layout {
+func mustLay(t testing.TB, shape, dtype, meshShape, pl string, ranks []int) placement.Layout {
 	t.Helper()
 	l, err := lay(shape, dtype, meshShape, pl, ranks)
 	if err != nil {
@@ -57,22 +58,24 @@ func rng(lo, n int) []int {
 	return out
 }
 
-// call describes one rank's inputs to a refit call.
+// tensor is one tensor of a test call on one rank: its spec and buffers.
+type tensor struct {
+	Name     string
+	Src, Dst placement.Layout
+	Buffers  reshard.TensorBuffers
+}
+
+// call describes one rank's inputs to a call.
 type call struct {
-	tensors []reshard.Tensor
-	opts    reshard.RefitOptions
+	tensors []tensor
+	opts    reshard.CallOptions
+	route   reshard.Route
+	timeout time.Duration
 }
 
 // flatOpts are the options every test call starts from.
-func flatOpts() reshard.RefitOptions {
-	return reshard.RefitOptions{
-		Route: "flat",
-		Build: func(p []*reshard.Plan) (*reshard.Schedule, error) {
-			return reshard.Flat(p, reshard.Topology{}, reshard.DefaultScheduleOptions)
-		},
-		Schedule: reshard.DefaultScheduleOptions,
-		Timeout:  5 * time.Second,
-	}
+func flatOpts() reshard.CallOptions {
+	return reshard.CallOptions{Schedule: reshard.DefaultScheduleOptions}
 }
 
 // buffers makes a rank's buffers for a tensor, the source filled with the
@@ -81,22 +84,24 @@ func buffers(src, dst placement.Layout, rank int) reshard.TensorBuffers {
 	var b reshard.TensorBuffers
 	if src.Mesh().Contains(rank) {
 		h := make([]byte, src.LocalBytes(rank))
-		reshard.FillPattern(src, rank, h)
+		if err := pattern.Fill(src, rank, 0, h, placement.View{}); err != nil {
+			panic(err)
+		}
 		b.Src = reshard.HostBuffer(h)
 	}
 	if dst.Mesh().Contains(rank) {
-		h := bytes.Repeat([]byte{reshard.PoisonByte}, int(dst.LocalBytes(rank)))
+		h := bytes.Repeat([]byte{pattern.Poison}, int(dst.LocalBytes(rank)))
 		b.Dst = reshard.HostBuffer(h)
 	}
 	return b
 }
 
-// runCall runs a refit call on world in-process ranks, rank r's inputs from
-// mk(r), with tr wrapping each rank's transport if not nil, and returns
-// every rank's report and error.
-func runCall(world int, mk func(rank int) call, wrap func(reshard.Transport) reshard.Transport) ([]*reshard.RefitReport, []error) {
+// runCall prepares and runs a call once on world in-process ranks, rank
+// r's inputs from mk(r), with wrap wrapping each rank's transport if not
+// nil, and returns every rank's report and error (from Prepare or Run).
+func runCall(world int, mk func(rank int) call, wrap func(reshard.Transport) reshard.Transport) ([]*reshard.Report, []error) {
 	w := inproc.NewWorld(world)
-	reps := make([]*reshard.RefitReport, world)
+	reps := make([]*reshard.Report, world)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for r := 0; r < world; r++ {
@@ -108,9 +113,28 @@ func runCall(world int, mk func(rank int) call, wrap func(reshard.Transport) res
 			if wrap != nil {
 				tr = wrap(tr)
 			}
-			ex := &reshard.Executor{T: tr, Mem: reshard.HostMemory{}}
+			route := c.route
+			if route == nil {
+				route = reshard.Flat{}
+			}
+			specs := make([]reshard.Spec, len(c.tensors))
+			bufs := make([]reshard.TensorBuffers, len(c.tensors))
+			for i, t := range c.tensors {
+				specs[i] = reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst}
+				bufs[i] = t.Buffers
+			}
+			ctx := context.Background()
+			p, err := reshard.Prepare(ctx, w.Collective(r), specs, route, reshard.Topology{}, reshard.MaxInPlace(tr), c.opts)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			ex := &reshard.Executor{T: tr, Mem: reshard.HostMemory{}, Timeout: 5 * time.Second}
+			if c.timeout > 0 {
+				ex.Timeout = c.timeout
+			}
 			defer ex.Close()
-			reps[r], errs[r] = reshard.Refit(context.Background(), ex, w.Collective(r), c.tensors, c.opts)
+			reps[r], errs[r] = p.Run(ctx, ex, w.Collective(r), bufs)
 			if errors.Is(errs[r], reshard.ErrTimeout) {
 				tr.Abort(errs[r])
 			}
@@ -157,15 +181,15 @@ func TestValidation(t *testing.T) {
 	}{
 		{"global shapes differ", func(r int) call {
 			src, dst := goodSrc(), mustLay(t, "8x5", "f32", "2x2", "R,S1", rng(4, 4))
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, flatOpts()}
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts()}
 		}, `tensor "w": shape 8x5, want 8x4: source and destination global shapes differ`},
 		{"dtypes differ", func(r int) call {
 			src, dst := goodSrc(), mustLay(t, "8x4", "bf16", "2x2", "R,S1", rng(4, 4))
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, flatOpts()}
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts()}
 		}, `tensor "w": dtype bf16, want f32: source and destination dtypes differ`},
 		{"mesh outside the communicator", func(r int) call {
 			src, dst := goodSrc(), mustLay(t, "8x4", "f32", "2x2", "R,S1", []int{4, 5, 6, 9})
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, flatOpts()}
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts()}
 		}, "destination mesh 2x2[4-6,9]: mesh 2x2[4-6,9] reaches rank 9, outside a communicator of 8 ranks"},
 		{"destination buffer too short", func(r int) call {
 			src, dst := goodSrc(), goodDst()
@@ -173,7 +197,7 @@ func TestValidation(t *testing.T) {
 			if r == 6 {
 				b.Dst = short(b.Dst)
 			}
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, flatOpts()}
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, opts: flatOpts()}
 		}, `rank 6, tensor "w": destination buffer is too short: 63 bytes, the layout needs 64`},
 		{"source buffer too long", func(r int) call {
 			src, dst := goodSrc(), goodDst()
@@ -181,7 +205,7 @@ func TestValidation(t *testing.T) {
 			if r == 1 {
 				b.Src = long(b.Src)
 			}
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, flatOpts()}
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, opts: flatOpts()}
 		}, `rank 1, tensor "w": source buffer is too long: 34 bytes, the layout needs 32`},
 		{"source and destination alias", func(r int) call {
 			// ranks 0-3 hold the source and, on 0-3 again, the destination.
@@ -190,23 +214,23 @@ func TestValidation(t *testing.T) {
 			if r == 2 {
 				b.Dst = b.Src
 			}
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, flatOpts()}
-		}, `rank 2: the source buffer of tensor "w" and the destination buffer of tensor "w" overlap in memory`},
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, opts: flatOpts()}
+		}, `rank 2: the source part of tensor "w" and the destination part of tensor "w" overlap in memory`},
 		{"buffers of two tensors alias", func(r int) call {
 			src, dst := goodSrc(), goodDst()
 			b1, b2 := buffers(src, dst, r), buffers(src, dst, r)
 			if r == 5 {
 				b2.Dst = b1.Dst
 			}
-			return call{[]reshard.Tensor{{Name: "a", Src: src, Dst: dst, Buffers: b1}, {Name: "b", Src: src, Dst: dst, Buffers: b2}}, flatOpts()}
-		}, `rank 5: the destination buffer of tensor "a" and the destination buffer of tensor "b" overlap in memory`},
+			return call{tensors: []tensor{{Name: "a", Src: src, Dst: dst, Buffers: b1}, {Name: "b", Src: src, Dst: dst, Buffers: b2}}, opts: flatOpts()}
+		}, `rank 5: the destination part of tensor "a" and the destination part of tensor "b" overlap in memory`},
 		{"chunk size differs across ranks", func(r int) call {
 			src, dst := goodSrc(), goodDst()
 			o := flatOpts()
 			if r == 3 {
 				o.Schedule.ChunkBytes = 1 << 20
 			}
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, o}
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: o}
 		}, "ranks disagree: rank 3 has chunk bytes 1048576, rank 0 has 16777216 (ranks differing from rank 0: [3])"},
 		{"staging differs across ranks", func(r int) call {
 			src, dst := goodSrc(), goodDst()
@@ -214,7 +238,7 @@ func TestValidation(t *testing.T) {
 			if r >= 6 {
 				o.Schedule.StagingBytes = 512 << 20
 			}
-			return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, o}
+			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: o}
 		}, "ranks disagree: rank 6 has staging bytes 536870912, rank 0 has 268435456 (ranks differing from rank 0: [6 7])"},
 		{"one rank has another destination layout", func(r int) call {
 			src, dst := goodSrc(), goodDst()
@@ -222,17 +246,17 @@ func TestValidation(t *testing.T) {
 				dst = mustLay(t, "8x4", "f32", "2x2", "R,S0", rng(4, 4))
 			}
 			other := mustLay(t, "8x4", "f32", "4", "S0", rng(4, 4))
-			return call{[]reshard.Tensor{
+			return call{tensors: []tensor{
 				{Name: "a", Src: src, Dst: other, Buffers: buffers(src, other, r)},
-				{Name: "b", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, flatOpts()}
+				{Name: "b", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts()}
 		}, `ranks disagree: rank 5 has destination placements [R,S0] for tensor "b", rank 0 has [R,S1] (ranks differing from rank 0: [5])`},
 		{"tensor lists differ", func(r int) call {
 			src, dst := goodSrc(), goodDst()
-			ts := []reshard.Tensor{{Name: "a", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}
+			ts := []tensor{{Name: "a", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}
 			if r == 7 {
-				ts = append(ts, reshard.Tensor{Name: "b", Src: src, Dst: dst, Buffers: buffers(src, dst, r)})
+				ts = append(ts, tensor{Name: "b", Src: src, Dst: dst, Buffers: buffers(src, dst, r)})
 			}
-			return call{ts, flatOpts()}
+			return call{tensors: ts, opts: flatOpts()}
 		}, "ranks disagree: rank 7 has tensor count 2, rank 0 has 1 (ranks differing from rank 0: [7])"},
 	}
 	for _, tc := range calls {
@@ -321,8 +345,8 @@ func TestVerifyAndAtomic(t *testing.T) {
 					before[r] = append(before[r], bytes.Clone(b.Dst.(reshard.HostBuffer)))
 				}
 			}
-			return call{[]reshard.Tensor{{Name: "w1", Src: src, Dst: dst, Buffers: bufs[r][0]},
-				{Name: "w2", Src: src2, Dst: dst2, Buffers: bufs[r][1]}}, o}
+			return call{tensors: []tensor{{Name: "w1", Src: src, Dst: dst, Buffers: bufs[r][0]},
+				{Name: "w2", Src: src2, Dst: dst2, Buffers: bufs[r][1]}}, opts: o}
 		}
 		wrap := func(tr reshard.Transport) reshard.Transport {
 			if tr.Rank() == 5 {
@@ -360,8 +384,7 @@ func TestVerifyAndAtomic(t *testing.T) {
 		o := flatOpts()
 		o.Verify, o.Atomic = true, true
 		b := buffers(src, dst, r)
-		defer func() {}()
-		return call{[]reshard.Tensor{{Name: "w1", Src: src, Dst: dst, Buffers: b}}, o}
+		return call{tensors: []tensor{{Name: "w1", Src: src, Dst: dst, Buffers: b}}, opts: o}
 	}, nil)
 	for r, err := range errs {
 		if err != nil || len(reps[r].Completed) != 1 {
@@ -390,9 +413,7 @@ func TestTimeoutNamesPeers(t *testing.T) {
 	src, dst := mustLay(t, "8x4", "f32", "4", "S0", rng(0, 4)), mustLay(t, "8x4", "f32", "4", "S0", rng(4, 4))
 	start := time.Now()
 	_, errs := runCall(8, func(r int) call {
-		o := flatOpts()
-		o.Timeout = 300 * time.Millisecond
-		return call{[]reshard.Tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, o}
+		return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts(), timeout: 300 * time.Millisecond}
 	}, func(tr reshard.Transport) reshard.Transport {
 		if tr.Rank() == 2 {
 			return silent{tr}

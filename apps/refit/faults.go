@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// The test-only fault switches. Each names a rank, "rank" or "rank:n":
+//
+//	M2N_FAULT_KILL=r:n     rank r kills itself (SIGKILL) when it starts round n
+//	M2N_FAULT_HANG=r:n     rank r stops for good at round n (alive, stuck)
+//	M2N_FAULT_WIRE=r       rank r flips one byte of the first message it receives
+//	M2N_FAULT_CORRUPT=r:b  rank r flips byte b of its destination before --check
+//	M2N_FAULT_SHORT_DST=r  rank r's destination buffer is one byte short
+var faultVars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST"}
+
+// faultAt reads a fault switch: whether it names this rank, and n (0 if
+// absent). A value that does not parse is an error naming the variable.
+func faultAt(env string, rank int) (int, bool, error) {
+	v := getenv(env)
+	if v == "" {
+		return 0, false, nil
+	}
+	r, n, hasN := strings.Cut(v, ":")
+	rr, err := strconv.Atoi(r)
+	k := 0
+	if err == nil && hasN {
+		k, err = strconv.Atoi(n)
+	}
+	if err != nil || rr < 0 || k < 0 {
+		return 0, false, usageError{fmt.Errorf("%s %q: want rank or rank:n with whole numbers of at least 0", env, v)}
+	}
+	return k, rr == rank, nil
+}
+
+// faults returns the transport wrapper the fault switches ask of this
+// rank, if any.
+func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
+	for _, v := range faultVars {
+		if _, _, err := faultAt(v, rank); err != nil {
+			return nil, false, err
+		}
+	}
+	kill, doKill, _ := faultAt("M2N_FAULT_KILL", rank)
+	hang, doHang, _ := faultAt("M2N_FAULT_HANG", rank)
+	_, doWire, _ := faultAt("M2N_FAULT_WIRE", rank)
+	if !doKill && !doHang && !doWire {
+		return nil, false, nil
+	}
+	return func(t reshard.Transport) reshard.Transport {
+		if doKill {
+			t = &killer{Transport: t, at: kill}
+		}
+		if doHang {
+			t = &killer{Transport: t, at: hang, hang: true}
+		}
+		if doWire {
+			t = &wireFault{Transport: t}
+		}
+		return t
+	}, true, nil
+}
+
+// killer is a test-only transport that kills its own process with SIGKILL
+// when it starts round n (a rank lost in the middle of a transfer), or
+// with hang set stops there for good (a rank alive but stuck, which only
+// timeouts can catch).
+type killer struct {
+	reshard.Transport
+	at, n int
+	hang  bool
+}
+
+func (k *killer) Start(ops []reshard.Op) (reshard.Pending, error) {
+	if k.n == k.at {
+		if k.hang {
+			fmt.Fprintf(os.Stderr, "refit: rank %d: M2N_FAULT_HANG: stopping for good at round %d\n", k.Rank(), k.n)
+			select {}
+		}
+		fmt.Fprintf(os.Stderr, "refit: rank %d: M2N_FAULT_KILL: killing myself at round %d\n", k.Rank(), k.n)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	k.n++
+	return k.Transport.Start(ops)
+}
+
+// MaxInPlaceBytes forwards the wrapped transport's in-place support.
+func (k *killer) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(k.Transport) }
+
+// wireFault is a test-only transport that flips one byte of the first
+// message its rank receives, as a bad link would: --verify must catch it.
+type wireFault struct {
+	reshard.Transport
+	done bool
+}
+
+func (w *wireFault) Start(ops []reshard.Op) (reshard.Pending, error) {
+	p, err := w.Transport.Start(ops)
+	if err != nil {
+		return nil, err
+	}
+	return &wirePending{Pending: p, w: w, ops: ops}, nil
+}
+
+// MaxInPlaceBytes forwards the wrapped transport's in-place support.
+func (w *wireFault) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(w.Transport) }
+
+type wirePending struct {
+	reshard.Pending
+	w   *wireFault
+	ops []reshard.Op
+}
+
+func (p *wirePending) Wait(ctx context.Context) error {
+	if err := p.Pending.Wait(ctx); err != nil {
+		return err
+	}
+	for _, o := range p.ops {
+		hb, ok := o.Buf.(reshard.HostBuffer)
+		if p.w.done || o.Send || !ok || o.Len == 0 {
+			continue
+		}
+		at := o.Off
+		if o.InPlace {
+			at = o.At.Offset
+		}
+		hb[at] ^= 0x08
+		p.w.done = true
+	}
+	return nil
+}

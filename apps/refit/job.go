@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+	"github.com/rs/zerolog"
+)
+
+// job is one rank's part of an SPMD command: MPI, the session over the
+// world, the logger and the settings every rank agreed on.
+type job struct {
+	flags *runFlags
+	log   zerolog.Logger
+	rank  int
+	world int
+	s     *session.Session
+	set   settings
+}
+
+// startJob starts MPI (bounded by the timeout: a rank whose peers are not
+// MPI programs would wait in MPI_Init forever) and joins the world session
+// with the settings of the flags. A rank whose flags do not parse still
+// takes part, so that every rank fails at once with its message instead of
+// waiting for it (session.Refuse). Once MPI is initialised it returns a job
+// even with an error: defer its end right away.
+func startJob(f *runFlags) (*job, error) {
+	set, flagErr := f.settings()
+	timeout := set.opts.Timeout
+	if timeout == 0 {
+		timeout = session.DefaultTimeout
+	}
+	guard := time.AfterFunc(timeout, func() {
+		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Init did not finish in %v: is every process of the job a refit job of the same command, started by one launcher?\n", jobRank, timeout)
+		os.Exit(4)
+	})
+	_, err := mpi.Init(mpi.ThreadMultiple)
+	guard.Stop()
+	if err != nil {
+		return nil, err
+	}
+	world := mpi.World()
+	j := &job{flags: f, rank: world.Rank(), world: world.Size(), set: set}
+	jobRank = j.rank
+	log, err := newLogger(f.logLevel, j.rank)
+	if err != nil && flagErr == nil {
+		flagErr = usageError{err}
+	}
+	j.log = log
+	set.opts.Agree = agreedFields(f.cmd)
+	if flagErr == nil {
+		if at, ok, ferr := faults(j.rank); ferr != nil {
+			flagErr = ferr
+		} else if ok {
+			set.opts.WrapTransport = at
+		}
+	}
+	j.set = set
+	if flagErr != nil {
+		opts := set.opts
+		opts.Device = session.CPU
+		return j, refused{session.Refuse(world, opts, flagErr)}
+	}
+	if j.s, err = session.Join(world, set.opts); err != nil {
+		return j, err
+	}
+	return j, nil
+}
+
+// refused is the error every rank returns when a rank's input was bad:
+// the agreed *reshard.ValidationError carrying that rank's usage error.
+type refused struct{ err error }
+
+func (e refused) Error() string { return e.err.Error() }
+func (e refused) Unwrap() error { return e.err }
+
+// end releases the session and finishes MPI (see finish); it does nothing
+// for a job that never started. Deferred first, it also turns a panic of
+// this rank into a message and the end of the job, so that no rank waits
+// for it and no Go trace reaches the user.
+func (j *job) end(err *error) {
+	if p := recover(); p != nil {
+		fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
+		if os.Getenv("M2N_LOG_LEVEL") == "debug" {
+			os.Stderr.Write(debug.Stack())
+		}
+		mpi.Abort(nil, 3)
+	}
+	if j == nil {
+		return
+	}
+	if j.s != nil {
+		if cerr := j.s.Close(); cerr != nil && *err == nil {
+			var ab *reshard.AbortError
+			if !errors.As(cerr, &ab) {
+				*err = cerr
+			}
+		}
+	}
+	finish(err)
+}
+
+// barrier waits (bounded) for every rank.
+func (j *job) barrier() error { return j.s.Barrier(context.Background()) }

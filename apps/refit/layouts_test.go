@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+type layoutsResult struct {
+	Model   string `json:"model"`
+	Tensors []struct {
+		Name  string  `json:"name"`
+		Shape []int64 `json:"shape"`
+		DType string  `json:"dtype"`
+		Stage int     `json:"stage"`
+		Src   struct {
+			Layout, Placements, Buffer string
+			Offset                     int64
+			Strides                    []int64
+		} `json:"src"`
+		Dst struct {
+			Layout, Placements, Buffer string
+			Offset                     int64
+			Strides                    []int64
+		} `json:"dst"`
+	} `json:"tensors"`
+	Count  int   `json:"count"`
+	Params int64 `json:"params"`
+	Bytes  int64 `json:"bytes"`
+	Ranks  []struct {
+		Rank int
+		Role string
+		Src  int64 `json:"src_bytes"`
+		Dst  int64 `json:"dst_bytes"`
+	} `json:"ranks"`
+}
+
+// TestLayoutsPublished: refit layouts --json lays out the three published
+// configurations, with the published totals.
+func TestLayoutsPublished(t *testing.T) {
+	for _, tc := range []struct {
+		model, train, gen string
+		count             int
+		params            int64
+		ranks             int
+		tensor, src, dst  string
+	}{
+		{"deepseek-v3", "tp=1,dp=32,pp=4,ep=16", "tp=8,dp=16", 967, 671026419200, 256,
+			"model.layers.3.mlp.experts.gate_up_proj", "256x2x2048x7168 bf16 on 2x16[0-31] R,S0", "256x2x2048x7168 bf16 on 16x8[32-159] R,S2"},
+		{"qwen3-235b-a22b", "tp=2,cp=2,dp=4,pp=4,ep=16", "tp=8,dp=8", 1037, 235093634560, 128,
+			"model.layers.0.self_attn.k_proj.weight", "4x128x4096 bf16 on 8x2[0-15] R,S0", "4x128x4096 bf16 on 8x4x2[16-79] R,S0,R"},
+		{"deepseek-v3", "pp=16,dp=16,ep=16", "tp=32,dp=8", 967, 671026419200, 512,
+			"lm_head.weight", "129280x7168 bf16 on 16[0-15] R", "129280x7168 bf16 on 8x32[16-271] R,S0"},
+	} {
+		out, err := refit(t, "layouts", "--model", tc.model, "--train", tc.train, "--gen", tc.gen, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got layoutsResult
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Count != tc.count || len(got.Tensors) != tc.count || got.Params != tc.params || got.Bytes < 2*tc.params || len(got.Ranks) != tc.ranks {
+			t.Errorf("%s: count %d (%d listed), params %d, bytes %d, %d ranks", tc.model, got.Count, len(got.Tensors), got.Params, got.Bytes, len(got.Ranks))
+		}
+		var src, dst int64
+		for _, r := range got.Ranks {
+			src += r.Src
+			dst += r.Dst
+		}
+		if src < got.Bytes || dst < got.Bytes {
+			t.Errorf("%s: ranks hold %d and %d bytes, less than the model's %d", tc.model, src, dst, got.Bytes)
+		}
+		found := false
+		for _, x := range got.Tensors {
+			if x.Name == tc.tensor {
+				found = true
+				if x.Src.Layout != tc.src || x.Dst.Layout != tc.dst {
+					t.Errorf("%s: %s -> %s, want %s -> %s", x.Name, x.Src.Layout, x.Dst.Layout, tc.src, tc.dst)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no %s", tc.model, tc.tensor)
+		}
+	}
+}
+
+func TestLayoutsText(t *testing.T) {
+	out, err := refit(t, "layouts", "--model", "qwen3-235b-a22b", "--train", "tp=2,cp=2,dp=4,pp=4,ep=16", "--gen", "tp=8,dp=8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"model Qwen3-235B-A22B: 1037 tensors, 235093634560 parameters",
+		"stage 0: layers [0, 23), 254 tensors; communicator of 80 ranks: world 0-15 (local 0-15) train, world 64-127 (local 16-79) generate",
+		"stage 3: layers [71, 94)",
+		"8192x4096 as 4x2048x4096",
+		"linear_qkv.weight @8388608 [9437184 4096 1]",
+		"qkv_proj.weight @4194304 [524288 4096 1]",
+		"8x4x2[16-79] R,S0,S1",
+		"totals: 1037 tensors, 235093634560 parameters, 470187269120 bytes",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// a scaled model, cut to 4 layers, with DeepSeek's MTP layer on the last stage.
+	out, err = refit(t, "layouts", "--model", "deepseek-v3", "--scale", "32", "--layers", "4", "--mtp", "--train", "tp=2,pp=2,dp=2,ep=4", "--gen", "tp=4,dp=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"model DeepSeek-V3/32:", "stage 1: layers [2, 4)", "model.layers.4.eh_proj.weight", "linear_fc1.weight @"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scaled output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestLayoutsBadInput: bad input is a one-line usage error naming the flag
+// and the value.
+func TestLayoutsBadInput(t *testing.T) {
+	ok := []string{"--model", "qwen3-235b-a22b", "--train", "tp=2,pp=2", "--gen", "tp=8"}
+	with := func(flag, value string) []string {
+		args := append([]string{"layouts"}, ok...)
+		for i := range args {
+			if args[i] == flag {
+				args[i+1] = value
+				return args
+			}
+		}
+		return append(args, flag, value)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no model", []string{"layouts", "--train", "tp=2"}, "--model is required"},
+		{"unknown model", with("--model", "gpt-5"), `--model "gpt-5": model "gpt-5" is neither built in`},
+		{"unknown key", with("--train", "tp=2,zp=3"), `--train "tp=2,zp=3": unknown key "zp"`},
+		{"kv heads", with("--train", "tp=8"), `--train "tp=8": tensor model.layers.0.self_attn.q_proj.weight: dim 0 (4 key-value heads) does not divide over trainer tp=8`},
+		{"gen heads", with("--gen", "tp=128"), `--gen "tp=128": tensor model.layers.0.self_attn.q_proj.weight: its 64 attention heads do not divide over generator tp=128`},
+		{"gen ep", with("--gen", "tp=8,dp=2,ep=8"), `--gen "tp=8,dp=2,ep=8": generator ep=8: vLLM's expert parallelism spans all tp x dp = 16 ranks`},
+		{"empty stage", with("--train", "pp=95"), `--train "pp=95": model Qwen3-235B-A22B: pp=95 over 94 layers leaves pipeline stage`},
+		{"scale", with("--scale", "3"), `--scale "3": model Qwen3-235B-A22B: scale 3 does not divide hidden_size 4096`},
+		{"scale zero", with("--scale", "0"), `--scale "0": want at least 1`},
+		{"layers", with("--layers", "95"), `--layers "95": model Qwen3-235B-A22B: layers 95: want between 1 and the model's num_hidden_layers 94`},
+		{"mtp", append(with("--scale", "1"), "--mtp"), "--mtp: model Qwen3-235B-A22B: MTP layers asked for, but the config has no num_nextn_predict_layers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := refit(t, tc.args...)
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("got %v, want a usage error", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q, want one line containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestBoundAndModelAlias: refit bound is the data-movement model; refit
+// model still runs it, with a one-line notice on stderr.
+func TestBoundAndModelAlias(t *testing.T) {
+	args := []string{"--bytes", "7168MB", "--sources", "16", "--dst-shards", "8", "--rho", "2", "--net-bw", "50GB/s", "--local-bw", "900GB/s"}
+	run := func(name string) (string, string) {
+		root := newRoot()
+		var out, errOut bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(append([]string{name}, args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("refit %s: %v", name, err)
+		}
+		return out.String(), errOut.String()
+	}
+	bound, boundErr := run("bound")
+	model, modelErr := run("model")
+	if !strings.Contains(bound, "hier     8.96 ms") || bound != model {
+		t.Errorf("refit bound and refit model differ or miss the paper's figure:\n%s\n%s", bound, model)
+	}
+	if boundErr != "" {
+		t.Errorf("refit bound wrote to stderr: %q", boundErr)
+	}
+	if strings.Count(modelErr, "\n") != 1 || !strings.Contains(modelErr, `"refit model" is now "refit bound"`) {
+		t.Errorf("refit model notice %q, want one line", modelErr)
+	}
+	help, err := refit(t, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(help, "refit bound ") || !strings.Contains(help, "refit layouts ") || strings.Contains(help, "refit model ") {
+		t.Errorf("root help does not list bound and layouts:\n%s", help)
+	}
+}

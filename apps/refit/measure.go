@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+)
+
+// pairRun is one layout pair on one session of the job (the world's, or a
+// pipeline stage's): the tensor's buffers, filled and checked with the
+// pattern of tensor seed, and the routes measured on it.
+type pairRun struct {
+	j       *job
+	s       *session.Session
+	name    string // the tensor's name in errors
+	seed    uint64 // the tensor's pattern
+	src     placement.Layout
+	dst     placement.Layout
+	plan    *reshard.Plan
+	fabric  hier.Fabric
+	srcBuf  reshard.Buffer
+	dstBuf  reshard.Buffer
+	dstHost []byte // host copy of the destination buffer, for poison and checks
+}
+
+// newPairRun allocates a layout pair's buffers on s, the source filled
+// with the pattern of tensor seed.
+func (j *job) newPairRun(s *session.Session, src, dst placement.Layout, seed uint64) (*pairRun, error) {
+	p := &pairRun{j: j, s: s, name: fmt.Sprintf("tensor%d", seed), seed: seed, src: src, dst: dst, fabric: j.set.fabric}
+	rank := s.Rank()
+	var localErr error
+	plan, err := reshard.NewPlan(src, dst, s.Size(), reshard.Options{StripeReplicas: j.set.opts.Stripe})
+	if err != nil {
+		localErr = usageError{err}
+	}
+	p.plan = plan
+	if localErr == nil {
+		localErr = p.allocate(rank)
+	}
+	// every rank learns whether any could not set its buffers up.
+	if err := s.Agree(context.Background(), nil, localErr); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// allocate makes this rank's buffers; a destination is poisoned at every
+// iteration that checks.
+func (p *pairRun) allocate(rank int) error {
+	mem := p.s.Memory()
+	if p.src.Mesh().Contains(rank) {
+		host := make([]byte, p.src.LocalBytes(rank))
+		if err := pattern.Fill(p.src, rank, p.seed, host, placement.View{}); err != nil {
+			return err
+		}
+		b, err := mem.Alloc(int64(len(host)))
+		if err != nil {
+			return fmt.Errorf("rank %d: source buffer of %d bytes: %w", rank, len(host), err)
+		}
+		p.srcBuf = b
+		if err := mem.Upload(b, host); err != nil {
+			return err
+		}
+	}
+	if p.dst.Mesh().Contains(rank) {
+		p.dstHost = make([]byte, p.dst.LocalBytes(rank))
+		n := int64(len(p.dstHost))
+		if _, short, _ := faultAt("M2N_FAULT_SHORT_DST", jobRank); short && n > 0 {
+			n-- // test-only: a destination buffer one byte short, which validation must catch
+		}
+		b, err := mem.Alloc(n)
+		if err != nil {
+			return fmt.Errorf("rank %d: destination buffer of %d bytes: %w", rank, n, err)
+		}
+		p.dstBuf = b
+	}
+	return nil
+}
+
+// close frees the pair's buffers.
+func (p *pairRun) close() {
+	mem := p.s.Memory()
+	for _, b := range []reshard.Buffer{p.srcBuf, p.dstBuf} {
+		if b != nil {
+			mem.Free(b)
+		}
+	}
+}
+
+func (p *pairRun) specs() []reshard.Spec {
+	return []reshard.Spec{{Name: p.name, Src: p.src, Dst: p.dst}}
+}
+
+func (p *pairRun) buffers() []reshard.TensorBuffers {
+	return []reshard.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf}}
+}
+
+// runRoutes prepares and measures every route of the flags, and returns
+// the report (rank 0's copy holds every rank's traffic).
+func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
+	j, s := p.j, p.s
+	opts := s.Options()
+	names, _ := f.routes()
+	rep := &runReport{World: s.Size(), Source: p.src.String(), Destination: p.dst.String(), Bytes: p.src.Bytes(),
+		Fingerprint: fmt.Sprintf("%016x", p.plan.Fingerprint()), ChunkBytes: opts.ChunkBytes,
+		Staging: opts.StagingBytes, EmulatedBW: opts.EmulateNetBW, FabricGiven: j.set.fabricGiven}
+	if j.set.measure {
+		// the model's local bandwidth, measured over the transport the
+		// calls run on.
+		call, err := s.Prepare(context.Background(), p.specs(), reshard.Flat{})
+		if err != nil {
+			return nil, err
+		}
+		p.fabric.LocalBW, err = p.measureLocal(call)
+		call.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	rep.Fabric = p.fabric
+	for _, name := range names {
+		route, err := hier.ParseRoute(name, j.set.balance, p.fabric)
+		if err != nil {
+			return nil, err
+		}
+		call, err := s.Prepare(context.Background(), p.specs(), route)
+		if err != nil {
+			return nil, err
+		}
+		rep.Domains = call.Topology().Domain
+		sched := call.Schedule()
+		if sched.Note != "" && j.rank == 0 {
+			j.log.Info().Str("route", sched.Route).Msg(sched.Note)
+		}
+		rr, err := p.measure(call, f)
+		call.Close()
+		if err != nil {
+			return nil, err
+		}
+		rr.Why = sched.Note
+		bounds := map[string]hier.Bound{}
+		for _, b := range hier.Bounds(hier.FromPlan(p.plan, call.Topology(), float64(opts.ChunkBytes)), p.fabric) {
+			bounds[b.Route] = b
+		}
+		if b, ok := bounds[strings.TrimPrefix(sched.Route, "auto:")]; ok && b.Seconds > 0 {
+			rr.BoundSec, rr.Binding, rr.Ratio = b.Seconds, b.Binding, rr.MedianSec/b.Seconds
+		}
+		rep.Routes = append(rep.Routes, rr)
+	}
+	return rep, nil
+}
+
+// measure runs one prepared call warmup+iters times and reports it.
+func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) {
+	j, s := p.j, p.s
+	sched := call.Schedule()
+	rr := routeReport{Route: sched.Route, Iters: f.iters, Rounds: sched.Rounds}
+	bufs := p.buffers()
+	mem := s.Memory()
+	var times []float64
+	var st reshard.Stats
+	ctx := context.Background()
+	for it := 0; it < f.warmup+f.iters; it++ {
+		if p.dstHost != nil && (f.check || it == 0) {
+			for i := range p.dstHost {
+				p.dstHost[i] = pattern.Poison
+			}
+			if err := mem.Upload(p.dstBuf, p.dstHost[:p.dstBuf.Len()]); err != nil {
+				return rr, err
+			}
+		}
+		if err := s.Barrier(ctx); err != nil {
+			return rr, err
+		}
+		t0 := time.Now()
+		rep, err := call.Run(ctx, bufs)
+		if err != nil {
+			if f.atomic {
+				err = p.checkUntouched(err)
+			}
+			return rr, err
+		}
+		slowest, err := maxOver(s, time.Since(t0).Seconds())
+		if err != nil {
+			return rr, err
+		}
+		if it >= f.warmup {
+			times = append(times, slowest)
+		}
+		st = rep.Stats
+		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", slowest).Msg("iteration")
+	}
+	rr.MedianSec = median(times)
+	rr.MinSec, rr.MaxSec = slices.Min(times), slices.Max(times)
+	if rr.MedianSec > 0 {
+		rr.TensorGBps = float64(p.src.Bytes()) / rr.MedianSec / 1e9
+	}
+	checkMsg := ""
+	if f.check && p.dstHost != nil {
+		if err := mem.Download(p.dstHost, p.dstBuf); err != nil {
+			return rr, err
+		}
+		if b, ok, _ := faultAt("M2N_FAULT_CORRUPT", jobRank); ok && b < len(p.dstHost) {
+			p.dstHost[b] ^= 0x40 // test-only: prove that --check catches a wrong byte
+		}
+		if err := pattern.Check(p.dst, s.Rank(), p.seed, p.dstHost, placement.View{}); err != nil {
+			checkMsg = err.Error()
+			j.log.Error().Str("route", sched.Route).Err(err).Msg("check failed")
+		}
+	}
+	mine := []int64{st.Sent[reshard.LinkNetwork], st.Recv[reshard.LinkNetwork], st.Sent[reshard.LinkLocal],
+		st.Recv[reshard.LinkLocal], st.Sent[reshard.LinkSelf], st.Packed}
+	all, err := gatherInt64s(s, mine)
+	if err != nil {
+		return rr, err
+	}
+	topo := call.Topology()
+	for r := 0; r < s.Size(); r++ {
+		v := all[r*len(mine):]
+		t := rankTraffic{Rank: r, Role: role(p.src, p.dst, r), Domain: topo.Domain[r], SentNetwork: v[0], RecvNetwork: v[1],
+			SentLocal: v[2], RecvLocal: v[3], Copied: v[4], Packed: v[5]}
+		t.Sent, t.Recv = t.SentNetwork+t.SentLocal, t.RecvNetwork+t.RecvLocal
+		rr.Ranks = append(rr.Ranks, t)
+	}
+	first, err := firstMessage(s, checkMsg)
+	if err != nil {
+		return rr, err
+	}
+	switch {
+	case !f.check:
+		rr.Check = "not checked"
+	case first == "":
+		rr.Check = "passed"
+	default:
+		rr.Check = "FAILED: " + first
+	}
+	return rr, nil
+}
+
+// measureLocal measures the local-fabric bandwidth per rank: the
+// destination ranks of each domain pass a buffer around a ring inside the
+// domain over the call's transport (local traffic runs at the real speed
+// under emulation), all domains at once, and the slowest rank's rate
+// counts.
+func (p *pairRun) measureLocal(call *session.Call) (float64, error) {
+	const n = 8 << 20
+	s := p.s
+	topo := call.Topology()
+	var peers []int
+	if p.dst.Mesh().Contains(s.Rank()) {
+		for i := 0; i < p.dst.Mesh().Size(); i++ {
+			if r := p.dst.Mesh().RankAt(i); topo.Domain[r] == topo.Domain[s.Rank()] {
+				peers = append(peers, r)
+			}
+		}
+	}
+	mem := s.Memory()
+	send, err := mem.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer mem.Free(send)
+	recv, err := mem.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer mem.Free(recv)
+	tr := call.Transport()
+	best := 0.0
+	for it := 0; it < 3; it++ {
+		if err := s.Barrier(context.Background()); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if len(peers) > 1 {
+			me := slices.Index(peers, s.Rank())
+			next, prev := peers[(me+1)%len(peers)], peers[(me+len(peers)-1)%len(peers)]
+			pend, err := tr.Start([]reshard.Op{{Peer: prev, Buf: recv, Len: n}, {Peer: next, Send: true, Buf: send, Len: n}})
+			if err != nil {
+				return 0, err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), s.Options().Timeout)
+			err = pend.Wait(ctx)
+			cancel()
+			if err != nil {
+				return 0, err
+			}
+		}
+		slow, err := maxOver(s, time.Since(t0).Seconds())
+		if err != nil {
+			return 0, err
+		}
+		best = max(best, n/slow)
+	}
+	p.j.log.Debug().Float64("local_bw", best).Msg("measured local bandwidth")
+	return best, nil
+}
+
+// checkUntouched runs after an atomic call failed on every rank: each
+// destination compares its buffer with what it held before the call (the
+// poison), and the job's error says whether every destination is
+// untouched, as the atomic mode promises.
+func (p *pairRun) checkUntouched(callErr error) error {
+	if aborted, _ := p.s.Aborted(); aborted {
+		return callErr
+	}
+	changed := int64(0)
+	if p.dstHost != nil {
+		now := make([]byte, p.dstBuf.Len())
+		if err := p.s.Memory().Download(now, p.dstBuf); err != nil {
+			return fmt.Errorf("%w; %v", callErr, err)
+		}
+		for _, b := range now {
+			if b != pattern.Poison {
+				changed = 1
+				break
+			}
+		}
+	}
+	all, err := gatherInt64s(p.s, []int64{changed})
+	if err != nil {
+		return fmt.Errorf("%w; %v", callErr, err)
+	}
+	for r, v := range all {
+		if v != 0 {
+			return jobError{fmt.Errorf("%w; atomic mode broken: rank %d's destination changed although the call failed", callErr, r)}
+		}
+	}
+	return jobError{fmt.Errorf("%w; atomic: every destination still holds its previous bytes", callErr)}
+}
+
+// gatherInt64s gathers v from every rank of s, rank r's at r*len(v).
+func gatherInt64s(s *session.Session, v []int64) ([]int64, error) {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
+	}
+	all := make([]byte, len(b)*s.Size())
+	if err := s.Collective().Allgather(reshard.WithPhase(context.Background(), "gathering the report"), b, all); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(all)/8)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(all[8*i:]))
+	}
+	return out, nil
+}
+
+// maxOver returns the largest x of every rank of s.
+func maxOver(s *session.Session, x float64) (float64, error) {
+	all, err := gatherInt64s(s, []int64{int64(math.Float64bits(x))})
+	if err != nil {
+		return 0, err
+	}
+	m := 0.0
+	for _, v := range all {
+		m = max(m, math.Float64frombits(uint64(v)))
+	}
+	return m, nil
+}
+
+// firstMessage gathers every rank's message and returns the lowest rank's.
+func firstMessage(s *session.Session, msg string) (string, error) {
+	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "gathering the check results"), s.Collective(), []byte(msg))
+	if err != nil {
+		return "", err
+	}
+	for _, b := range blobs {
+		if len(b) > 0 {
+			return string(b), nil
+		}
+	}
+	return "", nil
+}

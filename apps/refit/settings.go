@@ -1,0 +1,272 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// runFlags are the flags of `refit run` and the jobs built on it (bench,
+// sweep, soak).
+type runFlags struct {
+	pair      pairFlags
+	route     string
+	iters     int
+	warmup    int
+	check     bool
+	asJSON    bool
+	stripe    bool
+	chunk     string
+	staging   string
+	coalesce  string
+	logLevel  string
+	balance   string
+	srcDomain string
+	dstDomain string
+	emulate   string
+	netBW     string
+	localBW   string
+	latency   string
+	device    string
+	ppStages  int
+	verify    bool
+	atomic    bool
+	timeout   string
+
+	cmd *cobra.Command // the command whose flags these are
+}
+
+func (f *runFlags) register(cmd *cobra.Command) {
+	f.cmd = cmd
+	f.pair.register(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&f.route, "route", "flat", "route: flat, agbcast, hier, auto, or all (flat, agbcast and hier in turn); a comma list works too")
+	fs.IntVar(&f.iters, "iters", 5, "timed iterations per route")
+	fs.IntVar(&f.warmup, "warmup", 1, "untimed iterations before the timed ones")
+	fs.BoolVar(&f.check, "check", false, "poison destinations before every iteration and check every element after")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON object on rank 0")
+	fs.BoolVar(&f.stripe, "stripe", false, "spread sends of replicated source regions over all replicas")
+	fs.StringVar(&f.chunk, "chunk-bytes", "", "largest message and pipeline chunk (default 16MiB, 64MiB with --device cuda, or M2N_CHUNK_BYTES)")
+	fs.StringVar(&f.staging, "staging-bytes", "", "staging memory per rank, at least 8 chunks (default 256MiB, 1GiB with --device cuda, or M2N_STAGING_BYTES)")
+	fs.StringVar(&f.coalesce, "coalesce-bytes", "", "messages of one round between one pair up to this size travel as one, packed (default 64KiB, 1MiB with --device cuda; 0 turns it off; or M2N_COALESCE_BYTES)")
+	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn, error (default info, or M2N_LOG_LEVEL)")
+	fs.StringVar(&f.balance, "balance", "", "hier leader balance: count (the paper's rule) or bytes (default count, or M2N_BALANCE)")
+	fs.StringVar(&f.srcDomain, "src-domain-size", "", "group source ranks into domains of this size (default: one per host, or M2N_SRC_DOMAIN_SIZE)")
+	fs.StringVar(&f.dstDomain, "dst-domain-size", "", "group destination ranks into domains of this size (default: one per host, or M2N_DST_DOMAIN_SIZE)")
+	fs.StringVar(&f.emulate, "emulate-net-bw", "", "cap each rank's cross-domain send and receive rate, e.g. 1GB/s (or M2N_EMULATE_NET_BW)")
+	fs.StringVar(&f.netBW, "net-bw", "", "per-rank network bandwidth for the model and auto (default: the emulated rate, else 50GB/s; or M2N_NET_BW)")
+	fs.StringVar(&f.localBW, "local-bw", "", "per-rank local-fabric bandwidth for the model and auto (default: measured when emulating, else 900GB/s; or M2N_LOCAL_BW)")
+	fs.StringVar(&f.latency, "latency", "20us", "per-message latency for auto's startup term (a duration, at least 0)")
+	fs.StringVar(&f.device, "device", "cpu", "where tensors live: cpu (host memory, MPI) or cuda (one GPU per rank by local rank, NCCL)")
+	fs.BoolVar(&f.verify, "verify", false, "checksum (CRC-32C) every message on both sides and compare across ranks; a mismatch fails the call naming the tensor, box and ranks")
+	fs.BoolVar(&f.atomic, "atomic", false, "receive into shadow buffers and copy them in only when every tensor arrived (and verified) everywhere: a failed call leaves destinations untouched")
+	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
+	fs.IntVar(&f.ppStages, "pp-stages", 0, "pipeline stages: stage s trains on world ranks [s*M, (s+1)*M) and reshards to the generator (--dst-ranks, world ranks; default after the trainers) on a communicator of its own; stages run concurrently")
+}
+
+func (f *runFlags) routes() ([]string, error) {
+	var out []string
+	for _, r := range strings.Split(f.route, ",") {
+		switch {
+		case r == "all":
+			out = append(out, hier.Routes...)
+		case slices.Contains(hier.Routes, r) || r == "auto":
+			out = append(out, r)
+		default:
+			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want %s, auto or all", r, strings.Join(hier.Routes, ", ")))
+		}
+	}
+	return out, nil
+}
+
+// settings are what the flags and the environment resolve to.
+type settings struct {
+	opts        session.Options
+	balance     hier.Balance
+	fabric      hier.Fabric
+	fabricGiven bool // --net-bw or --local-bw was given
+	measure     bool // measure the local bandwidth for the fabric
+}
+
+// source is a setting's text and where it came from, for errors.
+type source struct{ value, name string }
+
+// flagOrEnv returns the flag's value, else the environment variable's,
+// with the name to blame in errors.
+func flagOrEnv(flag, value, env string) source {
+	if value != "" {
+		return source{value, "--" + flag}
+	}
+	return source{getenv(env), env}
+}
+
+// bad reports a setting whose value cannot be used, naming where it came
+// from: a flag or an environment variable.
+func (s source) bad(err error) error {
+	return usageError{fmt.Errorf("%s %q: %w", s.name, s.value, err)}
+}
+
+// parseCount reads a whole number of at least min, with nothing after it.
+func parseCount(s string, min int) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("want a whole number")
+	}
+	if n < min {
+		return 0, fmt.Errorf("want at least %d", min)
+	}
+	return n, nil
+}
+
+// maxTimeout bounds --timeout: a wait longer than a day is a typo.
+const maxTimeout = 24 * time.Hour
+
+// settings resolves the flags and the environment; every error names the
+// flag or the variable and its value.
+func (f *runFlags) settings() (settings, error) {
+	var s settings
+	var err error
+	if s.opts.Device, err = session.ParseDevice(f.device); err != nil {
+		return s, flagError("device", f.device, fmt.Errorf("want cpu or cuda"))
+	}
+	if src := flagOrEnv("timeout", f.timeout, "M2N_TIMEOUT"); src.value != "" {
+		d, err := time.ParseDuration(src.value)
+		switch {
+		case err != nil:
+			return s, src.bad(fmt.Errorf("want a duration like 30s or 5m"))
+		case d < time.Millisecond:
+			return s, src.bad(fmt.Errorf("want at least 1ms: every wait of the job is bounded by it"))
+		case d > maxTimeout:
+			return s, src.bad(fmt.Errorf("want at most %v", maxTimeout))
+		}
+		s.opts.Timeout = d
+	}
+	for _, x := range []struct {
+		flag, value, env string
+		dst              *int64
+	}{{"chunk-bytes", f.chunk, "M2N_CHUNK_BYTES", &s.opts.ChunkBytes}, {"staging-bytes", f.staging, "M2N_STAGING_BYTES", &s.opts.StagingBytes},
+		{"coalesce-bytes", f.coalesce, "M2N_COALESCE_BYTES", &s.opts.CoalesceBytes}} {
+		src := flagOrEnv(x.flag, x.value, x.env)
+		if src.value == "" {
+			continue
+		}
+		n, err := parseBytes(src.value)
+		if err != nil {
+			return s, src.bad(err)
+		}
+		if n == 0 && x.flag == "coalesce-bytes" {
+			n = -1 // off
+		} else if n == 0 {
+			return s, src.bad(fmt.Errorf("want a positive size"))
+		}
+		*x.dst = n
+	}
+	src := flagOrEnv("balance", f.balance, "M2N_BALANCE")
+	if s.balance, err = hier.ParseBalance(src.value); err != nil {
+		return s, src.bad(err)
+	}
+	for _, x := range []struct {
+		flag, value, env string
+		dst              *int
+	}{{"src-domain-size", f.srcDomain, "M2N_SRC_DOMAIN_SIZE", &s.opts.Domains.Src}, {"dst-domain-size", f.dstDomain, "M2N_DST_DOMAIN_SIZE", &s.opts.Domains.Dst}} {
+		src := flagOrEnv(x.flag, x.value, x.env)
+		if src.value == "" {
+			continue
+		}
+		if *x.dst, err = parseCount(src.value, 1); err != nil {
+			return s, src.bad(fmt.Errorf("%w ranks per domain", err))
+		}
+	}
+	if src := flagOrEnv("emulate-net-bw", f.emulate, "M2N_EMULATE_NET_BW"); src.value != "" {
+		if s.opts.EmulateNetBW, err = parseRate(src.value); err != nil {
+			return s, src.bad(err)
+		}
+		if s.opts.EmulateNetBW < 1e3 {
+			return s, src.bad(fmt.Errorf("want at least 1kB/s"))
+		}
+	}
+	switch v := getenv("M2N_MPI_INPLACE"); v {
+	case "", "1":
+	case "0":
+		s.opts.NoInPlace = true
+	default:
+		return s, usageError{fmt.Errorf("M2N_MPI_INPLACE %q: want 0 (stage strided regions) or 1 (move them in place, the default)", v)}
+	}
+	lat, err := time.ParseDuration(f.latency)
+	if err != nil || lat < 0 {
+		return s, flagError("latency", f.latency, fmt.Errorf("want a duration of at least 0, like 20us"))
+	}
+	s.fabric = hier.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: lat.Seconds()}
+	if s.opts.EmulateNetBW > 0 {
+		s.fabric.NetBW = s.opts.EmulateNetBW
+		s.measure = true
+	}
+	if src := flagOrEnv("net-bw", f.netBW, "M2N_NET_BW"); src.value != "" {
+		s.fabricGiven = true
+		if s.fabric.NetBW, err = parseRate(src.value); err != nil {
+			return s, src.bad(err)
+		}
+	}
+	if src := flagOrEnv("local-bw", f.localBW, "M2N_LOCAL_BW"); src.value != "" {
+		s.fabricGiven = true
+		if s.fabric.LocalBW, err = parseRate(src.value); err != nil {
+			return s, src.bad(err)
+		}
+		s.measure = false
+	}
+	if f.iters < 1 || f.warmup < 0 {
+		return s, usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration and no negative warm-up", f.iters, f.warmup)}
+	}
+	if f.ppStages < 0 {
+		return s, flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))
+	}
+	if f.ppStages > 0 && f.pair.srcRanks != "" {
+		return s, usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
+	}
+	s.opts.Stripe, s.opts.Verify, s.opts.Atomic = f.stripe, f.verify, f.atomic
+	if _, err := f.routes(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// agreedFields lists every flag of the command and every M2N_ variable
+// that changes what runs or what is reported, for the ranks to agree on
+// at Join: a rank started with other flags fails every rank at once,
+// naming the flag. The test-only fault switches (M2N_FAULT_*) and the log
+// level are this rank's own.
+func agreedFields(cmd *cobra.Command) []reshard.Field {
+	var out []reshard.Field
+	if cmd != nil {
+		cmd.Flags().VisitAll(func(fl *pflag.Flag) {
+			if fl.Name == "log-level" || fl.Name == "help" {
+				return
+			}
+			out = append(out, reshard.Field{Name: "flag --" + fl.Name, Value: fl.Value.String()})
+		})
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "M2N_") && !strings.HasPrefix(k, "M2N_FAULT_") && k != "M2N_LOG_LEVEL" && !strings.HasPrefix(k, "M2N_MPITEST") {
+			env = append(env, k)
+		}
+	}
+	sort.Strings(env)
+	for i, k := range env {
+		env[i] = k + "=" + getenv(k)
+	}
+	// one field for them all: a variable set on one rank only must not
+	// shift the other fields.
+	return append(out, reshard.Field{Name: "M2N_ environment", Value: "[" + strings.Join(env, " ") + "]"})
+}

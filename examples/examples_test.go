@@ -1,0 +1,48 @@
+// Package examples runs the example programs under mpirun as part of the
+// test suite: each is built, launched with its rank count, and must exit
+// 0 and print its success line (every element it received checked).
+package examples
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/m2n-dev/m2n/internal/mpitest"
+)
+
+func TestExamples(t *testing.T) {
+	for _, ex := range []struct {
+		name string
+		np   int
+		want string
+	}{
+		{"trainer", 8, "3 steps of 6 tensors checked on every generator rank"},
+		{"stages", 5, "3 steps: the generator holds both stages' layers, checked"},
+		{"gpu", 1, "3 steps on 1 GPU(s), S0 -> S1, checked"},
+	} {
+		t.Run(ex.name, func(t *testing.T) {
+			mpitest.Require(t)
+			bin := filepath.Join(t.TempDir(), ex.name)
+			if out, err := exec.Command("go", "build", "-o", bin, "./"+ex.name).CombinedOutput(); err != nil {
+				t.Fatalf("build: %v\n%s", err, out)
+			}
+			cmd, err := mpitest.Command(ex.np, bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
+				for _, line := range strings.Split(string(out), "\n") {
+					if _, why, found := strings.Cut(line, "skip: "); found {
+						t.Skip(why)
+					}
+				}
+			}
+			if err != nil || !strings.Contains(string(out), ex.want) {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		})
+	}
+}

@@ -1,0 +1,63 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/m2n-dev/m2n/placement"
+)
+
+type builtin struct {
+	name    string // what --model takes
+	display string
+	config  Config
+}
+
+// builtins are the models m2n knows by name, as data: the same values their
+// published config.json files give (a test checks that they do).
+var builtins = []builtin{
+	{"deepseek-v3", "DeepSeek-V3", Config{
+		ModelType: "deepseek_v3", DType: placement.BF16,
+		VocabSize: 129280, HiddenSize: 7168, IntermediateSize: 18432, Layers: 61,
+		Heads: 128, KVHeads: 128,
+		Experts: 256, MoEIntermediateSize: 2048, SharedExperts: 1, FirstDenseLayers: 3, MoELayerFreq: 1,
+		ExpertsPerToken: 8, Groups: 8, TopKGroup: 4,
+		QLoraRank: 1536, KVLoraRank: 512, QKNopeHeadDim: 128, QKRopeHeadDim: 64, VHeadDim: 128,
+		MTPLayers: 1,
+	}},
+	{"qwen3-235b-a22b", "Qwen3-235B-A22B", Config{
+		ModelType: "qwen3_moe", DType: placement.BF16,
+		VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 12288, Layers: 94,
+		Heads: 64, KVHeads: 4, HeadDim: 128,
+		Experts: 128, MoEIntermediateSize: 1536, DecoderSparseStep: 1, MLPOnlyLayers: []int{},
+		ExpertsPerToken: 8,
+	}},
+	{"llama-3.1-70b", "Llama-3.1-70B", Config{
+		ModelType: "llama", DType: placement.BF16,
+		VocabSize: 128256, HiddenSize: 8192, IntermediateSize: 28672, Layers: 80,
+		Heads: 64, KVHeads: 8, HeadDim: 128,
+	}},
+}
+
+// Builtins returns the names of the built-in models, as Builtin takes them.
+func Builtins() []string {
+	out := make([]string, len(builtins))
+	for i, b := range builtins {
+		out[i] = b.name
+	}
+	return out
+}
+
+// Builtin returns the configuration of a built-in model and its display
+// name. Names match without regard to case ("DeepSeek-V3" or
+// "deepseek-v3").
+func Builtin(name string) (Config, string, error) {
+	i := slices.IndexFunc(builtins, func(b builtin) bool { return strings.EqualFold(b.name, name) })
+	if i < 0 {
+		return Config{}, "", fmt.Errorf("no built-in model %q (built in: %s)", name, strings.Join(Builtins(), ", "))
+	}
+	c := builtins[i].config
+	c.MLPOnlyLayers = slices.Clone(c.MLPOnlyLayers)
+	return c, builtins[i].display, nil
+}

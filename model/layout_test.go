@@ -1,0 +1,391 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/m2n-dev/m2n/placement"
+)
+
+func mustLayouts(t *testing.T, spec string, opts LoadOptions, train, gen string) *Layouts {
+	t.Helper()
+	m, err := Load(spec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := ParseTrainer(train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ParseGenerator(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(m, tr, g)
+	if err != nil {
+		t.Fatalf("%s %s -> %s: %v", spec, train, gen, err)
+	}
+	return l
+}
+
+// runs returns the contiguous element runs [lo, hi) a view of a part of
+// the given local shape covers, dims merged where they are contiguous.
+func runs(shape []int64, v placement.View) [][2]int64 {
+	if elems(shape) == 0 {
+		return nil
+	}
+	st := v.ResolvedStrides(shape)
+	n := len(shape)
+	run, d := int64(1), n-1
+	for ; d >= 0; d-- {
+		if shape[d] == 1 {
+			continue
+		}
+		if st[d] != run {
+			break
+		}
+		run *= shape[d]
+	}
+	var out [][2]int64
+	idx := make([]int64, d+1)
+	for {
+		off := v.Offset
+		for k := 0; k <= d; k++ {
+			off += idx[k] * st[k]
+		}
+		out = append(out, [2]int64{off, off + run})
+		k := d
+		for ; k >= 0; k-- {
+			idx[k]++
+			if idx[k] < shape[k] {
+				break
+			}
+			idx[k] = 0
+		}
+		if k < 0 {
+			return out
+		}
+	}
+}
+
+// checkLayouts checks every invariant of a model's layouts: each tensor in
+// one stage, meshes on their side of each communicator, bytes over ranks
+// equal to the tensor's bytes times its replication on both sides, and on
+// every rank and side the views of one buffer valid, disjoint and covering
+// it exactly.
+func checkLayouts(t *testing.T, l *Layouts) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, s := range l.Stages {
+		P, G := s.Trainers, s.Generators
+		if len(s.Members) != P+G || P != l.Trainer.StageRanks() || G != l.Generator.Ranks() {
+			t.Fatalf("stage %d: %d members, %d trainers, %d generators", s.Index, len(s.Members), P, G)
+		}
+		for _, x := range s.Tensors {
+			seen[x.Name]++
+			for side, lay := range []placement.Layout{x.Src, x.Dst} {
+				lo, hi := 0, P
+				if side == 1 {
+					lo, hi = P, P+G
+				}
+				m := lay.Mesh()
+				if start, ok := m.IsInterval(); !ok || start != lo || m.Size() != hi-lo {
+					t.Fatalf("%s: %v mesh %v, want ranks [%d, %d)", x.Name, Side(side), m, lo, hi)
+				}
+				var sum int64
+				for r := lo; r < hi; r++ {
+					sum += lay.LocalBytes(r)
+				}
+				if want := x.Bytes() * int64(lay.Replication()); sum != want {
+					t.Fatalf("%s: %v bytes over ranks %d, want %d x %d", x.Name, Side(side), sum, x.Bytes(), lay.Replication())
+				}
+			}
+		}
+		for side := Src; side <= Dst; side++ {
+			lo, hi := 0, P
+			if side == Dst {
+				lo, hi = P, P+G
+			}
+			for r := lo; r < hi; r++ {
+				var total int64
+				for _, b := range s.Buffers(side, r) {
+					total += b.Bytes()
+					var rs [][2]int64
+					var held int64
+					for _, name := range b.Tensors {
+						x := s.tensor(name)
+						p, ok := x.Part(side, r)
+						sh, _ := localShape(x, side, r)
+						if !ok || p.Buffer != b.Name {
+							t.Fatalf("stage %d %v rank %d: %s in buffer %q, listed in %q", s.Index, side, r, name, p.Buffer, b.Name)
+						}
+						if err := p.View.Validate(sh); err != nil {
+							t.Fatalf("%s on %v rank %d: %v", name, side, r, err)
+						}
+						held += elems(sh)
+						rs = append(rs, runs(sh, p.View)...)
+					}
+					slices.SortFunc(rs, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+					at := int64(0)
+					for _, x := range rs {
+						if x[0] != at {
+							t.Fatalf("stage %d %v rank %d buffer %s: run at %d, want %d (gap or overlap)", s.Index, side, r, b.Name, x[0], at)
+						}
+						at = x[1]
+					}
+					if at != b.Elems || held != b.Elems {
+						t.Fatalf("stage %d %v rank %d buffer %s: views cover %d, hold %d, buffer has %d elements", s.Index, side, r, b.Name, at, held, b.Elems)
+					}
+				}
+				if total != s.Bytes(side, r) {
+					t.Fatalf("stage %d %v rank %d: buffers hold %d bytes, parts %d", s.Index, side, r, total, s.Bytes(side, r))
+				}
+			}
+		}
+	}
+	for _, x := range l.Model.Tensors {
+		if seen[x.Name] != 1 {
+			t.Fatalf("%s sits in %d stages", x.Name, seen[x.Name])
+		}
+	}
+}
+
+func (s *Stage) tensor(name string) *TensorLayout {
+	for _, x := range s.Tensors {
+		if x.Name == name {
+			return x
+		}
+	}
+	return nil
+}
+
+// rankBytes returns the least and most bytes a trainer rank and a generator
+// rank hold.
+func rankBytes(l *Layouts) (srcMin, srcMax, dstMin, dstMax int64) {
+	srcMin, dstMin = 1<<62, 1<<62
+	T := l.Trainer.Ranks()
+	for w := 0; w < l.World(); w++ {
+		s, d := l.RankBytes(w)
+		if w < T {
+			srcMin, srcMax = min(srcMin, s), max(srcMax, s)
+		} else {
+			dstMin, dstMax = min(dstMin, d), max(dstMax, d)
+		}
+	}
+	return
+}
+
+func stageCounts(l *Layouts) []int {
+	var out []int
+	for _, s := range l.Stages {
+		out = append(out, s.Layers[1]-s.Layers[0])
+	}
+	return out
+}
+
+// TestPublishedConfigurations lays out the three reference configurations
+// and checks every invariant and a few layouts by hand.
+func TestPublishedConfigurations(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec, train, gen string
+		mtp                    bool
+		stages                 []int
+		layouts                map[string][2]string // tensor: src, dst
+	}{
+		{"DeepSeek-V3 128 -> 128", "deepseek-v3", "tp=1,dp=32,pp=4,ep=16", "tp=8,dp=16", false, []int{15, 16, 16, 14},
+			map[string][2]string{
+				"model.embed_tokens.weight":                        {"129280x7168 bf16 on 32[0-31] R", "129280x7168 bf16 on 16x8[32-159] R,S0"},
+				"model.layers.3.mlp.experts.gate_up_proj":          {"256x2x2048x7168 bf16 on 2x16[0-31] R,S0", "256x2x2048x7168 bf16 on 16x8[32-159] R,S2"},
+				"model.layers.3.mlp.experts.down_proj":             {"256x7168x2048 bf16 on 2x16[0-31] R,S0", "256x7168x2048 bf16 on 16x8[32-159] R,S2"},
+				"model.layers.0.self_attn.o_proj.weight":           {"7168x16384 bf16 on 32[0-31] R", "7168x16384 bf16 on 16x8[32-159] R,S1"},
+				"model.layers.0.self_attn.q_a_proj.weight":         {"1536x7168 bf16 on 32[0-31] R", "1536x7168 bf16 on 128[32-159] R"},
+				"model.layers.60.mlp.gate.e_score_correction_bias": {"256 f32 on 32[0-31] R", "256 f32 on 128[32-159] R"},
+				"lm_head.weight":                                   {"129280x7168 bf16 on 32[0-31] R", "129280x7168 bf16 on 16x8[32-159] R,S0"},
+			}},
+		{"DeepSeek-V3 with MTP", "deepseek-v3", "tp=1,dp=32,pp=4,ep=16", "tp=8,dp=16", true, []int{15, 16, 16, 14},
+			map[string][2]string{
+				"model.layers.61.eh_proj.weight": {"7168x14336 bf16 on 32[0-31] R", "7168x14336 bf16 on 128[32-159] R"},
+			}},
+		{"Qwen3-235B-A22B 64 -> 64", "qwen3-235b-a22b", "tp=2,cp=2,dp=4,pp=4,ep=16", "tp=8,dp=8", false, []int{23, 24, 24, 23},
+			map[string][2]string{
+				"model.layers.0.self_attn.q_proj.weight":  {"4x2048x4096 bf16 on 8x2[0-15] R,S0", "4x2048x4096 bf16 on 8x4x2[16-79] R,S0,S1"},
+				"model.layers.0.self_attn.k_proj.weight":  {"4x128x4096 bf16 on 8x2[0-15] R,S0", "4x128x4096 bf16 on 8x4x2[16-79] R,S0,R"},
+				"model.layers.0.self_attn.o_proj.weight":  {"4096x8192 bf16 on 8x2[0-15] R,S1", "4096x8192 bf16 on 8x8[16-79] R,S1"},
+				"model.layers.0.mlp.experts.gate_up_proj": {"128x2x1536x4096 bf16 on 16[0-15] S0", "128x2x1536x4096 bf16 on 8x8[16-79] R,S2"},
+			}},
+		{"DeepSeek-V3 NeMo-RL PP16 x EP16 -> TP32 x DP8", "deepseek-v3", "pp=16,dp=16,ep=16", "tp=32,dp=8", false,
+			[]int{3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2},
+			map[string][2]string{
+				"model.layers.3.mlp.experts.gate_up_proj":          {"256x2x2048x7168 bf16 on 16[0-15] S0", "256x2x2048x7168 bf16 on 8x32[16-271] R,S2"},
+				"model.layers.0.mlp.down_proj.weight":              {"7168x18432 bf16 on 16[0-15] R", "7168x18432 bf16 on 8x32[16-271] R,S1"},
+				"model.layers.3.mlp.shared_experts.up_proj.weight": {"2048x7168 bf16 on 16[0-15] R", "2048x7168 bf16 on 8x32[16-271] R,S0"},
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := mustLayouts(t, tc.spec, LoadOptions{Options: Options{MTP: tc.mtp}}, tc.train, tc.gen)
+			if got := stageCounts(l); !slices.Equal(got, tc.stages) {
+				t.Errorf("stage layers %v, want %v", got, tc.stages)
+			}
+			for name, want := range tc.layouts {
+				found := false
+				for _, s := range l.Stages {
+					if x := s.tensor(name); x != nil {
+						found = true
+						if got := [2]string{x.Src.String(), x.Dst.String()}; got != want {
+							t.Errorf("%s:\n got %v\nwant %v", name, got, want)
+						}
+					}
+				}
+				if !found {
+					t.Errorf("no %s", name)
+				}
+			}
+			checkLayouts(t, l)
+			a, b, c, d := rankBytes(l)
+			t.Logf("%s: %d tensors, %d params, %d bytes; trainer rank %d..%d bytes, generator rank %d..%d bytes",
+				tc.name, len(l.Model.Tensors), l.Model.Params(), l.Model.Bytes(), a, b, c, d)
+		})
+	}
+}
+
+// TestScaledLayouts checks the invariants for scaled models over many
+// small configurations, those the CPU refits run among them.
+func TestScaledLayouts(t *testing.T) {
+	for _, tc := range []struct {
+		spec       string
+		scale      int64
+		train, gen string
+	}{
+		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=4", "tp=4,dp=2"},
+		{"deepseek-v3", 32, "tp=1,pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
+		{"deepseek-v3", 16, "tp=2,pp=2,dp=2,ep=2,etp=2", "tp=8"},
+		{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4", "tp=8"},
+		{"qwen3-235b-a22b", 16, "tp=4,pp=2,dp=2,ep=2,etp=2", "tp=2,dp=4"},
+		{"qwen3-235b-a22b", 16, "tp=2,pp=2,dp=2", "tp=4,dp=2,ep=8"},
+		{"llama-3.1-70b", 32, "tp=4,pp=2", "tp=8"},
+		{"llama-3.1-70b", 32, "tp=8", "tp=16"},
+		{"llama-3.1-70b", 32, "tp=2,pp=4,dp=2", "tp=2,dp=4"},
+		{"testdata/models/mixtral-8x7b.config.json", 4, "tp=2,pp=2,ep=2,dp=2", "tp=4,dp=2"},
+		{"testdata/models/qwen3-8b.config.json", 16, "tp=4,pp=3", "tp=8"},
+	} {
+		name := fmt.Sprintf("%s/%d %s -> %s", tc.spec, tc.scale, tc.train, tc.gen)
+		t.Run(name, func(t *testing.T) {
+			mtp := strings.HasPrefix(tc.spec, "deepseek")
+			l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, Options: Options{MTP: mtp}}, tc.train, tc.gen)
+			checkLayouts(t, l)
+		})
+	}
+}
+
+func TestStageLayers(t *testing.T) {
+	for _, tc := range []struct {
+		layers int
+		tr     Trainer
+		want   []int
+	}{
+		{61, Trainer{PP: 4}, []int{15, 16, 16, 14}},
+		{61, Trainer{PP: 2}, []int{31, 30}},
+		{61, Trainer{PP: 16}, []int{3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2}},
+		{94, Trainer{PP: 4}, []int{23, 24, 24, 23}},
+		{80, Trainer{PP: 4}, []int{20, 20, 20, 20}},
+		{5, Trainer{PP: 4}, []int{2, 1, 1, 1}},
+		{61, Trainer{PP: 4, FirstStageLayers: 13, LastStageLayers: 12}, []int{13, 18, 18, 12}},
+		{61, Trainer{PP: 4, FirstStageLayers: 1}, []int{1, 20, 20, 20}},
+		{61, Trainer{PP: 1}, []int{61}},
+	} {
+		got, err := StageLayers(tc.layers, tc.tr)
+		if err != nil {
+			t.Errorf("%d over %v: %v", tc.layers, tc.tr, err)
+			continue
+		}
+		var counts []int
+		for i, r := range got {
+			counts = append(counts, r[1]-r[0])
+			if i > 0 && r[0] != got[i-1][1] {
+				t.Errorf("%d over %v: ranges %v not contiguous", tc.layers, tc.tr, got)
+			}
+		}
+		if !slices.Equal(counts, tc.want) {
+			t.Errorf("%d over %v: %v, want %v", tc.layers, tc.tr, counts, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		layers int
+		tr     Trainer
+		want   string
+	}{
+		{3, Trainer{PP: 4}, "pp=4 over 3 layers leaves pipeline stage 3 with 0 layers"},
+		{61, Trainer{PP: 4, FirstStageLayers: 14}, "pp=4 with first=14 last=0: the other 3 stages cannot share the remaining 47 of 61 layers evenly"},
+		{61, Trainer{PP: 2, FirstStageLayers: 30, LastStageLayers: 30}, "the other 0 stages cannot share the remaining 1 of 61 layers"},
+		{61, Trainer{PP: 1, LastStageLayers: 3}, "pp=1: first=0 last=3"},
+	} {
+		if _, err := StageLayers(tc.layers, tc.tr); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%d over %v: %v, want %q", tc.layers, tc.tr, err, tc.want)
+		}
+	}
+}
+
+// TestLayoutErrors: what does not divide is an error naming the tensor,
+// the dim and both numbers.
+func TestLayoutErrors(t *testing.T) {
+	tiny := `{"tensors":[{"name":"model.embed_tokens.weight","shape":[10,4],"dtype":"bf16"},
+		{"name":"model.layers.0.input_layernorm.weight","shape":[4],"dtype":"bf16"}]}`
+	tinyModel, err := ParseList("tiny", []byte(tiny))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec       string
+		m          *Model
+		train, gen string
+		want       string
+	}{
+		{"qwen3-235b-a22b", nil, "tp=8", "tp=8",
+			"tensor model.layers.0.self_attn.q_proj.weight: dim 0 (4 key-value heads) does not divide over trainer tp=8 (Megatron-Core needs tp to divide the query groups)"},
+		{"qwen3-235b-a22b", nil, "tp=1", "tp=3", "tensor model.embed_tokens.weight: dim 0 (151936 vocabulary rows) does not divide over generator tp=3"},
+		{"qwen3-235b-a22b", nil, "tp=1", "tp=128", "tensor model.layers.0.self_attn.q_proj.weight: its 64 attention heads do not divide over generator tp=128"},
+		{"llama-3.1-70b", nil, "tp=1", "tp=128", "its 64 attention heads do not divide over generator tp=128"},
+		{"deepseek-v3", nil, "dp=24,ep=12", "tp=8", "tensor model.layers.3.mlp.experts.gate_up_proj: dim 0 (256 experts) does not divide over trainer ep=12"},
+		{"deepseek-v3", nil, "dp=32,ep=16", "tp=8,dp=2,ep=8", "generator ep=8: vLLM's expert parallelism spans all tp x dp = 16 ranks"},
+		{"deepseek-v3", nil, "dp=3,etp=3", "tp=1", "tensor model.layers.3.mlp.experts.gate_up_proj: dim 2 (2048 intermediate rows) does not divide over trainer etp=3"},
+		{"deepseek-v3", nil, "dp=8,ep=16", "tp=8", "trainer tp=1,pp=1,cp=1,dp=8,ep=16,etp=1: etp=1 x ep=16 does not divide a stage's tp x cp x dp = 8 ranks"},
+		{"deepseek-v3", nil, "pp=62", "tp=8", "pp=62 over 61 layers leaves pipeline stage"},
+		{"", tinyModel, "tp=4", "tp=1", "tensor model.embed_tokens.weight: dim 0 (10 vocabulary rows) does not divide over trainer tp=4"},
+		{"", tinyModel, "tp=1", "tp=4,dp=2", "tensor model.embed_tokens.weight: dim 0 (10 vocabulary rows) does not divide over generator tp=4"},
+		{"testdata/models/mixtral-8x7b.config.json", nil, "tp=1", "tp=8,dp=2,ep=16",
+			"tensor model.layers.0.mlp.experts.gate_up_proj: dim 0 (8 experts) does not divide over generator ep=16"},
+		{"testdata/models/mixtral-8x7b.config.json", nil, "dp=6,ep=3", "tp=1",
+			"tensor model.layers.0.mlp.experts.gate_up_proj: dim 0 (8 experts) does not divide over trainer ep=3"},
+	} {
+		m := tc.m
+		if m == nil {
+			if m, err = Load(tc.spec, LoadOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr, err1 := ParseTrainer(tc.train)
+		g, err2 := ParseGenerator(tc.gen)
+		err := err1
+		if err == nil {
+			err = err2
+		}
+		if err == nil {
+			_, err = New(m, tr, g)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s -> %s: %v\nwant %q", m.Name, tc.train, tc.gen, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ s, want string }{
+		{"tp=2,xp=3", `unknown key "xp"`},
+		{"tp=0", "tp=0: want a positive integer"},
+		{"tp=2,tp=4", `key "tp" given twice`},
+		{"tp", `"tp" is not key=value`},
+	} {
+		if _, err := ParseTrainer(tc.s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseTrainer(%q) = %v, want %q", tc.s, err, tc.want)
+		}
+	}
+}

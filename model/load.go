@@ -1,0 +1,82 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// LoadOptions say how Load shapes the model it finds.
+type LoadOptions struct {
+	Options
+	// Scale divides the model's widths (Config.Scale); 0 or 1 keeps them.
+	Scale int64
+	// Layers cuts the model to its first Layers decoder layers
+	// (Config.WithLayers); 0 keeps them all.
+	Layers int
+}
+
+// Load returns the model spec names: a built-in model's name
+// (Builtins), a HuggingFace config.json (an object with "model_type"), or a
+// plain tensor list (ParseList). Scale, Layers and MTP need a
+// configuration: asking for them with a plain list is an error, as is a
+// file that cannot be read or parsed (the error names the file).
+func Load(spec string, opts LoadOptions) (*Model, error) {
+	if c, display, err := Builtin(spec); err == nil {
+		return build(display, c, opts)
+	}
+	data, err := os.ReadFile(spec)
+	if err != nil {
+		if os.IsNotExist(err) && !strings.ContainsAny(spec, `/\.`) {
+			return nil, fmt.Errorf("model %q is neither built in (%s) nor a file", spec, strings.Join(Builtins(), ", "))
+		}
+		return nil, err
+	}
+	name := strings.TrimSuffix(filepath.Base(spec), ".json")
+	if isConfig(data) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", spec, err)
+		}
+		return build(name, c, opts)
+	}
+	if opts.Scale > 1 || opts.Layers > 0 || opts.MTP {
+		return nil, fmt.Errorf("%s is a tensor list: scaling, cutting layers and MTP need a config.json", spec)
+	}
+	m, err := ParseList(name, data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", spec, err)
+	}
+	return m, nil
+}
+
+// isConfig reports whether data is a JSON object with a model_type key.
+func isConfig(data []byte) bool {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	var probe struct {
+		ModelType *string `json:"model_type"`
+	}
+	return json.Unmarshal(data, &probe) == nil && probe.ModelType != nil
+}
+
+func build(name string, c Config, opts LoadOptions) (*Model, error) {
+	var err error
+	if opts.Layers > 0 {
+		if c, err = c.WithLayers(opts.Layers); err != nil {
+			return nil, fmt.Errorf("model %s: %w", name, err)
+		}
+	}
+	if opts.Scale > 1 {
+		if c, err = c.Scale(opts.Scale); err != nil {
+			return nil, fmt.Errorf("model %s: %w", name, err)
+		}
+		name = fmt.Sprintf("%s/%d", name, opts.Scale)
+	}
+	return FromConfig(name, c, opts.Options)
+}

@@ -1,0 +1,45 @@
+package model
+
+import (
+	"testing"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// TestPlansCompatible plans every tensor of scaled models with the real
+// planner: each source and destination layout pair is compatible, and every
+// generator rank receives exactly its part.
+func TestPlansCompatible(t *testing.T) {
+	for _, tc := range []struct {
+		spec       string
+		scale      int64
+		train, gen string
+	}{
+		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=4", "tp=4,dp=2"},
+		{"deepseek-v3", 32, "pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
+		{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4", "tp=8"},
+		{"llama-3.1-70b", 32, "tp=2,pp=2,dp=2", "tp=8,dp=2"},
+	} {
+		l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, Options: Options{MTP: tc.spec == "deepseek-v3"}}, tc.train, tc.gen)
+		n := 0
+		for _, s := range l.Stages {
+			world := len(s.Members)
+			for _, x := range s.Tensors {
+				p, err := reshard.NewPlan(x.Src, x.Dst, world, reshard.Options{})
+				if err != nil {
+					t.Fatalf("%s stage %d %s: %v", tc.spec, s.Index, x.Name, err)
+				}
+				_, recv := p.RankBytes()
+				for r := s.Trainers; r < world; r++ {
+					if recv[r] != x.Dst.LocalBytes(r) {
+						t.Fatalf("%s %s: rank %d receives %d bytes, holds %d", tc.spec, x.Name, r, recv[r], x.Dst.LocalBytes(r))
+					}
+				}
+				n++
+			}
+		}
+		if n != len(l.Model.Tensors) {
+			t.Errorf("%s: planned %d of %d tensors", tc.spec, n, len(l.Model.Tensors))
+		}
+	}
+}

@@ -1,0 +1,366 @@
+package session
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// Tags of the control communicator. Collectives use MPI's own matching;
+// these are the point-to-point side channels every wait loop watches.
+const (
+	tagAbort  = 0x4d41 // an abort notice: the sender gave up, and why
+	tagQuery  = 0x4d51 // a roll call: "which collective are you in?"
+	tagAnswer = 0x4d52 // the answer to a roll call
+)
+
+// noticeBytes is the size of an abort notice: small enough that MPI sends
+// it eagerly, so it completes even if its receiver never looks.
+const noticeBytes = 4000
+
+// control is a session's control plane on its own communicator: bounded
+// collectives (reshard.Collective), abort notices and roll calls. Every
+// wait of the session polls it, so a rank that gives up stops every other
+// rank promptly with its reason, and a collective that times out names the
+// ranks that never came.
+type control struct {
+	comm    *mpi.Comm
+	rank    int
+	size    int
+	timeout time.Duration
+
+	mu      sync.Mutex
+	seq     uint64 // collectives entered so far
+	aborted error  // the *reshard.AbortError that ended the session, if any
+	notice  *mpi.Request
+	noteBuf []byte
+	query   *mpi.Request
+	qBuf    []byte
+	keep    []*mpi.Request // sends that may never complete (to peers that are gone)
+}
+
+func newControl(comm *mpi.Comm, timeout time.Duration) (*control, error) {
+	c := &control{comm: comm, rank: comm.Rank(), size: comm.Size(), timeout: timeout,
+		noteBuf: make([]byte, noticeBytes), qBuf: make([]byte, 16)}
+	var err error
+	if c.notice, err = comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort); err != nil {
+		return nil, err
+	}
+	if c.query, err = comm.Irecv(c.qBuf, mpi.AnySource, tagQuery); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Rank implements reshard.Collective.
+func (c *control) Rank() int { return c.rank }
+
+// Size implements reshard.Collective.
+func (c *control) Size() int { return c.size }
+
+// Allgather implements reshard.Collective, bounded by the session timeout.
+func (c *control) Allgather(ctx context.Context, send, recv []byte) error {
+	return c.collective(ctx, "allgather", func() (*mpi.Request, error) { return c.comm.Iallgather(send, recv) })
+}
+
+// Allgatherv implements reshard.Collective, bounded by the session timeout.
+func (c *control) Allgatherv(ctx context.Context, send, recv []byte, counts, displs []int64) error {
+	return c.collective(ctx, "allgatherv", func() (*mpi.Request, error) { return c.comm.Iallgatherv(send, recv, counts, displs) })
+}
+
+// barrier is a bounded barrier.
+func (c *control) barrier(ctx context.Context, phase string) error {
+	return c.collective(ctx, phase, func() (*mpi.Request, error) { return c.comm.Ibarrier() })
+}
+
+// collective starts a non-blocking collective and polls it against the
+// deadline, the context and the side channels.
+func (c *control) collective(ctx context.Context, phase string, start func() (*mpi.Request, error)) error {
+	if p := reshard.PhaseOf(ctx); p != "" {
+		phase = p
+	}
+	c.mu.Lock()
+	if c.aborted != nil {
+		err := c.aborted
+		c.mu.Unlock()
+		return err
+	}
+	c.seq++
+	seq := c.seq
+	req, err := start()
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(c.timeout)
+	for spin := 0; ; spin++ {
+		c.mu.Lock()
+		done, err := req.Test()
+		c.mu.Unlock()
+		if err != nil {
+			return c.abort(fmt.Errorf("rank %d: %s: %w", c.rank, phase, err))
+		}
+		if done {
+			return nil
+		}
+		if err := c.poll(); err != nil {
+			c.keepRequest(req)
+			return err
+		}
+		if ctx.Err() != nil {
+			c.keepRequest(req)
+			if cause := context.Cause(ctx); cause != nil {
+				return c.abort(cause)
+			}
+			return c.abort(ctx.Err())
+		}
+		if time.Now().After(deadline) {
+			c.keepRequest(req)
+			missing, elsewhere := c.rollCall(seq)
+			te := &reshard.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
+			if len(missing) == 0 && len(elsewhere) > 0 {
+				te.Peers = elsewhere
+				te.Phase = phase + " (the ranks named are in another collective: their calls are out of step)"
+			}
+			return c.abort(te)
+		}
+		backoff(spin)
+	}
+}
+
+// backoff sleeps a little longer the longer a wait lasts: spin first
+// (control messages take microseconds), then up to 1 ms.
+func backoff(spin int) {
+	switch {
+	case spin < 200:
+		return
+	case spin < 1000:
+		time.Sleep(20 * time.Microsecond)
+	default:
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (c *control) keepRequest(r *mpi.Request) {
+	c.mu.Lock()
+	c.keep = append(c.keep, r)
+	c.mu.Unlock()
+}
+
+// poll handles the side channels once: it answers a pending roll call and
+// returns the abort error if a notice came (or the session had aborted).
+func (c *control) poll() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted != nil {
+		return c.aborted
+	}
+	if c.query != nil {
+		if done, err := c.query.Test(); err == nil && done {
+			from := int(binary.LittleEndian.Uint64(c.qBuf))
+			ans := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
+			ans = binary.LittleEndian.AppendUint64(ans, c.seq)
+			if r, err := c.comm.Isend(ans, from, tagAnswer); err == nil {
+				c.keep = append(c.keep, r)
+			}
+			c.query, _ = c.comm.Irecv(c.qBuf, mpi.AnySource, tagQuery)
+		}
+	}
+	if c.notice != nil {
+		if done, err := c.notice.Test(); err == nil && done {
+			c.notice = nil
+			cause := reshard.DecodeError(trimZeros(c.noteBuf))
+			var ab *reshard.AbortError
+			if !errors.As(cause, &ab) {
+				ab = &reshard.AbortError{Rank: -1, Cause: cause}
+			}
+			c.aborted = ab
+			return ab
+		}
+	}
+	return nil
+}
+
+func trimZeros(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// rollCall asks every peer which collective it is in and waits a short
+// grace for the answers: the ranks that do not answer never arrived (gone,
+// stopped, or busy outside the library); those that answer with another
+// collective are out of step.
+func (c *control) rollCall(seq uint64) (missing, elsewhere []int) {
+	grace := min(max(c.timeout/4, 200*time.Millisecond), 2*time.Second)
+	q := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
+	c.mu.Lock()
+	for r := 0; r < c.size; r++ {
+		if r == c.rank {
+			continue
+		}
+		if req, err := c.comm.Isend(q, r, tagQuery); err == nil {
+			c.keep = append(c.keep, req)
+		}
+	}
+	c.mu.Unlock()
+	answered := make([]bool, c.size)
+	answered[c.rank] = true
+	at := make([]uint64, c.size)
+	buf := make([]byte, 16)
+	var req *mpi.Request
+	end := time.Now().Add(grace)
+	for spin := 0; time.Now().Before(end); spin++ {
+		if req == nil {
+			var err error
+			if req, err = c.comm.Irecv(buf, mpi.AnySource, tagAnswer); err != nil {
+				break
+			}
+		}
+		if done, err := req.Test(); err == nil && done {
+			r := int(binary.LittleEndian.Uint64(buf))
+			if r >= 0 && r < c.size {
+				answered[r] = true
+				at[r] = binary.LittleEndian.Uint64(buf[8:])
+			}
+			req = nil
+			if !slices.Contains(answered, false) {
+				break
+			}
+			continue
+		}
+		_ = c.poll() // keep answering others' roll calls meanwhile
+		backoff(spin)
+	}
+	if req != nil {
+		c.keepRequest(req)
+	}
+	for r, ok := range answered {
+		switch {
+		case !ok:
+			missing = append(missing, r)
+		case r != c.rank && at[r] != seq:
+			elsewhere = append(elsewhere, r)
+		}
+	}
+	return missing, elsewhere
+}
+
+// abort ends the session on this rank because of err: every peer gets a
+// notice with the reason (so that none waits for this rank), and the
+// returned *reshard.AbortError wraps err. An abort that arrived from a peer
+// is returned as it is.
+func (c *control) abort(err error) error {
+	var ab *reshard.AbortError
+	if errors.As(err, &ab) {
+		c.mu.Lock()
+		if c.aborted == nil {
+			c.aborted = ab
+		}
+		c.mu.Unlock()
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted != nil {
+		return c.aborted
+	}
+	ab = &reshard.AbortError{Rank: c.rank, Cause: err}
+	c.aborted = ab
+	msg := reshard.EncodeError(ab)
+	if len(msg) > noticeBytes {
+		msg = reshard.EncodeError(&reshard.AbortError{Rank: c.rank, Cause: errors.New(truncate(err.Error(), noticeBytes/2))})
+	}
+	for r := 0; r < c.size; r++ {
+		if r == c.rank {
+			continue
+		}
+		if req, err := c.comm.Isend(msg, r, tagAbort); err == nil {
+			c.keep = append(c.keep, req)
+		}
+	}
+	return ab
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// abortedErr returns the error that ended the session, or nil.
+func (c *control) abortedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.aborted
+}
+
+// watch polls the side channels while a run moves data, every
+// millisecond, and cancels the run's context with the abort error when a
+// notice arrives. The returned stop ends it.
+func (c *control) watch(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := c.poll(); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		<-stopped
+		cancel(nil)
+	}
+}
+
+// close withdraws the side-channel receives of a session that did not
+// abort.
+func (c *control) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, r := range []*mpi.Request{c.notice, c.query} {
+		if r != nil {
+			_, err := r.Cancel()
+			errs = append(errs, err)
+		}
+	}
+	c.notice, c.query = nil, nil
+	for _, r := range c.keep {
+		if done, _ := r.Test(); !done {
+			_, _ = r.Cancel()
+		}
+	}
+	c.keep = nil
+	return errors.Join(errs...)
+}
+
+// closeIfHealthy closes a control plane that did not abort; an aborted
+// one keeps its requests (peers may still send to it).
+func (c *control) closeIfHealthy() error {
+	if c.abortedErr() != nil {
+		return nil
+	}
+	return c.close()
+}

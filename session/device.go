@@ -1,0 +1,168 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/nccl"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// device is where a session's tensors live and how they move.
+type device interface {
+	memory() Memory
+	// transport makes the session's base transport over comm.
+	transport(comm *mpi.Comm) (reshard.Transport, error)
+	// forTopology returns the base transport as a call with topo uses it
+	// (NCCL puts traffic inside a domain on a stream of its own).
+	forTopology(base reshard.Transport, topo reshard.Topology) reshard.Transport
+	// domainKey names the fast local fabric this rank sits in ("" to use
+	// the host).
+	domainKey() string
+	// stage makes the device of a pipeline stage's session over comm,
+	// sharing this one's GPU.
+	stage(comm *mpi.Comm, timeout func(string, func() error) error) (device, error)
+	close() error
+	// abort tears down what peers might wait on (NCCL communicators; on
+	// CPUs the abort notices do that).
+	abort(base reshard.Transport)
+}
+
+func newDevice(s *Session) (device, error) {
+	switch s.opts.Device {
+	case GPU:
+		var d *gpuDevice
+		err := s.guard("GPU set-up", func() error {
+			var err error
+			d, err = newGPUDevice(s.comm)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	return cpuDevice{inPlace: !s.opts.NoInPlace}, nil
+}
+
+// cpuDevice keeps tensors in host memory and moves them with MPI.
+type cpuDevice struct{ inPlace bool }
+
+type hostMemory struct{ reshard.HostMemory }
+
+func (cpuDevice) memory() Memory { return hostMemory{} }
+
+func (d cpuDevice) transport(comm *mpi.Comm) (reshard.Transport, error) {
+	return mpi.NewTransport(comm, d.inPlace), nil
+}
+
+func (cpuDevice) forTopology(base reshard.Transport, _ reshard.Topology) reshard.Transport {
+	return base
+}
+func (cpuDevice) domainKey() string { return "" }
+func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, error) {
+	return d, nil
+}
+func (cpuDevice) close() error            { return nil }
+func (cpuDevice) abort(reshard.Transport) {}
+
+// gpuDevice keeps tensors on the GPU of the local rank and moves them
+// with NCCL, one communicator bootstrapped over the session's.
+type gpuDevice struct {
+	ordinal int
+	ctx     *cuda.Context
+	mem     *cuda.Memory
+	comm    *nccl.Comm
+	parent  *gpuDevice // a stage's device shares its parent's GPU
+}
+
+func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
+	if err := cuda.Load(); err != nil {
+		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
+	}
+	if err := nccl.Load(); err != nil {
+		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	local, err := comm.SplitShared(0)
+	if err != nil {
+		return nil, err
+	}
+	lr, lsize := local.Rank(), local.Size()
+	if err := local.Free(); err != nil {
+		return nil, err
+	}
+	if lsize > n {
+		return nil, fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
+	}
+	dev, err := cuda.GetDevice(lr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		return nil, err
+	}
+	mem, err := cuda.NewMemory(ctx)
+	if err != nil {
+		_ = ctx.Release()
+		return nil, err
+	}
+	return &gpuDevice{ordinal: lr, ctx: ctx, mem: mem}, nil
+}
+
+func (d *gpuDevice) memory() Memory { return d.mem }
+
+func (d *gpuDevice) transport(comm *mpi.Comm) (reshard.Transport, error) {
+	c, err := nccl.Bootstrap(comm, &nccl.Config{Context: d.ctx})
+	if err != nil {
+		return nil, err
+	}
+	d.comm = c
+	return nccl.NewTransport(c, d.ctx, reshard.Topology{})
+}
+
+func (d *gpuDevice) forTopology(base reshard.Transport, topo reshard.Topology) reshard.Transport {
+	return base.(*nccl.Transport).WithTopology(topo)
+}
+
+func (d *gpuDevice) domainKey() string {
+	k, err := cuda.DomainKey(d.ordinal)
+	if err != nil {
+		return ""
+	}
+	return k
+}
+
+func (d *gpuDevice) stage(comm *mpi.Comm, guard func(string, func() error) error) (device, error) {
+	mem, err := cuda.NewMemory(d.ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &gpuDevice{ordinal: d.ordinal, ctx: d.ctx, mem: mem, parent: d}, nil
+}
+
+func (d *gpuDevice) close() error {
+	var errs []error
+	if d.comm != nil {
+		errs = append(errs, d.comm.Destroy())
+	}
+	errs = append(errs, d.mem.Close())
+	if d.parent == nil {
+		errs = append(errs, d.ctx.Release())
+	}
+	return errors.Join(errs...)
+}
+
+func (d *gpuDevice) abort(base reshard.Transport) {
+	if base != nil {
+		base.Abort(errors.New("m2n: session aborted"))
+	} else if d.comm != nil {
+		_ = d.comm.Abort()
+	}
+}

@@ -1,0 +1,96 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/stage"
+)
+
+// A trainer of 4 ranks hands a column-parallel weight to a DP2 x TP2
+// generator every step (run under mpirun -np 8). The call is prepared
+// once; each step moves that step's bytes.
+func Example() {
+	if _, err := mpi.Init(mpi.ThreadMultiple); err != nil {
+		log.Fatal(err)
+	}
+	defer mpi.Finalize()
+	s, err := session.Join(mpi.World(), session.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	trainer, _ := mesh.Interval([]int{4}, 0)
+	generator, _ := mesh.Interval([]int{2, 2}, 4)
+	src, _ := placement.ParseLayout("4096x1024", placement.BF16, trainer, "S0")
+	dst, _ := placement.ParseLayout("4096x1024", placement.BF16, generator, "R,S0")
+	ctx := context.Background()
+	call, err := s.Prepare(ctx, []reshard.Spec{{Name: "q_proj.weight", Src: src, Dst: dst}}, hier.Hier{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var buf reshard.TensorBuffers // this rank's shards, from its own memory
+	if src.Mesh().Contains(s.Rank()) {
+		buf.Src = reshard.HostBuffer(make([]byte, src.LocalBytes(s.Rank())))
+	}
+	if dst.Mesh().Contains(s.Rank()) {
+		buf.Dst = reshard.HostBuffer(make([]byte, dst.LocalBytes(s.Rank())))
+	}
+	for step := 0; step < 100; step++ {
+		if _, err := call.Run(ctx, []reshard.TensorBuffers{buf}); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// Errors keep their types on every rank: a rank that never arrives is
+// named by a *reshard.TimeoutError on every other rank; a bad buffer on any
+// rank is a *reshard.BufferError everywhere.
+func ExampleCall_Run_errors() {
+	var call *session.Call // prepared as in the package example
+	var bufs []reshard.TensorBuffers
+	_, err := call.Run(context.Background(), bufs)
+	var te *reshard.TimeoutError
+	var be *reshard.BufferError
+	switch {
+	case errors.As(err, &te):
+		fmt.Printf("gave up waiting for ranks %v\n", te.Peers) // the session has aborted
+	case errors.As(err, &be):
+		fmt.Printf("rank %d's %s buffer of %s: %s\n", be.Rank, be.Side, be.Tensor, be.Why) // the session stays usable
+	}
+}
+
+// Pipeline stages (the paper's Example B): two stages of two trainer
+// ranks and one generator rank, each stage on a communicator of its own,
+// run concurrently every step.
+func ExampleSession_Stages() {
+	var s *session.Session // joined over 5 ranks
+	st, err := s.Stages(stage.Contiguous(2, 2, 1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	trainer, _ := mesh.Interval([]int{2}, 0) // local to each stage's communicator
+	generator, _ := mesh.Interval([]int{1}, 2)
+	specs := func(stage int) []reshard.Spec {
+		src, _ := placement.ParseLayout("8x6", placement.F32, trainer, "S0")
+		dst, _ := placement.ParseLayout("8x6", placement.F32, generator, "R")
+		return []reshard.Spec{{Name: fmt.Sprintf("layers.%d.w", stage), Src: src, Dst: dst}}
+	}
+	call, err := st.Prepare(context.Background(), specs, hier.Hier{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var bufs [][]reshard.TensorBuffers // per stage, this rank's buffers
+	if _, err := call.Run(context.Background(), func(stage int) []reshard.TensorBuffers { return bufs[stage] }); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,403 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// Device says where a session's tensors live and how they move.
+type Device string
+
+const (
+	// CPU keeps tensors in host memory and moves them with MPI
+	// point-to-point calls (strided regions in place with derived
+	// datatypes).
+	CPU Device = "cpu"
+	// GPU keeps tensors in the memory of one GPU per rank (the GPU whose
+	// ordinal is the rank's local rank on its host) and moves them with
+	// NCCL, packing with the pack kernels.
+	GPU Device = "cuda"
+)
+
+// ParseDevice reads a device name: cpu (or host) and cuda (or gpu).
+func ParseDevice(s string) (Device, error) {
+	switch s {
+	case "", "cpu", "host":
+		return CPU, nil
+	case "cuda", "gpu":
+		return GPU, nil
+	}
+	return "", fmt.Errorf("unknown device %q: want cpu or cuda", s)
+}
+
+// DefaultTimeout bounds every wait of a session whose Options leave
+// Timeout at 0.
+const DefaultTimeout = 5 * time.Minute
+
+// Options configure a session. Every rank must pass equal options, except
+// WrapTransport; Prepare checks that they agree.
+type Options struct {
+	// Device is where tensors live (default CPU).
+	Device Device
+	// Timeout bounds every wait: each collective of set-up, preparation and
+	// each step, and each round of data movement (default DefaultTimeout).
+	// A rank that waits longer gives up, names the ranks it waited for,
+	// and stops every other rank of the session with that reason.
+	Timeout time.Duration
+	// ChunkBytes and StagingBytes bound messages and staging memory per
+	// rank (reshard.ScheduleOptions); 0 takes the device's default: 16 MiB
+	// and 256 MiB on CPUs, 64 MiB and 1 GiB on GPUs.
+	ChunkBytes, StagingBytes int64
+	// CoalesceBytes: messages of one round between one pair of ranks up to
+	// this size travel as one operation, packed through staging (0: the
+	// device's default, 64 KiB on CPUs and 1 MiB on GPUs; negative: off).
+	CoalesceBytes int64
+	// Domains override the discovered domains (hosts, or NVLink domains on
+	// GPUs): hier.DomainSizes groups the source ranks, and separately the
+	// destination ranks, of each call into domains of that many ranks.
+	Domains hier.DomainSizes
+	// Stripe spreads the sends of replicated source regions over all the
+	// replicas (reshard.Options.StripeReplicas).
+	Stripe bool
+	// Verify checksums every message on both sides and compares the sums
+	// before a step succeeds; Atomic leaves every destination untouched
+	// unless every tensor of the step arrived everywhere.
+	Verify, Atomic bool
+	// EmulateNetBW, in bytes per second, caps each rank's cross-domain
+	// send and receive rate (hier.Emulate), so that routes' schedules show
+	// on one machine; 0 is the real network.
+	EmulateNetBW float64
+	// NoInPlace makes the CPU device pack strided regions through staging
+	// instead of moving them in place with MPI datatypes.
+	NoInPlace bool
+	// Agree lists more fields every rank must share (a program's own
+	// settings); Prepare fails naming the first rank and field that differ.
+	Agree []reshard.Field
+	// WrapTransport, if set, wraps the transport of every call, after the
+	// network emulation: fault injection in tests. It is the one option
+	// ranks may set differently.
+	WrapTransport func(reshard.Transport) reshard.Transport
+}
+
+// Session is one rank's membership in a group of ranks that refit
+// together: made once with Join, it holds the duplicated communicators,
+// the device, the discovered domains and the transport; Prepare makes the
+// calls that run every step; Close frees it all. A Session's methods are
+// called from one goroutine; a rank in several pipeline stages has one
+// Session per stage (Stages), which may run concurrently.
+type Session struct {
+	opts    Options
+	rank    int
+	size    int
+	comm    *mpi.Comm // data: the transport's
+	ctl     *control  // control: collectives, abort notices, roll calls
+	ctlComm *mpi.Comm
+	hosts   []int // each rank's discovered domain
+	dev     device
+	base    reshard.Transport
+	calls   map[*Call]bool
+	closed  bool
+	owned   bool // the device is this session's to close (not a stage's parent's)
+}
+
+// Join makes this rank a member of a session over comm. Every rank of comm
+// must call it with equal options. It checks the options, waits (bounded)
+// for every rank to arrive, duplicates comm twice (data and control),
+// discovers each rank's domain (its host, from MPI's shared-memory split;
+// on GPUs its NVLink domain from NVML), and sets up the device (on GPUs the
+// local GPU and an NCCL communicator bootstrapped over MPI). MPI must be
+// initialized with mpi.ThreadMultiple.
+//
+// A rank that never arrives makes the others fail with a
+// *reshard.TimeoutError naming it. Set-up calls that MPI offers only as
+// blocking calls (splits, NCCL's initialisation) run after every rank has
+// arrived, under a watchdog that ends the job if one of them hangs.
+func Join(comm *mpi.Comm, opts Options) (*Session, error) {
+	return join(comm, opts, nil)
+}
+
+// Refuse takes part in the Join of the other ranks of comm for a rank that
+// cannot join (its own input is bad: err), so that every rank fails at
+// once with err, typed, in a *reshard.ValidationError, instead of waiting
+// for this rank until the timeout. It returns that error.
+func Refuse(comm *mpi.Comm, opts Options, err error) error {
+	if err == nil {
+		err = errors.New("refused to join")
+	}
+	_, jerr := join(comm, opts, err)
+	return jerr
+}
+
+func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
+	if lvl, err := mpi.QueryThread(); err != nil || lvl < mpi.ThreadMultiple {
+		return nil, fmt.Errorf("rank %d: session needs MPI initialized with mpi.ThreadMultiple (got %v, %v)", comm.Rank(), lvl, err)
+	}
+	opts, localErr := opts.withDefaults()
+	if localErr != nil {
+		localErr = fmt.Errorf("rank %d: %w", comm.Rank(), localErr)
+		opts.Timeout = max(opts.Timeout, DefaultTimeout)
+	}
+	if refusal != nil {
+		localErr = refusal
+	}
+	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, owned: true}
+	if err := s.join(comm, localErr); err != nil {
+		s.Close()
+		return nil, err
+	}
+	dev, err := newDevice(s)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.dev = dev
+	if err := s.start(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// fields are the options every rank must share, as agreed fields.
+func (o Options) fields() []reshard.Field {
+	fs := []reshard.Field{
+		{Name: "device", Value: string(o.Device)},
+		{Name: "timeout", Value: o.Timeout.String()},
+		{Name: "chunk bytes", Value: fmt.Sprint(o.ChunkBytes)},
+		{Name: "staging bytes", Value: fmt.Sprint(o.StagingBytes)},
+		{Name: "coalesce bytes", Value: fmt.Sprint(o.CoalesceBytes)},
+		{Name: "domain sizes", Value: fmt.Sprintf("src %d, dst %d", o.Domains.Src, o.Domains.Dst)},
+		{Name: "replica striping", Value: fmt.Sprint(o.Stripe)},
+		{Name: "verify", Value: fmt.Sprint(o.Verify)},
+		{Name: "atomic", Value: fmt.Sprint(o.Atomic)},
+		{Name: "emulated network rate", Value: fmt.Sprint(o.EmulateNetBW)},
+		{Name: "in-place strided moves off", Value: fmt.Sprint(o.NoInPlace)},
+	}
+	return append(fs, o.Agree...)
+}
+
+// withDefaults fills in the device's defaults and checks the options.
+func (o Options) withDefaults() (Options, error) {
+	var err error
+	if o.Device, err = ParseDevice(string(o.Device)); err != nil {
+		return o, err
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Timeout < 0 {
+		return o, &reshard.FieldError{Field: "timeout", Got: o.Timeout.String(), Why: "must be positive"}
+	}
+	chunk, staging, coalesce := int64(16<<20), int64(256<<20), int64(64<<10)
+	if o.Device == GPU {
+		chunk, staging, coalesce = 64<<20, 1<<30, 1<<20
+	}
+	if o.ChunkBytes == 0 {
+		o.ChunkBytes = chunk
+	}
+	if o.StagingBytes == 0 {
+		o.StagingBytes = staging
+	}
+	switch {
+	case o.CoalesceBytes == 0:
+		o.CoalesceBytes = coalesce
+	case o.CoalesceBytes < 0:
+		o.CoalesceBytes = 0
+	}
+	if err := o.schedule().Validate(); err != nil {
+		return o, err
+	}
+	if o.Domains.Src < 0 || o.Domains.Dst < 0 {
+		return o, &reshard.FieldError{Field: "domain sizes", Got: fmt.Sprintf("src %d, dst %d", o.Domains.Src, o.Domains.Dst), Why: "must not be negative"}
+	}
+	if o.EmulateNetBW < 0 {
+		return o, &reshard.FieldError{Field: "emulated network rate", Got: fmt.Sprint(o.EmulateNetBW), Why: "must not be negative"}
+	}
+	return o, nil
+}
+
+func (o Options) schedule() reshard.ScheduleOptions {
+	return reshard.ScheduleOptions{ChunkBytes: o.ChunkBytes, StagingBytes: o.StagingBytes}
+}
+
+// join waits for every rank (bounded) while agreeing on the options and
+// on every rank's readiness (localErr), then duplicates comm and discovers
+// domains under the watchdog.
+func (s *Session) join(comm *mpi.Comm, localErr error) error {
+	// A bounded agreement on comm itself first: after it, every rank is
+	// here with the same options, and the blocking calls below return
+	// promptly.
+	arrive, err := newControl(comm, s.opts.Timeout)
+	if err != nil {
+		return err
+	}
+	err = reshard.Agree(reshard.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
+	if cerr := arrive.closeIfHealthy(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		var ab *reshard.AbortError
+		if errors.As(err, &ab) {
+			mpi.MarkFailed(err)
+		}
+		return err
+	}
+	return s.guard("session set-up (duplicating the communicator, discovering domains)", func() error {
+		if s.comm, err = comm.Dup(); err != nil {
+			return err
+		}
+		if s.ctlComm, err = comm.Dup(); err != nil {
+			return err
+		}
+		if s.ctl, err = newControl(s.ctlComm, s.opts.Timeout); err != nil {
+			return err
+		}
+		s.hosts, err = hostIDs(s.comm)
+		return err
+	})
+}
+
+// start makes the base transport and agrees on the session's options.
+func (s *Session) start() error {
+	if err := s.guard("device set-up", func() error {
+		var err error
+		s.base, err = s.dev.transport(s.comm)
+		return err
+	}); err != nil {
+		return err
+	}
+	if key := s.dev.domainKey(); key != "" {
+		ids, err := s.domainIDs(key)
+		if err != nil {
+			return err
+		}
+		s.hosts = ids
+	}
+	return nil
+}
+
+// guard runs a blocking set-up step under the watchdog: if it has not
+// returned within the timeout, a peer is gone or stuck inside a call that
+// MPI cannot bound, and the job is ended (MPI_Abort) with the reason.
+func (s *Session) guard(phase string, fn func() error) error {
+	t := time.AfterFunc(s.opts.Timeout, func() {
+		fmt.Fprintf(stderr, "m2n: rank %d: %s did not finish in %v: a peer is gone or stuck; ending the job\n", s.rank, phase, s.opts.Timeout)
+		mpi.Abort(nil, 4)
+	})
+	defer t.Stop()
+	return fn()
+}
+
+// Rank returns this rank's index in the session's communicator.
+func (s *Session) Rank() int { return s.rank }
+
+// Size returns the number of ranks of the session.
+func (s *Session) Size() int { return s.size }
+
+// Options returns the session's options, defaults filled in.
+func (s *Session) Options() Options { return s.opts }
+
+// Collective returns the session's bounded control collective, for a
+// program's own small exchanges (reports, say): the same bounds and abort
+// handling as the session's own.
+func (s *Session) Collective() reshard.Collective { return s.ctl }
+
+// Memory returns where this rank's tensors live: host memory on CPUs, the
+// GPU's memory on GPUs. Buffers for calls come from its Alloc; Upload and
+// Download move bytes between it and host memory.
+func (s *Session) Memory() Memory { return s.dev.memory() }
+
+// Memory allocates, fills and reads the buffers of a session's calls.
+type Memory interface {
+	reshard.Memory
+	reshard.HostIO
+}
+
+// Hosts returns each rank's discovered domain (ranks with equal values
+// share a host, or an NVLink domain on GPUs), before overrides.
+func (s *Session) Hosts() []int { return append([]int(nil), s.hosts...) }
+
+// Aborted reports whether the session has aborted: a rank gave up (a
+// timeout, a failed transport, a peer's notice) and the communicator is
+// unusable. The error that ended it is returned as well.
+func (s *Session) Aborted() (bool, error) {
+	if s.ctl == nil {
+		return false, nil
+	}
+	err := s.ctl.abortedErr()
+	return err != nil, err
+}
+
+// Agree makes every rank of the session agree on fields (a program's own
+// settings) and learn whether any rank failed (localErr), in one bounded
+// collective: every rank returns the same error, a *reshard.AgreementError
+// naming the first rank and field that differ or a *reshard.ValidationError
+// carrying the failing rank's error, typed (see reshard.Agree).
+func (s *Session) Agree(ctx context.Context, fields []reshard.Field, localErr error) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	err := reshard.Agree(reshard.WithPhase(ctx, "agreement"), s.ctl, fields, localErr)
+	var ab *reshard.AbortError
+	if errors.As(err, &ab) {
+		return s.fail(err)
+	}
+	return err
+}
+
+// Barrier waits, bounded by the timeout, until every rank has called it.
+func (s *Session) Barrier(ctx context.Context) error {
+	return s.ctl.barrier(ctx, "barrier")
+}
+
+// Close releases everything the session made: its calls' staging and
+// scratch, the transport, the device (streams, NCCL communicators, the
+// GPU's context) and the duplicated communicators. Close after an abort
+// frees nothing that a peer might still touch and marks MPI as failed, so
+// that mpi.Finalize ends the job instead of waiting for peers that are
+// gone (see mpi.MarkFailed).
+func (s *Session) Close() error {
+	if s == nil || s.closed {
+		return nil
+	}
+	s.closed = true
+	for c := range s.calls {
+		c.release()
+	}
+	if aborted, err := s.Aborted(); aborted {
+		if s.dev != nil {
+			s.dev.abort(s.base)
+		}
+		mpi.MarkFailed(err)
+		return err
+	}
+	var errs []error
+	if s.base != nil {
+		errs = append(errs, closeTransport(s.base))
+	}
+	if s.dev != nil && s.owned {
+		errs = append(errs, s.dev.close())
+	}
+	if s.ctl != nil {
+		errs = append(errs, s.ctl.close())
+	}
+	for _, c := range []*mpi.Comm{s.comm, s.ctlComm} {
+		if c != nil {
+			errs = append(errs, c.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func closeTransport(t reshard.Transport) error {
+	if c, ok := t.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}

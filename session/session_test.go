@@ -1,0 +1,330 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/stage"
+)
+
+func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, start int, pl string) placement.Layout {
+	t.Helper()
+	s, err := placement.ParseShape(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mesh.Interval(meshShape, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := placement.Parse(pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := placement.NewLayout(s, dt, m, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// buffers allocates this rank's buffers of a call from the session's
+// memory: sources filled with each tensor's pattern (seed = its index),
+// destinations poisoned.
+func buffers(t testing.TB, s *session.Session, specs []reshard.Spec) []reshard.TensorBuffers {
+	t.Helper()
+	mem := s.Memory()
+	out := make([]reshard.TensorBuffers, len(specs))
+	for i, sp := range specs {
+		if sp.Src.Mesh().Contains(s.Rank()) {
+			h := make([]byte, sp.Src.LocalBytes(s.Rank()))
+			if err := pattern.Fill(sp.Src, s.Rank(), uint64(i), h, placement.View{}); err != nil {
+				t.Fatal(err)
+			}
+			b, err := mem.Alloc(int64(len(h)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := mem.Upload(b, h); err != nil {
+				t.Fatal(err)
+			}
+			out[i].Src = b
+		}
+		if sp.Dst.Mesh().Contains(s.Rank()) {
+			h := make([]byte, sp.Dst.LocalBytes(s.Rank()))
+			for k := range h {
+				h[k] = pattern.Poison
+			}
+			b, err := mem.Alloc(int64(len(h)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := mem.Upload(b, h); err != nil {
+				t.Fatal(err)
+			}
+			out[i].Dst = b
+		}
+	}
+	return out
+}
+
+func check(t testing.TB, s *session.Session, specs []reshard.Spec, bufs []reshard.TensorBuffers) {
+	t.Helper()
+	for i, sp := range specs {
+		if bufs[i].Dst == nil {
+			continue
+		}
+		h := make([]byte, bufs[i].Dst.Len())
+		if err := s.Memory().Download(h, bufs[i].Dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := pattern.Check(sp.Dst, s.Rank(), uint64(i), h, placement.View{}); err != nil {
+			t.Fatalf("tensor %s: %v", sp.Name, err)
+		}
+	}
+}
+
+// TestPrepareOnceRunEverySteps moves three tensors of different layouts
+// from 4 trainer ranks to a DP2 x TP2 generator over MPI on every route,
+// with 2 emulated destination domains, three steps each, checking every
+// element after every step.
+func TestPrepareOnceRunEverySteps(t *testing.T) {
+	mpitest.Run(t, 8, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: 30 * time.Second, Domains: hier.DomainSizes{Dst: 2}, ChunkBytes: 4096, StagingBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		specs := []reshard.Spec{
+			{Name: "embed", Src: layout(t, "64x32", placement.BF16, []int{4}, 0, "S0"), Dst: layout(t, "64x32", placement.BF16, []int{2, 2}, 4, "R,S0")},
+			{Name: "row", Src: layout(t, "48x40", placement.F32, []int{4}, 0, "S0"), Dst: layout(t, "48x40", placement.F32, []int{2, 2}, 4, "R,S1")},
+			{Name: "norm", Src: layout(t, "40", placement.BF16, []int{4}, 0, "R"), Dst: layout(t, "40", placement.BF16, []int{2, 2}, 4, "R,R")},
+		}
+		for _, route := range []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}, hier.Hier{}, hier.Auto{Fabric: hier.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
+			call, err := s.Prepare(context.Background(), specs, route)
+			if err != nil {
+				t.Fatalf("%s: %v", route.Name(), err)
+			}
+			bufs := buffers(t, s, specs)
+			for step := 0; step < 3; step++ {
+				rep, err := call.Run(context.Background(), bufs)
+				if err != nil {
+					t.Fatalf("%s step %d: %v", route.Name(), step, err)
+				}
+				if len(rep.Completed) != len(specs) {
+					t.Fatalf("%s: completed %v", route.Name(), rep.Completed)
+				}
+				check(t, s, specs, bufs)
+			}
+			call.Close()
+		}
+	})
+}
+
+// TestPrepareAgreesOnEverything starts one rank with another chunk size,
+// another route and another domain override in turn: Join or Prepare fails
+// on every rank with the same *reshard.AgreementError naming rank 3 and
+// the field, before anything moves.
+func TestPrepareAgreesOnEverything(t *testing.T) {
+	specs := func(t testing.TB) []reshard.Spec {
+		return []reshard.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+	}
+	cases := []struct {
+		name  string
+		opts  func(rank int) session.Options
+		route func(rank int) reshard.Route
+		field string
+	}{
+		{"chunk", func(r int) session.Options {
+			o := session.Options{Timeout: 20 * time.Second}
+			if r == 3 {
+				o.ChunkBytes = 1 << 20
+			}
+			return o
+		}, func(int) reshard.Route { return reshard.Flat{} }, "chunk bytes"},
+		{"route", func(int) session.Options { return session.Options{Timeout: 20 * time.Second} }, func(r int) reshard.Route {
+			if r == 3 {
+				return hier.Hier{}
+			}
+			return reshard.Flat{}
+		}, "route"},
+		{"topology", func(r int) session.Options {
+			o := session.Options{Timeout: 20 * time.Second}
+			if r == 3 {
+				o.Domains.Dst = 1
+			}
+			return o
+		}, func(int) reshard.Route { return hier.Hier{} }, "domain sizes"},
+	}
+	for _, tc := range cases {
+		mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
+			s, err := session.Join(c, tc.opts(c.Rank()))
+			if err == nil {
+				defer s.Close()
+				_, err = s.Prepare(context.Background(), specs(t), tc.route(c.Rank()))
+			}
+			var ae *reshard.AgreementError
+			if !errors.As(err, &ae) || ae.Rank != 3 || ae.Field != tc.field {
+				t.Fatalf("%s: %v, want an agreement error on %q naming rank 3", tc.name, err, tc.field)
+			}
+		})
+	}
+}
+
+// TestTypedErrorsCrossRanks gives rank 2 a destination buffer one byte
+// short: every rank's Run fails with a *reshard.ValidationError that
+// errors.As matches to the *reshard.BufferError naming rank 2, and the
+// session stays usable: the next step with good buffers passes.
+func TestTypedErrorsCrossRanks(t *testing.T) {
+	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: 20 * time.Second, Verify: true, Atomic: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		specs := []reshard.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := buffers(t, s, specs)
+		bad := append([]reshard.TensorBuffers(nil), bufs...)
+		if c.Rank() == 2 {
+			bad[0].Dst = reshard.HostBuffer(bufs[0].Dst.(reshard.HostBuffer)[1:])
+		}
+		_, err = call.Run(context.Background(), bad)
+		var be *reshard.BufferError
+		if !errors.As(err, &be) || be.Rank != 2 || be.Tensor != "w" || be.Side != "destination" {
+			t.Fatalf("run with a short buffer on rank 2: %v (%T)", err, err)
+		}
+		if aborted, _ := s.Aborted(); aborted {
+			t.Fatal("an agreed validation error aborted the session")
+		}
+		if _, err := call.Run(context.Background(), bufs); err != nil {
+			t.Fatal(err)
+		}
+		check(t, s, specs, bufs)
+	})
+}
+
+// TestStoppedRankNamed stops rank 3 (it sleeps instead of calling Run)
+// while the others run a step: with no watchdog in the test, every other
+// rank returns, within the timeout plus a few seconds, an error that
+// errors.As matches to a *reshard.TimeoutError naming rank 3, and the
+// session reports that it aborted.
+func TestStoppedRankNamed(t *testing.T) {
+	const timeout = 3 * time.Second
+	out, _ := mpitest.Output(t, 4, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs := []reshard.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := buffers(t, s, specs)
+		if c.Rank() == 3 {
+			time.Sleep(3 * timeout) // stopped: never calls Run in time
+			fmt.Printf("RESULT rank 3 woke up\n")
+			mpi.MarkFailed(errors.New("stopped on purpose"))
+			return
+		}
+		start := time.Now()
+		_, err = call.Run(context.Background(), bufs)
+		var te *reshard.TimeoutError
+		aborted, _ := s.Aborted()
+		fmt.Printf("RESULT rank %d after %.1fs: timeout=%v peers=%v aborted=%v: %v\n", c.Rank(), time.Since(start).Seconds(),
+			errors.As(err, &te), peersOf(te), aborted, err)
+		s.Close()
+	})
+	if mpitest.InChild() {
+		return
+	}
+	if testing.Verbose() {
+		t.Logf("job output:\n%s", out)
+	}
+	re := regexp.MustCompile(`RESULT rank (\d) after ([0-9.]+)s: timeout=true peers=\[3\] aborted=true`)
+	for r := 0; r < 3; r++ {
+		found := false
+		for _, m := range re.FindAllStringSubmatch(out, -1) {
+			if m[1] == fmt.Sprint(r) {
+				found = true
+				var secs float64
+				fmt.Sscan(m[2], &secs)
+				if secs > timeout.Seconds()+5 {
+					t.Errorf("rank %d returned after %.1fs, timeout %v", r, secs, timeout)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("rank %d did not return a timeout naming rank 3:\n%s", r, out)
+		}
+	}
+	if strings.Contains(out, "panic") {
+		t.Errorf("a panic:\n%s", out)
+	}
+}
+
+func peersOf(te *reshard.TimeoutError) []int {
+	if te == nil {
+		return nil
+	}
+	return te.Peers
+}
+
+// TestStagesConcurrent runs the paper's Example B through Stages: two
+// stages of two trainer ranks reshard concurrently to one generator rank,
+// each on its own communicator, three steps, every element checked.
+func TestStagesConcurrent(t *testing.T) {
+	mpitest.Run(t, 5, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		st, err := s.Stages(stage.Contiguous(2, 2, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		specsOf := func(int) []reshard.Spec {
+			return []reshard.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
+		}
+		sc, err := st.Prepare(context.Background(), specsOf, hier.Hier{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := make([][]reshard.TensorBuffers, 2)
+		for i, ss := range st.Sessions {
+			if ss != nil {
+				bufs[i] = buffers(t, ss, specsOf(i))
+			}
+		}
+		for step := 0; step < 3; step++ {
+			if _, err := sc.Run(context.Background(), func(i int) []reshard.TensorBuffers { return bufs[i] }); err != nil {
+				t.Fatal(err)
+			}
+			for i, ss := range st.Sessions {
+				if ss != nil {
+					check(t, ss, specsOf(i), bufs[i])
+				}
+			}
+		}
+		sc.Close()
+	})
+}

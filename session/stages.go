@@ -1,0 +1,169 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/stage"
+)
+
+// Stages are the sessions of a pipeline-parallel refit (the paper's
+// Example B): stage s has a communicator of its own, made of stage s's
+// trainer ranks and every generator rank, with meshes local to it. A
+// generator rank is in every stage; a trainer rank in its own. The stages'
+// calls run concurrently, each on its own communicator.
+type Stages struct {
+	Layout stage.Layout
+	// Sessions[s] is this rank's session of stage s, nil where the rank
+	// is not in stage s.
+	Sessions []*Session
+}
+
+// Stages splits the session into the stages of l (world ranks of l are
+// this session's ranks), each a session with this session's options and
+// device (on GPUs one NCCL communicator per stage, bootstrapped stage after
+// stage). Every rank of the session must call it with the same layout.
+func (s *Session) Stages(l stage.Layout) (*Stages, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	var localErr error
+	if err := l.Validate(s.size); err != nil {
+		localErr = fmt.Errorf("rank %d: stage layout: %w", s.rank, err)
+	}
+	// agree before splitting: a split is a blocking collective.
+	if err := s.agreeLayout(l, localErr); err != nil {
+		return nil, err
+	}
+	st := &Stages{Layout: l, Sessions: make([]*Session, l.Stages())}
+	err := s.guard("pipeline stage set-up", func() error {
+		comms, err := s.comm.SplitStages(l)
+		if err != nil {
+			return err
+		}
+		for i, comm := range comms {
+			if comm == nil {
+				continue
+			}
+			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, comm: comm}
+			st.Sessions[i] = child
+			if child.ctlComm, err = comm.Dup(); err != nil {
+				return err
+			}
+			if child.ctl, err = newControl(child.ctlComm, s.opts.Timeout); err != nil {
+				return err
+			}
+			members := l.Members(i)
+			child.hosts = make([]int, len(members))
+			for k, w := range members {
+				child.hosts[k] = s.hosts[w]
+			}
+			if child.dev, err = s.dev.stage(comm, s.guard); err != nil {
+				return err
+			}
+			child.owned = true
+			if child.base, err = child.dev.transport(comm); err != nil {
+				return fmt.Errorf("stage %d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// agreeLayout makes every rank check that all were given the same stage
+// layout (and none failed to validate it) before the blocking split.
+func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
+	specs := []reshard.Spec{}
+	opts := reshard.CallOptions{Schedule: s.opts.schedule(), Agree: []reshard.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}}
+	var route reshard.Route = reshard.Flat{}
+	if localErr != nil {
+		route = badRoute{localErr}
+		opts.Agree = append(opts.Agree, reshard.Field{Name: "stage layout valid", Value: localErr.Error()})
+	}
+	_, err := reshard.Prepare(context.Background(), s.ctl, specs, route, reshard.Topology{}, 0, opts)
+	if err != nil {
+		return s.fail(err)
+	}
+	if localErr != nil {
+		return localErr
+	}
+	return nil
+}
+
+// Prepare prepares every stage this rank is in: specs(s) returns stage
+// s's specs, with meshes local to stage s's communicator. Stages are
+// prepared one after another in stage order.
+func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []reshard.Spec, route reshard.Route) (*StagedCall, error) {
+	sc := &StagedCall{Calls: make([]*Call, len(st.Sessions))}
+	for i, s := range st.Sessions {
+		if s == nil {
+			continue
+		}
+		c, err := s.Prepare(ctx, specs(i), route)
+		if err != nil {
+			sc.Close()
+			return nil, fmt.Errorf("stage %d: %w", i, err)
+		}
+		sc.Calls[i] = c
+	}
+	return sc, nil
+}
+
+// Close closes every stage's session.
+func (st *Stages) Close() error {
+	var errs []error
+	for _, s := range st.Sessions {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// StagedCall is a call prepared on every stage this rank is in.
+type StagedCall struct {
+	// Calls[s] is stage s's call, nil where the rank is not in stage s.
+	Calls []*Call
+}
+
+// Run runs every stage's call concurrently, each in a goroutine of its
+// own: bufs(s) returns this rank's buffers of stage s. It returns the
+// reports by stage and the first stage's error (every error, joined).
+func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []reshard.TensorBuffers) ([]*reshard.Report, error) {
+	reps := make([]*reshard.Report, len(sc.Calls))
+	errs := make([]error, len(sc.Calls))
+	var wg sync.WaitGroup
+	for i, c := range sc.Calls {
+		if c == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := c.Run(ctx, bufs(i))
+			reps[i] = rep
+			if err != nil {
+				errs[i] = fmt.Errorf("stage %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return reps, errors.Join(errs...)
+}
+
+// Close frees every stage's call.
+func (sc *StagedCall) Close() {
+	for _, c := range sc.Calls {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
