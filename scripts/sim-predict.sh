@@ -14,7 +14,9 @@
 #
 # REFIT (default bin/refit), RHOS (2 4 8), DOMAINS (1 2), ITERS (3), CAP
 # (50MB/s) and SOURCES (2) change the defaults. OUT/sim.jsonl holds the refit
-# sim reports (with measured_s per route) for refit plot.
+# sim reports (with measured_s per route) for refit plot. With REUSE=1 the
+# runs already in OUT (run-rho<R>-d<D>.json, made the same way on another
+# machine, say) are simulated instead of run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REFIT=${REFIT:-bin/refit}
@@ -27,7 +29,7 @@ TP=2
 OUT=${1:-$(mktemp -d)}
 mkdir -p "$OUT"
 : >"$OUT/sim.jsonl"
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $($REFIT --help >/dev/null 2>&1 && echo refit ok)"
+[ "${REUSE:-0}" = 1 ] || echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 within=0
 total=0
 for rho in $RHOS; do
@@ -35,7 +37,7 @@ for rho in $RHOS; do
     np=$((SOURCES + TP * rho))
     layout=(--shape 2048x4096 --dtype bf16 --src-mesh "$SOURCES" --src-placements S0 --dst-mesh "${rho}x${TP}" --dst-placements R,S1)
     run="$OUT/run-rho$rho-d$nd.json"
-    scripts/mpirun.sh -np "$np" "$REFIT" run "${layout[@]}" --dst-domain-size $((TP * rho / nd)) --emulate-net-bw "$CAP" \
+    [ "${REUSE:-0}" = 1 ] && [ -s "$run" ] || scripts/mpirun.sh -np "$np" "$REFIT" run "${layout[@]}" --dst-domain-size $((TP * rho / nd)) --emulate-net-bw "$CAP" \
       --chunk-bytes 512KiB --staging-bytes 4MiB --route all --iters "$ITERS" --json --log-level warn >"$run"
     echo
     echo "== rho $rho, $nd destination domain(s), $np ranks"

@@ -422,15 +422,7 @@ func (f *fabric) fill() {
 			}
 		}
 	}
-	slices.SortFunc(f.caplist, func(a, b capEntry) int {
-		switch {
-		case a.level < b.level:
-			return -1
-		case a.level > b.level:
-			return 1
-		}
-		return int(a.g) - int(b.g)
-	})
+	sortCaps(f.caplist)
 	// The heap holds a lower bound of each link's fair level: freezing a
 	// flow at a rate no higher than the link's level only raises the level
 	// (rem-v*m)/(cnt-m), so a stale entry is refreshed when it reaches the
@@ -490,6 +482,33 @@ func (f *fabric) fill() {
 				f.freeze(g, top.key, f.groups[g].in == l)
 			}
 		}
+	}
+}
+
+// sortCaps orders caps by level, then group: insertion sort for the short
+// lists that are the rule, the library's sort beyond.
+func sortCaps(c []capEntry) {
+	less := func(a, b capEntry) bool { return a.level < b.level || (a.level == b.level && a.g < b.g) }
+	if len(c) > 24 {
+		slices.SortFunc(c, func(a, b capEntry) int {
+			switch {
+			case less(a, b):
+				return -1
+			case less(b, a):
+				return 1
+			}
+			return 0
+		})
+		return
+	}
+	for i := 1; i < len(c); i++ {
+		x := c[i]
+		j := i
+		for j > 0 && less(x, c[j-1]) {
+			c[j] = c[j-1]
+			j--
+		}
+		c[j] = x
 	}
 }
 

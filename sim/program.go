@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -200,6 +201,8 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 		kind uint8
 	}
 	ents := make([][]entry, world)
+	p.msgs = slices.Grow(p.msgs, len(s.Messages))
+	p.pool = slices.Grow(p.pool, 2*len(s.Messages))
 	type pair struct{ src, dst int }
 	var co map[pair]int32 // the round's coalesced message of each pair
 	round := -1

@@ -142,7 +142,9 @@ type Stats struct {
 	MeanRegion float64 `json:"mean_region_links"`
 	MaxRegion  int     `json:"max_region_links"`
 	Closures   int64   `json:"closures"`
-	MaxGroups  int     `json:"max_concurrent_groups"`
+	// Growths counts the times a region grew (each refills it).
+	Growths   int64 `json:"growths"`
+	MaxGroups int   `json:"max_concurrent_groups"`
 }
 
 func (e *engine) linkName(l int32) (name, class, dir string) {
@@ -259,7 +261,7 @@ func (e *engine) result() *Result {
 	}
 	st := f.stats
 	res.Stats = Stats{Messages: len(e.p.msgs), Procs: len(e.p.procs), Links: len(f.caps), FlowEvents: e.flowEvents, Batches: e.batches,
-		Solves: st.solves, MaxRegion: st.maxRegion, Closures: st.closures, MaxGroups: st.maxGroups}
+		Solves: st.solves, MaxRegion: st.maxRegion, Closures: st.closures, Growths: st.expansionRun, MaxGroups: st.maxGroups}
 	if st.solves > 0 {
 		res.Stats.MeanRegion = float64(st.regionLinks) / float64(st.solves)
 	}

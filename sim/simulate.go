@@ -46,6 +46,9 @@ type Setup struct {
 	// share, instead of concurrently.
 	Sequential bool
 	Options    Options
+	// beforeRun, if set, is called once the program is built, before the
+	// simulation (the scale benchmark times the two apart).
+	beforeRun func()
 }
 
 // Fabric is the data-movement model's view of the cluster (per-rank
@@ -86,20 +89,25 @@ func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 	return r.Schedule(st.Plans, st.Topo, s.Schedule)
 }
 
-// StageProblem is the model's problem for one stage's tensors (summed as
-// hier.Auto sums them: bytes and loads add, the source paths are the most
-// any tensor has).
+// StageProblem is the model's problem for one stage's tensors: bytes and
+// domain loads add, the source paths are the most any tensor has (as
+// hier.Auto sums them), and rho is the byte-weighted mean of the tensors'
+// replication, rounded, so that flat's rho*B counts each tensor's own
+// replicas (a whole model mixes tensors sharded over TP, replicated rho
+// times, with norms replicated on every rank; the largest rho would charge
+// every byte with the norms' replication).
 func StageProblem(st Stage, chunk float64) hier.Problem {
 	var prob hier.Problem
+	var rhoBytes float64
 	for i, p := range st.Plans {
 		q := hier.FromPlan(p, st.Topo, chunk)
+		rhoBytes += float64(q.Rho) * q.Bytes
 		if i == 0 {
 			prob = q
 			continue
 		}
 		prob.Bytes += q.Bytes
 		prob.Sources = max(prob.Sources, q.Sources)
-		prob.Rho = max(prob.Rho, q.Rho)
 		for j := range prob.Domains {
 			if j < len(q.Domains) {
 				prob.Domains[j].Bytes += q.Domains[j].Bytes
@@ -107,6 +115,9 @@ func StageProblem(st Stage, chunk float64) hier.Problem {
 				prob.Domains[j].RecvFlat += q.Domains[j].RecvFlat
 			}
 		}
+	}
+	if prob.Bytes > 0 {
+		prob.Rho = max(1, int(math.Round(rhoBytes/prob.Bytes)))
 	}
 	return prob
 }
@@ -125,7 +136,7 @@ func ConcurrentProblem(ps []hier.Problem) hier.Problem {
 		}
 		out.Bytes += p.Bytes
 		out.Sources += p.Sources
-		out.Rho = max(out.Rho, p.Rho)
+		out.Rho = max(1, int(math.Round((float64(out.Rho)*(out.Bytes-p.Bytes)+float64(p.Rho)*p.Bytes)/out.Bytes)))
 		for j := range p.Domains {
 			if j < len(out.Domains) {
 				out.Domains[j].Bytes += p.Domains[j].Bytes
@@ -181,8 +192,16 @@ func Bounds(stages []Stage, s Setup) []hier.Bound {
 // bound. Stages are scheduled two at a time (the schedules are large; the
 // simulation itself is one thread).
 func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) {
+	// a stage without tensors moves nothing
+	var kept []Stage
+	for _, st := range stages {
+		if len(st.Plans) > 0 {
+			kept = append(kept, st)
+		}
+	}
+	stages = kept
 	if len(stages) == 0 {
-		return nil, fmt.Errorf("sim: nothing to simulate (no stages)")
+		return nil, fmt.Errorf("sim: nothing to simulate (no tensors)")
 	}
 	rr := &RouteResult{Route: route, Chosen: route}
 	bounds := Bounds(stages, s)
@@ -245,6 +264,9 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 		rr.Messages += len(b.sc.Messages)
 		rr.Rounds = max(rr.Rounds, b.sc.Rounds)
 		<-sem // the program holds what the run needs; the next schedule may start
+	}
+	if s.beforeRun != nil {
+		s.beforeRun()
 	}
 	res, err := Run(prog, s.Cluster, s.Topo, s.Options)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/sim"
@@ -49,6 +51,8 @@ type simFlags struct {
 	asJSON           bool
 	model            string
 	train, gen       string
+	scale, layers    int
+	mtp              bool
 	measured         string
 	changed          func(string) bool
 }
@@ -89,14 +93,22 @@ NICs at the cap, the local fabric at the bandwidth the run measured, the
 run's model latency per message, strided regions moved in place (MPI
 datatypes); it prints each route's measured time beside the simulated one.
 
-The model form (--model with --train and --gen) needs the model package; see
-the error it prints.`,
+The model form moves a whole model: --model (a built-in model, a config.json
+or a tensor list), --train (Megatron's tp, pp, cp, dp, ep, etp) and --gen
+(vLLM's tp, dp, ep), laid out as refit layouts lays them out; every pipeline
+stage reshards on its own communicator, the stages concurrently. Trainers sit
+on world ranks [0, T) in domains of --src-domain-size and the generator after
+them in domains of --dst-domain-size. --per-stage and --per-tensor print
+each stage's and each tensor's completion.`,
 		Example: `  # the paper's single layer: 16 EP ranks to TP8 x DP8 on GB200, zero latency
   refit sim --shape 256x2000x7000 --dtype bf16 --src-mesh 16 --src-placements S0 \
       --dst-mesh 8x8 --dst-placements R,S1 --cluster gb200-nvl72 --latency 0 --local-latency 0 --copy-bw 0
   # the same on HGX H200 hosts, every route and auto, as JSON
   refit sim --shape 256x2000x7000 --dtype bf16 --src-mesh 16 --src-placements S0 \
       --dst-mesh 8x8 --dst-placements R,S1 --cluster hgx-h200 --route all,auto --json
+  # DeepSeek-V3 from 128 trainer GPUs (EP16, expert-DP 2, PP4) to 128 generator GPUs (TP8, DP16), 64 per NVL72
+  refit sim --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16 \
+      --cluster gb200-nvl72 --src-domain-size 64 --dst-domain-size 64 --per-stage
   # predict an emulated CPU run and compare
   mpirun -np 10 refit run --shape 2048x4096 --dtype bf16 --src-mesh 2 --src-placements S0 --dst-mesh 4x2 \
       --dst-placements R,S1 --dst-domain-size 8 --emulate-net-bw 50MB/s --route all --json > run.json
@@ -140,15 +152,19 @@ the error it prints.`,
 	fs.IntVar(&f.critical, "critical", 0, "print the last N steps of each route's critical path")
 	fs.IntVar(&f.bins, "bins", 128, "time bins of the link-utilisation series in --json (0: none)")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
-	fs.StringVar(&f.model, "model", "", "model form: a model name or config.json (needs the model package)")
-	fs.StringVar(&f.train, "train", "", "model form: the trainer's parallel layout")
-	fs.StringVar(&f.gen, "gen", "", "model form: the generator's parallel layout")
+	fs.StringVar(&f.model, "model", "", "model form: a built-in model ("+strings.Join(model.Builtins(), ", ")+"), a config.json or a tensor list")
+	fs.StringVar(&f.train, "train", "", "model form: the trainer's sizes, e.g. tp=1,dp=32,pp=4,ep=16 (cp, etp, first, last too)")
+	fs.StringVar(&f.gen, "gen", "", "model form: the generator's sizes, e.g. tp=8,dp=16 (ep too)")
+	fs.IntVar(&f.scale, "scale", 1, "model form: divide widths and expert counts by N")
+	fs.IntVar(&f.layers, "layers", 0, "model form: keep only the first L decoder layers (0: all)")
+	fs.BoolVar(&f.mtp, "mtp", false, "model form: add DeepSeek's multi-token-prediction layer")
 	fs.StringVar(&f.measured, "measured", "", "a refit run --json report of the same layouts: simulate on its domains, chunking and (when it emulated the network) its fabric, and print measured beside simulated")
 	return cmd
 }
 
 // simReport is what `refit sim --json` prints.
 type simReport struct {
+	Model         string      `json:"model,omitempty"`
 	Source        string      `json:"source"`
 	Destination   string      `json:"destination"`
 	World         int         `json:"world"`
@@ -322,14 +338,74 @@ func loadMeasured(path string) (*measuredRun, error) {
 	return &m, nil
 }
 
-// simModelStages is the model form's hook: it will build one sim.Stage per
-// pipeline stage from the model package's layouts (every tensor of the
-// stage, trainer layout on the stage's ranks, generator layout on the
-// generator's) and the world topology. Until the model package is merged
-// it explains what is missing.
-func simModelStages(f *simFlags) ([]sim.Stage, int, reshard.Topology, error) {
-	return nil, 0, reshard.Topology{}, usageError{fmt.Errorf("--model %q: the model form needs the model package (branch models), which this build does not have yet; "+
-		"simulate one tensor with the layout flags (--shape --src-mesh ...), or see sim.Stage and sim.SimulateRoute", f.model)}
+// simModelStages builds the model form's stages: the model package lays
+// the model out from the trainer to the generator, one stage per pipeline
+// stage, trainers on world ranks [0, T) and the generator after them, each
+// side in domains of its domain size.
+func simModelStages(f *simFlags, c sim.Cluster) ([]sim.Stage, int, reshard.Topology, *model.Layouts, error) {
+	var topo reshard.Topology
+	if f.train == "" || f.gen == "" || f.model == "" {
+		return nil, 0, topo, nil, usageError{fmt.Errorf("the model form needs --model, --train and --gen (e.g. --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16)")}
+	}
+	if f.scale < 1 {
+		return nil, 0, topo, nil, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
+	}
+	if f.layers < 0 {
+		return nil, 0, topo, nil, flagError("layers", fmt.Sprint(f.layers), fmt.Errorf("want at least 1 (0 keeps them all)"))
+	}
+	m, err := model.Load(f.model, model.LoadOptions{Options: model.Options{MTP: f.mtp}, Scale: int64(f.scale), Layers: f.layers})
+	if err != nil {
+		return nil, 0, topo, nil, flagError("model", f.model, err)
+	}
+	tr, err := model.ParseTrainer(f.train)
+	if err != nil {
+		return nil, 0, topo, nil, flagError("train", f.train, err)
+	}
+	g, err := model.ParseGenerator(f.gen)
+	if err != nil {
+		return nil, 0, topo, nil, flagError("gen", f.gen, err)
+	}
+	l, err := model.New(m, tr, g)
+	if err != nil {
+		var se *model.SplitError
+		if errors.As(err, &se) && se.Side == model.Dst {
+			return nil, 0, topo, nil, flagError("gen", f.gen, err)
+		}
+		return nil, 0, topo, nil, flagError("train", f.train, err)
+	}
+	srcSize, dstSize, err := f.domainSizes(c)
+	if err != nil {
+		return nil, 0, topo, nil, err
+	}
+	world := tr.Ranks() + g.Ranks()
+	if topo, err = sim.SideDomains(tr.Ranks(), g.Ranks(), srcSize, dstSize); err != nil {
+		return nil, 0, topo, nil, usageError{err}
+	}
+	stages, err := sim.ModelStages(l, topo, reshard.Options{StripeReplicas: f.stripe})
+	if err != nil {
+		return nil, 0, topo, nil, usageError{err}
+	}
+	return stages, world, topo, l, nil
+}
+
+// domainSizes returns the source and destination domain sizes: the flags,
+// or the cluster's GPUs per domain.
+func (f *simFlags) domainSizes(c sim.Cluster) (int, int, error) {
+	srcSize, dstSize := f.srcDomain, f.dstDomain
+	for _, x := range []struct {
+		flag string
+		v    *int
+	}{{"src-domain-size", &srcSize}, {"dst-domain-size", &dstSize}} {
+		switch {
+		case *x.v < 0:
+			return 0, 0, flagError(x.flag, fmt.Sprint(*x.v), fmt.Errorf("want a positive number of ranks"))
+		case *x.v == 0:
+			*x.v = c.DomainGPUs
+		case *x.v > c.DomainGPUs:
+			return 0, 0, flagError(x.flag, fmt.Sprint(*x.v), fmt.Errorf("a %s domain has %d GPUs", c.Name, c.DomainGPUs))
+		}
+	}
+	return srcSize, dstSize, nil
 }
 
 // simStages builds the stages of a single-tensor simulation and the world
@@ -347,19 +423,9 @@ func simStages(f *simFlags, c sim.Cluster) ([]sim.Stage, int, reshard.Topology, 
 	if err != nil {
 		return nil, 0, reshard.Topology{}, src, dst, flagError("dtype", f.dtype, err)
 	}
-	srcSize, dstSize := f.srcDomain, f.dstDomain
-	for _, x := range []struct {
-		flag string
-		v    *int
-	}{{"src-domain-size", &srcSize}, {"dst-domain-size", &dstSize}} {
-		switch {
-		case *x.v < 0:
-			return nil, 0, reshard.Topology{}, src, dst, flagError(x.flag, fmt.Sprint(*x.v), fmt.Errorf("want a positive number of ranks"))
-		case *x.v == 0:
-			*x.v = c.DomainGPUs
-		case *x.v > c.DomainGPUs:
-			return nil, 0, reshard.Topology{}, src, dst, flagError(x.flag, fmt.Sprint(*x.v), fmt.Errorf("a %s domain has %d GPUs", c.Name, c.DomainGPUs))
-		}
+	srcSize, dstSize, err := f.domainSizes(c)
+	if err != nil {
+		return nil, 0, reshard.Topology{}, src, dst, err
 	}
 	popts := reshard.Options{StripeReplicas: f.stripe}
 	if f.ppStages > 0 {
@@ -503,10 +569,19 @@ func runSim(out io.Writer, f *simFlags) error {
 		if f.shape != "" {
 			return usageError{fmt.Errorf("give either --model (with --train and --gen) or the layout flags (--shape ...), not both")}
 		}
-		if stages, world, topo, err = simModelStages(f); err != nil {
+		var l *model.Layouts
+		if stages, world, topo, l, err = simModelStages(f, c); err != nil {
 			return err
 		}
-		rep.Source, rep.Destination = f.train, f.gen
+		rep.Model = l.Model.Name
+		rep.Source, rep.Destination = "trainer "+l.Trainer.String(), "generator "+l.Generator.String()
+		rep.Bytes = l.Model.Bytes()
+		for _, st := range stages {
+			for _, p := range st.Plans {
+				rep.Rho = max(rep.Rho, p.Dst().Replication())
+			}
+		}
+		rep.DstDomains = (l.Generator.Ranks() + dstDomainOr(f, c) - 1) / dstDomainOr(f, c)
 	} else {
 		var src, dst placement.Layout
 		if stages, world, topo, src, dst, err = simStages(f, c); err != nil {
@@ -661,4 +736,12 @@ func formatStep(s sim.Step) string {
 		return fmt.Sprintf("%10s -> %10s  compute   rank %d copies, packs or unpacks", formatSeconds(s.From), formatSeconds(s.To), s.Rank)
 	}
 	return fmt.Sprintf("%10s               %s  rank %d (%s)", formatSeconds(s.From), s.Kind, s.Rank, s.Part)
+}
+
+// dstDomainOr returns --dst-domain-size, or the cluster's domain size.
+func dstDomainOr(f *simFlags, c sim.Cluster) int {
+	if f.dstDomain > 0 {
+		return f.dstDomain
+	}
+	return c.DomainGPUs
 }
