@@ -13,8 +13,9 @@ type Options struct {
 	// (the bin width doubles as the run grows); 0 means 128, a negative
 	// number records no series.
 	Bins int
-	// TopLinks is how many of the busiest links get a series line of
-	// their own beside the per-class means; 0 means 4.
+	// TopLinks is how many links get a series line of their own beside the
+	// per-class means (the busiest of each class and direction), the
+	// critical path's binding link besides; 0 means 4.
 	TopLinks int
 }
 

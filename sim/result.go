@@ -257,7 +257,23 @@ func (e *engine) result() *Result {
 	}
 	res.Critical = e.path()
 	if e.ser != nil {
-		res.Series = e.seriesOut(res, used, busiest[:min(top, len(busiest))])
+		// the busiest link of each class and direction, and the link the
+		// critical path spent the most time on
+		var pick []int32
+		taken := map[string]bool{}
+		for _, l := range busiest {
+			_, class, dir := e.linkName(l)
+			if k := class + " " + dir; !taken[k] && len(pick) < top {
+				taken[k] = true
+				pick = append(pick, l)
+			}
+		}
+		for _, l := range used {
+			if name, _, _ := e.linkName(l); name == res.Critical.Binding && !slices.Contains(pick, l) {
+				pick = append(pick, l)
+			}
+		}
+		res.Series = e.seriesOut(res, used, pick)
 	}
 	st := f.stats
 	res.Stats = Stats{Messages: len(e.p.msgs), Procs: len(e.p.procs), Links: len(f.caps), FlowEvents: e.flowEvents, Batches: e.batches,

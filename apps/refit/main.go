@@ -123,6 +123,7 @@ Offline commands (no launcher needed):
   refit bound       each route's speed-of-light bound and auto's choice
   refit pack-bench  the GPU pack/unpack kernels against a plain copy
   refit sim         each route's schedule simulated on a modelled cluster, beside its bound
+  refit plot        PNG plots from refit sim --json: time against rho, whole-model bars, link use
 
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
 or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
@@ -132,7 +133,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newPackBenchCmd(), newSoakCmd(), newSimCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newPackBenchCmd(), newSoakCmd(), newSimCmd(), newPlotCmd())
 	return root
 }
 

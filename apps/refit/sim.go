@@ -49,6 +49,7 @@ type simFlags struct {
 	critical         int
 	bins             int
 	asJSON           bool
+	jsonOut          string
 	model            string
 	train, gen       string
 	scale, layers    int
@@ -152,6 +153,7 @@ each stage's and each tensor's completion.`,
 	fs.IntVar(&f.critical, "critical", 0, "print the last N steps of each route's critical path")
 	fs.IntVar(&f.bins, "bins", 128, "time bins of the link-utilisation series in --json (0: none)")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	fs.StringVar(&f.jsonOut, "json-out", "", "also write the JSON object (as --json prints it, series included) to this file, appending")
 	fs.StringVar(&f.model, "model", "", "model form: a built-in model ("+strings.Join(model.Builtins(), ", ")+"), a config.json or a tensor list")
 	fs.StringVar(&f.train, "train", "", "model form: the trainer's sizes, e.g. tp=1,dp=32,pp=4,ep=16 (cp, etp, first, last too)")
 	fs.StringVar(&f.gen, "gen", "", "model form: the generator's sizes, e.g. tp=8,dp=16 (ep too)")
@@ -622,7 +624,7 @@ func runSim(out io.Writer, f *simFlags) error {
 			BoundBinding: rr.Bound.Binding, Predicted: rr.Bound.Predicted, Ratio: rr.Ratio(), BindingLink: res.Critical.Binding,
 			BindingSec: res.Critical.BindingSeconds, Shares: res.Critical.Shares, Messages: rr.Messages, Rounds: rr.Rounds,
 			Classes: res.Classes, Busiest: res.Busiest, Parts: res.Parts, Stats: res.Stats}
-		if f.asJSON {
+		if f.asJSON || f.jsonOut != "" {
 			js.Series = res.Series
 		}
 		if meas != nil {
@@ -641,6 +643,19 @@ func runSim(out io.Writer, f *simFlags) error {
 		}
 		rep.Routes = append(rep.Routes, js)
 	}
+	if f.jsonOut != "" {
+		fh, err := os.OpenFile(f.jsonOut, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return flagError("json-out", f.jsonOut, err)
+		}
+		err = json.NewEncoder(fh).Encode(rep)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return flagError("json-out", f.jsonOut, err)
+		}
+	}
 	if f.asJSON {
 		return json.NewEncoder(out).Encode(rep)
 	}
@@ -657,8 +672,14 @@ func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
 		}
 		stages = fmt.Sprintf(", %d pipeline stages (%s)", rep.Stages, how)
 	}
-	fmt.Fprintf(w, "world %d, %s per stage, chunk %s, staging %s%s\n", rep.World, formatBytes(rep.Bytes), formatBytes(rep.ChunkBytes),
-		formatBytes(rep.StagingBytes), stages)
+	what := fmt.Sprintf("%s (%.4g GB)", formatBytes(rep.Bytes), float64(rep.Bytes)/1e9)
+	if rep.Model != "" {
+		what = fmt.Sprintf("model %s, %s (%.4g GB)", rep.Model, formatBytes(rep.Bytes), float64(rep.Bytes)/1e9)
+	} else if rep.Stages > 1 {
+		what += " per stage"
+	}
+	fmt.Fprintf(w, "world %d, %s, chunk %s, staging %s, coalescing up to %s%s\n", rep.World, what, formatBytes(rep.ChunkBytes),
+		formatBytes(rep.StagingBytes), formatBytes(rep.CoalesceBytes), stages)
 	fmt.Fprintf(w, "cluster %s\n\n", rep.Cluster)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if rep.Measured != "" {
