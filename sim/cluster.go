@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +49,7 @@ var Presets = []Cluster{
 	{Name: "hgx-h200", DomainGPUs: 8, NetBW: 50e9, GPUsPerNIC: 1, NetLatency: 5e-6, LocalBW: 450e9, LocalLatency: 2e-6, CopyBW: 1.9e12},
 }
 
-// PresetNotes says where each preset's numbers come from.
+// PresetNotes says where each preset's numbers come from, by name.
 var PresetNotes = map[string]string{
 	"gb200-nvl72": "72 GPUs per NVLink 5 domain, 900 GB/s each way per GPU; one 400 Gb/s ConnectX-7 (50 GB/s) per GPU; " +
 		"latencies 5 us (network) and 2 us (NVLink) per message are assumptions; copy 3.2 TB/s is the H200's measured " +
@@ -220,8 +219,7 @@ func Place(c Cluster, topo reshard.Topology, world int) (Placement, error) {
 	}
 	for d, n := range count {
 		if n > c.DomainGPUs {
-			return Placement{}, fmt.Errorf("sim: domain %d holds %d ranks; a %s domain has %d GPUs (use smaller --src-domain-size/--dst-domain-size or another cluster)",
-				d, n, c.Name, c.DomainGPUs)
+			return Placement{}, fmt.Errorf("sim: domain %d holds %d ranks; a %s domain has %d GPUs", d, n, c.Name, c.DomainGPUs)
 		}
 	}
 	// NICs: consecutive ranks of a domain, in rank order, share one.
@@ -303,14 +301,4 @@ func FormatSeconds(s float64) string {
 		return fmt.Sprintf("%.4g ms", s*1e3)
 	}
 	return fmt.Sprintf("%.4g us", s*1e6)
-}
-
-// sortedKeys returns a map's keys in order (for deterministic output).
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

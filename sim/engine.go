@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -227,7 +228,10 @@ func newEngine(p *Program, c Cluster, pl Placement, o Options) (*engine, error) 
 		default:
 			e.out[i], e.in[i] = -1, -1
 		}
-		e.tensorBytes[m.Tensor] += m.Bytes
+		var ok bool
+		if e.tensorBytes[m.Tensor], ok = checked.Add(e.tensorBytes[m.Tensor], m.Bytes); !ok {
+			return nil, fmt.Errorf("sim: tensor %s moves more than int64 bytes", p.tensor[m.Tensor])
+		}
 	}
 	copySecs := func(b int64) float64 {
 		if c.CopyBW <= 0 {

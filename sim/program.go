@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -211,6 +212,10 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 		if m.Bytes < 0 {
 			return 0, fmt.Errorf("sim: message %d has %d bytes", i, m.Bytes)
 		}
+		if m.Src < 0 || m.Src >= world || m.Dst < 0 || m.Dst >= world || m.Tensor < 0 || m.Tensor >= len(s.Plans) {
+			return 0, fmt.Errorf("sim: message %d goes from rank %d to rank %d of tensor %d, outside a schedule of %d ranks and %d tensors",
+				i, m.Src, m.Dst, m.Tensor, world, len(s.Plans))
+		}
 		if m.Round != round {
 			round = m.Round
 			clear(co)
@@ -222,7 +227,11 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 			}
 			if k, ok := co[pair{m.Src, m.Dst}]; ok {
 				pm := &p.msgs[k]
-				pm.Bytes += m.Bytes
+				sum, ok := checked.Add(pm.Bytes, m.Bytes)
+				if !ok {
+					return 0, fmt.Errorf("sim: coalesced messages of round %d from rank %d to %d overflow int64 bytes", m.Round, m.Src, m.Dst)
+				}
+				pm.Bytes = sum
 				pm.Pack, pm.Unpack, pm.Parts = true, true, pm.Parts+1
 				if pm.Tensor != tensor {
 					p.extra = append(p.extra, extraTensor{msg: k, tensor: tensor})

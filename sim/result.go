@@ -369,6 +369,7 @@ func (e *engine) path() Path {
 		return e.p.parts[pr.Part].Name, pr.Rank
 	}
 	var steps []Step
+	var stepLink []int32 // the bound link of each transfer step, -1 for the others
 	pi := last
 	T := e.ps[pi].finish
 	c := e.ps[pi].cause
@@ -377,6 +378,7 @@ func (e *engine) path() Path {
 		name, rank := part(pi)
 		if T-ct > eps {
 			steps = append(steps, Step{Kind: "compute", From: ct, To: T, Rank: int(rank), Part: name, Round: -1, Message: -1})
+			stepLink = append(stepLink, -1)
 		}
 		if c == causeStart {
 			break
@@ -384,6 +386,7 @@ func (e *engine) path() Path {
 		if c < 0 {
 			pred := -2 - c
 			steps = append(steps, Step{Kind: "follows", From: ct, To: ct, Rank: int(rank), Part: name, Round: -1, Message: -1})
+			stepLink = append(stepLink, -1)
 			pi, T, c = pred, e.ps[pred].finish, e.ps[pred].cause
 			continue
 		}
@@ -403,9 +406,11 @@ func (e *engine) path() Path {
 		pt := e.p.parts[m.Part]
 		steps = append(steps, Step{Kind: "transfer", From: start, To: e.mEnd[mi], Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
 			Message: int(m.Index), Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes, Link: lname})
+		stepLink = append(stepLink, link)
 		if lat > 0 {
 			steps = append(steps, Step{Kind: "latency", From: e.postAt[mi], To: start, Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
 				Message: int(m.Index), Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes})
+			stepLink = append(stepLink, -1)
 		}
 		g := e.sendRS[mi]
 		if e.lastSide[mi] == 1 {
@@ -414,27 +419,21 @@ func (e *engine) path() Path {
 		pi = e.procOf(g)
 		name, rank = part(pi)
 		steps = append(steps, Step{Kind: "post", From: e.rs[g].postAt, To: e.rs[g].postAt, Rank: int(rank), Part: name, Round: int(m.Round), Message: -1})
+		stepLink = append(stepLink, -1)
 		T, c = e.rs[g].postAt, e.rs[g].waited
 	}
 	slices.Reverse(steps)
+	slices.Reverse(stepLink)
 	p.Steps = steps
 	// shares and the binding link
 	shares := map[string]float64{}
 	links := map[string]float64{}
-	for _, s := range steps {
+	for i, s := range steps {
 		d := s.To - s.From
 		switch s.Kind {
 		case "transfer":
-			kind := "local"
-			if len(s.Link) >= 3 && s.Link[:3] == "nic" {
-				kind = "network"
-			}
-			if containsIn(s.Link) {
-				kind += " in"
-			} else {
-				kind += " out"
-			}
-			shares[kind] += d
+			_, class, dir := e.linkName(stepLink[i])
+			shares[class+" "+dir] += d
 			links[s.Link] += d
 		case "latency", "compute":
 			shares[s.Kind] += d
@@ -456,13 +455,4 @@ func (e *engine) path() Path {
 		}
 	}
 	return p
-}
-
-func containsIn(link string) bool {
-	for i := 0; i+3 <= len(link); i++ {
-		if link[i:i+3] == "-in" {
-			return true
-		}
-	}
-	return false
 }

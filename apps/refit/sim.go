@@ -672,15 +672,19 @@ func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
 		}
 		stages = fmt.Sprintf(", %d pipeline stages (%s)", rep.Stages, how)
 	}
-	what := fmt.Sprintf("%s (%.4g GB)", formatBytes(rep.Bytes), float64(rep.Bytes)/1e9)
+	what := fmt.Sprintf("%s (%s)", formatBytes(rep.Bytes), decimalBytes(rep.Bytes))
 	if rep.Model != "" {
-		what = fmt.Sprintf("model %s, %s (%.4g GB)", rep.Model, formatBytes(rep.Bytes), float64(rep.Bytes)/1e9)
+		what = fmt.Sprintf("model %s, %s (%s)", rep.Model, formatBytes(rep.Bytes), decimalBytes(rep.Bytes))
 	} else if rep.Stages > 1 {
 		what += " per stage"
 	}
 	fmt.Fprintf(w, "world %d, %s, chunk %s, staging %s, coalescing up to %s%s\n", rep.World, what, formatBytes(rep.ChunkBytes),
 		formatBytes(rep.StagingBytes), formatBytes(rep.CoalesceBytes), stages)
-	fmt.Fprintf(w, "cluster %s\n\n", rep.Cluster)
+	fmt.Fprintf(w, "cluster %s\n", rep.Cluster)
+	if note, ok := sim.PresetNotes[rep.Cluster.Name]; ok {
+		fmt.Fprintf(w, "  (%s)\n", note)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if rep.Measured != "" {
 		fmt.Fprintf(w, "measured: %s\n\n", rep.Measured)
@@ -765,4 +769,18 @@ func dstDomainOr(f *simFlags, c sim.Cluster) int {
 		return f.dstDomain
 	}
 	return c.DomainGPUs
+}
+
+// decimalBytes renders a byte count with a decimal unit: "7.168 GB".
+func decimalBytes(n int64) string {
+	f := float64(n)
+	for _, u := range []struct {
+		name string
+		mult float64
+	}{{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}} {
+		if f >= u.mult {
+			return fmt.Sprintf("%.4g %s", f/u.mult, u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
 }
