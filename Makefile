@@ -2,7 +2,7 @@
 # `make test` runs the whole suite. See README.md.
 GO      ?= go
 BIN     := bin/refit
-PURE    := $(foreach d,mesh placement reshard hier stage model sim,$(if $(wildcard $(d)/*.go),./$(d)/...))
+PURE    := $(foreach d,mesh placement reshard hier stage model fp8 sim,$(if $(wildcard $(d)/*.go),./$(d)/...))
 FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.
@@ -31,7 +31,7 @@ run: build
 # purecheck proves the pure packages build without cgo and import no cgo package.
 purecheck:
 	CGO_ENABLED=0 $(GO) build $(PURE)
-	@bad=$$($(GO) list -deps $(PURE) | grep -E '/m2n/(mpi|cuda|nccl)$$' || true); \
+	@bad=$$($(GO) list -deps $(PURE) | grep -E '/m2n/(mpi|cuda|nccl|internal/dl)$$' || true); \
 	  if [ -n "$$bad" ]; then echo "pure packages import cgo packages: $$bad"; exit 1; fi
 
 vet: deps
@@ -45,6 +45,7 @@ fuzz:
 	$(GO) test ./mesh -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./placement -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./reshard -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./fp8 -run '^$$' -fuzz '^FuzzQuantize$$' -fuzztime $(FUZZTIME)
 
 bench:
 	$(GO) test ./reshard -run '^$$' -bench . -benchmem
@@ -55,6 +56,7 @@ gpu-bins: deps
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
 	$(GO) test -c -o .devbin/nccl.test ./nccl
+	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink
 
 clean:
 	rm -rf bin

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -144,15 +143,4 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 		}
 	}
 	return res, nil
-}
-
-// FormatBench renders results as a table, one line per row width and op.
-func FormatBench(res []BenchResult) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%8s  %-8s  %10s  %10s  %9s  %7s\n", "row", "op", "bytes", "median", "GB/s", "vs copy")
-	for _, r := range res {
-		fmt.Fprintf(&b, "%8d  %-8s  %10d  %10s  %9.1f  %6.1f%%\n",
-			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsCopy)
-	}
-	return b.String()
 }

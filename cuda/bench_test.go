@@ -8,6 +8,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
 	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/packbench"
 )
 
 var bench struct {
@@ -27,7 +28,7 @@ func BenchmarkPackUnpack(b *testing.B) {
 		bench.res, bench.err = cuda.BenchPackUnpack(ctx, cuda.BenchOptions{})
 		if bench.err == nil {
 			// Printed, not logged: benchmark logs are cut at ten lines.
-			fmt.Print(cuda.FormatBench(bench.res))
+			fmt.Print(packbench.Format(bench.res))
 		}
 	})
 	if bench.err != nil {

@@ -1,8 +1,8 @@
 // Package cuda is m2n's binding to the CUDA driver API: devices, primary
 // contexts, device and pinned memory, streams, events, and the strided
 // copies (pack/unpack kernels) that move a box of a tensor between its place
-// in a dense buffer and a contiguous staging buffer. It also names the
-// NVLink domain a GPU sits in (DomainKey, through NVML).
+// in a dense buffer and a contiguous staging buffer. (The NVLink domain a GPU
+// sits in comes from NVML, in package internal/nvlink.)
 //
 // libcuda.so.1 is opened with dlopen when Load is first called (the file can
 // be named with M2N_CUDA_PATH), so building needs no CUDA toolkit; the
@@ -29,6 +29,18 @@
 //	_ = cuda.Pack(s, staging, src, box)       // strided -> contiguous
 //	_ = cuda.Unpack(s, dst, box, staging)     // contiguous -> strided
 //	_ = s.Synchronize()
+//
+// FP8: Memory.BlockAmax gathers the partial amaxes of the blocks a source
+// region touches into a device window, and Memory.PackQuantize packs a
+// region straight into float8_e4m3fn bytes with the global block scales,
+// byte for byte as package fp8 does on the host (the kernels are in
+// kernels/quant.h, compiled with the copies; the tests run them through the
+// CPU emulator and, where there is one, on the GPU):
+//
+//	reg := cuda.FP8Region{DType: placement.BF16, Src: local, At: t.SrcAt, Box: t.Box}
+//	_ = mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: amaxBuf}, reg) // zeroed first
+//	// ... download, combine across ranks (fp8.Window.MaxWith), ToScales, upload ...
+//	_ = mem.PackQuantize(g, staging, off, reg, cuda.FP8Window{Blocks: blocks, Values: scaleBuf})
 //
 // Threads: the driver keeps a current context per OS thread and goroutines
 // move between threads, so every call here makes its context current itself.

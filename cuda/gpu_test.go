@@ -400,12 +400,3 @@ func TestGPUMemcpy2D3D(t *testing.T) {
 		},
 		func(dst, src []byte) error { return cuda.HostPack(dst, src, d3) })
 }
-
-func TestGPUDomainKey(t *testing.T) {
-	gputest.Context(t)
-	key, err := cuda.DomainKey(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("DomainKey(0) = %q", key)
-}

@@ -21,6 +21,15 @@ type kernelSet struct {
 	fn  [len(widths)]C.CUfunction
 	// resident[i] is how many blocks of fn[i] fit on the device at once.
 	resident [len(widths)]int
+	// quant holds the FP8 kernels (kernels/quant.h) by name.
+	quant map[string]kernelFn
+}
+
+// kernelFn is one kernel of the module and how many of its blocks fit on
+// the device at once.
+type kernelFn struct {
+	fn       C.CUfunction
+	resident int
 }
 
 // images caches compiled kernels per architecture and output kind, for
@@ -138,6 +147,23 @@ func (c *Context) loadModule(image []byte) (*kernelSet, error) {
 			return nil, err
 		}
 		ks.resident[i] = max(int(n), 1) * c.sms
+	}
+	ks.quant = map[string]kernelFn{}
+	for _, name := range quantKernels() {
+		cname := C.CString(name)
+		var f C.CUfunction
+		err := check("cuModuleGetFunction", C.m2n_cuModuleGetFunction(c.h, &f, mod, cname))
+		C.free(unsafe.Pointer(cname))
+		var n C.int
+		if err == nil {
+			err = check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+				C.m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(c.h, &n, f, blockThreads))
+		}
+		if err != nil {
+			C.m2n_cuModuleUnload(c.h, mod)
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		ks.quant[name] = kernelFn{fn: f, resident: max(int(n), 1) * c.sms}
 	}
 	return ks, nil
 }

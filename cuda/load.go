@@ -1,15 +1,15 @@
 package cuda
 
-// #cgo LDFLAGS: -ldl
-// #include <stdlib.h>
 // #include "shim.h"
 import "C"
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"unsafe"
+
+	"github.com/m2n-dev/m2n/internal/dl"
 )
 
 // DefaultLibrary is the driver library Load opens unless M2N_CUDA_PATH names
@@ -28,26 +28,30 @@ var load struct {
 //
 // When the library cannot be opened, or the driver reports that there is no
 // device (or is a stub), the error wraps ErrNotAvailable and says why, e.g.
-// "cuda: not available: libcuda.so.1 not found: ...".
+// "cuda: not available: libcuda.so.1 not found: tried libcuda.so.1: cannot
+// open shared object file: No such file or directory (set M2N_CUDA_PATH to
+// the library's file)". A library that opens but lacks an entry point this
+// package needs is an error naming the file and the symbols, not wrapping
+// ErrNotAvailable.
 func Load() error {
 	load.once.Do(func() { load.err = open() })
 	return load.err
 }
 
 func open() error {
-	path := DefaultLibrary
-	if p := os.Getenv("M2N_CUDA_PATH"); p != "" {
-		path = p
+	lib, err := dl.Open(dl.Spec{Name: DefaultLibrary, Env: "M2N_CUDA_PATH", Candidates: []string{DefaultLibrary}})
+	if errors.Is(err, dl.ErrNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	}
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	var msg [512]C.char
-	switch C.m2n_cu_open(cpath, &msg[0], C.size_t(len(msg))) {
-	case 0:
-	case 1:
-		return fmt.Errorf("%w: %s not found: %s", ErrNotAvailable, path, C.GoString(&msg[0]))
-	default:
-		return fmt.Errorf("cuda: %s is not a usable driver: %s", path, C.GoString(&msg[0]))
+	if err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
+	if err := lib.Resolve(unsafe.Pointer(C.m2n_cu_getproc_table())); err != nil {
+		return fmt.Errorf("cuda: not a usable driver: %w", err)
+	}
+	C.m2n_cu_getproc()
+	if err := lib.Resolve(unsafe.Pointer(C.m2n_cu_table())); err != nil {
+		return fmt.Errorf("cuda: not a usable driver: %w", err)
 	}
 	if err := check("cuInit", C.m2n_cuInit()); err != nil {
 		if IsCode(err, CodeNoDevice) || IsCode(err, CodeStubLibrary) {

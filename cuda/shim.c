@@ -1,12 +1,10 @@
-// shim.c opens libcuda.so.1 with dlopen and forwards calls to it. Entry points
-// are resolved with cuGetProcAddress_v2 (CUDA >= 12.0) at a fixed API version,
-// so each name maps to the ABI this file was written against even where later
-// toolkits renamed or versioned it; where cuGetProcAddress_v2 is absent or
-// refuses a name, the exact exported (versioned) symbol is looked up instead.
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
-
+// shim.c forwards calls to libcuda.so.1, which internal/dl opens with
+// dlopen. Entry points are resolved with cuGetProcAddress_v2 (CUDA >= 12.0) at
+// a fixed API version, so each name maps to the ABI this file was written
+// against even where later toolkits renamed or versioned it; where
+// cuGetProcAddress_v2 is absent or refuses a name, internal/dl looks up the
+// exact exported (versioned) symbols the table lists instead.
+#include "../internal/dl/dl.h"
 #include "shim.h"
 
 // CUDA 12.0: the ABI version every entry point below is requested at, unless
@@ -66,16 +64,16 @@ static struct {
 		unsigned int, unsigned int, CUstream, void **, void **);
 } fn;
 
-// One row per entry point: the slot, the name cuGetProcAddress knows, the API
-// version to ask for, and the exported symbols to try with dlsym, in order.
+// One row per entry point: the exported symbols internal/dl tries with
+// dlsym (in order), then the name cuGetProcAddress knows and the API version
+// to ask it for.
 struct entry {
-	void **slot;
+	m2n_dl_sym sym;
 	const char *name;
 	int version;
-	const char *exported[2];
 };
 
-#define E(f, v, s1, s2) { (void **)&fn.f, #f, v, { s1, s2 } }
+#define E(f, v, s1, s2) { { (void **)&fn.f, { s1, s2 }, 0 }, #f, v }
 
 static struct entry entries[] = {
 	E(cuInit, M2N_CUDA_ABI, "cuInit", NULL),
@@ -129,45 +127,35 @@ static struct entry entries[] = {
 
 #undef E
 
-static void *lib;
+static const m2n_dl_table table = M2N_DL_TABLE(entries);
 
-int m2n_cu_open(const char *path, char *err, size_t errlen) {
-	if (lib != NULL) {
-		return 0;
+const void *m2n_cu_table(void) { return &table; }
+
+static getproc_fn getproc;
+static m2n_dl_sym getproc_syms[] = {
+	{ (void **)&getproc, { "cuGetProcAddress_v2", NULL }, 1 },
+};
+static const m2n_dl_table getproc_table = M2N_DL_TABLE(getproc_syms);
+
+const void *m2n_cu_getproc_table(void) { return &getproc_table; }
+
+void m2n_cu_getproc(void) {
+	if (getproc == NULL) {
+		return;
 	}
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return 1;
-	}
-	getproc_fn getproc = (getproc_fn)dlsym(h, "cuGetProcAddress_v2");
 	for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
 		struct entry *e = &entries[i];
 		void *p = NULL;
-		if (getproc != NULL) {
-			int status = 0;
-			if (getproc(e->name, &p, e->version, M2N_PROC_LEGACY_STREAM, &status) != 0 || status != 0) {
+		int status = 0;
+		if (getproc(e->name, &p, e->version, M2N_PROC_LEGACY_STREAM, &status) != 0 || status != 0) {
+			p = NULL;
+			if (e->version != M2N_CUDA_ABI &&
+			    (getproc(e->name, &p, M2N_CUDA_ABI, M2N_PROC_LEGACY_STREAM, &status) != 0 || status != 0)) {
 				p = NULL;
-				if (e->version != M2N_CUDA_ABI &&
-				    (getproc(e->name, &p, M2N_CUDA_ABI, M2N_PROC_LEGACY_STREAM, &status) != 0 || status != 0)) {
-					p = NULL;
-				}
 			}
 		}
-		for (int j = 0; p == NULL && j < 2 && e->exported[j] != NULL; j++) {
-			p = dlsym(h, e->exported[j]);
-		}
-		if (p == NULL) {
-			snprintf(err, errlen, "%s: no entry point %s", path, e->name);
-			dlclose(h);
-			memset(&fn, 0, sizeof(fn));
-			return 2;
-		}
-		*e->slot = p;
+		*e->sym.slot = p;
 	}
-	lib = h;
-	return 0;
 }
 
 static CUresult cur(CUcontext ctx) {
@@ -272,3 +260,11 @@ CUresult m2n_launch_copy(CUcontext ctx, CUfunction f, unsigned int grid, unsigne
 	void *args[1] = { (void *)p };
 	WITH_CTX(fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
 }
+
+CUresult m2n_launch_quant(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+	const m2n_quant_params *p) {
+	// As m2n_launch_copy: cuLaunchKernel copies the parameter block.
+	void *args[1] = { (void *)p };
+	WITH_CTX(fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
+}
+

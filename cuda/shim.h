@@ -71,10 +71,14 @@ typedef struct {
 	size_t Depth;
 } m2n_memcpy3d;
 
-// m2n_cu_open opens the driver library at path and resolves every entry
-// point. It returns 0 on success; otherwise 1 (dlopen failed) or 2 (a symbol
-// is missing) with a message in err.
-int m2n_cu_open(const char *path, char *err, size_t errlen);
+// Loading (cuda/load.go): internal/dl opens the driver and resolves
+// m2n_cu_getproc_table (cuGetProcAddress_v2, if the driver has it); then
+// m2n_cu_getproc fills the entry points cuGetProcAddress_v2 knows, and
+// internal/dl resolves the rest of m2n_cu_table by their exported names.
+// The tables are m2n_dl_table values (internal/dl/dl.h), passed as void *.
+const void *m2n_cu_table(void);
+const void *m2n_cu_getproc_table(void);
+void m2n_cu_getproc(void);
 
 // Every wrapper below that takes a CUcontext first makes it current on the
 // calling OS thread (cuCtxSetCurrent), so a Go caller needs no thread lock.
@@ -124,5 +128,7 @@ CUresult m2n_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const
 CUresult m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(CUcontext ctx, int *n, CUfunction f, int block);
 CUresult m2n_launch_copy(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
 	const m2n_copy_params *p);
+CUresult m2n_launch_quant(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+	const m2n_quant_params *p);
 
 #endif

@@ -2,6 +2,12 @@
 // implementations (OpenMPI defines MPI_COMM_WORLD as the address of a global),
 // so that cgo sees plain functions. Every function here is a one-liner; the
 // contracts live in the Go files.
+//
+// MPI's sentinel addresses that are not real pointers (MPI_IN_PLACE is
+// (void *)1 in OpenMPI, MPI_STATUS_IGNORE is (MPI_Status *)1 in MPICH) never
+// cross into Go: a Go pointer variable holding one is fatal when the runtime
+// moves the stack ("invalid pointer found on stack"). Go passes a flag and
+// the wrappers below substitute the sentinel in C.
 
 #ifndef M2N_CMPI_H
 #define M2N_CMPI_H
@@ -15,8 +21,6 @@ static inline MPI_Request m2n_request_null(void) { return MPI_REQUEST_NULL; }
 static inline MPI_Datatype m2n_byte(void) { return MPI_BYTE; }
 static inline MPI_Datatype m2n_int64(void) { return MPI_INT64_T; }
 static inline MPI_Datatype m2n_double(void) { return MPI_DOUBLE; }
-static inline void *m2n_in_place(void) { return MPI_IN_PLACE; }
-static inline MPI_Status *m2n_status_ignore(void) { return MPI_STATUS_IGNORE; }
 
 // m2n_op maps the Go Op values (see op.go) to MPI operations.
 static inline MPI_Op m2n_op(int k) {
@@ -29,6 +33,32 @@ static inline MPI_Op m2n_op(int k) {
 	case 5: return MPI_BOR;
 	}
 	return MPI_OP_NULL;
+}
+
+// m2n_allreduce is MPI_Allreduce with op a Go Op value; in_place != 0
+// passes MPI_IN_PLACE for send (which is then ignored).
+static inline int m2n_allreduce(const void *send, void *recv, int count, MPI_Datatype dt, int op, MPI_Comm c,
+	int in_place) {
+	return MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, dt, m2n_op(op), c);
+}
+
+// m2n_allgather is MPI_Allgather on bytes; in_place != 0 passes MPI_IN_PLACE
+// for send (the rank's block of recv is its contribution).
+static inline int m2n_allgather(const void *send, int count, void *recv, MPI_Comm c, int in_place) {
+	if (in_place) {
+		return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, count, MPI_BYTE, c);
+	}
+	return MPI_Allgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, c);
+}
+
+// m2n_allgatherv is MPI_Allgatherv on bytes; in_place != 0 passes
+// MPI_IN_PLACE for send (the rank's block of recv is its contribution).
+static inline int m2n_allgatherv(const void *send, int count, void *recv, const int *counts, const int *displs,
+	MPI_Comm c, int in_place) {
+	if (in_place) {
+		return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts, displs, MPI_BYTE, c);
+	}
+	return MPI_Allgatherv(send, count, MPI_BYTE, recv, counts, displs, MPI_BYTE, c);
 }
 
 static inline int m2n_errors_return(MPI_Comm c) {

@@ -80,11 +80,11 @@ func (c *Comm) Allgather(send, recv []byte) error {
 		}
 		return bcastBlocks(h, rank, send, recv, counts, displs)
 	}
-	sp := at(send, 0)
+	sp, inPlace := at(send, 0), C.int(0)
 	if n > 0 && sp == at(recv, rank*n) {
-		sp = C.m2n_in_place()
+		sp, inPlace = nil, 1
 	}
-	return check(op, C.MPI_Allgather(sp, C.int(n), C.m2n_byte(), at(recv, 0), C.int(n), C.m2n_byte(), h))
+	return check(op, C.m2n_allgather(sp, C.int(n), at(recv, 0), h, inPlace))
 }
 
 // Allgatherv gathers every rank's send into recv on every rank of c
@@ -137,11 +137,11 @@ func (c *Comm) Allgatherv(send, recv []byte, counts, displs []int64) error {
 				cd[r] = C.int(displs[r])
 			}
 		}
-		sp := at(send, 0)
+		sp, inPlace := at(send, 0), C.int(0)
 		if len(send) > 0 && sp == at(recv, int(displs[rank])) {
-			sp = C.m2n_in_place()
+			sp, inPlace = nil, 1
 		}
-		return check(op, C.MPI_Allgatherv(sp, C.int(len(send)), C.m2n_byte(), at(recv, 0), &cc[0], &cd[0], C.m2n_byte(), h))
+		return check(op, C.m2n_allgatherv(sp, C.int(len(send)), at(recv, 0), &cc[0], &cd[0], h, inPlace))
 	}
 	// The blocks fit in one call but their displacements do not: gather
 	// them packed, then move each to its place.
@@ -151,7 +151,7 @@ func (c *Comm) Allgatherv(send, recv []byte, counts, displs []int64) error {
 		cc[r], cd[r] = C.int(counts[r]), C.int(off)
 		off += counts[r]
 	}
-	if err := check(op, C.MPI_Allgatherv(at(send, 0), C.int(len(send)), C.m2n_byte(), at(tmp, 0), &cc[0], &cd[0], C.m2n_byte(), h)); err != nil {
+	if err := check(op, C.m2n_allgatherv(at(send, 0), C.int(len(send)), at(tmp, 0), &cc[0], &cd[0], h, 0)); err != nil {
 		return err
 	}
 	for r := range size {
@@ -241,18 +241,21 @@ func allreduce[T int64 | float64](c *Comm, send, recv []T, op Op, dt C.MPI_Datat
 	}
 	const size = 8
 	perChunk := max(1, chunkBytes/size)
-	inPlace := len(send) > 0 && &send[0] == &recv[0]
+	var inPlace C.int
+	if len(send) > 0 && &send[0] == &recv[0] {
+		inPlace = 1
+	}
 	off := 0
 	for {
 		n := min(len(send)-off, perChunk)
 		var sp, rp unsafe.Pointer
 		if n > 0 {
-			sp, rp = unsafe.Pointer(&send[off]), unsafe.Pointer(&recv[off])
-			if inPlace {
-				sp = C.m2n_in_place()
+			rp = unsafe.Pointer(&recv[off])
+			if inPlace == 0 {
+				sp = unsafe.Pointer(&send[off])
 			}
 		}
-		if err := check(name, C.MPI_Allreduce(sp, rp, C.int(n), dt, C.m2n_op(C.int(op)), h)); err != nil {
+		if err := check(name, C.m2n_allreduce(sp, rp, C.int(n), dt, C.int(op), h, inPlace)); err != nil {
 			return err
 		}
 		off += n

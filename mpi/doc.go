@@ -65,7 +65,7 @@
 // Blocking calls pass Go memory to C only for the duration of the call, as
 // cgo allows. Nonblocking calls (Isend, Irecv) leave MPI holding the buffer
 // after they return, so the Request pins it with runtime.Pinner until Wait,
-// Test, Waitall or Testall sees it complete. Empty buffers are passed to MPI
+// Test, Waitall or Testall sees it complete, or Cancel withdraws it. Empty buffers are passed to MPI
 // as a nil pointer with count 0.
 //
 // # Threads

@@ -70,14 +70,19 @@ func (c *Comm) Isend(buf []byte, dest, tag int) (*Request, error) {
 	})
 }
 
-// Irecv starts receiving a message of exactly len(buf) bytes from rank src
-// of c with tag tag into buf (MPI_Irecv) and returns at once. buf is pinned
-// and must not be read or modified until the returned Request completes.
+// Irecv starts receiving a message from rank src of c with tag tag into buf
+// (MPI_Irecv) and returns at once. buf is pinned and must not be read or
+// modified until the returned Request completes. Once it has, its Status
+// says which rank sent the message, with which tag, and how many bytes
+// arrived; a receive nothing matched yet can be withdrawn with Cancel.
 //
-// A buf longer than the chunk limit is received as several messages, as
-// Isend sends it. src may be AnySource and tag AnyTag only when buf fits in
-// one message (at most 1 GiB): otherwise the pieces of different messages
-// could interleave, and Irecv returns an error wrapping ErrInvalid.
+// A buf of at most the chunk limit (1 GiB) is one message, which may be
+// shorter than buf (it fills the start of buf, and Status.Bytes says how
+// much) but not longer (MPI_ERR_TRUNCATE). A longer buf is received as
+// several messages, as Isend sends it, and the sender must send exactly
+// len(buf) bytes. src may be AnySource and tag AnyTag only when buf fits in
+// one message: otherwise the pieces of different messages could
+// interleave, and Irecv returns an error wrapping ErrInvalid.
 //
 // Errors: a negative src or tag that is not a wildcard wraps ErrInvalid;
 // MPI's own checks return an *Error with Op "MPI_Irecv".
@@ -107,7 +112,7 @@ func (c *Comm) Irecv(buf []byte, src, tag int) (*Request, error) {
 // and returns them as one Request that keeps buf pinned. If a chunk fails to
 // start, the chunks already in flight are abandoned (see Request.abandon).
 func postChunks(op string, buf []byte, start func(p unsafe.Pointer, n C.int, q *C.MPI_Request) C.int) (*Request, error) {
-	r := &Request{h: make([]C.MPI_Request, 0, numChunks(len(buf)))}
+	r := newRequest(numChunks(len(buf)), op == "MPI_Irecv")
 	r.pinBuf(buf)
 	err := forChunks(len(buf), func(off, n int) error {
 		var q C.MPI_Request

@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -19,10 +20,14 @@ import (
 // A Request keeps its buffer pinned (runtime.Pinner), because MPI reads or
 // writes it after the call that started the operation has returned. The
 // buffer must not be touched until the request completes, and the request
-// must be completed by Wait, a successful Test, Waitall or a successful
-// Testall; completion unpins the buffer. A Request dropped before it
-// completes leaks its pinned buffer, which the Go runtime reports by
-// panicking ("found leaking pinned pointer") when it collects the Request.
+// must be completed by Wait, a successful Test, Waitall, a successful
+// Testall or (for a receive) Cancel; completion unpins the buffer. A
+// Request dropped before it completes leaks its pinned buffer, which the Go
+// runtime reports by panicking ("found leaking pinned pointer") when it
+// collects the Request.
+//
+// A receive (Irecv, IrecvStrided) that completed reports what it received
+// through Status, and a receive still pending can be withdrawn with Cancel.
 //
 // A Request must not be used by two goroutines at once. A nil *Request is
 // complete.
@@ -31,6 +36,59 @@ type Request struct {
 	pin    runtime.Pinner
 	pinned bool
 	keep   [][]C.int // arrays MPI reads until completion (Iallgatherv)
+	recv   bool      // a receive: record statuses, allow Cancel
+	st     Status    // what the completed pieces of a receive received
+}
+
+// newRequest makes a Request for n MPI requests, to be appended to r.h; recv
+// marks a receive.
+func newRequest(n int, recv bool) *Request {
+	r := &Request{h: make([]C.MPI_Request, 0, n), recv: recv}
+	if recv {
+		r.st = Status{Source: -1, Tag: -1}
+	}
+	return r
+}
+
+// Status describes a receive that completed (see Request.Status).
+type Status struct {
+	// Source is the rank of the communicator that sent the message: the
+	// rank Irecv named, or the sender's rank for AnySource.
+	Source int
+	// Tag is the message's tag: the tag Irecv named, or the sender's for
+	// AnyTag.
+	Tag int
+	// Bytes is how many bytes arrived, summed over the pieces of a chunked
+	// receive: len(buf) for a message of the posted length, less for a
+	// shorter one.
+	Bytes int
+	// Cancelled reports that Cancel withdrew the receive, or a piece of it,
+	// before a message matched it. The bytes of buf that no message filled
+	// are then unspecified, and Source and Tag describe only the pieces
+	// that did arrive (they are -1 if none did).
+	Cancelled bool
+}
+
+// Status returns what r, a receive, received. ok is false while r has not
+// completed, and for a nil Request or one that is not a receive (Isend,
+// Ibarrier).
+func (r *Request) Status() (st Status, ok bool) {
+	if r == nil || !r.recv || !r.complete() {
+		return Status{}, false
+	}
+	return r.st, true
+}
+
+// complete reports whether every MPI request of r has completed (MPI sets
+// completed requests to MPI_REQUEST_NULL).
+func (r *Request) complete() bool {
+	null := C.m2n_request_null()
+	for _, h := range r.h {
+		if h != null {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Request) pinBuf(buf []byte) {
@@ -53,21 +111,42 @@ var live struct {
 // both come back to where they started.
 func Live() (requests, comms int64) { return live.pinned.Load(), live.comms.Load() }
 
-// settle unpins r's buffer once every MPI request of r has completed
-// (MPI sets completed requests to MPI_REQUEST_NULL).
-func (r *Request) settle() {
-	if !r.pinned {
-		return
-	}
-	null := C.m2n_request_null()
-	for _, h := range r.h {
-		if h != null {
-			return
+// settle is called after a completion call on r's MPI requests: was holds
+// the handles before the call and st the statuses it returned, one per
+// handle. For a receive it records the statuses of the requests that the
+// call completed (pending in was, null now); once every MPI request of r
+// has completed it unpins r's buffer.
+func (r *Request) settle(was []C.MPI_Request, st []C.MPI_Status) {
+	if r.recv {
+		null := C.m2n_request_null()
+		for i, h := range r.h {
+			if was[i] != null && h == null {
+				r.record(&st[i])
+			}
 		}
+	}
+	if !r.pinned || !r.complete() {
+		return
 	}
 	r.pin.Unpin()
 	r.pinned = false
 	live.pinned.Add(-1)
+}
+
+// record folds the status of one completed piece of a receive into r.st.
+func (r *Request) record(st *C.MPI_Status) {
+	var flag C.int
+	if C.MPI_Test_cancelled(st, &flag) == C.MPI_SUCCESS && flag != 0 {
+		r.st.Cancelled = true
+		return
+	}
+	var n C.int
+	if C.MPI_Get_count(st, C.m2n_byte(), &n) == C.MPI_SUCCESS && n > 0 {
+		r.st.Bytes += int(n)
+	}
+	if r.st.Source < 0 {
+		r.st.Source, r.st.Tag = int(st.MPI_SOURCE), int(st.MPI_TAG)
+	}
 }
 
 // orphans keeps Requests whose posting failed halfway (some of their chunks
@@ -103,8 +182,9 @@ func (r *Request) Wait() error {
 		return nil
 	}
 	st := make([]C.MPI_Status, len(r.h))
+	was := slices.Clone(r.h)
 	rc := C.MPI_Waitall(C.int(len(r.h)), &r.h[0], &st[0])
-	r.settle()
+	r.settle(was, st)
 	return statusError("MPI_Waitall", rc, st)
 }
 
@@ -117,10 +197,53 @@ func (r *Request) Test() (bool, error) {
 		return true, nil
 	}
 	st := make([]C.MPI_Status, len(r.h))
+	was := slices.Clone(r.h)
 	var flag C.int
 	rc := C.MPI_Testall(C.int(len(r.h)), &r.h[0], &flag, &st[0])
-	r.settle()
+	r.settle(was, st)
 	return flag != 0, statusError("MPI_Testall", rc, st)
+}
+
+// Cancel withdraws r, a receive that may still be pending, and completes
+// it: MPI_Cancel on each of its pending MPI requests, then MPI_Waitall.
+// Cancel does not wait for any other rank (MPI makes the wait for a
+// cancelled request local), so it suits tearing down a receive that no
+// message may ever match, such as a listener for an abort notice. On return
+// r is complete and its buffer unpinned, as after Wait, so Live no longer
+// counts it.
+//
+// cancelled reports whether the receive, or a piece of a chunked one, was
+// withdrawn before a message matched it; false means that the message had
+// already arrived (or was arriving) and buf holds it: Status says from whom.
+// Cancel on a receive that has already completed returns its Status's
+// Cancelled and nil; on a nil Request it returns false and nil.
+//
+// Errors: a Request that is not a receive (Isend, Ibarrier, IsendStrided:
+// MPI-4 deprecates cancelling sends) returns an error wrapping ErrInvalid
+// and stays pending. If MPI_Cancel fails (an *Error with Op "MPI_Cancel"),
+// r stays pending and must still be completed; an error from the wait is
+// reported as by Wait.
+func (r *Request) Cancel() (cancelled bool, err error) {
+	const op = "MPI_Cancel"
+	if r == nil || len(r.h) == 0 {
+		return false, nil
+	}
+	if !r.recv {
+		return false, invalid(op, "the request is not a receive; only receives can be cancelled")
+	}
+	null := C.m2n_request_null()
+	for i := range r.h {
+		if r.h[i] == null {
+			continue
+		}
+		if err := check(op, C.MPI_Cancel(&r.h[i])); err != nil {
+			return false, err
+		}
+	}
+	if err := r.Wait(); err != nil {
+		return false, err
+	}
+	return r.st.Cancelled, nil
 }
 
 // Waitall blocks until every request in reqs has completed (one MPI_Waitall
@@ -131,8 +254,9 @@ func Waitall(reqs []*Request) error {
 	if len(hs) == 0 {
 		return nil
 	}
+	was := slices.Clone(hs)
 	rc := C.MPI_Waitall(C.int(len(hs)), &hs[0], &st[0])
-	scatter(reqs, hs)
+	scatter(reqs, was, hs, st)
 	return statusError("MPI_Waitall", rc, st)
 }
 
@@ -145,9 +269,10 @@ func Testall(reqs []*Request) (done bool, err error) {
 	if len(hs) == 0 {
 		return true, nil
 	}
+	was := slices.Clone(hs)
 	var flag C.int
 	rc := C.MPI_Testall(C.int(len(hs)), &hs[0], &flag, &st[0])
-	scatter(reqs, hs)
+	scatter(reqs, was, hs, st)
 	return flag != 0, statusError("MPI_Testall", rc, st)
 }
 
@@ -169,15 +294,17 @@ func gather(reqs []*Request) ([]C.MPI_Request, []C.MPI_Status) {
 	return hs, make([]C.MPI_Status, n)
 }
 
-// scatter copies the handles that MPI updated back into reqs and unpins
-// the requests that completed.
-func scatter(reqs []*Request, hs []C.MPI_Request) {
+// scatter copies the handles that MPI updated back into reqs and settles
+// each request (see settle) with its share of was and st, which run
+// parallel to hs.
+func scatter(reqs []*Request, was, hs []C.MPI_Request, st []C.MPI_Status) {
 	for _, r := range reqs {
 		if r == nil {
 			continue
 		}
-		hs = hs[copy(r.h, hs):]
-		r.settle()
+		n := copy(r.h, hs)
+		r.settle(was[:n], st[:n])
+		was, hs, st = was[n:], hs[n:], st[n:]
 	}
 }
 

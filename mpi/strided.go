@@ -111,7 +111,8 @@ func (c *Comm) strided(op string, buf []byte, at Strided, peer, tag int) (*Reque
 	}
 	// MPI keeps a datatype alive until the operations that use it end.
 	defer C.MPI_Type_free(&dt)
-	r := &Request{h: make([]C.MPI_Request, 1)}
+	r := newRequest(1, op == "MPI_Irecv")
+	r.h = r.h[:1]
 	r.pinBuf(buf)
 	base := unsafe.Pointer(&buf[at.Offset])
 	var rc C.int

@@ -1,16 +1,15 @@
 package nccl
 
-// #cgo LDFLAGS: -ldl
-// #include <stdlib.h>
 // #include "shim.h"
 import "C"
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"unsafe"
+
+	"github.com/m2n-dev/m2n/internal/dl"
 )
 
 // DefaultLibrary is the file Load opens unless M2N_NCCL_PATH names another:
@@ -29,25 +28,28 @@ var load struct {
 
 // Load opens NCCL. It is safe to call more than once and from several
 // goroutines; the first result sticks. Every other function here needs it
-// and calls it.
+// and calls it. When the library cannot be opened the error wraps
+// ErrNotAvailable and says why ("nccl: not available: libnccl.so.2 not
+// found: tried libnccl.so.2: cannot open shared object file: ..."); a
+// library that opens but lacks a required entry point is an error naming
+// the file and the symbols.
 func Load() error {
-	load.once.Do(func() {
-		path := DefaultLibrary
-		if p := os.Getenv("M2N_NCCL_PATH"); p != "" {
-			path = p
-		}
-		cpath := C.CString(path)
-		defer C.free(unsafe.Pointer(cpath))
-		var msg [512]C.char
-		switch C.m2n_nccl_open(cpath, &msg[0], C.size_t(len(msg))) {
-		case 0:
-		case 1:
-			load.err = fmt.Errorf("%w: %s not found: %s", ErrNotAvailable, path, C.GoString(&msg[0]))
-		default:
-			load.err = fmt.Errorf("nccl: %s is not a usable NCCL: %s", path, C.GoString(&msg[0]))
-		}
-	})
+	load.once.Do(func() { load.err = open() })
 	return load.err
+}
+
+func open() error {
+	lib, err := dl.Open(dl.Spec{Name: DefaultLibrary, Env: "M2N_NCCL_PATH", Candidates: []string{DefaultLibrary}})
+	if errors.Is(err, dl.ErrNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
+	}
+	if err != nil {
+		return fmt.Errorf("nccl: %w", err)
+	}
+	if err := lib.Resolve(unsafe.Pointer(C.m2n_nccl_table())); err != nil {
+		return fmt.Errorf("nccl: not a usable NCCL: %w", err)
+	}
+	return nil
 }
 
 // Version returns NCCL's version code: 22803 for 2.28.3.

@@ -1,11 +1,11 @@
-// shim.c opens libnccl.so.2 with dlopen and forwards calls to it. NCCL's
-// entry points are not versioned; the plain names are the exported symbols.
-#include <dlfcn.h>
+// shim.c forwards calls to libnccl.so.2, which internal/dl opens with dlopen.
+// NCCL's entry points are not versioned; the plain names are the exported
+// symbols.
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../internal/dl/dl.h"
 #include "shim.h"
 
 #define M2N_NCCL_MAGIC 0xcafebeef
@@ -37,13 +37,9 @@ static struct {
 	ncclResult_t (*ncclAllGather)(const void *, void *, size_t, int, ncclComm_t, stream_t);
 } fn;
 
-#define E(f, req) { (void **)&fn.f, #f, req }
+#define E(f, req) { (void **)&fn.f, { #f, NULL }, !(req) }
 
-static struct {
-	void **slot;
-	const char *name;
-	int required;
-} entries[] = {
+static m2n_dl_sym entries[] = {
 	E(ncclGetErrorString, 1),
 	E(ncclGetLastError, 0),
 	E(ncclGetVersion, 1),
@@ -67,31 +63,9 @@ static struct {
 
 #undef E
 
-static void *lib;
+static const m2n_dl_table table = M2N_DL_TABLE(entries);
 
-int m2n_nccl_open(const char *path, char *err, size_t errlen) {
-	if (lib != NULL) {
-		return 0;
-	}
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return 1;
-	}
-	for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
-		void *p = dlsym(h, entries[i].name);
-		if (p == NULL && entries[i].required) {
-			snprintf(err, errlen, "%s: no entry point %s", path, entries[i].name);
-			dlclose(h);
-			memset(&fn, 0, sizeof(fn));
-			return 2;
-		}
-		*entries[i].slot = p;
-	}
-	lib = h;
-	return 0;
-}
+const void *m2n_nccl_table(void) { return &table; }
 
 int m2n_nccl_has(int which) {
 	switch (which) {

@@ -1,5 +1,5 @@
-// shim.h declares the C layer between Go and libnccl.so.2, which is opened
-// with dlopen at run time; nccl.h is not needed to build. The types restate
+// shim.h declares the C layer between Go and libnccl.so.2, which
+// internal/dl opens with dlopen at run time; nccl.h is not needed to build. The types restate
 // nccl.h (NCCL 2.18 to 2.28).
 #ifndef M2N_NCCL_SHIM_H
 #define M2N_NCCL_SHIM_H
@@ -46,10 +46,10 @@ m2n_nccl_config *m2n_nccl_config_new(int blocking, int cgaClusterSize, int minCT
 	const char *netName, int splitShare, const char *commName);
 void m2n_nccl_config_free(m2n_nccl_config *c);
 
-// m2n_nccl_open opens the library at path and resolves its entry points;
-// 0 on success, else 1 (dlopen failed) or 2 (a required symbol is missing)
-// with a message in err.
-int m2n_nccl_open(const char *path, char *err, size_t errlen);
+// m2n_nccl_table is the entry points' symbol table, an m2n_dl_table
+// (internal/dl/dl.h) that Load resolves; Split, Finalize and GetLastError
+// are optional.
+const void *m2n_nccl_table(void);
 // m2n_nccl_has reports whether an optional entry point exists: 0 Split,
 // 1 Finalize, 2 GetLastError.
 int m2n_nccl_has(int which);

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -184,6 +185,9 @@ type Report struct {
 	// verified, with Verify), in call order; Failed the others.
 	Completed, Failed []string
 	Stats             Stats
+	// Seconds is how long the run took on this rank, from its buffer
+	// check to its last agreement.
+	Seconds float64
 }
 
 // Run moves one step's data: bufs holds this rank's buffers, one entry per
@@ -205,6 +209,7 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 	if coll.Rank() != p.rank || coll.Size() != p.world {
 		return nil, fmt.Errorf("reshard: a call prepared on rank %d of %d run on rank %d of %d", p.rank, p.world, coll.Rank(), coll.Size())
 	}
+	start := time.Now()
 	names := make([]string, len(p.Specs))
 	for i, s := range p.Specs {
 		names[i] = s.Name
@@ -214,6 +219,7 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 		return nil, err
 	}
 	rep := &Report{}
+	defer func() { rep.Seconds = time.Since(start).Seconds() }()
 	if len(p.Specs) == 0 {
 		return rep, nil
 	}

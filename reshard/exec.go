@@ -73,6 +73,11 @@ type Executor struct {
 	// RegionReader.
 	Verify bool
 
+	// Progress, if set, is called after every step of a run completes,
+	// with the bytes this rank has moved so far in the run (sent,
+	// received and copied) and the tensors it is done with.
+	Progress func(bytes int64, tensors int)
+
 	// staging, grown on demand and kept between runs: [slot][0 send, 1 recv]
 	staging [2][2]Buffer
 	// scratch holds whole-tensor buffers (BufFull) kept between runs, by
@@ -125,6 +130,7 @@ type Incompleter interface {
 // inflight is a posted step.
 type inflight struct {
 	st      *Step
+	index   int // the step's index in the program
 	pending Pending
 	stage   Buffer // the round's receive staging
 }
@@ -161,20 +167,25 @@ func (e *Executor) Run(ctx context.Context, p *Program, bufs []TensorBuffers) (S
 			if err := d.complete(ctx, queue[0]); err != nil {
 				return st, err
 			}
+			d.progress(queue[0].index)
 			queue = queue[1:]
 		}
 		f, err := d.start(s)
 		if err != nil {
 			return st, err
 		}
+		f.index = i
 		if f.pending != nil {
 			queue = append(queue, f)
+		} else {
+			d.progress(i)
 		}
 	}
 	for _, f := range queue {
 		if err := d.complete(ctx, f); err != nil {
 			return st, err
 		}
+		d.progress(f.index)
 	}
 	return st, e.Mem.Sync()
 }
@@ -208,6 +219,35 @@ type driver struct {
 	st     *Stats
 	reader RegionReader
 	full   []Buffer
+	moved  int64 // bytes of the steps completed so far
+	done   int   // tensors done so far
+	byStep []int // tensors done after each step (for Progress)
+}
+
+// progress reports step i's completion to the executor's Progress.
+func (d *driver) progress(i int) {
+	if d.e.Progress == nil {
+		return
+	}
+	if d.byStep == nil {
+		d.byStep = make([]int, len(d.p.Steps))
+		for _, k := range d.p.Done {
+			if k >= 0 {
+				d.byStep[k]++
+			}
+		}
+	}
+	s := &d.p.Steps[i]
+	for _, c := range s.Copies {
+		d.moved += c.Bytes
+	}
+	for _, list := range [][]Wire{s.Sends, s.Recvs} {
+		for _, w := range list {
+			d.moved += w.Bytes
+		}
+	}
+	d.done += d.byStep[i]
+	d.e.Progress(d.moved, d.done)
 }
 
 // prepare sizes the staging and the scratch the program needs, reusing

@@ -31,6 +31,9 @@ type Program struct {
 	// Messages counts the schedule messages this rank sends, receives or
 	// copies.
 	Messages int
+	// Done[t] is the index of the step after which this rank has moved
+	// every byte of tensor t it takes part in (-1: none), for progress.
+	Done []int
 
 	sched *Schedule
 }
@@ -139,6 +142,10 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 		return nil, err
 	}
 	p := &Program{Rank: rank, World: s.World(), Route: s.Route, Full: make([]int64, len(s.Plans)), sched: s}
+	p.Done = make([]int, len(s.Plans))
+	for t := range p.Done {
+		p.Done[t] = -1
+	}
 	// staged[dir] is the staging offset the current round has reached.
 	var step *Step
 	var staged [2]int64
@@ -165,6 +172,7 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 			staged = [2]int64{}
 			clear(done)
 		}
+		p.Done[m.Tensor] = len(p.Steps)
 		if m.Src == m.Dst {
 			from, err := c.regions(m, m.From)
 			if err != nil {

@@ -20,6 +20,7 @@ run() { # name, command...
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 (cd cuda && run cuda-tests "$bin/cuda.test" -test.v -test.timeout 300s)
 (cd nccl && run nccl-tests "$bin/nccl.test" -test.v -test.timeout 120s)
+(cd internal/nvlink && run nvlink-tests "$bin/nvlink.test" -test.v -test.timeout 60s)
 run refit-cuda scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all,auto --check --iters 5
 run refit-cuda-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 \
@@ -27,4 +28,5 @@ run refit-cuda-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device c
 run refit-cuda-pp scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --pp-stages 1 --shape 4096x4096 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 3
 run pack-bench "$bin/refit" pack-bench
+run quant-bench "$bin/refit" quant-bench
 cat "$out/summary.txt"

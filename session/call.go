@@ -128,6 +128,35 @@ func (c *Call) Run(ctx context.Context, bufs []reshard.TensorBuffers) (*reshard.
 	return rep, nil
 }
 
+// OnProgress sets fn to be called after every step (round) of a run that
+// completes on this rank, with the bytes this rank has moved so far in the
+// run and the tensors it is done with; nil turns it off. fn runs on the
+// goroutine that called Run.
+func (c *Call) OnProgress(fn func(bytes int64, tensors int)) { c.ex.Progress = fn }
+
+// Bytes returns what this rank moves in one run: the bytes it sends,
+// receives and copies, and the tensors it takes part in.
+func (c *Call) Bytes() (bytes int64, tensors int) {
+	p := c.prep.Program
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		for _, cp := range s.Copies {
+			bytes += cp.Bytes
+		}
+		for _, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
+			for _, w := range list {
+				bytes += w.Bytes
+			}
+		}
+	}
+	for _, k := range p.Done {
+		if k >= 0 {
+			tensors++
+		}
+	}
+	return bytes, tensors
+}
+
 // Schedule returns the call's schedule.
 func (c *Call) Schedule() *reshard.Schedule { return c.prep.Schedule }
 

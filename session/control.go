@@ -348,12 +348,27 @@ func (c *control) close() error {
 	}
 	c.notice, c.query = nil, nil
 	for _, r := range c.keep {
-		if done, _ := r.Test(); !done {
-			_, _ = r.Cancel()
+		if done, _ := r.Test(); done {
+			continue
+		}
+		// a receive can be withdrawn; a send to a peer that never looks
+		// cannot (MPI cannot cancel it), so it stays reachable here:
+		// collecting a request whose buffer is pinned crashes the runtime.
+		if _, err := r.Cancel(); err != nil {
+			stranded.Lock()
+			stranded.reqs = append(stranded.reqs, r)
+			stranded.Unlock()
 		}
 	}
 	c.keep = nil
 	return errors.Join(errs...)
+}
+
+// stranded keeps sends that can never complete (control messages to peers
+// that are gone) reachable for the life of the process.
+var stranded struct {
+	sync.Mutex
+	reqs []*mpi.Request
 }
 
 // closeIfHealthy closes a control plane that did not abort; an aborted

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/internal/nvlink"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/reshard"
@@ -44,15 +45,16 @@ func newDevice(s *Session) (device, error) {
 		}
 		return d, nil
 	}
-	return cpuDevice{inPlace: !s.opts.NoInPlace}, nil
+	return cpuDevice{inPlace: !s.opts.NoInPlace, mem: newHostMemory()}, nil
 }
 
 // cpuDevice keeps tensors in host memory and moves them with MPI.
-type cpuDevice struct{ inPlace bool }
+type cpuDevice struct {
+	inPlace bool
+	mem     *hostMemory
+}
 
-type hostMemory struct{ reshard.HostMemory }
-
-func (cpuDevice) memory() Memory { return hostMemory{} }
+func (d cpuDevice) memory() Memory { return d.mem }
 
 func (d cpuDevice) transport(comm *mpi.Comm) (reshard.Transport, error) {
 	return mpi.NewTransport(comm, d.inPlace), nil
@@ -132,7 +134,7 @@ func (d *gpuDevice) forTopology(base reshard.Transport, topo reshard.Topology) r
 }
 
 func (d *gpuDevice) domainKey() string {
-	k, err := cuda.DomainKey(d.ordinal)
+	k, err := nvlink.DomainKey(d.ordinal)
 	if err != nil {
 		return ""
 	}

@@ -89,32 +89,20 @@ func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 	return r.Schedule(st.Plans, st.Topo, s.Schedule)
 }
 
-// StageProblem is the model's problem for one stage's tensors: bytes and
-// domain loads add, the source paths are the most any tensor has (as
-// hier.Auto sums them), and rho is the byte-weighted mean of the tensors'
+// StageProblem is the model's problem for one stage's tensors:
+// hier.ProblemOf (bytes and domain loads add, the source paths are the
+// most any tensor has), with rho the byte-weighted mean of the tensors'
 // replication, rounded, so that flat's rho*B counts each tensor's own
-// replicas (a whole model mixes tensors sharded over TP, replicated rho
-// times, with norms replicated on every rank; the largest rho would charge
-// every byte with the norms' replication).
+// replicas. A whole model mixes tensors sharded over TP, replicated rho
+// times, with norms replicated on every rank; the largest rho, which
+// ProblemOf keeps, would charge every byte with the norms' replication
+// (8 times too much for DeepSeek-V3 on TP8 x DP16).
 func StageProblem(st Stage, chunk float64) hier.Problem {
-	var prob hier.Problem
+	prob := hier.ProblemOf(st.Plans, st.Topo, chunk)
 	var rhoBytes float64
-	for i, p := range st.Plans {
+	for _, p := range st.Plans {
 		q := hier.FromPlan(p, st.Topo, chunk)
 		rhoBytes += float64(q.Rho) * q.Bytes
-		if i == 0 {
-			prob = q
-			continue
-		}
-		prob.Bytes += q.Bytes
-		prob.Sources = max(prob.Sources, q.Sources)
-		for j := range prob.Domains {
-			if j < len(q.Domains) {
-				prob.Domains[j].Bytes += q.Domains[j].Bytes
-				prob.Domains[j].Copies += q.Domains[j].Copies
-				prob.Domains[j].RecvFlat += q.Domains[j].RecvFlat
-			}
-		}
 	}
 	if prob.Bytes > 0 {
 		prob.Rho = max(1, int(math.Round(rhoBytes/prob.Bytes)))
@@ -123,29 +111,17 @@ func StageProblem(st Stage, chunk float64) hier.Problem {
 }
 
 // ConcurrentProblem combines the problems of stages that run at once on
-// disjoint sources and shared destinations: bytes and source paths add,
-// and each destination domain's loads add (the stages' topologies keep the
-// world's domain order, so domain j is the same in every stage).
+// disjoint sources and shared destinations (hier.Combine: bytes, source
+// paths and each destination domain's loads add), rho again the
+// byte-weighted mean.
 func ConcurrentProblem(ps []hier.Problem) hier.Problem {
-	var out hier.Problem
-	for i, p := range ps {
-		if i == 0 {
-			out = p
-			out.Domains = append([]hier.DomainLoad(nil), p.Domains...)
-			continue
-		}
-		out.Bytes += p.Bytes
-		out.Sources += p.Sources
-		out.Rho = max(1, int(math.Round((float64(out.Rho)*(out.Bytes-p.Bytes)+float64(p.Rho)*p.Bytes)/out.Bytes)))
-		for j := range p.Domains {
-			if j < len(out.Domains) {
-				out.Domains[j].Bytes += p.Domains[j].Bytes
-				out.Domains[j].Copies += p.Domains[j].Copies
-				out.Domains[j].RecvFlat += p.Domains[j].RecvFlat
-			} else {
-				out.Domains = append(out.Domains, p.Domains[j])
-			}
-		}
+	out := hier.Combine(ps...)
+	var rhoBytes float64
+	for _, p := range ps {
+		rhoBytes += float64(p.Rho) * p.Bytes
+	}
+	if out.Bytes > 0 {
+		out.Rho = max(1, int(math.Round(rhoBytes/out.Bytes)))
 	}
 	return out
 }

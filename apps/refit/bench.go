@@ -8,6 +8,7 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
 )
 
@@ -32,7 +33,7 @@ source sends a strided box to every destination. Any refit run flags apply.`,
   scripts/mpirun.sh -np 8 bin/refit bench --dst-placements S0 --iters 20 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runJob(cmd.OutOrStdout(), &f, plainExchange)
+			return runJob(cmd.OutOrStdout(), &f, benchPlain)
 		},
 	}
 	f.register(cmd)
@@ -59,63 +60,100 @@ type plainReport struct {
 	Ratio        float64 `json:"reshard_over_plain_bandwidth"`
 }
 
-// plainExchange times one contiguous message per (source, destination)
-// pair of the plan, of the pair's total bytes, interleaved with iterations
-// of the first route, and appends the comparison to the report.
-func plainExchange(p *pairRun, rep *runReport) error {
-	if len(rep.Routes) == 0 {
-		return nil
-	}
-	j, s, plan := p.j, p.s, p.plan
-	rank := s.Rank()
-	// bytes per pair, from the plan.
-	sendTo := map[int]int64{}
-	recvFrom := map[int]int64{}
-	for _, i := range plan.Sends(rank) {
-		t := plan.Transfer(int(i))
-		if t.Dst != rank {
-			sendTo[t.Dst] += t.Bytes()
-		}
-	}
-	for _, i := range plan.Recvs(rank) {
-		t := plan.Transfer(int(i))
-		if t.Src != rank {
-			recvFrom[t.Src] += t.Bytes()
+// plainExchange is a plain exchange of exactly the bytes a call's schedule
+// moves between each pair of ranks, over the same transport: one
+// contiguous message per pair, all posted at once (Isend/Irecv over MPI,
+// grouped ncclSend/ncclRecv on GPUs), the baseline a reshard is measured
+// against.
+type plainExchange struct {
+	mem            session.Memory
+	sendTo, recvFr map[int]int64
+	send, recv     reshard.Buffer
+}
+
+// newPlainExchange sizes rank's side of the exchange from a schedule: the
+// bytes of every message between two different ranks, per pair.
+func newPlainExchange(mem session.Memory, s *reshard.Schedule, rank int) (*plainExchange, error) {
+	px := &plainExchange{mem: mem, sendTo: map[int]int64{}, recvFr: map[int]int64{}}
+	for i := range s.Messages {
+		m := &s.Messages[i]
+		switch {
+		case m.Src == m.Dst:
+		case m.Src == rank:
+			px.sendTo[m.Dst] += m.Bytes
+		case m.Dst == rank:
+			px.recvFr[m.Src] += m.Bytes
 		}
 	}
 	var sendTotal, recvTotal int64
-	for _, n := range sendTo {
+	for _, n := range px.sendTo {
 		sendTotal += n
 	}
-	for _, n := range recvFrom {
+	for _, n := range px.recvFr {
 		recvTotal += n
 	}
-	mem := s.Memory()
-	sendBuf, err := mem.Alloc(sendTotal)
-	if err != nil {
-		return err
+	var err error
+	if px.send, err = mem.Alloc(sendTotal); err != nil {
+		return nil, err
 	}
-	defer mem.Free(sendBuf)
-	recvBuf, err := mem.Alloc(recvTotal)
-	if err != nil {
-		return err
+	if px.recv, err = mem.Alloc(recvTotal); err != nil {
+		mem.Free(px.send)
+		return nil, err
 	}
-	defer mem.Free(recvBuf)
 	fill := make([]byte, sendTotal)
 	for i := range fill {
 		fill[i] = byte(i)
 	}
-	if err := mem.Upload(sendBuf, fill); err != nil {
+	return px, mem.Upload(px.send, fill)
+}
+
+// bytes returns what this rank sends and receives in the exchange.
+func (px *plainExchange) bytes() (sent, recv int64) { return px.send.Len(), px.recv.Len() }
+
+// run posts the whole exchange on tr and waits for it, at most timeout.
+func (px *plainExchange) run(tr reshard.Transport, timeout time.Duration) error {
+	var ops []reshard.Op
+	var off int64
+	for _, p := range sortedKeys(px.recvFr) {
+		ops = append(ops, reshard.Op{Peer: p, Buf: px.recv, Off: off, Len: px.recvFr[p]})
+		off += px.recvFr[p]
+	}
+	off = 0
+	for _, p := range sortedKeys(px.sendTo) {
+		ops = append(ops, reshard.Op{Peer: p, Send: true, Buf: px.send, Off: off, Len: px.sendTo[p]})
+		off += px.sendTo[p]
+	}
+	pend, err := tr.Start(ops)
+	if err != nil {
 		return err
 	}
-	peers := func(m map[int]int64) []int {
-		var out []int
-		for p := range m {
-			out = append(out, p)
-		}
-		sort.Ints(out)
-		return out
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return pend.Wait(ctx)
+}
+
+func (px *plainExchange) free() {
+	px.mem.Free(px.send)
+	px.mem.Free(px.recv)
+}
+
+func sortedKeys(m map[int]int64) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
+	sort.Ints(out)
+	return out
+}
+
+// benchPlain times one contiguous message per (source, destination)
+// pair of the plan, of the pair's total bytes, interleaved with iterations
+// of the first route, and appends the comparison to the report.
+func benchPlain(p *pairRun, rep *runReport) error {
+	if len(rep.Routes) == 0 {
+		return nil
+	}
+	j, s, plan := p.j, p.s, p.plan
 	first := rep.Routes[0]
 	route, err := hier.ParseRoute(strings.TrimPrefix(first.Route, "auto:"), j.set.balance, p.fabric)
 	if err != nil {
@@ -126,29 +164,12 @@ func plainExchange(p *pairRun, rep *runReport) error {
 		return err
 	}
 	defer call.Close()
-	tr := call.Transport()
-	// the baseline: over the same transport (MPI, or NCCL on GPUs), one
-	// contiguous message per pair, all in one round.
-	exchange := func() error {
-		var ops []reshard.Op
-		var off int64
-		for _, p := range peers(recvFrom) {
-			ops = append(ops, reshard.Op{Peer: p, Buf: recvBuf, Off: off, Len: recvFrom[p]})
-			off += recvFrom[p]
-		}
-		off = 0
-		for _, p := range peers(sendTo) {
-			ops = append(ops, reshard.Op{Peer: p, Send: true, Buf: sendBuf, Off: off, Len: sendTo[p]})
-			off += sendTo[p]
-		}
-		pend, err := tr.Start(ops)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.Options().Timeout)
-		defer cancel()
-		return pend.Wait(ctx)
+	px, err := newPlainExchange(s.Memory(), call.Schedule(), s.Rank())
+	if err != nil {
+		return err
 	}
+	defer px.free()
+	exchange := func() error { return px.run(call.Transport(), s.Options().Timeout) }
 	bufs := p.buffers()
 	timeIt := func(fn func() error) (float64, error) {
 		if err := s.Barrier(context.Background()); err != nil {

@@ -114,6 +114,7 @@ Jobs (launch with mpirun or srun):
   refit run         reshard a tensor for real, per route, checked and timed
   refit bench       a reshard against a plain MPI exchange of the same bytes
   refit sweep       flat, agbcast and hier against their model bounds, over rho and domains
+  refit sync        refit a whole model every step (one prepared call per pipeline stage)
   refit soak        many consecutive reshards, with memory and handle accounting
 
 Offline commands (no launcher needed):
@@ -122,6 +123,8 @@ Offline commands (no launcher needed):
   refit plan        show the transfers a reshard makes
   refit bound       each route's speed-of-light bound and auto's choice
   refit pack-bench  the GPU pack/unpack kernels against a plain copy
+  refit quantize    a raw bf16/f32 tensor to FP8 E4M3 bytes and scales, as a destination gets it
+  refit quant-bench the GPU FP8 quantize-pack kernels against packing alone and convert-after
   refit sim         each route's schedule simulated on a modelled cluster, beside its bound
   refit plot        PNG plots from refit sim --json: time against rho, whole-model bars, link use
 
@@ -133,7 +136,8 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
-	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newPackBenchCmd(), newSoakCmd(), newSimCmd(), newPlotCmd())
+	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newSyncCmd(),
+		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd(), newSimCmd(), newPlotCmd())
 	return root
 }
 

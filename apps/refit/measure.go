@@ -248,19 +248,26 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 	return rr, nil
 }
 
-// measureLocal measures the local-fabric bandwidth per rank: the
-// destination ranks of each domain pass a buffer around a ring inside the
-// domain over the call's transport (local traffic runs at the real speed
-// under emulation), all domains at once, and the slowest rank's rate
-// counts.
+// measureLocal measures the local-fabric bandwidth per rank among the
+// pair's destination ranks (localBandwidth).
 func (p *pairRun) measureLocal(call *session.Call) (float64, error) {
+	bw, err := localBandwidth(p.s, call, p.dst.Mesh().Ranks())
+	p.j.log.Debug().Float64("local_bw", bw).Msg("measured local bandwidth")
+	return bw, err
+}
+
+// localBandwidth measures the local-fabric bandwidth per rank: the
+// destination ranks (dst) of each domain pass a buffer around a ring
+// inside the domain over the call's transport (local traffic runs at the
+// real speed under emulation), all domains at once, and the slowest rank's
+// rate counts. Every rank of s takes part.
+func localBandwidth(s *session.Session, call *session.Call, dst []int) (float64, error) {
 	const n = 8 << 20
-	s := p.s
 	topo := call.Topology()
 	var peers []int
-	if p.dst.Mesh().Contains(s.Rank()) {
-		for i := 0; i < p.dst.Mesh().Size(); i++ {
-			if r := p.dst.Mesh().RankAt(i); topo.Domain[r] == topo.Domain[s.Rank()] {
+	if slices.Contains(dst, s.Rank()) {
+		for _, r := range dst {
+			if topo.Domain[r] == topo.Domain[s.Rank()] {
 				peers = append(peers, r)
 			}
 		}
@@ -303,7 +310,6 @@ func (p *pairRun) measureLocal(call *session.Call) (float64, error) {
 		}
 		best = max(best, n/slow)
 	}
-	p.j.log.Debug().Float64("local_bw", best).Msg("measured local bandwidth")
 	return best, nil
 }
 

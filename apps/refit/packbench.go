@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/internal/packbench"
 	"github.com/spf13/cobra"
 )
 
@@ -43,7 +44,7 @@ no launcher.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, formatBytes(n), iters, cuda.FormatBench(res))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, formatBytes(n), iters, packbench.Format(res))
 			return nil
 		},
 	}

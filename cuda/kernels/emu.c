@@ -1,7 +1,8 @@
-// emu.c compiles the strided-copy kernels (strided.cu) for the
-// CPU and runs a launch one simulated thread at a time. The kernels share no
-// memory between threads and never synchronise, so running the threads in
-// sequence computes what the GPU computes.
+// emu.c compiles the strided-copy and FP8 kernels (strided.cu, quant.h)
+// for the CPU and runs a launch one simulated thread at a time. The kernels
+// share no memory between threads and never synchronise (the amax kernels'
+// shuffles and atomics are GPU-only: here every lane folds its own amax in),
+// so running the threads in sequence computes what the GPU computes.
 #include <string.h>
 
 #include "emu.h"
@@ -16,6 +17,7 @@ static m2n_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define M2N_INLINE static inline
 #define M2N_ALIGNED(n) struct __attribute__((aligned(n)))
 #define M2N_PARAMS const m2n_copy_params
+#define M2N_QPARAMS const m2n_quant_params
 
 #include "strided.cu"
 
@@ -28,6 +30,44 @@ int m2n_emu_launch(int width, const m2n_copy_params *p, unsigned int grid, unsig
 	case 2: k = m2n_copy2; break;
 	case 1: k = m2n_copy1; break;
 	default: return 1;
+	}
+	gridDim.x = grid;
+	blockDim.x = block;
+	for (unsigned int b = 0; b < grid; b++) {
+		blockIdx.x = b;
+		for (unsigned int t = 0; t < block; t++) {
+			threadIdx.x = t;
+			k(*p);
+		}
+	}
+	return 0;
+}
+
+typedef void (*m2n_quant_kernel)(const m2n_quant_params);
+
+static const struct {
+	const char *name;
+	m2n_quant_kernel k;
+} quant_kernels[] = {
+	{"m2n_quant_bf16_8", m2n_quant_bf16_8}, {"m2n_quant_bf16_4", m2n_quant_bf16_4},
+	{"m2n_quant_bf16_2", m2n_quant_bf16_2}, {"m2n_quant_bf16_1", m2n_quant_bf16_1},
+	{"m2n_quant_f32_4", m2n_quant_f32_4}, {"m2n_quant_f32_2", m2n_quant_f32_2},
+	{"m2n_quant_f32_1", m2n_quant_f32_1},
+	{"m2n_amax_bf16_8", m2n_amax_bf16_8}, {"m2n_amax_bf16_4", m2n_amax_bf16_4},
+	{"m2n_amax_bf16_2", m2n_amax_bf16_2}, {"m2n_amax_bf16_1", m2n_amax_bf16_1},
+	{"m2n_amax_f32_4", m2n_amax_f32_4}, {"m2n_amax_f32_2", m2n_amax_f32_2},
+	{"m2n_amax_f32_1", m2n_amax_f32_1},
+};
+
+int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned int grid, unsigned int block) {
+	m2n_quant_kernel k = 0;
+	for (size_t i = 0; i < sizeof quant_kernels / sizeof quant_kernels[0]; i++) {
+		if (strcmp(quant_kernels[i].name, name) == 0) {
+			k = quant_kernels[i].k;
+		}
+	}
+	if (!k) {
+		return 1;
 	}
 	gridDim.x = grid;
 	blockDim.x = block;

@@ -10,6 +10,10 @@ import (
 	"unsafe"
 )
 
+// QuantParamsSize is the size in bytes of the FP8 kernels' parameter block
+// (m2n_quant_params in params.h).
+const QuantParamsSize = C.sizeof_m2n_quant_params
+
 // ParamsSize is the size in bytes of the strided-copy kernels' parameter
 // block (m2n_copy_params in params.h).
 const ParamsSize = C.sizeof_m2n_copy_params
@@ -40,6 +44,27 @@ func Emulate(width int, params []byte, grid, block int) error {
 	C.memcpy(unsafe.Pointer(&p), unsafe.Pointer(&params[0]), C.size_t(len(params)))
 	if C.m2n_emu_launch(C.int(width), &p, C.uint(grid), C.uint(block)) != 0 {
 		return fmt.Errorf("kernels: no kernel for width %d", width)
+	}
+	return nil
+}
+
+// EmulateQuant runs the FP8 kernel name (m2n_quant_<src>_<vec> or
+// m2n_amax_<src>_<vec>, see quant.h) on the CPU with the parameter block
+// params over grid blocks of block threads, one thread after another. As
+// for Emulate, the addresses in params must point into memory from Alloc.
+func EmulateQuant(name string, params []byte, grid, block int) error {
+	if len(params) != QuantParamsSize {
+		return fmt.Errorf("kernels: FP8 parameter block of %d bytes, want %d", len(params), QuantParamsSize)
+	}
+	if grid < 1 || block < 1 {
+		return fmt.Errorf("kernels: grid %d, block %d", grid, block)
+	}
+	var p C.m2n_quant_params
+	C.memcpy(unsafe.Pointer(&p), unsafe.Pointer(&params[0]), C.size_t(len(params)))
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	if C.m2n_emu_launch_quant(cname, &p, C.uint(grid), C.uint(block)) != 0 {
+		return fmt.Errorf("kernels: no FP8 kernel %q", name)
 	}
 	return nil
 }

@@ -30,4 +30,40 @@ typedef struct m2n_copy_params {
 	unsigned long long team_shift;
 } m2n_copy_params;
 
+// m2n_quant_params describes a quantize-pack (m2n_quant_*) or partial-amax
+// (m2n_amax_*) launch over a box of a tensor (fp8/ in Go has the rule and
+// the reference). The box's rows (one per index of its outer dims, each
+// row_elems elements along the last dim) sit in the source at src; a row r
+// is quantized into dst + r*row_elems. win is the window of block values
+// (float scales for quantize, amax bits as unsigned ints for amax) over the
+// blocks wlo..: block coordinates (the leading dims' indices, then the
+// block row and column) map to win[sum (b_i - wlo[i]) * wstride[i]].
+//
+// Quantize work items are (row, chunk) pairs, item = row*chunks_per_row +
+// chunk, chunk_elems elements each. Amax work items are (matrix, row group,
+// piece) triples, item = (matrix*groups + group)*chunks_per_row + piece: a
+// group is up to `group` box rows of one block row, a piece up to
+// chunk_elems columns of one block column (both aligned to the global
+// tensor), so that each item ends in one atomic max per team.
+typedef struct m2n_quant_params {
+	m2n_side src;
+	unsigned long long dst;
+	unsigned long long win;
+	unsigned long long nd;
+	unsigned long long lo[M2N_MAX_DIMS];
+	unsigned long long ext[M2N_MAX_DIMS];
+	unsigned long long wlo[M2N_MAX_DIMS];
+	unsigned long long wstride[M2N_MAX_DIMS];
+	unsigned long long block_rows;
+	unsigned long long block_cols;
+	unsigned long long col_shift; // log2(block_cols) when a power of two, else 64
+	unsigned long long row_elems;
+	unsigned long long chunk_elems;
+	unsigned long long chunks_per_row;
+	unsigned long long group;
+	unsigned long long groups;
+	unsigned long long items;
+	unsigned long long team_shift;
+} m2n_quant_params;
+
 #endif

@@ -9,6 +9,7 @@
 //
 // The file is plain C apart from the M2N_* macros, so that the tests can
 // compile it for the CPU (Emulate in emu.go) and run it one thread at a time.
+// The FP8 kernels (quant.h) are included at the end, into the same module.
 #include "params.h"
 
 #ifdef __CUDACC__
@@ -82,3 +83,5 @@ M2N_INLINE unsigned long long m2n_row_offset(const m2n_side *s, unsigned long lo
 #define M2N_NAME m2n_copy1
 #define M2N_T unsigned char
 #include "strided_body.h"
+
+#include "quant.h"

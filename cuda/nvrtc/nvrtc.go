@@ -1,6 +1,5 @@
 package nvrtc
 
-// #cgo LDFLAGS: -ldl
 // #include <stdlib.h>
 // #include "shim.h"
 import "C"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/m2n-dev/m2n/internal/dl"
 )
 
 // ErrNotAvailable reports that no NVRTC library could be opened; Load's error
@@ -47,10 +48,10 @@ func check(op string, r C.nvrtcResult) error {
 // Candidates returns the files Load tries, in order: M2N_NVRTC_PATH alone if
 // it is set; else the sonames for the dynamic loader's search, then the
 // toolkit's usual places ($CUDA_HOME, /usr/local/cuda, versioned toolkits).
-func Candidates() []string {
-	if p := os.Getenv("M2N_NVRTC_PATH"); p != "" {
-		return []string{p}
-	}
+func Candidates() []string { return spec().Paths() }
+
+// spec is the library Load opens.
+func spec() dl.Spec {
 	names := []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}
 	c := append([]string(nil), names...)
 	var dirs []string
@@ -70,7 +71,7 @@ func Candidates() []string {
 			c = append(c, filepath.Join(d, n))
 		}
 	}
-	return c
+	return dl.Spec{Name: "libnvrtc", Env: "M2N_NVRTC_PATH", Candidates: c}
 }
 
 var load struct {
@@ -81,7 +82,9 @@ var load struct {
 
 // Load opens NVRTC, trying Candidates in order. It is safe to call more than
 // once and from several goroutines; the first result sticks. If nothing can
-// be opened the error wraps ErrNotAvailable.
+// be opened the error wraps ErrNotAvailable and lists every file tried with
+// the dynamic loader's reason; a library that opens but lacks an entry point
+// is an error naming the file and the symbols.
 //
 // NVRTC loads its builtins library (libnvrtc-builtins.so.*) at the first
 // compile; Load opens it from NVRTC's own directory first so that the
@@ -100,35 +103,26 @@ func Path() string {
 }
 
 func open() (string, error) {
-	var tried []string
-	for _, p := range Candidates() {
-		cp := C.CString(p)
-		var msg, where [1024]C.char
-		r := C.m2n_nvrtc_open(cp, &msg[0], C.size_t(len(msg)), &where[0], C.size_t(len(where)))
-		C.free(unsafe.Pointer(cp))
-		switch r {
-		case 0:
-			path := C.GoString(&where[0])
-			if path == "" {
-				path = p
-			}
-			preloadBuiltins(filepath.Dir(path))
-			return path, nil
-		case 1:
-			tried = append(tried, C.GoString(&msg[0]))
-		default:
-			return "", fmt.Errorf("nvrtc: %s", C.GoString(&msg[0]))
-		}
+	lib, err := dl.Open(spec())
+	if errors.Is(err, dl.ErrNotFound) {
+		return "", fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	}
-	return "", fmt.Errorf("%w: libnvrtc not found: %s", ErrNotAvailable, strings.Join(tried, "; "))
+	if err != nil {
+		return "", fmt.Errorf("nvrtc: %w", err)
+	}
+	if err := lib.Resolve(unsafe.Pointer(C.m2n_nvrtc_table())); err != nil {
+		return "", fmt.Errorf("nvrtc: not a usable NVRTC: %w", err)
+	}
+	preloadBuiltins(filepath.Dir(lib.File))
+	return lib.File, nil
 }
 
+// preloadBuiltins opens NVRTC's builtins library from dir, if it is there,
+// for NVRTC's own dlopen of it to find; where it is not, NVRTC searches.
 func preloadBuiltins(dir string) {
 	matches, _ := filepath.Glob(filepath.Join(dir, "libnvrtc-builtins.so*"))
 	for _, m := range matches {
-		cm := C.CString(m)
-		C.m2n_nvrtc_preload(cm)
-		C.free(unsafe.Pointer(cm))
+		dl.Open(dl.Spec{Name: "libnvrtc-builtins", Candidates: []string{m}, Global: true})
 	}
 }
 

@@ -1,10 +1,7 @@
-// shim.c opens NVRTC with dlopen and forwards calls to it. NVRTC's entry
-// points are not versioned: the plain names are the exported symbols.
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
-
+// shim.c forwards calls to NVRTC, which internal/dl opens with dlopen.
+// NVRTC's entry points are not versioned: the plain names are the exported
+// symbols.
+#include "../../internal/dl/dl.h"
 #include "shim.h"
 
 static struct {
@@ -22,12 +19,9 @@ static struct {
 	nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char *);
 } fn;
 
-#define E(f) { (void **)&fn.f, #f }
+#define E(f) { (void **)&fn.f, { #f, NULL }, 0 }
 
-static struct {
-	void **slot;
-	const char *name;
-} entries[] = {
+static m2n_dl_sym entries[] = {
 	E(nvrtcGetErrorString),
 	E(nvrtcVersion),
 	E(nvrtcCreateProgram),
@@ -43,40 +37,9 @@ static struct {
 
 #undef E
 
-static void *lib;
+static const m2n_dl_table table = M2N_DL_TABLE(entries);
 
-int m2n_nvrtc_open(const char *path, char *err, size_t errlen, char *where, size_t wherelen) {
-	if (lib != NULL) {
-		return 0;
-	}
-	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		const char *e = dlerror();
-		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-		return 1;
-	}
-	for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
-		void *p = dlsym(h, entries[i].name);
-		if (p == NULL) {
-			snprintf(err, errlen, "%s: no entry point %s", path, entries[i].name);
-			dlclose(h);
-			memset(&fn, 0, sizeof(fn));
-			return 2;
-		}
-		*entries[i].slot = p;
-	}
-	Dl_info info;
-	where[0] = 0;
-	if (dladdr((void *)fn.nvrtcVersion, &info) != 0 && info.dli_fname != NULL) {
-		snprintf(where, wherelen, "%s", info.dli_fname);
-	}
-	lib = h;
-	return 0;
-}
-
-int m2n_nvrtc_preload(const char *path) {
-	return dlopen(path, RTLD_NOW | RTLD_GLOBAL) == NULL ? 1 : 0;
-}
+const void *m2n_nvrtc_table(void) { return &table; }
 
 const char *m2n_nvrtcGetErrorString(nvrtcResult r) { return fn.nvrtcGetErrorString(r); }
 nvrtcResult m2n_nvrtcVersion(int *major, int *minor) { return fn.nvrtcVersion(major, minor); }

@@ -1,5 +1,5 @@
-// shim.h declares the C layer between Go and NVRTC (libnvrtc.so), which is
-// opened with dlopen at run time; nvrtc.h is not needed to build.
+// shim.h declares the C layer between Go and NVRTC (libnvrtc.so), which
+// internal/dl opens with dlopen at run time; nvrtc.h is not needed to build.
 #ifndef M2N_NVRTC_SHIM_H
 #define M2N_NVRTC_SHIM_H
 
@@ -8,13 +8,9 @@
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
 
-// m2n_nvrtc_open opens the library at path and resolves its entry points;
-// 0 on success, else 1 (dlopen failed) or 2 (a symbol is missing) with a
-// message in err. On success where is set to the file the loader used.
-int m2n_nvrtc_open(const char *path, char *err, size_t errlen, char *where, size_t wherelen);
-// m2n_nvrtc_preload opens a library with RTLD_GLOBAL and keeps it open; 0 on
-// success.
-int m2n_nvrtc_preload(const char *path);
+// m2n_nvrtc_table is the entry points' symbol table, an m2n_dl_table
+// (internal/dl/dl.h) that Load resolves.
+const void *m2n_nvrtc_table(void);
 
 const char *m2n_nvrtcGetErrorString(nvrtcResult r);
 nvrtcResult m2n_nvrtcVersion(int *major, int *minor);

@@ -1,4 +1,4 @@
-package cuda
+package nvlink
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/m2n-dev/m2n/cuda"
 )
 
 // DomainKey returns a key naming the fast local fabric that device (a CUDA
@@ -15,13 +17,13 @@ import (
 // gets "fabric:<cluster UUID>:<clique id>"; any other GPU gets
 // "host:<hostname>", its NVLink/PCIe domain being the host.
 //
-// It asks NVML (libnvidia-ml.so.1, opened by go-nvml) and returns an error,
-// never panics, where NVML or the device is missing. The device is found by
+// It asks NVML (libnvidia-ml.so.1, opened by go-nvml) and returns an error
+// naming the NVML call, never panics, where NVML or the device is missing. The device is found by
 // its PCI bus id when CUDA is loaded, so CUDA_VISIBLE_DEVICES is honoured;
 // otherwise device is taken as an NVML index.
 func DomainKey(device int) (string, error) {
 	if r := nvml.Init(); r != nvml.SUCCESS {
-		return "", fmt.Errorf("cuda: nvmlInit: %s", r.Error())
+		return "", fmt.Errorf("nvlink: nvmlInit: %s", r.Error())
 	}
 	defer nvml.Shutdown()
 	h, err := nvmlDevice(device)
@@ -37,14 +39,14 @@ func DomainKey(device int) (string, error) {
 	}
 	host, err := os.Hostname()
 	if err != nil {
-		return "", fmt.Errorf("cuda: DomainKey: %w", err)
+		return "", fmt.Errorf("nvlink: DomainKey: %w", err)
 	}
 	return domainKey(info, host), nil
 }
 
 func nvmlDevice(device int) (nvml.Device, error) {
-	if Load() == nil {
-		d, err := GetDevice(device)
+	if cuda.Load() == nil {
+		d, err := cuda.GetDevice(device)
 		if err != nil {
 			return nil, err
 		}
@@ -54,16 +56,16 @@ func nvmlDevice(device int) (nvml.Device, error) {
 		}
 		h, r := nvml.DeviceGetHandleByPciBusId(bus)
 		if r != nvml.SUCCESS {
-			return nil, fmt.Errorf("cuda: nvmlDeviceGetHandleByPciBusId(%s): %s", bus, r.Error())
+			return nil, fmt.Errorf("nvlink: nvmlDeviceGetHandleByPciBusId(%s): %s", bus, r.Error())
 		}
 		return h, nil
 	}
 	if device < 0 {
-		return nil, errors.New("cuda: DomainKey: negative device")
+		return nil, errors.New("nvlink: DomainKey: negative device")
 	}
 	h, r := nvml.DeviceGetHandleByIndex(device)
 	if r != nvml.SUCCESS {
-		return nil, fmt.Errorf("cuda: nvmlDeviceGetHandleByIndex(%d): %s", device, r.Error())
+		return nil, fmt.Errorf("nvlink: nvmlDeviceGetHandleByIndex(%d): %s", device, r.Error())
 	}
 	return h, nil
 }

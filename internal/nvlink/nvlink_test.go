@@ -1,9 +1,12 @@
-package cuda
+package nvlink
 
 import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/internal/gputest"
 )
 
 func TestDomainKeyFromFabricInfo(t *testing.T) {
@@ -31,11 +34,21 @@ func TestDomainKeyFromFabricInfo(t *testing.T) {
 func TestDomainKeyFailsGracefully(t *testing.T) {
 	key, err := DomainKey(0)
 	if err != nil {
-		if Load() == nil {
+		if cuda.Load() == nil {
 			t.Fatalf("CUDA works but DomainKey(0): %v", err)
 		}
 		t.Logf("no GPU: %v", err)
 		return
+	}
+	t.Logf("DomainKey(0) = %q", key)
+}
+
+// TestGPUDomainKey needs a GPU: there DomainKey must name a domain.
+func TestGPUDomainKey(t *testing.T) {
+	gputest.Context(t)
+	key, err := DomainKey(0)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("DomainKey(0) = %q", key)
 }

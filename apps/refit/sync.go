@@ -1,0 +1,912 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// syncFlags are the flags of `refit sync`: a model and two parallel
+// configurations, and the run flags of the job.
+type syncFlags struct {
+	run      runFlags
+	model    string
+	train    string
+	gen      string
+	scale    int64
+	layers   int
+	mtp      bool
+	compare  bool
+	baseline bool
+}
+
+func newSyncCmd() *cobra.Command {
+	var f syncFlags
+	cmd := &cobra.Command{
+		Use:   "sync --model NAME|config.json|list.json --train tp=..,pp=..,dp=.. --gen tp=..,dp=.. [flags]",
+		Short: "Refit a whole model every step: every tensor in one prepared call per pipeline stage (launch with mpirun or srun)",
+		Long: `sync moves a whole model from a Megatron-style trainer to a vLLM-style
+generator, step after step, the way RL weight sync does: every tensor of
+the model (transformers' names and shapes, fused weights such as
+linear_qkv, qkv_proj and gate_up_proj moved in place through their views)
+from the trainer's layout (--train: tp, pp, cp, dp, ep, etp) to the
+generator's (--gen: tp, dp, ep). Each pipeline stage is a communicator of
+its own (the stage's trainers and every generator rank) and one call
+prepared once, whose joint schedule fills rounds across tensors (small
+tensors share messages, large ones pipeline through bounded staging);
+the stages run at once.
+
+Source ranks fill every tensor with a pattern of its global index; with
+--check every element of every tensor on every destination is compared,
+and the first wrong tensor, rank and index are named. On a terminal rank 0
+shows the progress of its part (tensors, bytes, rate, time left); at the
+end the report gives the time per step, bytes per link class, per stage and
+per route, the slowest rank, which tensors completed, and each rank's peak
+memory beside its share of the model plus its staging.
+
+--scale N divides the hidden and intermediate sizes and the expert counts
+by N (--layers K keeps only the first K layers), so that the real models
+run on CPU ranks. --compare also moves the model one call per tensor (how
+the released NCCL M2N is driven) and prints both times against the whole
+model's bound from the data-movement model; --baseline times a plain
+exchange of the same bytes between the same pairs, interleaved, and gives
+the overhead per step beyond moving the bytes.`,
+		Example: `  scripts/mpirun.sh -np 8 bin/refit sync --model deepseek-v3 --scale 64 --layers 4 \
+      --train tp=1,pp=2,ep=2,dp=2 --gen tp=2,dp=2 --check
+  scripts/mpirun.sh -np 12 bin/refit sync --model qwen3-235b-a22b --scale 16 --train tp=2,pp=2,ep=2 \
+      --gen tp=4,dp=2 --dst-domain-size 4 --emulate-net-bw 200MB/s --route auto --compare --iters 3
+  srun --mpi=pmix -n 256 refit sync --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16 --device cuda`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSync(cmd.OutOrStdout(), &f)
+		},
+	}
+	f.run.register(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&f.model, "model", "", "a built-in model ("+strings.Join(model.Builtins(), ", ")+"), a HuggingFace config.json, or a JSON list of name, shape, dtype")
+	fs.StringVar(&f.train, "train", "", "the trainer's parallel sizes, e.g. tp=2,pp=4,dp=4,cp=2,ep=16,etp=1 (sizes not given are 1)")
+	fs.StringVar(&f.gen, "gen", "", "the generator's parallel sizes, e.g. tp=8,dp=8[,ep=64] (sizes not given are 1)")
+	fs.Int64Var(&f.scale, "scale", 1, "divide the hidden and intermediate sizes and the expert counts by this")
+	fs.IntVar(&f.layers, "layers", 0, "keep only the first N decoder layers (0: all)")
+	fs.BoolVar(&f.mtp, "mtp", false, "include DeepSeek-V3's multi-token-prediction layer")
+	fs.BoolVar(&f.compare, "compare", false, "also move the model one call per tensor, and print both against the whole model's bound")
+	fs.BoolVar(&f.baseline, "baseline", false, "interleave a plain exchange of the same bytes and report the overhead per step")
+	for _, hide := range []string{"shape", "dtype", "src-mesh", "src-placements", "dst-mesh", "dst-placements", "src-ranks", "dst-ranks",
+		"world", "pp-stages", "stripe"} {
+		_ = fs.MarkHidden(hide)
+	}
+	_ = fs.Set("route", "auto")
+	fs.Lookup("route").DefValue = "auto"
+	fs.Lookup("route").Usage = "route of every stage: auto, flat, agbcast or hier"
+	_ = fs.Set("iters", "3")
+	fs.Lookup("iters").DefValue = "3"
+	return cmd
+}
+
+// syncReport is what rank 0 prints.
+type syncReport struct {
+	Model      string        `json:"model"`
+	Trainer    string        `json:"trainer"`
+	Generator  string        `json:"generator"`
+	World      int           `json:"world"`
+	Tensors    int           `json:"tensors"`
+	Params     int64         `json:"params"`
+	Bytes      int64         `json:"bytes"`
+	Routes     []string      `json:"routes"` // per stage
+	Iters      int           `json:"iters"`
+	MedianSec  float64       `json:"median_s"`
+	MinSec     float64       `json:"min_s"`
+	MaxSec     float64       `json:"max_s"`
+	StepsSec   []float64     `json:"steps_s"`
+	GBps       float64       `json:"model_gbps"`
+	Check      string        `json:"check"`
+	Completed  int           `json:"completed"`
+	Failed     []string      `json:"failed,omitempty"`
+	Links      [3]int64      `json:"bytes_by_link"` // network, local, self; sent, summed over ranks
+	Stages     []stageReport `json:"stages"`
+	Slowest    int           `json:"slowest_rank"`
+	Ranks      []syncRank    `json:"ranks"`
+	Fabric     hier.Fabric   `json:"fabric"`
+	EmulatedBW float64       `json:"emulated_net_bw,omitempty"`
+	Bounds     []hier.Bound  `json:"bounds"`
+	Compare    *compareRun   `json:"compare,omitempty"`
+	Baseline   *baselineRun  `json:"baseline,omitempty"`
+}
+
+type stageReport struct {
+	Stage     int     `json:"stage"`
+	Route     string  `json:"route"`
+	Tensors   int     `json:"tensors"`
+	Bytes     int64   `json:"bytes"`
+	Rounds    int     `json:"rounds"`
+	MedianSec float64 `json:"median_s"` // the stage call's time, slowest rank
+}
+
+// syncRank is one rank's footprint.
+type syncRank struct {
+	Rank    int    `json:"rank"`
+	Role    string `json:"role"`
+	Share   int64  `json:"share_bytes"`   // its part of the model, both sides
+	Staging int64  `json:"staging_bytes"` // what its programs stage, every stage
+	Scratch int64  `json:"scratch_bytes"` // whole-tensor scratch (agbcast)
+	Bound   int64  `json:"staging_bound"` // the staging option, per stage it is in
+	Base    int64  `json:"rss_start"`     // resident memory after joining, before the model
+	Peak    int64  `json:"rss_peak"`
+	Sent    int64  `json:"sent"`
+	Recv    int64  `json:"recv"`
+	// MPI requests pending and communicators held, live Go heap and
+	// goroutines, after the first timed step and after the last: a long
+	// run must keep them flat.
+	Requests      [2]int64 `json:"mpi_requests"`
+	Comms         [2]int64 `json:"mpi_comms"`
+	Heap          [2]int64 `json:"heap"`
+	Goroutines    [2]int64 `json:"goroutines"`
+	PeakAfterWarm int64    `json:"rss_peak_first_step"`
+}
+
+type compareRun struct {
+	PerTensorSec float64 `json:"per_tensor_median_s"`
+	BatchedSec   float64 `json:"batched_median_s"`
+	BoundSec     float64 `json:"bound_s"`
+	BoundRoute   string  `json:"bound_route"`
+	Speedup      float64 `json:"batched_speedup"`
+	OverBound    float64 `json:"batched_over_bound"`
+}
+
+type baselineRun struct {
+	PlainSec    float64 `json:"plain_median_s"`
+	StepSec     float64 `json:"step_median_s"`
+	OverheadSec float64 `json:"overhead_per_step_s"`
+}
+
+// syncInput is what sync's own flags resolve to.
+type syncInput struct {
+	layouts *model.Layouts
+	route   string
+}
+
+func (f *syncFlags) input(world int) (syncInput, error) {
+	var in syncInput
+	if f.model == "" || f.train == "" || f.gen == "" {
+		return in, usageError{fmt.Errorf("--model, --train and --gen are required (e.g. --model deepseek-v3 --train tp=1,pp=4,ep=16 --gen tp=8,dp=16)")}
+	}
+	routes, err := f.run.routes()
+	if err != nil {
+		return in, err
+	}
+	if len(routes) != 1 {
+		return in, flagError("route", f.run.route, fmt.Errorf("sync moves the model on one route: auto, flat, agbcast or hier"))
+	}
+	in.route = routes[0]
+	if f.scale < 1 {
+		return in, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
+	}
+	if f.layers < 0 {
+		return in, flagError("layers", fmt.Sprint(f.layers), fmt.Errorf("want 0 (all) or more"))
+	}
+	m, err := model.Load(f.model, model.LoadOptions{Options: model.Options{MTP: f.mtp}, Scale: f.scale, Layers: f.layers})
+	if err != nil {
+		return in, flagError("model", f.model, err)
+	}
+	tr, err := model.ParseTrainer(f.train)
+	if err != nil {
+		return in, flagError("train", f.train, err)
+	}
+	gen, err := model.ParseGenerator(f.gen)
+	if err != nil {
+		return in, flagError("gen", f.gen, err)
+	}
+	if in.layouts, err = model.New(m, tr, gen); err != nil {
+		return in, usageError{err}
+	}
+	if w := in.layouts.World(); w != world {
+		return in, usageError{fmt.Errorf("--train %s --gen %s need %d ranks (trainer %d, generator %d); this job has %d (mpirun -np %d)",
+			f.train, f.gen, w, tr.Ranks(), gen.Ranks(), world, w)}
+	}
+	return in, nil
+}
+
+func runSync(out io.Writer, f *syncFlags) (err error) {
+	j, err := startJob(&f.run)
+	defer j.end(&err)
+	if err != nil {
+		return err
+	}
+	in, inputErr := f.input(j.world)
+	if err := j.agreeReady(inputErr); err != nil {
+		return err
+	}
+	l := in.layouts
+	ctx := context.Background()
+	start, err := measureUsage()
+	if err != nil {
+		return err
+	}
+	// the fabric: measured local bandwidth when emulating.
+	fabric := j.set.fabric
+	route, err := hier.ParseRoute(in.route, j.set.balance, fabric)
+	if err != nil {
+		return err
+	}
+	m, err := j.s.PrepareModel(ctx, l, route)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if j.set.measure {
+		if fabric.LocalBW, err = modelLocalBW(j, m); err != nil {
+			return err
+		}
+		if _, ok := route.(hier.Auto); ok {
+			// auto chooses on the fabric measured here.
+			m.Close()
+			if m, err = j.s.PrepareModel(ctx, l, hier.Auto{Fabric: fabric, Balance: j.set.balance}); err != nil {
+				return err
+			}
+		}
+	}
+	bufs, err := m.Alloc()
+	if err != nil {
+		return err
+	}
+	defer m.Free(bufs)
+	if err := fillModel(m, bufs); err != nil {
+		return err
+	}
+	rep := &syncReport{Model: l.Model.Name, Trainer: l.Trainer.String(), Generator: fmt.Sprint(l.Generator), World: j.world,
+		Tensors: len(l.Model.Tensors), Params: l.Model.Params(), Bytes: l.Model.Bytes(), Iters: f.run.iters, Fabric: fabric,
+		EmulatedBW: j.set.opts.EmulateNetBW}
+	for si := range l.Stages {
+		rep.Routes = append(rep.Routes, "")
+		rep.Stages = append(rep.Stages, stageReport{Stage: si, Tensors: len(l.Stages[si].Tensors)})
+	}
+	bar := j.progress(m, f.run.warmup+f.run.iters, f.run.asJSON)
+	var times []float64
+	var stageTimes [][]float64
+	var last []*reshard.Report
+	var slowRank int
+	var warm usage
+	var warmPeak int64
+	for it := 0; it < f.run.warmup+f.run.iters; it++ {
+		if f.run.check || it == 0 {
+			if err := poisonModel(m, bufs); err != nil {
+				return err
+			}
+		}
+		if err := j.barrier(); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		reps, err := m.Run(ctx, bufs)
+		if err != nil {
+			return err
+		}
+		el := time.Since(t0).Seconds()
+		all, err := gatherInt64s(j.s, []int64{int64(el * 1e9)})
+		if err != nil {
+			return err
+		}
+		slowest := 0.0
+		for r, v := range all {
+			if s := float64(v) / 1e9; s > slowest {
+				slowest, slowRank = s, r
+			}
+		}
+		per := make([]float64, len(l.Stages))
+		for si, r := range reps {
+			if r != nil {
+				per[si] = r.Seconds
+			}
+		}
+		if per, err = maxOverEach(j.s, per); err != nil {
+			return err
+		}
+		if it >= f.run.warmup {
+			times = append(times, slowest)
+			stageTimes = append(stageTimes, per)
+		}
+		if it == f.run.warmup {
+			if warm, err = measureUsage(); err != nil {
+				return err
+			}
+			warmPeak = peakRSS()
+		}
+		last = reps
+	}
+	if bar != nil {
+		_ = bar.Finish()
+		fmt.Fprintln(os.Stderr)
+	}
+	rep.StepsSec = times
+	rep.MedianSec, rep.MinSec, rep.MaxSec = median(times), slices.Min(times), slices.Max(times)
+	rep.GBps = float64(l.Model.Bytes()) / rep.MedianSec / 1e9
+	rep.Slowest = slowRank
+	for si := range rep.Stages {
+		var v []float64
+		for _, st := range stageTimes {
+			v = append(v, st[si])
+		}
+		rep.Stages[si].MedianSec = median(v)
+	}
+	if err := j.syncAccounting(m, last, start, warm, warmPeak, rep); err != nil {
+		return err
+	}
+	checkMsg := ""
+	if f.run.check {
+		if err := checkModel(m, bufs); err != nil {
+			checkMsg = err.Error()
+			j.log.Error().Err(err).Msg("check failed")
+		}
+	}
+	first, err := firstMessage(j.s, checkMsg)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !f.run.check:
+		rep.Check = "not checked"
+	case first == "":
+		rep.Check = "passed"
+	default:
+		rep.Check = "FAILED: " + first
+	}
+	rep.Bounds = modelBounds(m, fabric, float64(j.set.opts.ChunkBytes))
+	if f.compare {
+		if rep.Compare, err = j.comparePerTensor(m, bufs, f.run.iters, rep); err != nil {
+			return err
+		}
+	}
+	if f.baseline {
+		if rep.Baseline, err = j.syncBaseline(m, bufs, f.run.iters); err != nil {
+			return err
+		}
+	}
+	if j.rank == 0 {
+		if f.run.asJSON {
+			err = json.NewEncoder(out).Encode(rep)
+		} else {
+			err = writeSyncReport(out, rep)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if strings.HasPrefix(rep.Check, "FAILED") {
+		return jobError{fmt.Errorf("check failed: %s", strings.TrimPrefix(rep.Check, "FAILED: "))}
+	}
+	return nil
+}
+
+// progress returns rank 0's progress bar over steps of the model (nil
+// when stderr is not a terminal or the report is JSON).
+func (j *job) progress(m *session.Model, steps int, asJSON bool) *progressbar.ProgressBar {
+	if j.rank != 0 || asJSON || !term.IsTerminal(int(os.Stderr.Fd())) {
+		return nil
+	}
+	bytes, tensors := m.Total()
+	bar := progressbar.NewOptions64(bytes*int64(steps), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowBytes(true),
+		progressbar.OptionSetDescription(fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, steps)),
+		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond))
+	var done int64
+	m.OnProgress(func(b int64, t int) {
+		if b > done {
+			_ = bar.Add64(b - done)
+			done = b
+		}
+		bar.Describe(fmt.Sprintf("rank 0: %d of %d tensors this step", t%max(tensors, 1), tensors))
+	})
+	return bar
+}
+
+// fillModel writes every tensor's pattern (its global index in the model)
+// into this rank's source parts, through their views.
+func fillModel(m *session.Model, b *session.ModelBuffers) error {
+	return eachPart(m, b, model.Src, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
+		return pattern.Fill(t.Src, rank, seed, buf, v.View)
+	}, true)
+}
+
+// poisonModel fills this rank's destination parts with the poison.
+func poisonModel(m *session.Model, b *session.ModelBuffers) error {
+	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, _ uint64, buf []byte, v model.Part) error {
+		return pattern.PoisonPart(t.Dst, rank, buf, v.View)
+	}, true)
+}
+
+// checkModel checks every element of this rank's destination parts; the
+// first wrong one is named with its tensor.
+func checkModel(m *session.Model, b *session.ModelBuffers) error {
+	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
+		err := pattern.Check(t.Dst, rank, seed, buf, v.View)
+		if me, ok := err.(*pattern.MismatchError); ok {
+			me.Tensor = t.Name
+		}
+		return err
+	}, false)
+}
+
+// eachPart calls fn for every tensor part this rank holds on side, with
+// the host bytes of the buffer that holds it (the buffer itself on CPUs;
+// on GPUs a host copy, written back after fn when write is set).
+func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn func(*model.TensorLayout, int, uint64, []byte, model.Part) error, write bool) error {
+	for si, ss := range m.Stages.Sessions {
+		if ss == nil {
+			continue
+		}
+		bufs := b.Src[si]
+		if side == model.Dst {
+			bufs = b.Dst[si]
+		}
+		host := map[string][]byte{}
+		get := func(name string) ([]byte, error) {
+			if h, ok := host[name]; ok {
+				return h, nil
+			}
+			x := bufs[name]
+			if hb, ok := x.(reshard.HostBuffer); ok {
+				host[name] = hb
+				return hb, nil
+			}
+			h := make([]byte, x.Len())
+			if err := ss.Memory().Download(h, x); err != nil {
+				return nil, err
+			}
+			host[name] = h
+			return h, nil
+		}
+		for i, t := range m.Layouts.Stages[si].Tensors {
+			p, ok := t.Part(side, ss.Rank())
+			if !ok {
+				continue
+			}
+			h, err := get(p.Buffer)
+			if err != nil {
+				return err
+			}
+			if err := fn(t, ss.Rank(), uint64(m.Index[si][i]), h, p); err != nil {
+				return fmt.Errorf("stage %d: %w", si, err)
+			}
+		}
+		if write {
+			for name, h := range host {
+				if _, ok := bufs[name].(reshard.HostBuffer); !ok {
+					if err := ss.Memory().Upload(bufs[name], h); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// modelLocalBW measures the local bandwidth among the generator ranks over
+// stage 0's transport (every stage holds every generator rank), and gives
+// every rank of the job the result.
+func modelLocalBW(j *job, m *session.Model) (float64, error) {
+	bw := 0.0
+	if ss := m.Stages.Sessions[0]; ss != nil {
+		st := m.Layouts.Stages[0]
+		var gens []int
+		for r := st.Trainers; r < st.Trainers+st.Generators; r++ {
+			gens = append(gens, r)
+		}
+		var err error
+		if bw, err = localBandwidth(ss, m.Call.Calls[0], gens); err != nil {
+			return 0, err
+		}
+	}
+	return maxOver(j.s, bw)
+}
+
+// modelBounds is every route's bound for the whole model: each stage's
+// problem (its tensors together), the stages combined (they run at once
+// into the same generator domains).
+func modelBounds(m *session.Model, f hier.Fabric, chunk float64) []hier.Bound {
+	var probs []hier.Problem
+	for si, c := range m.Call.Calls {
+		if c == nil {
+			// every rank knows every stage's layouts: plan them here too.
+			st := m.Layouts.Stages[si]
+			var plans []*reshard.Plan
+			for _, t := range st.Tensors {
+				p, err := reshard.NewPlan(t.Src, t.Dst, len(st.Members), reshard.Options{})
+				if err != nil {
+					return nil
+				}
+				plans = append(plans, p)
+			}
+			probs = append(probs, hier.ProblemOf(plans, stageTopology(m, si), chunk))
+			continue
+		}
+		probs = append(probs, hier.ProblemOf(c.Plans(), c.Topology(), chunk))
+	}
+	return hier.Bounds(hier.Combine(probs...), f)
+}
+
+// stageTopology is stage si's topology as a rank outside it sees it: every
+// rank knows the layouts; the domains are the generator's, taken from the
+// stage this rank is in.
+func stageTopology(m *session.Model, si int) reshard.Topology {
+	for sj, c := range m.Call.Calls {
+		if c == nil {
+			continue
+		}
+		// the generator ranks sit at the same local ranks in every stage.
+		mine, theirs := m.Layouts.Stages[sj], m.Layouts.Stages[si]
+		topo := c.Topology()
+		dom := make([]int, len(theirs.Members))
+		for r := range dom {
+			if r < theirs.Trainers {
+				dom[r] = -1 - r // a trainer domain of its own
+				continue
+			}
+			dom[r] = topo.Domain[mine.Trainers+r-theirs.Trainers]
+		}
+		return reshard.Topology{Domain: dom}
+	}
+	return reshard.Topology{}
+}
+
+// syncAccounting fills the report's bytes by link class and stage, the
+// stages' routes, and every rank's memory and handles.
+func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start, warm usage, warmPeak int64, rep *syncReport) error {
+	end, err := measureUsage()
+	if err != nil {
+		return err
+	}
+	var st reshard.Stats
+	stageBytes := make([]int64, len(m.Layouts.Stages))
+	stageRounds := make([]int64, len(m.Layouts.Stages))
+	var staging, scratch, bound int64
+	for si, r := range reps {
+		if r == nil {
+			continue
+		}
+		st.Add(r.Stats)
+		stageBytes[si] = r.Stats.Sent[reshard.LinkNetwork] + r.Stats.Sent[reshard.LinkLocal] + r.Stats.Sent[reshard.LinkSelf]
+		c := m.Call.Calls[si]
+		p := c.Program()
+		stageRounds[si] = int64(c.Schedule().Rounds)
+		staging += max(p.Staging[0][0], p.Staging[1][0]) + max(p.Staging[0][1], p.Staging[1][1])
+		for _, n := range p.Full {
+			scratch += n
+		}
+		bound += m.Stages.Sessions[si].Options().StagingBytes
+	}
+	src, dst := m.Layouts.RankBytes(j.rank)
+	mine := []int64{st.Sent[reshard.LinkNetwork], st.Sent[reshard.LinkLocal], st.Sent[reshard.LinkSelf],
+		src + dst, staging, scratch, bound, start.rss, peakRSS(), st.Sent[0] + st.Sent[1], st.Recv[0] + st.Recv[1],
+		warm.requests, end.requests, warm.comms, end.comms, warm.heap, end.heap, warm.goroutines, end.goroutines, warmPeak}
+	mine = append(mine, stageBytes...)
+	mine = append(mine, stageRounds...)
+	all, err := gatherInt64s(j.s, mine)
+	if err != nil {
+		return err
+	}
+	n := len(mine)
+	ns := len(m.Layouts.Stages)
+	for r := 0; r < j.world; r++ {
+		v := all[r*n:]
+		for c := 0; c < 3; c++ {
+			rep.Links[c] += v[c]
+		}
+		role := "generator"
+		if srcB, _ := m.Layouts.RankBytes(r); srcB > 0 {
+			role = "trainer"
+		}
+		rep.Ranks = append(rep.Ranks, syncRank{Rank: r, Role: role, Share: v[3], Staging: v[4], Scratch: v[5], Bound: v[6],
+			Base: v[7], Peak: v[8], Sent: v[9], Recv: v[10], Requests: [2]int64{v[11], v[12]}, Comms: [2]int64{v[13], v[14]},
+			Heap: [2]int64{v[15], v[16]}, Goroutines: [2]int64{v[17], v[18]}, PeakAfterWarm: v[19]})
+		const fixed = 20
+		for si := 0; si < ns; si++ {
+			rep.Stages[si].Bytes += v[fixed+si]
+			rep.Stages[si].Rounds = max(rep.Stages[si].Rounds, int(v[fixed+ns+si]))
+		}
+	}
+	for si, c := range m.Call.Calls {
+		if c != nil {
+			rep.Routes[si] = c.Schedule().Route
+		}
+	}
+	// every rank knows its own stages' routes; take each stage's from a
+	// rank in it (the generators are in all).
+	routes, err := reshard.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(rep.Routes, ",")))
+	if err != nil {
+		return err
+	}
+	for _, b := range routes {
+		for si, r := range strings.Split(string(b), ",") {
+			if r != "" && si < len(rep.Routes) {
+				rep.Routes[si] = r
+			}
+		}
+	}
+	for si := range rep.Stages {
+		rep.Stages[si].Route = rep.Routes[si]
+	}
+	// each stage's completed and failed tensors, from a rank in it (every
+	// rank of a stage agreed on them).
+	var lists []string
+	for si := range m.Layouts.Stages {
+		r := reps[si]
+		if r == nil {
+			lists = append(lists, "")
+			continue
+		}
+		lists = append(lists, fmt.Sprintf("%d:%s", len(r.Completed), strings.Join(r.Failed, "|")))
+	}
+	got, err := reshard.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(lists, ",")))
+	if err != nil {
+		return err
+	}
+	per := make([]string, len(m.Layouts.Stages))
+	for _, b := range got {
+		for si, x := range strings.Split(string(b), ",") {
+			if x != "" && si < len(per) {
+				per[si] = x
+			}
+		}
+	}
+	for _, x := range per {
+		n, failed, _ := strings.Cut(x, ":")
+		k, _ := strconv.Atoi(n)
+		rep.Completed += k
+		if failed != "" {
+			rep.Failed = append(rep.Failed, strings.Split(failed, "|")...)
+		}
+	}
+	return nil
+}
+
+// peakRSS reads this process's peak resident memory (VmHWM).
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// maxOverEach returns, element by element, the largest of every rank's v.
+func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		m, err := maxOver(s, x)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// comparePerTensor moves the model one call per tensor (every tensor of a
+// stage prepared once as a call of its own, run one after another each
+// step, the stages at once) and compares it with the batched call and
+// the whole model's bound.
+func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, rep *syncReport) (*compareRun, error) {
+	ctx := context.Background()
+	calls := make([][]*session.Call, len(m.Specs))
+	defer func() {
+		for _, cs := range calls {
+			for _, c := range cs {
+				c.Close()
+			}
+		}
+	}()
+	route := m.Call.Calls
+	for si, ss := range m.Stages.Sessions {
+		if ss == nil {
+			continue
+		}
+		r, err := hier.ParseRoute(strings.TrimPrefix(rep.Routes[si], "auto:"), j.set.balance, rep.Fabric)
+		if err != nil {
+			return nil, err
+		}
+		for _, sp := range m.Specs[si] {
+			c, err := ss.Prepare(ctx, []reshard.Spec{sp}, r)
+			if err != nil {
+				return nil, err
+			}
+			calls[si] = append(calls[si], c)
+		}
+	}
+	_ = route
+	var times []float64
+	for it := 0; it < iters+1; it++ {
+		if err := j.barrier(); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		errs := make([]error, len(calls))
+		done := make(chan int, len(calls))
+		n := 0
+		for si, cs := range calls {
+			if len(cs) == 0 {
+				continue
+			}
+			n++
+			tb := m.Tensors(si, b)
+			go func() {
+				for i, c := range cs {
+					if _, err := c.Run(ctx, tb[i:i+1]); err != nil {
+						errs[si] = fmt.Errorf("stage %d, tensor %s: %w", si, m.Specs[si][i].Name, err)
+						break
+					}
+				}
+				done <- si
+			}()
+		}
+		for ; n > 0; n-- {
+			<-done
+		}
+		for _, e := range errs {
+			if e != nil {
+				return nil, e
+			}
+		}
+		slow, err := maxOver(j.s, time.Since(t0).Seconds())
+		if err != nil {
+			return nil, err
+		}
+		if it > 0 {
+			times = append(times, slow)
+		}
+	}
+	cr := &compareRun{PerTensorSec: median(times), BatchedSec: rep.MedianSec}
+	cr.Speedup = cr.PerTensorSec / cr.BatchedSec
+	chosen := strings.TrimPrefix(rep.Routes[0], "auto:")
+	for _, bd := range rep.Bounds {
+		if bd.Route == chosen {
+			cr.BoundSec, cr.BoundRoute = bd.Seconds, bd.Route
+		}
+	}
+	if cr.BoundSec > 0 {
+		cr.OverBound = cr.BatchedSec / cr.BoundSec
+	}
+	return cr, nil
+}
+
+// syncBaseline times a plain exchange of the model's bytes (every stage's
+// pairs at once, one contiguous message per pair over the stage's
+// transport), interleaved with steps of the model, and returns the
+// overhead per step beyond moving the bytes.
+func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int) (*baselineRun, error) {
+	pxs := make([]*plainExchange, len(m.Call.Calls))
+	defer func() {
+		for _, px := range pxs {
+			if px != nil {
+				px.free()
+			}
+		}
+	}()
+	for si, c := range m.Call.Calls {
+		if c == nil {
+			continue
+		}
+		px, err := newPlainExchange(m.Stages.Sessions[si].Memory(), c.Schedule(), m.Stages.Sessions[si].Rank())
+		if err != nil {
+			return nil, err
+		}
+		pxs[si] = px
+	}
+	plainAll := func() error {
+		errs := make(chan error, len(pxs))
+		n := 0
+		for si, px := range pxs {
+			if px == nil {
+				continue
+			}
+			n++
+			go func() { errs <- px.run(m.Call.Calls[si].Transport(), j.s.Options().Timeout) }()
+		}
+		var first error
+		for ; n > 0; n-- {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	timeIt := func(fn func() error) (float64, error) {
+		if err := j.barrier(); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		return maxOver(j.s, time.Since(t0).Seconds())
+	}
+	var plainT, stepT []float64
+	for it := 0; it < iters+1; it++ {
+		pt, err := timeIt(plainAll)
+		if err != nil {
+			return nil, err
+		}
+		st, err := timeIt(func() error { _, err := m.Run(context.Background(), b); return err })
+		if err != nil {
+			return nil, err
+		}
+		if it > 0 {
+			plainT, stepT = append(plainT, pt), append(stepT, st)
+		}
+	}
+	br := &baselineRun{PlainSec: median(plainT), StepSec: median(stepT)}
+	br.OverheadSec = br.StepSec - br.PlainSec
+	return br, nil
+}
+
+func writeSyncReport(w io.Writer, r *syncReport) error {
+	fmt.Fprintf(w, "model %s: %d tensors, %d parameters, %s\n", r.Model, r.Tensors, r.Params, formatBytes(r.Bytes))
+	fmt.Fprintf(w, "trainer %s -> generator %s, world %d\n", r.Trainer, r.Generator, r.World)
+	if r.EmulatedBW > 0 {
+		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
+			formatRate(r.EmulatedBW), formatRate(r.Fabric.NetBW), formatRate(r.Fabric.LocalBW))
+	}
+	fmt.Fprintf(w, "\n%s per step (median of %d; min %s, max %s), %.2f GB/s of model; slowest rank %d; check %s; %d tensors completed\n",
+		formatSeconds(r.MedianSec), r.Iters, formatSeconds(r.MinSec), formatSeconds(r.MaxSec), r.GBps, r.Slowest, r.Check, r.Completed)
+	if len(r.Failed) > 0 {
+		fmt.Fprintf(w, "failed: %v\n", r.Failed)
+	}
+	fmt.Fprintf(w, "bytes sent, all ranks: network %s, local %s, self copy %s\n", formatBytes(r.Links[0]), formatBytes(r.Links[1]), formatBytes(r.Links[2]))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\nstage\troute\ttensors\tbytes\trounds\ttime\t")
+	for _, s := range r.Stages {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t\n", s.Stage, s.Route, s.Tensors, formatBytes(s.Bytes), s.Rounds, formatSeconds(s.MedianSec))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rank\trole\tshare\tstaging\tscratch\tstaging bound\tRSS start\tpeak RSS\tpeak - start\tshare+staging+scratch\tpeak after step 1\tGo heap step 1 -> end\tMPI requests\tgoroutines\t")
+	for _, x := range r.Ranks {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s -> %s\t%d -> %d\t%d -> %d\t\n", x.Rank, x.Role, formatBytes(x.Share), formatBytes(x.Staging),
+			formatBytes(x.Scratch), formatBytes(x.Bound), formatBytes(x.Base), formatBytes(x.Peak), formatBytes(x.Peak-x.Base),
+			formatBytes(x.Share+x.Staging+x.Scratch), formatBytes(x.PeakAfterWarm), formatBytes(x.Heap[0]), formatBytes(x.Heap[1]),
+			x.Requests[0], x.Requests[1], x.Goroutines[0], x.Goroutines[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, b := range r.Bounds {
+		fmt.Fprintf(w, "bound %-8s %s (%s binds)\n", b.Route, formatSeconds(b.Seconds), b.Binding)
+	}
+	if c := r.Compare; c != nil {
+		fmt.Fprintf(w, "\none call per tensor: %s per step; one batched call: %s (%.2fx faster); whole-model bound (%s) %s: batched is %.2fx the bound\n",
+			formatSeconds(c.PerTensorSec), formatSeconds(c.BatchedSec), c.Speedup, c.BoundRoute, formatSeconds(c.BoundSec), c.OverBound)
+	}
+	if b := r.Baseline; b != nil {
+		fmt.Fprintf(w, "\nplain exchange of the same bytes: %s per step; sync %s; overhead %s per step\n",
+			formatSeconds(b.PlainSec), formatSeconds(b.StepSec), formatSeconds(b.OverheadSec))
+	}
+	return nil
+}

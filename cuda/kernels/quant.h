@@ -1,0 +1,178 @@
+// quant.h: the FP8 kernels, included at the end of strided.cu and compiled
+// with it (NVRTC at run time; emu.c for the CPU).
+//
+// m2n_quant_<src><vec> quantizes a strided box of bf16 or f32 elements
+// into contiguous float8_e4m3fn bytes in the same pass as the pack, each
+// element divided by its block's scale (looked up per vector of <vec>
+// elements, which never straddles a block column): the quantize-while-
+// packing that halves the bytes a reshard sends. m2n_amax_<src><vec>
+// gathers the partial amax of every block a box touches into a window of
+// unsigned ints (float bits: non-negative floats order as their bits; NaN
+// and infinities land at 0x7F800000 and above), one atomic max per team
+// and work item. The rule and its reference are in Go, package fp8; the
+// tests compare these kernels with it bit for bit.
+
+#ifdef __CUDACC__
+#define M2N_QPARAMS const __grid_constant__ m2n_quant_params
+M2N_INLINE float m2n_as_float(unsigned int u) { return __uint_as_float(u); }
+M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
+// Explicitly rounded: the rule is a true float32 division, and the
+// subnormal rounding below an addition, never contracted or approximated.
+#define M2N_FDIV(a, b) __fdiv_rn((a), (b))
+#define M2N_FADD(a, b) __fadd_rn((a), (b))
+#else
+M2N_INLINE float m2n_as_float(unsigned int u) {
+	union { unsigned int u; float f; } x;
+	x.u = u;
+	return x.f;
+}
+M2N_INLINE unsigned int m2n_as_uint(float f) {
+	union { unsigned int u; float f; } x;
+	x.f = f;
+	return x.u;
+}
+#define M2N_FDIV(a, b) ((a) / (b))
+#define M2N_FADD(a, b) ((a) + (b))
+#endif
+
+// m2n_e4m3 rounds q to float8_e4m3fn, nearest with ties to even,
+// saturating at +-448 (the rule's clamp); NaN gives 0x7F. It is fp8.Encode.
+M2N_INLINE unsigned int m2n_e4m3(float q) {
+	const unsigned int u = m2n_as_uint(q);
+	const unsigned int a = u & 0x7FFFFFFFu;
+	unsigned int c;
+	if (a < 0x3C800000u) {
+		// below 2^-6: subnormal, multiples of 2^-9; adding 2^14 makes
+		// the float adder round there.
+		c = m2n_as_uint(M2N_FADD(m2n_as_float(a), 16384.0f)) - 0x46800000u;
+	} else if (a < 0x43E00000u) {
+		c = ((a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
+	} else if (a <= 0x7F800000u) {
+		c = 0x7Eu;
+	} else {
+		return 0x7Fu;
+	}
+	return c | ((u >> 24) & 0x80u);
+}
+
+// m2n_win_row returns the window index of the first block of box row `row`
+// (its matrix and block row) less the window's first block column, so
+// that adding a block column gives the block's index.
+M2N_INLINE long long m2n_win_row(const m2n_quant_params *p, unsigned long long row) {
+	const int nd = (int)p->nd;
+	long long base = 0;
+#pragma unroll
+	for (int i = M2N_MAX_DIMS - 2; i >= 0; --i) {
+		if (i < nd - 1) {
+			const unsigned long long e = p->ext[i];
+			const unsigned long long q = row / e;
+			unsigned long long idx = p->lo[i] + (row - q * e);
+			row = q;
+			if (i == nd - 2) {
+				idx /= p->block_rows;
+			}
+			base += ((long long)idx - (long long)p->wlo[i]) * (long long)p->wstride[i];
+		}
+	}
+	return base - (long long)p->wlo[nd - 1];
+}
+
+// m2n_block_col returns the block column of global column col.
+M2N_INLINE unsigned long long m2n_block_col(const m2n_quant_params *p, unsigned long long col) {
+	return p->col_shift < 64 ? col >> p->col_shift : col / p->block_cols;
+}
+
+// m2n_amax_commit folds a lane's amax m into *w: on the GPU the lanes of a
+// team (or of each warp of a larger team) reduce with shuffles and one
+// lane does the atomic max; in the emulator every lane folds in its own.
+M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int lane, unsigned int team) {
+#ifdef __CUDACC__
+	const unsigned int width = team < 32u ? team : 32u;
+	const unsigned int first = (threadIdx.x & 31u) & ~(width - 1u);
+	const unsigned int mask = width == 32u ? 0xFFFFFFFFu : ((1u << width) - 1u) << first;
+	for (unsigned int off = width / 2u; off > 0u; off /= 2u) {
+		const unsigned int o = __shfl_xor_sync(mask, m, off);
+		m = o > m ? o : m;
+	}
+	if ((lane & (width - 1u)) == 0u) {
+		atomicMax(w, m);
+	}
+#else
+	(void)lane;
+	(void)team;
+	if (*w < m) {
+		*w = m;
+	}
+#endif
+}
+
+// bf16 sources: elements are unsigned shorts, the float is their bits << 16.
+#define M2N_ELEM_T unsigned short
+#define M2N_ESZ 2
+#define M2N_TO_FLOAT(e) m2n_as_float((unsigned int)(e) << 16)
+#define M2N_MAG(e) (((unsigned int)(e) & 0x7FFFu) << 16)
+
+#define M2N_QNAME m2n_quant_bf16_8
+#define M2N_ANAME m2n_amax_bf16_8
+#define M2N_LOAD_T m2n_v16
+#define M2N_STORE_T unsigned long long
+#define M2N_VEC 8
+#include "quant_body.h"
+
+#define M2N_QNAME m2n_quant_bf16_4
+#define M2N_ANAME m2n_amax_bf16_4
+#define M2N_LOAD_T unsigned long long
+#define M2N_STORE_T unsigned int
+#define M2N_VEC 4
+#include "quant_body.h"
+
+#define M2N_QNAME m2n_quant_bf16_2
+#define M2N_ANAME m2n_amax_bf16_2
+#define M2N_LOAD_T unsigned int
+#define M2N_STORE_T unsigned short
+#define M2N_VEC 2
+#include "quant_body.h"
+
+#define M2N_QNAME m2n_quant_bf16_1
+#define M2N_ANAME m2n_amax_bf16_1
+#define M2N_LOAD_T unsigned short
+#define M2N_STORE_T unsigned char
+#define M2N_VEC 1
+#include "quant_body.h"
+
+#undef M2N_ELEM_T
+#undef M2N_ESZ
+#undef M2N_TO_FLOAT
+#undef M2N_MAG
+
+// f32 sources.
+#define M2N_ELEM_T unsigned int
+#define M2N_ESZ 4
+#define M2N_TO_FLOAT(e) m2n_as_float(e)
+#define M2N_MAG(e) ((e) & 0x7FFFFFFFu)
+
+#define M2N_QNAME m2n_quant_f32_4
+#define M2N_ANAME m2n_amax_f32_4
+#define M2N_LOAD_T m2n_v16
+#define M2N_STORE_T unsigned int
+#define M2N_VEC 4
+#include "quant_body.h"
+
+#define M2N_QNAME m2n_quant_f32_2
+#define M2N_ANAME m2n_amax_f32_2
+#define M2N_LOAD_T unsigned long long
+#define M2N_STORE_T unsigned short
+#define M2N_VEC 2
+#include "quant_body.h"
+
+#define M2N_QNAME m2n_quant_f32_1
+#define M2N_ANAME m2n_amax_f32_1
+#define M2N_LOAD_T unsigned int
+#define M2N_STORE_T unsigned char
+#define M2N_VEC 1
+#include "quant_body.h"
+
+#undef M2N_ELEM_T
+#undef M2N_ESZ
+#undef M2N_TO_FLOAT
+#undef M2N_MAG

@@ -1,0 +1,93 @@
+// quant_body.h is one quantize-pack kernel (M2N_QNAME) and one partial-amax
+// kernel (M2N_ANAME) for one source type and vector width, instantiated by
+// quant.h. It has no include guard on purpose.
+
+M2N_KERNEL M2N_QNAME(M2N_QPARAMS p) {
+	const unsigned int shift = (unsigned int)p.team_shift;
+	const unsigned int team = 1u << shift;
+	const unsigned int lane = threadIdx.x & (team - 1);
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
+	const unsigned long long step = (unsigned long long)gridDim.x * teams;
+	unsigned long long item = (unsigned long long)blockIdx.x * teams + (threadIdx.x >> shift);
+	const unsigned long long lo_c = p.lo[p.nd - 1];
+	for (; item < p.items; item += step) {
+		unsigned long long row = item, chunk = 0;
+		if (p.chunks_per_row > 1) {
+			row = item / p.chunks_per_row;
+			chunk = item - row * p.chunks_per_row;
+		}
+		const unsigned char *s = (const unsigned char *)(p.src.base + m2n_row_offset(&p.src, row));
+		unsigned char *d = (unsigned char *)(p.dst + row * p.row_elems);
+		const float *sc = (const float *)p.win + m2n_win_row(&p, row);
+		unsigned long long end = (chunk + 1) * p.chunk_elems;
+		if (end > p.row_elems) {
+			end = p.row_elems;
+		}
+		for (unsigned long long c = chunk * p.chunk_elems + lane * M2N_VEC; c < end; c += (unsigned long long)team * M2N_VEC) {
+			const float scale = sc[m2n_block_col(&p, lo_c + c)];
+			union {
+				M2N_LOAD_T v;
+				M2N_ELEM_T e[M2N_VEC];
+			} in;
+			union {
+				M2N_STORE_T v;
+				unsigned char b[M2N_VEC];
+			} out;
+			in.v = *(const M2N_LOAD_T *)(s + c * M2N_ESZ);
+			M2N_UNROLL_PRAGMA
+			for (int k = 0; k < M2N_VEC; k++) {
+				out.b[k] = (unsigned char)m2n_e4m3(M2N_FDIV(M2N_TO_FLOAT(in.e[k]), scale));
+			}
+			*(M2N_STORE_T *)(d + c) = out.v;
+		}
+	}
+}
+
+M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
+	const unsigned int shift = (unsigned int)p.team_shift;
+	const unsigned int team = 1u << shift;
+	const unsigned int lane = threadIdx.x & (team - 1);
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
+	const unsigned long long step = (unsigned long long)gridDim.x * teams;
+	unsigned long long item = (unsigned long long)blockIdx.x * teams + (threadIdx.x >> shift);
+	const unsigned long long lo_r = p.lo[p.nd - 2], ext_r = p.ext[p.nd - 2];
+	const unsigned long long lo_c = p.lo[p.nd - 1], ext_c = p.ext[p.nd - 1];
+	const unsigned long long g = p.group, pc = p.chunk_elems;
+	for (; item < p.items; item += step) {
+		const unsigned long long piece = item % p.chunks_per_row;
+		const unsigned long long t = item / p.chunks_per_row;
+		const unsigned long long grp = t % p.groups;
+		const unsigned long long mat = t / p.groups;
+		// this item's rows [r0, r1) and columns [c0, c1), box-relative
+		const unsigned long long g0 = (lo_r / g + grp) * g;
+		const unsigned long long r0 = (g0 > lo_r ? g0 : lo_r) - lo_r;
+		const unsigned long long r1 = (g0 + g < lo_r + ext_r ? g0 + g : lo_r + ext_r) - lo_r;
+		const unsigned long long p0 = (lo_c / pc + piece) * pc;
+		const unsigned long long c0 = (p0 > lo_c ? p0 : lo_c) - lo_c;
+		const unsigned long long c1 = (p0 + pc < lo_c + ext_c ? p0 + pc : lo_c + ext_c) - lo_c;
+		unsigned int m = 0;
+		for (unsigned long long r = r0; r < r1; r++) {
+			const unsigned char *s = (const unsigned char *)(p.src.base + m2n_row_offset(&p.src, mat * ext_r + r));
+			for (unsigned long long c = c0 + lane * M2N_VEC; c < c1; c += (unsigned long long)team * M2N_VEC) {
+				union {
+					M2N_LOAD_T v;
+					M2N_ELEM_T e[M2N_VEC];
+				} in;
+				in.v = *(const M2N_LOAD_T *)(s + c * M2N_ESZ);
+				M2N_UNROLL_PRAGMA
+				for (int k = 0; k < M2N_VEC; k++) {
+					const unsigned int a = M2N_MAG(in.e[k]);
+					m = a > m ? a : m;
+				}
+			}
+		}
+		const long long wi = m2n_win_row(&p, mat * ext_r + r0) + (long long)m2n_block_col(&p, lo_c + c0);
+		m2n_amax_commit((unsigned int *)p.win + wi, m, lane, team);
+	}
+}
+
+#undef M2N_QNAME
+#undef M2N_ANAME
+#undef M2N_LOAD_T
+#undef M2N_STORE_T
+#undef M2N_VEC

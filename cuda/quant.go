@@ -1,0 +1,169 @@
+package cuda
+
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// FP8Window is an fp8.Window in device memory: one 4-byte value per block
+// of Blocks, row-major, in Values (4*Blocks.Elems() bytes). BlockAmax
+// gathers amaxes into one (as float32 bits); PackQuantize reads float32
+// scales from one. Download it into an fp8.Window's Values to combine
+// amaxes or turn them into scales on the host: the bytes are the same.
+type FP8Window struct {
+	Blocks placement.Box
+	Values Buffer
+}
+
+// FP8Region is a source region in device memory: the box Box of the global
+// tensor, its elements (bf16 or f32) in row-major order of Box where At
+// says in Src, as fp8.Region is on the host. At's runs must hold whole rows
+// of Box (every descriptor of reshard.Describe and of a placement.View
+// does).
+type FP8Region struct {
+	DType placement.DType
+	Src   reshard.Buffer
+	At    reshard.Strided
+	Box   placement.Box
+}
+
+// BlockAmax queues on the Memory's stream a kernel that folds the partial
+// amax of every block region r touches into amax: each such block's value
+// becomes the larger of what it holds and the largest magnitude among r's
+// elements in it, as fp8.Grid.Amax does. Values are float32 bits, so a
+// window starts zeroed (Memset). A NaN or infinity makes its block's value
+// 0x7F800000 or above (an infinite or NaN float32): the kernel reports
+// nothing, so check the downloaded window (fp8.Window.ToScales refuses it)
+// and call FirstNonFinite for the element's index.
+func (m *Memory) BlockAmax(g fp8.Grid, amax FP8Window, r FP8Region) error {
+	return m.quant(quantAmax, g, r, amax, nil, 0)
+}
+
+// PackQuantize queues on the Memory's stream the quantize-while-packing of
+// region r: dst[off+i] becomes the E4M3 byte of the i-th element of r in
+// row-major order of r.Box, divided by its block's scale from scales
+// (float32s), clamped and rounded as fp8.Grid.Pack does, byte for byte. It
+// reads the source once and writes half (bf16) or a quarter (f32) of its
+// bytes: a pack that sends FP8. Non-finite elements give 0x7F or +-448
+// (BlockAmax, the pass before, is where they are caught).
+func (m *Memory) PackQuantize(g fp8.Grid, dst reshard.Buffer, off int64, r FP8Region, scales FP8Window) error {
+	d, err := deviceBuf(dst)
+	if err != nil {
+		return err
+	}
+	return m.quant(quantPack, g, r, scales, &d, off)
+}
+
+func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst *Buffer, off int64) error {
+	op := "BlockAmax"
+	if kind == quantPack {
+		op = "PackQuantize"
+	}
+	s, err := deviceBuf(r.Src)
+	if err != nil {
+		return fmt.Errorf("cuda: %s: source: %w", op, err)
+	}
+	at := stridedOf(r.At)
+	if err := checkRegion(op+" source", at, s.N); err != nil {
+		return err
+	}
+	if need := 4 * w.Blocks.Elems(); w.Values.N < need {
+		return fmt.Errorf("cuda: %s: window over blocks %v needs %d bytes, its buffer has %d", op, w.Blocks, need, w.Values.N)
+	}
+	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: s.Ptr, at: at, box: r.Box, win: w.Values.Ptr, blocks: w.Blocks}
+	if dst != nil {
+		if err := checkRegion(op+" destination", Strided{Offset: off, Run: r.Box.Elems()}, dst.N); err != nil {
+			return err
+		}
+		req.dst = dst.Ptr + DevicePtr(off)
+	}
+	p, err := planQuant(req)
+	if err != nil {
+		return fmt.Errorf("cuda: %s of %v: %w", op, r.Box, err)
+	}
+	if p.items == 0 {
+		return nil
+	}
+	ks, err := m.Stream.ctx.loadKernels()
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	k, ok := ks.quant[p.name]
+	if !ok {
+		return fmt.Errorf("cuda: %s: no kernel %s", op, p.name)
+	}
+	cp := p.cParams()
+	if err := check("cuLaunchKernel", C.m2n_launch_quant(m.Stream.ctx.h, k.fn, C.uint(p.grid(k.resident)), blockThreads, m.Stream.h, &cp)); err != nil {
+		return fmt.Errorf("cuda: %s (%s): %w", op, p.name, err)
+	}
+	return nil
+}
+
+// FirstNonFinite reads region r back to the host and returns the
+// *fp8.NonFiniteError of its first NaN or infinity, or nil: what to report
+// when a BlockAmax window shows a non-finite amax.
+func (m *Memory) FirstNonFinite(g fp8.Grid, r FP8Region) error {
+	host := make([]byte, r.At.Bytes())
+	if err := m.ReadRegion(host, r.Src, r.At); err != nil {
+		return err
+	}
+	return g.CheckFinite(fp8.Dense(r.DType, host, r.Box))
+}
+
+// quantKernels lists the FP8 kernels' names (kernels/quant.h).
+func quantKernels() []string {
+	var out []string
+	for _, kind := range []string{"quant", "amax"} {
+		for _, v := range []int{8, 4, 2, 1} {
+			out = append(out, fmt.Sprintf("m2n_%s_bf16_%d", kind, v))
+		}
+		for _, v := range []int{4, 2, 1} {
+			out = append(out, fmt.Sprintf("m2n_%s_f32_%d", kind, v))
+		}
+	}
+	return out
+}
+
+// cParams marshals the plan into the FP8 kernels' parameter block.
+func (p *quantPlan) cParams() C.m2n_quant_params {
+	var cp C.m2n_quant_params
+	cp.src.base = C.ulonglong(p.src.base)
+	cp.src.nd = C.ulonglong(len(p.src.count))
+	for i := range p.src.count {
+		cp.src.count[i] = C.ulonglong(p.src.count[i])
+		cp.src.stride[i] = C.ulonglong(p.src.stride[i])
+	}
+	cp.dst = C.ulonglong(p.dst)
+	cp.win = C.ulonglong(p.win)
+	cp.nd = C.ulonglong(p.nd)
+	for i := range p.nd {
+		cp.lo[i] = C.ulonglong(p.lo[i])
+		cp.ext[i] = C.ulonglong(p.ext[i])
+		cp.wlo[i] = C.ulonglong(p.wlo[i])
+		cp.wstride[i] = C.ulonglong(p.wstr[i])
+	}
+	cp.block_rows = C.ulonglong(p.blockRows)
+	cp.block_cols = C.ulonglong(p.blockCols)
+	cp.col_shift = C.ulonglong(p.colShift)
+	cp.row_elems = C.ulonglong(p.rowElems)
+	cp.chunk_elems = C.ulonglong(p.chunk)
+	cp.chunks_per_row = C.ulonglong(p.chunks)
+	cp.group = C.ulonglong(p.group)
+	cp.groups = C.ulonglong(p.groups)
+	cp.items = C.ulonglong(p.items)
+	cp.team_shift = C.ulonglong(p.teamShift)
+	return cp
+}
+
+// paramBytes returns the parameter block's bytes, for the CPU emulator.
+func (p *quantPlan) paramBytes() []byte {
+	cp := p.cParams()
+	return C.GoBytes(unsafe.Pointer(&cp), C.sizeof_m2n_quant_params)
+}

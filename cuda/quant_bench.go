@@ -1,0 +1,252 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// QuantBenchOptions configures BenchQuantize. Zero fields take the
+// defaults.
+type QuantBenchOptions struct {
+	RowBytes   []int    // bf16 row widths of the strided source; default 256 B, 4 KiB, 64 KiB
+	TotalBytes int      // bf16 bytes each operation reads; default 1 GiB
+	Mode       fp8.Mode // default fp8.Block
+	Iters      int      // timed iterations, the median is reported; default 20
+	Warmup     int      // untimed iterations first; default 3
+}
+
+// QuantBenchResult is one operation at one row width.
+type QuantBenchResult struct {
+	RowBytes int
+	Op       string // copy, pack, amax, quant-pack, convert, pack+convert
+	Bytes    int64  // bf16 input bytes
+	Median   time.Duration
+	GBps     float64 // Bytes / Median, decimal GB/s of bf16 input
+	VsPack   float64 // pack's median over this one's: 1 = as fast as packing the bf16 bytes
+}
+
+// BenchQuantize measures the FP8 kernels against packing alone, at the same
+// input bytes, for each row width: the source holds TotalBytes of bf16 in
+// rows of RowBytes, each 2*RowBytes after the previous (a box of half the
+// columns of a matrix, as a reshard from rows to columns sends), quantized
+// over the matrix's blocks (Mode).
+//
+//	copy          a plain device-to-device copy of the input bytes
+//	pack          the bf16 pack kernel: what a bf16 reshard stages
+//	amax          BlockAmax of the box: the pass before quantizing
+//	quant-pack    PackQuantize of the box: packing straight into E4M3
+//	convert       PackQuantize of a contiguous bf16 buffer: the separate
+//	              pass a generator makes over bf16 it received
+//	pack+convert  pack then convert: the convert-after pipeline
+//
+// Each operation is timed with events on one stream, Warmup times untimed
+// then Iters times, and the median reported (pack+convert is the sum of
+// the medians). It needs about 4.5*TotalBytes of device memory.
+func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult, err error) {
+	if len(opt.RowBytes) == 0 {
+		opt.RowBytes = []int{256, 4 << 10, 64 << 10}
+	}
+	if opt.TotalBytes == 0 {
+		opt.TotalBytes = 1 << 30
+	}
+	if opt.Mode == 0 {
+		opt.Mode = fp8.Block
+	}
+	if opt.Iters == 0 {
+		opt.Iters = 20
+	}
+	if opt.Warmup == 0 {
+		opt.Warmup = 3
+	}
+	total := opt.TotalBytes
+	mem, err := NewMemory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, mem.Close()) }()
+	var bufs []Buffer
+	defer func() {
+		for _, b := range bufs {
+			mem.Free(b)
+		}
+	}()
+	get := func(sizes ...int) ([]Buffer, error) {
+		var out []Buffer
+		for _, n := range sizes {
+			b, err := mem.Alloc(int64(n))
+			if err != nil {
+				return nil, err
+			}
+			bufs = append(bufs, b.(Buffer))
+			out = append(out, b.(Buffer))
+		}
+		return out, nil
+	}
+	big, err := get(2*total, total, total, total/2)
+	if err != nil {
+		return nil, err
+	}
+	strided, packed, other, e4m3 := big[0], big[1], big[2], big[3]
+	// Random normal bf16 values, 1 MiB of them repeated.
+	pattern := make([]byte, 1<<20)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < len(pattern); i += 2 {
+		binary.LittleEndian.PutUint16(pattern[i:], uint16(math.Float32bits(float32(r.NormFloat64()*0.02))>>16))
+	}
+	for _, b := range []Buffer{strided, packed, other} {
+		for off := int64(0); off < b.N; off += int64(len(pattern)) {
+			n := min(int64(len(pattern)), b.N-off)
+			if err := ctx.CopyHtoD(b.Ptr+DevicePtr(off), pattern[:n]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s := mem.Stream
+	start, err := ctx.NewEvent(true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, start.Destroy()) }()
+	end, err := ctx.NewEvent(true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, end.Destroy()) }()
+	timeOp := func(op func() error) (time.Duration, error) {
+		var ts []time.Duration
+		for i := range opt.Warmup + opt.Iters {
+			if err := start.Record(s); err != nil {
+				return 0, err
+			}
+			if err := op(); err != nil {
+				return 0, err
+			}
+			if err := end.Record(s); err != nil {
+				return 0, err
+			}
+			if err := end.Synchronize(); err != nil {
+				return 0, err
+			}
+			d, err := ElapsedTime(start, end)
+			if err != nil {
+				return 0, err
+			}
+			if i >= opt.Warmup {
+				ts = append(ts, d)
+			}
+		}
+		slices.Sort(ts)
+		return ts[len(ts)/2], nil
+	}
+
+	for _, row := range opt.RowBytes {
+		if row <= 0 || row%2 != 0 || total%row != 0 {
+			return res, fmt.Errorf("cuda: BenchQuantize: row %d B does not divide %d into bf16 rows", row, total)
+		}
+		rows, cols := int64(total/row), int64(row/2)
+		shape := []int64{rows, 2 * cols}
+		g, err := fp8.NewGrid(shape, opt.Mode)
+		if err != nil {
+			return res, err
+		}
+		box := placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}
+		blocks, _ := g.Blocks(box)
+		gc, err := fp8.NewGrid([]int64{rows, cols}, opt.Mode)
+		if err != nil {
+			return res, err
+		}
+		cblocks := gc.All()
+		wins, err := get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()))
+		if err != nil {
+			return res, err
+		}
+		win, awin, cwin := wins[0], wins[1], wins[2]
+		w := FP8Window{Blocks: blocks, Values: win}
+		desc := reshard.Strided{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
+		reg := FP8Region{DType: placement.BF16, Src: strided, At: desc, Box: box}
+		// The scales, as a reshard would compute them: amaxes on the
+		// device, scales on the host.
+		if err := s.Memset(win.Ptr, 0, int(win.N)); err != nil {
+			return res, err
+		}
+		if err := mem.BlockAmax(g, w, reg); err != nil {
+			return res, err
+		}
+		host := fp8.Window{Blocks: blocks, Values: make([]float32, blocks.Elems())}
+		raw := make([]byte, win.N)
+		if err := mem.Download(raw, win); err != nil {
+			return res, err
+		}
+		for i := range host.Values {
+			host.Values[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		if err := host.ToScales(); err != nil {
+			return res, err
+		}
+		for i, v := range host.Values {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+		}
+		if err := mem.Upload(win, raw); err != nil {
+			return res, err
+		}
+		// The received bf16, contiguous: [rows, cols] of its own grid.
+		if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
+			return res, err
+		}
+		creg := FP8Region{DType: placement.BF16, Src: packed, At: reshard.Strided{Run: int64(total)}, Box: placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}}
+		cw := FP8Window{Blocks: cblocks, Values: cwin}
+
+		ops := []struct {
+			name string
+			run  func() error
+		}{
+			{"copy", func() error { return s.CopyDtoD(other.Ptr, packed.Ptr, total) }},
+			{"pack", func() error { return mem.Pack(packed, 0, strided, desc) }},
+			{"amax", func() error {
+				if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
+					return err
+				}
+				return mem.BlockAmax(g, FP8Window{Blocks: blocks, Values: awin}, reg)
+			}},
+			{"quant-pack", func() error { return mem.PackQuantize(g, e4m3, 0, reg, w) }},
+			{"convert", func() error { return mem.PackQuantize(gc, e4m3, 0, creg, cw) }},
+		}
+		times := map[string]time.Duration{}
+		for _, op := range ops {
+			d, err := timeOp(op.run)
+			if err != nil {
+				return res, fmt.Errorf("cuda: BenchQuantize: %s, rows of %d B: %w", op.name, row, err)
+			}
+			times[op.name] = d
+		}
+		times["pack+convert"] = times["pack"] + times["convert"]
+		for _, name := range []string{"copy", "pack", "amax", "quant-pack", "convert", "pack+convert"} {
+			d := times[name]
+			res = append(res, QuantBenchResult{RowBytes: row, Op: name, Bytes: int64(total), Median: d,
+				GBps: float64(total) / d.Seconds() / 1e9, VsPack: times["pack"].Seconds() / d.Seconds()})
+		}
+	}
+	return res, nil
+}
+
+// FormatQuantBench renders results as a table, one line per row width and
+// op.
+func FormatQuantBench(res []QuantBenchResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%8s  %-12s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
+	for _, r := range res {
+		fmt.Fprintf(&b, "%8d  %-12s  %10d  %10s  %9.1f  %7.1f%%\n",
+			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsPack)
+	}
+	return b.String()
+}

@@ -1,0 +1,242 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/fp8/fp8test"
+	"github.com/m2n-dev/m2n/placement"
+)
+
+// FP8 kernel cases for the tests, here (through the CPU emulator) and in
+// the GPU tests of package cuda_test (exported from a _test file, so only
+// tests see them).
+
+// QuantCase is one check of the FP8 kernels: a source buffer holding box
+// Box of a tensor where At says, a window of blocks, and what package fp8
+// computes for them on the host, which the kernels must reproduce bit for
+// bit.
+type QuantCase struct {
+	Name   string
+	Grid   fp8.Grid
+	DType  placement.DType
+	Src    []byte // the source buffer
+	At     Strided
+	Box    placement.Box
+	Blocks placement.Box // the window: the blocks Box touches, sometimes with a margin
+	Scales []float32     // the window's scales: those of the whole tensor
+	Amax   []float32     // fp8.Grid.Amax of the region into a zeroed window
+	Want   []byte        // fp8.Grid.Pack of the region with Scales
+	DstOff int           // where in the destination buffer the E4M3 bytes start
+}
+
+func (c QuantCase) String() string {
+	return fmt.Sprintf("%s: %s %v %v box %v at %+v, window %v, destination +%d",
+		c.Name, placement.FormatShape(c.Grid.Shape()), c.DType, c.Grid.Mode(), c.Box, c.At, c.Blocks, c.DstOff)
+}
+
+// QuantCases returns the torch conformance cases of dir (each whole and
+// cut into boxes) and n random cases: 2-D and 3-D tensors, every mode, bf16
+// and f32, boxes at random places in padded buffers, with alignments that
+// exercise every vector width.
+func QuantCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
+	f, err := fp8test.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []QuantCase
+	for _, c := range f.Cases {
+		full := placement.Box{Lo: make([]int64, len(c.Shape)), Hi: c.Shape}
+		boxes := []placement.Box{full}
+		for range 3 {
+			boxes = append(boxes, randomBox(r, c.Shape))
+		}
+		for i, box := range boxes {
+			qc, err := makeQuantCase(r, c.String()+fmt.Sprintf("#%d", i), c.DType, c.Shape, c.Mode, c.Input, box, i == 0)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, qc)
+		}
+	}
+	for i := range n {
+		shape := []int64{1 + int64(r.IntN(300)), 1 + int64(r.IntN(300))}
+		if r.IntN(3) == 0 {
+			shape = append([]int64{1 + int64(r.IntN(3))}, shape...)
+		}
+		dt := []placement.DType{placement.BF16, placement.F32}[r.IntN(2)]
+		mode := fp8.Mode(1 + r.IntN(3))
+		data := randomValues(r, dt, shape)
+		qc, err := makeQuantCase(r, fmt.Sprintf("random#%d", i), dt, shape, mode, data, randomBox(r, shape), r.IntN(4) == 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, qc)
+	}
+	return out, nil
+}
+
+// makeQuantCase cuts box out of a dense tensor into a padded buffer and
+// computes the host results. dense keeps the box dense at offset 0.
+func makeQuantCase(r *rand.Rand, name string, dt placement.DType, shape []int64, mode fp8.Mode, data []byte, box placement.Box, dense bool) (QuantCase, error) {
+	whole, err := fp8.Quantize(dt, shape, mode, data)
+	if err != nil {
+		return QuantCase{}, err
+	}
+	g := whole.Grid
+	nd := len(shape)
+	esz := int64(dt.Size())
+	// The buffer: the box padded in every dim; often 16-byte friendly.
+	bufShape := make([]int64, nd)
+	off := make([]int64, nd)
+	for d := range nd {
+		ext := box.Hi[d] - box.Lo[d]
+		pad := int64(0)
+		if !dense {
+			pad = int64(r.IntN(3))
+			if d == nd-1 && r.IntN(2) == 0 {
+				pad = (8 - ext%8) % 8 // rows of a multiple of 8 elements
+				if r.IntN(2) == 0 {
+					pad += 8
+				}
+			}
+		}
+		bufShape[d] = ext + pad
+		off[d] = int64(r.IntN(int(pad) + 1))
+		if d == nd-1 && pad >= 8 && r.IntN(2) == 0 {
+			off[d] = 8 * int64(r.IntN(int(pad)/8+1)) // keep the row start aligned
+			off[d] = min(off[d], pad)
+		}
+	}
+	lead := int64(0)
+	if !dense && r.IntN(2) == 0 {
+		lead = esz * int64(r.IntN(4)) // misalign the whole buffer
+	}
+	n := esz
+	for _, s := range bufShape {
+		n *= s
+	}
+	src := make([]byte, lead+n+int64(r.IntN(8)))
+	at := Strided{Offset: lead, Run: (box.Hi[nd-1] - box.Lo[nd-1]) * esz}
+	stride := esz
+	strides := make([]int64, nd)
+	for d := nd - 1; d >= 0; d-- {
+		strides[d] = stride
+		stride *= bufShape[d]
+	}
+	for d := range nd {
+		at.Offset += off[d] * strides[d]
+	}
+	for d := range nd - 1 {
+		at.Count = append(at.Count, box.Hi[d]-box.Lo[d])
+		at.Stride = append(at.Stride, strides[d])
+	}
+	// copy the box's rows in
+	k := 0
+	at.forEachRun(func(o int64) {
+		idx := rowIndex(box, k)
+		flat := int64(0)
+		for d, i := range idx {
+			flat = flat*shape[d] + i
+		}
+		copy(src[o:o+at.Run], data[flat*esz:flat*esz+at.Run])
+		k++
+	})
+	blocks, err := g.Blocks(box)
+	if err != nil {
+		return QuantCase{}, err
+	}
+	if !blocks.Empty() && r.IntN(3) == 0 {
+		scale := g.ScaleShape()
+		for d := range nd {
+			blocks.Lo[d] = max(0, blocks.Lo[d]-int64(r.IntN(2)))
+			blocks.Hi[d] = min(scale[d], blocks.Hi[d]+int64(r.IntN(2)))
+		}
+	}
+	all, err := g.NewWindow(g.All())
+	if err != nil {
+		return QuantCase{}, err
+	}
+	copy(all.Values, whole.Scales)
+	scales, err := g.NewWindow(blocks)
+	if err != nil {
+		return QuantCase{}, err
+	}
+	if err := scales.CopyFrom(all); err != nil {
+		return QuantCase{}, err
+	}
+	amax, err := g.NewWindow(blocks)
+	if err != nil {
+		return QuantCase{}, err
+	}
+	reg := fp8.Region{DType: dt, Data: src, At: fp8.Strided(at), Box: box}
+	if err := g.Amax(amax, reg); err != nil {
+		return QuantCase{}, err
+	}
+	want := make([]byte, box.Elems())
+	if err := g.Pack(want, reg, scales); err != nil {
+		return QuantCase{}, err
+	}
+	return QuantCase{Name: name, Grid: g, DType: dt, Src: src, At: at, Box: box, Blocks: blocks,
+		Scales: scales.Values, Amax: amax.Values, Want: want, DstOff: r.IntN(3) * 8 * r.IntN(2)}, nil
+}
+
+// rowIndex returns the first global index of row k of box.
+func rowIndex(box placement.Box, k int) []int64 {
+	nd := len(box.Lo)
+	idx := make([]int64, nd)
+	idx[nd-1] = box.Lo[nd-1]
+	for d := nd - 2; d >= 0; d-- {
+		n := int(box.Hi[d] - box.Lo[d])
+		idx[d] = box.Lo[d] + int64(k%n)
+		k /= n
+	}
+	return idx
+}
+
+// randomBox returns a random nonempty box of shape, its edges often on or
+// next to multiples of 128.
+func randomBox(r *rand.Rand, shape []int64) placement.Box {
+	nd := len(shape)
+	b := placement.Box{Lo: make([]int64, nd), Hi: make([]int64, nd)}
+	for d, n := range shape {
+		lo := int64(r.IntN(int(n)))
+		if r.IntN(3) == 0 {
+			lo = min(n-1, 128*int64(r.IntN(int(n)/128+1)))
+		}
+		hi := lo + 1 + int64(r.IntN(int(n-lo)))
+		b.Lo[d], b.Hi[d] = lo, hi
+	}
+	return b
+}
+
+// randomValues returns raw values of a tensor, magnitudes varying by
+// region, some zeros and subnormals.
+func randomValues(r *rand.Rand, dt placement.DType, shape []int64) []byte {
+	n := int64(1)
+	for _, s := range shape {
+		n *= s
+	}
+	out := make([]byte, n*int64(dt.Size()))
+	e := r.IntN(60) - 30
+	for i := range n {
+		v := float32(r.NormFloat64() * math.Ldexp(1, e+int(i/61%9)))
+		switch r.IntN(50) {
+		case 0:
+			v = 0
+		case 1:
+			v = float32(math.Copysign(0, -1))
+		case 2:
+			v = math.Float32frombits(uint32(1+r.IntN(200)) << 16) // a bf16 subnormal
+		}
+		if dt == placement.BF16 {
+			binary.LittleEndian.PutUint16(out[2*i:], uint16(math.Float32bits(v)>>16))
+		} else {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+		}
+	}
+	return out
+}

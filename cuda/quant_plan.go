@@ -1,0 +1,240 @@
+package cuda
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
+)
+
+// This file turns an FP8 quantize-pack or partial-amax request into the
+// launch of one kernel of kernels/quant.h. Like strided_plan.go it is pure
+// Go, so that the tests run the kernel source on the CPU through
+// kernels.EmulateQuant and compare it with package fp8.
+
+// quantKind says which FP8 kernel a plan launches.
+type quantKind int
+
+const (
+	quantPack quantKind = iota // m2n_quant_*: quantize a box into contiguous E4M3
+	quantAmax                  // m2n_amax_*: fold the box's partial amaxes into a window
+)
+
+// quantPlan is everything an FP8 launch needs but the grid size.
+type quantPlan struct {
+	kind      quantKind
+	name      string // the kernel, m2n_quant_bf16_8 ...
+	src       planSide
+	dst, win  uint64
+	nd        int
+	lo, ext   [kernelDims]uint64
+	wlo, wstr [kernelDims]uint64
+	blockRows uint64
+	blockCols uint64
+	colShift  uint64
+	rowElems  uint64
+	chunk     uint64 // quantize: elements per work item; amax: columns per piece
+	chunks    uint64 // quantize: items per row; amax: pieces per row
+	group     uint64 // amax: box rows per item
+	groups    uint64 // amax: row groups per matrix
+	items     uint64
+	teamShift uint
+	vec       int
+}
+
+// quantRequest is what a plan is made from: the grid, the source region
+// (device addresses), the window of block values and, to quantize, where
+// the E4M3 bytes go.
+type quantRequest struct {
+	kind   quantKind
+	grid   fp8.Grid
+	dtype  placement.DType
+	src    DevicePtr
+	at     Strided
+	box    placement.Box
+	win    DevicePtr
+	blocks placement.Box // the window's blocks, 4 bytes each at win
+	dst    DevicePtr
+}
+
+// planQuant checks a request and plans its launch. An empty box gives a
+// plan with items == 0. The source's runs must hold whole rows of the box
+// (as every descriptor of reshard.Describe and of a placement.View does).
+func planQuant(q quantRequest) (quantPlan, error) {
+	g := q.grid
+	var esz uint64
+	switch q.dtype {
+	case placement.BF16:
+		esz = 2
+	case placement.F32:
+		esz = 4
+	default:
+		return quantPlan{}, fmt.Errorf("source dtype %v: FP8 quantization takes bf16 or f32", q.dtype)
+	}
+	touched, err := g.Blocks(q.box)
+	if err != nil {
+		return quantPlan{}, err
+	}
+	nd := g.NDim()
+	if nd > kernelDims {
+		return quantPlan{}, fmt.Errorf("a %d-dim tensor: the FP8 kernels take at most %d dims", nd, kernelDims)
+	}
+	if len(q.blocks.Lo) != nd || len(q.blocks.Hi) != nd {
+		return quantPlan{}, fmt.Errorf("window blocks %v have %d dims, the tensor %d", q.blocks, len(q.blocks.Lo), nd)
+	}
+	if !touched.Empty() {
+		for d := range nd {
+			if touched.Lo[d] < q.blocks.Lo[d] || touched.Hi[d] > q.blocks.Hi[d] {
+				return quantPlan{}, fmt.Errorf("window over blocks %v does not hold blocks %v, which box %v touches", q.blocks, touched, q.box)
+			}
+		}
+	}
+	if err := q.at.Validate(); err != nil {
+		return quantPlan{}, fmt.Errorf("source: %w", err)
+	}
+	elems := uint64(q.box.Elems())
+	if uint64(q.at.Bytes()) != elems*esz {
+		return quantPlan{}, fmt.Errorf("%w: box %v of %v is %d bytes, the source descriptor %+v describes %d",
+			ErrBadStrided, q.box, q.dtype, elems*esz, q.at, q.at.Bytes())
+	}
+	p := quantPlan{kind: q.kind, nd: nd, win: uint64(q.win), dst: uint64(q.dst)}
+	shape := g.Shape()
+	for d := range nd {
+		p.lo[d] = uint64(q.box.Lo[d])
+		p.ext[d] = uint64(q.box.Hi[d] - q.box.Lo[d])
+	}
+	s := uint64(1)
+	for d := nd - 1; d >= 0; d-- {
+		p.wlo[d] = uint64(q.blocks.Lo[d])
+		p.wstr[d] = s
+		s *= uint64(q.blocks.Hi[d] - q.blocks.Lo[d])
+	}
+	br, bc := g.BlockShape()
+	p.blockRows, p.blockCols = uint64(br), uint64(bc)
+	switch {
+	case bits.OnesCount64(p.blockCols) == 1:
+		p.colShift = uint64(bits.TrailingZeros64(p.blockCols))
+	case bc >= shape[nd-1]:
+		p.colShift = 63 // every column is in block column 0
+	default:
+		p.colShift = 64 // divide
+	}
+	if elems == 0 {
+		return p, nil
+	}
+	p.rowElems = p.ext[nd-1]
+	rowBytes := p.rowElems * esz
+	run, dims := normalize(q.at)
+	if run%rowBytes != 0 {
+		return quantPlan{}, fmt.Errorf("%w: source runs of %d bytes do not hold whole box rows of %d bytes", ErrBadStrided, run, rowBytes)
+	}
+	dims = splitRun(dims, run, rowBytes)
+	if len(dims) > kernelDims {
+		return quantPlan{}, fmt.Errorf("%w: the source needs %d dimensions, the FP8 kernels take %d", ErrBadStrided, len(dims), kernelDims)
+	}
+	p.src.base = uint64(q.src) + uint64(q.at.Offset)
+	for _, d := range dims {
+		p.src.count = append(p.src.count, d.count)
+		p.src.stride = append(p.src.stride, d.stride)
+	}
+	rows := elems / p.rowElems
+
+	// The widest vector every address, stride, row and block column
+	// allows.
+	vecs := []int{8, 4, 2, 1}
+	if esz == 4 {
+		vecs = vecs[1:]
+	}
+	for _, v := range vecs {
+		if p.vecFits(uint64(v), esz) {
+			p.vec = v
+			break
+		}
+	}
+	v := uint64(p.vec)
+	teamFor := func(n uint64) uint {
+		t := uint(0)
+		for t < maxTeamShift && uint64(1)<<t < n {
+			t++
+		}
+		return t
+	}
+	dt := "bf16"
+	if esz == 4 {
+		dt = "f32"
+	}
+	switch q.kind {
+	case quantPack:
+		p.name = fmt.Sprintf("m2n_quant_%s_%d", dt, v)
+		p.chunk = min(p.rowElems, 4*blockThreads*v)
+		p.chunks = (p.rowElems + p.chunk - 1) / p.chunk
+		p.items = rows * p.chunks
+		p.teamShift = teamFor(p.chunk / v)
+	case quantAmax:
+		p.name = fmt.Sprintf("m2n_amax_%s_%d", dt, v)
+		if p.colShift == 63 {
+			p.chunk = 4 * blockThreads * v
+		} else {
+			p.chunk = p.blockCols
+		}
+		switch {
+		case br == 1:
+			p.group = 1
+		case br >= shape[nd-2]:
+			p.group = 8 // one block row: any grouping stays in it
+		default:
+			p.group = gcd(p.blockRows, 8)
+		}
+		loR, hiR := p.lo[nd-2], p.lo[nd-2]+p.ext[nd-2]
+		loC, hiC := p.lo[nd-1], p.lo[nd-1]+p.ext[nd-1]
+		p.groups = (hiR+p.group-1)/p.group - loR/p.group
+		p.chunks = (hiC+p.chunk-1)/p.chunk - loC/p.chunk
+		p.items = rows / p.ext[nd-2] * p.groups * p.chunks
+		p.teamShift = teamFor(min(p.chunk, p.rowElems) / v)
+	}
+	return p, nil
+}
+
+// vecFits reports whether vectors of v elements of esz bytes can do the
+// launch: aligned source rows, strides and destination, whole vectors per
+// row and per work item, and no vector across a block column.
+func (p *quantPlan) vecFits(v, esz uint64) bool {
+	w := v * esz
+	if p.src.base%w != 0 || p.rowElems%v != 0 {
+		return false
+	}
+	for _, s := range p.src.stride {
+		if s%w != 0 {
+			return false
+		}
+	}
+	loC := p.lo[p.nd-1]
+	switch p.kind {
+	case quantPack:
+		if p.dst%v != 0 {
+			return false
+		}
+		if p.colShift != 63 && (loC%v != 0 || p.blockCols%v != 0) {
+			return false
+		}
+	case quantAmax:
+		// pieces start at multiples of the piece width, box-relative
+		// from loC
+		if loC%v != 0 || (p.colShift != 63 && p.blockCols%v != 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// grid returns the number of blocks to launch, as copyPlan.grid does.
+func (p *quantPlan) grid(resident int) int {
+	teams := uint64(blockThreads >> p.teamShift)
+	need := (p.items + teams - 1) / teams
+	limit := resident
+	if p.kind == quantPack && p.chunks > 1 {
+		limit = maxGridBlocks
+	}
+	return clampGrid(need, limit)
+}
