@@ -89,42 +89,15 @@ func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 	return r.Schedule(st.Plans, st.Topo, s.Schedule)
 }
 
-// StageProblem is the model's problem for one stage's tensors:
-// hier.ProblemOf (bytes and domain loads add, the source paths are the
-// most any tensor has), with rho the byte-weighted mean of the tensors'
-// replication, rounded, so that flat's rho*B counts each tensor's own
-// replicas. A whole model mixes tensors sharded over TP, replicated rho
-// times, with norms replicated on every rank; the largest rho, which
-// ProblemOf keeps, would charge every byte with the norms' replication
-// (8 times too much for DeepSeek-V3 on TP8 x DP16).
+// StageProblem is the model's problem for one stage's tensors
+// (hier.ProblemOf).
 func StageProblem(st Stage, chunk float64) hier.Problem {
-	prob := hier.ProblemOf(st.Plans, st.Topo, chunk)
-	var rhoBytes float64
-	for _, p := range st.Plans {
-		q := hier.FromPlan(p, st.Topo, chunk)
-		rhoBytes += float64(q.Rho) * q.Bytes
-	}
-	if prob.Bytes > 0 {
-		prob.Rho = max(1, int(math.Round(rhoBytes/prob.Bytes)))
-	}
-	return prob
+	return hier.ProblemOf(st.Plans, st.Topo, chunk)
 }
 
 // ConcurrentProblem combines the problems of stages that run at once on
-// disjoint sources and shared destinations (hier.Combine: bytes, source
-// paths and each destination domain's loads add), rho again the
-// byte-weighted mean.
-func ConcurrentProblem(ps []hier.Problem) hier.Problem {
-	out := hier.Combine(ps...)
-	var rhoBytes float64
-	for _, p := range ps {
-		rhoBytes += float64(p.Rho) * p.Bytes
-	}
-	if out.Bytes > 0 {
-		out.Rho = max(1, int(math.Round(rhoBytes/out.Bytes)))
-	}
-	return out
-}
+// disjoint sources and shared destinations (hier.Combine).
+func ConcurrentProblem(ps []hier.Problem) hier.Problem { return hier.Combine(ps...) }
 
 // Bounds returns every route's bound for the stages: of their combined
 // problem when they run concurrently, the sum of each stage's when they
