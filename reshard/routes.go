@@ -56,7 +56,9 @@ func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Sched
 		return nil, err
 	}
 	for ti, p := range plans {
-		elem := p.Src().ElemSize()
+		// a converting plan reads source elements and sends destination
+		// (FP8) ones: chunks and messages are sized on the wire.
+		srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
 		transfers := p.Transfers()
 		chunks := make([][]placement.Box, len(transfers))
 		for i, t := range transfers {
@@ -72,7 +74,7 @@ func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Sched
 				sub := chunks[i][k]
 				b.Add(Message{
 					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
-					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, elem)),
+					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, srcElem)),
 					To:   seg(ti, BufDst, Describe(t.DstLocal, sub, elem)),
 				}, 0)
 			}
@@ -86,7 +88,9 @@ func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Sched
 // ending with the whole tensor in scratch), then the first source rank
 // broadcasts it down a pipelined chain of all destination ranks, and every
 // destination keeps its slice. The root injects the tensor once and every
-// destination receives all of it.
+// destination receives all of it. It refuses a tensor converted to FP8 in
+// flight (Plan.Converts): its whole-tensor scratch holds the source dtype
+// and every destination would quantize the whole tensor; use flat or hier.
 type AllGatherBroadcast struct{}
 
 // Name returns "agbcast".
@@ -96,6 +100,13 @@ func (AllGatherBroadcast) Name() string { return "agbcast" }
 func (AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
+	}
+	for ti, p := range plans {
+		if p.Converts() {
+			return nil, &FieldError{Field: "route", Got: "agbcast",
+				Want: "flat or hier", Why: fmt.Sprintf("tensor %d converts %v to %v in flight, which the all-gather + broadcast route cannot carry (its whole-tensor scratch is in the source dtype)",
+					ti, p.Src().DType(), p.Dst().DType())}
+		}
 	}
 	b, err := NewBuilder("agbcast", plans, topo, opts.RoundBytes())
 	if err != nil {
