@@ -204,10 +204,10 @@ func nonFiniteText(v float64) string {
 	return fmt.Sprint(v)
 }
 
-// The records of the amax exchange (Prepared.Run): every source rank that
-// holds the first replica of its part sends, per converting tensor, the
-// window of its partial amaxes, or the first non-finite element it found,
-// or a failure of its quantizer.
+// The records of the amax exchange (Prepared.Run): every source rank sends,
+// per converting tensor, the window of the partial amaxes of its replica's
+// share of its part, or the first non-finite element it found there, or a
+// failure of its quantizer.
 const (
 	recWindow    = 1
 	recNonFinite = 2
@@ -326,22 +326,57 @@ func parseRecords(rank int, b []byte, tensors int, nd func(int) int) ([]amaxReco
 	return out, nil
 }
 
-// firstReplica reports whether rank holds the first replica of its part of
-// l: its coordinates on every replicating mesh axis are 0. Replicas hold
-// the same bytes, so the first one speaks for all in the amax exchange.
-func firstReplica(l placement.Layout, rank int) bool {
+// replicaOf returns which replica of its part of l rank holds (its
+// coordinates on the replicating mesh axes, row-major) and how many
+// replicas the part has.
+func replicaOf(l placement.Layout, rank int) (rep, count int) {
 	m := l.Mesh()
 	i := m.Index(rank)
 	if i < 0 {
-		return false
+		return 0, 0
 	}
 	coord := m.Coord(i, nil)
+	count = 1
 	for a, pl := range l.Placements() {
-		if !pl.IsShard() && coord[a] != 0 {
-			return false
+		if !pl.IsShard() {
+			rep = rep*m.Dim(a) + coord[a]
+			count *= m.Dim(a)
 		}
 	}
-	return true
+	return rep, count
+}
+
+// replicaShare returns the part of box that replica rep of count gathers
+// the amaxes of: the rep-th of count slices along the outermost dim that
+// has at least count indices (or, if none has, one index of the longest dim
+// each, some replicas getting none). Replicas hold the same bytes, so
+// each reads only its share; the shares of all replicas cover the box.
+func replicaShare(box placement.Box, rep, count int) placement.Box {
+	if count <= 1 || box.Empty() {
+		return box
+	}
+	nd := len(box.Lo)
+	dim, best := 0, int64(-1)
+	for d := range nd {
+		ext := box.Hi[d] - box.Lo[d]
+		if ext >= int64(count) {
+			dim = d
+			break
+		}
+		if ext > best {
+			best, dim = ext, d
+		}
+	}
+	ext := box.Hi[dim] - box.Lo[dim]
+	parts := min(int64(count), ext)
+	out := placement.Box{Lo: append([]int64(nil), box.Lo...), Hi: append([]int64(nil), box.Hi...)}
+	if int64(rep) >= parts {
+		out.Hi[dim] = out.Lo[dim] // an empty share
+		return out
+	}
+	out.Lo[dim] = box.Lo[dim] + ext*int64(rep)/parts
+	out.Hi[dim] = box.Lo[dim] + ext*int64(rep+1)/parts
+	return out
 }
 
 // quantTensor is what one rank of a call needs to convert one tensor:
@@ -349,14 +384,17 @@ func firstReplica(l placement.Layout, rank int) bool {
 type quantTensor struct {
 	grid  fp8.Grid
 	dtype placement.DType // the source's
-	// src: the rank holds a nonempty source part, srcBox through srcAt
-	// (its view), touching srcBlocks; speaks: it holds the first replica
-	// of it, so it sends its partial amaxes.
-	src       bool
-	speaks    bool
-	srcBox    placement.Box
-	srcAt     Strided
-	srcBlocks placement.Box
+	// src: the rank holds a nonempty source part, srcBox, touching
+	// srcBlocks; speaks: it gathers and sends the partial amaxes of
+	// speakBox, its replica's share of the part (replicaShare), at speakAt
+	// in its buffer (through its view), touching speakBlocks.
+	src         bool
+	speaks      bool
+	srcBox      placement.Box
+	srcBlocks   placement.Box
+	speakBox    placement.Box
+	speakAt     Strided
+	speakBlocks placement.Box
 	// dst: the rank holds a nonempty destination part, whose scale tensor
 	// covers dstBlocks; scaleBytes is its TensorBuffers.Scale size (-1: the
 	// rank is not in the destination mesh).
@@ -383,10 +421,16 @@ func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
 		q := &quantTensor{grid: g, dtype: s.Src.DType(), scaleBytes: -1}
 		if box, ok := s.Src.RankBox(rank); ok && !box.Empty() {
 			q.src, q.srcBox = true, box
-			q.speaks = firstReplica(s.Src, rank)
-			q.srcAt = DescribeView(box, box, s.Src.ElemSize(), s.Views.Src)
 			if q.srcBlocks, err = g.Blocks(box); err != nil {
 				return nil, err
+			}
+			rep, count := replicaOf(s.Src, rank)
+			if share := replicaShare(box, rep, count); !share.Empty() {
+				q.speaks, q.speakBox = true, share
+				q.speakAt = DescribeView(box, share, s.Src.ElemSize(), s.Views.Src)
+				if q.speakBlocks, err = g.Blocks(share); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if box, ok := s.Dst.RankBox(rank); ok {
@@ -422,8 +466,9 @@ func (s *stepScales) free() {
 }
 
 // exchangeAmax runs one step's amax exchange (every rank of the call takes
-// part): each rank holding the first replica of a converting tensor's
-// source part gathers its partial amaxes, the ranks exchange them in one
+// part): each source rank gathers the partial amaxes of its replica's
+// share of its part of every converting tensor (the replicas of a part
+// split the reading: replicaShare), the ranks exchange them in one
 // bounded collective, and every rank combines the windows that touch the
 // blocks it packs and the blocks its destination part holds, so that every
 // block's scale is the whole tensor's. A NaN or infinity anywhere fails
@@ -442,9 +487,9 @@ func (p *Prepared) exchangeAmax(ctx context.Context, mem Memory, coll Collective
 		if q == nil || !q.speaks {
 			continue
 		}
-		w, err := q.grid.NewWindow(q.srcBlocks)
+		w, err := q.grid.NewWindow(q.speakBlocks)
 		if err == nil {
-			err = qm.QuantAmax(q.grid, w, QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.srcAt, Box: q.srcBox})
+			err = qm.QuantAmax(q.grid, w, QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.speakAt, Box: q.speakBox})
 		}
 		var nf *fp8.NonFiniteError
 		switch {
