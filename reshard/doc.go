@@ -27,6 +27,14 @@
 // schedule over a Transport (MPI, NCCL, or the in-process transport of
 // package inproc) and a Memory (host memory, or a GPU's).
 //
+// A tensor may convert in flight: a bf16 or f32 source to an fp8e4m3
+// destination (ConvertsTo; Spec.Scale says which elements share a scale).
+// Its plan and messages count destination (one-byte) elements, its senders
+// quantize while they pack through a QuantMemory (package fp8 on the host,
+// package cuda's kernels on a GPU), and Prepared.Run gathers the global
+// block scales every step before a byte moves and writes each
+// destination's scale tensor (TensorBuffers.Scale).
+//
 // Refit is the call a program makes: it validates every input before a
 // byte moves, makes every rank agree on what it was given, bounds every wait,
 // can verify checksums and commit atomically, and reports which tensors
