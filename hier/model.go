@@ -295,13 +295,20 @@ type Choice struct {
 // Choose picks the route with the smallest predicted time (bound plus
 // startup), preferring the simpler route on a tie: flat, then hier, then
 // agbcast. Like Bounds, it needs a valid fabric and problem (Auto checks).
-func Choose(p Problem, f Fabric) Choice {
+func Choose(p Problem, f Fabric) Choice { return choose(p, f, nil) }
+
+// choose is Choose among the routes allow accepts (nil: all of them).
+func choose(p Problem, f Fabric, allow func(route string) bool) Choice {
 	bs := Bounds(p, f)
 	order := map[string]int{"flat": 0, "hier": 1, "agbcast": 2}
-	best := bs[0]
-	for _, b := range bs[1:] {
-		if b.Predicted < best.Predicted*(1-1e-9) || (math.Abs(b.Predicted-best.Predicted) <= best.Predicted*1e-9 && order[b.Route] < order[best.Route]) {
-			best = b
+	var best Bound
+	found := false
+	for _, b := range bs {
+		if allow != nil && !allow(b.Route) {
+			continue
+		}
+		if !found || b.Predicted < best.Predicted*(1-1e-9) || (math.Abs(b.Predicted-best.Predicted) <= best.Predicted*1e-9 && order[b.Route] < order[best.Route]) {
+			best, found = b, true
 		}
 	}
 	var parts []string
@@ -335,9 +342,22 @@ type Auto struct {
 // Name returns "auto".
 func (Auto) Name() string { return "auto" }
 
-// Choose returns the route auto picks for the plans and why.
+// Choose returns the route auto picks for the plans and why. When a plan
+// converts to FP8 in flight (reshard.Plan.Converts), agbcast, which cannot
+// carry it, is left out.
 func (a Auto) Choose(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) Choice {
-	return Choose(ProblemOf(plans, topo, float64(opts.ChunkBytes)), a.Fabric)
+	var allow func(string) bool
+	for _, p := range plans {
+		if p.Converts() {
+			allow = func(r string) bool { return r != "agbcast" }
+			break
+		}
+	}
+	c := choose(ProblemOf(plans, topo, float64(opts.ChunkBytes)), a.Fabric, allow)
+	if allow != nil {
+		c.Why += " (agbcast left out: a tensor converts to FP8 in flight)"
+	}
+	return c
 }
 
 // Schedule implements reshard.Route.
@@ -361,7 +381,7 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if a.Buckets > 0 && len(plans) > 1 {
 		return a.scheduleBuckets(plans, topo, opts)
 	}
-	c := Choose(prob, a.Fabric)
+	c := a.Choose(plans, topo, opts)
 	var r reshard.Route = Hier{Balance: a.Balance}
 	switch c.Route {
 	case "flat":
@@ -410,7 +430,7 @@ func (a Auto) BucketsOf(plans []*reshard.Plan, topo reshard.Topology, opts resha
 		for i, t := range cur.Tensors {
 			ps[i] = plans[t]
 		}
-		cur.Choice = Choose(ProblemOf(ps, topo, float64(opts.ChunkBytes)), a.Fabric)
+		cur.Choice = a.Choose(ps, topo, opts)
 		out = append(out, cur)
 		cur = Bucket{}
 	}

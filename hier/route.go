@@ -158,7 +158,8 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 // from each leader to the other replicas of its domain.
 type chain struct {
 	tensor   int
-	elem     int64
+	srcElem  int64         // bytes of a source element
+	elem     int64         // bytes of an element on the wire and in the destination
 	src      int           // source owner
 	srcLocal placement.Box // the region the owner holds
 	dstLocal placement.Box // the region every replica of the shard holds
@@ -176,7 +177,7 @@ type hop struct {
 func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	bytes := sub.Elems() * c.elem
 	dstAt := reshard.Describe(c.dstLocal, sub, c.elem)
-	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: reshard.Describe(c.srcLocal, sub, c.elem)}}
+	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: reshard.Describe(c.srcLocal, sub, c.srcElem)}}
 	prev := c.src
 	after := 0
 	for _, h := range c.hops {
@@ -203,7 +204,9 @@ type shard struct {
 // tensorChains derives the chains of one tensor.
 func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance) []chain {
 	dm := p.Dst().Mesh()
-	elem := p.Src().ElemSize()
+	// a converting plan's messages carry destination (FP8) elements; only
+	// the first hop reads the source's.
+	srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
 	index := map[int]int{}
 	var shards []shard
 	for i := 0; i < dm.Size(); i++ {
@@ -244,7 +247,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			pieces = append(pieces, piece{t: t, box: t.Box, slot: ci, entry: ci % nd})
 		}
 		for _, pc := range pieces {
-			c := chain{tensor: ti, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
+			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
 				reps := domains[(pc.entry+step)%nd]
 				var li int

@@ -30,6 +30,14 @@
 // Executor drives a Program over a Transport (MPI, NCCL, or the in-process
 // transport of package inproc) and a Memory (host memory, or a GPU's).
 //
+// A tensor may convert in flight: a bf16 or f32 source to an fp8e4m3
+// destination (ConvertsTo; Spec.Scale says which elements share a scale).
+// Its plan and messages count destination (one-byte) elements, its senders
+// quantize while they pack through a QuantMemory (package fp8 on the host,
+// package cuda's kernels on a GPU), and Prepared.Run gathers the global
+// block scales every step before a byte moves and writes each
+// destination's scale tensor (TensorBuffers.Scale).
+//
 // Prepare is what a program does once per call: it validates every input,
 // plans, schedules and compiles, and makes every rank agree on what it was
 // given and on the schedule it built; Prepared.Run moves one step's data,

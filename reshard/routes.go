@@ -77,7 +77,7 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 	total = 0
 	for _, ti := range tensors {
 		p := plans[ti]
-		elem := p.Src().ElemSize()
+		elem := p.WireElemSize()
 		for i := 0; i < p.Len(); i++ {
 			n, err := CountChunks(p.Transfer(i).Box, elem, opts.ChunkBytes)
 			if err != nil {
@@ -93,7 +93,9 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 	}
 	for _, ti := range tensors {
 		p := plans[ti]
-		elem := p.Src().ElemSize()
+		// a converting plan reads source elements and sends destination
+		// (FP8) ones: chunks and messages are sized on the wire.
+		srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
 		transfers := p.Transfers()
 		chunks := make([][]placement.Box, len(transfers))
 		for i, t := range transfers {
@@ -115,7 +117,7 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 				sub := chunks[i][k]
 				b.Add(Message{
 					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
-					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, elem)),
+					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, srcElem)),
 					To:   seg(ti, BufDst, Describe(t.DstLocal, sub, elem)),
 				}, 0)
 				if k+1 < len(chunks[i]) {
@@ -135,7 +137,7 @@ func flatCount(plans []*Plan, tensors []int, chunk int64) int64 {
 	for _, ti := range tensors {
 		p := plans[ti]
 		for i := 0; i < p.Len(); i++ {
-			n, _ := CountChunks(p.Transfer(i).Box, p.Src().ElemSize(), chunk)
+			n, _ := CountChunks(p.Transfer(i).Box, p.WireElemSize(), chunk)
 			total = satAdd(total, n)
 		}
 	}
@@ -147,7 +149,9 @@ func flatCount(plans []*Plan, tensors []int, chunk int64) int64 {
 // ending with the whole tensor in scratch), then the first source rank
 // broadcasts it down a pipelined chain of all destination ranks, and every
 // destination keeps its slice. The root injects the tensor once and every
-// destination receives all of it.
+// destination receives all of it. It refuses a tensor converted to FP8 in
+// flight (Plan.Converts): its whole-tensor scratch holds the source dtype
+// and every destination would quantize the whole tensor; use flat or hier.
 type AllGatherBroadcast struct{}
 
 // Name returns "agbcast".
@@ -160,6 +164,13 @@ func (a AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts Schedule
 
 // AddTensors implements BucketRoute.
 func (AllGatherBroadcast) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
+	for _, ti := range tensors {
+		if p := plans[ti]; p.Converts() {
+			return &FieldError{Field: "route", Got: "agbcast",
+				Want: "flat or hier", Why: fmt.Sprintf("tensor %d converts %v to %v in flight, which the all-gather + broadcast route cannot carry (its whole-tensor scratch is in the source dtype)",
+					ti, p.Src().DType(), p.Dst().DType())}
+		}
+	}
 	var total int64
 	for _, ti := range tensors {
 		n, err := agbcastCount(plans[ti], opts.ChunkBytes)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/model"
@@ -103,13 +105,19 @@ the overhead per step beyond moving the bytes.`,
 
 // syncReport is what rank 0 prints.
 type syncReport struct {
-	Model      string        `json:"model"`
-	Trainer    string        `json:"trainer"`
-	Generator  string        `json:"generator"`
-	World      int           `json:"world"`
-	Tensors    int           `json:"tensors"`
-	Params     int64         `json:"params"`
-	Bytes      int64         `json:"bytes"`
+	Model     string `json:"model"`
+	Trainer   string `json:"trainer"`
+	Generator string `json:"generator"`
+	World     int    `json:"world"`
+	Tensors   int    `json:"tensors"`
+	Params    int64  `json:"params"`
+	Bytes     int64  `json:"bytes"`
+	// FP8 is the scaling mode of the tensors the generator receives in FP8
+	// (--dst-dtype e4m3), FP8Tensors how many, DstBytes the model's bytes as
+	// the generator holds them (each tensor once, FP8 where converted).
+	FP8        string        `json:"fp8_scale,omitempty"`
+	FP8Tensors int           `json:"fp8_tensors,omitempty"`
+	DstBytes   int64         `json:"dst_bytes"`
 	Routes     []string      `json:"routes"` // per stage
 	Iters      int           `json:"iters"`
 	MedianSec  float64       `json:"median_s"`
@@ -184,7 +192,7 @@ type syncInput struct {
 	buckets int64 // auto's bucket size; 0: one route per stage
 }
 
-func (f *syncFlags) input(world int) (syncInput, error) {
+func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
 	var in syncInput
 	if f.model == "" || f.train == "" || f.gen == "" {
 		return in, usageError{fmt.Errorf("--model, --train and --gen are required (e.g. --model deepseek-v3 --train tp=1,pp=4,ep=16 --gen tp=8,dp=16)")}
@@ -221,7 +229,7 @@ func (f *syncFlags) input(world int) (syncInput, error) {
 	if err != nil {
 		return in, flagError("gen", f.gen, err)
 	}
-	if in.layouts, err = model.New(m, tr, gen); err != nil {
+	if in.layouts, err = model.NewQuantized(m, tr, gen, mode); err != nil {
 		return in, usageError{err}
 	}
 	if w := in.layouts.World(); w != world {
@@ -237,7 +245,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	in, inputErr := f.input(j.world)
+	in, inputErr := f.input(j.world, j.set.fp8)
 	if err := j.agreeReady(inputErr); err != nil {
 		return err
 	}
@@ -284,12 +292,21 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		return err
 	}
 	defer m.Free(bufs)
-	if err := fillModel(m, bufs); err != nil {
+	if err := fillModel(m, bufs, j.set.fp8 != 0); err != nil {
 		return err
 	}
 	rep := &syncReport{Model: l.Model.Name, Trainer: l.Trainer.String(), Generator: fmt.Sprint(l.Generator), World: j.world,
 		Tensors: len(l.Model.Tensors), Params: l.Model.Params(), Bytes: l.Model.Bytes(), Iters: f.run.iters, Fabric: fabric,
 		EmulatedBW: j.set.opts.EmulateNetBW}
+	for _, st := range l.Stages {
+		for _, t := range st.Tensors {
+			rep.DstBytes += t.Dst.Bytes()
+			if t.Scale != 0 {
+				rep.FP8Tensors++
+				rep.FP8 = t.Scale.String()
+			}
+		}
+	}
 	for si := range l.Stages {
 		rep.Routes = append(rep.Routes, "")
 		rep.Stages = append(rep.Stages, stageReport{Stage: si, Tensors: len(l.Stages[si].Tensors)})
@@ -367,7 +384,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	checkMsg := ""
 	if f.run.check {
-		if err := checkModel(m, bufs); err != nil {
+		if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
 			checkMsg = err.Error()
 			j.log.Error().Err(err).Msg("check failed")
 		}
@@ -436,30 +453,82 @@ func (j *job) progress(m *session.Model, steps int, asJSON bool) *progressbar.Pr
 }
 
 // fillModel writes every tensor's pattern (its global index in the model)
-// into this rank's source parts, through their views.
-func fillModel(m *session.Model, b *session.ModelBuffers) error {
+// into this rank's source parts, through their views: finite values
+// (pattern.FillFloats) when the model converts to FP8.
+func fillModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 	return eachPart(m, b, model.Src, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
+		if floats {
+			return pattern.FillFloats(t.Src, rank, seed, buf, v.View)
+		}
 		return pattern.Fill(t.Src, rank, seed, buf, v.View)
 	}, true)
 }
 
-// poisonModel fills this rank's destination parts with the poison.
+// poisonModel fills this rank's destination parts and scale tensors with
+// the poison.
 func poisonModel(m *session.Model, b *session.ModelBuffers) error {
+	for si, ss := range m.Stages.Sessions {
+		if ss == nil || si >= len(b.Scale) {
+			continue
+		}
+		for _, x := range b.Scale[si] {
+			h := bytes.Repeat([]byte{pattern.Poison}, int(x.Len()))
+			if err := ss.Memory().Upload(x, h); err != nil {
+				return err
+			}
+		}
+	}
 	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, _ uint64, buf []byte, v model.Part) error {
 		return pattern.PoisonPart(t.Dst, rank, buf, v.View)
 	}, true)
 }
 
-// checkModel checks every element of this rank's destination parts; the
-// first wrong one is named with its tensor.
-func checkModel(m *session.Model, b *session.ModelBuffers) error {
+// checkModel checks every element of this rank's destination parts (and
+// the scale tensor of every part it receives in FP8, against quantizing
+// the whole tensor at once); the first wrong one is named with its tensor.
+func checkModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
-		err := pattern.Check(t.Dst, rank, seed, buf, v.View)
-		if me, ok := err.(*pattern.MismatchError); ok {
-			me.Tensor = t.Name
+		var err error
+		switch {
+		case t.Scale != 0:
+			var scales []byte
+			if scales, err = modelScales(m, b, t, rank); err == nil {
+				err = pattern.CheckFP8(t.Src.DType(), t.Dst, t.Scale, rank, seed, buf, v.View, scales)
+			}
+		case floats:
+			err = pattern.CheckFloats(t.Dst, rank, seed, buf, v.View)
+		default:
+			err = pattern.Check(t.Dst, rank, seed, buf, v.View)
+		}
+		switch e := err.(type) {
+		case *pattern.MismatchError:
+			e.Tensor = t.Name
+		case *pattern.ScaleMismatchError:
+			e.Tensor = t.Name
 		}
 		return err
 	}, false)
+}
+
+// modelScales returns the host bytes of this rank's scale tensor of t (a
+// tensor it receives in FP8), rank being its rank in t's stage.
+func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayout, rank int) ([]byte, error) {
+	for si, st := range m.Layouts.Stages {
+		ss := m.Stages.Sessions[si]
+		if ss == nil || ss.Rank() != rank || !slices.Contains(st.Tensors, t) {
+			continue
+		}
+		x := b.Scale[si][t.Name]
+		if x == nil {
+			return nil, fmt.Errorf("rank %d: no scale buffer for %s", rank, t.Name)
+		}
+		if hb, ok := x.(reshard.HostBuffer); ok {
+			return hb, nil
+		}
+		h := make([]byte, x.Len())
+		return h, ss.Memory().Download(h, x)
+	}
+	return nil, fmt.Errorf("rank %d: tensor %s is in none of this rank's stages", rank, t.Name)
 }
 
 // eachPart calls fn for every tensor part this rank holds on side, with
@@ -888,6 +957,10 @@ func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int)
 func writeSyncReport(w io.Writer, r *syncReport) error {
 	fmt.Fprintf(w, "model %s: %d tensors, %d parameters, %s\n", r.Model, r.Tensors, r.Params, formatBytes(r.Bytes))
 	fmt.Fprintf(w, "trainer %s -> generator %s, world %d\n", r.Trainer, r.Generator, r.World)
+	if r.FP8Tensors > 0 {
+		fmt.Fprintf(w, "generator in FP8: %d tensors (every 2-D and 3-D bf16 weight) as e4m3 with %s scales, the others as they are: %s as the generator holds it\n",
+			r.FP8Tensors, r.FP8, formatBytes(r.DstBytes))
+	}
 	if r.EmulatedBW > 0 {
 		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
 			formatRate(r.EmulatedBW), formatRate(r.Fabric.NetBW), formatRate(r.Fabric.LocalBW))
