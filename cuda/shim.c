@@ -261,6 +261,13 @@ CUresult m2n_launch_copy(CUcontext ctx, CUfunction f, unsigned int grid, unsigne
 	WITH_CTX(fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
 }
 
+CUresult m2n_launch_batch(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+	const m2n_batch_params *p) {
+	// As m2n_launch_copy: cuLaunchKernel copies the parameter block.
+	void *args[1] = { (void *)p };
+	WITH_CTX(fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
+}
+
 CUresult m2n_launch_quant(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
 	const m2n_quant_params *p) {
 	// As m2n_launch_copy: cuLaunchKernel copies the parameter block.
