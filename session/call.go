@@ -136,26 +136,7 @@ func (c *Call) OnProgress(fn func(bytes int64, tensors int)) { c.ex.Progress = f
 
 // Bytes returns what this rank moves in one run: the bytes it sends,
 // receives and copies, and the tensors it takes part in.
-func (c *Call) Bytes() (bytes int64, tensors int) {
-	p := c.prep.Program
-	for i := range p.Steps {
-		s := &p.Steps[i]
-		for _, cp := range s.Copies {
-			bytes += cp.Bytes
-		}
-		for _, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
-			for _, w := range list {
-				bytes += w.Bytes
-			}
-		}
-	}
-	for _, k := range p.Done {
-		if k >= 0 {
-			tensors++
-		}
-	}
-	return bytes, tensors
-}
+func (c *Call) Bytes() (bytes int64, tensors int) { return c.prep.Program.Moved() }
 
 // Schedule returns the call's schedule.
 func (c *Call) Schedule() *reshard.Schedule { return c.prep.Schedule }
