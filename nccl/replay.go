@@ -96,6 +96,24 @@ func NewReplay(p *reshard.Program, t *Transport, mem *cuda.Memory, opts ReplayOp
 	return r, nil
 }
 
+// SetGraph turns the CUDA graph on or off (ReplayOptions.Graph) for the
+// following runs; a change drops the bound step, waiting first for a step
+// in flight.
+func (r *Replay) SetGraph(on bool) error {
+	if on == r.opts.Graph {
+		return nil
+	}
+	r.opts.Graph = on
+	if r.inflight {
+		if err := r.streams[replay.Compute].Synchronize(); err != nil {
+			return err
+		}
+		r.inflight = false
+	}
+	r.graphErr = nil
+	return r.unbind()
+}
+
 // GraphError returns why the step could not be captured as a graph, with
 // Graph set (nil when it was, or before the first run).
 func (r *Replay) GraphError() error { return r.graphErr }
