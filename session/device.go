@@ -85,7 +85,7 @@ func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, e
 func (cpuDevice) runner(reshard.Transport, *reshard.Program, nccl.ReplayOptions) (callRunner, error) {
 	return nil, nil
 }
-func (cpuDevice) close() error { return nil }
+func (cpuDevice) close() error            { return nil }
 func (cpuDevice) abort(reshard.Transport) {}
 
 // gpuDevice keeps tensors on the GPU of the local rank and moves them
