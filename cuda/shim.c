@@ -70,6 +70,8 @@ static struct {
 	CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
 	CUresult (*cuGraphDestroy)(CUgraph);
+	// optional: stream memory operations
+	CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
 } fn;
 
 // One row per entry point: the exported symbols internal/dl tries with
@@ -141,6 +143,7 @@ static struct entry entries[] = {
 	OPT(cuGraphLaunch, M2N_CUDA_ABI, "cuGraphLaunch", NULL),
 	OPT(cuGraphExecDestroy, M2N_CUDA_ABI, "cuGraphExecDestroy", NULL),
 	OPT(cuGraphDestroy, M2N_CUDA_ABI, "cuGraphDestroy", NULL),
+	OPT(cuStreamWaitValue32, M2N_CUDA_ABI, "cuStreamWaitValue32_v2", "cuStreamWaitValue32"),
 };
 
 #undef E
@@ -288,6 +291,12 @@ CUresult m2n_cuGraphInstantiate(CUcontext ctx, CUgraphExec *e, CUgraph g) {
 CUresult m2n_cuGraphLaunch(CUcontext ctx, CUgraphExec e, CUstream s) { WITH_CTX(fn.cuGraphLaunch(e, s)); }
 CUresult m2n_cuGraphExecDestroy(CUcontext ctx, CUgraphExec e) { WITH_CTX(fn.cuGraphExecDestroy(e)); }
 CUresult m2n_cuGraphDestroy(CUcontext ctx, CUgraph g) { WITH_CTX(fn.cuGraphDestroy(g)); }
+
+int m2n_cu_has_wait_value(void) { return fn.cuStreamWaitValue32 != NULL; }
+CUresult m2n_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr p, unsigned int v) {
+	// CU_STREAM_WAIT_VALUE_GEQ
+	WITH_CTX(fn.cuStreamWaitValue32(s, p, v, 0x0));
+}
 
 CUresult m2n_launch_copy(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
 	const m2n_copy_params *p) {

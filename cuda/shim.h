@@ -134,6 +134,9 @@ CUresult m2n_cuGraphInstantiate(CUcontext ctx, CUgraphExec *e, CUgraph g);
 CUresult m2n_cuGraphLaunch(CUcontext ctx, CUgraphExec e, CUstream s);
 CUresult m2n_cuGraphExecDestroy(CUcontext ctx, CUgraphExec e);
 CUresult m2n_cuGraphDestroy(CUcontext ctx, CUgraph g);
+// Stream memory operations (optional).
+int m2n_cu_has_wait_value(void);
+CUresult m2n_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr p, unsigned int v);
 CUresult m2n_cuModuleLoadData(CUcontext ctx, CUmodule *m, const void *image);
 CUresult m2n_cuModuleUnload(CUcontext ctx, CUmodule m);
 CUresult m2n_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const char *name);
