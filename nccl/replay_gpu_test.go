@@ -253,7 +253,7 @@ func selfProgram() *reshard.Program {
 		{Round: 3,
 			// forwards what round 1 received
 			Copies: []reshard.Copy{{Bytes: 64, From: []reshard.Region{dst(run(6144, 64))}, To: []reshard.Region{dst(run(7000, 64))}}},
-			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}},
+			Sends:  []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}},
 			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireStaged, StageOff: 0,
 				Parts: part(dst(reshard.Strided{Offset: 5120, Run: 16, Count: []int64{64}, Stride: []int64{16}}))}}},
 	}
