@@ -126,6 +126,9 @@ Offline commands (no launcher needed):
   refit quantize    a raw bf16/f32 tensor to FP8 E4M3 bytes and scales, as a destination gets it
   refit quant-bench the GPU FP8 quantize-pack kernels against packing alone and convert-after
 
+GPU benchmark (one rank: mpirun -np 1):
+  refit replay-bench prepared calls on the host driver, the replay and the graph, against their bounds
+
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
 or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 		SilenceUsage:  true,
@@ -135,7 +138,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
 	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newSyncCmd(),
-		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd())
+		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd(), newReplayBenchCmd())
 	return root
 }
 
