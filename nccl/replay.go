@@ -73,6 +73,7 @@ type Replay struct {
 	fin       *cuda.Event
 
 	key      []uint64 // the bound buffers: address and length of each
+	keyBuf   []uint64 // the key of a run's buffers, reused
 	plan     *replay.Plan
 	arena    cuda.Buffer // the batches' item tables
 	launches []cuda.BatchLaunch
@@ -272,7 +273,7 @@ func (r *Replay) keyOf(bufs []reshard.TensorBuffers) ([]uint64, error) {
 	if len(bufs) != len(r.prog.Full) {
 		return nil, fmt.Errorf("nccl: rank %d: %d buffer pairs for a program of %d tensors", r.prog.Rank, len(bufs), len(r.prog.Full))
 	}
-	key := make([]uint64, 0, 4*len(bufs))
+	key := r.keyBuf[:0]
 	for i := range bufs {
 		for side, b := range []reshard.Buffer{bufs[i].Src, bufs[i].Dst} {
 			if b == nil {
@@ -286,6 +287,7 @@ func (r *Replay) keyOf(bufs []reshard.TensorBuffers) ([]uint64, error) {
 			key = append(key, uint64(d.Ptr), uint64(d.N))
 		}
 	}
+	r.keyBuf = key
 	return key, nil
 }
 
@@ -361,7 +363,7 @@ func (r *Replay) bind(bufs []reshard.TensorBuffers) error {
 		}
 		r.events = append(r.events, e)
 	}
-	r.plan, r.key = plan, key
+	r.plan, r.key = plan, slices.Clone(key)
 	if r.opts.Graph {
 		r.graphErr = r.capture()
 	}
