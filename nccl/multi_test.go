@@ -122,12 +122,17 @@ func TestGPUTransportMPI(t *testing.T) {
 						}
 						// the host driver, the replay, and the replay
 						// captured as a graph
-						for _, driver := range []string{"host", "replay", "graph"} {
+						// (and the replay with parts in padded buffers
+						// through views, small messages coalesced)
+						for _, driver := range []string{"host", "replay", "graph", "replay-padded"} {
 							cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 							env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo,
 								Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10}}
 							if driver != "host" {
 								env.Runner = replayRunner(tr, mem, driver == "graph", &graphErr)
+							}
+							if driver == "replay-padded" {
+								env.Padded, env.Coalesce = true, 1<<10
 							}
 							if _, err := transporttest.RunCase(cctx, env, cs, rt); err != nil {
 								t.Errorf("%v, %s, %d domains, %s driver: %v", cs, route, domains, driver, err)
@@ -144,7 +149,7 @@ func TestGPUTransportMPI(t *testing.T) {
 			t.Fatal("no two-rank case ran")
 		}
 		if c.Rank() == 0 {
-			t.Log(fmt.Sprintf("%d reshards over NCCL between 2 GPUs checked element by element (host driver, replay, graph)", runs))
+			t.Log(fmt.Sprintf("%d reshards over NCCL between 2 GPUs checked element by element (host driver, replay, graph, replay through views with coalescing)", runs))
 			if graphErr != nil {
 				t.Log(fmt.Sprintf("NOTE: some steps could not be captured as graphs and ran from their commands: %v", graphErr))
 			}
