@@ -245,24 +245,38 @@ func (bd *builder) build() error {
 			bd.drain(pending[0])
 			pending = pending[1:]
 		}
-		if err := bd.copies(i); err != nil {
-			return err
-		}
 		for _, cp := range s.Copies {
 			st.Sent[reshard.LinkSelf] += cp.Bytes
 			st.Recv[reshard.LinkSelf] += cp.Bytes
 			st.Messages++
 		}
-		if len(s.Sends)+len(s.Recvs) == 0 {
-			continue
-		}
-		st.Rounds++
-		posted, err := bd.wires(i)
+		// The round's copies come before its packs and groups when a send
+		// may read what they write (a leader forwards what it copied);
+		// otherwise after, so that the groups start at once and the
+		// copies run beside them.
+		later, err := bd.copiesAfter(i)
 		if err != nil {
 			return err
 		}
-		if posted {
-			pending = append(pending, i)
+		if !later {
+			if err := bd.copies(i); err != nil {
+				return err
+			}
+		}
+		if len(s.Sends)+len(s.Recvs) > 0 {
+			st.Rounds++
+			posted, err := bd.wires(i)
+			if err != nil {
+				return err
+			}
+			if posted {
+				pending = append(pending, i)
+			}
+		}
+		if later {
+			if err := bd.copies(i); err != nil {
+				return err
+			}
 		}
 	}
 	for _, i := range pending {
@@ -413,6 +427,58 @@ func span(base uint64, at reshard.Strided) ival {
 		return ival{}
 	}
 	return ival{base + uint64(at.Offset), base + uint64(extent(at))}
+}
+
+// copiesAfter reports whether step i's copies may run after its packs
+// and groups: it has both, no byte its copies write is a byte its sends read
+// (directly, or through a pack), and no byte its copies read is a byte its
+// receives write.
+func (bd *builder) copiesAfter(i int) (bool, error) {
+	s := &bd.p.Steps[i]
+	if len(s.Copies) == 0 || len(s.Sends)+len(s.Recvs) == 0 {
+		return false, nil
+	}
+	var rd, wr spans
+	for _, cp := range s.Copies {
+		for _, side := range []struct {
+			regions []reshard.Region
+			into    *spans
+		}{{cp.From, &rd}, {cp.To, &wr}} {
+			for _, r := range side.regions {
+				a, err := bd.region(s.Round, "local copy", r)
+				if err != nil {
+					return false, err
+				}
+				side.into.insert(span(a, r.At))
+			}
+		}
+	}
+	for dir, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
+		against := wr // sends must not read what the copies write
+		if dir == 1 {
+			against = rd // receives must not write what the copies read
+		}
+		for wi := range list {
+			w := &list[wi]
+			regions := []reshard.Region{w.Region}
+			if w.Mode == reshard.WireStaged {
+				regions = regions[:0]
+				for _, pt := range w.Parts {
+					regions = append(regions, pt.Regions...)
+				}
+			}
+			for _, r := range regions {
+				a, err := bd.region(s.Round, fmt.Sprintf("operation with rank %d", w.Peer), r)
+				if err != nil {
+					return false, err
+				}
+				if against.overlaps(span(a, r.At)) {
+					return false, nil
+				}
+			}
+		}
+	}
+	return true, nil
 }
 
 // copies emits step i's local copies in waves.
