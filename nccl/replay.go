@@ -44,7 +44,8 @@ type ReplayOptions struct {
 // that depend on one another) and large contiguous copies as memcpys on the
 // compute stream (the Memory's), its sends and receives as one NCCL group
 // per communicator on the transport's network and local streams, ordered by
-// events (double-buffered staging: a round's packs wait for the groups of
+// events; a round's copies that its sends do not read run on a side stream
+// of the replay's own, beside the groups (double-buffered staging: a round's packs wait for the groups of
 // the round two before, which used the same staging slot, and its receives
 // for that round's unpacks; a round's forwarding sends read data received
 // at least two rounds earlier). The host waits once, at the end (RunProgram),
@@ -61,7 +62,7 @@ type Replay struct {
 	mem     *cuda.Memory
 	ctx     *cuda.Context
 	opts    ReplayOptions
-	streams [3]*cuda.Stream
+	streams [4]*cuda.Stream // by replay.Stream; the side stream is the replay's own
 
 	allocated bool
 	needs     replay.Needs
@@ -86,13 +87,18 @@ type Replay struct {
 
 // NewReplay prepares the replay of program p over transport t (whose
 // communicators and streams it uses) with memory mem (whose stream is the
-// compute stream). Nothing is allocated until the first run.
+// compute stream), with a side stream of its own. Device memory and events
+// are allocated at the first run.
 func NewReplay(p *reshard.Program, t *Transport, mem *cuda.Memory, opts ReplayOptions) (*Replay, error) {
 	if t.rank != p.Rank || t.size != p.World {
 		return nil, fmt.Errorf("nccl: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.rank, t.size)
 	}
 	r := &Replay{prog: p, t: t, mem: mem, ctx: mem.Ctx, opts: opts}
-	r.streams = [3]*cuda.Stream{replay.Compute: mem.Stream, replay.Net: t.netS, replay.Local: t.localS}
+	side, err := mem.Ctx.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	r.streams = [4]*cuda.Stream{replay.Compute: mem.Stream, replay.Net: t.netS, replay.Local: t.localS, replay.Side: side}
 	r.needs = replay.NeedsOf(p)
 	return r, nil
 }
@@ -205,6 +211,7 @@ func (r *Replay) Close() error {
 		errs = append(errs, r.ctx.Free(b.Ptr))
 	}
 	r.full, r.stage, r.scratch, r.allocated = nil, [2][2]cuda.Buffer{}, cuda.Buffer{}, false
+	errs = append(errs, r.streams[replay.Side].Destroy())
 	return errors.Join(errs...)
 }
 
@@ -477,7 +484,7 @@ func (r *Replay) issue(capturing bool) error {
 			err = s.WaitEvent(r.events[c.Event])
 		case replay.Record:
 			err = r.events[c.Event].Record(s)
-			if err == nil && capturing && c.Stream != replay.Compute {
+			if err == nil && capturing && (c.Stream == replay.Net || c.Stream == replay.Local) {
 				err = r.ext[c.Event].RecordExternal(s)
 			}
 		case replay.Batch:

@@ -44,6 +44,10 @@ const (
 	Net
 	// Local runs the groups of the communicator inside a domain.
 	Local
+	// Side runs the local copies of a round that nothing of the round
+	// waits for, beside everything else; the compute stream joins it
+	// before an operation that touches their bytes, and at the end.
+	Side
 )
 
 func (s Stream) String() string {
@@ -54,6 +58,8 @@ func (s Stream) String() string {
 		return "net"
 	case Local:
 		return "local"
+	case Side:
+		return "side"
 	}
 	return fmt.Sprintf("stream(%d)", uint8(s))
 }
@@ -226,6 +232,15 @@ type builder struct {
 	opts    Options
 	pl      *Plan
 	unpacks map[int]int // step -> its unpack batch
+	stream  Stream      // where launch emits: Compute, or Side
+	side    []sideCopy  // copies on the side stream not joined yet
+}
+
+// sideCopy is a round's copies on the side stream: the event that marks
+// their end and the bytes they read and write.
+type sideCopy struct {
+	done   int
+	rd, wr spans
 }
 
 func (bd *builder) event() int {
@@ -241,20 +256,28 @@ func (bd *builder) build() error {
 	var pending []int
 	for i := range p.Steps {
 		s := &p.Steps[i]
-		for len(pending) > 0 && p.Steps[pending[0]].Round <= s.Round-2 {
-			bd.drain(pending[0])
-			pending = pending[1:]
+		drained := 0
+		for drained < len(pending) && p.Steps[pending[drained]].Round <= s.Round-2 {
+			drained++
 		}
+		if err := bd.join(i, pending[:drained]); err != nil {
+			return err
+		}
+		for _, d := range pending[:drained] {
+			bd.drain(d)
+		}
+		pending = pending[drained:]
 		for _, cp := range s.Copies {
 			st.Sent[reshard.LinkSelf] += cp.Bytes
 			st.Recv[reshard.LinkSelf] += cp.Bytes
 			st.Messages++
 		}
 		// The round's copies come before its packs and groups when a send
-		// may read what they write (a leader forwards what it copied);
-		// otherwise after, so that the groups start at once and the
-		// copies run beside them.
-		later, err := bd.copiesAfter(i)
+		// may read what they write (a leader forwards what it copied), or a
+		// receive write what they read; otherwise they run on the side
+		// stream, so that the groups start at once and the next round's
+		// packs need not wait for them.
+		later, sp, err := bd.copiesAfter(i)
 		if err != nil {
 			return err
 		}
@@ -274,14 +297,67 @@ func (bd *builder) build() error {
 			}
 		}
 		if later {
-			if err := bd.copies(i); err != nil {
+			fork, done := bd.event(), bd.event()
+			bd.emit(Cmd{Kind: Record, Stream: Compute, Event: fork, Step: i})
+			bd.emit(Cmd{Kind: Wait, Stream: Side, Event: fork, Step: i})
+			bd.stream = Side
+			err := bd.copies(i)
+			bd.stream = Compute
+			if err != nil {
 				return err
 			}
+			bd.emit(Cmd{Kind: Record, Stream: Side, Event: done, Step: i})
+			bd.side = append(bd.side, sideCopy{done: done, rd: sp.copyRd, wr: sp.copyWr})
 		}
 	}
 	for _, i := range pending {
 		bd.drain(i)
 	}
+	for _, sc := range bd.side {
+		bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: sc.done, Step: len(p.Steps) - 1})
+	}
+	bd.side = nil
+	return nil
+}
+
+// join makes the compute stream wait for the side copies whose bytes step
+// i (or the unpacks of the steps it drains) touches: a side copy's writes
+// that the step reads or writes, or its reads that the step writes.
+func (bd *builder) join(i int, drained []int) error {
+	if len(bd.side) == 0 {
+		return nil
+	}
+	sp, err := bd.stepSpans(i)
+	if err != nil {
+		return err
+	}
+	unpacked := spans{}
+	for _, d := range drained {
+		dsp, err := bd.stepSpans(d)
+		if err != nil {
+			return err
+		}
+		for _, v := range dsp.recvWr {
+			unpacked.insert(v)
+		}
+	}
+	keep := bd.side[:0]
+	for _, sc := range bd.side {
+		touched := false
+		for _, v := range sc.wr {
+			touched = touched || sp.copyRd.overlaps(v) || sp.sendRd.overlaps(v) || sp.copyWr.overlaps(v) ||
+				sp.recvWr.overlaps(v) || unpacked.overlaps(v)
+		}
+		for _, v := range sc.rd {
+			touched = touched || sp.copyWr.overlaps(v) || sp.recvWr.overlaps(v) || unpacked.overlaps(v)
+		}
+		if touched {
+			bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: sc.done, Step: i})
+			continue
+		}
+		keep = append(keep, sc)
+	}
+	bd.side = keep
 	return nil
 }
 
@@ -311,10 +387,10 @@ func (bd *builder) launch(step, k int) {
 	}
 	bd.pl.Batches[k] = keep
 	if len(keep) > 0 {
-		bd.emit(Cmd{Kind: Batch, Stream: Compute, Batch: k, Step: step})
+		bd.emit(Cmd{Kind: Batch, Stream: bd.stream, Batch: k, Step: step})
 	}
 	for _, it := range big {
-		bd.emit(Cmd{Kind: Memcpy, Stream: Compute, Dst: it.Dst + uint64(it.DstAt.Offset), Src: it.Src + uint64(it.SrcAt.Offset), Len: it.SrcAt.Run, Step: step})
+		bd.emit(Cmd{Kind: Memcpy, Stream: bd.stream, Dst: it.Dst + uint64(it.DstAt.Offset), Src: it.Src + uint64(it.SrcAt.Offset), Len: it.SrcAt.Run, Step: step})
 	}
 }
 
@@ -429,34 +505,35 @@ func span(base uint64, at reshard.Strided) ival {
 	return ival{base + uint64(at.Offset), base + uint64(extent(at))}
 }
 
-// copiesAfter reports whether step i's copies may run after its packs
-// and groups: it has both, no byte its copies write is a byte its sends read
-// (directly, or through a pack), and no byte its copies read is a byte its
-// receives write.
-func (bd *builder) copiesAfter(i int) (bool, error) {
+// stepSpansOf are the bytes of one step: what its copies read and write,
+// what its sends read (directly or through packs) and what its receives
+// write (directly or through unpacks).
+type stepSpansOf struct {
+	copyRd, copyWr, sendRd, recvWr spans
+}
+
+// stepSpans returns step i's spans.
+func (bd *builder) stepSpans(i int) (stepSpansOf, error) {
 	s := &bd.p.Steps[i]
-	if len(s.Copies) == 0 || len(s.Sends)+len(s.Recvs) == 0 {
-		return false, nil
-	}
-	var rd, wr spans
+	var sp stepSpansOf
 	for _, cp := range s.Copies {
 		for _, side := range []struct {
 			regions []reshard.Region
 			into    *spans
-		}{{cp.From, &rd}, {cp.To, &wr}} {
+		}{{cp.From, &sp.copyRd}, {cp.To, &sp.copyWr}} {
 			for _, r := range side.regions {
 				a, err := bd.region(s.Round, "local copy", r)
 				if err != nil {
-					return false, err
+					return sp, err
 				}
 				side.into.insert(span(a, r.At))
 			}
 		}
 	}
 	for dir, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
-		against := wr // sends must not read what the copies write
+		into := &sp.sendRd
 		if dir == 1 {
-			against = rd // receives must not write what the copies read
+			into = &sp.recvWr
 		}
 		for wi := range list {
 			w := &list[wi]
@@ -470,15 +547,39 @@ func (bd *builder) copiesAfter(i int) (bool, error) {
 			for _, r := range regions {
 				a, err := bd.region(s.Round, fmt.Sprintf("operation with rank %d", w.Peer), r)
 				if err != nil {
-					return false, err
+					return sp, err
 				}
-				if against.overlaps(span(a, r.At)) {
-					return false, nil
-				}
+				into.insert(span(a, r.At))
 			}
 		}
 	}
-	return true, nil
+	return sp, nil
+}
+
+// copiesAfter reports whether step i's copies may run on the side stream,
+// after its packs and groups: it has both, no byte its copies write is a
+// byte its sends read, and no byte its copies read is a byte its receives
+// write. It returns the step's spans.
+func (bd *builder) copiesAfter(i int) (bool, stepSpansOf, error) {
+	s := &bd.p.Steps[i]
+	if len(s.Copies) == 0 || len(s.Sends)+len(s.Recvs) == 0 {
+		return false, stepSpansOf{}, nil
+	}
+	sp, err := bd.stepSpans(i)
+	if err != nil {
+		return false, sp, err
+	}
+	for _, v := range sp.copyWr {
+		if sp.sendRd.overlaps(v) {
+			return false, sp, nil
+		}
+	}
+	for _, v := range sp.copyRd {
+		if sp.recvWr.overlaps(v) {
+			return false, sp, nil
+		}
+	}
+	return true, sp, nil
 }
 
 // copies emits step i's local copies in waves.

@@ -15,7 +15,7 @@ type Memory interface {
 }
 
 // Simulate runs plans on the CPU as the streams of a GPU would run them,
-// with every rank's three streams (compute, network, local) advancing in an
+// with every rank's four streams (compute, network, local, side) advancing in an
 // order chosen at random by r among everything that may run: a stream's
 // next command once what it waits for is done (a Wait binds to the last
 // Record of its event queued before it on the same rank, as
@@ -25,7 +25,9 @@ type Memory interface {
 // once all of its operations have. ranks[r] are the plans rank r queues,
 // in order (several steps in a row). It returns the first memory error, or
 // a deadlock naming every stream's next command, or nil once every command
-// ran. Any order it picks is one the real streams may take, so a plan that
+// ran, or an error when a stream's work does not join the compute stream
+// by the end (the host waits for that one alone). Any order it picks is one
+// the real streams may take, so a plan that
 // depends on an order its events do not enforce gives wrong bytes for some
 // seeds.
 func Simulate(ranks [][]*Plan, mem Memory, r *rand.Rand) error {
@@ -52,6 +54,27 @@ func Simulate(ranks [][]*Plan, mem Memory, r *rand.Rand) error {
 		for h := range cmds {
 			st := cmds[h].cmd.Stream
 			rs.streams[st] = append(rs.streams[st], h)
+		}
+		// The host waits for the compute stream alone, so every other
+		// stream must end in a record that the compute stream waits on
+		// after it.
+		for st, q := range rs.streams {
+			if Stream(st) == Compute || len(q) == 0 {
+				continue
+			}
+			last := q[len(q)-1]
+			joined := cmds[last].cmd.Kind == Record
+			if joined {
+				joined = false
+				for h := last + 1; h < len(cmds); h++ {
+					if cmds[h].cmd.Stream == Compute && cmds[h].cmd.Kind == Wait && cmds[h].bound == last {
+						joined = true
+					}
+				}
+			}
+			if !joined {
+				return fmt.Errorf("replay: rank %d: the %s stream's last command (%s) does not join the compute stream", rank, Stream(st), cmds[last].label)
+			}
 		}
 		s.ranks = append(s.ranks, rs)
 	}
@@ -83,7 +106,7 @@ type simCmd struct {
 type simRank struct {
 	rank    int
 	cmds    []simCmd
-	streams [3][]int // host indices by stream, in order
+	streams [4][]int // host indices by stream, in order
 }
 
 // simOp is one posted operation of a group.
