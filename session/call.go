@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
@@ -56,6 +57,18 @@ func ParseDriver(s string) (Driver, error) {
 		return d, nil
 	}
 	return "", fmt.Errorf("unknown driver %q: want replay, graph or host", s)
+}
+
+// memcpyMin is M2N_MEMCPY_MIN, the size in bytes from which the replay
+// runs a contiguous local copy as a memcpy rather than in the batched copy
+// kernel (0, unset or unparsable: the replay's default, 64 MiB; negative:
+// never): a knob for measuring.
+func memcpyMin() int64 {
+	n, err := strconv.ParseInt(os.Getenv("M2N_MEMCPY_MIN"), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // defaultDriver is the GPU driver of new calls: M2N_GPU_DRIVER if set,
@@ -113,7 +126,7 @@ func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route resha
 	c := &Call{s: s, route: route, prep: prep, tr: tr, driver: DriverHost,
 		ex: &reshard.Executor{T: tr, Mem: s.dev.memory(), Timeout: s.opts.Timeout}}
 	if !s.opts.Verify {
-		r, err := s.dev.runner(tr, prep.Program, nccl.ReplayOptions{Timeout: s.opts.Timeout, Poll: s.ctl.poll})
+		r, err := s.dev.runner(tr, prep.Program, nccl.ReplayOptions{Timeout: s.opts.Timeout, Poll: s.ctl.poll, MemcpyMin: memcpyMin()})
 		if err != nil {
 			return nil, s.fail(fmt.Errorf("rank %d: %w", s.rank, err))
 		}
