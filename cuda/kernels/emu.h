@@ -7,6 +7,10 @@
 // threads; 0 on success, 1 for an unknown width.
 int m2n_emu_launch(int width, const m2n_copy_params *p, unsigned int grid, unsigned int block);
 
+// m2n_emu_launch_batch runs the batched kernel m2n_batch over grid blocks of
+// block threads; 0 on success.
+int m2n_emu_launch_batch(const m2n_batch_params *p, unsigned int grid, unsigned int block);
+
 // m2n_emu_launch_quant runs the FP8 kernel of the given name (m2n_quant_*
 // or m2n_amax_*, see quant.h) over grid blocks of block threads; 0 on
 // success, 1 for an unknown name.
