@@ -421,6 +421,18 @@ func TestGPUReplayTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rp.Close()
+	sb, _ := mem.Alloc(4096)
+	db, _ := mem.Alloc(8192)
+	defer mem.Free(sb)
+	defer mem.Free(db)
+	// a first step binds the buffers and loads the kernels: loading a
+	// module waits for the context, which a held stream would block.
+	if _, err := rp.Launch([]reshard.TensorBuffers{{Src: sb, Dst: db}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rp.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	word := gputest.Alloc(t, ctx, 4)
 	if err := ctx.Memset(word, 0, 4); err != nil {
 		t.Fatal(err)
@@ -437,10 +449,6 @@ func TestGPUReplayTimeout(t *testing.T) {
 	if err := held.Record(gate); err != nil {
 		t.Fatal(err)
 	}
-	sb, _ := mem.Alloc(4096)
-	db, _ := mem.Alloc(8192)
-	defer mem.Free(sb)
-	defer mem.Free(db)
 	start := time.Now()
 	if _, err := rp.Launch([]reshard.TensorBuffers{{Src: sb, Dst: db}}, held); err != nil {
 		t.Fatal(err)
