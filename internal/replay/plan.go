@@ -401,7 +401,9 @@ func (bd *builder) newBatch() int {
 }
 
 // add appends an item to batch k, merging it into the previous item when
-// both are contiguous and it continues that item on both sides.
+// both are contiguous and it continues that item on both sides, in the same
+// buffers: a memcpy must not span two allocations (the driver refuses it),
+// however adjacent their addresses.
 func (bd *builder) add(k int, c Copy) {
 	if c.SrcAt.Bytes() == 0 {
 		return
@@ -409,7 +411,7 @@ func (bd *builder) add(k int, c Copy) {
 	items := bd.pl.Batches[k]
 	if n := len(items); n > 0 && c.SrcAt.Contiguous() && c.DstAt.Contiguous() {
 		last := &items[n-1]
-		if last.SrcAt.Contiguous() && last.DstAt.Contiguous() &&
+		if last.SrcAt.Contiguous() && last.DstAt.Contiguous() && last.Src == c.Src && last.Dst == c.Dst &&
 			last.Src+uint64(last.SrcAt.Offset+last.SrcAt.Run) == c.Src+uint64(c.SrcAt.Offset) &&
 			last.Dst+uint64(last.DstAt.Offset+last.DstAt.Run) == c.Dst+uint64(c.DstAt.Offset) {
 			last.SrcAt.Run += c.SrcAt.Run

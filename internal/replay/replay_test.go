@@ -6,7 +6,10 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/internal/replay/replaytest"
+	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/transporttest"
 )
@@ -92,4 +95,53 @@ func TestSimulatedConformance(t *testing.T) {
 		}
 	}
 	t.Logf("%d simulated reshards checked element by element", runs)
+}
+
+// TestNoMergeAcrossBuffers: the local copies of two tensors whose buffers
+// happen to lie back to back in memory stay two items (and a memcpy never
+// spans two allocations, which the driver refuses), while one tensor's
+// contiguous pieces in one buffer still merge.
+func TestNoMergeAcrossBuffers(t *testing.T) {
+	m, _ := mesh.Interval([]int{1}, 0)
+	l, err := placement.ParseLayout("1024x1024", placement.BF16, m, "R")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plans []*reshard.Plan
+	for range 2 {
+		p, err := reshard.NewPlan(l, l, 1, reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans = append(plans, p)
+	}
+	s, err := reshard.Flat{}.Schedule(plans, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: 256 << 10, StagingBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := reshard.Compile(s, 0, reshard.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := l.Bytes()
+	// source buffers at 0 and n, destination buffers at 2n and 3n: each
+	// pair adjacent.
+	b := replay.Buffers{Tensors: [][2]replay.Span{{{Addr: 1 << 32, Len: n}, {Addr: 1<<32 + 2*uint64(n), Len: n}},
+		{{Addr: 1<<32 + uint64(n), Len: n}, {Addr: 1<<32 + 3*uint64(n), Len: n}}}, Full: make([]replay.Span, 2)}
+	pl, err := replay.Build(prog, b, replay.Options{MemcpyMin: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	memcpys := 0
+	for _, c := range pl.Cmds {
+		if c.Kind == replay.Memcpy {
+			memcpys++
+			if c.Len != n {
+				t.Errorf("a memcpy of %d bytes, want one per tensor of %d", c.Len, n)
+			}
+		}
+	}
+	if memcpys != 2 {
+		t.Errorf("%d memcpys, want 2 (one per tensor's buffer)", memcpys)
+	}
 }
