@@ -95,3 +95,14 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 	}
 	return 0;
 }
+
+long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n) {
+	long long bad = 0;
+	for (long long i = 0; i < n; i++) {
+		const float r = 1.0f / s[i];
+		if (m2n_e4m3(m2n_qdiv(x[i], s[i], r)) != m2n_e4m3(x[i] / s[i])) {
+			bad++;
+		}
+	}
+	return bad;
+}

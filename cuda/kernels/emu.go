@@ -93,3 +93,13 @@ func EmulateQuant(name string, params []byte, grid, block int) error {
 	}
 	return nil
 }
+
+// QdivMismatches counts the pairs for which the kernels' fast division
+// (m2n_qdiv) rounds to another E4M3 value than the true float32 division
+// x[i]/s[i]: zero, if the fast path is exact.
+func QdivMismatches(x, s []float32) int64 {
+	if len(x) == 0 || len(x) != len(s) {
+		return 0
+	}
+	return int64(C.m2n_emu_qdiv_mismatches((*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&s[0])), C.longlong(len(x))))
+}

@@ -16,4 +16,10 @@ int m2n_emu_launch_batch(const m2n_batch_params *p, unsigned int grid, unsigned 
 // success, 1 for an unknown name.
 int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned int grid, unsigned int block);
 
+// m2n_emu_qdiv_mismatches counts the pairs i for which the kernels'
+// rounding of x[i]/s[i] to E4M3 through m2n_qdiv (a multiply by the
+// reciprocal, the true division near rounding points) differs from the
+// rounding of the true division.
+long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n);
+
 #endif
