@@ -44,7 +44,7 @@ func TestQdivExact(t *testing.T) {
 	}
 	for i := 0; i < 4<<20; i++ {
 		sc := math.Float32frombits(0x20000000 + rnd.Uint32N(0x3F000000))
-		v := math.Float32frombits(rnd.Uint32() &^ (0xFF << 23) | (uint32(rnd.IntN(200)+27) << 23))
+		v := math.Float32frombits(rnd.Uint32()&^(0xFF<<23) | (uint32(rnd.IntN(200)+27) << 23))
 		x, s = append(x, v), append(s, sc)
 		if len(x) > 1<<20 {
 			flush()
