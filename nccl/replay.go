@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/internal/pace"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -538,15 +539,16 @@ func (c *Comm) postGroup(ops []C.m2n_nccl_p2p, s *cuda.Stream) error {
 	return err
 }
 
-// wait polls done until it reports the step complete. It spins for the
-// first couple of milliseconds (a small step takes microseconds), then
-// backs off; every ~100 microseconds it checks the communicators, ctx, the
-// progress of the rounds against the timeout, and (every millisecond) Poll.
+// wait polls done until it reports the step complete, paced by package
+// pace (it yields, and sleeps only once a late timer would cost under 2%
+// of the wait); every ~100 microseconds it checks the communicators, ctx,
+// the progress of the rounds against the timeout, and (every millisecond)
+// Poll.
 func (r *Replay) wait(ctx context.Context, done func() (bool, error)) error {
+	pacer := pace.Start()
 	start := time.Now()
 	progress, next := start, 0 // next: the first step not known complete
 	lastCheck, lastPoll := start, start
-	delay := 5 * time.Microsecond
 	for spin := 0; ; spin++ {
 		ok, err := done()
 		if err != nil {
@@ -591,15 +593,7 @@ func (r *Replay) wait(ctx context.Context, done func() (bool, error)) error {
 				return r.timeout(next)
 			}
 		}
-		if now.Sub(start) < 2*time.Millisecond {
-			runtime.Gosched()
-			continue
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 200*time.Microsecond)
+		pacer.Pause(ctx)
 	}
 }
 
