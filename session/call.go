@@ -128,6 +128,24 @@ func (c *Call) Run(ctx context.Context, bufs []reshard.TensorBuffers) (*reshard.
 	return rep, nil
 }
 
+// Refuse takes part in one step, in place of Run, for a rank that cannot
+// run it because of what only it can tell about its own inputs (err: a
+// buffer of another dtype or device, a non-contiguous tensor), so that
+// every rank fails at the buffer check before a byte moves, with err,
+// typed, in a *reshard.ValidationError, and the session stays usable,
+// instead of the others waiting for this rank until the timeout (see
+// reshard.Prepared.Refuse). The other ranks call Run as usual.
+func (c *Call) Refuse(ctx context.Context, err error) error {
+	s := c.s
+	if uerr := s.usable(); uerr != nil {
+		return uerr
+	}
+	wctx, stop := s.ctl.watch(ctx)
+	rerr := c.prep.Refuse(wctx, s.ctl, err)
+	stop()
+	return s.fail(rerr)
+}
+
 // OnProgress sets fn to be called after every step (round) of a run that
 // completes on this rank, with the bytes this rank has moved so far in the
 // run and the tensors it is done with; nil turns it off. fn runs on the

@@ -37,7 +37,7 @@ func newDevice(s *Session) (device, error) {
 		var d *gpuDevice
 		err := s.guard("GPU set-up", func() error {
 			var err error
-			d, err = newGPUDevice(s.comm)
+			d, err = newGPUDevice(s.comm, s.opts.GPU)
 			return err
 		})
 		if err != nil {
@@ -79,7 +79,9 @@ type gpuDevice struct {
 	parent  *gpuDevice // a stage's device shares its parent's GPU
 }
 
-func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
+// newGPUDevice sets up the GPU of this rank: pick(local rank) if pick is
+// set, else the local rank's.
+func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, error) {
 	if err := cuda.Load(); err != nil {
 		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
 	}
@@ -98,10 +100,16 @@ func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
 	if err := local.Free(); err != nil {
 		return nil, err
 	}
-	if lsize > n {
+	ordinal := lr
+	if pick != nil {
+		ordinal = pick(lr)
+		if ordinal < 0 || ordinal >= n {
+			return nil, fmt.Errorf("rank %d: device cuda: GPU %d chosen for local rank %d, but this host has GPUs 0 to %d", comm.Rank(), ordinal, lr, n-1)
+		}
+	} else if lsize > n {
 		return nil, fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
 	}
-	dev, err := cuda.GetDevice(lr)
+	dev, err := cuda.GetDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +122,7 @@ func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
 		_ = ctx.Release()
 		return nil, err
 	}
-	return &gpuDevice{ordinal: lr, ctx: ctx, mem: mem}, nil
+	return &gpuDevice{ordinal: ordinal, ctx: ctx, mem: mem}, nil
 }
 
 func (d *gpuDevice) memory() Memory { return d.mem }
