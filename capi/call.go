@@ -151,7 +151,7 @@ func m2n_tensor_part(t *C.m2n_tensor, side C.int32_t, rank C.int32_t, held *C.in
 	}
 	l, _, err := layoutOf(t, int(side))
 	if err != nil {
-		return result(&argError{msg: fmt.Sprintf("tensor %q: %v", goString(t.name), err)})
+		return result(&argError{msg: fmt.Sprintf("tensor %q: %v", goString(t.name), err), err: err})
 	}
 	*held = 0
 	if bytes != nil {

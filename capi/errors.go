@@ -19,10 +19,15 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 )
 
-// argError is a bad argument found on this rank alone (M2N_ERR_INVALID).
-type argError struct{ msg string }
+// argError is a bad argument found on this rank alone (M2N_ERR_INVALID),
+// wrapping the typed cause if there is one.
+type argError struct {
+	msg string
+	err error
+}
 
 func (e *argError) Error() string { return e.msg }
+func (e *argError) Unwrap() error { return e.err }
 
 func invalidf(format string, args ...any) error {
 	return &argError{msg: fmt.Sprintf(format, args...)}

@@ -294,18 +294,25 @@ int m2n_call_close(m2n_call c);
  * m2n_call_prepare. */
 int m2n_model_prepare(m2n_session s, const char *model, const char *trainer, const char *generator, const char *load,
 	const char *route, m2n_model *out);
-/* The model as JSON: "model", "world", "stages", "tensors", and this
- * rank's buffers on each side, "src" and "dst": lists of {"name", "stage",
- * "dtype", "elems", "bytes", "tensors"} (a fused buffer holds several
- * tensors' parts). */
+/* The model as JSON: "model", "trainer", "generator", "world", "stages",
+ * "tensors", "params", "bytes", and this rank's buffers on each side, "src"
+ * and "dst": lists of {"name", "stage", "dtype", "elems", "bytes",
+ * "tensors", "parts"}. A fused buffer holds several tensors' parts; each
+ * part is {"tensor", "shape" (as transformers holds it), "layout_shape"
+ * (the row-major reshape both sides shard), "local_shape" and "offset"
+ * (this rank's box of the layout shape), "view_offset" and "view_strides"
+ * (where the box sits in the buffer, in elements)}. */
 int m2n_model_describe(m2n_model m, char *buf, size_t len, size_t *needed);
 /* Runs one step of the whole model (collective over the session), every
  * pipeline stage at once: src and dst name this rank's buffers (as
- * m2n_model_describe lists them; each exactly its size). stream and report
- * as for m2n_call_run; the report sums the stages. */
+ * m2n_model_describe lists them; each exactly its size). The buffers are
+ * checked first, in one small collective over the whole session: a bad
+ * one anywhere is M2N_ERR_VALIDATION on every rank, naming it. stream and
+ * report as for m2n_call_run; the report sums the stages. */
 int m2n_model_run(m2n_model m, const m2n_named_buffer *src, int64_t nsrc, const m2n_named_buffer *dst, int64_t ndst,
 	uintptr_t stream, m2n_report *report);
-/* m2n_call_refuse for a model step. */
+/* m2n_call_refuse for a model step: every rank of the session fails with
+ * M2N_ERR_VALIDATION and why, naming this rank. */
 int m2n_model_refuse(m2n_model m, const char *why);
 int m2n_model_close(m2n_model m);
 

@@ -9,12 +9,10 @@ import "C"
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/model"
@@ -33,13 +31,47 @@ type modelEntry struct {
 
 // modelBuffer is one of this rank's buffers of a model.
 type modelBuffer struct {
-	Name    string   `json:"name"`
-	Stage   int      `json:"stage"`
-	DType   string   `json:"dtype"`
-	Elems   int64    `json:"elems"`
-	Bytes   int64    `json:"bytes"`
-	Tensors []string `json:"tensors"`
+	Name    string      `json:"name"`
+	Stage   int         `json:"stage"`
+	DType   string      `json:"dtype"`
+	Elems   int64       `json:"elems"`
+	Bytes   int64       `json:"bytes"`
+	Tensors []string    `json:"tensors"`
+	Parts   []modelPart `json:"parts"`
 	dt      placement.DType
+}
+
+// modelPart is where one tensor's part sits in a buffer: the tensor, its
+// global shape as transformers holds it and the layout shape both sides
+// shard, this rank's box of the layout shape (local shape at a global
+// offset), and the view (offset and strides, in elements) that places it
+// in the buffer.
+type modelPart struct {
+	Tensor      string  `json:"tensor"`
+	Shape       []int64 `json:"shape"`
+	LayoutShape []int64 `json:"layout_shape"`
+	LocalShape  []int64 `json:"local_shape"`
+	Offset      []int64 `json:"offset"`
+	ViewOffset  int64   `json:"view_offset"`
+	ViewStrides []int64 `json:"view_strides"`
+}
+
+// partsOf lists the parts of stage stg's tensors that rank (local to the
+// stage) holds in buffer name on side.
+func partsOf(stg *model.Stage, side model.Side, rank int, name string) []modelPart {
+	var out []modelPart
+	for _, t := range stg.Tensors {
+		p, ok := t.Part(side, rank)
+		if !ok || p.Buffer != name {
+			continue
+		}
+		l := t.Layout(side)
+		m := l.Mesh()
+		sh, off := l.LocalShapeOffset(m.Coord(m.Index(rank), nil))
+		out = append(out, modelPart{Tensor: t.Name, Shape: t.Shape, LayoutShape: t.LayoutShape, LocalShape: sh, Offset: off,
+			ViewOffset: p.View.Offset, ViewStrides: p.View.ResolvedStrides(sh)})
+	}
+	return out
 }
 
 func modelOf(h C.m2n_model) (*modelEntry, error) {
@@ -143,7 +175,7 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 					return result(fmt.Errorf("rank %d: model buffer %q is in stages %d and %d", rank, b.Name, old.Stage, si))
 				}
 				me.bufs[side][b.Name] = modelBuffer{Name: b.Name, Stage: si, DType: b.DType.String(), Elems: b.Elems, Bytes: b.Bytes(),
-					Tensors: b.Tensors, dt: b.DType}
+					Tensors: b.Tensors, Parts: partsOf(l.Stages[si], model.Side(side), ss.Rank(), b.Name), dt: b.DType}
 			}
 		}
 	}
@@ -269,33 +301,16 @@ func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *
 			localErr = fmt.Errorf("rank %d: waiting for stream %#x: %w", rank, uintptr(stream), err)
 		}
 	}
+	// One agreement over the whole session first: the stages run on
+	// communicators of their own, so a rank's bad buffer would otherwise
+	// fail its stages only.
 	ctx := context.Background()
-	if localErr != nil {
-		return result(me.refuse(ctx, localErr))
+	if err := me.se.s.Agree(ctx, nil, localErr); err != nil {
+		return result(err)
 	}
 	reps, err := me.m.Run(ctx, mb)
 	fillReport(report, reps)
 	return result(err)
-}
-
-// refuse refuses a step of every stage this rank is in, at once (the
-// stages' other ranks run them concurrently).
-func (me *modelEntry) refuse(ctx context.Context, cause error) error {
-	calls := me.m.Call.Calls
-	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
-	for si, c := range calls {
-		if c == nil {
-			continue
-		}
-		wg.Go(func() {
-			if err := c.Refuse(ctx, cause); err != nil {
-				errs[si] = fmt.Errorf("stage %d: %w", si, err)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 //export m2n_model_refuse
@@ -311,7 +326,7 @@ func m2n_model_refuse(h C.m2n_model, why *C.char) (rc C.int) {
 	if reason == "" {
 		reason = "refused the step"
 	}
-	return result(me.refuse(context.Background(), fmt.Errorf("rank %d: %s", me.se.s.Rank(), reason)))
+	return result(me.se.s.Agree(context.Background(), nil, fmt.Errorf("rank %d: %s", me.se.s.Rank(), reason)))
 }
 
 //export m2n_model_close
