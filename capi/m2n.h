@@ -240,7 +240,8 @@ int m2n_session_size(m2n_session s, int32_t *size);
 /* Whether the session aborted (M2N_ERR_TIMEOUT or M2N_ERR_ABORT). */
 int m2n_session_aborted(m2n_session s, int32_t *aborted);
 /* Closes the session and its calls and models (collective after a normal
- * run; after an abort it frees nothing a peer might touch). */
+ * run; after an abort it frees nothing a peer might touch, and does not
+ * return the abort again). */
 int m2n_session_close(m2n_session s);
 
 /* This rank's part of one side of a tensor, as DTensor computes it,

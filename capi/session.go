@@ -192,7 +192,10 @@ func m2n_session_close(h C.m2n_session) (rc C.int) {
 		forget(ch)
 		ce.c.Close()
 	}
-	errs = append(errs, se.s.Close())
+	aborted, _ := se.s.Aborted()
+	if err := se.s.Close(); !aborted {
+		errs = append(errs, err)
+	} // after an abort Close returns it again: it was reported already.
 	return result(errors.Join(errs...))
 }
 

@@ -177,7 +177,11 @@ class Tensor:
     """A named tensor of a call: its global shape and dtype, and its layout
     on the source (trainer) and destination (generator) side. src_view and
     dst_view, each (offset, strides) in elements, place this rank's part in
-    a larger buffer (fused weights); None: dense, a buffer of its own."""
+    a larger buffer (fused weights: several tensors' parts in one buffer,
+    which run then gets for each of them); strides None is row-major over
+    the rank's local shape; a view of None: the part is dense, in a buffer
+    of exactly its size. Views are this rank's own (they may differ
+    between ranks); the rest must be the same on every rank."""
 
     def __init__(self, name, shape, dtype, src, dst, src_view=None, dst_view=None):
         self.name = str(name)
@@ -193,8 +197,10 @@ class Tensor:
     def layout(self, side):
         return self.src if _side(side) == _lib.SRC else self.dst
 
-    def _c(self, keep):
-        """The m2n_tensor, its arrays appended to keep (alive for the call)."""
+    def _c(self, keep, rank=None):
+        """The m2n_tensor, its arrays appended to keep (alive for the call),
+        with rank's views (a view without strides: row-major over rank's
+        local shape)."""
 
         def arr(ctype, values):
             a = (ctype * max(1, len(values)))(*values)
@@ -212,11 +218,15 @@ class Tensor:
             s.mesh_shape = arr(ctypes.c_int32, lay.mesh.shape)
             s.ranks = arr(ctypes.c_int32, lay.mesh.ranks)
             s.placements = arr(ctypes.c_int32, [p.dim if isinstance(p, Shard) else _lib.REPLICATE for p in lay.placements])
-            if view is not None:
+            if view is not None and rank is not None and rank in lay.mesh:
                 offset, strides = view
+                if strides is None:
+                    strides, acc = [], 1
+                    for d in reversed(self.local_shape(which, rank)):
+                        strides.insert(0, acc)
+                        acc *= d
                 s.view_offset = int(offset)
-                if strides is not None:
-                    s.view_strides = arr(ctypes.c_int64, [int(x) for x in strides])
+                s.view_strides = arr(ctypes.c_int64, [int(x) for x in strides])
             setattr(t, which, s)
         keep.append(t)
         return t

@@ -124,7 +124,7 @@ class Session:
             if not isinstance(t, Tensor):
                 raise InvalidArgument("prepare: %r is not an m2n.Tensor" % (t,))
         keep = []
-        arr = (_lib.Tensor * max(1, len(tensors)))(*[t._c(keep) for t in tensors])
+        arr = (_lib.Tensor * max(1, len(tensors)))(*[t._c(keep, self.rank) for t in tensors])
         h = ctypes.c_uint64()
         check(_lib.lib().m2n_call_prepare(self._handle(), arr, len(tensors),
                                           cstr(_route(route, balance, net_bw, local_bw, latency)), ctypes.byref(h)))
