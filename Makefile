@@ -62,13 +62,16 @@ fuzz:
 bench:
 	$(GO) test ./reshard -run '^$$' -bench . -benchmem
 
-# gpu-bins builds what scripts/gpu-check.sh runs on a GPU machine without Go.
+# gpu-bins builds what scripts/gpu-check.sh and scripts/gpu-python.sh run on a
+# GPU machine without Go.
 gpu-bins: deps
 	mkdir -p .devbin
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
 	$(GO) test -c -o .devbin/nccl.test ./nccl
 	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink
+	$(GO) build $(CAPI_FLAGS) -o .devbin/libm2n.so ./capi
+	rm -f .devbin/libm2n.h
 
 clean:
 	rm -rf bin dist

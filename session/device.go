@@ -1,6 +1,7 @@
 package session
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -97,17 +98,35 @@ func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, err
 		return nil, err
 	}
 	lr, lsize := local.Rank(), local.Size()
-	if err := local.Free(); err != nil {
-		return nil, err
-	}
 	ordinal := lr
+	var bad error
 	if pick != nil {
 		ordinal = pick(lr)
 		if ordinal < 0 || ordinal >= n {
-			return nil, fmt.Errorf("rank %d: device cuda: GPU %d chosen for local rank %d, but this host has GPUs 0 to %d", comm.Rank(), ordinal, lr, n-1)
+			bad = fmt.Errorf("rank %d: device cuda: GPU %d chosen for local rank %d, but this host has GPUs 0 to %d", comm.Rank(), ordinal, lr, n-1)
+		}
+		// every rank of the host learns every choice, so that ranks that
+		// chose one GPU fail together rather than inside NCCL.
+		all := make([]byte, 8*lsize)
+		if err := local.Allgather(binary.LittleEndian.AppendUint64(nil, uint64(int64(ordinal))), all); err != nil {
+			_ = local.Free()
+			return nil, err
+		}
+		for a := 0; a < lsize && bad == nil; a++ {
+			for b := a + 1; b < lsize && bad == nil; b++ {
+				if ga, gb := int64(binary.LittleEndian.Uint64(all[8*a:])), int64(binary.LittleEndian.Uint64(all[8*b:])); ga == gb {
+					bad = fmt.Errorf("rank %d: device cuda: local ranks %d and %d of this host both chose GPU %d; NCCL needs one GPU per rank (torch: torch.cuda.set_device(local_rank) before joining)", comm.Rank(), a, b, ga)
+				}
+			}
 		}
 	} else if lsize > n {
-		return nil, fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
+		bad = fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
+	}
+	if err := local.Free(); err != nil {
+		return nil, err
+	}
+	if bad != nil {
+		return nil, bad
 	}
 	dev, err := cuda.GetDevice(ordinal)
 	if err != nil {

@@ -57,9 +57,10 @@ class Session:
     it joins, with equal options). MPI must be initialised with
     MPI_THREAD_MULTIPLE, as mpi4py does by default; m2n never initialises
     it. device is "cpu" (host memory, over MPI) or "cuda" (one GPU per rank,
-    over NCCL): the current CUDA device if torch has initialised CUDA
-    (torch.cuda.set_device), else the GPU whose ordinal is the local rank;
-    "cuda:N" picks GPU N. timeout bounds every wait, in seconds (default
+    over NCCL): torch's current device where torch is imported (call
+    torch.cuda.set_device(local_rank) first, as torch programs do), else the
+    GPU whose ordinal is the rank's local rank; "cuda:N" picks GPU N. Two
+    ranks of a host on one GPU fail at once, naming them. timeout bounds every wait, in seconds (default
     300). The other options are m2n_options' (m2n.h). Close it (or use
     `with`) on every rank: closing is collective."""
 
@@ -79,10 +80,11 @@ class Session:
             self.cuda_device = None
         elif dev in ("cuda", "gpu"):
             o.device = _lib.DEVICE_CUDA
+            torch = sys.modules.get("torch")
             if ordinal:
                 o.cuda_device = int(ordinal)
-            elif "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
-                o.cuda_device = sys.modules["torch"].cuda.current_device()
+            elif torch is not None and torch.cuda.is_available():
+                o.cuda_device = torch.cuda.current_device()
             self.cuda_device = o.cuda_device if o.cuda_device >= 0 else None
         else:
             raise InvalidArgument("device %r: want \"cpu\" or \"cuda\" (or \"cuda:N\")" % (device,))

@@ -152,6 +152,7 @@ if CUDA:
     def _():
         side = torch.cuda.Stream()
         dst = destinations()
+        side.wait_stream(torch.cuda.current_stream())  # the destinations' fill comes first
         call.run(src=sources(7, stream=side), dst=dst, stream=side)
         verify(dst, 7)
 
