@@ -269,8 +269,7 @@ func TestPython(t *testing.T) {
 	}{
 		{"test_calls.py", 6, false},
 		{"test_model.py", 6, false},
-		{"test_torch.py", 4, true},
-		{"test_torch.py", 1, true},
+		{"test_torch.py", 2, true}, // torch is slow to import: few ranks
 	} {
 		t.Run(fmt.Sprintf("%s/np=%d", tc.script, tc.np), func(t *testing.T) {
 			if tc.torch && !hasTorch(py) {
@@ -305,7 +304,8 @@ func TestPythonTimeout(t *testing.T) {
 }
 
 // TestPythonExamples runs examples/python: the numpy trainer (8 ranks),
-// and the PyTorch one (4 ranks) where torch is installed.
+// and the PyTorch one (2 ranks: torch is slow to import) where torch is
+// installed.
 func TestPythonExamples(t *testing.T) {
 	py := python(t)
 	mpitest.Require(t)
@@ -316,7 +316,7 @@ func TestPythonExamples(t *testing.T) {
 		torch  bool
 	}{
 		{"trainer_numpy.py", 8, "3 steps of 6 tensors checked on every generator rank", false},
-		{"trainer_torch.py", 4, "3 steps of 6 tensors from 2 trainer ranks to a 1x2 generator on cpu, every element checked", true},
+		{"trainer_torch.py", 2, "3 steps of 6 tensors from a 1-rank trainer to a 1x1 generator on cpu, every element checked", true},
 	} {
 		t.Run(ex.script, func(t *testing.T) {
 			if ex.torch && !hasTorch(py) {

@@ -72,7 +72,8 @@ func threadError() *lastError {
 }
 
 //export m2n_last_error
-func m2n_last_error(buf *C.char, n C.size_t) C.size_t {
+func m2n_last_error(buf *C.char, n C.size_t) (l C.size_t) {
+	defer func() { _ = recover() }()
 	e := threadError()
 	if e == nil {
 		return copyOut("", buf, n)
@@ -81,7 +82,8 @@ func m2n_last_error(buf *C.char, n C.size_t) C.size_t {
 }
 
 //export m2n_last_error_detail
-func m2n_last_error_detail(buf *C.char, n C.size_t) C.size_t {
+func m2n_last_error_detail(buf *C.char, n C.size_t) (l C.size_t) {
+	defer func() { _ = recover() }()
 	e := threadError()
 	if e == nil {
 		return copyOut("", buf, n)
@@ -90,7 +92,12 @@ func m2n_last_error_detail(buf *C.char, n C.size_t) C.size_t {
 }
 
 //export m2n_last_error_code
-func m2n_last_error_code() C.int32_t {
+func m2n_last_error_code() (code C.int32_t) {
+	defer func() {
+		if recover() != nil {
+			code = C.M2N_ERR_INTERNAL
+		}
+	}()
 	if e := threadError(); e != nil {
 		return C.int32_t(e.code)
 	}

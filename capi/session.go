@@ -9,6 +9,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 	"unsafe"
@@ -214,6 +215,8 @@ func m2n_job_failed() (failed C.int32_t) {
 
 //export m2n_abort_job
 func m2n_abort_job(code C.int32_t) {
+	defer os.Exit(int(code)) // only if MPI_Abort panicked or returned
+	defer func() { _ = recover() }()
 	time.Sleep(mpi.FailGrace)
 	mpi.Abort(nil, int(code))
 }

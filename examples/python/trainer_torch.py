@@ -116,5 +116,5 @@ with m2n.Session(comm, device=args.device, dst_domain_size=max(1, G // 2)) as s:
             print("step %d: %d tensors in %.2f ms (%d rounds)" % (step, len(report["completed"]),
                                                                     1e3 * report["seconds"], report["rounds"]))
 if rank == 0:
-    print("%d steps of %d tensors from %d trainer ranks to a %dx%d generator on %s, every element checked" %
+    print("%d steps of %d tensors from a %d-rank trainer to a %dx%d generator on %s, every element checked" %
           (args.steps, len(tensors), M, G // TP, TP, args.device))

@@ -218,9 +218,11 @@ class Call:
             check(lib.m2n_call_refuse(h, -1, 0, cstr(why)))
         n = len(self.names)
         arr = (_lib.TensorBuffers * max(1, n))()
+        keep = []  # the buffers' dtype strings, alive through the call
         for i, t in enumerate(self.tensors):
             for side, x in ((_lib.SRC, srcs[i]), (_lib.DST, dsts[i])):
                 b, why = buffer(x, t.dtype, side, s.device, s.cuda_device)
+                keep.append(b)
                 if why:
                     check(lib.m2n_call_refuse(h, i, side, cstr(why)))
                 if side == _lib.SRC:
@@ -312,6 +314,7 @@ class Model:
             for i, (name, x) in enumerate(bufs.items()):
                 want = listed[name]["dtype"] if name in listed else "u8"
                 b, why = buffer(x, want, side, s.device, s.cuda_device)
+                kept.append(b)
                 if why:
                     check(lib.m2n_model_refuse(h, cstr("%s buffer %r %s" % ("source" if side == _lib.SRC else
                                                                             "destination", name, why))))
