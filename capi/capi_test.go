@@ -209,11 +209,30 @@ for n in ("Options", "Side", "Tensor", "Buffer", "TensorBuffers", "Report", "Nam
 	}
 }
 
+// readInputs reads the Python package, its tests and the examples, so that
+// go test's cache (which sees the files this process opens, not those its
+// children do) reruns these tests when one of them changes.
+func readInputs(t *testing.T) {
+	t.Helper()
+	for _, dir := range []string{"../python", "../examples/python"} {
+		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".py") {
+				_, err = os.ReadFile(path)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // python returns the interpreter the Python tests run on ($M2N_PYTHON,
 // default /usr/bin/python3, Debian's: the one python3-mpi4py and
 // python3-numpy install into), skipping when it cannot import them.
 func python(t *testing.T) string {
 	t.Helper()
+	readInputs(t)
 	py := os.Getenv("M2N_PYTHON")
 	if py == "" {
 		py = "/usr/bin/python3"
