@@ -42,6 +42,10 @@
 //	// ... download, combine across ranks (fp8.Window.MaxWith), ToScales, upload ...
 //	_ = mem.PackQuantize(g, staging, off, reg, cuda.FP8Window{Blocks: blocks, Values: scaleBuf})
 //
+// Memory is a reshard.QuantMemory with these kernels (QuantAmax, LoadScales,
+// QuantPack), so a call that converts to FP8 in flight (reshard.Spec.Scale)
+// on a GPU session quantizes on the device in the pass that packs.
+//
 // Threads: the driver keeps a current context per OS thread and goroutines
 // move between threads, so every call here makes its context current itself.
 // Other CUDA libraries (NCCL) use whatever is current on the calling thread:

@@ -43,10 +43,64 @@ type DomainLoad struct {
 }
 
 // Fabric is the hardware the model runs on: per-rank bandwidths in bytes
-// per second and a per-message latency in seconds.
+// per second and a per-message latency in seconds. Bounds and Choose need
+// a fabric that passes Validate; Auto checks it.
 type Fabric struct {
 	NetBW, LocalBW float64
 	Latency        float64
+}
+
+// Validate checks that the model can run on f: positive, finite
+// bandwidths and a non-negative, finite latency. The error names the field
+// and the value; with anything else the model would predict infinite,
+// negative or NaN times.
+func (f Fabric) Validate() error {
+	for _, bw := range []struct {
+		name string
+		v    float64
+	}{{"network bandwidth", f.NetBW}, {"local bandwidth", f.LocalBW}} {
+		if !(bw.v > 0) || math.IsInf(bw.v, 0) {
+			return &reshard.FieldError{Field: bw.name, Got: fmt.Sprintf("%g bytes/s", bw.v), Want: "a positive, finite rate",
+				Why: "the model divides bytes by it"}
+		}
+	}
+	if !(f.Latency >= 0) || math.IsInf(f.Latency, 0) {
+		return &reshard.FieldError{Field: "latency", Got: fmt.Sprintf("%g s", f.Latency), Want: "a non-negative, finite time",
+			Why: "a negative latency predicts negative times"}
+	}
+	return nil
+}
+
+// Validate checks that p describes a reshard the model can bound:
+// finite, non-negative bytes, copies and chunk, and non-negative counts.
+func (p Problem) Validate() error {
+	finite := func(name string, v float64) error {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return &reshard.FieldError{Field: name, Got: fmt.Sprintf("%g", v), Want: "a non-negative, finite number of bytes", Why: "the model adds and divides it"}
+		}
+		return nil
+	}
+	if err := finite("bytes", p.Bytes); err != nil {
+		return err
+	}
+	if err := finite("chunk", p.Chunk); err != nil {
+		return err
+	}
+	if p.Sources < 0 || p.Rho < 0 {
+		return &reshard.FieldError{Field: "sources and rho", Got: fmt.Sprintf("%d and %d", p.Sources, p.Rho), Want: "non-negative counts", Why: "they count ranks"}
+	}
+	for i, d := range p.Domains {
+		for _, e := range []error{finite(fmt.Sprintf("domain %d bytes", i), d.Bytes), finite(fmt.Sprintf("domain %d copies", i), d.Copies),
+			finite(fmt.Sprintf("domain %d receive", i), d.RecvFlat)} {
+			if e != nil {
+				return e
+			}
+		}
+		if d.Ranks < 0 {
+			return &reshard.FieldError{Field: fmt.Sprintf("domain %d ranks", i), Got: fmt.Sprint(d.Ranks), Want: ">= 0", Why: "it counts ranks"}
+		}
+	}
+	return nil
 }
 
 // Term is one bandwidth term of a route's bound.
@@ -90,6 +144,10 @@ func bound(route string, startup float64, terms ...Term) Bound {
 // where a domain holds K shards with rho_d replicas each. With one domain
 // holding everything, T_hier = max(B / (min(Ns, K*rho)*BN), (rho-1)*B /
 // (K*rho*BL)) as in the paper. The domain count adds only startup and tail.
+//
+// The fabric must pass Fabric.Validate and the problem Problem.Validate
+// (Auto checks both); otherwise the times are meaningless (infinite,
+// negative or NaN), though Bounds does not panic.
 func Bounds(p Problem, f Fabric) []Bound {
 	ns := float64(max(p.Sources, 1))
 	rho := float64(max(p.Rho, 1))
@@ -124,7 +182,10 @@ func Bounds(p Problem, f Fabric) []Bound {
 // domains holds all dstShards shards of a tensor of bytes B with rho/domains
 // replicas each.
 func Uniform(bytes float64, sources, dstShards, rho, domains int, chunk float64) (Problem, error) {
-	if bytes < 0 || sources < 1 || dstShards < 1 || rho < 1 || domains < 1 {
+	if math.IsInf(bytes, 0) || math.IsInf(chunk, 0) || !(chunk >= 0) {
+		return Problem{}, fmt.Errorf("hier: bytes %g, chunk %g: want finite sizes, chunk >= 0", bytes, chunk)
+	}
+	if !(bytes >= 0) || sources < 1 || dstShards < 1 || rho < 1 || domains < 1 {
 		return Problem{}, fmt.Errorf("hier: bytes %g, sources %d, shards %d, rho %d, domains %d: want bytes >= 0 and the rest >= 1",
 			bytes, sources, dstShards, rho, domains)
 	}
@@ -140,7 +201,8 @@ func Uniform(bytes float64, sources, dstShards, rho, domains int, chunk float64)
 	return p, nil
 }
 
-// FromPlan derives the model's problem from a plan and a topology: B from
+// FromPlan derives the model's problem from a plan and a topology (nil, or
+// naming every rank: see reshard.Topology.Validate): B from
 // the destination shards, Ns from the ranks that send in the plan (with
 // Options.StripeReplicas that is every source replica), and per destination
 // domain its bytes, ranks and local copies.
@@ -209,9 +271,16 @@ func FromPlan(p *reshard.Plan, topo reshard.Topology, chunk float64) Problem {
 	return prob
 }
 
+// domainOf returns rank r's domain; FromPlan needs a topology that names
+// every rank of the plan (a nil one, or one domain per rank: see
+// reshard.Topology.Validate). A rank it does not name is keyed apart from
+// every named domain.
 func domainOf(topo reshard.Topology, r int) int {
 	if topo.Domain == nil {
 		return r
+	}
+	if r >= len(topo.Domain) {
+		return math.MinInt + r
 	}
 	return topo.Domain[r]
 }
@@ -225,14 +294,21 @@ type Choice struct {
 
 // Choose picks the route with the smallest predicted time (bound plus
 // startup), preferring the simpler route on a tie: flat, then hier, then
-// agbcast.
-func Choose(p Problem, f Fabric) Choice {
+// agbcast. Like Bounds, it needs a valid fabric and problem (Auto checks).
+func Choose(p Problem, f Fabric) Choice { return choose(p, f, nil) }
+
+// choose is Choose among the routes allow accepts (nil: all of them).
+func choose(p Problem, f Fabric, allow func(route string) bool) Choice {
 	bs := Bounds(p, f)
 	order := map[string]int{"flat": 0, "hier": 1, "agbcast": 2}
-	best := bs[0]
-	for _, b := range bs[1:] {
-		if b.Predicted < best.Predicted*(1-1e-9) || (math.Abs(b.Predicted-best.Predicted) <= best.Predicted*1e-9 && order[b.Route] < order[best.Route]) {
-			best = b
+	var best Bound
+	found := false
+	for _, b := range bs {
+		if allow != nil && !allow(b.Route) {
+			continue
+		}
+		if !found || b.Predicted < best.Predicted*(1-1e-9) || (math.Abs(b.Predicted-best.Predicted) <= best.Predicted*1e-9 && order[b.Route] < order[best.Route]) {
+			best, found = b, true
 		}
 	}
 	var parts []string
@@ -247,25 +323,63 @@ func Choose(p Problem, f Fabric) Choice {
 // Auto is the route auto: it derives the data-movement model's problem
 // from the plans (summed over tensors) and the topology, picks the route
 // Choose predicts fastest on Fabric, and schedules it. The schedule's Route
-// is "auto:" and the chosen route's name; its Note says why.
+// is "auto:" and the chosen route's name; its Note says why. Schedule
+// returns Fabric.Validate's error for a fabric the model cannot use, and
+// the options', topology's and problem's errors before scheduling.
 type Auto struct {
 	Fabric Fabric
 	// Balance is the leader balance hier uses if auto picks it.
 	Balance Balance
+	// Buckets, when positive, makes auto choose per bucket: the call's
+	// tensors, in order, are grouped into buckets of at most this many
+	// bytes (a larger tensor is a bucket of its own), the model picks each
+	// bucket's route, and every bucket's messages fill the rounds of one
+	// joint schedule (small tensors share rounds and messages, large ones
+	// pipeline). 0 picks one route for the whole call.
+	Buckets int64
 }
 
 // Name returns "auto".
 func (Auto) Name() string { return "auto" }
 
-// Choose returns the route auto picks for the plans and why.
+// Choose returns the route auto picks for the plans and why. When a plan
+// converts to FP8 in flight (reshard.Plan.Converts), agbcast, which cannot
+// carry it, is left out.
 func (a Auto) Choose(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) Choice {
-	return Choose(ProblemOf(plans, topo, float64(opts.ChunkBytes)), a.Fabric)
+	var allow func(string) bool
+	for _, p := range plans {
+		if p.Converts() {
+			allow = func(r string) bool { return r != "agbcast" }
+			break
+		}
+	}
+	c := choose(ProblemOf(plans, topo, float64(opts.ChunkBytes)), a.Fabric, allow)
+	if allow != nil {
+		c.Why += " (agbcast left out: a tensor converts to FP8 in flight)"
+	}
+	return c
 }
 
 // Schedule implements reshard.Route.
 func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) (*reshard.Schedule, error) {
+	if err := a.Fabric.Validate(); err != nil {
+		return nil, err
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
+	}
+	if len(plans) == 0 || plans[0] == nil {
+		return nil, fmt.Errorf("hier: auto needs at least one planned tensor")
+	}
+	if err := topo.Validate(plans[0].World()); err != nil {
+		return nil, err
+	}
+	prob := ProblemOf(plans, topo, float64(opts.ChunkBytes))
+	if err := prob.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Buckets > 0 && len(plans) > 1 {
+		return a.scheduleBuckets(plans, topo, opts)
 	}
 	c := a.Choose(plans, topo, opts)
 	var r reshard.Route = Hier{Balance: a.Balance}
@@ -281,6 +395,86 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	}
 	s.Route = "auto:" + c.Route
 	s.Note = c.Why
+	return s, nil
+}
+
+// route returns the bucket route a choice names.
+func (a Auto) route(name string) reshard.BucketRoute {
+	switch name {
+	case "flat":
+		return reshard.Flat{}
+	case "agbcast":
+		return reshard.AllGatherBroadcast{}
+	}
+	return Hier{Balance: a.Balance}
+}
+
+// Bucket is a run of a call's tensors that auto schedules on one route.
+type Bucket struct {
+	Tensors []int  // indices into the call's tensors, in order
+	Bytes   int64  // their bytes
+	Choice  Choice // the route the model picked, and why
+}
+
+// BucketsOf groups the call's tensors, in order, into buckets of at most
+// a.Buckets bytes each (a tensor larger than that alone) and picks each
+// bucket's route with the data-movement model.
+func (a Auto) BucketsOf(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) []Bucket {
+	var out []Bucket
+	var cur Bucket
+	flush := func() {
+		if len(cur.Tensors) == 0 {
+			return
+		}
+		ps := make([]*reshard.Plan, len(cur.Tensors))
+		for i, t := range cur.Tensors {
+			ps[i] = plans[t]
+		}
+		cur.Choice = a.Choose(ps, topo, opts)
+		out = append(out, cur)
+		cur = Bucket{}
+	}
+	for t, p := range plans {
+		n := p.Src().Bytes()
+		if len(cur.Tensors) > 0 && cur.Bytes+n > a.Buckets {
+			flush()
+		}
+		cur.Tensors = append(cur.Tensors, t)
+		cur.Bytes += n
+	}
+	flush()
+	return out
+}
+
+// scheduleBuckets builds the joint schedule of a bucketed call.
+func (a Auto) scheduleBuckets(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) (*reshard.Schedule, error) {
+	buckets := a.BucketsOf(plans, topo, opts)
+	b, err := reshard.NewBuilder("auto", plans, topo, opts.RoundBytes())
+	if err != nil {
+		return nil, err
+	}
+	count := map[string]int{}
+	var names []string
+	for _, bk := range buckets {
+		if err := a.route(bk.Choice.Route).AddTensors(b, plans, bk.Tensors, topo, opts); err != nil {
+			return nil, err
+		}
+		if count[bk.Choice.Route] == 0 {
+			names = append(names, bk.Choice.Route)
+		}
+		count[bk.Choice.Route]++
+	}
+	s := b.Schedule()
+	s.Route = "auto:" + names[0]
+	if len(names) > 1 {
+		s.Route = "auto:mixed"
+	}
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s for %d", n, count[n]))
+	}
+	s.Note = fmt.Sprintf("%d buckets of at most %d bytes, each on the route the model predicts fastest for it: %s",
+		len(buckets), a.Buckets, strings.Join(parts, ", "))
 	return s, nil
 }
 

@@ -2,7 +2,9 @@ package hier
 
 import (
 	"fmt"
+	"math"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -54,6 +56,10 @@ func ParseBalance(s string) (Balance, error) {
 // chunk depends only on its own receipt, so chunk i fans out and moves on
 // while chunk i+1 crosses the network, through the bounded staging of the
 // schedule's rounds.
+//
+// The messages are counted before any box is cut into chunks: more than
+// reshard.MaxMessages is an error naming the count, as is a schedule that
+// needs reshard.MaxRounds rounds or more.
 type Hier struct {
 	// Balance says how the replicas of a shard share its contributions.
 	Balance Balance
@@ -71,23 +77,80 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if err != nil {
 		return nil, err
 	}
-	var chains []chain
-	for ti, p := range plans {
-		chains = append(chains, tensorChains(ti, p, topo, h.Balance, opts.ChunkBytes)...)
+	all := make([]int, len(plans))
+	for i := range all {
+		all[i] = i
 	}
-	// Add chunk-major: every chain's first chunk, then every second, ...
-	for k, more := 0, true; more; k++ {
-		more = false
-		for i := range chains {
-			c := &chains[i]
-			if k >= len(c.chunks) {
-				continue
-			}
-			more = more || k+1 < len(c.chunks)
-			c.add(b, c.chunks[k])
-		}
+	if err := h.AddTensors(b, plans, all, topo, opts); err != nil {
+		return nil, err
 	}
 	return b.Schedule(), nil
+}
+
+// AddTensors implements reshard.BucketRoute.
+func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions) error {
+	// every transfer reaches its destination in at least one message:
+	// refuse an absurd plan before deriving chains from it.
+	var transfers int64
+	for _, ti := range tensors {
+		transfers += int64(plans[ti].Len()) // at most MaxTransfers each
+	}
+	if transfers > reshard.MaxMessages {
+		return b.Expect(transfers)
+	}
+	var chains []chain
+	for _, ti := range tensors {
+		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
+	}
+	// count: every chunk of a chain is one message per hop into a leader
+	// and one per replica a leader fans out to.
+	var total int64
+	for i := range chains {
+		c := &chains[i]
+		n, err := reshard.CountChunks(c.box, c.elem, opts.ChunkBytes)
+		if err != nil {
+			return err
+		}
+		per := int64(len(c.hops))
+		for _, h := range c.hops {
+			per += int64(len(h.others))
+		}
+		m, ok := checked.Mul(n, per)
+		if ok {
+			total, ok = checked.Add(total, m)
+		}
+		if !ok {
+			total = math.MaxInt64 // saturate: Expect refuses it
+		}
+	}
+	if err := b.Expect(total); err != nil {
+		return err
+	}
+	for i := range chains {
+		c := &chains[i]
+		var err error
+		if c.chunks, err = reshard.SplitBox(c.box, c.elem, opts.ChunkBytes); err != nil {
+			return err
+		}
+	}
+	// Add chunk-major: every chain's first chunk, then every second, ...
+	// active lists, in chain order, the chains with chunks left.
+	active := make([]int, len(chains))
+	for i := range active {
+		active[i] = i
+	}
+	for k := 0; len(active) > 0; k++ {
+		next := active[:0]
+		for _, i := range active {
+			c := &chains[i]
+			c.add(b, c.chunks[k])
+			if k+1 < len(c.chunks) {
+				next = append(next, i)
+			}
+		}
+		active = next
+	}
+	return b.Err()
 }
 
 // chain is the path of one piece of one contribution: from its source owner
@@ -95,11 +158,13 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 // from each leader to the other replicas of its domain.
 type chain struct {
 	tensor   int
-	elem     int64
+	srcElem  int64         // bytes of a source element
+	elem     int64         // bytes of an element on the wire and in the destination
 	src      int           // source owner
 	srcLocal placement.Box // the region the owner holds
 	dstLocal placement.Box // the region every replica of the shard holds
 	hops     []hop         // in ring order, the entry domain first
+	box      placement.Box // what the chain carries
 	chunks   []placement.Box
 }
 
@@ -112,7 +177,7 @@ type hop struct {
 func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	bytes := sub.Elems() * c.elem
 	dstAt := reshard.Describe(c.dstLocal, sub, c.elem)
-	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: reshard.Describe(c.srcLocal, sub, c.elem)}}
+	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: reshard.Describe(c.srcLocal, sub, c.srcElem)}}
 	prev := c.src
 	after := 0
 	for _, h := range c.hops {
@@ -137,9 +202,11 @@ type shard struct {
 }
 
 // tensorChains derives the chains of one tensor.
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, chunkBytes int64) []chain {
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance) []chain {
 	dm := p.Dst().Mesh()
-	elem := p.Src().ElemSize()
+	// a converting plan's messages carry destination (FP8) elements; only
+	// the first hop reads the source's.
+	srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
 	index := map[int]int{}
 	var shards []shard
 	for i := 0; i < dm.Size(); i++ {
@@ -180,8 +247,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			pieces = append(pieces, piece{t: t, box: t.Box, slot: ci, entry: ci % nd})
 		}
 		for _, pc := range pieces {
-			c := chain{tensor: ti, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal,
-				chunks: reshard.SplitBox(pc.box, elem, chunkBytes)}
+			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
 				reps := domains[(pc.entry+step)%nd]
 				var li int
@@ -252,10 +318,11 @@ func groupByDomain(ranks []int, topo reshard.Topology) [][]int {
 // SplitEven cuts a nonempty box into n parts of near-equal size along its
 // outermost dim that has at least n indices (or, if none has, into one part
 // per index of its longest dim). Parts are in order; fewer than n come
-// back when the box is too small.
+// back when the box is too small. A box with no dims or no elements, or
+// n <= 1, comes back whole.
 func SplitEven(b placement.Box, n int) []placement.Box {
 	nd := b.NDim()
-	if n <= 1 || nd == 0 {
+	if n <= 1 || nd == 0 || len(b.Hi) != nd || b.Empty() {
 		return []placement.Box{b}
 	}
 	dim, best := -1, int64(0)
@@ -272,9 +339,11 @@ func SplitEven(b placement.Box, n int) []placement.Box {
 	ext := b.Hi[dim] - b.Lo[dim]
 	parts := min(int64(n), ext)
 	out := make([]placement.Box, 0, parts)
+	// ext*j/parts without forming ext*j: ext = q*parts + rem.
+	q, rem := ext/parts, ext%parts
+	at := func(j int64) int64 { return b.Lo[dim] + q*j + rem*j/parts }
 	for j := int64(0); j < parts; j++ {
-		lo := b.Lo[dim] + ext*j/parts
-		hi := b.Lo[dim] + ext*(j+1)/parts
+		lo, hi := at(j), at(j+1)
 		sub := placement.Box{Lo: append([]int64(nil), b.Lo...), Hi: append([]int64(nil), b.Hi...)}
 		sub.Lo[dim], sub.Hi[dim] = lo, hi
 		out = append(out, sub)

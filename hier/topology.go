@@ -26,6 +26,9 @@ type DomainSizes struct {
 // that is how several domains are emulated on one host. A rank in both
 // meshes takes its destination domain when that side is overridden. Ranks
 // the overrides do not cover keep their discovered domain.
+//
+// host has one entry per rank of the communicator: a mesh that reaches a
+// rank at or past len(host) is an error naming it, as are negative sizes.
 func Domains(host []int, src, dst placement.Layout, sizes DomainSizes) (reshard.Topology, error) {
 	return DomainsOf(host, src.Mesh().Ranks(), dst.Mesh().Ranks(), sizes)
 }
@@ -39,9 +42,15 @@ func DomainsOf(host []int, srcRanks, dstRanks []int, sizes DomainSizes) (reshard
 	if sizes.Src < 0 || sizes.Dst < 0 {
 		return reshard.Topology{}, fmt.Errorf("hier: domain sizes %+v must not be negative", sizes)
 	}
-	for _, r := range append(append([]int(nil), srcRanks...), dstRanks...) {
-		if r < 0 || r >= world {
-			return reshard.Topology{}, fmt.Errorf("hier: rank %d is outside the %d ranks whose domains are known", r, world)
+	for _, side := range []struct {
+		name  string
+		ranks []int
+	}{{"source", srcRanks}, {"destination", dstRanks}} {
+		for _, r := range side.ranks {
+			if r < 0 || r >= world {
+				return reshard.Topology{}, &reshard.FieldError{Field: "host list", Got: fmt.Sprintf("%d ranks", world),
+					Want: "one domain per rank of the communicator", Why: fmt.Sprintf("the %s ranks reach rank %d, outside a communicator of %d ranks", side.name, r, world)}
+			}
 		}
 	}
 	key := make([]string, world)
@@ -72,14 +81,21 @@ func DomainsOf(host []int, srcRanks, dstRanks []int, sizes DomainSizes) (reshard
 }
 
 // DomainCount returns how many distinct domains the ranks of a mesh span.
+// A rank the topology does not name counts as a domain of its own.
 func DomainCount(topo reshard.Topology, l placement.Layout) int {
 	m := l.Mesh()
 	if topo.Domain == nil {
 		return m.Size()
 	}
 	seen := map[int]bool{}
+	own := 0
 	for i := 0; i < m.Size(); i++ {
-		seen[topo.Domain[m.RankAt(i)]] = true
+		r := m.RankAt(i)
+		if r >= len(topo.Domain) {
+			own++
+			continue
+		}
+		seen[topo.Domain[r]] = true
 	}
-	return len(seen)
+	return len(seen) + own
 }

@@ -63,7 +63,9 @@ func New(shape []int, ranks []int) (Mesh, error) {
 }
 
 // Interval returns the mesh of the given shape over the ranks
-// [start, start+prod(shape)), the common case.
+// [start, start+prod(shape)), the common case. Like every mesh, its ranks
+// must lie in [0, MaxRanks): a start so large that the last rank would not
+// is an error naming it.
 func Interval(shape []int, start int) (Mesh, error) {
 	n, err := checkShape(shape)
 	if err != nil {
@@ -71,6 +73,9 @@ func Interval(shape []int, start int) (Mesh, error) {
 	}
 	if start < 0 {
 		return Mesh{}, fmt.Errorf("mesh start rank %d is negative", start)
+	}
+	if start > MaxRanks-n {
+		return Mesh{}, fmt.Errorf("mesh %s from rank %d reaches rank beyond %d: ranks must lie in [0, %d)", FormatShape(shape), start, MaxRanks-1, MaxRanks)
 	}
 	ranks := make([]int, n)
 	for i := range ranks {
@@ -102,7 +107,8 @@ func checkShape(shape []int) (int, error) {
 // NDim returns the number of mesh axes.
 func (m Mesh) NDim() int { return len(m.shape) }
 
-// Dim returns the length of mesh axis i.
+// Dim returns the length of mesh axis i, 0 <= i < NDim() (like a slice
+// index, another i panics).
 func (m Mesh) Dim(i int) int { return m.shape[i] }
 
 // Shape returns a copy of the mesh's axis lengths.
@@ -114,7 +120,8 @@ func (m Mesh) Size() int { return len(m.ranks) }
 // Ranks returns a copy of the mesh's ranks in row-major order.
 func (m Mesh) Ranks() []int { return slices.Clone(m.ranks) }
 
-// RankAt returns the rank at row-major index i, 0 <= i < Size().
+// RankAt returns the rank at row-major index i, 0 <= i < Size() (like a
+// slice index, another i panics).
 func (m Mesh) RankAt(i int) int { return m.ranks[i] }
 
 // IsInterval reports whether the mesh's ranks are [start, start+Size()) in
@@ -139,8 +146,9 @@ func (m Mesh) Index(rank int) int {
 // Contains reports whether the mesh holds rank.
 func (m Mesh) Contains(rank int) bool { return m.Index(rank) >= 0 }
 
-// Coord writes the coordinate of row-major index i into dst (grown as
-// needed) and returns it.
+// Coord writes the coordinate of row-major index i, 0 <= i < Size(), into
+// dst (grown as needed) and returns it. Another i gives no meaningful
+// coordinate; use Index to map a rank that may lie outside the mesh.
 func (m Mesh) Coord(i int, dst []int) []int {
 	dst = slices.Grow(dst[:0], len(m.shape))[:len(m.shape)]
 	for a := len(m.shape) - 1; a >= 0; a-- {

@@ -2,15 +2,22 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+
+	"github.com/m2n-dev/m2n/internal/checked"
 )
 
 // Interval is the half-open index range [Lo, Hi) along one tensor dim.
 type Interval struct{ Lo, Hi int64 }
 
-// Len returns Hi-Lo.
+// Len returns Hi-Lo. The intervals of a Layout have Lo <= Hi, and Hi-Lo
+// fits in an int64 for every interval with 0 <= Lo <= Hi.
 func (iv Interval) Len() int64 { return iv.Hi - iv.Lo }
+
+// String renders the interval as "[lo:hi)".
+func (iv Interval) String() string { return fmt.Sprintf("[%d:%d)", iv.Lo, iv.Hi) }
 
 // Empty reports whether the interval holds no index.
 func (iv Interval) Empty() bool { return iv.Hi <= iv.Lo }
@@ -39,13 +46,42 @@ func (b Box) Shape() []int64 {
 	return s
 }
 
-// Elems returns the number of elements in the box (1 for a 0-dim box).
+// Elems returns the number of elements in the box (1 for a 0-dim box, 0
+// for an empty one). Every box inside a Layout's tensor has a count that
+// fits in an int64; for any other box whose count overflows, Elems
+// saturates at math.MaxInt64 (CheckedElems reports it as an error).
 func (b Box) Elems() int64 {
-	n := int64(1)
-	for d := range b.Lo {
-		n *= b.Hi[d] - b.Lo[d]
+	n, err := b.CheckedElems()
+	if err != nil {
+		return math.MaxInt64
 	}
 	return n
+}
+
+// CheckedElems returns the number of elements in the box, or an error
+// naming the box when its dims disagree in number (len(Lo) != len(Hi)) or
+// the count overflows int64. An empty box (Hi <= Lo in some dim) has 0.
+func (b Box) CheckedElems() (int64, error) {
+	if len(b.Lo) != len(b.Hi) {
+		return 0, fmt.Errorf("placement: box with %d lower and %d upper bounds", len(b.Lo), len(b.Hi))
+	}
+	if b.Empty() {
+		return 0, nil
+	}
+	n := int64(1)
+	for d := range b.Lo {
+		ext := uint64(b.Hi[d]) - uint64(b.Lo[d]) // exact: Hi > Lo
+		var ok bool
+		if ext > math.MaxInt64 {
+			ok = false
+		} else {
+			n, ok = checked.Mul(n, int64(ext))
+		}
+		if !ok {
+			return 0, fmt.Errorf("placement: box %v holds more elements than an int64 counts", b)
+		}
+	}
+	return n, nil
 }
 
 // Empty reports whether the box holds no element.

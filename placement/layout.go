@@ -3,11 +3,12 @@ package placement
 import (
 	"fmt"
 	"math"
-	"math/bits"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/mesh"
 )
 
@@ -35,23 +36,28 @@ type Layout struct {
 // NewLayout validates and builds a layout. The shape has 0 to MaxTensorDims
 // non-negative dims; there is one placement per mesh axis; every Shard dim
 // lies inside the shape.
+//
+// Every size derived from a layout must fit in an int64 of bytes: NewLayout
+// rejects a shape whose span in bytes, the product of its dims (a dim of 0
+// counting as 1, so that row strides fit too) times the element size,
+// overflows int64, with an error naming the shape, the dtype and the span.
+// Elems, Bytes, LocalBytes and every box, offset and stride inside the
+// tensor therefore fit.
 func NewLayout(shape []int64, dtype DType, m mesh.Mesh, placements []Placement) (Layout, error) {
 	if len(shape) > MaxTensorDims {
 		return Layout{}, fmt.Errorf("shape %s has %d dims, at most %d are supported", FormatShape(shape), len(shape), MaxTensorDims)
 	}
-	elems := uint64(1)
 	for _, s := range shape {
 		if s < 0 {
 			return Layout{}, fmt.Errorf("shape %s has a negative dim %d", FormatShape(shape), s)
 		}
-		hi, lo := bits.Mul64(elems, uint64(s))
-		if hi != 0 || lo > math.MaxInt64/16 {
-			return Layout{}, fmt.Errorf("shape %s is too large", FormatShape(shape))
-		}
-		elems = lo
 	}
 	if !dtype.Valid() {
 		return Layout{}, fmt.Errorf("invalid dtype %v", dtype)
+	}
+	if _, ok := span(shape, int64(dtype.Size())); !ok {
+		return Layout{}, fmt.Errorf("shape %s of %s is too large: it spans %s bytes (%d-byte elements), more than an int64 holds (%d)",
+			FormatShape(shape), dtype, bigSpan(shape, int64(dtype.Size())), dtype.Size(), int64(math.MaxInt64))
 	}
 	if m.NDim() == 0 {
 		return Layout{}, fmt.Errorf("layout needs a mesh")
@@ -88,7 +94,8 @@ func NewLayout(shape []int64, dtype DType, m mesh.Mesh, placements []Placement) 
 }
 
 // nestedChunks splits [0, n) over the given mesh axes in order, each axis
-// applying torch.chunk to every interval the previous one left.
+// applying torch.chunk to every interval the previous one left. Its
+// arguments are valid by construction (n >= 0, axes of at least one index).
 func nestedChunks(n int64, axes []int, m mesh.Mesh) []Interval {
 	parts := []Interval{{0, n}}
 	for _, a := range axes {
@@ -96,7 +103,7 @@ func nestedChunks(n int64, axes []int, m mesh.Mesh) []Interval {
 		next := make([]Interval, 0, len(parts)*int(k))
 		for _, iv := range parts {
 			for r := int64(0); r < k; r++ {
-				next = append(next, Chunk(iv, k, r))
+				next = append(next, chunk(iv.Lo, iv.Len(), k, r))
 			}
 		}
 		parts = next
@@ -108,14 +115,63 @@ func nestedChunks(n int64, axes []int, m mesh.Mesh) []Interval {
 // c = ceil(len/k), part r is [lo+r*c, lo+min(len, r*c+c)), or the empty
 // interval [hi, hi) when r*c >= len. It is not a balanced split: 10 over 4
 // gives 3,3,3,1 and 2 over 8 gives 1,1,0,0,0,0,0,0.
-func Chunk(iv Interval, k, r int64) Interval {
-	n := iv.Len()
-	c := (n + k - 1) / k
-	start := r * c
-	if start >= n {
-		return Interval{iv.Hi, iv.Hi}
+//
+// The arithmetic cannot overflow: every interval whose length fits in an
+// int64 splits exactly, up to [0, math.MaxInt64). Chunk returns an error
+// naming the value when k < 1, when r lies outside [0, k), when Hi < Lo, or
+// when Hi-Lo overflows int64.
+func Chunk(iv Interval, k, r int64) (Interval, error) {
+	if k < 1 {
+		return Interval{}, fmt.Errorf("placement: chunk of %v into %d parts: want at least 1 part", iv, k)
 	}
-	return Interval{iv.Lo + start, iv.Lo + min(n, start+c)}
+	if r < 0 || r >= k {
+		return Interval{}, fmt.Errorf("placement: part %d of %d parts of %v: want a part in [0, %d)", r, k, iv, k)
+	}
+	if iv.Hi < iv.Lo {
+		return Interval{}, fmt.Errorf("placement: interval %v runs backwards (Hi < Lo)", iv)
+	}
+	n := uint64(iv.Hi) - uint64(iv.Lo) // exact: Hi >= Lo
+	if n > math.MaxInt64 {
+		return Interval{}, fmt.Errorf("placement: interval %v is longer than an int64 holds", iv)
+	}
+	return chunk(iv.Lo, int64(n), k, r), nil
+}
+
+// chunk is Chunk on [lo, lo+n) for n >= 0, k >= 1, 0 <= r < k, with
+// lo+n fitting in an int64. No intermediate value exceeds lo+n.
+func chunk(lo, n, k, r int64) Interval {
+	c := n / k // ceil(n/k) without forming n+k-1
+	if n%k != 0 {
+		c++
+	}
+	start, ok := checked.Mul(r, c)
+	if !ok || start >= n {
+		return Interval{lo + n, lo + n}
+	}
+	return Interval{lo + start, lo + start + min(c, n-start)}
+}
+
+// span returns the product of the dims of shape, a dim of 0 counting as 1,
+// times elem, and whether it fits in an int64.
+func span(shape []int64, elem int64) (int64, bool) {
+	p := elem
+	for _, s := range shape {
+		var ok bool
+		if p, ok = checked.Mul(p, max(s, 1)); !ok {
+			return 0, false
+		}
+	}
+	return p, true
+}
+
+// bigSpan renders span(shape, elem) exactly, for messages about spans that
+// do not fit.
+func bigSpan(shape []int64, elem int64) string {
+	p := big.NewInt(elem)
+	for _, s := range shape {
+		p.Mul(p, big.NewInt(max(s, 1)))
+	}
+	return p.String()
 }
 
 // Shape returns a copy of the global shape.
@@ -127,6 +183,17 @@ func (l Layout) NDim() int { return len(l.shape) }
 // DType returns the element type.
 func (l Layout) DType() DType { return l.dtype }
 
+// WithDType returns the layout with another element type: the same shape,
+// mesh, placements and parts (a destination of a tensor converted in
+// flight, say). It panics on an invalid dtype.
+func (l Layout) WithDType(dt DType) Layout {
+	if !dt.Valid() {
+		panic(fmt.Sprintf("placement: WithDType(%v)", dt))
+	}
+	l.dtype = dt
+	return l
+}
+
 // ElemSize returns the element size in bytes.
 func (l Layout) ElemSize() int64 { return int64(l.dtype.Size()) }
 
@@ -136,16 +203,18 @@ func (l Layout) Mesh() mesh.Mesh { return l.mesh }
 // Placements returns a copy of the placements, one per mesh axis.
 func (l Layout) Placements() []Placement { return slices.Clone(l.placements) }
 
-// Elems returns the number of elements of the global tensor.
+// Elems returns the number of elements of the global tensor. It fits in an
+// int64: NewLayout rejects larger shapes.
 func (l Layout) Elems() int64 {
 	n := int64(1)
 	for _, s := range l.shape {
-		n *= s
+		n *= s // cannot overflow: NewLayout checked the span
 	}
 	return n
 }
 
-// Bytes returns the size of the global tensor in bytes.
+// Bytes returns the size of the global tensor in bytes. It fits in an
+// int64: NewLayout rejects larger shapes.
 func (l Layout) Bytes() int64 { return l.Elems() * l.ElemSize() }
 
 // ShardAxes returns the mesh axes that shard tensor dim d, in mesh-axis
@@ -213,7 +282,7 @@ func (l Layout) RankBox(rank int) (Box, bool) {
 }
 
 // LocalBytes returns the size in bytes of rank's local buffer, 0 if the mesh
-// does not hold rank.
+// does not hold rank. It is at most Bytes(), so it fits in an int64.
 func (l Layout) LocalBytes(rank int) int64 {
 	b, ok := l.RankBox(rank)
 	if !ok {
@@ -247,7 +316,10 @@ func (l Layout) String() string {
 
 // ParseShape parses a global tensor shape: dims joined by 'x' such as
 // "7168x2048" or "256x2048x7168"; "scalar" (or "[]") is the 0-dim shape.
-// Dims are non-negative integers; 0 is allowed.
+// Dims are non-negative integers; 0 is allowed. A shape whose span (the
+// product of its dims, a dim of 0 counting as 1) overflows int64 is an
+// error naming the span: no dtype makes it a valid layout (NewLayout then
+// checks the span in bytes).
 func ParseShape(s string) ([]int64, error) {
 	s = strings.TrimSpace(s)
 	switch s {
@@ -270,6 +342,9 @@ func ParseShape(s string) ([]int64, error) {
 			return nil, fmt.Errorf("shape %q: dim %d is negative", s, n)
 		}
 		shape[i] = n
+	}
+	if _, ok := span(shape, 1); !ok {
+		return nil, fmt.Errorf("shape %q is too large: it spans %s elements, more than an int64 holds (%d)", s, bigSpan(shape, 1), int64(math.MaxInt64))
 	}
 	return shape, nil
 }

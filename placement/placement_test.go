@@ -86,7 +86,10 @@ func TestChunk(t *testing.T) {
 		var got []int64
 		lo := int64(0)
 		for r := int64(0); r < tc.k; r++ {
-			iv := Chunk(Interval{0, tc.n}, tc.k, r)
+			iv, err := Chunk(Interval{0, tc.n}, tc.k, r)
+			if err != nil {
+				t.Fatal(err)
+			}
 			got = append(got, iv.Len())
 			if iv.Len() > 0 && iv.Lo != lo {
 				t.Errorf("%d over %d part %d starts at %d, want %d", tc.n, tc.k, r, iv.Lo, lo)
@@ -128,7 +131,7 @@ func TestNewLayoutRejects(t *testing.T) {
 		{"scalar shard", []int64{}, F32, []Placement{Shard(0), Replicate()}, "out of range for a 0-dim tensor scalar"},
 		{"dtype", []int64{4}, InvalidDType, []Placement{Replicate(), Replicate()}, "invalid dtype"},
 		{"negative", []int64{4, -1}, F32, []Placement{Replicate(), Replicate()}, "negative dim -1"},
-		{"huge", []int64{1 << 40, 1 << 40}, F32, []Placement{Replicate(), Replicate()}, "too large"},
+		{"huge", []int64{1 << 40, 1 << 40}, F32, []Placement{Replicate(), Replicate()}, "1099511627776x1099511627776 of f32 is too large"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

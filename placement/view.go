@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/m2n-dev/m2n/internal/checked"
@@ -34,13 +35,21 @@ type View struct {
 func (v View) Dense() bool { return v.Offset == 0 && v.Strides == nil }
 
 // DenseView returns the row-major view of a part of the given local shape
-// at offset elements into its buffer.
+// at offset elements into its buffer. The strides fit in an int64 for every
+// part of a Layout (NewLayout checks the tensor's span); for a shape whose
+// span (the product of its dims, 0 counting as 1) overflows, the strides
+// that would overflow saturate at math.MaxInt64, and Extent reports the
+// overflow as an error.
 func DenseView(shape []int64, offset int64) View {
 	st := make([]int64, len(shape))
 	acc := int64(1)
 	for d := len(shape) - 1; d >= 0; d-- {
 		st[d] = acc
-		acc *= max(shape[d], 1)
+		next, ok := checked.Mul(acc, max(shape[d], 1))
+		if !ok {
+			next = math.MaxInt64
+		}
+		acc = next
 	}
 	return View{Offset: offset, Strides: st}
 }
@@ -71,6 +80,9 @@ func (v View) Extent(shape []int64) (int64, error) {
 		if last, ok = checked.Add(last, step); !ok {
 			return 0, fmt.Errorf("view %v of a %s part: element offset overflows int64", v, FormatShape(shape))
 		}
+	}
+	if last == math.MaxInt64 {
+		return 0, fmt.Errorf("view %v of a %s part: element offset overflows int64", v, FormatShape(shape))
 	}
 	return last + 1, nil
 }
@@ -124,10 +136,12 @@ func (v View) Validate(shape []int64) error {
 			return fmt.Errorf("view strides %v make elements of a %s part overlap", v.Strides, FormatShape(shape))
 		}
 		ext, ok := checked.Mul(x.n-1, x.s)
+		if ok {
+			span, ok = checked.Add(ext, span)
+		}
 		if !ok {
 			return fmt.Errorf("view strides %v of a %s part overflow int64", v.Strides, FormatShape(shape))
 		}
-		span = ext + span
 	}
 	_, err := v.Extent(shape)
 	return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -63,6 +64,7 @@ type tensor struct {
 	Name     string
 	Src, Dst placement.Layout
 	Buffers  reshard.TensorBuffers
+	Scale    fp8.Mode
 }
 
 // call describes one rank's inputs to a call.
@@ -120,7 +122,7 @@ func runCall(world int, mk func(rank int) call, wrap func(reshard.Transport) res
 			specs := make([]reshard.Spec, len(c.tensors))
 			bufs := make([]reshard.TensorBuffers, len(c.tensors))
 			for i, t := range c.tensors {
-				specs[i] = reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst}
+				specs[i] = reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
 				bufs[i] = t.Buffers
 			}
 			ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -19,8 +20,10 @@ type Options struct {
 
 // Transfer is one box moving from one source rank to one destination rank.
 // Box is the global region; SrcAt and DstAt say where its bytes sit in the
-// source's and the destination's local buffers. When Src == Dst the rank is
-// in both meshes and the transfer is a local copy.
+// source's and the destination's local buffers, each in its own layout's
+// element size (they differ for a plan that converts to FP8: see
+// Plan.Converts). When Src == Dst the rank is in both meshes and the
+// transfer is a local copy.
 type Transfer struct {
 	Src, Dst int
 	// DstShard identifies the destination region Dst holds: destination ranks
@@ -35,8 +38,9 @@ type Transfer struct {
 	SrcLocal, DstLocal placement.Box
 }
 
-// Bytes returns the size of the transfer.
-func (t Transfer) Bytes() int64 { return t.SrcAt.Bytes() }
+// Bytes returns the size of the transfer as the destination receives it
+// (and as it crosses the wire): the box in the destination's element size.
+func (t Transfer) Bytes() int64 { return t.DstAt.Bytes() }
 
 // overlap is one nonempty intersection of a source part and a destination
 // part along one tensor dim.
@@ -73,8 +77,69 @@ type Plan struct {
 	fingerprint uint64
 }
 
-// maxTransfers bounds a plan's size; transfer indices are int32.
-const maxTransfers = 1<<31 - 1
+// MaxTransfers bounds the transfers of one plan, about 3 GiB of plan (see
+// PlanBytes): NewPlan refuses more with a FieldError naming the count and
+// the bytes, before allocating anything that grows with it.
+const MaxTransfers = 1 << 26
+
+// transferBytes is what one transfer costs a plan: its piece (three int32
+// and one int32 per possible dim) and its entry in the by-source index.
+const transferBytes = 4*(3+placement.MaxTensorDims) + 4
+
+// PlanBytes estimates the memory of a plan of the given transfers over a
+// communicator of world ranks (the transfers, the per-rank indices and the
+// per-dim overlaps, not the layouts), saturating at math.MaxInt64.
+func PlanBytes(transfers int64, world int) int64 {
+	return satAdd(satMul(max(transfers, 0), transferBytes), satMul(int64(max(world, 0))+1, 8))
+}
+
+// PlanSize returns how many transfers NewPlan(src, dst, world, opts) derives
+// (for any opts) and PlanBytes of them, without building the plan: it
+// sweeps the split points, which costs the parts of every dim, and counts.
+// A caller compares the bytes with the memory it has before planning.
+// Counts above MaxTransfers are returned too (NewPlan refuses them); the
+// error is CheckCompatible's, or a count that overflows int64.
+func PlanSize(src, dst placement.Layout, world int) (transfers, bytes int64, err error) {
+	if err := CheckCompatible(src, dst, world); err != nil {
+		return 0, 0, err
+	}
+	byDstPart := make([][][2]int32, src.NDim())
+	for d := range byDstPart {
+		_, byDstPart[d] = sweep(src, dst, d)
+	}
+	n, err := countTransfers(dst, byDstPart)
+	if err != nil {
+		return 0, 0, err
+	}
+	return n, PlanBytes(n, world), nil
+}
+
+// countTransfers counts the transfers of a plan from the overlaps that
+// meet every destination part: per destination rank, the product over dims.
+func countTransfers(dst placement.Layout, byDstPart [][][2]int32) (int64, error) {
+	dstMesh := dst.Mesh()
+	coord := make([]int, dstMesh.NDim())
+	var total int64
+	for mi := 0; mi < dstMesh.Size(); mi++ {
+		coord = dstMesh.Coord(mi, coord)
+		n := int64(1)
+		ok := true
+		for d := range byDstPart {
+			rng := byDstPart[d][dst.PartIndex(d, coord)]
+			if n, ok = checked.Mul(n, int64(rng[1]-rng[0])); !ok {
+				break
+			}
+		}
+		if ok {
+			total, ok = checked.Add(total, n)
+		}
+		if !ok {
+			return 0, &FieldError{Field: "plan", Got: "more transfers than an int64 counts", Want: fmt.Sprintf("at most %d", MaxTransfers),
+				Why: "the layouts cut the tensor into too many pieces"}
+		}
+	}
+	return total, nil
+}
 
 // NewPlan derives the plan that moves a tensor from the src layout to the dst
 // layout over a communicator of world ranks. Both meshes hold
@@ -83,7 +148,9 @@ const maxTransfers = 1<<31 - 1
 //
 // Intersections are found by sweeping each tensor dim's sorted split points,
 // so the cost follows the number of transfers, not the product of the mesh
-// sizes.
+// sizes. The transfers are counted before anything that grows with them is
+// allocated: more than MaxTransfers is a FieldError naming the count and
+// the bytes the plan would take (PlanSize gives both without planning).
 func NewPlan(src, dst placement.Layout, world int, opts Options) (*Plan, error) {
 	if err := CheckCompatible(src, dst, world); err != nil {
 		return nil, err
@@ -110,22 +177,18 @@ func NewPlan(src, dst placement.Layout, world int, opts Options) (*Plan, error) 
 	}
 	slices.SortFunc(order, func(a, b int) int { return dstMesh.RankAt(a) - dstMesh.RankAt(b) })
 
-	// count the transfers first so that the plan is allocated once.
+	// count the transfers first so that the plan is allocated once, and
+	// refuse a plan too large before allocating it.
+	total64, err := countTransfers(dst, byDstPart)
+	if err != nil {
+		return nil, err
+	}
+	if total64 > MaxTransfers {
+		return nil, &FieldError{Field: "plan", Got: fmt.Sprintf("%d transfers (about %d bytes of plan)", total64, PlanBytes(total64, world)),
+			Want: fmt.Sprintf("at most %d transfers", MaxTransfers), Why: "the layouts cut the tensor into too many pieces"}
+	}
+	total := int(total64)
 	coord := make([]int, dstMesh.NDim())
-	total := 0
-	for mi := 0; mi < dstMesh.Size(); mi++ {
-		coord = dstMesh.Coord(mi, coord)
-		n := 1
-		for d := 0; d < nd; d++ {
-			rng := byDstPart[d][dst.PartIndex(d, coord)]
-			n *= int(rng[1] - rng[0])
-		}
-		total += n
-	}
-	if total > maxTransfers {
-		return nil, &FieldError{Field: "plan", Got: fmt.Sprintf("%d transfers", total),
-			Want: fmt.Sprintf("at most %d", maxTransfers), Why: "the layouts cut the tensor into too many pieces"}
-	}
 	p.pieces = make([]piece, 0, total)
 	p.dstStart = make([]int32, world+1)
 	srcCoord := make([]int, src.Mesh().NDim())
@@ -338,9 +401,8 @@ func (p *Plan) Transfer(i int) Transfer {
 		srcLocal[d], srcRel[d] = sp.Len(), ov.iv.Lo-sp.Lo
 		dstLocal[d], dstRel[d] = dp.Len(), ov.iv.Lo-dp.Lo
 	}
-	elem := p.src.ElemSize()
-	t.SrcAt = describe(srcLocal[:nd], srcRel[:nd], count[:nd], elem, buf[2*nd:4*nd:4*nd])
-	t.DstAt = describe(dstLocal[:nd], dstRel[:nd], count[:nd], elem, buf[4*nd:6*nd:6*nd])
+	t.SrcAt = describe(srcLocal[:nd], srcRel[:nd], count[:nd], p.src.ElemSize(), buf[2*nd:4*nd:4*nd])
+	t.DstAt = describe(dstLocal[:nd], dstRel[:nd], count[:nd], p.dst.ElemSize(), buf[4*nd:6*nd:6*nd])
 	return t
 }
 
@@ -376,17 +438,29 @@ func (p *Plan) Sends(rank int) []int32 {
 	return p.bySrc[p.srcStart[rank]:p.srcStart[rank+1]]
 }
 
-// Bytes returns the total bytes of all transfers.
+// Converts reports whether the plan converts its tensor in flight: a bf16
+// or f32 source to an fp8e4m3 destination. Its transfers then carry one
+// byte per element (the destination's element size), which the sender
+// quantizes while packing (see Spec.Scale).
+func (p *Plan) Converts() bool { return p.src.DType() != p.dst.DType() }
+
+// WireElemSize returns the bytes per element of the plan's messages: the
+// destination's element size (the source's but for a converting plan).
+func (p *Plan) WireElemSize() int64 { return p.dst.ElemSize() }
+
+// Bytes returns the total bytes of all transfers (every destination
+// replica counts), in the destination's element size (what crosses the
+// wire), saturating at math.MaxInt64.
 func (p *Plan) Bytes() int64 {
 	var n int64
 	for i := range p.pieces {
-		n += p.pieceBytes(i)
+		n = satAdd(n, p.pieceBytes(i))
 	}
 	return n
 }
 
 func (p *Plan) pieceBytes(i int) int64 {
-	n := p.src.ElemSize()
+	n := p.dst.ElemSize()
 	for d := 0; d < p.src.NDim(); d++ {
 		n *= p.overlaps[d][p.pieces[i].ov[d]].iv.Len()
 	}
@@ -394,20 +468,22 @@ func (p *Plan) pieceBytes(i int) int64 {
 }
 
 // RankBytes returns, for every rank, the bytes it sends and receives,
-// counting local copies (Src == Dst) on both sides.
+// counting local copies (Src == Dst) on both sides, saturating at
+// math.MaxInt64.
 func (p *Plan) RankBytes() (sent, recv []int64) {
 	sent, recv = make([]int64, p.world), make([]int64, p.world)
 	for i, pc := range p.pieces {
 		b := p.pieceBytes(i)
-		sent[pc.src] += b
-		recv[pc.dst] += b
+		sent[pc.src] = satAdd(sent[pc.src], b)
+		recv[pc.dst] = satAdd(recv[pc.dst], b)
 	}
 	return sent, recv
 }
 
 // CheckCompatible reports whether a tensor can move from src to dst over a
-// communicator of world ranks: same global shape and dtype, both meshes
-// inside the communicator.
+// communicator of world ranks: same global shape and dtype (or a bf16 or
+// f32 source to an fp8e4m3 destination, converted in flight; ConvertsTo),
+// both meshes inside the communicator.
 func CheckCompatible(src, dst placement.Layout, world int) error {
 	if world < 1 {
 		return fmt.Errorf("communicator size %d, want at least 1", world)
@@ -416,9 +492,9 @@ func CheckCompatible(src, dst placement.Layout, world int) error {
 		return &FieldError{Field: "shape", Got: placement.FormatShape(dst.Shape()),
 			Want: placement.FormatShape(src.Shape()), Why: "source and destination global shapes differ"}
 	}
-	if src.DType() != dst.DType() {
+	if src.DType() != dst.DType() && !ConvertsTo(src.DType(), dst.DType()) {
 		return &FieldError{Field: "dtype", Got: dst.DType().String(), Want: src.DType().String(),
-			Why: "source and destination dtypes differ (no conversion in flight)"}
+			Why: fmt.Sprintf("source and destination dtypes differ, and the only conversion in flight is bf16 or f32 to %v", placement.FP8E4M3)}
 	}
 	if err := src.Mesh().Validate(world); err != nil {
 		return &FieldError{Field: "source mesh", Got: src.Mesh().String(), Why: err.Error()}
@@ -427,6 +503,13 @@ func CheckCompatible(src, dst placement.Layout, world int) error {
 		return &FieldError{Field: "destination mesh", Got: dst.Mesh().String(), Why: err.Error()}
 	}
 	return nil
+}
+
+// ConvertsTo reports whether a tensor of dtype src can be converted in
+// flight to dtype dst: bf16 or f32 to fp8e4m3 (FP8 E4M3 by package fp8's
+// rule, torch's).
+func ConvertsTo(src, dst placement.DType) bool {
+	return dst == placement.FP8E4M3 && (src == placement.BF16 || src == placement.F32)
 }
 
 // FieldError reports an input field whose value cannot be used.

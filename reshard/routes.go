@@ -2,7 +2,9 @@ package reshard
 
 import (
 	"fmt"
+	"math"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -22,13 +24,21 @@ type ScheduleOptions struct {
 // DefaultScheduleOptions are 16 MiB chunks and 256 MiB of staging.
 var DefaultScheduleOptions = ScheduleOptions{ChunkBytes: 16 << 20, StagingBytes: 256 << 20}
 
-// Validate checks that a chunk fits a round.
+// Validate checks that a chunk fits a round: a positive chunk, and
+// staging of at least 8 chunks (two rounds in flight, sends and receives,
+// two link classes). Sizes are checked, not wrapped: a chunk so large that
+// 8 x chunk overflows int64 is an error naming it.
 func (o ScheduleOptions) Validate() error {
 	if o.ChunkBytes <= 0 {
 		return &FieldError{Field: "chunk bytes", Got: fmt.Sprint(o.ChunkBytes), Why: "must be positive"}
 	}
-	if o.StagingBytes < 8*o.ChunkBytes {
-		return &FieldError{Field: "staging bytes", Got: fmt.Sprint(o.StagingBytes), Want: fmt.Sprintf(">= 8 x chunk = %d", 8*o.ChunkBytes),
+	need, ok := checked.Mul(8, o.ChunkBytes)
+	if !ok {
+		return &FieldError{Field: "chunk bytes", Got: fmt.Sprint(o.ChunkBytes), Want: fmt.Sprintf("at most %d", int64(math.MaxInt64/8)),
+			Why: "staging must hold 8 chunks (two rounds of sends and receives over two link classes), and 8 x chunk overflows int64"}
+	}
+	if o.StagingBytes < need {
+		return &FieldError{Field: "staging bytes", Got: fmt.Sprint(o.StagingBytes), Want: fmt.Sprintf(">= 8 x chunk = %d", need),
 			Why: "staging holds two rounds of sends and receives over two link classes, each at least one chunk"}
 	}
 	return nil
@@ -40,45 +50,98 @@ func (o ScheduleOptions) RoundBytes() int64 { return o.StagingBytes / 8 }
 // Flat is the direct route: every transfer goes straight from its source
 // owner to its destination, cut into chunks. Chunks are added chunk-major
 // (every transfer's first chunk, then every second chunk, ...) so that all
-// pairs progress together. Sources inject rho*B.
+// pairs progress together. Sources inject rho*B. The messages are counted
+// before any box is cut: more than MaxMessages is an error naming the
+// count.
 type Flat struct{}
 
 // Name returns "flat".
 func (Flat) Name() string { return "flat" }
 
 // Schedule implements Route.
-func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
+func (f Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+	return scheduleAll(f, plans, topo, opts)
+}
+
+// AddTensors implements BucketRoute.
+func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
+	// count first: every transfer is at least one message; then chunks,
+	// transfers materialised one at a time, chunks not at all.
+	var total int64
+	for _, ti := range tensors {
+		total = satAdd(total, int64(plans[ti].Len()))
 	}
-	b, err := NewBuilder("flat", plans, topo, opts.RoundBytes())
-	if err != nil {
-		return nil, err
+	if total > MaxMessages {
+		return tooManyMessages("flat", total)
 	}
-	for ti, p := range plans {
-		elem := p.Src().ElemSize()
-		transfers := p.Transfers()
-		chunks := make([][]placement.Box, len(transfers))
-		for i, t := range transfers {
-			chunks[i] = SplitBox(t.Box, elem, opts.ChunkBytes)
-		}
-		for k, more := 0, true; more; k++ {
-			more = false
-			for i, t := range transfers {
-				if k >= len(chunks[i]) {
-					continue
-				}
-				more = more || k+1 < len(chunks[i])
-				sub := chunks[i][k]
-				b.Add(Message{
-					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
-					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, elem)),
-					To:   seg(ti, BufDst, Describe(t.DstLocal, sub, elem)),
-				}, 0)
+	total = 0
+	for _, ti := range tensors {
+		p := plans[ti]
+		elem := p.WireElemSize()
+		for i := 0; i < p.Len(); i++ {
+			n, err := CountChunks(p.Transfer(i).Box, elem, opts.ChunkBytes)
+			if err != nil {
+				return err
+			}
+			if total = satAdd(total, n); total > MaxMessages {
+				return tooManyMessages("flat", flatCount(plans, tensors, opts.ChunkBytes))
 			}
 		}
 	}
-	return b.Schedule(), nil
+	if err := b.Expect(total); err != nil {
+		return err
+	}
+	for _, ti := range tensors {
+		p := plans[ti]
+		// a converting plan reads source elements and sends destination
+		// (FP8) ones: chunks and messages are sized on the wire.
+		srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
+		transfers := p.Transfers()
+		chunks := make([][]placement.Box, len(transfers))
+		for i, t := range transfers {
+			var err error
+			if chunks[i], err = SplitBox(t.Box, elem, opts.ChunkBytes); err != nil {
+				return err
+			}
+		}
+		// active lists, in plan order, the transfers with chunks left, so
+		// that a long transfer does not make every round walk them all.
+		active := make([]int, len(transfers))
+		for i := range active {
+			active[i] = i
+		}
+		for k := 0; len(active) > 0; k++ {
+			next := active[:0]
+			for _, i := range active {
+				t := transfers[i]
+				sub := chunks[i][k]
+				b.Add(Message{
+					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
+					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, srcElem)),
+					To:   seg(ti, BufDst, Describe(t.DstLocal, sub, elem)),
+				}, 0)
+				if k+1 < len(chunks[i]) {
+					next = append(next, i)
+				}
+			}
+			active = next
+		}
+	}
+	return b.Err()
+}
+
+// flatCount counts the flat route's messages of tensors in full
+// (saturating), for the error that refuses too many.
+func flatCount(plans []*Plan, tensors []int, chunk int64) int64 {
+	var total int64
+	for _, ti := range tensors {
+		p := plans[ti]
+		for i := 0; i < p.Len(); i++ {
+			n, _ := CountChunks(p.Transfer(i).Box, p.WireElemSize(), chunk)
+			total = satAdd(total, n)
+		}
+	}
+	return total
 }
 
 // AllGatherBroadcast is the legacy baseline route: the source group
@@ -86,31 +149,87 @@ func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Sched
 // ending with the whole tensor in scratch), then the first source rank
 // broadcasts it down a pipelined chain of all destination ranks, and every
 // destination keeps its slice. The root injects the tensor once and every
-// destination receives all of it.
+// destination receives all of it. It refuses a tensor converted to FP8 in
+// flight (Plan.Converts): its whole-tensor scratch holds the source dtype
+// and every destination would quantize the whole tensor; use flat or hier.
 type AllGatherBroadcast struct{}
 
 // Name returns "agbcast".
 func (AllGatherBroadcast) Name() string { return "agbcast" }
 
 // Schedule implements Route.
-func (AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := NewBuilder("agbcast", plans, topo, opts.RoundBytes())
-	if err != nil {
-		return nil, err
-	}
-	for ti, p := range plans {
-		agbcastTensor(b, ti, p, opts.ChunkBytes)
-	}
-	return b.Schedule(), nil
+func (a AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+	return scheduleAll(a, plans, topo, opts)
 }
 
-func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
+// AddTensors implements BucketRoute.
+func (AllGatherBroadcast) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
+	for _, ti := range tensors {
+		if p := plans[ti]; p.Converts() {
+			return &FieldError{Field: "route", Got: "agbcast",
+				Want: "flat or hier", Why: fmt.Sprintf("tensor %d converts %v to %v in flight, which the all-gather + broadcast route cannot carry (its whole-tensor scratch is in the source dtype)",
+					ti, p.Src().DType(), p.Dst().DType())}
+		}
+	}
+	var total int64
+	for _, ti := range tensors {
+		n, err := agbcastCount(plans[ti], opts.ChunkBytes)
+		if err != nil {
+			return err
+		}
+		total = satAdd(total, n)
+	}
+	if err := b.Expect(total); err != nil {
+		return err
+	}
+	for _, ti := range tensors {
+		if err := agbcastTensor(b, ti, plans[ti], opts.ChunkBytes); err != nil {
+			return err
+		}
+	}
+	return b.Err()
+}
+
+// agbcastCount counts the messages agbcastTensor adds for p, saturating.
+func agbcastCount(p *Plan, chunk int64) (int64, error) {
 	src, dst := p.Src(), p.Dst()
 	if src.Elems() == 0 {
-		return
+		return 0, nil
+	}
+	elem := src.ElemSize()
+	sm := src.Mesh()
+	var n int64
+	for _, ring := range replicaRings(src) {
+		for _, owner := range ring {
+			box, _ := src.RankBox(owner)
+			if box.Empty() {
+				continue
+			}
+			c, err := CountChunks(box, elem, chunk)
+			if err != nil {
+				return 0, err
+			}
+			n = satAdd(n, satAdd(satMul(c, int64(len(ring)-1)), 1)) // the ring hops and the owner's copy
+		}
+	}
+	shape := src.Shape()
+	full := placement.Box{Lo: make([]int64, len(shape)), Hi: shape}
+	c, err := CountChunks(full, elem, chunk)
+	if err != nil {
+		return 0, err
+	}
+	chain := int64(dst.Mesh().Size()) // the root, then every destination but the root
+	if !dst.Mesh().Contains(sm.RankAt(0)) {
+		chain++
+	}
+	n = satAdd(n, satMul(c, chain-1))
+	return satAdd(n, int64(dst.Mesh().Size())), nil // every destination keeps its slice
+}
+
+func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) error {
+	src, dst := p.Src(), p.Dst()
+	if src.Elems() == 0 {
+		return nil
 	}
 	elem := src.ElemSize()
 	shape := src.Shape()
@@ -141,7 +260,11 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
 			if box.Empty() {
 				continue
 			}
-			for _, sub := range SplitBox(box, elem, chunk) {
+			subs, err := SplitBox(box, elem, chunk)
+			if err != nil {
+				return err
+			}
+			for _, sub := range subs {
 				after := 0
 				for hop := 1; hop < n; hop++ {
 					from, to := ring[(pos+hop-1)%n], ring[(pos+hop)%n]
@@ -169,7 +292,11 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
 		}
 	}
 	received := make([]int, world)
-	for _, sub := range SplitBox(full, elem, chunk) {
+	subs, err := SplitBox(full, elem, chunk)
+	if err != nil {
+		return err
+	}
+	for _, sub := range subs {
 		after := gathered[root]
 		for hop := 1; hop < len(chain); hop++ {
 			r := b.Add(Message{Src: chain[hop-1], Dst: chain[hop], Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
@@ -191,6 +318,7 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) {
 			From: seg(ti, BufFull, Describe(full, box, elem)),
 			To:   seg(ti, BufDst, Describe(box, box, elem))}, received[r])
 	}
+	return nil
 }
 
 // replicaRings groups a layout's ranks by their coordinates on the

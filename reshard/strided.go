@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -21,17 +22,40 @@ type Strided struct {
 	Stride []int64 // byte distance between consecutive runs along each outer dim
 }
 
-// Rows returns the number of contiguous runs.
+// Rows returns the number of contiguous runs. Descriptors of boxes of a
+// Layout always fit in an int64; for any other descriptor whose count
+// overflows, Rows saturates at math.MaxInt64 (CheckedBytes reports it).
 func (s Strided) Rows() int64 {
 	n := int64(1)
 	for _, c := range s.Count {
-		n *= c
+		n = satMul(n, max(c, 0))
 	}
 	return n
 }
 
-// Bytes returns the number of bytes described.
-func (s Strided) Bytes() int64 { return s.Rows() * s.Run }
+// Bytes returns the number of bytes described, saturating at
+// math.MaxInt64 like Rows.
+func (s Strided) Bytes() int64 { return satMul(s.Rows(), max(s.Run, 0)) }
+
+// CheckedBytes returns the number of bytes described, or an error naming
+// the descriptor when a count or the run is negative or the product
+// overflows int64.
+func (s Strided) CheckedBytes() (int64, error) {
+	if s.Run < 0 {
+		return 0, fmt.Errorf("reshard: descriptor %v has a negative run", s)
+	}
+	n := s.Run
+	for _, c := range s.Count {
+		var ok bool
+		if c < 0 {
+			return 0, fmt.Errorf("reshard: descriptor %v has a negative count", s)
+		}
+		if n, ok = checked.Mul(n, c); !ok {
+			return 0, fmt.Errorf("reshard: descriptor %v describes more bytes than an int64 counts", s)
+		}
+	}
+	return n, nil
+}
 
 // Contiguous reports whether the bytes form a single run.
 func (s Strided) Contiguous() bool { return len(s.Count) == 0 }

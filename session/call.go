@@ -40,8 +40,8 @@ func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route resha
 		err = fmt.Errorf("rank %d: %w", s.rank, err)
 	}
 	tr := s.dev.forTopology(s.base, topo)
-	if s.opts.EmulateNetBW > 0 {
-		tr = hier.Emulate(tr, topo, s.opts.EmulateNetBW)
+	if s.nic != nil {
+		tr = hier.EmulateOn(tr, topo, s.nic)
 	}
 	if s.opts.WrapTransport != nil {
 		tr = s.opts.WrapTransport(tr)

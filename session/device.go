@@ -46,15 +46,16 @@ func newDevice(s *Session) (device, error) {
 		}
 		return d, nil
 	}
-	return cpuDevice{inPlace: !s.opts.NoInPlace}, nil
+	return cpuDevice{inPlace: !s.opts.NoInPlace, mem: newHostMemory()}, nil
 }
 
 // cpuDevice keeps tensors in host memory and moves them with MPI.
-type cpuDevice struct{ inPlace bool }
+type cpuDevice struct {
+	inPlace bool
+	mem     *hostMemory
+}
 
-type hostMemory struct{ reshard.HostMemory }
-
-func (cpuDevice) memory() Memory { return hostMemory{} }
+func (d cpuDevice) memory() Memory { return d.mem }
 
 func (d cpuDevice) transport(comm *mpi.Comm) (reshard.Transport, error) {
 	return mpi.NewTransport(comm, d.inPlace), nil

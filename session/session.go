@@ -109,7 +109,8 @@ type Session struct {
 	base    reshard.Transport
 	calls   map[*Call]bool
 	closed  bool
-	owned   bool // the device is this session's to close (not a stage's parent's)
+	owned   bool      // the device is this session's to close (not a stage's parent's)
+	nic     *hier.NIC // the emulated network interface, shared with this rank's stage sessions
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -153,6 +154,12 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 		localErr = refusal
 	}
 	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, owned: true}
+	if localErr == nil && opts.EmulateNetBW > 0 {
+		var err error
+		if s.nic, err = hier.NewNIC(opts.EmulateNetBW); err != nil {
+			localErr = fmt.Errorf("rank %d: %w", comm.Rank(), err)
+		}
+	}
 	if err := s.join(comm, localErr); err != nil {
 		s.Close()
 		return nil, err

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/rs/zerolog"
 )
@@ -97,11 +95,10 @@ func (j *job) end(err *error) {
 		return
 	}
 	if j.s != nil {
+		// a session that aborted after the command's last error (or with
+		// none) says why here, so that the job does not end unexplained.
 		if cerr := j.s.Close(); cerr != nil && *err == nil {
-			var ab *reshard.AbortError
-			if !errors.As(cerr, &ab) {
-				*err = cerr
-			}
+			*err = cerr
 		}
 	}
 	finish(err)

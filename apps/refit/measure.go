@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -31,12 +32,21 @@ type pairRun struct {
 	srcBuf  reshard.Buffer
 	dstBuf  reshard.Buffer
 	dstHost []byte // host copy of the destination buffer, for poison and checks
+	// scale is the FP8 scaling mode when the tensor converts (--dst-dtype
+	// e4m3); the destination's scale tensor is then scaleBuf, scaleHost
+	// its host copy.
+	scale     fp8.Mode
+	scaleBuf  reshard.Buffer
+	scaleHost []byte
 }
 
 // newPairRun allocates a layout pair's buffers on s, the source filled
 // with the pattern of tensor seed.
 func (j *job) newPairRun(s *session.Session, src, dst placement.Layout, seed uint64) (*pairRun, error) {
 	p := &pairRun{j: j, s: s, name: fmt.Sprintf("tensor%d", seed), seed: seed, src: src, dst: dst, fabric: j.set.fabric}
+	if reshard.ConvertsTo(src.DType(), dst.DType()) {
+		p.scale = j.set.fp8
+	}
 	rank := s.Rank()
 	var localErr error
 	plan, err := reshard.NewPlan(src, dst, s.Size(), reshard.Options{StripeReplicas: j.set.opts.Stripe})
@@ -61,8 +71,17 @@ func (p *pairRun) allocate(rank int) error {
 	mem := p.s.Memory()
 	if p.src.Mesh().Contains(rank) {
 		host := make([]byte, p.src.LocalBytes(rank))
-		if err := pattern.Fill(p.src, rank, p.seed, host, placement.View{}); err != nil {
+		fill := pattern.Fill
+		if p.scale != 0 {
+			fill = pattern.FillFloats // finite values: the quantizer refuses NaNs
+		}
+		if err := fill(p.src, rank, p.seed, host, placement.View{}); err != nil {
 			return err
+		}
+		if i, nan, _ := faultAt("M2N_FAULT_NAN", jobRank); nan {
+			if err := setNaN(p.src, host, int64(i)); err != nil {
+				return err
+			}
 		}
 		b, err := mem.Alloc(int64(len(host)))
 		if err != nil {
@@ -84,6 +103,34 @@ func (p *pairRun) allocate(rank int) error {
 			return fmt.Errorf("rank %d: destination buffer of %d bytes: %w", rank, n, err)
 		}
 		p.dstBuf = b
+		if p.scale != 0 {
+			n, err := p.spec().ScaleBytes(rank)
+			if err != nil {
+				return err
+			}
+			p.scaleHost = make([]byte, n)
+			if p.scaleBuf, err = mem.Alloc(n); err != nil {
+				return fmt.Errorf("rank %d: scale buffer of %d bytes: %w", rank, n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// setNaN makes local element i of a source part (host bytes of layout l)
+// a NaN: the test-only M2N_FAULT_NAN.
+func setNaN(l placement.Layout, host []byte, i int64) error {
+	e := l.ElemSize()
+	if i < 0 || (i+1)*e > int64(len(host)) {
+		return usageError{fmt.Errorf("M2N_FAULT_NAN: element %d is outside a part of %d elements", i, int64(len(host))/e)}
+	}
+	switch l.DType() {
+	case placement.BF16:
+		binary.LittleEndian.PutUint16(host[i*e:], 0x7FC0)
+	case placement.F32:
+		binary.LittleEndian.PutUint32(host[i*e:], 0x7FC00000)
+	default:
+		return usageError{fmt.Errorf("M2N_FAULT_NAN: a %v tensor has no NaN", l.DType())}
 	}
 	return nil
 }
@@ -91,19 +138,21 @@ func (p *pairRun) allocate(rank int) error {
 // close frees the pair's buffers.
 func (p *pairRun) close() {
 	mem := p.s.Memory()
-	for _, b := range []reshard.Buffer{p.srcBuf, p.dstBuf} {
+	for _, b := range []reshard.Buffer{p.srcBuf, p.dstBuf, p.scaleBuf} {
 		if b != nil {
 			mem.Free(b)
 		}
 	}
 }
 
-func (p *pairRun) specs() []reshard.Spec {
-	return []reshard.Spec{{Name: p.name, Src: p.src, Dst: p.dst}}
+func (p *pairRun) spec() reshard.Spec {
+	return reshard.Spec{Name: p.name, Src: p.src, Dst: p.dst, Scale: p.scale}
 }
 
+func (p *pairRun) specs() []reshard.Spec { return []reshard.Spec{p.spec()} }
+
 func (p *pairRun) buffers() []reshard.TensorBuffers {
-	return []reshard.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf}}
+	return []reshard.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf, Scale: p.scaleBuf}}
 }
 
 // runRoutes prepares and measures every route of the flags, and returns
@@ -115,6 +164,9 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 	rep := &runReport{World: s.Size(), Source: p.src.String(), Destination: p.dst.String(), Bytes: p.src.Bytes(),
 		Fingerprint: fmt.Sprintf("%016x", p.plan.Fingerprint()), ChunkBytes: opts.ChunkBytes,
 		Staging: opts.StagingBytes, EmulatedBW: opts.EmulateNetBW, FabricGiven: j.set.fabricGiven}
+	if p.scale != 0 {
+		rep.FP8Scale = map[fp8.Mode]string{fp8.Block: "128x128 block", fp8.Row: "row", fp8.Tensor: "matrix"}[p.scale]
+	}
 	if j.set.measure {
 		// the model's local bandwidth, measured over the transport the
 		// calls run on.
@@ -179,6 +231,14 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 			if err := mem.Upload(p.dstBuf, p.dstHost[:p.dstBuf.Len()]); err != nil {
 				return rr, err
 			}
+			if len(p.scaleHost) > 0 {
+				for i := range p.scaleHost {
+					p.scaleHost[i] = pattern.Poison
+				}
+				if err := mem.Upload(p.scaleBuf, p.scaleHost); err != nil {
+					return rr, err
+				}
+			}
 		}
 		if err := s.Barrier(ctx); err != nil {
 			return rr, err
@@ -214,7 +274,18 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 		if b, ok, _ := faultAt("M2N_FAULT_CORRUPT", jobRank); ok && b < len(p.dstHost) {
 			p.dstHost[b] ^= 0x40 // test-only: prove that --check catches a wrong byte
 		}
-		if err := pattern.Check(p.dst, s.Rank(), p.seed, p.dstHost, placement.View{}); err != nil {
+		var err error
+		if p.scale != 0 {
+			if len(p.scaleHost) > 0 {
+				if err = mem.Download(p.scaleHost, p.scaleBuf); err != nil {
+					return rr, err
+				}
+			}
+			err = pattern.CheckFP8(p.src.DType(), p.dst, p.scale, s.Rank(), p.seed, p.dstHost, placement.View{}, p.scaleHost)
+		} else {
+			err = pattern.Check(p.dst, s.Rank(), p.seed, p.dstHost, placement.View{})
+		}
+		if err != nil {
 			checkMsg = err.Error()
 			j.log.Error().Str("route", sched.Route).Err(err).Msg("check failed")
 		}
@@ -326,6 +397,13 @@ func (p *pairRun) checkUntouched(callErr error) error {
 		now := make([]byte, p.dstBuf.Len())
 		if err := p.s.Memory().Download(now, p.dstBuf); err != nil {
 			return fmt.Errorf("%w; %v", callErr, err)
+		}
+		if len(p.scaleHost) > 0 {
+			sc := make([]byte, len(p.scaleHost))
+			if err := p.s.Memory().Download(sc, p.scaleBuf); err != nil {
+				return fmt.Errorf("%w; %v", callErr, err)
+			}
+			now = append(now, sc...)
 		}
 		for _, b := range now {
 			if b != pattern.Poison {

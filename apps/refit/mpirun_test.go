@@ -259,6 +259,77 @@ func TestSlurmScript(t *testing.T) {
 	}
 }
 
+// TestSlurmSyncScript runs jobs/slurm/sync.sbatch with a stand-in srun.
+func TestSlurmSyncScript(t *testing.T) {
+	mpitest.Require(t)
+	dir := t.TempDir()
+	launcher, _ := filepath.Abs("../../scripts/mpirun.sh")
+	fake := "#!/usr/bin/env bash\n[ \"$1\" = --mpi=pmix ] && [ \"$2\" = -n ] || exit 9\nn=$3; shift 3\nexec " + launcher + " -np \"$n\" \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "srun"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "../../jobs/slurm/sync.sbatch")
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "REFIT="+refitBin, "SLURM_NTASKS=8",
+		"MODEL=llama-3.1-70b", "TRAIN=tp=2,pp=2", "GEN=tp=4", "SCALE=32", "LAYERS=2", "ITERS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "check passed") {
+		t.Errorf("output lacks a passed check:\n%s", out)
+	}
+}
+
+// TestSyncModels moves every tensor of scaled DeepSeek-V3, Qwen3-235B-A22B
+// and Llama-3.1-70B from a pipeline-parallel Megatron-style trainer to a
+// vLLM-style generator, fused weights moved in place through their views
+// on both sides (linear_qkv, linear_fc1 and grouped experts on the trainer;
+// qkv_proj, gate_up_proj and fused_qkv_a_proj on the generator), every
+// element of every tensor checked on every destination. It also checks
+// the memory accounting: every rank's staging stays within the staging
+// bound of every stage it is in, and its peak resident memory grows by at
+// most its share of the model plus its staging and scratch, plus the
+// allowance stated below.
+func TestSyncModels(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"deepseek-v3", []string{"--model", "deepseek-v3", "--scale", "64", "--layers", "5", "--train", "tp=1,pp=2,ep=2,dp=2", "--gen", "tp=2,dp=2", "--mtp"}},
+		{"qwen3-235b-a22b", []string{"--model", "qwen3-235b-a22b", "--scale", "16", "--layers", "4", "--train", "tp=2,pp=2,ep=2", "--gen", "tp=2,dp=2"}},
+		{"llama-3.1-70b", []string{"--model", "llama-3.1-70b", "--scale", "32", "--layers", "4", "--train", "tp=2,pp=2", "--gen", "tp=4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"sync", "--check", "--json", "--iters", "1", "--warmup", "0", "--staging-bytes", "16MiB", "--chunk-bytes", "1MiB",
+				"--dst-domain-size", "2", "--route", "auto"}, tc.args...)
+			stdout, stderr, err := mpirunRefit(t, 8, nil, args...)
+			if err != nil {
+				t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+			}
+			var rep syncReport
+			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+				t.Fatalf("%v\n%s", err, stdout)
+			}
+			if rep.Check != "passed" || rep.Completed != rep.Tensors || len(rep.Stages) != 2 {
+				t.Fatalf("check %s, %d of %d tensors completed, %d stages", rep.Check, rep.Completed, rep.Tensors, len(rep.Stages))
+			}
+			for _, r := range rep.Ranks {
+				if r.Staging > r.Bound {
+					t.Errorf("rank %d stages %d bytes, over its bound of %d", r.Rank, r.Staging, r.Bound)
+				}
+				// allowance: the Go runtime lets the heap grow to twice what
+				// is live before collecting (GOGC=100), and plans,
+				// schedules and programs live beside the model's bytes.
+				budget := r.Share + r.Staging + r.Scratch
+				if grew := r.Peak - r.Base; grew > 2*budget+32<<20 {
+					t.Errorf("rank %d: peak memory grew by %d bytes for a share of %d, staging %d and scratch %d",
+						r.Rank, grew, r.Share, r.Staging, r.Scratch)
+				}
+			}
+		})
+	}
+}
+
 // TestPipelineStages runs the paper's Example B for real: two stages of two
 // trainer ranks each (world 0-1 and 2-3) reshard to one generator rank
 // (world 4), each on its own communicator; the generator receives one full

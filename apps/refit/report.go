@@ -53,6 +53,7 @@ type runReport struct {
 	World       int           `json:"world"`
 	Source      string        `json:"source"`
 	Destination string        `json:"destination"`
+	FP8Scale    string        `json:"fp8_scale,omitempty"` // the scaling mode when the destination is FP8
 	Bytes       int64         `json:"bytes"`
 	Fingerprint string        `json:"fingerprint"`
 	ChunkBytes  int64         `json:"chunk_bytes"`
@@ -129,6 +130,9 @@ func role(src, dst placement.Layout, r int) string {
 
 func writeRunReport(w io.Writer, rep *runReport) error {
 	fmt.Fprintf(w, "source:      %s\ndestination: %s\n", rep.Source, rep.Destination)
+	if rep.FP8Scale != "" {
+		fmt.Fprintf(w, "converted to FP8 in flight: one float32 scale per %s (weight_scale_inv, beside each destination part)\n", rep.FP8Scale)
+	}
 	fmt.Fprintf(w, "world %d, %s, fingerprint %s, chunk %s, staging %s\n", rep.World, formatBytes(rep.Bytes),
 		rep.Fingerprint, formatBytes(rep.ChunkBytes), formatBytes(rep.Staging))
 	if rep.EmulatedBW > 0 {

@@ -1,0 +1,29 @@
+package reshard
+
+import "fmt"
+
+// WatchBuilders makes every Builder check each placement against
+// oracleBuilder, the old round-by-round scan, until the returned function
+// is called; that function reports how many messages were compared and
+// the first placement that differed. Not safe with parallel tests.
+func WatchBuilders() (stop func() (int, error)) {
+	oracles := map[*Builder]*oracleBuilder{}
+	n := 0
+	var first error
+	addHook = func(b *Builder, m Message, after int) {
+		o := oracles[b]
+		if o == nil {
+			o = newOracleBuilder(b.s.world, b.topo, b.s.RoundBytes)
+			oracles[b] = o
+		}
+		n++
+		if want := o.add(m, after); want != m.Round && first == nil {
+			first = fmt.Errorf("%s schedule, message %d (%d bytes, rank %d to %d, after %d): round %d, the oracle says %d",
+				b.s.Route, len(b.s.Messages)-1, m.Bytes, m.Src, m.Dst, after, m.Round, want)
+		}
+	}
+	return func() (int, error) {
+		addHook = nil
+		return n, first
+	}
+}
