@@ -27,6 +27,7 @@ CAPI_FLAGS := -tags nonvml -buildmode=c-shared \
 	-ldflags='-extldflags=-Wl,--version-script=$(CURDIR)/capi/libm2n.map,-soname,libm2n.so'
 capi: deps
 	@mkdir -p dist
+	@rm -f dist/libm2n.so # relink: go build does not see libm2n.map change
 	$(GO) build $(CAPI_FLAGS) -o dist/libm2n.so ./capi
 	rm -f dist/libm2n.h
 	cp capi/m2n.h dist/m2n.h
@@ -70,6 +71,7 @@ gpu-bins: deps
 	$(GO) test -c -o .devbin/cuda.test ./cuda
 	$(GO) test -c -o .devbin/nccl.test ./nccl
 	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink
+	rm -f .devbin/libm2n.so
 	$(GO) build $(CAPI_FLAGS) -o .devbin/libm2n.so ./capi
 	rm -f .devbin/libm2n.h
 

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -67,9 +68,13 @@ func layoutOf(t *C.m2n_tensor, side int) (placement.Layout, placement.View, erro
 	if shape == nil {
 		shape = []int64{}
 	}
-	dt, err := placement.ParseDType(goString(t.dtype))
+	field, name := "dtype", goString(t.dtype)
+	if side == C.M2N_DST && t.dst_dtype != nil {
+		field, name = "destination dtype", goString(t.dst_dtype)
+	}
+	dt, err := placement.ParseDType(name)
 	if err != nil {
-		return placement.Layout{}, v, &reshard.FieldError{Field: "dtype", Got: strconv.Quote(goString(t.dtype)), Why: err.Error()}
+		return placement.Layout{}, v, &reshard.FieldError{Field: field, Got: strconv.Quote(name), Why: err.Error()}
 	}
 	s := &t.src
 	if side == C.M2N_DST {
@@ -133,11 +138,64 @@ func specsOf(ts []C.m2n_tensor, rank int) ([]reshard.Spec, error) {
 		if specs[i].Src, specs[i].Views.Src, err = layoutOf(t, C.M2N_SRC); err == nil {
 			specs[i].Dst, specs[i].Views.Dst, err = layoutOf(t, C.M2N_DST)
 		}
+		if err == nil {
+			specs[i].Scale, err = scaleOf(t.scale)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rank %d, tensor %q (%d): %w", rank, name, i, err)
 		}
 	}
 	return specs, nil
+}
+
+// scaleOf reads m2n_tensor.scale.
+func scaleOf(s C.int32_t) (fp8.Mode, error) {
+	switch s {
+	case C.M2N_SCALE_NONE:
+		return 0, nil
+	case C.M2N_SCALE_BLOCK:
+		return fp8.Block, nil
+	case C.M2N_SCALE_ROW:
+		return fp8.Row, nil
+	case C.M2N_SCALE_TENSOR:
+		return fp8.Tensor, nil
+	}
+	return 0, &reshard.FieldError{Field: "scale", Got: strconv.Itoa(int(s)), Why: "want M2N_SCALE_NONE, BLOCK, ROW or TENSOR (0 to 3)"}
+}
+
+//export m2n_tensor_scale
+func m2n_tensor_scale(t *C.m2n_tensor, rank C.int32_t, held *C.int32_t, shape, offset, bytes *C.int64_t) (rc C.int) {
+	defer recovered(&rc)
+	if t == nil || held == nil {
+		return result(invalidf("m2n_tensor_scale: t and held must not be NULL"))
+	}
+	specs, err := specsOf(unsafe.Slice(t, 1), int(rank))
+	if err != nil {
+		return result(&argError{msg: err.Error(), err: err})
+	}
+	box, ok, err := specs[0].ScaleBlocks(int(rank))
+	if err != nil {
+		return result(&argError{msg: fmt.Sprintf("tensor %q: %v", specs[0].Name, err), err: err})
+	}
+	*held = 0
+	if bytes != nil {
+		*bytes = 0
+	}
+	if !ok {
+		return C.M2N_OK
+	}
+	*held = 1
+	n := min(box.NDim(), int(t.ndim)) // the grid has the tensor's dims
+	if shape != nil {
+		copy(unsafe.Slice(shape, n), toC(box.Shape()[:n]))
+	}
+	if offset != nil {
+		copy(unsafe.Slice(offset, n), toC(box.Lo[:n]))
+	}
+	if bytes != nil {
+		*bytes = C.int64_t(4 * box.Elems())
+	}
+	return C.M2N_OK
 }
 
 //export m2n_tensor_part
@@ -359,6 +417,10 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 				break
 			}
 			if bufs[i].Dst, localErr = bufferOf(&in[i].dst, dev, sp.Dst.DType(), rank, sp.Name, "destination", sp.Dst.LocalBytes(rank)); localErr != nil {
+				break
+			}
+			want, _ := sp.ScaleBytes(rank)
+			if bufs[i].Scale, localErr = bufferOf(&in[i].scale, dev, placement.F32, rank, sp.Name, "scale", want); localErr != nil {
 				break
 			}
 		}

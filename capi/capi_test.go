@@ -277,7 +277,7 @@ func mpirun(t *testing.T, np int, env []string, args ...string) (string, error) 
 // TestPython runs the Python package's tests under mpirun: every element
 // checked, bad inputs on one rank raising on every rank with the rank and
 // field, a layout mismatch raising AgreementError, whole models through
-// their fused views, a rank that never comes.
+// their fused views, FP8 in flight (bytes and scales), torch tensors.
 func TestPython(t *testing.T) {
 	py := python(t)
 	mpitest.Require(t)
@@ -288,6 +288,7 @@ func TestPython(t *testing.T) {
 	}{
 		{"test_calls.py", 6, false},
 		{"test_model.py", 6, false},
+		{"test_fp8.py", 4, false},
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks
 	} {
 		t.Run(fmt.Sprintf("%s/np=%d", tc.script, tc.np), func(t *testing.T) {

@@ -191,6 +191,12 @@ func detailOf(code int, err error) map[string]any {
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "side", e.Side)
 			setOnce(d, "field", e.Side+" view")
+		case *reshard.NonFiniteError:
+			d["rank"] = e.Rank
+			setOnce(d, "tensor", e.Tensor)
+			setOnce(d, "side", "source")
+			setOnce(d, "index", e.Index)
+			setOnce(d, "value", e.ValueText)
 		case *reshard.FieldError:
 			setOnce(d, "field", e.Field)
 			setOnce(d, "value", e.Got)

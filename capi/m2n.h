@@ -153,6 +153,19 @@ typedef struct m2n_side {
 	const int64_t *view_strides;
 } m2n_side;
 
+/* m2n_tensor.scale: FP8 in flight. A tensor whose source dtype is bf16 or
+ * f32 and whose destination dtype is fp8e4m3 converts while it moves: the
+ * destination receives E4M3 bytes, bit for bit those of quantizing the
+ * whole tensor at once, and its float32 scales (weight_scale_inv). scale
+ * says which elements share a scale, over the last two dims (the matrix;
+ * leading dims, such as experts, index separate matrices). */
+enum {
+	M2N_SCALE_NONE = 0,  /* no conversion */
+	M2N_SCALE_BLOCK = 1, /* 128x128 blocks, DeepSeek-V3's format */
+	M2N_SCALE_ROW = 2,   /* one scale per row of every matrix */
+	M2N_SCALE_TENSOR = 3 /* one scale per matrix */
+};
+
 /* A named tensor with both layouts, the same on every rank (the views are
  * each rank's own). */
 typedef struct m2n_tensor {
@@ -162,6 +175,10 @@ typedef struct m2n_tensor {
 	int32_t ndim;          /* 0 to 8 */
 	const int64_t *shape;  /* ndim sizes (the global shape) */
 	m2n_side src, dst;
+	const char *dst_dtype; /* the destination's dtype; NULL: dtype. fp8e4m3 from bf16 or f32
+	                          converts in flight (with scale) */
+	int32_t scale;         /* M2N_SCALE_*: NONE unless the tensor converts */
+	int32_t reserved;      /* 0 */
 } m2n_tensor;
 
 /* Where a buffer's memory is. */
@@ -181,9 +198,13 @@ typedef struct m2n_buffer {
 	const char *dtype;  /* the buffer's element type, checked against the tensor's; NULL: unchecked */
 } m2n_buffer;
 
-/* One tensor's buffers on this rank, in the order of the call's tensors. */
+/* One tensor's buffers on this rank, in the order of the call's tensors.
+ * scale: for a tensor converted to FP8, on its destination ranks, the
+ * buffer that receives the rank's scales every step, one little-endian
+ * float32 per block its part touches, row-major (m2n_tensor_scale says
+ * which); M2N_MEMORY_NONE everywhere else. */
 typedef struct m2n_tensor_buffers {
-	m2n_buffer src, dst;
+	m2n_buffer src, dst, scale;
 } m2n_tensor_buffers;
 
 /* What one run did on this rank. */
@@ -221,7 +242,8 @@ size_t m2n_last_error(char *buf, size_t len);
 /* The same error as a JSON object: "code", "kind" (the Go error type:
  * "ValidationError", "AgreementError", ...), "chain" (every m2n error type
  * it wraps, outermost first), "message", and where known "rank", "tensor",
- * "side", "field", "value", "want", "differing", "peers", "phase". */
+ * "side", "field", "value", "want", "differing", "peers", "phase", "index"
+ * (a non-finite element of a tensor converting to FP8). */
 size_t m2n_last_error_detail(char *buf, size_t len);
 /* The code of the last failed call on this thread (M2N_OK if none). */
 int32_t m2n_last_error_code(void);
@@ -250,6 +272,12 @@ int m2n_session_close(m2n_session s);
  * offset; bytes (may be NULL) the dense part's size. */
 int m2n_tensor_part(const m2n_tensor *t, int32_t side, int32_t rank, int32_t *held, int64_t *shape, int64_t *offset,
 	int64_t *bytes);
+
+/* The scale blocks rank holds of a tensor converted to FP8 (those its
+ * destination part touches): held is 1 if it holds a scale tensor; shape and
+ * offset (ndim entries each, may be NULL) get the box of the block grid it
+ * holds; bytes (may be NULL) its size, 4 per block. */
+int m2n_tensor_scale(const m2n_tensor *t, int32_t rank, int32_t *held, int64_t *shape, int64_t *offset, int64_t *bytes);
 
 /* Prepares a call of n tensors on a route (collective over the session):
  * validates, plans, schedules and agrees once. route is
@@ -289,29 +317,35 @@ int m2n_call_close(m2n_call c);
  * built-in name (deepseek-v3, qwen3-235b-a22b, llama-3.1-70b), a
  * HuggingFace config.json or a JSON tensor list; trainer a Megatron-Core
  * configuration ("tp=2,pp=2,dp=2,ep=4"), generator a vLLM one
- * ("tp=4,dp=2"); load "scale=N,layers=L,mtp=1" (NULL: none) shrinks it.
+ * ("tp=4,dp=2"); load "scale=N,layers=L,mtp=1,fp8=MODE" (NULL: none)
+ * shrinks it, and with fp8 (block, row or tensor) the generator serves FP8
+ * weights converted in flight: every bf16 tensor of 2 or 3 dims arrives as
+ * fp8e4m3 with its scales.
  * The session must have as many ranks as both together: trainers first,
  * pipeline stage after stage, then the generator. route as for
  * m2n_call_prepare. */
 int m2n_model_prepare(m2n_session s, const char *model, const char *trainer, const char *generator, const char *load,
 	const char *route, m2n_model *out);
 /* The model as JSON: "model", "trainer", "generator", "world", "stages",
- * "tensors", "params", "bytes", and this rank's buffers on each side, "src"
+ * "tensors", "params", "bytes", this rank's buffers on each side, "src"
  * and "dst": lists of {"name", "stage", "dtype", "elems", "bytes",
- * "tensors", "parts"}. A fused buffer holds several tensors' parts; each
+ * "tensors", "parts"}, and its scale tensors, "scale": a list of {"name"
+ * (the tensor's, with _scale_inv), "tensor", "stage", "bytes", "shape" and
+ * "offset" (the box of the tensor's block grid)}. A fused buffer holds several tensors' parts; each
  * part is {"tensor", "shape" (as transformers holds it), "layout_shape"
  * (the row-major reshape both sides shard), "local_shape" and "offset"
  * (this rank's box of the layout shape), "view_offset" and "view_strides"
  * (where the box sits in the buffer, in elements)}. */
 int m2n_model_describe(m2n_model m, char *buf, size_t len, size_t *needed);
 /* Runs one step of the whole model (collective over the session), every
- * pipeline stage at once: src and dst name this rank's buffers (as
- * m2n_model_describe lists them; each exactly its size). The buffers are
+ * pipeline stage at once: src, dst and scale name this rank's buffers and
+ * scale tensors (as m2n_model_describe lists them; each exactly its size;
+ * scale may be NULL with nscale 0 for a model without FP8). The buffers are
  * checked first, in one small collective over the whole session: a bad
  * one anywhere is M2N_ERR_VALIDATION on every rank, naming it. stream and
  * report as for m2n_call_run; the report sums the stages. */
 int m2n_model_run(m2n_model m, const m2n_named_buffer *src, int64_t nsrc, const m2n_named_buffer *dst, int64_t ndst,
-	uintptr_t stream, m2n_report *report);
+	const m2n_named_buffer *scale, int64_t nscale, uintptr_t stream, m2n_report *report);
 /* m2n_call_refuse for a model step: every rank of the session fails with
  * M2N_ERR_VALIDATION and why, naming this rank. */
 int m2n_model_refuse(m2n_model m, const char *why);

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -22,11 +23,23 @@ import (
 )
 
 // modelEntry is a prepared model behind a handle, with this rank's
-// buffers by name.
+// buffers and scale tensors by name.
 type modelEntry struct {
-	se   *sessionEntry
-	m    *session.Model
-	bufs [2]map[string]modelBuffer // by side
+	se     *sessionEntry
+	m      *session.Model
+	bufs   [2]map[string]modelBuffer // by side
+	scales map[string]modelScale     // by session.ScaleName of the tensor
+}
+
+// modelScale is one of this rank's scale tensors of a model converted to
+// FP8: the box of the tensor's block grid it holds.
+type modelScale struct {
+	Name   string  `json:"name"`
+	Tensor string  `json:"tensor"`
+	Stage  int     `json:"stage"`
+	Bytes  int64   `json:"bytes"`
+	Shape  []int64 `json:"shape"`
+	Offset []int64 `json:"offset"`
 }
 
 // modelBuffer is one of this rank's buffers of a model.
@@ -87,6 +100,9 @@ func loadOptionsOf(s string) (model.LoadOptions, error) {
 			continue
 		}
 		k, v, _ := strings.Cut(kv, "=")
+		if k == "fp8" {
+			continue // fp8Of reads it
+		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err == nil && n < 0 {
 			err = fmt.Errorf("negative")
@@ -99,7 +115,7 @@ func loadOptionsOf(s string) (model.LoadOptions, error) {
 		case "mtp":
 			o.MTP = n != 0
 		default:
-			err = fmt.Errorf("unknown key (want scale, layers or mtp)")
+			err = fmt.Errorf("unknown key (want scale, layers, mtp or fp8)")
 		}
 		if err != nil {
 			return o, &reshard.FieldError{Field: "load", Got: strconv.Quote(kv), Why: err.Error()}
@@ -108,9 +124,27 @@ func loadOptionsOf(s string) (model.LoadOptions, error) {
 	return o, nil
 }
 
+// fp8Of reads the fp8=MODE option of load ("" for none).
+func fp8Of(load string) (fp8.Mode, error) {
+	for _, kv := range strings.Split(load, ",") {
+		if k, v, _ := strings.Cut(strings.TrimSpace(kv), "="); k == "fp8" {
+			m, err := fp8.ParseMode(v)
+			if err != nil {
+				return 0, &reshard.FieldError{Field: "load", Got: strconv.Quote(kv), Why: err.Error()}
+			}
+			return m, nil
+		}
+	}
+	return 0, nil
+}
+
 // layoutsOf loads and lays out a model.
 func layoutsOf(spec, trainer, generator, load string) (*model.Layouts, error) {
 	lo, err := loadOptionsOf(load)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := fp8Of(load)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +160,7 @@ func layoutsOf(spec, trainer, generator, load string) (*model.Layouts, error) {
 	if err != nil {
 		return nil, &reshard.FieldError{Field: "generator", Got: strconv.Quote(generator), Why: err.Error()}
 	}
-	return model.New(m, tr, gen)
+	return model.NewQuantized(m, tr, gen, mode)
 }
 
 //export m2n_model_prepare
@@ -179,6 +213,20 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 			}
 		}
 	}
+	me.scales = map[string]modelScale{}
+	for si, ss := range m.Stages.Sessions {
+		if ss == nil {
+			continue
+		}
+		for _, sp := range m.Specs[si] {
+			box, ok, err := sp.ScaleBlocks(ss.Rank())
+			if err != nil || !ok {
+				continue // a spec that does not convert, or this rank holds none of it
+			}
+			name := session.ScaleName(sp.Name)
+			me.scales[name] = modelScale{Name: name, Tensor: sp.Name, Stage: si, Bytes: 4 * box.Elems(), Shape: box.Shape(), Offset: box.Lo}
+		}
+	}
 	mh := register(me)
 	se.models[mh] = me
 	*out = C.m2n_model(mh)
@@ -190,6 +238,21 @@ func sorted(bufs map[string]modelBuffer) []modelBuffer {
 	out := make([]modelBuffer, 0, len(bufs))
 	for _, b := range bufs {
 		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Stage != out[j].Stage {
+			return out[i].Stage < out[j].Stage
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// sortedScales lists the scale tensors by stage, then name.
+func sortedScales(sc map[string]modelScale) []modelScale {
+	out := make([]modelScale, 0, len(sc))
+	for _, x := range sc {
+		out = append(out, x)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Stage != out[j].Stage {
@@ -214,7 +277,7 @@ func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t
 		"model": l.Model.Name, "trainer": l.Trainer.String(), "generator": fmt.Sprint(l.Generator),
 		"world": l.World(), "stages": len(l.Stages), "tensors": len(l.Model.Tensors),
 		"params": l.Model.Params(), "bytes": l.Model.Bytes(),
-		"src": sorted(me.bufs[0]), "dst": sorted(me.bufs[1]),
+		"src": sorted(me.bufs[0]), "dst": sorted(me.bufs[1]), "scale": sortedScales(me.scales),
 	})
 	if err != nil {
 		return result(err)
@@ -223,14 +286,36 @@ func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t
 	return C.M2N_OK
 }
 
-// modelBuffers maps named C buffers onto the model's stages.
-func (me *modelEntry) modelBuffers(named [2][]C.m2n_named_buffer) (*session.ModelBuffers, error) {
+// modelBuffers maps named C buffers (sources, destinations, scales) onto
+// the model's stages.
+func (me *modelEntry) modelBuffers(named [2][]C.m2n_named_buffer, scales []C.m2n_named_buffer) (*session.ModelBuffers, error) {
 	s := me.se.s
 	rank, dev := s.Rank(), s.Options().Device
 	stages := len(me.m.Layouts.Stages)
-	mb := &session.ModelBuffers{Src: make([]map[string]reshard.Buffer, stages), Dst: make([]map[string]reshard.Buffer, stages)}
+	mb := &session.ModelBuffers{Src: make([]map[string]reshard.Buffer, stages), Dst: make([]map[string]reshard.Buffer, stages),
+		Scale: make([]map[string]reshard.Buffer, stages)}
 	for si := range stages {
-		mb.Src[si], mb.Dst[si] = map[string]reshard.Buffer{}, map[string]reshard.Buffer{}
+		mb.Src[si], mb.Dst[si], mb.Scale[si] = map[string]reshard.Buffer{}, map[string]reshard.Buffer{}, map[string]reshard.Buffer{}
+	}
+	for i := range scales {
+		name := goString(scales[i].name)
+		info, ok := me.scales[name]
+		if !ok {
+			return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is not one of this rank's scale tensors of the model (see m2n_model_describe)", Got: -1}
+		}
+		if _, dup := mb.Scale[info.Stage][info.Tensor]; dup {
+			return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is given twice", Want: info.Bytes, Got: -1}
+		}
+		b, err := bufferOf(&scales[i].buffer, dev, placement.F32, rank, info.Tensor, "scale", info.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil && b.Len() != info.Bytes {
+			return nil, &reshard.BufferError{Rank: rank, Tensor: info.Tensor, Side: "scale", Why: "has another size", Want: info.Bytes, Got: b.Len()}
+		}
+		if b != nil {
+			mb.Scale[info.Stage][info.Tensor] = b
+		}
 	}
 	for side, list := range named {
 		into := mb.Src
@@ -275,7 +360,8 @@ func namedOf(p *C.m2n_named_buffer, n C.int64_t) ([]C.m2n_named_buffer, error) {
 }
 
 //export m2n_model_run
-func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *C.m2n_named_buffer, ndst C.int64_t, stream C.uintptr_t, report *C.m2n_report) (rc C.int) {
+func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *C.m2n_named_buffer, ndst C.int64_t,
+	scale *C.m2n_named_buffer, nscale C.int64_t, stream C.uintptr_t, report *C.m2n_report) (rc C.int) {
 	defer recovered(&rc)
 	me, err := modelOf(h)
 	if err != nil {
@@ -285,16 +371,19 @@ func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *
 	defer me.se.mu.Unlock()
 	rank := me.se.s.Rank()
 	var named [2][]C.m2n_named_buffer
+	var scales []C.m2n_named_buffer
 	var localErr error
 	if named[0], localErr = namedOf(src, nsrc); localErr == nil {
-		named[1], localErr = namedOf(dst, ndst)
+		if named[1], localErr = namedOf(dst, ndst); localErr == nil {
+			scales, localErr = namedOf(scale, nscale)
+		}
 	}
 	if localErr != nil {
 		localErr = fmt.Errorf("rank %d: %w", rank, localErr)
 	}
 	var mb *session.ModelBuffers
 	if localErr == nil {
-		mb, localErr = me.modelBuffers(named)
+		mb, localErr = me.modelBuffers(named, scales)
 	}
 	if localErr == nil {
 		if err := syncStream(me.se.s, stream); err != nil {

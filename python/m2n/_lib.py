@@ -27,6 +27,7 @@ DST = 1
 MEMORY_NONE = 0
 MEMORY_HOST = 1
 MEMORY_CUDA = 2
+SCALES = {None: 0, "none": 0, "block": 1, "row": 2, "tensor": 3}
 
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
@@ -69,6 +70,9 @@ class Tensor(ctypes.Structure):
         ("shape", c_int64_p),
         ("src", Side),
         ("dst", Side),
+        ("dst_dtype", ctypes.c_char_p),
+        ("scale", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
     ]
 
 
@@ -83,7 +87,7 @@ class Buffer(ctypes.Structure):
 
 
 class TensorBuffers(ctypes.Structure):
-    _fields_ = [("src", Buffer), ("dst", Buffer)]
+    _fields_ = [("src", Buffer), ("dst", Buffer), ("scale", Buffer)]
 
 
 class Report(ctypes.Structure):
@@ -123,6 +127,7 @@ _PROTOTYPES = {
     "m2n_session_close": (_int, [_u64]),
     "m2n_tensor_part": (_int, [ctypes.POINTER(Tensor), ctypes.c_int32, ctypes.c_int32, c_int32_p, c_int64_p, c_int64_p,
                                c_int64_p]),
+    "m2n_tensor_scale": (_int, [ctypes.POINTER(Tensor), ctypes.c_int32, c_int32_p, c_int64_p, c_int64_p, c_int64_p]),
     "m2n_call_prepare": (_int, [_u64, ctypes.POINTER(Tensor), ctypes.c_int64, ctypes.c_char_p, _u64_p]),
     "m2n_call_run": (_int, [_u64, ctypes.POINTER(TensorBuffers), ctypes.c_int64, ctypes.c_size_t,
                             ctypes.POINTER(Report), ctypes.POINTER(ctypes.c_uint8)]),
@@ -134,7 +139,8 @@ _PROTOTYPES = {
                                  ctypes.c_char_p, _u64_p]),
     "m2n_model_describe": (_int, [_u64, ctypes.c_char_p, ctypes.c_size_t, _size_p]),
     "m2n_model_run": (_int, [_u64, ctypes.POINTER(NamedBuffer), ctypes.c_int64, ctypes.POINTER(NamedBuffer),
-                             ctypes.c_int64, ctypes.c_size_t, ctypes.POINTER(Report)]),
+                             ctypes.c_int64, ctypes.POINTER(NamedBuffer), ctypes.c_int64, ctypes.c_size_t,
+                             ctypes.POINTER(Report)]),
     "m2n_model_refuse": (_int, [_u64, ctypes.c_char_p]),
     "m2n_model_close": (_int, [_u64]),
     "m2n_job_failed": (ctypes.c_int32, []),

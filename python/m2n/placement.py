@@ -181,12 +181,20 @@ class Tensor:
     which run then gets for each of them); strides None is row-major over
     the rank's local shape; a view of None: the part is dense, in a buffer
     of exactly its size. Views are this rank's own (they may differ
-    between ranks); the rest must be the same on every rank."""
+    between ranks); the rest must be the same on every rank. FP8 in flight:
+    dst_dtype "float8_e4m3fn" (fp8e4m3) from a bf16 or float32 dtype, with
+    scale "block" (128x128), "row" or "tensor", converts while it moves;
+    the destination ranks also receive their float32 scales
+    (weight_scale_inv; scale_part says which blocks)."""
 
-    def __init__(self, name, shape, dtype, src, dst, src_view=None, dst_view=None):
+    def __init__(self, name, shape, dtype, src, dst, src_view=None, dst_view=None, dst_dtype=None, scale=None):
         self.name = str(name)
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype_name(dtype)
+        self.dst_dtype = dtype_name(dst_dtype) if dst_dtype is not None else self.dtype
+        if scale not in _lib.SCALES:
+            raise ValueError("scale %r: want None, \"block\", \"row\" or \"tensor\"" % (scale,))
+        self.scale = scale
         self.src = src if isinstance(src, Layout) else Layout(*src)
         self.dst = dst if isinstance(dst, Layout) else Layout(*dst)
         self.views = (src_view, dst_view)
@@ -196,6 +204,12 @@ class Tensor:
 
     def layout(self, side):
         return self.src if _side(side) == _lib.SRC else self.dst
+
+    def side_dtype(self, side):
+        """The dtype of a side's buffers ("scale": float32)."""
+        if side == "scale":
+            return "float32"
+        return self.dtype if _side(side) == _lib.SRC else self.dst_dtype
 
     def _c(self, keep, rank=None):
         """The m2n_tensor, its arrays appended to keep (alive for the call),
@@ -212,6 +226,8 @@ class Tensor:
         t.dtype = self.dtype.encode()
         t.ndim = len(self.shape)
         t.shape = arr(ctypes.c_int64, self.shape)
+        t.dst_dtype = self.dst_dtype.encode()
+        t.scale = _lib.SCALES[self.scale]
         for which, lay, view in (("src", self.src, self.views[0]), ("dst", self.dst, self.views[1])):
             s = getattr(t, which)
             s.mesh_ndim = lay.mesh.ndim
@@ -241,6 +257,20 @@ class Tensor:
         held, nbytes = ctypes.c_int32(), ctypes.c_int64()
         check(_lib.lib().m2n_tensor_part(ctypes.byref(t), _side(side), rank, ctypes.byref(held), shape, offset,
                                          ctypes.byref(nbytes)))
+        if not held.value:
+            return None
+        k = len(self.shape)
+        return tuple(shape[:k]), tuple(offset[:k]), nbytes.value
+
+    def scale_part(self, rank):
+        """The scale blocks rank holds of a tensor converted to FP8: (shape
+        and offset of its box of the block grid, bytes), or None."""
+        keep = []
+        t = self._c(keep)
+        n = max(1, len(self.shape))
+        shape, offset = (ctypes.c_int64 * n)(), (ctypes.c_int64 * n)()
+        held, nbytes = ctypes.c_int32(), ctypes.c_int64()
+        check(_lib.lib().m2n_tensor_scale(ctypes.byref(t), rank, ctypes.byref(held), shape, offset, ctypes.byref(nbytes)))
         if not held.value:
             return None
         k = len(self.shape)

@@ -132,15 +132,20 @@ class Session:
                                           cstr(_route(route, balance, net_bw, local_bw, latency)), ctypes.byref(h)))
         return Call(self, h.value, tensors)
 
-    def prepare_model(self, model, trainer, generator, scale=None, layers=None, mtp=False, route="hier",
+    def prepare_model(self, model, trainer, generator, scale=None, layers=None, mtp=False, fp8=None, route="hier",
                       balance=None, net_bw=None, local_bw=None, latency=None):
         """Prepares a whole model: model is a built-in name (deepseek-v3,
         qwen3-235b-a22b, llama-3.1-70b), a HuggingFace config.json or a JSON
         tensor list; trainer a Megatron-Core configuration
         ("tp=2,pp=2,dp=2"), generator a vLLM one ("tp=4,dp=2"); scale
         divides the widths, layers keeps the first layers. The session has
-        the trainer's ranks (stage after stage) then the generator's."""
+        the trainer's ranks (stage after stage) then the generator's. fp8
+        ("block", "row" or "tensor"): the generator serves FP8 weights,
+        converted in flight, every bf16 tensor of 2 or 3 dims arriving as
+        float8_e4m3fn with its scales (Model.buffers("scale"))."""
         load = []
+        if fp8:
+            load.append("fp8=%s" % fp8)
         if scale:
             load.append("scale=%d" % scale)
         if layers:
@@ -196,11 +201,12 @@ class Call:
             return None, "%d %s buffers for a call of %d tensors" % (len(bufs), what, len(self.names))
         return bufs, None
 
-    def run(self, src=None, dst=None, stream=None):
+    def run(self, src=None, dst=None, stream=None, scale=None):
         """Moves one step (collective): src and dst hold this rank's local
         tensors (numpy arrays or torch tensors, CPU or CUDA as the session's
         device), by tensor name or in call order, for the tensors whose mesh
-        has this rank. Each must be contiguous, of the tensor's dtype and of
+        has this rank; scale, for the tensors converted to FP8 on their
+        destination ranks, the float32 arrays that receive their scales. Each must be contiguous, of the tensor's dtype and of
         exactly its local part's size; a bad one on any rank raises the
         same ValidationError on every rank, naming that rank, the tensor and
         the side. On CUDA, the step first waits for stream (default: torch's
@@ -213,25 +219,24 @@ class Call:
         s = self.session
         srcs, why = self._aligned(src, "source")
         dsts, why2 = self._aligned(dst, "destination")
-        why = why or why2
+        scales, why3 = self._aligned(scale, "scale")
+        why = why or why2 or why3
         if why:
             check(lib.m2n_call_refuse(h, -1, 0, cstr(why)))
         n = len(self.names)
         arr = (_lib.TensorBuffers * max(1, n))()
         keep = []  # the buffers' dtype strings, alive through the call
         for i, t in enumerate(self.tensors):
-            for side, x in ((_lib.SRC, srcs[i]), (_lib.DST, dsts[i])):
-                b, why = buffer(x, t.dtype, side, s.device, s.cuda_device)
+            for side, x in (("src", srcs[i]), ("dst", dsts[i]), ("scale", scales[i])):
+                b, why = buffer(x, t.side_dtype(side), _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
                 keep.append(b)
                 if why:
-                    check(lib.m2n_call_refuse(h, i, side, cstr(why)))
-                if side == _lib.SRC:
-                    arr[i].src = b
-                else:
-                    arr[i].dst = b
+                    check(lib.m2n_call_refuse(h, i, _lib.SRC if side == "src" else _lib.DST,
+                                              cstr(why if side != "scale" else "scale buffer " + why)))
+                setattr(arr[i], side, b)
         rep = _lib.Report()
         done = (ctypes.c_uint8 * max(1, n))()
-        stream = _stream(stream, srcs + dsts) if s.device == "cuda" else 0
+        stream = _stream(stream, srcs + dsts + scales) if s.device == "cuda" else 0
         code = lib.m2n_call_run(h, arr, n, stream, ctypes.byref(rep), done)
         check(code)
         out = {"completed": [m for i, m in enumerate(self.names) if done[i]],
@@ -244,16 +249,21 @@ class Call:
         return self.tensors[self._index[name]].local_shape(side, self.session.rank)
 
     def empty(self, side, lib="numpy", device=None):
-        """Uninitialised local buffers of this rank for a side, by tensor
-        name (numpy, bf16 and fp8 as raw integers, or torch)."""
+        """Uninitialised local buffers of this rank for a side ("src",
+        "dst", or "scale": the scales of the tensors converted to FP8), by
+        tensor name (numpy, bf16 and fp8 as raw integers, or torch)."""
         out = {}
         for t in self.tensors:
-            shape = t.local_shape(side, self.session.rank)
+            if side == "scale":
+                p = t.scale_part(self.session.rank)
+                shape = None if p is None else p[0]
+            else:
+                shape = t.local_shape(side, self.session.rank)
             if shape is not None:
                 n = 1
                 for d in shape:
                     n *= d
-                out[t.name] = empty(t.dtype, n, lib, device).reshape(shape)
+                out[t.name] = empty(t.side_dtype(side), n, lib, device).reshape(shape)
         return out
 
     def describe(self):
@@ -291,40 +301,51 @@ class Model:
 
     def buffers(self, side):
         """This rank's buffers on a side ("src" or "dst"): a dict by name of
-        {"dtype", "elems", "bytes", "stage", "tensors"} (a fused buffer holds
-        several tensors' parts)."""
+        {"dtype", "elems", "bytes", "stage", "tensors", "parts"} (a fused
+        buffer holds several tensors' parts; each part gives the rank's box
+        of its tensor and the view placing it in the buffer). "scale": the
+        scale tensors of the tensors converted to FP8, by name (the
+        tensor's with _scale_inv), each {"tensor", "stage", "bytes",
+        "shape", "offset"} (its box of the block grid), float32."""
+        if side == "scale":
+            return {b["name"]: dict(b, dtype="float32", elems=b["bytes"] // 4) for b in self.info["scale"]}
         key = "src" if _side(side) == _lib.SRC else "dst"
         return {b["name"]: b for b in self.info[key]}
 
     def empty(self, side, lib="numpy", device=None):
-        """Uninitialised buffers of this rank for a side, by name, 1-dim."""
+        """Uninitialised buffers of this rank for a side ("src", "dst" or
+        "scale"), by name, 1-dim."""
         return {name: empty(b["dtype"], b["elems"], lib, device) for name, b in self.buffers(side).items()}
 
-    def run(self, src=None, dst=None, stream=None):
+    def run(self, src=None, dst=None, stream=None, scale=None):
         """Moves one step of the whole model (collective), every pipeline
-        stage at once: src and dst map this rank's buffer names (buffers())
-        to numpy arrays or torch tensors of exactly their size. Returns the
-        report summed over the stages, with completed and failed counts."""
+        stage at once: src, dst and scale map this rank's buffer names
+        (buffers()) to numpy arrays or torch tensors of exactly their size.
+        Returns the report summed over the stages, with completed and
+        failed counts."""
         lib = _lib.lib()
         h = self._handle()
         s = self.session
         kept, named = [], []
-        for side, bufs, listed in ((_lib.SRC, src or {}, self.buffers("src")), (_lib.DST, dst or {}, self.buffers("dst"))):
+        for side, bufs in (("src", src or {}), ("dst", dst or {}), ("scale", scale or {})):
+            listed = self.buffers(side)
             arr = (_lib.NamedBuffer * max(1, len(bufs)))()
             for i, (name, x) in enumerate(bufs.items()):
                 want = listed[name]["dtype"] if name in listed else "u8"
-                b, why = buffer(x, want, side, s.device, s.cuda_device)
+                b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
                 kept.append(b)
                 if why:
-                    check(lib.m2n_model_refuse(h, cstr("%s buffer %r %s" % ("source" if side == _lib.SRC else
-                                                                            "destination", name, why))))
+                    what = {"src": "source", "dst": "destination", "scale": "scale"}[side]
+                    check(lib.m2n_model_refuse(h, cstr("%s buffer %r %s" % (what, name, why))))
                 arr[i].name = cstr(name)
                 arr[i].buffer = b
             kept.append(arr)
             named.append((arr, len(bufs)))
         rep = _lib.Report()
-        stream = _stream(stream, list((src or {}).values()) + list((dst or {}).values())) if s.device == "cuda" else 0
-        check(lib.m2n_model_run(h, named[0][0], named[0][1], named[1][0], named[1][1], stream, ctypes.byref(rep)))
+        every = [x for d in (src, dst, scale) for x in (d or {}).values()]
+        stream = _stream(stream, every) if s.device == "cuda" else 0
+        check(lib.m2n_model_run(h, named[0][0], named[0][1], named[1][0], named[1][1], named[2][0], named[2][1], stream,
+                                ctypes.byref(rep)))
         out = {"completed": rep.completed, "failed": rep.failed}
         out.update(_report(rep))
         return out
