@@ -97,3 +97,39 @@ def box(a, offset, shape):
 def raw(x):
     """A numpy array's raw bits (a view)."""
     return x.view(_UINT[x.dtype.itemsize])
+
+
+# FP8 (E4M3) checks without a quantizer: values E4M3 represents exactly,
+# with 448 (its largest) in every block, quantize with scale 1 to their own
+# encodings.
+def e4m3(b):
+    """The value of E4M3 byte b (no NaN: b & 0x7f != 0x7f)."""
+    e, m = (b >> 3) & 0xF, b & 7
+    v = m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+    return -v if b & 0x80 else v
+
+
+ENCODE = {e4m3(b): b for b in range(0x100) if b & 0x7F != 0x7F and b != 0x80}
+VALUES = np.array(sorted(ENCODE), dtype=np.float64)
+
+
+def e4m3_values(shape, mode, seed):
+    """Exact E4M3 values, 448 at the corner of every block (block: 128x128
+    over the last two dims; row: every row; tensor: every matrix)."""
+    rng = np.random.default_rng(seed)
+    v = rng.choice(VALUES, size=shape)
+    if mode is None:
+        return v
+    lead = (slice(None),) * (len(shape) - 2)
+    if mode == "block":
+        v[lead + (slice(None, None, 128), slice(None, None, 128))] = 448.0
+    elif mode == "row":
+        v[lead + (slice(None), 0)] = 448.0
+    else:
+        v[lead + (0, 0)] = 448.0
+    return v
+
+
+def as_dtype(v, dtype):
+    f = v.astype(np.float32)
+    return (f.view(np.uint32) >> 16).astype(np.uint16) if dtype == "bfloat16" else f

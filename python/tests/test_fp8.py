@@ -13,45 +13,12 @@ import tempfile
 
 import numpy as np
 
-from harness import case, check, comm, expect, fail, finish, m2n, rank
+from harness import ENCODE, as_dtype, case, check, comm, e4m3_values, expect, fail, finish, m2n, rank
 
 assert comm.size == 4, "run with mpirun -np 4"
 
 S, R = m2n.Shard, m2n.Replicate
 trainer, generator = m2n.Mesh([0, 1]), m2n.Mesh([2, 3])
-
-
-def e4m3(b):
-    """The value of E4M3 byte b (no NaN: b & 0x7f != 0x7f)."""
-    e, m = (b >> 3) & 0xF, b & 7
-    v = m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
-    return -v if b & 0x80 else v
-
-
-ENCODE = {e4m3(b): b for b in range(0x100) if b & 0x7F != 0x7F and b != 0x80}
-VALUES = np.array(sorted(ENCODE), dtype=np.float64)
-
-
-def values(shape, mode, seed):
-    """Exact E4M3 values, 448 at the corner of every block (block: 128x128
-    over the last two dims; row: every row; tensor: every matrix)."""
-    rng = np.random.default_rng(seed)
-    v = rng.choice(VALUES, size=shape)
-    if mode is None:
-        return v
-    lead = (slice(None),) * (len(shape) - 2)
-    if mode == "block":
-        v[lead + (slice(None, None, 128), slice(None, None, 128))] = 448.0
-    elif mode == "row":
-        v[lead + (slice(None), 0)] = 448.0
-    else:
-        v[lead + (0, 0)] = 448.0
-    return v
-
-
-def as_dtype(v, dtype):
-    f = v.astype(np.float32)
-    return (f.view(np.uint32) >> 16).astype(np.uint16) if dtype == "bfloat16" else f
 
 
 ts = [
@@ -64,7 +31,7 @@ ts = [
     m2n.Tensor("norm", (64,), "bfloat16", src=(trainer, [R()]), dst=(generator, [R()])),  # stays bf16
 ]
 MODES = {"blocks": "block", "rows": "row", "experts": "tensor", "norm": None}
-full = {t.name: values(t.shape, MODES[t.name], i) for i, t in enumerate(ts)}
+full = {t.name: e4m3_values(t.shape, MODES[t.name], i) for i, t in enumerate(ts)}
 
 
 def sources():

@@ -5,11 +5,13 @@ rank: to itself, other layouts), two of them placed in one fused
 destination buffer through views; every element checked; a non-contiguous
 tensor, a tensor of another dtype and (on CUDA) a host tensor raise the
 same ValidationError on every rank, naming the rank; on CUDA, a source
-written on a side stream is moved only once that stream's work is done."""
+written on a side stream is moved only once that stream's work is done;
+a bf16 tensor converted to FP8 in flight (on GPUs by the quantize-pack
+kernels), every byte and scale checked."""
 
 import sys
 
-from harness import case, check, comm, expect, fail, finish, m2n, pattern, rank, size
+from harness import ENCODE, as_dtype, case, check, comm, e4m3_values, expect, fail, finish, m2n, pattern, rank, size
 
 import numpy as np
 import torch
@@ -155,6 +157,29 @@ if CUDA:
         side.wait_stream(torch.cuda.current_stream())  # the destinations' fill comes first
         call.run(src=sources(7, stream=side), dst=dst, stream=side)
         verify(dst, 7)
+
+
+@case("FP8 in flight on torch %s tensors: bf16 to float8_e4m3fn, every byte and block scale" % dev.type)
+def _():
+    t = m2n.Tensor("w8", (256, 128 * half), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [S(1)]),
+                   dst_dtype="float8_e4m3fn", scale="block")
+    full = e4m3_values(t.shape, "block", 11)
+    with s.prepare([t]) as c8:
+        src, dst, scale = {}, {}, {}
+        p = t.part("src", rank)
+        if p is not None:
+            bits = as_dtype(full[tuple(slice(o, o + n) for o, n in zip(p[1], p[0]))], "bfloat16").view(np.int16)
+            src["w8"] = torch.from_numpy(np.ascontiguousarray(bits)).view(torch.bfloat16).to(dev)
+        q = t.part("dst", rank)
+        if q is not None:
+            dst["w8"] = torch.zeros(q[0], dtype=getattr(torch, "float8_e4m3fn", torch.uint8), device=dev)
+            scale["w8"] = torch.full(t.scale_part(rank)[0], -1.0, dtype=torch.float32, device=dev)
+        c8.run(src=src, dst=dst, scale=scale)
+        if q is not None:
+            want = np.vectorize(ENCODE.__getitem__, otypes=[np.uint8])(full[tuple(slice(o, o + n) for o, n in zip(q[1], q[0]))])
+            got = dst["w8"].view(torch.uint8).cpu().numpy()
+            check(np.array_equal(got, want), "%d of %d FP8 bytes wrong" % (np.count_nonzero(got != want), got.size))
+            check(bool(torch.all(scale["w8"] == 1.0)), "scales %s, want all 1" % scale["w8"].cpu().ravel()[:8])
 
 
 @case("the session is usable after the errors")
