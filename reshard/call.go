@@ -235,12 +235,8 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 		return nil, fmt.Errorf("reshard: a call prepared on rank %d of %d run on rank %d of %d", p.rank, p.world, coll.Rank(), coll.Size())
 	}
 	start := time.Now()
-	names := make([]string, len(p.Specs))
-	for i, s := range p.Specs {
-		names[i] = s.Name
-	}
-	localErr := p.checkRunBuffers(ex.Mem, bufs)
-	if err := agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", localErr); err != nil {
+	names := p.names()
+	if err := p.Begin(ctx, ex.Mem, coll, bufs); err != nil {
 		return nil, err
 	}
 	rep := &Report{}
@@ -398,6 +394,53 @@ func (p *Prepared) Refuse(ctx context.Context, coll Collective, err error) error
 		err = fmt.Errorf("rank %d refused the step", p.rank)
 	}
 	return agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", err)
+}
+
+func (p *Prepared) names() []string {
+	names := make([]string, len(p.Specs))
+	for i, s := range p.Specs {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Begin is the first half of Run, for a step whose data a device runner
+// moves outside Run (package session's Call.Launch): it checks this rank's
+// buffers for the step and agrees with every rank that every rank's are
+// good, in one small collective (a bad buffer anywhere is a
+// *ValidationError wrapping a *BufferError on every rank).
+func (p *Prepared) Begin(ctx context.Context, mem Memory, coll Collective, bufs []TensorBuffers) error {
+	if coll.Rank() != p.rank || coll.Size() != p.world {
+		return fmt.Errorf("reshard: a call prepared on rank %d of %d run on rank %d of %d", p.rank, p.world, coll.Rank(), coll.Size())
+	}
+	localErr := p.checkRunBuffers(mem, bufs)
+	return agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", localErr)
+}
+
+// End is the second half of Run for a step begun with Begin and moved
+// without Verify or Atomic: it agrees with every rank on the step's
+// completion (the collective Run ends with) and reports every tensor
+// completed, with st the runner's stats and start when the step began.
+func (p *Prepared) End(ctx context.Context, coll Collective, st Stats, start time.Time) (*Report, error) {
+	names := p.names()
+	rep := &Report{Stats: st}
+	defer func() { rep.Seconds = time.Since(start).Seconds() }()
+	if len(p.Specs) == 0 {
+		return rep, nil
+	}
+	allFailed, first, err := agreeStatus(WithPhase(ctx, "completion status of a step"), coll, make([]byte, len(p.Specs)), nil)
+	if err != nil {
+		rep.Failed = names
+		return rep, err
+	}
+	for i, n := range names {
+		if allFailed[i] {
+			rep.Failed = append(rep.Failed, n)
+		} else {
+			rep.Completed = append(rep.Completed, n)
+		}
+	}
+	return rep, first
 }
 
 // checkRunBuffers checks one step's buffers on this rank: sizes against

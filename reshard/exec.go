@@ -91,14 +91,33 @@ type Executor struct {
 
 	// Progress, if set, is called after every step of a run completes,
 	// with the bytes this rank has moved so far in the run (sent,
-	// received and copied) and the tensors it is done with.
+	// received and copied) and the tensors it is done with. Under a
+	// Runner it is called once, at the end.
 	Progress func(bytes int64, tensors int)
+
+	// Runner, if set, runs whole programs in place of the round-by-round
+	// driver when Verify is off (Verify needs the host to read every
+	// message): package nccl's Replay, which queues every round of a step
+	// on the GPU's streams and waits once. Staging and scratch are then
+	// the runner's own.
+	Runner ProgramRunner
 
 	// staging, grown on demand and kept between runs: [slot][0 send, 1 recv]
 	staging [2][2]Buffer
 	// scratch holds whole-tensor buffers (BufFull) kept between runs, by
 	// tensor index.
 	scratch []Buffer
+}
+
+// ProgramRunner runs a whole compiled program on its own (see
+// Executor.Runner). RunProgram has Executor.Run's contract: it returns when
+// every operation of the program has completed and every byte this rank
+// receives is in place, with the same Stats (less the checksums); a round
+// that does not complete within the runner's timeout is a *TimeoutError
+// naming the rank, the round and its peers, after which the caller must
+// Abort the transport.
+type ProgramRunner interface {
+	RunProgram(ctx context.Context, p *Program, bufs []TensorBuffers) (Stats, error)
 }
 
 // RegionReader is a Memory that can read a strided region of one of its
@@ -165,6 +184,14 @@ func (e *Executor) Run(ctx context.Context, p *Program, bufs []TensorBuffers) (S
 	}
 	if len(p.Steps) == 0 {
 		return st, nil
+	}
+	if e.Runner != nil && !e.Verify {
+		st, err := e.Runner.RunProgram(ctx, p, bufs)
+		if err == nil && e.Progress != nil {
+			bytes, tensors := p.Moved()
+			e.Progress(bytes, tensors)
+		}
+		return st, err
 	}
 	d := driver{e: e, p: p, bufs: bufs, st: &st}
 	if e.Verify {

@@ -416,6 +416,52 @@ func (c *compiler) single(msg int32, m *Message, peer int, regs []Region, quant 
 	return w
 }
 
+// Moved returns what the rank moves in one run of the program: the bytes
+// it sends, receives and copies, and the tensors it takes part in.
+func (p *Program) Moved() (bytes int64, tensors int) {
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		for _, cp := range s.Copies {
+			bytes += cp.Bytes
+		}
+		for _, list := range [][]Wire{s.Sends, s.Recvs} {
+			for _, w := range list {
+				bytes += w.Bytes
+			}
+		}
+	}
+	for _, k := range p.Done {
+		if k >= 0 {
+			tensors++
+		}
+	}
+	return bytes, tensors
+}
+
+// PeersOf returns the distinct peers of step i, sorted, for errors.
+func (p *Program) PeersOf(i int) []int { return peersOf(&p.Steps[i]) }
+
+// TensorsOf returns the names of the tensors step i's operations carry,
+// for errors.
+func (p *Program) TensorsOf(i int) []string {
+	var out []string
+	if p.sched == nil {
+		return nil
+	}
+	s := &p.Steps[i]
+	for _, list := range [][]Wire{s.Sends, s.Recvs} {
+		for _, w := range list {
+			for _, pt := range w.Parts {
+				t := tensorName(p.sched, int(p.sched.Messages[pt.Msg].Tensor))
+				if !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // Schedule returns the schedule the program was compiled from.
 func (p *Program) Schedule() *Schedule { return p.sched }
 

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,6 +27,10 @@ type device interface {
 	// stage makes the device of a pipeline stage's session over comm,
 	// sharing this one's GPU.
 	stage(comm *mpi.Comm, timeout func(string, func() error) error) (device, error)
+	// runner returns what runs call programs on this device in place of
+	// the round-by-round driver (the GPU replay), or nil: the executor
+	// drives them. tr is the call's transport.
+	runner(tr reshard.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error)
 	close() error
 	// abort tears down what peers might wait on (NCCL communicators; on
 	// CPUs the abort notices do that).
@@ -49,6 +54,17 @@ func newDevice(s *Session) (device, error) {
 	return cpuDevice{inPlace: !s.opts.NoInPlace, mem: newHostMemory()}, nil
 }
 
+// callRunner runs a call's program in place of the executor's driver.
+type callRunner interface {
+	reshard.ProgramRunner
+	Launch(bufs []reshard.TensorBuffers, after *cuda.Event) (*cuda.Event, error)
+	Wait(ctx context.Context) (reshard.Stats, error)
+	SetGraph(on bool) error
+	Graphed() bool
+	GraphError() error
+	Close() error
+}
+
 // cpuDevice keeps tensors in host memory and moves them with MPI.
 type cpuDevice struct {
 	inPlace bool
@@ -67,6 +83,9 @@ func (cpuDevice) forTopology(base reshard.Transport, _ reshard.Topology) reshard
 func (cpuDevice) domainKey() string { return "" }
 func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, error) {
 	return d, nil
+}
+func (cpuDevice) runner(reshard.Transport, *reshard.Program, nccl.ReplayOptions) (callRunner, error) {
+	return nil, nil
 }
 func (cpuDevice) close() error            { return nil }
 func (cpuDevice) abort(reshard.Transport) {}
@@ -174,6 +193,17 @@ func (d *gpuDevice) stage(comm *mpi.Comm, guard func(string, func() error) error
 		return nil, err
 	}
 	return &gpuDevice{ordinal: d.ordinal, ctx: d.ctx, mem: mem, parent: d}, nil
+}
+
+// runner replays the program on the GPU's streams when the call runs on
+// the NCCL transport itself (not through network emulation or a wrapper,
+// which the host must drive).
+func (d *gpuDevice) runner(tr reshard.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error) {
+	t, ok := tr.(*nccl.Transport)
+	if !ok {
+		return nil, nil
+	}
+	return nccl.NewReplay(p, t, d.mem, opts)
 }
 
 func (d *gpuDevice) close() error {

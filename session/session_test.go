@@ -342,3 +342,56 @@ func TestStagesConcurrent(t *testing.T) {
 		sc.Close()
 	})
 }
+
+// TestOneRank runs calls on a session of one rank, whose collectives make
+// no MPI call: steps move and check, a bad buffer is still the typed
+// *reshard.ValidationError, and on CPUs only the host driver runs (Launch
+// and the GPU drivers are errors that say why).
+func TestOneRank(t *testing.T) {
+	mpitest.Run(t, 1, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		specs := []reshard.Spec{
+			{Name: "a", Src: layout(t, "64x64", placement.BF16, []int{1}, 0, "S0"), Dst: layout(t, "64x64", placement.BF16, []int{1}, 0, "S1")},
+			{Name: "b", Src: layout(t, "7x5", placement.F32, []int{1}, 0, "R"), Dst: layout(t, "7x5", placement.F32, []int{1}, 0, "S0")},
+		}
+		call, err := s.Prepare(context.Background(), specs, reshard.AllGatherBroadcast{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer call.Close()
+		bufs := buffers(t, s, specs)
+		for step := 0; step < 3; step++ {
+			rep, err := call.Run(context.Background(), bufs)
+			if err != nil || len(rep.Completed) != 2 {
+				t.Fatalf("step %d: %v, %v", step, rep, err)
+			}
+			check(t, s, specs, bufs)
+		}
+		if d := call.Driver(); d != session.DriverHost {
+			t.Errorf("a CPU call's driver is %s", d)
+		}
+		if err := call.SetDriver(session.DriverReplay); err == nil {
+			t.Error("the replay driver accepted on a CPU call")
+		}
+		if _, err := call.Launch(context.Background(), bufs, nil); err == nil || !strings.Contains(err.Error(), "Launch needs a GPU call") {
+			t.Errorf("Launch on a CPU call: %v", err)
+		}
+		short := append([]reshard.TensorBuffers(nil), bufs...)
+		short[1].Dst = reshard.HostBuffer(make([]byte, 3))
+		_, err = call.Run(context.Background(), short)
+		var ve *reshard.ValidationError
+		if !errors.As(err, &ve) {
+			t.Fatalf("a short buffer: %v", err)
+		}
+		if aborted, _ := s.Aborted(); aborted {
+			t.Fatal("an agreed error aborted the session")
+		}
+		if err := s.Barrier(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

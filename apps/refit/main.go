@@ -128,6 +128,9 @@ Offline commands (no launcher needed):
   refit sim         each route's schedule simulated on a modelled cluster, beside its bound
   refit plot        PNG plots from refit sim --json: time against rho, whole-model bars, link use
 
+GPU benchmark (one rank: mpirun -np 1):
+  refit replay-bench prepared calls on the host driver, the replay and the graph, against their bounds
+
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
 or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 		SilenceUsage:  true,
@@ -137,7 +140,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
 	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newSyncCmd(),
-		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd(), newSimCmd(), newPlotCmd())
+		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd(), newSimCmd(), newPlotCmd(), newReplayBenchCmd())
 	return root
 }
 

@@ -218,6 +218,18 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 	j, s := p.j, p.s
 	sched := call.Schedule()
 	rr := routeReport{Route: sched.Route, Iters: f.iters, Rounds: sched.Rounds}
+	if f.driver != "" {
+		d, err := session.ParseDriver(f.driver)
+		if err == nil {
+			err = call.SetDriver(d)
+		}
+		if err != nil {
+			return rr, usageError{fmt.Errorf("--driver %q: %w", f.driver, err)}
+		}
+	}
+	if s.Options().Device == session.GPU {
+		rr.Driver = string(call.Driver())
+	}
 	bufs := p.buffers()
 	mem := s.Memory()
 	var times []float64

@@ -17,6 +17,7 @@ import (
 // routeReport is what one route did, as rank 0 prints it.
 type routeReport struct {
 	Route      string        `json:"route"`
+	Driver     string        `json:"driver,omitempty"` // on GPUs: replay, graph or host
 	Why        string        `json:"why,omitempty"`
 	Iters      int           `json:"iters"`
 	MedianSec  float64       `json:"median_s"`
@@ -149,9 +150,13 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 				pr.ReshardRoute, formatSeconds(pr.ReshardSec), 100*pr.Ratio)
 			continue
 		}
-		fmt.Fprintf(w, "\nroute %s: %s per iteration (median of %d; min %s, max %s), %.2f GB/s of tensor, %d rounds; check %s\n",
+		driver := ""
+		if rr.Driver != "" {
+			driver = ", " + rr.Driver + " driver"
+		}
+		fmt.Fprintf(w, "\nroute %s: %s per iteration (median of %d; min %s, max %s), %.2f GB/s of tensor, %d rounds%s; check %s\n",
 			rr.Route, formatSeconds(rr.MedianSec), rr.Iters, formatSeconds(rr.MinSec), formatSeconds(rr.MaxSec),
-			rr.TensorGBps, rr.Rounds, rr.Check)
+			rr.TensorGBps, rr.Rounds, driver, rr.Check)
 		if rr.Why != "" {
 			fmt.Fprintf(w, "  auto: %s\n", rr.Why)
 		}

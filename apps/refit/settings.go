@@ -46,6 +46,7 @@ type runFlags struct {
 	timeout   string
 	dstDType  string
 	fp8Scale  string
+	driver    string
 
 	cmd *cobra.Command // the command whose flags these are
 }
@@ -74,6 +75,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.device, "device", "cpu", "where tensors live: cpu (host memory, MPI) or cuda (one GPU per rank by local rank, NCCL)")
 	fs.BoolVar(&f.verify, "verify", false, "checksum (CRC-32C) every message on both sides and compare across ranks; a mismatch fails the call naming the tensor, box and ranks")
 	fs.BoolVar(&f.atomic, "atomic", false, "receive into shadow buffers and copy them in only when every tensor arrived (and verified) everywhere: a failed call leaves destinations untouched")
+	fs.StringVar(&f.driver, "driver", "", "with --device cuda, what runs each step: replay (the whole step queued on the GPU's streams, one host wait; the default without --verify, or M2N_GPU_DRIVER), graph (the same captured once as a CUDA graph) or host (round by round from the host, as --verify does)")
 	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
 	fs.StringVar(&f.dstDType, "dst-dtype", "", "convert in flight: e4m3 (float8_e4m3fn) makes the destination FP8, quantized while packing from a bf16 or f32 source, with its float32 scales (weight_scale_inv) delivered beside it (default: the source's dtype)")
 	fs.StringVar(&f.fp8Scale, "fp8-scale", "", "with --dst-dtype e4m3, which elements share a scale: block (128x128 over the last two dims, DeepSeek-V3's format), row or tensor (default block)")

@@ -287,6 +287,17 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			}
 		}
 	}
+	if f.run.driver != "" {
+		d, err := session.ParseDriver(f.run.driver)
+		for _, c := range m.Call.Calls {
+			if c != nil && err == nil {
+				err = c.SetDriver(d)
+			}
+		}
+		if err != nil {
+			return usageError{fmt.Errorf("--driver %q: %w", f.run.driver, err)}
+		}
+	}
 	bufs, err := m.Alloc()
 	if err != nil {
 		return err
