@@ -256,6 +256,7 @@ CUresult m2n_cuMemcpy3DAsync(CUcontext ctx, const m2n_memcpy3d *p, CUstream s) {
 CUresult m2n_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned int flags) { WITH_CTX(fn.cuStreamCreate(s, flags)); }
 CUresult m2n_cuStreamDestroy(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamDestroy(s)); }
 CUresult m2n_cuStreamSynchronize(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamSynchronize(s)); }
+CUresult m2n_cuStreamSynchronizeHandle(CUcontext ctx, uintptr_t s) { WITH_CTX(fn.cuStreamSynchronize((CUstream)s)); }
 CUresult m2n_cuStreamQuery(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamQuery(s)); }
 CUresult m2n_cuStreamWaitEvent(CUcontext ctx, CUstream s, CUevent e) { WITH_CTX(fn.cuStreamWaitEvent(s, e, 0)); }
 CUresult m2n_cuEventCreate(CUcontext ctx, CUevent *e, unsigned int flags) { WITH_CTX(fn.cuEventCreate(e, flags)); }

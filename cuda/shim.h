@@ -116,6 +116,9 @@ CUresult m2n_cuMemcpy3DAsync(CUcontext ctx, const m2n_memcpy3d *p, CUstream s);
 CUresult m2n_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned int flags);
 CUresult m2n_cuStreamDestroy(CUcontext ctx, CUstream s);
 CUresult m2n_cuStreamSynchronize(CUcontext ctx, CUstream s);
+// m2n_cuStreamSynchronizeHandle synchronizes a stream given as an integer
+// (another library's CUstream or cudaStream_t; 0 the legacy default stream).
+CUresult m2n_cuStreamSynchronizeHandle(CUcontext ctx, uintptr_t s);
 CUresult m2n_cuStreamQuery(CUcontext ctx, CUstream s);
 CUresult m2n_cuStreamWaitEvent(CUcontext ctx, CUstream s, CUevent e);
 CUresult m2n_cuEventCreate(CUcontext ctx, CUevent *e, unsigned int flags);

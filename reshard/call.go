@@ -378,6 +378,24 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 	return rep, nil
 }
 
+// Refuse takes part in one step of the call, in place of Run, for a rank
+// that cannot run it because of what only it can tell about its own inputs
+// (err: a buffer of another dtype or device, a non-contiguous tensor), so
+// that every rank fails at the buffer check before a byte moves, with err,
+// typed, in a *ValidationError, instead of waiting for this rank until the
+// timeout. The other ranks call Run as usual; should several ranks fail,
+// every rank returns the lowest one's error. A nil err refuses without a
+// reason.
+func (p *Prepared) Refuse(ctx context.Context, coll Collective, err error) error {
+	if coll.Rank() != p.rank || coll.Size() != p.world {
+		return fmt.Errorf("reshard: a call prepared on rank %d of %d refused on rank %d of %d", p.rank, p.world, coll.Rank(), coll.Size())
+	}
+	if err == nil {
+		err = fmt.Errorf("rank %d refused the step", p.rank)
+	}
+	return agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", err)
+}
+
 func (p *Prepared) names() []string {
 	names := make([]string, len(p.Specs))
 	for i, s := range p.Specs {

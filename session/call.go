@@ -260,6 +260,32 @@ func (c *Call) Run(ctx context.Context, bufs []reshard.TensorBuffers) (*reshard.
 	return rep, nil
 }
 
+// Refuse takes part in one step, in place of Run, for a rank that cannot
+// run it because of what only it can tell about its own inputs (err: a
+// buffer of another dtype or device, a non-contiguous tensor), so that
+// every rank fails at the buffer check before a byte moves, with err,
+// typed, in a *reshard.ValidationError, and the session stays usable,
+// instead of the others waiting for this rank until the timeout (see
+// reshard.Prepared.Refuse). The other ranks call Run as usual.
+func (c *Call) Refuse(ctx context.Context, err error) error {
+	s := c.s
+	if uerr := s.usable(); uerr != nil {
+		return uerr
+	}
+	if c.launched {
+		if _, werr := c.Wait(ctx); werr != nil {
+			return werr
+		}
+	}
+	wctx, stop := ctx, func() {}
+	if s.size > 1 {
+		wctx, stop = s.ctl.watch(ctx)
+	}
+	rerr := c.prep.Refuse(wctx, s.ctl, err)
+	stop()
+	return s.fail(rerr)
+}
+
 // Launch queues one step of the call on the GPU's streams and returns
 // without waiting for it (DriverReplay or DriverGraph; not with Verify or
 // Atomic, which need the host between rounds). It first checks this rank's

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -42,7 +43,7 @@ func newDevice(s *Session) (device, error) {
 		var d *gpuDevice
 		err := s.guard("GPU set-up", func() error {
 			var err error
-			d, err = newGPUDevice(s.comm)
+			d, err = newGPUDevice(s.comm, s.opts.GPU)
 			return err
 		})
 		if err != nil {
@@ -99,7 +100,9 @@ type gpuDevice struct {
 	parent  *gpuDevice // a stage's device shares its parent's GPU
 }
 
-func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
+// newGPUDevice sets up the GPU of this rank: pick(local rank) if pick is
+// set, else the local rank's.
+func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, error) {
 	if err := cuda.Load(); err != nil {
 		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
 	}
@@ -115,13 +118,37 @@ func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
 		return nil, err
 	}
 	lr, lsize := local.Rank(), local.Size()
+	ordinal := lr
+	var bad error
+	if pick != nil {
+		ordinal = pick(lr)
+		if ordinal < 0 || ordinal >= n {
+			bad = fmt.Errorf("rank %d: device cuda: GPU %d chosen for local rank %d, but this host has GPUs 0 to %d", comm.Rank(), ordinal, lr, n-1)
+		}
+		// every rank of the host learns every choice, so that ranks that
+		// chose one GPU fail together rather than inside NCCL.
+		all := make([]byte, 8*lsize)
+		if err := local.Allgather(binary.LittleEndian.AppendUint64(nil, uint64(int64(ordinal))), all); err != nil {
+			_ = local.Free()
+			return nil, err
+		}
+		for a := 0; a < lsize && bad == nil; a++ {
+			for b := a + 1; b < lsize && bad == nil; b++ {
+				if ga, gb := int64(binary.LittleEndian.Uint64(all[8*a:])), int64(binary.LittleEndian.Uint64(all[8*b:])); ga == gb {
+					bad = fmt.Errorf("rank %d: device cuda: local ranks %d and %d of this host both chose GPU %d; NCCL needs one GPU per rank (torch: torch.cuda.set_device(local_rank) before joining)", comm.Rank(), a, b, ga)
+				}
+			}
+		}
+	} else if lsize > n {
+		bad = fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
+	}
 	if err := local.Free(); err != nil {
 		return nil, err
 	}
-	if lsize > n {
-		return nil, fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
+	if bad != nil {
+		return nil, bad
 	}
-	dev, err := cuda.GetDevice(lr)
+	dev, err := cuda.GetDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +161,7 @@ func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
 		_ = ctx.Release()
 		return nil, err
 	}
-	return &gpuDevice{ordinal: lr, ctx: ctx, mem: mem}, nil
+	return &gpuDevice{ordinal: ordinal, ctx: ctx, mem: mem}, nil
 }
 
 func (d *gpuDevice) memory() Memory { return d.mem }

@@ -41,7 +41,7 @@ func ParseDevice(s string) (Device, error) {
 const DefaultTimeout = 5 * time.Minute
 
 // Options configure a session. Every rank must pass equal options, except
-// WrapTransport; Prepare checks that they agree.
+// GPU and WrapTransport; Join checks that they agree.
 type Options struct {
 	// Device is where tensors live (default CPU).
 	Device Device
@@ -79,9 +79,15 @@ type Options struct {
 	// Agree lists more fields every rank must share (a program's own
 	// settings); Prepare fails naming the first rank and field that differ.
 	Agree []reshard.Field
+	// GPU, on GPU sessions, returns the ordinal of this rank's GPU given
+	// its local rank on its host; nil picks the GPU whose ordinal is the
+	// local rank. A program that already gave each rank its GPU (as
+	// torch.cuda.set_device does) returns that one. Ranks may set it
+	// differently.
+	GPU func(localRank int) int
 	// WrapTransport, if set, wraps the transport of every call, after the
-	// network emulation: fault injection in tests. It is the one option
-	// ranks may set differently.
+	// network emulation: fault injection in tests. Ranks may set it
+	// differently.
 	WrapTransport func(reshard.Transport) reshard.Transport
 }
 

@@ -187,7 +187,8 @@ func TestPrepareAgreesOnEverything(t *testing.T) {
 // TestTypedErrorsCrossRanks gives rank 2 a destination buffer one byte
 // short: every rank's Run fails with a *reshard.ValidationError that
 // errors.As matches to the *reshard.BufferError naming rank 2, and the
-// session stays usable: the next step with good buffers passes.
+// session stays usable: the next step with good buffers passes. Then rank
+// 1 refuses a step (Call.Refuse), with the same outcome.
 func TestTypedErrorsCrossRanks(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
 		s, err := session.Join(c, session.Options{Timeout: 20 * time.Second, Verify: true, Atomic: true})
@@ -217,6 +218,19 @@ func TestTypedErrorsCrossRanks(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, s, specs, bufs)
+		// rank 1 refuses the next step (what only it can tell): every
+		// rank fails with its error, typed, and the session stays usable.
+		if c.Rank() == 1 {
+			err = call.Refuse(context.Background(), &reshard.BufferError{Rank: 1, Tensor: "w", Side: "source", Why: "is not contiguous", Want: 64, Got: -1})
+		} else {
+			_, err = call.Run(context.Background(), bufs)
+		}
+		if !errors.As(err, &be) || be.Rank != 1 || be.Why != "is not contiguous" {
+			t.Fatalf("a step rank 1 refused: %v (%T)", err, err)
+		}
+		if _, err := call.Run(context.Background(), buffers(t, s, specs)); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 
