@@ -28,6 +28,10 @@ func TestKernelSourceCompiles(t *testing.T) {
 			t.Errorf("the PTX has no kernel %s", k)
 		}
 	}
+	// Hopper converts to E4M3 two at a time in hardware.
+	if !strings.Contains(string(ptx), "cvt.rn.satfinite.e4m3x2.f32") {
+		t.Error("the PTX for sm_90 does not convert with cvt.rn.satfinite.e4m3x2.f32")
+	}
 	if _, err := kernelImage(9, 0, nvrtc.CUBIN); err != nil {
 		t.Fatal(err)
 	}

@@ -145,3 +145,77 @@ func decode(b []byte) []float32 {
 	}
 	return v
 }
+
+// TestGPUQuantizeEveryPattern converts float bit patterns by the
+// thousands of millions through the quantize-pack kernel (on Hopper, the
+// hardware's cvt.rn.satfinite.e4m3x2 behind the reciprocal multiply) and
+// compares every byte with fp8.QuantizeValue: every bfloat16 pattern
+// under several scales, and the float32 patterns i<<6, i<<6+1 and
+// i<<6+63 for every i below 2^26 (every sign, exponent and midpoint of
+// E4M3's rounding, and the neighbours of each) under scales 1 and 3.
+func TestGPUQuantizeEveryPattern(t *testing.T) {
+	ctx := gputest.Context(t)
+	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
+	mem, err := cuda.NewMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	run := func(dt placement.DType, shape []int64, src []byte, scale float32, value func(i int) float32) {
+		t.Helper()
+		g, err := fp8.NewGrid(shape, fp8.Tensor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int(shape[0] * shape[1])
+		sb := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, len(src)), N: int64(len(src))}
+		if err := mem.Upload(sb, src); err != nil {
+			t.Fatal(err)
+		}
+		win := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, 4), N: 4}
+		if err := mem.Upload(win, binary.LittleEndian.AppendUint32(nil, math.Float32bits(scale))); err != nil {
+			t.Fatal(err)
+		}
+		dst := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, n), N: int64(n)}
+		all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
+		blocks, err := g.Blocks(all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := cuda.FP8Region{DType: dt, Src: sb, At: reshard.Strided{Run: int64(len(src))}, Box: all}
+		if err := mem.PackQuantize(g, dst, 0, reg, cuda.FP8Window{Blocks: blocks, Values: win}); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, n)
+		if err := mem.Download(got, dst); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range got {
+			x := value(i)
+			if want := fp8.QuantizeValue(x, scale); b != want {
+				t.Fatalf("%v %#08x / %v: the GPU gives %#02x, fp8 %#02x", dt, math.Float32bits(x), scale, b, want)
+			}
+		}
+	}
+	bf := make([]byte, 2<<16)
+	for i := range 1 << 16 {
+		binary.LittleEndian.PutUint16(bf[2*i:], uint16(i))
+	}
+	bfValue := func(i int) float32 { return math.Float32frombits(uint32(i) << 16) }
+	scales := []float32{1, 3, 0.7, 1e-3, 448 / 3.3895314e38, 2.5e-38}
+	for _, s := range scales {
+		run(placement.BF16, []int64{256, 256}, bf, s, bfValue)
+	}
+	const n = 1 << 26
+	f := make([]byte, 4*n)
+	for _, low := range []uint32{0, 1, 63} {
+		for i := range n {
+			binary.LittleEndian.PutUint32(f[4*i:], uint32(i)<<6+low)
+		}
+		value := func(i int) float32 { return math.Float32frombits(uint32(i)<<6 + low) }
+		for _, s := range []float32{1, 3} {
+			run(placement.F32, []int64{1 << 14, 1 << 12}, f, s, value)
+		}
+	}
+	t.Logf("%d bfloat16 patterns under %d scales and %d float32 patterns under 2 match package fp8", 1<<16, len(scales), 3*n)
+}

@@ -21,6 +21,10 @@ const (
 	quantAmax                  // m2n_amax_*: fold the box's partial amaxes into a window
 )
 
+// quantLoads is how many vectors a lane of the quantize-pack kernels keeps
+// in flight (M2N_QLOADS in kernels/quant.h).
+const quantLoads = 4
+
 // quantPlan is everything an FP8 launch needs but the grid size.
 type quantPlan struct {
 	kind      quantKind
@@ -170,7 +174,9 @@ func planQuant(q quantRequest) (quantPlan, error) {
 		p.chunk = min(p.rowElems, 4*blockThreads*v)
 		p.chunks = (p.rowElems + p.chunk - 1) / p.chunk
 		p.items = rows * p.chunks
-		p.teamShift = teamFor(p.chunk / v)
+		// a team small enough that each lane has quantLoads vectors of
+		// the chunk to keep in flight
+		p.teamShift = teamFor((p.chunk/v + quantLoads - 1) / quantLoads)
 	case quantAmax:
 		p.name = fmt.Sprintf("m2n_amax_%s_%d", dt, v)
 		if p.colShift == 63 {

@@ -3,9 +3,11 @@ package cuda
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
@@ -151,7 +153,7 @@ func TestQuantPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.name != "m2n_quant_bf16_8" || p.rowElems != 384 || p.colShift != 7 || p.chunks != 1 || p.items != 256 || p.teamShift != 6 {
+	if p.name != "m2n_quant_bf16_8" || p.rowElems != 384 || p.colShift != 7 || p.chunks != 1 || p.items != 256 || p.teamShift != 4 {
 		t.Errorf("quantize plan %+v", p)
 	}
 	p, err = planQuant(quantRequest{kind: quantAmax, grid: c.Grid, dtype: c.DType, src: 1 << 20, at: c.At, box: c.Box, win: 1 << 30, blocks: c.Blocks})
@@ -192,4 +194,20 @@ func TestQuantAmaxNonFiniteOnCPU(t *testing.T) {
 	if !math.IsNaN(float64(got[3])) || !math.IsInf(float64(got[4]), 1) {
 		t.Errorf("%v: amaxes %v, want NaN in block 3 and +Inf in block 4", c, got)
 	}
+}
+
+// TestQuantLoadsMatchTheKernels: the plan sizes teams for as many vectors
+// per lane as the kernels keep in flight.
+func TestQuantLoadsMatchTheKernels(t *testing.T) {
+	names, sources := kernels.StridedHeaders()
+	want := fmt.Sprintf("#define M2N_QLOADS %d\n", quantLoads)
+	for i, n := range names {
+		if n == "quant.h" {
+			if !strings.Contains(sources[i], want) {
+				t.Fatalf("quant.h does not say %q", want)
+			}
+			return
+		}
+	}
+	t.Fatal("no quant.h among the kernels' headers")
 }

@@ -59,6 +59,28 @@ M2N_INLINE unsigned int m2n_e4m3(float q) {
 	return c | ((u >> 24) & 0x80u);
 }
 
+// m2n_e4m3x2 rounds lo and hi as m2n_e4m3 does, lo in the low byte. From
+// sm_89 on that is one instruction for both (cvt.rn.satfinite: nearest,
+// ties to even, subnormals, saturating at +-448 as the clamp does, infinity
+// to 448 as well); a NaN, whose sign the instruction may keep, is set to
+// 0x7F as m2n_e4m3 gives it.
+M2N_INLINE unsigned int m2n_e4m3x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	unsigned short r;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+	unsigned int v = r;
+	if (lo != lo) {
+		v = (v & 0xFF00u) | 0x7Fu;
+	}
+	if (hi != hi) {
+		v = (v & 0x00FFu) | 0x7F00u;
+	}
+	return v;
+#else
+	return m2n_e4m3(lo) | (m2n_e4m3(hi) << 8);
+#endif
+}
+
 // m2n_qdiv returns a float that m2n_e4m3 rounds exactly as it rounds the
 // true float32 division x/s (the rule's), at the cost of a multiply for
 // almost every element: q' = x * r, with r = 1/s rounded, is within 3 ulps
@@ -86,11 +108,17 @@ M2N_INLINE long long m2n_win_row(const m2n_quant_params *p, unsigned long long r
 	for (int i = M2N_MAX_DIMS - 2; i >= 0; --i) {
 		if (i < nd - 1) {
 			const unsigned long long e = p->ext[i];
-			const unsigned long long q = row / e;
+			unsigned long long q;
+			if (((row | e) >> 32) == 0) {
+				q = (unsigned int)row / (unsigned int)e;
+			} else {
+				q = row / e;
+			}
 			unsigned long long idx = p->lo[i] + (row - q * e);
 			row = q;
 			if (i == nd - 2) {
-				idx /= p->block_rows;
+				const unsigned long long b = p->block_rows;
+				idx = ((idx | b) >> 32) == 0 ? (unsigned long long)((unsigned int)idx / (unsigned int)b) : idx / b;
 			}
 			base += ((long long)idx - (long long)p->wlo[i]) * (long long)p->wstride[i];
 		}
@@ -126,6 +154,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 	}
 #endif
 }
+
+// Vectors a lane of the quantize-pack kernels keeps in flight (quantLoads
+// in quant_plan.go).
+#define M2N_QLOADS 4
 
 // bf16 sources: elements are unsigned shorts, the float is their bits << 16.
 #define M2N_ELEM_T unsigned short

@@ -23,23 +23,44 @@ M2N_KERNEL M2N_QNAME(M2N_QPARAMS p) {
 		if (end > p.row_elems) {
 			end = p.row_elems;
 		}
-		for (unsigned long long c = chunk * p.chunk_elems + lane * M2N_VEC; c < end; c += (unsigned long long)team * M2N_VEC) {
-			const float scale = sc[m2n_block_col(&p, lo_c + c)];
-			const float rcp = M2N_FRCP(scale);
+		// M2N_QLOADS vectors in flight per lane: all loaded before any is
+		// converted (the plan sizes teams so that a lane has that many).
+		const unsigned long long stride = (unsigned long long)team * M2N_VEC;
+		for (unsigned long long c = chunk * p.chunk_elems + lane * M2N_VEC; c < end; c += M2N_QLOADS * stride) {
 			union {
 				M2N_LOAD_T v;
 				M2N_ELEM_T e[M2N_VEC];
-			} in;
-			union {
-				M2N_STORE_T v;
-				unsigned char b[M2N_VEC];
-			} out;
-			in.v = *(const M2N_LOAD_T *)(s + c * M2N_ESZ);
+			} in[M2N_QLOADS];
 			M2N_UNROLL_PRAGMA
-			for (int k = 0; k < M2N_VEC; k++) {
-				out.b[k] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(in.e[k]), scale, rcp));
+			for (int u = 0; u < M2N_QLOADS; u++) {
+				if (c + u * stride < end) {
+					in[u].v = *(const M2N_LOAD_T *)(s + (c + u * stride) * M2N_ESZ);
+				}
 			}
-			*(M2N_STORE_T *)(d + c) = out.v;
+			M2N_UNROLL_PRAGMA
+			for (int u = 0; u < M2N_QLOADS; u++) {
+				const unsigned long long cu = c + u * stride;
+				if (cu < end) {
+					const float scale = sc[m2n_block_col(&p, lo_c + cu)];
+					const float rcp = M2N_FRCP(scale);
+					union {
+						M2N_STORE_T v;
+						unsigned char b[M2N_VEC];
+					} out;
+#if M2N_VEC == 1
+					out.b[0] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(in[u].e[0]), scale, rcp));
+#else
+					M2N_UNROLL_PRAGMA
+					for (int k = 0; k < M2N_VEC; k += 2) {
+						const unsigned int two = m2n_e4m3x2(m2n_qdiv(M2N_TO_FLOAT(in[u].e[k]), scale, rcp),
+						                                    m2n_qdiv(M2N_TO_FLOAT(in[u].e[k + 1]), scale, rcp));
+						out.b[k] = (unsigned char)two;
+						out.b[k + 1] = (unsigned char)(two >> 8);
+					}
+#endif
+					*(M2N_STORE_T *)(d + cu) = out.v;
+				}
+			}
 		}
 	}
 }
