@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -34,8 +35,21 @@ type device interface {
 func newDevice(s *Session) (device, error) {
 	switch s.opts.Device {
 	case GPU:
+		// the libraries load on each rank alone; the ranks agree on the
+		// outcome (bounded) before the blocking set-up, so that a host
+		// without a GPU fails every rank at once with its loader's
+		// message, once, rather than each rank alone or some stuck in a
+		// collective with the ones that loaded.
+		err := reshard.Agree(reshard.WithPhase(context.Background(), "GPU set-up (loading CUDA and NCCL)"), s.ctl, nil, loadGPU(s.rank))
+		if err != nil {
+			var ab *reshard.AbortError
+			if errors.As(err, &ab) {
+				mpi.MarkFailed(err)
+			}
+			return nil, err
+		}
 		var d *gpuDevice
-		err := s.guard("GPU set-up", func() error {
+		err = s.guard("GPU set-up", func() error {
 			var err error
 			d, err = newGPUDevice(s.comm)
 			return err
@@ -80,13 +94,19 @@ type gpuDevice struct {
 	parent  *gpuDevice // a stage's device shares its parent's GPU
 }
 
-func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
+// loadGPU loads the CUDA driver and NCCL on this rank, or says why not.
+func loadGPU(rank int) error {
 	if err := cuda.Load(); err != nil {
-		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
+		return fmt.Errorf("rank %d: device cuda: %w", rank, err)
 	}
 	if err := nccl.Load(); err != nil {
-		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
+		return fmt.Errorf("rank %d: device cuda: %w", rank, err)
 	}
+	return nil
+}
+
+// newGPUDevice sets up the local rank's GPU, after loadGPU.
+func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
 	n, err := cuda.DeviceCount()
 	if err != nil {
 		return nil, err

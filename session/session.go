@@ -115,7 +115,9 @@ type Session struct {
 // initialized with mpi.ThreadMultiple.
 //
 // A rank that never arrives makes the others fail with a
-// *reshard.TimeoutError naming it. Set-up calls that MPI offers only as
+// *reshard.TimeoutError naming it; Join then returns the closed session as
+// well as the error, so that FirstToAbort can say which rank gave up
+// first (on every other error the session is nil). Set-up calls that MPI offers only as
 // blocking calls (splits, NCCL's initialisation) run after every rank has
 // arrived, under a watchdog that ends the job if one of them hangs.
 func Join(comm *mpi.Comm, opts Options) (*Session, error) {
@@ -149,6 +151,9 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, owned: true}
 	if err := s.join(comm, localErr); err != nil {
 		s.Close()
+		if aborted, _ := s.Aborted(); aborted {
+			return s, err // closed: for FirstToAbort
+		}
 		return nil, err
 	}
 	dev, err := newDevice(s)
@@ -245,6 +250,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 		var ab *reshard.AbortError
 		if errors.As(err, &ab) {
 			mpi.MarkFailed(err)
+			s.ctl = arrive // aborted: Close keeps its requests; FirstToAbort reads its notices
 		}
 		return err
 	}
@@ -284,9 +290,11 @@ func (s *Session) start() error {
 
 // guard runs a blocking set-up step under the watchdog: if it has not
 // returned within the timeout, a peer is gone or stuck inside a call that
-// MPI cannot bound, and the job is ended (MPI_Abort) with the reason.
+// MPI cannot bound, and the job is ended (MPI_Abort) with the reason. The
+// ranks stuck in the call give up in turns (guardTurn), so that the job
+// usually ends with one rank's message rather than one from each.
 func (s *Session) guard(phase string, fn func() error) error {
-	t := time.AfterFunc(s.opts.Timeout, func() {
+	t := time.AfterFunc(s.opts.Timeout+guardTurn(s.rank), func() {
 		fmt.Fprintf(stderr, "m2n: rank %d: %s did not finish in %v: a peer is gone or stuck; ending the job\n", s.rank, phase, s.opts.Timeout)
 		mpi.Abort(nil, 4)
 	})
