@@ -18,6 +18,7 @@ import (
 //	M2N_FAULT_WIRE=r       rank r flips one byte of the first message it receives
 //	M2N_FAULT_CORRUPT=r:b  rank r flips byte b of its destination before --check
 //	M2N_FAULT_SHORT_DST=r  rank r's destination buffer is one byte short
+//	M2N_FAULT_STOP=r:where rank r stops its process (SIGSTOP) at a point (faultstop.go)
 var faultVars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST"}
 
 // faultAt reads a fault switch: whether it names this rank, and n (0 if
@@ -47,10 +48,15 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 			return nil, false, err
 		}
 	}
+	sr, sw, doStop, err := stopFault()
+	if err != nil {
+		return nil, false, err
+	}
+	doStop = doStop && sr == rank && sw == "step"
 	kill, doKill, _ := faultAt("M2N_FAULT_KILL", rank)
 	hang, doHang, _ := faultAt("M2N_FAULT_HANG", rank)
 	_, doWire, _ := faultAt("M2N_FAULT_WIRE", rank)
-	if !doKill && !doHang && !doWire {
+	if !doKill && !doHang && !doWire && !doStop {
 		return nil, false, nil
 	}
 	return func(t reshard.Transport) reshard.Transport {
@@ -62,6 +68,9 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 		}
 		if doWire {
 			t = &wireFault{Transport: t}
+		}
+		if doStop {
+			t = &stopper{Transport: t}
 		}
 		return t
 	}, true, nil

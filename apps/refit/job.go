@@ -23,6 +23,8 @@ type job struct {
 	world int
 	s     *session.Session
 	set   settings
+
+	failedIn *session.Session // the pipeline stage's session a call failed in (quiet)
 }
 
 // startJob starts MPI (bounded by the timeout: a rank whose peers are not
@@ -37,7 +39,7 @@ func startJob(f *runFlags) (*job, error) {
 	if timeout == 0 {
 		timeout = session.DefaultTimeout
 	}
-	guard := time.AfterFunc(timeout, func() {
+	guard := time.AfterFunc(timeout+initTurn(jobRank), func() {
 		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Init did not finish in %v: is every process of the job a refit job of the same command, started by one launcher?\n", jobRank, timeout)
 		os.Exit(4)
 	})
@@ -48,7 +50,7 @@ func startJob(f *runFlags) (*job, error) {
 	}
 	world := mpi.World()
 	j := &job{flags: f, rank: world.Rank(), world: world.Size(), set: set}
-	jobRank = j.rank
+	jobRank, jobTimeout = j.rank, timeout
 	log, err := newLogger(f.logLevel, j.rank)
 	if err != nil && flagErr == nil {
 		flagErr = usageError{err}
@@ -66,8 +68,14 @@ func startJob(f *runFlags) (*job, error) {
 	if flagErr != nil {
 		opts := set.opts
 		opts.Device = session.CPU
-		return j, refused{session.Refuse(world, opts, flagErr)}
+		err := session.Refuse(world, opts, flagErr)
+		var ab *reshard.AbortError
+		if errors.As(err, &ab) {
+			return j, err // not agreed: a peer never came
+		}
+		return j, refused{err}
 	}
+	stopHere("join")
 	if j.s, err = session.Join(world, set.opts); err != nil {
 		return j, err
 	}
@@ -95,6 +103,12 @@ func (j *job) end(err *error) {
 	}
 	if j == nil {
 		return
+	}
+	if *err != nil && j.quiet(*err) {
+		*err = printedError{*err} // another rank prints the cause
+	}
+	if *err == nil && j.s != nil {
+		*err = j.closingBarrier()
 	}
 	if j.s != nil {
 		if cerr := j.s.Close(); cerr != nil && *err == nil {

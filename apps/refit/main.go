@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/spf13/cobra"
 )
@@ -72,16 +71,20 @@ func describe(err error) string {
 // finish ends an MPI job: the error is printed before MPI is finalized, so
 // that the message is out before any rank exits (the launcher may kill the
 // others as soon as one exits non-zero): once by rank 0 for an error every
-// rank agreed on, else by the rank that has it. Then MPI is finalized
-// (which, after a session aborted, ends the job instead: mpi.MarkFailed).
+// rank agreed on, else by the rank that has it (of an abort, by the first
+// rank to abort: see job.quiet). An error already printed (printedError)
+// is not printed again. Then MPI is finalized (which, after a session
+// aborted, ends the job instead: mpi.MarkFailed).
 func finish(err *error) {
-	if *err != nil {
+	var pe printedError
+	if *err != nil && !errors.As(*err, &pe) {
 		if !agreed(*err) || jobRank <= 0 {
 			fmt.Fprintf(os.Stderr, "refit: %s\n", describe(*err))
 		}
 		*err = printedError{*err}
 	}
-	_ = mpi.Finalize()
+	stopHere("finalize")
+	finalize()
 }
 
 func (e jobError) Error() string { return e.err.Error() }

@@ -129,6 +129,7 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 		}
 	}
 	rep.Fabric = p.fabric
+	stopHere("prepare")
 	for _, name := range names {
 		route, err := hier.ParseRoute(name, j.set.balance, p.fabric)
 		if err != nil {
@@ -221,6 +222,7 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 	}
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Recv[reshard.LinkNetwork], st.Sent[reshard.LinkLocal],
 		st.Recv[reshard.LinkLocal], st.Sent[reshard.LinkSelf], st.Packed}
+	stopHere("report")
 	all, err := gatherInt64s(s, mine)
 	if err != nil {
 		return rr, err

@@ -165,6 +165,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 	wg.Wait()
 	for s, e := range errs {
 		if e != nil {
+			j.noteFailure(st.Sessions[s], e)
 			return fmt.Errorf("stage %d: %w", s, e)
 		}
 	}
