@@ -187,6 +187,12 @@ func (o Options) fields() []reshard.Field {
 	return append(fs, o.Agree...)
 }
 
+// Resolved returns the options as Join uses them, the device's defaults
+// filled in, or the first option that is not valid (a
+// *reshard.FieldError naming it): a program checks its settings with it
+// before it joins, to name where a bad value came from.
+func (o Options) Resolved() (Options, error) { return o.withDefaults() }
+
 // withDefaults fills in the device's defaults and checks the options.
 func (o Options) withDefaults() (Options, error) {
 	var err error

@@ -143,7 +143,7 @@ func (f *runFlags) settings() (settings, error) {
 		d, err := time.ParseDuration(src.value)
 		switch {
 		case err != nil:
-			return s, src.bad(fmt.Errorf("want a duration like 30s or 5m"))
+			return s, src.bad(fmt.Errorf("want a duration from 1ms to %v, like 30s or 5m", maxTimeout))
 		case d < time.Millisecond:
 			return s, src.bad(fmt.Errorf("want at least 1ms: every wait of the job is bounded by it"))
 		case d > maxTimeout:
@@ -237,7 +237,7 @@ func (f *runFlags) settings() (settings, error) {
 	if _, err := f.routes(); err != nil {
 		return s, err
 	}
-	return s, nil
+	return s, f.checkOptions(s.opts)
 }
 
 // agreedFields lists every flag of the command and every M2N_ variable
