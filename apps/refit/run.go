@@ -87,7 +87,7 @@ func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) e
 	defer p.close()
 	rep, err := p.runRoutes(f)
 	if err != nil {
-		return err
+		return f.explainSchedule(err, p.plan, schedOf(p.s.Options()))
 	}
 	if extra != nil {
 		if err := extra(p, rep); err != nil {
@@ -148,7 +148,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 				defer p.close()
 				rep, err := p.runRoutes(f)
 				if err != nil {
-					return err
+					return f.explainSchedule(err, p.plan, schedOf(ss.Options()))
 				}
 				stageNo := s
 				rep.Stage = &stageNo
