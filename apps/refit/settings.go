@@ -252,7 +252,11 @@ func agreedFields(cmd *cobra.Command) []reshard.Field {
 			if fl.Name == "log-level" || fl.Name == "help" {
 				return
 			}
-			out = append(out, reshard.Field{Name: "flag --" + fl.Name, Value: fl.Value.String()})
+			v := fl.Value.String()
+			if v == "" {
+				v = "(unset)" // reads better in "rank 0 has (unset)"
+			}
+			out = append(out, reshard.Field{Name: "flag --" + fl.Name, Value: v})
 		})
 	}
 	var env []string
