@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/nvlink"
@@ -30,6 +31,9 @@ type device interface {
 	// abort tears down what peers might wait on (NCCL communicators; on
 	// CPUs the abort notices do that).
 	abort(base reshard.Transport)
+	// available returns the device memory this rank may still allocate
+	// and where that was read (CPUs: host memory, hostAvailable).
+	available() (int64, string)
 }
 
 func newDevice(s *Session) (device, error) {
@@ -83,6 +87,9 @@ func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, e
 }
 func (cpuDevice) close() error            { return nil }
 func (cpuDevice) abort(reshard.Transport) {}
+func (cpuDevice) available() (int64, string) {
+	return hostAvailable()
+}
 
 // gpuDevice keeps tensors on the GPU of the local rank and moves them
 // with NCCL, one communicator bootstrapped over the session's.
@@ -187,4 +194,12 @@ func (d *gpuDevice) abort(base reshard.Transport) {
 	} else if d.comm != nil {
 		_ = d.comm.Abort()
 	}
+}
+
+func (d *gpuDevice) available() (int64, string) {
+	free, _, err := d.ctx.MemGetInfo()
+	if err != nil {
+		return math.MaxInt64, "unknown: " + err.Error()
+	}
+	return free, fmt.Sprintf("free memory of GPU %d, cuMemGetInfo", d.ordinal)
 }

@@ -92,18 +92,19 @@ type Options struct {
 // called from one goroutine; a rank in several pipeline stages has one
 // Session per stage (Stages), which may run concurrently.
 type Session struct {
-	opts    Options
-	rank    int
-	size    int
-	comm    *mpi.Comm // data: the transport's
-	ctl     *control  // control: collectives, abort notices, roll calls
-	ctlComm *mpi.Comm
-	hosts   []int // each rank's discovered domain
-	dev     device
-	base    reshard.Transport
-	calls   map[*Call]bool
-	closed  bool
-	owned   bool // the device is this session's to close (not a stage's parent's)
+	opts     Options
+	rank     int
+	size     int
+	comm     *mpi.Comm // data: the transport's
+	ctl      *control  // control: collectives, abort notices, roll calls
+	ctlComm  *mpi.Comm
+	hosts    []int // each rank's discovered domain
+	machines []int // each rank's host (the shared-memory split), for host memory
+	dev      device
+	base     reshard.Transport
+	calls    map[*Call]bool
+	closed   bool
+	owned    bool // the device is this session's to close (not a stage's parent's)
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -271,6 +272,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 			return err
 		}
 		s.hosts, err = hostIDs(s.comm)
+		s.machines = s.hosts
 		return err
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
 )
 
@@ -49,7 +50,8 @@ func agreed(err error) bool {
 	var ae *reshard.AgreementError
 	var ce *reshard.ChecksumError
 	var rf refused
-	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf)
+	var me *session.MemoryError
+	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
 }
 
 // describe renders a job's error for this rank's stderr.

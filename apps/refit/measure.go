@@ -38,6 +38,9 @@ type pairRun struct {
 func (j *job) newPairRun(s *session.Session, src, dst placement.Layout, seed uint64) (*pairRun, error) {
 	p := &pairRun{j: j, s: s, name: fmt.Sprintf("tensor%d", seed), seed: seed, src: src, dst: dst, fabric: j.set.fabric}
 	rank := s.Rank()
+	if err := p.checkMemory(); err != nil {
+		return nil, err
+	}
 	var localErr error
 	plan, err := reshard.NewPlan(src, dst, s.Size(), reshard.Options{StripeReplicas: j.set.opts.Stripe})
 	if err != nil {

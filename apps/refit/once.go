@@ -50,10 +50,18 @@ func (j *job) quiet(err error) bool {
 	first := s.FirstToAbort(abortGrace)
 	if first >= 0 && first != s.Rank() {
 		j.log.Debug().Err(err).Int("first", first).Msg("stopping: another rank reports the cause")
+		// the rank that speaks ends the job (mpi.FailGrace after its
+		// message); ending it first from here could cut its message off
+		// in the launcher's output.
+		time.Sleep(quietWait)
 		return true
 	}
 	return false
 }
+
+// quietWait is how long a quiet rank waits before it ends the job itself,
+// should the rank that speaks not do so.
+const quietWait = 2 * time.Second
 
 // noteFailure records the pipeline stage's session whose call failed with
 // err, for quiet: a stage's abort is that session's, not the world's.
