@@ -19,6 +19,7 @@ import (
 //	M2N_FAULT_CORRUPT=r:b  rank r flips byte b of its destination before --check
 //	M2N_FAULT_SHORT_DST=r  rank r's destination buffer is one byte short
 //	M2N_FAULT_STOP=r:where rank r stops its process (SIGSTOP) at a point (faultstop.go)
+//	M2N_FAULT_PANIC=r:where rank r panics at one of those points
 var faultVars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST"}
 
 // faultAt reads a fault switch: whether it names this rank, and n (0 if
@@ -47,6 +48,9 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 		if _, _, err := faultAt(v, rank); err != nil {
 			return nil, false, err
 		}
+	}
+	if _, _, _, err := pointFault(panicVar); err != nil {
+		return nil, false, err
 	}
 	sr, sw, doStop, err := stopFault()
 	if err != nil {

@@ -30,10 +30,19 @@ const stopVar = "M2N_FAULT_STOP"
 
 var stopPoints = []string{"join", "prepare", "step", "report", "end", "finalize"}
 
+// M2N_FAULT_PANIC=r:where makes rank r panic at one of the same points,
+// to show that a panic on one rank, while the others wait in a
+// collective, is printed once and ends the job (job.end) rather than
+// hanging it in MPI_Finalize.
+const panicVar = "M2N_FAULT_PANIC"
+
 // stopFault reads M2N_FAULT_STOP: the rank and the point, ok false when it
 // is unset. A value that does not parse is an error naming the variable.
-func stopFault() (rank int, where string, ok bool, err error) {
-	v := getenv(stopVar)
+func stopFault() (rank int, where string, ok bool, err error) { return pointFault(stopVar) }
+
+// pointFault reads a switch of the form rank:point.
+func pointFault(env string) (rank int, where string, ok bool, err error) {
+	v := getenv(env)
 	if v == "" {
 		return 0, "", false, nil
 	}
@@ -41,13 +50,17 @@ func stopFault() (rank int, where string, ok bool, err error) {
 	rank, err = strconv.Atoi(r)
 	if err != nil || rank < 0 || !slices.Contains(stopPoints, w) {
 		return 0, "", false, usageError{fmt.Errorf("%s %q: want rank:point with a rank of at least 0 and a point among %s",
-			stopVar, v, strings.Join(stopPoints, ", "))}
+			env, v, strings.Join(stopPoints, ", "))}
 	}
 	return rank, w, true, nil
 }
 
-// stopHere stops this process if M2N_FAULT_STOP names this rank and point.
+// stopHere stops this process if M2N_FAULT_STOP names this rank and
+// point, and panics if M2N_FAULT_PANIC does.
 func stopHere(where string) {
+	if r, w, ok, _ := pointFault(panicVar); ok && r == jobRank && w == where {
+		panic(fmt.Sprintf("%s: panicking on purpose before %s", panicVar, where))
+	}
 	r, w, ok, _ := stopFault()
 	if !ok || r != jobRank || w != where {
 		return

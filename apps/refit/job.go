@@ -95,12 +95,13 @@ func (e refused) Unwrap() error { return e.err }
 // for it and no Go trace reaches the user.
 func (j *job) end(err *error) {
 	if p := recover(); p != nil {
-		fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
-		if os.Getenv("M2N_LOG_LEVEL") == "debug" {
-			os.Stderr.Write(debug.Stack())
-		}
-		mpi.Abort(nil, 3)
+		internalError(p)
 	}
+	defer func() { // and of its own steps
+		if p := recover(); p != nil {
+			internalError(p)
+		}
+	}()
 	if j == nil {
 		return
 	}
@@ -123,3 +124,14 @@ func (j *job) end(err *error) {
 
 // barrier waits (bounded) for every rank.
 func (j *job) barrier() error { return j.s.Barrier(context.Background()) }
+
+// internalError prints a panic of this rank once, on one line (the trace
+// only with M2N_LOG_LEVEL=debug), and ends the job, so that no rank waits
+// for this one and no Go trace reaches the user.
+func internalError(p any) {
+	fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
+	if os.Getenv("M2N_LOG_LEVEL") == "debug" {
+		os.Stderr.Write(debug.Stack())
+	}
+	mpi.Abort(nil, 3)
+}
