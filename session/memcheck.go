@@ -111,7 +111,10 @@ func (s *Session) CheckMemory(ctx context.Context, fp Footprint) error {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
 	all := make([]byte, len(b)*s.size)
-	if err := s.ctl.Allgather(reshard.WithPhase(ctx, "memory check"), b, all); err != nil {
+	if reshard.PhaseOf(ctx) == "" {
+		ctx = reshard.WithPhase(ctx, "memory check")
+	}
+	if err := s.ctl.Allgather(ctx, b, all); err != nil {
 		return s.fail(err)
 	}
 	word := func(r, i int) int64 { return int64(binary.LittleEndian.Uint64(all[8*(r*memWords+i):])) }
@@ -194,7 +197,7 @@ func (s *Session) CallFootprint(specs []reshard.Spec) Footprint {
 func (s *Session) checkCall(ctx context.Context, specs []reshard.Spec) error {
 	fp := s.CallFootprint(specs)
 	fp.Staging = 0
-	return s.CheckMemory(ctx, fp)
+	return s.CheckMemory(reshard.WithPhase(ctx, "memory check of the call's plans and schedule"), fp)
 }
 
 // checkProgram is Prepare's check after compiling: the staging, the
@@ -217,7 +220,7 @@ func (s *Session) checkProgram(ctx context.Context, specs []reshard.Spec, p *res
 			}
 		}
 	}
-	return s.CheckMemory(ctx, fp)
+	return s.CheckMemory(reshard.WithPhase(ctx, "memory check of the call's staging and scratch"), fp)
 }
 
 func callName(specs []reshard.Spec) string {

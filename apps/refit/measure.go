@@ -353,12 +353,17 @@ func (p *pairRun) checkUntouched(callErr error) error {
 
 // gatherInt64s gathers v from every rank of s, rank r's at r*len(v).
 func gatherInt64s(s *session.Session, v []int64) ([]int64, error) {
+	return gatherIn(s, "report gathering", v)
+}
+
+// gatherIn is gatherInt64s in the named phase (for timeouts).
+func gatherIn(s *session.Session, phase string, v []int64) ([]int64, error) {
 	b := make([]byte, 8*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
 	all := make([]byte, len(b)*s.Size())
-	if err := s.Collective().Allgather(reshard.WithPhase(context.Background(), "gathering the report"), b, all); err != nil {
+	if err := s.Collective().Allgather(reshard.WithPhase(context.Background(), phase), b, all); err != nil {
 		return nil, err
 	}
 	out := make([]int64, len(all)/8)
@@ -370,7 +375,7 @@ func gatherInt64s(s *session.Session, v []int64) ([]int64, error) {
 
 // maxOver returns the largest x of every rank of s.
 func maxOver(s *session.Session, x float64) (float64, error) {
-	all, err := gatherInt64s(s, []int64{int64(math.Float64bits(x))})
+	all, err := gatherIn(s, "iteration timing", []int64{int64(math.Float64bits(x))})
 	if err != nil {
 		return 0, err
 	}
@@ -383,7 +388,7 @@ func maxOver(s *session.Session, x float64) (float64, error) {
 
 // firstMessage gathers every rank's message and returns the lowest rank's.
 func firstMessage(s *session.Session, msg string) (string, error) {
-	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "gathering the check results"), s.Collective(), []byte(msg))
+	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
 	if err != nil {
 		return "", err
 	}
