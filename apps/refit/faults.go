@@ -49,14 +49,15 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 			return nil, false, err
 		}
 	}
-	if _, _, _, err := pointFault(panicVar); err != nil {
+	pr, pw, doPanic, err := pointFault(panicVar)
+	if err != nil {
 		return nil, false, err
 	}
 	sr, sw, doStop, err := stopFault()
 	if err != nil {
 		return nil, false, err
 	}
-	doStop = doStop && sr == rank && sw == "step"
+	doStop = doStop && sr == rank && sw == "step" || doPanic && pr == rank && pw == "step"
 	kill, doKill, _ := faultAt("M2N_FAULT_KILL", rank)
 	hang, doHang, _ := faultAt("M2N_FAULT_HANG", rank)
 	_, doWire, _ := faultAt("M2N_FAULT_WIRE", rank)

@@ -59,7 +59,7 @@ func pointFault(env string) (rank int, where string, ok bool, err error) {
 // point, and panics if M2N_FAULT_PANIC does.
 func stopHere(where string) {
 	if r, w, ok, _ := pointFault(panicVar); ok && r == jobRank && w == where {
-		panic(fmt.Sprintf("%s: panicking on purpose before %s", panicVar, where))
+		panic(fmt.Sprintf("panicking on purpose before %s (%s)", where, panicVar))
 	}
 	r, w, ok, _ := stopFault()
 	if !ok || r != jobRank || w != where {
@@ -74,8 +74,9 @@ func stopHere(where string) {
 	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
-// stopper is the transport of M2N_FAULT_STOP=r:step: it stops its process
-// when the first round starts.
+// stopper is the transport of M2N_FAULT_STOP=r:step (and
+// M2N_FAULT_PANIC=r:step): it stops its process when the first round
+// starts.
 type stopper struct {
 	reshard.Transport
 	done bool

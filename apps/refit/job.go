@@ -133,5 +133,8 @@ func internalError(p any) {
 	if os.Getenv("M2N_LOG_LEVEL") == "debug" {
 		os.Stderr.Write(debug.Stack())
 	}
+	if !mpi.Initialized() || mpi.Finalized() {
+		os.Exit(3)
+	}
 	mpi.Abort(nil, 3)
 }

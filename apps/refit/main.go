@@ -145,6 +145,11 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 }
 
 func main() {
+	defer func() { // a panic outside a job's end (job.end recovers those)
+		if p := recover(); p != nil {
+			internalError(p)
+		}
+	}()
 	root := newRoot()
 	err := root.Execute()
 	if err == nil {

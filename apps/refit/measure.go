@@ -174,6 +174,7 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 	mem := s.Memory()
 	var times []float64
 	var st reshard.Stats
+	checkMsg := "" // this rank's first wrong element, in any iteration
 	ctx := context.Background()
 	for it := 0; it < f.warmup+f.iters; it++ {
 		if p.dstHost != nil && (f.check || it == 0) {
@@ -204,24 +205,16 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 		}
 		st = rep.Stats
 		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", slowest).Msg("iteration")
+		if checkMsg == "" && f.check && p.dstHost != nil {
+			if checkMsg, err = p.checkIteration(it, f.warmup); err != nil {
+				return rr, err
+			}
+		}
 	}
 	rr.MedianSec = median(times)
 	rr.MinSec, rr.MaxSec = slices.Min(times), slices.Max(times)
 	if rr.MedianSec > 0 {
 		rr.TensorGBps = float64(p.src.Bytes()) / rr.MedianSec / 1e9
-	}
-	checkMsg := ""
-	if f.check && p.dstHost != nil {
-		if err := mem.Download(p.dstHost, p.dstBuf); err != nil {
-			return rr, err
-		}
-		if b, ok, _ := faultAt("M2N_FAULT_CORRUPT", jobRank); ok && b < len(p.dstHost) {
-			p.dstHost[b] ^= 0x40 // test-only: prove that --check catches a wrong byte
-		}
-		if err := pattern.Check(p.dst, s.Rank(), p.seed, p.dstHost, placement.View{}); err != nil {
-			checkMsg = err.Error()
-			j.log.Error().Str("route", sched.Route).Err(err).Msg("check failed")
-		}
 	}
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Recv[reshard.LinkNetwork], st.Sent[reshard.LinkLocal],
 		st.Recv[reshard.LinkLocal], st.Sent[reshard.LinkSelf], st.Packed}
