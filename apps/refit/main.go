@@ -86,7 +86,7 @@ func finish(err *error) {
 		*err = printedError{*err}
 	}
 	stopHere("finalize")
-	finalize()
+	finalize(*err != nil)
 }
 
 func (e jobError) Error() string { return e.err.Error() }

@@ -100,9 +100,14 @@ func (j *job) closingBarrier() error {
 
 // finalize finishes MPI, bounded: MPI_Finalize waits for every rank, so a
 // rank stopped after the closing barrier would hold the job forever. Past
-// the timeout (and this rank's turn, initTurn) the rank says so and exits.
-func finalize() {
+// the timeout (and this rank's turn, initTurn) the rank says so and exits;
+// in a job that failed already (failed), whose cause is printed, it exits
+// without a word.
+func finalize(failed bool) {
 	t := time.AfterFunc(jobTimeout+initTurn(jobRank), func() {
+		if failed {
+			os.Exit(1)
+		}
 		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Finalize did not finish in %v: a peer is gone or stuck; ending the job\n", jobRank, jobTimeout)
 		os.Exit(4)
 	})
