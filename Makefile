@@ -56,7 +56,7 @@ fuzz:
 # replays.
 REFIT_FUZZTIME ?= $(FUZZTIME)
 fuzz-refit: deps
-	$(if $(SWEEP),M2N_FUZZ_SWEEP=$(SWEEP) $(GO) test ./apps/refit -run '^TestRunConfigSweep$$' -count=1 -v -timeout 0 | grep -E '^(---|    ---|ok|FAIL)|configurations',)
+	$(if $(SWEEP),M2N_FUZZ_SWEEP=$(SWEEP) $(GO) test ./apps/refit -run '^TestRunConfigSweep$$' -count=1 -timeout 0,)
 	$(GO) test ./apps/refit -run '^$$' -fuzz '^FuzzRunConfig$$' -fuzztime $(REFIT_FUZZTIME) -parallel 1 -fuzzminimizetime 10x
 
 bench:

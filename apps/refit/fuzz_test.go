@@ -37,10 +37,12 @@ func FuzzRunConfig(f *testing.F) {
 	})
 }
 
-// fuzzSeeds are the seeds of the configurations `go test` runs (a valid
-// job on several routes, bad input, an MPMD launch that disagrees, a
-// fault), found with TestFuzzSeedsDiverse's listing.
-var fuzzSeeds = []uint64{1, 2, 3, 4}
+// fuzzSeeds are the seeds of the configurations `go test` runs, chosen
+// from TestFuzzSeedsList's listing: a valid job on two routes with 7-byte
+// chunks, an MPMD launch that disagrees, a byte corrupted on rank 0 that
+// the check must catch, M2N_MPI_INPLACE=banana, and a valid job with
+// 7-byte chunks and --verify.
+var fuzzSeeds = []uint64{1, 2, 9, 16, 17}
 
 // seedBytes is the fuzzer's input for seed: 64 pseudo-random bytes.
 func seedBytes(seed uint64) []byte {
