@@ -250,7 +250,8 @@ func decodeConfig(data []byte) runConfig {
 			args = append(args, fl)
 		}
 	}
-	switch r.pick(5) {
+	domains := r.pick(5)
+	switch domains {
 	case 1:
 		args = append(args, "--dst-domain-size", "1")
 	case 2:
@@ -258,16 +259,18 @@ func decodeConfig(data []byte) runConfig {
 	case 3:
 		c.env = append(c.env, "M2N_DST_DOMAIN_SIZE=2")
 	}
-	if r.rare(32) {
-		c.env, c.bad = append(c.env, "M2N_DST_DOMAIN_SIZE=2 junk"), append(c.bad, "M2N_DST_DOMAIN_SIZE")
-	}
-	switch r.pick(6) {
+	emulate := r.pick(6)
+	switch emulate {
 	case 1:
 		args = append(args, "--emulate-net-bw", "1GB/s", "--dst-domain-size", "1")
+		domains = 1
 	case 2:
 		args = append(args, "--balance", "bytes")
 	}
-	if r.rare(32) {
+	if r.rare(32) && domains != 1 && domains != 2 { // the flag would take precedence
+		c.env, c.bad = append(c.env, "M2N_DST_DOMAIN_SIZE=2 junk"), append(c.bad, "M2N_DST_DOMAIN_SIZE")
+	}
+	if r.rare(32) && emulate != 1 {
 		c.env, c.bad = append(c.env, "M2N_EMULATE_NET_BW=1e-300"), append(c.bad, "M2N_EMULATE_NET_BW")
 	}
 	switch r.pick(4) {
