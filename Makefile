@@ -2,14 +2,14 @@
 # `make test` runs the whole suite. See README.md.
 GO      ?= go
 BIN     := bin/refit
-PURE    := $(foreach d,mesh placement reshard hier stage model fp8,$(if $(wildcard $(d)/*.go),./$(d)/...))
+PURE    := $(foreach d,mesh placement reshard hier stage model fp8 sim,$(if $(wildcard $(d)/*.go),./$(d)/...))
 FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build run test vet purecheck fuzz fuzz-refit bench gpu-bins clean
+.PHONY: all deps build capi run test vet purecheck fuzz fuzz-refit bench gpu-bins clean
 
 all: build
 
@@ -18,6 +18,19 @@ deps:
 
 build: deps
 	$(GO) build -o $(BIN) ./apps/refit
+
+# capi builds the C shared library and its header for C and Python
+# (python/m2n): dist/libm2n.so and dist/m2n.h. The nonvml tag leaves go-nvml
+# out (its NVML symbols stay undefined until run time, which a dlopened
+# library cannot have); libm2n.map exports m2n.h's functions only.
+CAPI_FLAGS := -tags nonvml -buildmode=c-shared \
+	-ldflags='-extldflags=-Wl,--version-script=$(CURDIR)/capi/libm2n.map,-soname,libm2n.so'
+capi: deps
+	@mkdir -p dist
+	@rm -f dist/libm2n.so # relink: go build does not see libm2n.map change
+	$(GO) build $(CAPI_FLAGS) -o dist/libm2n.so ./capi
+	rm -f dist/libm2n.h
+	cp capi/m2n.h dist/m2n.h
 
 # The demo: 4 trainer ranks holding rows (Shard(0)) hand a 32 MiB bf16 matrix
 # to a DP2 x TP2 generator that wants columns (Replicate, Shard(1)): a change
@@ -62,13 +75,17 @@ fuzz-refit: deps
 bench:
 	$(GO) test ./reshard -run '^$$' -bench . -benchmem
 
-# gpu-bins builds what scripts/gpu-check.sh runs on a GPU machine without Go.
+# gpu-bins builds what scripts/gpu-check.sh and scripts/gpu-python.sh run on a
+# GPU machine without Go.
 gpu-bins: deps
 	mkdir -p .devbin
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
 	$(GO) test -c -o .devbin/nccl.test ./nccl
 	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink
+	rm -f .devbin/libm2n.so
+	$(GO) build $(CAPI_FLAGS) -o .devbin/libm2n.so ./capi
+	rm -f .devbin/libm2n.h
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -102,6 +102,15 @@ func (c *Context) Synchronize() error {
 	return check("cuCtxSynchronize", C.m2n_cuCtxSynchronize(c.h))
 }
 
+// SynchronizeStream waits for the work queued so far on a stream of this
+// context that other code made, given as an integer: a CUstream or
+// cudaStream_t, such as PyTorch's torch.cuda.Stream.cuda_stream; 0 is the
+// legacy default stream, and CU_STREAM_PER_THREAD (2) the calling OS
+// thread's per-thread stream (cuStreamSynchronize).
+func (c *Context) SynchronizeStream(h uintptr) error {
+	return check("cuStreamSynchronize", C.m2n_cuStreamSynchronizeHandle(c.h, C.uintptr_t(h)))
+}
+
 // MemGetInfo returns the free and total device memory in bytes.
 func (c *Context) MemGetInfo() (free, total int64, err error) {
 	var f, t C.size_t

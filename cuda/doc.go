@@ -30,6 +30,12 @@
 //	_ = cuda.Unpack(s, dst, box, staging)     // contiguous -> strided
 //	_ = s.Synchronize()
 //
+// Many copies in one launch: PlanBatch plans a list of BatchCopy (each a
+// source and a destination region, strided or contiguous, of any size) for
+// the batched kernel (kernels/batch.h), Context.BatchTable marshals its item
+// table for upload, and BatchLaunch launches it any number of times, on a
+// stream or in a graph captured with Stream.BeginCapture.
+//
 // FP8: Memory.BlockAmax gathers the partial amaxes of the blocks a source
 // region touches into a device window, and Memory.PackQuantize packs a
 // region straight into float8_e4m3fn bytes with the global block scales,
@@ -41,6 +47,10 @@
 //	_ = mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: amaxBuf}, reg) // zeroed first
 //	// ... download, combine across ranks (fp8.Window.MaxWith), ToScales, upload ...
 //	_ = mem.PackQuantize(g, staging, off, reg, cuda.FP8Window{Blocks: blocks, Values: scaleBuf})
+//
+// Memory is a reshard.QuantMemory with these kernels (QuantAmax, LoadScales,
+// QuantPack), so a call that converts to FP8 in flight (reshard.Spec.Scale)
+// on a GPU session quantizes on the device in the pass that packs.
 //
 // Threads: the driver keeps a current context per OS thread and goroutines
 // move between threads, so every call here makes its context current itself.

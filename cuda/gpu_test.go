@@ -143,6 +143,23 @@ func TestGPUMemoryRoundtrip(t *testing.T) {
 	if err := s.CopyHtoD(a, got); err == nil {
 		t.Fatal("async copy from Go memory accepted")
 	}
+	// Another library's stream, by its handle: work queued on it is done
+	// once SynchronizeStream returns; 0 (the legacy stream) and 2 (the
+	// thread's per-thread stream) are handles too.
+	if err := s.Memset(b, 0x5a, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.SynchronizeStream(s.Handle()); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := s.Query(); !done || err != nil {
+		t.Fatalf("Query after SynchronizeStream = %v, %v", done, err)
+	}
+	for _, h := range []uintptr{0, 2} {
+		if err := ctx.SynchronizeStream(h); err != nil {
+			t.Fatalf("SynchronizeStream(%d): %v", h, err)
+		}
+	}
 }
 
 func TestGPUEvents(t *testing.T) {

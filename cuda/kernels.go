@@ -21,6 +21,8 @@ type kernelSet struct {
 	fn  [len(widths)]C.CUfunction
 	// resident[i] is how many blocks of fn[i] fit on the device at once.
 	resident [len(widths)]int
+	// batch is the batched kernel (kernels/batch.h).
+	batch C.CUfunction
 	// quant holds the FP8 kernels (kernels/quant.h) by name.
 	quant map[string]kernelFn
 }
@@ -147,6 +149,13 @@ func (c *Context) loadModule(image []byte) (*kernelSet, error) {
 			return nil, err
 		}
 		ks.resident[i] = max(int(n), 1) * c.sms
+	}
+	bname := C.CString("m2n_batch")
+	err := check("cuModuleGetFunction", C.m2n_cuModuleGetFunction(c.h, &ks.batch, mod, bname))
+	C.free(unsafe.Pointer(bname))
+	if err != nil {
+		C.m2n_cuModuleUnload(c.h, mod)
+		return nil, fmt.Errorf("m2n_batch: %w", err)
 	}
 	ks.quant = map[string]kernelFn{}
 	for _, name := range quantKernels() {

@@ -62,6 +62,16 @@ static struct {
 	CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, CUstream, void **, void **);
+	// optional: graphs (CUDA 11.4 and later)
+	CUresult (*cuEventRecordWithFlags)(CUevent, CUstream, unsigned int);
+	CUresult (*cuStreamBeginCapture)(CUstream, int);
+	CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+	CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+	CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+	CUresult (*cuGraphExecDestroy)(CUgraphExec);
+	CUresult (*cuGraphDestroy)(CUgraph);
+	// optional: stream memory operations
+	CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
 } fn;
 
 // One row per entry point: the exported symbols internal/dl tries with
@@ -74,6 +84,7 @@ struct entry {
 };
 
 #define E(f, v, s1, s2) { { (void **)&fn.f, { s1, s2 }, 0 }, #f, v }
+#define OPT(f, v, s1, s2) { { (void **)&fn.f, { s1, s2 }, 1 }, #f, v }
 
 static struct entry entries[] = {
 	E(cuInit, M2N_CUDA_ABI, "cuInit", NULL),
@@ -123,9 +134,20 @@ static struct entry entries[] = {
 	E(cuModuleGetFunction, M2N_CUDA_ABI, "cuModuleGetFunction", NULL),
 	E(cuOccupancyMaxActiveBlocksPerMultiprocessor, M2N_CUDA_ABI, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL),
 	E(cuLaunchKernel, M2N_CUDA_ABI, "cuLaunchKernel", NULL),
+	OPT(cuEventRecordWithFlags, M2N_CUDA_ABI, "cuEventRecordWithFlags", NULL),
+	// cuStreamBeginCapture at 10.1 and later is the _v2 entry point, with a
+	// capture mode.
+	OPT(cuStreamBeginCapture, M2N_CUDA_ABI, "cuStreamBeginCapture_v2", NULL),
+	OPT(cuStreamEndCapture, M2N_CUDA_ABI, "cuStreamEndCapture", NULL),
+	OPT(cuGraphInstantiateWithFlags, M2N_CUDA_ABI, "cuGraphInstantiateWithFlags", NULL),
+	OPT(cuGraphLaunch, M2N_CUDA_ABI, "cuGraphLaunch", NULL),
+	OPT(cuGraphExecDestroy, M2N_CUDA_ABI, "cuGraphExecDestroy", NULL),
+	OPT(cuGraphDestroy, M2N_CUDA_ABI, "cuGraphDestroy", NULL),
+	OPT(cuStreamWaitValue32, M2N_CUDA_ABI, "cuStreamWaitValue32_v2", "cuStreamWaitValue32"),
 };
 
 #undef E
+#undef OPT
 
 static const m2n_dl_table table = M2N_DL_TABLE(entries);
 
@@ -234,6 +256,7 @@ CUresult m2n_cuMemcpy3DAsync(CUcontext ctx, const m2n_memcpy3d *p, CUstream s) {
 CUresult m2n_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned int flags) { WITH_CTX(fn.cuStreamCreate(s, flags)); }
 CUresult m2n_cuStreamDestroy(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamDestroy(s)); }
 CUresult m2n_cuStreamSynchronize(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamSynchronize(s)); }
+CUresult m2n_cuStreamSynchronizeHandle(CUcontext ctx, uintptr_t s) { WITH_CTX(fn.cuStreamSynchronize((CUstream)s)); }
 CUresult m2n_cuStreamQuery(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamQuery(s)); }
 CUresult m2n_cuStreamWaitEvent(CUcontext ctx, CUstream s, CUevent e) { WITH_CTX(fn.cuStreamWaitEvent(s, e, 0)); }
 CUresult m2n_cuEventCreate(CUcontext ctx, CUevent *e, unsigned int flags) { WITH_CTX(fn.cuEventCreate(e, flags)); }
@@ -253,10 +276,40 @@ CUresult m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(CUcontext ctx, int *n, 
 	WITH_CTX(fn.cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, 0));
 }
 
+int m2n_cu_has_graphs(void) {
+	return fn.cuEventRecordWithFlags != NULL && fn.cuStreamBeginCapture != NULL && fn.cuStreamEndCapture != NULL &&
+	       fn.cuGraphInstantiateWithFlags != NULL && fn.cuGraphLaunch != NULL && fn.cuGraphExecDestroy != NULL &&
+	       fn.cuGraphDestroy != NULL;
+}
+CUresult m2n_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned int flags) {
+	WITH_CTX(fn.cuEventRecordWithFlags(e, s, flags));
+}
+CUresult m2n_cuStreamBeginCapture(CUcontext ctx, CUstream s, int mode) { WITH_CTX(fn.cuStreamBeginCapture(s, mode)); }
+CUresult m2n_cuStreamEndCapture(CUcontext ctx, CUstream s, CUgraph *g) { WITH_CTX(fn.cuStreamEndCapture(s, g)); }
+CUresult m2n_cuGraphInstantiate(CUcontext ctx, CUgraphExec *e, CUgraph g) {
+	WITH_CTX(fn.cuGraphInstantiateWithFlags(e, g, 0));
+}
+CUresult m2n_cuGraphLaunch(CUcontext ctx, CUgraphExec e, CUstream s) { WITH_CTX(fn.cuGraphLaunch(e, s)); }
+CUresult m2n_cuGraphExecDestroy(CUcontext ctx, CUgraphExec e) { WITH_CTX(fn.cuGraphExecDestroy(e)); }
+CUresult m2n_cuGraphDestroy(CUcontext ctx, CUgraph g) { WITH_CTX(fn.cuGraphDestroy(g)); }
+
+int m2n_cu_has_wait_value(void) { return fn.cuStreamWaitValue32 != NULL; }
+CUresult m2n_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr p, unsigned int v) {
+	// CU_STREAM_WAIT_VALUE_GEQ
+	WITH_CTX(fn.cuStreamWaitValue32(s, p, v, 0x0));
+}
+
 CUresult m2n_launch_copy(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
 	const m2n_copy_params *p) {
 	// The kernel takes the struct by value; cuLaunchKernel copies it out of
 	// *p before returning, so p may live in Go memory.
+	void *args[1] = { (void *)p };
+	WITH_CTX(fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
+}
+
+CUresult m2n_launch_batch(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+	const m2n_batch_params *p) {
+	// As m2n_launch_copy: cuLaunchKernel copies the parameter block.
 	void *args[1] = { (void *)p };
 	WITH_CTX(fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
 }

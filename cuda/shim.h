@@ -18,6 +18,8 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 // CUmemorytype values (cuda.h).
 enum { M2N_CU_MEMORYTYPE_HOST = 1, M2N_CU_MEMORYTYPE_DEVICE = 2 };
@@ -114,6 +116,9 @@ CUresult m2n_cuMemcpy3DAsync(CUcontext ctx, const m2n_memcpy3d *p, CUstream s);
 CUresult m2n_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned int flags);
 CUresult m2n_cuStreamDestroy(CUcontext ctx, CUstream s);
 CUresult m2n_cuStreamSynchronize(CUcontext ctx, CUstream s);
+// m2n_cuStreamSynchronizeHandle synchronizes a stream given as an integer
+// (another library's CUstream or cudaStream_t; 0 the legacy default stream).
+CUresult m2n_cuStreamSynchronizeHandle(CUcontext ctx, uintptr_t s);
 CUresult m2n_cuStreamQuery(CUcontext ctx, CUstream s);
 CUresult m2n_cuStreamWaitEvent(CUcontext ctx, CUstream s, CUevent e);
 CUresult m2n_cuEventCreate(CUcontext ctx, CUevent *e, unsigned int flags);
@@ -122,12 +127,27 @@ CUresult m2n_cuEventRecord(CUcontext ctx, CUevent e, CUstream s);
 CUresult m2n_cuEventSynchronize(CUcontext ctx, CUevent e);
 CUresult m2n_cuEventQuery(CUcontext ctx, CUevent e);
 CUresult m2n_cuEventElapsedTime(CUcontext ctx, float *ms, CUevent start, CUevent end);
+// Graphs (optional entry points: m2n_cu_has_graphs says whether the driver
+// has them all).
+int m2n_cu_has_graphs(void);
+CUresult m2n_cuEventRecordWithFlags(CUcontext ctx, CUevent e, CUstream s, unsigned int flags);
+CUresult m2n_cuStreamBeginCapture(CUcontext ctx, CUstream s, int mode);
+CUresult m2n_cuStreamEndCapture(CUcontext ctx, CUstream s, CUgraph *g);
+CUresult m2n_cuGraphInstantiate(CUcontext ctx, CUgraphExec *e, CUgraph g);
+CUresult m2n_cuGraphLaunch(CUcontext ctx, CUgraphExec e, CUstream s);
+CUresult m2n_cuGraphExecDestroy(CUcontext ctx, CUgraphExec e);
+CUresult m2n_cuGraphDestroy(CUcontext ctx, CUgraph g);
+// Stream memory operations (optional).
+int m2n_cu_has_wait_value(void);
+CUresult m2n_cuStreamWaitValue32(CUcontext ctx, CUstream s, CUdeviceptr p, unsigned int v);
 CUresult m2n_cuModuleLoadData(CUcontext ctx, CUmodule *m, const void *image);
 CUresult m2n_cuModuleUnload(CUcontext ctx, CUmodule m);
 CUresult m2n_cuModuleGetFunction(CUcontext ctx, CUfunction *f, CUmodule m, const char *name);
 CUresult m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(CUcontext ctx, int *n, CUfunction f, int block);
 CUresult m2n_launch_copy(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
 	const m2n_copy_params *p);
+CUresult m2n_launch_batch(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+	const m2n_batch_params *p);
 CUresult m2n_launch_quant(CUcontext ctx, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
 	const m2n_quant_params *p);
 

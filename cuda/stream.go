@@ -4,6 +4,7 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -110,4 +111,15 @@ func (s *Stream) CopyDtoD(dst, src DevicePtr, n int) error {
 	}
 	return check("cuMemcpyDtoDAsync",
 		C.m2n_cuMemcpyDtoDAsync(s.ctx.h, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), s.h))
+}
+
+// WaitValue32 makes later work on the stream wait until the 32-bit word at
+// p (device memory) is at least v (cuStreamWaitValue32): a gate the host
+// opens by writing the word, for tests of what waits on a stream. It fails
+// where the driver has no stream memory operations.
+func (s *Stream) WaitValue32(p DevicePtr, v uint32) error {
+	if C.m2n_cu_has_wait_value() == 0 {
+		return errors.New("cuda: this driver has no cuStreamWaitValue32")
+	}
+	return check("cuStreamWaitValue32", C.m2n_cuStreamWaitValue32(s.ctx.h, s.h, C.CUdeviceptr(p), C.uint(v)))
 }

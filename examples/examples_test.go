@@ -20,7 +20,7 @@ func TestExamples(t *testing.T) {
 	}{
 		{"trainer", 8, "3 steps of 6 tensors checked on every generator rank"},
 		{"stages", 5, "3 steps: the generator holds both stages' layers, checked"},
-		{"gpu", 1, "3 steps on 1 GPU(s), S0 -> S1, checked"},
+		{"gpu", 1, "3 steps on 1 GPU(s), S0 -> S1, and 2 launched after a trainer's event, checked (replay driver)"},
 	} {
 		t.Run(ex.name, func(t *testing.T) {
 			mpitest.Require(t)

@@ -84,6 +84,10 @@ func (g Grid) checkWindow(w Window, box placement.Box) error {
 func amaxBF16(b []byte) uint16 {
 	var m0, m1, m2, m3 uint16
 	i := 0
+	if n := len(b) / 2 &^ 31; useAVX2 && n > 0 {
+		m0 = amaxBF16AVX2(&b[0], n)
+		i = 2 * n
+	}
 	for ; i+8 <= len(b); i += 8 {
 		w := binary.LittleEndian.Uint64(b[i:])
 		m0 = max(m0, uint16(w)&0x7FFF)
@@ -101,6 +105,10 @@ func amaxBF16(b []byte) uint16 {
 func amaxF32(b []byte) uint32 {
 	var m0, m1 uint32
 	i := 0
+	if n := len(b) / 4 &^ 15; useAVX2 && n > 0 {
+		m0 = amaxF32AVX2(&b[0], n)
+		i = 4 * n
+	}
 	for ; i+8 <= len(b); i += 8 {
 		w := binary.LittleEndian.Uint64(b[i:])
 		m0 = max(m0, uint32(w)&0x7FFFFFFF)

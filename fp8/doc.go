@@ -56,9 +56,13 @@
 // Quantize does all three for a whole tensor held by one rank, and is the
 // reference the distributed pieces are tested against.
 //
-// Amax and Pack allocate nothing in their loops. Pack builds, for a block
-// it covers with enough elements, a table of the E4M3 byte of every
-// bfloat16 magnitude the block can hold, so that most elements cost one
-// lookup; the float path divides through a float64 reciprocal, which gives
-// the true float32 quotient for every float32 operands (see quantizeMul).
+// Amax and Pack allocate nothing in their loops. On amd64 with AVX2 they
+// take eight elements at a time (quant_amd64.s: a float32 division, the
+// rule's own, then Encode's rounding in integer lanes; the amaxes 16 or 32
+// at a time), byte for byte the scalar loops' (TestAVX2MatchesScalar).
+// Elsewhere (and with the purego build tag) Pack builds, for a block it
+// covers with enough elements, a table of the E4M3 byte of every bfloat16
+// magnitude the block can hold, so that most elements cost one lookup; the
+// float path divides through a float64 reciprocal, which gives the true
+// float32 quotient for every float32 operands (see quantizeMul).
 package fp8

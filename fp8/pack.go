@@ -16,10 +16,11 @@ import (
 // r touches, with the global scales (every rank that holds a part of a
 // block quantizes it with the same scale). dst needs r.Box.Elems() bytes.
 //
-// Pack reads the source once. For bfloat16 sources it builds, per block it
-// covers with enough elements, a table of the E4M3 byte of every bfloat16
-// magnitude the block can hold, so that an element costs a load, a lookup
-// and a store; the bytes are those of QuantizeValue either way. A NaN or
+// Pack reads the source once. With AVX2 it quantizes eight elements at a
+// time (quant_amd64.s); otherwise, for bfloat16 sources, it builds, per
+// block it covers with enough elements, a table of the E4M3 byte of every
+// bfloat16 magnitude the block can hold, so that an element costs a load,
+// a lookup and a store; the bytes are those of QuantizeValue either way. A NaN or
 // infinite element fails the call with a *NonFiniteError (dst is then
 // partly written). Pack allocates nothing once warm (the tables are pooled).
 func (g Grid) Pack(dst []byte, r Region, scales Window) error {
@@ -51,7 +52,7 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 	}
 	if r.DType == placement.F32 {
 		wk.walk(func(s segment) bool {
-			if i := quantF32(dst[s.pos:s.pos+s.n], s.data, 1/float64(scales.Values[s.win])); i >= 0 {
+			if i := quantF32(dst[s.pos:s.pos+s.n], s.data, scales.Values[s.win]); i >= 0 {
 				return fail(s, i)
 			}
 			return true
@@ -69,11 +70,11 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 		out := dst[s.pos : s.pos+s.n]
 		sc := scales.Values[s.win]
 		var i int64
-		if s.served >= tableMinElems && tableable(sc) {
+		if !useAVX2 && s.served >= tableMinElems && tableable(sc) {
 			t, base, inv := tabs.get(s.slot, s.win, sc)
 			i = quantBF16Table(out, s.data, t, base, inv)
 		} else {
-			i = quantBF16(out, s.data, 1/float64(sc))
+			i = quantBF16(out, s.data, sc)
 		}
 		if i >= 0 {
 			return fail(s, i)
@@ -87,11 +88,27 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 }
 
 // quantBF16 quantizes the bfloat16 values in src into dst, dividing by the
-// scale 1/inv (see quantizeMul). It returns the index of the first NaN or
-// infinity, or -1. Encode's normal case is written out so that the loop
-// needs no call for most elements (Encode is a little too large to
-// inline).
-func quantBF16(dst, src []byte, inv float64) int64 {
+// scale s. It returns the index of the first NaN or infinity, or -1. With
+// AVX2 the kernel does eight elements at a time (quant_amd64.s: a float32
+// division, as the rule says), the scalar loop the rest.
+func quantBF16(dst, src []byte, s float32) int64 {
+	src = src[:2*len(dst)]
+	inv := 1 / float64(s)
+	if !useAVX2 || len(dst) < 8 {
+		return quantBF16Scalar(dst, src, inv)
+	}
+	i := quantBF16AVX2(&dst[0], &src[0], len(dst), s)
+	if j := quantBF16Scalar(dst[i:], src[2*i:], inv); j >= 0 {
+		return int64(i) + j
+	}
+	return -1
+}
+
+// quantBF16Scalar is quantBF16 element by element, dividing by the scale
+// 1/inv through a multiply (see quantizeMul). Encode's normal case is
+// written out so that the loop needs no call for most elements (Encode is
+// a little too large to inline).
+func quantBF16Scalar(dst, src []byte, inv float64) int64 {
 	src = src[:2*len(dst)]
 	bad := int64(-1)
 	for i := range dst {
@@ -110,7 +127,21 @@ func quantBF16(dst, src []byte, inv float64) int64 {
 }
 
 // quantF32 is quantBF16 for float32 values.
-func quantF32(dst, src []byte, inv float64) int64 {
+func quantF32(dst, src []byte, s float32) int64 {
+	src = src[:4*len(dst)]
+	inv := 1 / float64(s)
+	if !useAVX2 || len(dst) < 8 {
+		return quantF32Scalar(dst, src, inv)
+	}
+	i := quantF32AVX2(&dst[0], &src[0], len(dst), s)
+	if j := quantF32Scalar(dst[i:], src[4*i:], inv); j >= 0 {
+		return int64(i) + j
+	}
+	return -1
+}
+
+// quantF32Scalar is quantBF16Scalar for float32 values.
+func quantF32Scalar(dst, src []byte, inv float64) int64 {
 	src = src[:4*len(dst)]
 	bad := int64(-1)
 	for i := range dst {

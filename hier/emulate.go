@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/m2n-dev/m2n/reshard"
@@ -19,15 +20,37 @@ import (
 // completes when its real transfers have and its last emulated operation
 // would have.
 type Emulated struct {
-	inner    reshard.Transport
-	topo     reshard.Topology
+	inner reshard.Transport
+	topo  reshard.Topology
+	nic   *NIC
+	err   error // a rate Emulate was given that ValidateRate refuses
+	now   func() time.Time
+	sleep func(context.Context, time.Duration) error
+}
+
+// NIC is one rank's emulated network interface: a sending side and a
+// receiving side of one rate, each busy until some time. The transports of
+// one rank (its pipeline stages' calls, which run at once) share its NIC,
+// as they share the rank's one real interface. A NIC is safe for
+// concurrent use.
+type NIC struct {
+	mu       sync.Mutex
 	rate     float64 // bytes per second
-	err      error   // a rate Emulate was given that ValidateRate refuses
 	sendFree time.Time
 	recvFree time.Time
-	now      func() time.Time
-	sleep    func(context.Context, time.Duration) error
 }
+
+// NewNIC returns an interface of bytesPerSec each way, or ValidateRate's
+// error.
+func NewNIC(bytesPerSec float64) (*NIC, error) {
+	if err := ValidateRate(bytesPerSec); err != nil {
+		return nil, err
+	}
+	return &NIC{rate: bytesPerSec}, nil
+}
+
+// Rate returns the interface's rate in bytes per second.
+func (n *NIC) Rate() float64 { return n.rate }
 
 // MinEmulatedRate is the slowest network Emulate emulates: 1 byte per
 // second. A slower rate is a mistake (a unit off, or 1e-300), not a
@@ -59,7 +82,14 @@ func NewEmulated(t reshard.Transport, topo reshard.Topology, bytesPerSec float64
 // reports it at once instead. Start also fails, naming the bytes and the
 // rate, when a delay would not fit a time.Duration (about 292 years).
 func Emulate(t reshard.Transport, topo reshard.Topology, bytesPerSec float64) *Emulated {
-	return &Emulated{inner: t, topo: topo, rate: bytesPerSec, err: ValidateRate(bytesPerSec), now: time.Now, sleep: sleepCtx}
+	return &Emulated{inner: t, topo: topo, nic: &NIC{rate: bytesPerSec}, err: ValidateRate(bytesPerSec), now: time.Now, sleep: sleepCtx}
+}
+
+// EmulateOn wraps t with nic's network between the domains of topo: every
+// transport of a rank that EmulateOn wraps with the same nic shares its
+// rate.
+func EmulateOn(t reshard.Transport, topo reshard.Topology, nic *NIC) *Emulated {
+	return &Emulated{inner: t, topo: topo, nic: nic, now: time.Now, sleep: sleepCtx}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -99,10 +129,13 @@ func (e *Emulated) Start(ops []reshard.Op) (reshard.Pending, error) {
 	if e.err != nil {
 		return nil, e.err
 	}
+	nic := e.nic
+	nic.mu.Lock()
+	defer nic.mu.Unlock()
 	now := e.now()
 	done := now
 	me := e.Rank()
-	sendFree, recvFree := e.sendFree, e.recvFree
+	sendFree, recvFree := nic.sendFree, nic.recvFree
 	for _, o := range ops {
 		if e.topo.Class(me, o.Peer) != reshard.LinkNetwork {
 			continue
@@ -117,10 +150,10 @@ func (e *Emulated) Start(ops []reshard.Op) (reshard.Pending, error) {
 		}
 		// this op's delay, and the booking from now with it, must fit a
 		// time.Duration.
-		secs := float64(o.Len) / e.rate
+		secs := float64(o.Len) / nic.rate
 		queued := start.Sub(now)
 		if !(secs*float64(time.Second) < float64(math.MaxInt64-queued)) {
-			return nil, &reshard.FieldError{Field: "emulated network rate", Got: fmt.Sprintf("%g bytes/s", e.rate),
+			return nil, &reshard.FieldError{Field: "emulated network rate", Got: fmt.Sprintf("%g bytes/s", nic.rate),
 				Why: fmt.Sprintf("%d bytes to or from rank %d would complete %.3g s from now, more than a time.Duration holds",
 					o.Len, o.Peer, queued.Seconds()+secs)}
 		}
@@ -133,7 +166,7 @@ func (e *Emulated) Start(ops []reshard.Op) (reshard.Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.sendFree, e.recvFree = sendFree, recvFree
+	nic.sendFree, nic.recvFree = sendFree, recvFree
 	return &emulatedRound{inner: p, until: done, e: e}, nil
 }
 

@@ -2,3 +2,4 @@ package hier
 
 // BlockOwner exposes blockOwner to the tests.
 var BlockOwner = blockOwner
+var ChooseAmong = choose

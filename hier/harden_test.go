@@ -138,7 +138,7 @@ func TestEmulateRates(t *testing.T) {
 	if _, err := e.Start([]reshard.Op{{Peer: 1, Send: true, Buf: make(reshard.HostBuffer, 1), Len: 200 * year}}); err == nil {
 		t.Error("400 years of booking accepted")
 	}
-	if got := e.sendFree.Sub(clock); got != time.Duration(200*year)*time.Second {
+	if got := e.nic.sendFree.Sub(clock); got != time.Duration(200*year)*time.Second {
 		t.Errorf("a refused Start changed the booking: %v", got)
 	}
 }

@@ -295,13 +295,20 @@ type Choice struct {
 // Choose picks the route with the smallest predicted time (bound plus
 // startup), preferring the simpler route on a tie: flat, then hier, then
 // agbcast. Like Bounds, it needs a valid fabric and problem (Auto checks).
-func Choose(p Problem, f Fabric) Choice {
+func Choose(p Problem, f Fabric) Choice { return choose(p, f, nil) }
+
+// choose is Choose among the routes allow accepts (nil: all of them).
+func choose(p Problem, f Fabric, allow func(route string) bool) Choice {
 	bs := Bounds(p, f)
 	order := map[string]int{"flat": 0, "hier": 1, "agbcast": 2}
-	best := bs[0]
-	for _, b := range bs[1:] {
-		if b.Predicted < best.Predicted*(1-1e-9) || (math.Abs(b.Predicted-best.Predicted) <= best.Predicted*1e-9 && order[b.Route] < order[best.Route]) {
-			best = b
+	var best Bound
+	found := false
+	for _, b := range bs {
+		if allow != nil && !allow(b.Route) {
+			continue
+		}
+		if !found || b.Predicted < best.Predicted*(1-1e-9) || (math.Abs(b.Predicted-best.Predicted) <= best.Predicted*1e-9 && order[b.Route] < order[best.Route]) {
+			best, found = b, true
 		}
 	}
 	var parts []string
@@ -323,14 +330,34 @@ type Auto struct {
 	Fabric Fabric
 	// Balance is the leader balance hier uses if auto picks it.
 	Balance Balance
+	// Buckets, when positive, makes auto choose per bucket: the call's
+	// tensors, in order, are grouped into buckets of at most this many
+	// bytes (a larger tensor is a bucket of its own), the model picks each
+	// bucket's route, and every bucket's messages fill the rounds of one
+	// joint schedule (small tensors share rounds and messages, large ones
+	// pipeline). 0 picks one route for the whole call.
+	Buckets int64
 }
 
 // Name returns "auto".
 func (Auto) Name() string { return "auto" }
 
-// Choose returns the route auto picks for the plans and why.
+// Choose returns the route auto picks for the plans and why. When a plan
+// converts to FP8 in flight (reshard.Plan.Converts), agbcast, which cannot
+// carry it, is left out.
 func (a Auto) Choose(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) Choice {
-	return Choose(ProblemOf(plans, topo, float64(opts.ChunkBytes)), a.Fabric)
+	var allow func(string) bool
+	for _, p := range plans {
+		if p.Converts() {
+			allow = func(r string) bool { return r != "agbcast" }
+			break
+		}
+	}
+	c := choose(ProblemOf(plans, topo, float64(opts.ChunkBytes)), a.Fabric, allow)
+	if allow != nil {
+		c.Why += " (agbcast left out: a tensor converts to FP8 in flight)"
+	}
+	return c
 }
 
 // Schedule implements reshard.Route.
@@ -351,7 +378,10 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if err := prob.Validate(); err != nil {
 		return nil, err
 	}
-	c := Choose(prob, a.Fabric)
+	if a.Buckets > 0 && len(plans) > 1 {
+		return a.scheduleBuckets(plans, topo, opts)
+	}
+	c := a.Choose(plans, topo, opts)
 	var r reshard.Route = Hier{Balance: a.Balance}
 	switch c.Route {
 	case "flat":
@@ -365,6 +395,86 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	}
 	s.Route = "auto:" + c.Route
 	s.Note = c.Why
+	return s, nil
+}
+
+// route returns the bucket route a choice names.
+func (a Auto) route(name string) reshard.BucketRoute {
+	switch name {
+	case "flat":
+		return reshard.Flat{}
+	case "agbcast":
+		return reshard.AllGatherBroadcast{}
+	}
+	return Hier{Balance: a.Balance}
+}
+
+// Bucket is a run of a call's tensors that auto schedules on one route.
+type Bucket struct {
+	Tensors []int  // indices into the call's tensors, in order
+	Bytes   int64  // their bytes
+	Choice  Choice // the route the model picked, and why
+}
+
+// BucketsOf groups the call's tensors, in order, into buckets of at most
+// a.Buckets bytes each (a tensor larger than that alone) and picks each
+// bucket's route with the data-movement model.
+func (a Auto) BucketsOf(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) []Bucket {
+	var out []Bucket
+	var cur Bucket
+	flush := func() {
+		if len(cur.Tensors) == 0 {
+			return
+		}
+		ps := make([]*reshard.Plan, len(cur.Tensors))
+		for i, t := range cur.Tensors {
+			ps[i] = plans[t]
+		}
+		cur.Choice = a.Choose(ps, topo, opts)
+		out = append(out, cur)
+		cur = Bucket{}
+	}
+	for t, p := range plans {
+		n := p.Src().Bytes()
+		if len(cur.Tensors) > 0 && cur.Bytes+n > a.Buckets {
+			flush()
+		}
+		cur.Tensors = append(cur.Tensors, t)
+		cur.Bytes += n
+	}
+	flush()
+	return out
+}
+
+// scheduleBuckets builds the joint schedule of a bucketed call.
+func (a Auto) scheduleBuckets(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) (*reshard.Schedule, error) {
+	buckets := a.BucketsOf(plans, topo, opts)
+	b, err := reshard.NewBuilder("auto", plans, topo, opts.RoundBytes())
+	if err != nil {
+		return nil, err
+	}
+	count := map[string]int{}
+	var names []string
+	for _, bk := range buckets {
+		if err := a.route(bk.Choice.Route).AddTensors(b, plans, bk.Tensors, topo, opts); err != nil {
+			return nil, err
+		}
+		if count[bk.Choice.Route] == 0 {
+			names = append(names, bk.Choice.Route)
+		}
+		count[bk.Choice.Route]++
+	}
+	s := b.Schedule()
+	s.Route = "auto:" + names[0]
+	if len(names) > 1 {
+		s.Route = "auto:mixed"
+	}
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s for %d", n, count[n]))
+	}
+	s.Note = fmt.Sprintf("%d buckets of at most %d bytes, each on the route the model predicts fastest for it: %s",
+		len(buckets), a.Buckets, strings.Join(parts, ", "))
 	return s, nil
 }
 

@@ -1,33 +1,54 @@
 package hier
 
-import "github.com/m2n-dev/m2n/reshard"
+import (
+	"math"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
 
 // ProblemOf derives the model's problem for a call of several tensors
 // over one communicator: each plan's problem (FromPlan) summed, bytes and
-// domain loads added, the source paths and replication the largest of any
-// tensor.
+// domain loads added, the source paths the most any tensor has, and rho
+// the byte-weighted mean of the tensors' replication (rounded), so that
+// flat's rho*B counts each tensor's own replicas: a model mixes tensors
+// sharded over TP and replicated DP times with norms replicated on every
+// rank, and the largest rho would charge every byte with the norms'
+// replication (8 times too much for DeepSeek-V3 on TP8 x DP16).
 func ProblemOf(plans []*reshard.Plan, topo reshard.Topology, chunk float64) Problem {
 	var prob Problem
+	var rhoBytes float64
 	for i, p := range plans {
 		q := FromPlan(p, topo, chunk)
+		rhoBytes += float64(q.Rho) * q.Bytes
 		if i == 0 {
 			prob = q
 			continue
 		}
 		prob.Bytes += q.Bytes
 		prob.Sources = max(prob.Sources, q.Sources)
-		prob.Rho = max(prob.Rho, q.Rho)
 		addDomains(&prob, q)
 	}
+	prob.Rho = weightedRho(prob.Rho, rhoBytes, prob.Bytes)
 	return prob
+}
+
+// weightedRho is rhoBytes/bytes rounded, at least 1; fallback when there
+// are no bytes.
+func weightedRho(fallback int, rhoBytes, bytes float64) int {
+	if bytes <= 0 {
+		return fallback
+	}
+	return max(1, int(math.Round(rhoBytes/bytes)))
 }
 
 // Combine is the problem of calls that run at once on disjoint source
 // ranks into the same destination domains (a model's pipeline stages):
-// bytes, source paths and domain loads add; replication is the largest.
+// bytes, source paths and domain loads add; rho is the byte-weighted mean.
 func Combine(ps ...Problem) Problem {
 	var out Problem
+	var rhoBytes float64
 	for i, q := range ps {
+		rhoBytes += float64(q.Rho) * q.Bytes
 		if i == 0 {
 			out = q
 			out.Domains = append([]DomainLoad(nil), q.Domains...)
@@ -35,10 +56,10 @@ func Combine(ps ...Problem) Problem {
 		}
 		out.Bytes += q.Bytes
 		out.Sources += q.Sources
-		out.Rho = max(out.Rho, q.Rho)
 		out.Chunk = max(out.Chunk, q.Chunk)
 		addDomains(&out, q)
 	}
+	out.Rho = weightedRho(out.Rho, rhoBytes, out.Bytes)
 	return out
 }
 

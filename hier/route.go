@@ -77,18 +77,30 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if err != nil {
 		return nil, err
 	}
+	all := make([]int, len(plans))
+	for i := range all {
+		all[i] = i
+	}
+	if err := h.AddTensors(b, plans, all, topo, opts); err != nil {
+		return nil, err
+	}
+	return b.Schedule(), nil
+}
+
+// AddTensors implements reshard.BucketRoute.
+func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions) error {
 	// every transfer reaches its destination in at least one message:
 	// refuse an absurd plan before deriving chains from it.
 	var transfers int64
-	for _, p := range plans {
-		transfers += int64(p.Len()) // at most MaxTransfers each
+	for _, ti := range tensors {
+		transfers += int64(plans[ti].Len()) // at most MaxTransfers each
 	}
 	if transfers > reshard.MaxMessages {
-		return nil, b.Expect(transfers)
+		return b.Expect(transfers)
 	}
 	var chains []chain
-	for ti, p := range plans {
-		chains = append(chains, tensorChains(ti, p, topo, h.Balance)...)
+	for _, ti := range tensors {
+		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
 	}
 	// count: every chunk of a chain is one message per hop into a leader
 	// and one per replica a leader fans out to.
@@ -97,7 +109,7 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		c := &chains[i]
 		n, err := reshard.CountChunks(c.box, c.elem, opts.ChunkBytes)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		per := int64(len(c.hops))
 		for _, h := range c.hops {
@@ -112,12 +124,13 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		}
 	}
 	if err := b.Expect(total); err != nil {
-		return nil, err
+		return err
 	}
 	for i := range chains {
 		c := &chains[i]
+		var err error
 		if c.chunks, err = reshard.SplitBox(c.box, c.elem, opts.ChunkBytes); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// Add chunk-major: every chain's first chunk, then every second, ...
@@ -137,10 +150,7 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		}
 		active = next
 	}
-	if err := b.Err(); err != nil {
-		return nil, err
-	}
-	return b.Schedule(), nil
+	return b.Err()
 }
 
 // chain is the path of one piece of one contribution: from its source owner
@@ -148,7 +158,8 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 // from each leader to the other replicas of its domain.
 type chain struct {
 	tensor   int
-	elem     int64
+	srcElem  int64         // bytes of a source element
+	elem     int64         // bytes of an element on the wire and in the destination
 	src      int           // source owner
 	srcLocal placement.Box // the region the owner holds
 	dstLocal placement.Box // the region every replica of the shard holds
@@ -166,7 +177,7 @@ type hop struct {
 func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	bytes := sub.Elems() * c.elem
 	dstAt := reshard.Describe(c.dstLocal, sub, c.elem)
-	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: reshard.Describe(c.srcLocal, sub, c.elem)}}
+	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: reshard.Describe(c.srcLocal, sub, c.srcElem)}}
 	prev := c.src
 	after := 0
 	for _, h := range c.hops {
@@ -193,7 +204,9 @@ type shard struct {
 // tensorChains derives the chains of one tensor.
 func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance) []chain {
 	dm := p.Dst().Mesh()
-	elem := p.Src().ElemSize()
+	// a converting plan's messages carry destination (FP8) elements; only
+	// the first hop reads the source's.
+	srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
 	index := map[int]int{}
 	var shards []shard
 	for i := 0; i < dm.Size(); i++ {
@@ -234,7 +247,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			pieces = append(pieces, piece{t: t, box: t.Box, slot: ci, entry: ci % nd})
 		}
 		for _, pc := range pieces {
-			c := chain{tensor: ti, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
+			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
 				reps := domains[(pc.entry+step)%nd]
 				var li int

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/stage"
@@ -40,6 +41,9 @@ type Layouts struct {
 	// Generator.Ranks() world ranks after all trainers.
 	Ranks  stage.Layout
 	Stages []*Stage
+	// FP8 is the scaling mode of the generator's FP8 weights
+	// (NewQuantized); zero when the generator takes the trainer's dtypes.
+	FP8 fp8.Mode
 }
 
 // Stage is one pipeline stage and its communicator: the stage's trainer
@@ -68,9 +72,13 @@ type Stage struct {
 type TensorLayout struct {
 	Tensor
 	Src, Dst placement.Layout
-	group    [2]*group
-	member   [2]int // index into group[side].members
-	order    [2]int // position key within the group (q, k, v; gate, up)
+	// Scale is the FP8 scaling mode of a tensor the generator holds in
+	// fp8e4m3 (Dst's dtype; see NewQuantized), zero for the others: what
+	// reshard.Spec.Scale takes.
+	Scale  fp8.Mode
+	group  [2]*group
+	member [2]int // index into group[side].members
+	order  [2]int // position key within the group (q, k, v; gate, up)
 }
 
 // Layout returns the layout of the given side.
@@ -113,6 +121,28 @@ func (t *TensorLayout) Fused(side Side) bool { return len(t.group[side].members)
 // a pipeline stage left without layers, or an invalid configuration is an
 // error naming the tensor, the dim and both numbers.
 func New(m *Model, tr Trainer, gen Generator) (*Layouts, error) {
+	return NewQuantized(m, tr, gen, 0)
+}
+
+// NewQuantized is New for a generator that serves FP8 weights, converted
+// in flight: with a scaling mode (fp8.Block, Row or Tensor; zero is New)
+// every bf16 tensor of 2 or 3 dims (Shape: the linear and expert weights,
+// the embedding and the LM head) has an fp8e4m3 destination and Scale
+// set, as FP8 checkpoints hold them with their weight_scale_inv; 1-D
+// tensors (norms, biases) and tensors of other dtypes stay as they are.
+// Fused destination buffers hold members of one dtype.
+//
+// The scale grid is over the layout shape (LayoutShape, whose last two
+// dims are the matrix): for Query, Key and Value ([kv heads, rows, H]) a
+// matrix per key-value head, for ExpertsGateUp ([E, 2, I, H]) one per
+// expert and half. Those are the scales of the checkpoint's own shape in
+// Row mode, and in Block mode where the rows per key-value head and I are
+// multiples of 128 (so for the built-in models at full size), not in
+// Tensor mode (a scale per key-value head's rows, per gate and up).
+func NewQuantized(m *Model, tr Trainer, gen Generator, mode fp8.Mode) (*Layouts, error) {
+	if mode != 0 && (mode < fp8.Block || mode > fp8.Tensor) {
+		return nil, fmt.Errorf("model %s: %v is not an FP8 scaling mode (want block, row or tensor)", m.Name, mode)
+	}
 	if err := tr.Validate(); err != nil {
 		return nil, err
 	}
@@ -125,7 +155,7 @@ func New(m *Model, tr Trainer, gen Generator) (*Layouts, error) {
 		return nil, fmt.Errorf("model %s: %w", m.Name, err)
 	}
 	P, G := tr.StageRanks(), gen.Ranks()
-	l := &Layouts{Model: m, Trainer: tr, Generator: gen, Ranks: stage.Contiguous(tr.PP, P, G)}
+	l := &Layouts{Model: m, Trainer: tr, Generator: gen, Ranks: stage.Contiguous(tr.PP, P, G), FP8: mode}
 	if err := l.Ranks.Validate(tr.Ranks() + G); err != nil {
 		return nil, err
 	}
@@ -141,6 +171,9 @@ func New(m *Model, tr Trainer, gen Generator) (*Layouts, error) {
 		}
 		if tl.Dst, df, err = generatorLayout(m, t, gen, P); err != nil {
 			return nil, err
+		}
+		if mode != 0 && t.DType == placement.BF16 && (len(t.Shape) == 2 || len(t.Shape) == 3) {
+			tl.Dst, tl.Scale = tl.Dst.WithDType(placement.FP8E4M3), mode
 		}
 		if err := st.join(tl, Src, sf); err != nil {
 			return nil, err

@@ -67,15 +67,16 @@ func (s *Stage) join(t *TensorLayout, side Side, f fusion) error {
 			break
 		}
 	}
+	dt := t.Layout(side).DType() // the destination's may be FP8 (NewQuantized)
 	if g == nil {
-		g = &group{name: f.name, mode: f.mode, dtype: t.DType}
+		g = &group{name: f.name, mode: f.mode, dtype: dt}
 		s.groups[side] = append(s.groups[side], g)
 	}
 	if g.mode != f.mode || (f.mode == own && len(g.members) > 0) {
 		return fmt.Errorf("%s buffer %s: tensor %s cannot share it with %s", side, f.name, t.Name, g.members[0].Name)
 	}
-	if g.dtype != t.DType {
-		return fmt.Errorf("%s buffer %s fuses %s (%s) and %s (%s): dtypes differ", side, f.name, g.members[0].Name, g.dtype, t.Name, t.DType)
+	if g.dtype != dt {
+		return fmt.Errorf("%s buffer %s fuses %s (%s) and %s (%s): dtypes differ", side, f.name, g.members[0].Name, g.dtype, t.Name, dt)
 	}
 	// Insert by order (q, k, v; gate, up), keeping arrival order for ties.
 	i := len(g.members)

@@ -61,6 +61,21 @@ static inline int m2n_allgatherv(const void *send, int count, void *recv, const 
 	return MPI_Allgatherv(send, count, MPI_BYTE, recv, counts, displs, MPI_BYTE, c);
 }
 
+// m2n_comm_f2c and m2n_comm_c2f convert between a communicator and its
+// Fortran handle (MPI_Fint, an int in OpenMPI and MPICH), the integer that
+// mpi4py's Comm.py2f() returns. OpenMPI answers a handle it does not know
+// with a null pointer, which m2n_comm_f2c turns into MPI_COMM_NULL.
+static inline MPI_Comm m2n_comm_f2c(int f) {
+	MPI_Comm c = MPI_Comm_f2c((MPI_Fint)f);
+#ifdef OPEN_MPI
+	if (c == NULL) {
+		return MPI_COMM_NULL;
+	}
+#endif
+	return c;
+}
+static inline int m2n_comm_c2f(MPI_Comm c) { return (int)MPI_Comm_c2f(c); }
+
 static inline int m2n_errors_return(MPI_Comm c) {
 	return MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
 }

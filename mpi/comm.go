@@ -5,6 +5,8 @@ package mpi
 */
 import "C"
 
+import "math"
+
 // Undefined is the color that makes Split return a nil *Comm: the calling
 // rank takes part in the split but joins no new communicator
 // (MPI_UNDEFINED).
@@ -22,13 +24,64 @@ const Undefined = -1
 type Comm struct {
 	h     C.MPI_Comm
 	world bool
+	// borrowed: the communicator belongs to the code that made it (World,
+	// or one wrapped with FromFortran) and is never freed here.
+	borrowed bool
 }
 
-var world = &Comm{h: C.m2n_comm_world(), world: true}
+var world = &Comm{h: C.m2n_comm_world(), world: true, borrowed: true}
 
 // World returns the communicator of all ranks of the job (MPI_COMM_WORLD).
 // It is only usable between Init and Finalize, and must not be freed.
 func World() *Comm { return world }
+
+// FromFortran wraps a communicator that other code made, given by its
+// Fortran handle (MPI_Comm_f2c): the integer that mpi4py's Comm.py2f()
+// returns, or MPI_Comm_c2f of a C handle. It is how a library loaded into a
+// process whose MPI someone else initialised (Python with mpi4py, a C
+// program) works on that program's communicators: MPI must already be
+// initialised (Init refuses a second initialisation, and this package
+// never needs one of its own), and not finalised.
+//
+// The Comm borrows the communicator: Free refuses it (its owner frees
+// it), and its error handler is left as the owner set it (mpi4py sets
+// MPI_ERRORS_RETURN; MPI's default, MPI_ERRORS_ARE_FATAL, ends the job on
+// an error). Communicators derived from it (Dup, Split) are this
+// package's as usual, with MPI_ERRORS_RETURN. A handle that names no
+// communicator, or MPI_COMM_NULL's, is an error wrapping ErrInvalid.
+func FromFortran(f int) (*Comm, error) {
+	if !Initialized() {
+		return nil, invalid("MPI_Comm_f2c", "MPI is not initialised: the program (mpi4py, or MPI_Init_thread) must initialise it first")
+	}
+	if Finalized() {
+		return nil, invalid("MPI_Comm_f2c", "MPI is already finalised")
+	}
+	if f < math.MinInt32 || f > math.MaxInt32 {
+		return nil, invalid("MPI_Comm_f2c", "Fortran handle %d is not an MPI_Fint", f)
+	}
+	h := C.m2n_comm_f2c(C.int(f))
+	if h == C.m2n_comm_null() {
+		return nil, invalid("MPI_Comm_f2c", "Fortran handle %d names no communicator (or MPI_COMM_NULL)", f)
+	}
+	if h == C.m2n_comm_world() {
+		return world, nil
+	}
+	return &Comm{h: h, borrowed: true}, nil
+}
+
+// Fortran returns c's Fortran handle (MPI_Comm_c2f), the integer that
+// FromFortran and mpi4py's Comm.f2py take.
+func (c *Comm) Fortran() (int, error) {
+	h, err := c.handle("MPI_Comm_c2f")
+	if err != nil {
+		return 0, err
+	}
+	return int(C.m2n_comm_c2f(h)), nil
+}
+
+// Borrowed reports whether c belongs to other code (World, or a
+// communicator from FromFortran), so that Free refuses it.
+func (c *Comm) Borrowed() bool { return c != nil && c.borrowed }
 
 // newComm wraps a communicator that MPI just created, making its errors
 // return. A null handle gives a nil *Comm.
@@ -137,13 +190,17 @@ func (c *Comm) Dup() (*Comm, error) {
 // (MPI_Comm_free); it is collective over c. Afterwards c's methods return
 // errors wrapping ErrInvalid (Rank and Size panic). Free on a nil *Comm
 // returns nil, so the result of a Split with color Undefined can be freed
-// unconditionally. Freeing World returns an error wrapping ErrInvalid.
+// unconditionally. Freeing World, or a communicator from FromFortran,
+// returns an error wrapping ErrInvalid.
 func (c *Comm) Free() error {
 	if c == nil {
 		return nil
 	}
 	if c.world {
 		return invalid("MPI_Comm_free", "the world communicator cannot be freed")
+	}
+	if c.borrowed {
+		return invalid("MPI_Comm_free", "the communicator is borrowed (FromFortran): its owner frees it")
 	}
 	h, err := c.handle("MPI_Comm_free")
 	if err != nil {

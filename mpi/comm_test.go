@@ -186,3 +186,52 @@ func TestDupFree(t *testing.T) {
 		}
 	})
 }
+
+// TestFromFortran wraps communicators by their Fortran handles, as a
+// library loaded by mpi4py does: World's handle gives World, a
+// duplicate's handle gives a borrowed Comm over the same group that works
+// and that Free refuses, and a handle of no communicator is refused.
+func TestFromFortran(t *testing.T) {
+	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
+		f, err := mpi.World().Fortran()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := mpi.FromFortran(f)
+		if err != nil || w != mpi.World() {
+			t.Fatalf("FromFortran(World's handle %d) = %p, %v; want World", f, w, err)
+		}
+		dup, err := c.Dup()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dup.Free()
+		fd, err := dup.Fortran()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := mpi.FromFortran(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !b.Borrowed() || b.Size() != 2 || b.Rank() != c.Rank() {
+			t.Errorf("borrowed comm: Borrowed %v, rank %d of %d; want true, rank %d of 2", b.Borrowed(), b.Rank(), b.Size(), c.Rank())
+		}
+		all := make([]byte, 2)
+		if err := b.Allgather([]byte{byte(c.Rank())}, all); err != nil {
+			t.Fatal(err)
+		}
+		if d := diff(all, []byte{0, 1}); d != "" {
+			t.Errorf("allgather on the borrowed comm: %s", d)
+		}
+		if err := b.Free(); !errors.Is(err, mpi.ErrInvalid) {
+			t.Errorf("Free of a borrowed comm = %v, want ErrInvalid", err)
+		}
+		if _, err := mpi.FromFortran(1 << 20); !errors.Is(err, mpi.ErrInvalid) {
+			t.Errorf("FromFortran(1<<20) = %v, want ErrInvalid", err)
+		}
+		if _, err := mpi.FromFortran(-1); !errors.Is(err, mpi.ErrInvalid) {
+			t.Errorf("FromFortran(-1) = %v, want ErrInvalid", err)
+		}
+	})
+}

@@ -27,6 +27,13 @@
 // Split and GroupEnd while NCCL still works: errors matching ErrInProgress
 // say so, and WaitReady polls until done, aborting on its context's end.
 //
+// Replay runs a compiled reshard program's whole step on the GPU's streams
+// (batched copies, memcpys, one group per communicator and round, ordered by
+// events), the host waiting once at the end (RunProgram, a
+// reshard.ProgramRunner) or not at all (Launch after the caller's event,
+// then Wait); ReplayOptions.Graph captures the step as a CUDA graph.
+// Package internal/replay builds its commands and simulates them on the CPU.
+//
 // Errors are *Error values naming the call, with NCCL's last error message:
 // "nccl: ncclCommInitRankConfig: invalid usage ...: <detail>".
 package nccl

@@ -2,6 +2,7 @@ package nccl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -52,7 +53,8 @@ func multiGPUs(t testing.TB) int {
 // processes, one GPU each, bootstrapped over MPI: the transport contract
 // with the peers across the network and inside one domain (both of the
 // transport's communicators), and every two-rank reshard on every route with
-// the destination as one and as two domains, checked element by element.
+// the destination as one and as two domains, on the host driver, the replay
+// and the replay captured as a graph, checked element by element.
 func TestGPUTransportMPI(t *testing.T) {
 	multiGPUs(t)
 	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
@@ -94,6 +96,7 @@ func TestGPUTransportMPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs := 0
+		var graphErr error
 		for _, p := range pairs {
 			for _, a := range []transporttest.Arrangement{transporttest.Disjoint, transporttest.Colocated} {
 				cs, err := p.Layouts(a)
@@ -117,14 +120,26 @@ func TestGPUTransportMPI(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-						env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo,
-							Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10}}
-						if _, err := transporttest.RunCase(cctx, env, cs, rt); err != nil {
-							t.Errorf("%v, %s, %d domains: %v", cs, route, domains, err)
+						// the host driver, the replay, and the replay
+						// captured as a graph
+						// (and the replay with parts in padded buffers
+						// through views, small messages coalesced)
+						for _, driver := range []string{"host", "replay", "graph", "replay-padded"} {
+							cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+							env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo,
+								Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10}}
+							if driver != "host" {
+								env.Runner = replayRunner(tr, mem, driver == "graph", &graphErr)
+							}
+							if driver == "replay-padded" {
+								env.Padded, env.Coalesce = true, 1<<10
+							}
+							if _, err := transporttest.RunCase(cctx, env, cs, rt); err != nil {
+								t.Errorf("%v, %s, %d domains, %s driver: %v", cs, route, domains, driver, err)
+							}
+							cancel()
+							runs++
 						}
-						cancel()
-						runs++
 					}
 					_ = tr.Close()
 				}
@@ -134,7 +149,88 @@ func TestGPUTransportMPI(t *testing.T) {
 			t.Fatal("no two-rank case ran")
 		}
 		if c.Rank() == 0 {
-			t.Log(fmt.Sprintf("%d reshards over NCCL between 2 GPUs checked element by element", runs))
+			t.Log(fmt.Sprintf("%d reshards over NCCL between 2 GPUs checked element by element (host driver, replay, graph, replay through views with coalescing)", runs))
+			if graphErr != nil {
+				t.Log(fmt.Sprintf("NOTE: some steps could not be captured as graphs and ran from their commands: %v", graphErr))
+			}
 		}
+	})
+}
+
+// TestGPUReplayStuckPeer: rank 0 never posts its part of a step; rank 1's
+// replay must give up after its timeout with a *reshard.TimeoutError that
+// names rank 0 as the peer of the stuck round, and both abort.
+func TestGPUReplayStuckPeer(t *testing.T) {
+	multiGPUs(t)
+	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
+		dev, err := cuda.GetDevice(c.Rank())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, err := dev.PrimaryContext()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctx.Release()
+		comm, err := nccl.Bootstrap(c, &nccl.Config{Context: ctx, InitTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := nccl.NewTransport(comm, ctx, reshard.Topology{Domain: []int{0, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem, err := cuda.NewMemory(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close()
+		pairs, err := transporttest.ParsePairs(strings.NewReader("64x64 | bf16 | 1 | S0 | 1 | S0\n"), "stuck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := pairs[0].Layouts(transporttest.Disjoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Rank() == 0 {
+			time.Sleep(8 * time.Second) // stuck: never posts its send
+			tr.Abort(fmt.Errorf("test: rank 0 gives up"))
+			return
+		}
+		// rank 1 receives the whole tensor from rank 0. The transport is
+		// aborted before its buffer is freed: a kernel may still wait on it.
+		plan, err := reshard.NewPlan(cs.Src, cs.Dst, 2, reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sched, err := reshard.Flat{}.Schedule([]*reshard.Plan{plan}, reshard.Topology{Domain: []int{0, 1}}, reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := reshard.Compile(sched, 1, reshard.CompileOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp, err := nccl.NewReplay(prog, tr, mem, nccl.ReplayOptions{Timeout: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, err := mem.Alloc(cs.Dst.LocalBytes(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = rp.RunProgram(context.Background(), prog, []reshard.TensorBuffers{{Dst: dst}})
+		tr.Abort(err)
+		var te *reshard.TimeoutError
+		if !errors.As(err, &te) || te.Rank != 1 || len(te.Peers) != 1 || te.Peers[0] != 0 {
+			t.Fatalf("after %v: %v, want a timeout on rank 1 naming rank 0", time.Since(start), err)
+		}
+		if d := time.Since(start); d < 3*time.Second || d > 7*time.Second {
+			t.Errorf("gave up after %v, the timeout is 3s", d)
+		}
+		t.Log(fmt.Sprintf("rank 1 after %v: %v", time.Since(start).Round(time.Millisecond), err))
+		mem.Free(dst)
 	})
 }

@@ -159,3 +159,23 @@ ncclResult_t m2n_ncclAllGather(uintptr_t send, uintptr_t recv, size_t count, int
 	uintptr_t stream) {
 	return fn.ncclAllGather((const void *)send, (void *)recv, count, type, comm, (stream_t)stream);
 }
+
+ncclResult_t m2n_nccl_group(ncclComm_t comm, uintptr_t stream, const m2n_nccl_p2p *ops, int n, int *failed) {
+	*failed = -1;
+	ncclResult_t r = fn.ncclGroupStart();
+	if (r != M2N_NCCL_SUCCESS) {
+		return r;
+	}
+	ncclResult_t first = M2N_NCCL_SUCCESS;
+	for (int i = 0; i < n && first == M2N_NCCL_SUCCESS; i++) {
+		const m2n_nccl_p2p *o = &ops[i];
+		r = o->send ? fn.ncclSend((const void *)o->buf, o->n, M2N_NCCL_UINT8, o->peer, comm, (stream_t)stream)
+			    : fn.ncclRecv((void *)o->buf, o->n, M2N_NCCL_UINT8, o->peer, comm, (stream_t)stream);
+		if (r != M2N_NCCL_SUCCESS && r != M2N_NCCL_IN_PROGRESS) {
+			first = r;
+			*failed = i;
+		}
+	}
+	r = fn.ncclGroupEnd();
+	return first != M2N_NCCL_SUCCESS ? first : r;
+}

@@ -84,4 +84,20 @@ ncclResult_t m2n_ncclBroadcast(uintptr_t send, uintptr_t recv, size_t count, int
 ncclResult_t m2n_ncclAllGather(uintptr_t send, uintptr_t recv, size_t count, int type, ncclComm_t comm,
 	uintptr_t stream);
 
+// m2n_nccl_p2p is one send or receive of n bytes at buf with peer.
+typedef struct {
+	uintptr_t buf;
+	size_t n;
+	int peer;
+	int send;
+} m2n_nccl_p2p;
+
+// m2n_nccl_group posts ops[0..n) on comm and stream as one group
+// (ncclGroupStart, a ncclSend or ncclRecv each, ncclGroupEnd) in one call.
+// It returns the first failure, with *failed the index of the op that
+// failed, or -1 when the group itself did (ncclGroupEnd may return
+// ncclInProgress on a non-blocking communicator: the group is then queued in
+// the background). A failed op still closes the group.
+ncclResult_t m2n_nccl_group(ncclComm_t comm, uintptr_t stream, const m2n_nccl_p2p *ops, int n, int *failed);
+
 #endif

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/internal/pace"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -147,11 +146,10 @@ type pending struct{ t *Transport }
 // failure) on the way. When ctx ends first it returns ctx's error and the
 // caller must Abort.
 func (p *pending) Wait(ctx context.Context) error {
-	// Spin on the streams for the first couple of milliseconds (a chunk
-	// over NVLink takes tens of microseconds, and a sleep would cost more
-	// than the transfer), then back off.
-	start := time.Now()
-	delay := 5 * time.Microsecond
+	// Yield between checks rather than sleep (a chunk over NVLink takes
+	// tens of microseconds, and a short sleep costs a millisecond): see
+	// package pace.
+	pacer := pace.Start()
 	for {
 		done := true
 		for _, s := range []*cuda.Stream{p.t.netS, p.t.localS} {
@@ -169,18 +167,9 @@ func (p *pending) Wait(ctx context.Context) error {
 				return err
 			}
 		}
-		if time.Since(start) < 2*time.Millisecond {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			runtime.Gosched()
-			continue
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 200*time.Microsecond)
+		pacer.Pause(ctx)
 	}
 }

@@ -183,6 +183,17 @@ func (l Layout) NDim() int { return len(l.shape) }
 // DType returns the element type.
 func (l Layout) DType() DType { return l.dtype }
 
+// WithDType returns the layout with another element type: the same shape,
+// mesh, placements and parts (a destination of a tensor converted in
+// flight, say). It panics on an invalid dtype.
+func (l Layout) WithDType(dt DType) Layout {
+	if !dt.Valid() {
+		panic(fmt.Sprintf("placement: WithDType(%v)", dt))
+	}
+	l.dtype = dt
+	return l
+}
+
 // ElemSize returns the element size in bytes.
 func (l Layout) ElemSize() int64 { return int64(l.dtype.Size()) }
 

@@ -67,6 +67,7 @@ func callFields(specs []Spec, world int, route Route, topo Topology, opts CallOp
 		per("destination dtype", func(s Spec) string { return s.Dst.DType().String() }),
 		per("destination mesh", func(s Spec) string { return meshOf(s.Dst) }),
 		per("destination placements", func(s Spec) string { return "[" + placement.Format(s.Dst.Placements()) + "]" }),
+		per("fp8 scale mode", func(s Spec) string { return scaleName(s.Scale) }),
 	)
 }
 

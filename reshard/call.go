@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -29,10 +30,27 @@ type Collective interface {
 // Spec is one named tensor of a call: its two layouts, the same on every
 // rank, and where this rank's parts sit in its buffers (its own views; the
 // zero value: dense buffers of exactly the part's size).
+//
+// A tensor converts to FP8 in flight when Dst's dtype is fp8e4m3 and Src's
+// is bf16 or f32 (ConvertsTo); Scale then says which elements share a
+// scale (fp8.Block: 128x128 over the last two dims, DeepSeek-V3's format;
+// fp8.Row; fp8.Tensor), over the layouts' shape, whose last two dims are
+// the matrix (leading dims, such as experts, index separate matrices).
+// Every step the sources gather the amaxes of their parts, the ranks
+// combine them so that every block's scale is that of quantizing the whole
+// tensor at once (even where shard boundaries cut a block), and the
+// senders quantize while packing: the destination's part receives E4M3
+// bytes, bit for bit those of fp8.Quantize of the whole tensor, and its
+// TensorBuffers.Scale the float32 scales (weight_scale_inv) of the blocks
+// its part touches (ScaleBlocks). A NaN or infinite source element fails
+// the step on every rank before any destination changes, naming the
+// tensor and its first index (*NonFiniteError). Scale must be zero for a
+// tensor that does not convert.
 type Spec struct {
 	Name     string
 	Src, Dst placement.Layout
 	Views    TensorViews
+	Scale    fp8.Mode
 }
 
 // Field is one named value every rank of a call must agree on.
@@ -75,8 +93,9 @@ type Prepared struct {
 	Topology    Topology
 	opts        CallOptions
 	rank, world int
-	needs       [][2]partNeed // what this rank's buffers must be
-	checked     []bufferKey   // the buffers the last good check saw
+	needs       [][2]partNeed  // what this rank's buffers must be
+	checked     []bufferKey    // the buffers the last good check saw
+	quant       []*quantTensor // per spec, for the tensors converted to FP8 (nil: none converts)
 }
 
 // Prepare validates a call's specs on this rank, plans every tensor,
@@ -122,6 +141,9 @@ func Prepare(ctx context.Context, coll Collective, specs []Spec, route Route, to
 	if err == nil {
 		p.needs, err = partNeeds(sched, rank, views)
 	}
+	if err == nil {
+		p.quant, err = prepareQuant(rank, specs)
+	}
 	if err != nil {
 		err = fmt.Errorf("rank %d: route %s: %w", rank, route.Name(), err)
 	}
@@ -156,6 +178,9 @@ func validateSpecs(rank, world int, specs []Spec, route Route, topo Topology, op
 		seen[s.Name] = true
 		p, err := NewPlan(s.Src, s.Dst, world, opts.Plan)
 		if err != nil {
+			return nil, fmt.Errorf("rank %d, tensor %q: %w", rank, s.Name, err)
+		}
+		if err := checkScale(s, p); err != nil {
 			return nil, fmt.Errorf("rank %d, tensor %q: %w", rank, s.Name, err)
 		}
 		plans[i] = p
@@ -210,18 +235,29 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 		return nil, fmt.Errorf("reshard: a call prepared on rank %d of %d run on rank %d of %d", p.rank, p.world, coll.Rank(), coll.Size())
 	}
 	start := time.Now()
-	names := make([]string, len(p.Specs))
-	for i, s := range p.Specs {
-		names[i] = s.Name
-	}
-	localErr := p.checkRunBuffers(ex.Mem, bufs)
-	if err := agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", localErr); err != nil {
+	names := p.names()
+	if err := p.Begin(ctx, ex.Mem, coll, bufs); err != nil {
 		return nil, err
 	}
 	rep := &Report{}
 	defer func() { rep.Seconds = time.Since(start).Seconds() }()
 	if len(p.Specs) == 0 {
 		return rep, nil
+	}
+	var scales *stepScales
+	if p.quant != nil {
+		// this step's scales, before any byte moves: a NaN anywhere fails
+		// every rank here, every destination untouched.
+		var err error
+		if scales, err = p.exchangeAmax(ctx, ex.Mem, coll, bufs); err != nil {
+			rep.Failed = names
+			return rep, err
+		}
+		defer func() {
+			scales.free()
+			ex.Quant = nil
+		}()
+		ex.Quant = scales.exec
 	}
 	// Buffers: the destinations, or their shadows.
 	run := make([]TensorBuffers, len(bufs))
@@ -277,6 +313,12 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 		rep.Failed = names
 		return rep, err
 	}
+	if scales != nil && !p.opts.Atomic {
+		if err := p.deliverScales(ex.Mem, bufs, scales); err != nil {
+			rep.Failed = names
+			return rep, err
+		}
+	}
 	failed := make([]byte, len(p.Specs))
 	var firstErr error
 	if p.opts.Verify {
@@ -324,11 +366,81 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 				return rep, fmt.Errorf("reshard: committing tensor %q: %w", names[i], err)
 			}
 		}
+		if scales != nil {
+			if err := p.deliverScales(ex.Mem, bufs, scales); err != nil {
+				return rep, err
+			}
+		}
 		if err := ex.Mem.Sync(); err != nil {
 			return rep, err
 		}
 	}
 	return rep, nil
+}
+
+// Refuse takes part in one step of the call, in place of Run, for a rank
+// that cannot run it because of what only it can tell about its own inputs
+// (err: a buffer of another dtype or device, a non-contiguous tensor), so
+// that every rank fails at the buffer check before a byte moves, with err,
+// typed, in a *ValidationError, instead of waiting for this rank until the
+// timeout. The other ranks call Run as usual; should several ranks fail,
+// every rank returns the lowest one's error. A nil err refuses without a
+// reason.
+func (p *Prepared) Refuse(ctx context.Context, coll Collective, err error) error {
+	if coll.Rank() != p.rank || coll.Size() != p.world {
+		return fmt.Errorf("reshard: a call prepared on rank %d of %d refused on rank %d of %d", p.rank, p.world, coll.Rank(), coll.Size())
+	}
+	if err == nil {
+		err = fmt.Errorf("rank %d refused the step", p.rank)
+	}
+	return agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", err)
+}
+
+func (p *Prepared) names() []string {
+	names := make([]string, len(p.Specs))
+	for i, s := range p.Specs {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Begin is the first half of Run, for a step whose data a device runner
+// moves outside Run (package session's Call.Launch): it checks this rank's
+// buffers for the step and agrees with every rank that every rank's are
+// good, in one small collective (a bad buffer anywhere is a
+// *ValidationError wrapping a *BufferError on every rank).
+func (p *Prepared) Begin(ctx context.Context, mem Memory, coll Collective, bufs []TensorBuffers) error {
+	if coll.Rank() != p.rank || coll.Size() != p.world {
+		return fmt.Errorf("reshard: a call prepared on rank %d of %d run on rank %d of %d", p.rank, p.world, coll.Rank(), coll.Size())
+	}
+	localErr := p.checkRunBuffers(mem, bufs)
+	return agreeStatusWord(WithPhase(ctx, "buffer check before a step"), coll, "buffer check", localErr)
+}
+
+// End is the second half of Run for a step begun with Begin and moved
+// without Verify or Atomic: it agrees with every rank on the step's
+// completion (the collective Run ends with) and reports every tensor
+// completed, with st the runner's stats and start when the step began.
+func (p *Prepared) End(ctx context.Context, coll Collective, st Stats, start time.Time) (*Report, error) {
+	names := p.names()
+	rep := &Report{Stats: st}
+	defer func() { rep.Seconds = time.Since(start).Seconds() }()
+	if len(p.Specs) == 0 {
+		return rep, nil
+	}
+	allFailed, first, err := agreeStatus(WithPhase(ctx, "completion status of a step"), coll, make([]byte, len(p.Specs)), nil)
+	if err != nil {
+		rep.Failed = names
+		return rep, err
+	}
+	for i, n := range names {
+		if allFailed[i] {
+			rep.Failed = append(rep.Failed, n)
+		} else {
+			rep.Completed = append(rep.Completed, n)
+		}
+	}
+	return rep, first
 }
 
 // checkRunBuffers checks one step's buffers on this rank: sizes against
@@ -340,10 +452,13 @@ func (p *Prepared) checkRunBuffers(mem Memory, bufs []TensorBuffers) error {
 	if err := checkBuffers(p.Schedule, p.rank, p.needs, bufs); err != nil {
 		return err
 	}
-	keys := make([]bufferKey, 0, 2*len(bufs))
+	if err := p.checkScaleBuffers(mem, bufs); err != nil {
+		return err
+	}
+	keys := make([]bufferKey, 0, 3*len(bufs))
 	known := true // every buffer's addresses are known
 	for i := range bufs {
-		for _, b := range []Buffer{bufs[i].Src, bufs[i].Dst} {
+		for _, b := range []Buffer{bufs[i].Src, bufs[i].Dst, bufs[i].Scale} {
 			k := keyOf(mem, b, i)
 			known = known && k.spec < 0
 			keys = append(keys, k)
@@ -352,7 +467,7 @@ func (p *Prepared) checkRunBuffers(mem Memory, bufs []TensorBuffers) error {
 	if known && slices.Equal(keys, p.checked) {
 		return nil
 	}
-	if err := checkAliasing(mem, p.rank, p.Specs, p.needs, bufs); err != nil {
+	if err := checkAliasing(mem, p.rank, p.Specs, p.needs, p.scaleNeeds(), bufs); err != nil {
 		return err
 	}
 	if known {
@@ -366,7 +481,7 @@ func (p *Prepared) checkRunBuffers(mem Memory, bufs []TensorBuffers) error {
 // Parts whose spans do not overlap are told apart by their spans alone;
 // only overlapping spans (views into one fused buffer) are compared run
 // by run.
-func checkAliasing(mem Memory, rank int, specs []Spec, needs [][2]partNeed, bufs []TensorBuffers) error {
+func checkAliasing(mem Memory, rank int, specs []Spec, needs [][2]partNeed, scales []int64, bufs []TensorBuffers) error {
 	ad, ok := mem.(Addresser)
 	if !ok {
 		return nil
@@ -393,6 +508,12 @@ func checkAliasing(mem Memory, rank int, specs []Spec, needs [][2]partNeed, bufs
 			}
 			parts = append(parts, part{base: base, lo: base + uintptr(n.at.Offset), hi: base + uintptr(last+n.at.Run), at: n.at,
 				what: fmt.Sprintf("the %s part of tensor %q", sideName(side), specs[i].Name)})
+		}
+		if i < len(scales) && scales[i] > 0 && bufs[i].Scale != nil {
+			if base, _, ok := ad.AddressRange(bufs[i].Scale); ok {
+				parts = append(parts, part{base: base, lo: base, hi: base + uintptr(scales[i]), at: Strided{Run: scales[i]},
+					what: fmt.Sprintf("the scales of tensor %q", specs[i].Name)})
+			}
 		}
 	}
 	sort.Slice(parts, func(a, b int) bool { return parts[a].lo < parts[b].lo })
@@ -423,6 +544,59 @@ func checkAliasing(mem Memory, rank int, specs []Spec, needs [][2]partNeed, bufs
 			}
 		}
 		i = j
+	}
+	return nil
+}
+
+// scaleNeeds returns the size of every spec's scale buffer on this rank (0:
+// none), or nil when no spec converts.
+func (p *Prepared) scaleNeeds() []int64 {
+	if p.quant == nil {
+		return nil
+	}
+	out := make([]int64, len(p.quant))
+	for i, q := range p.quant {
+		if q != nil {
+			out[i] = max(q.scaleBytes, 0)
+		}
+	}
+	return out
+}
+
+// checkScaleBuffers checks every spec's TensorBuffers.Scale on this rank,
+// and that the memory can quantize when a spec converts.
+func (p *Prepared) checkScaleBuffers(mem Memory, bufs []TensorBuffers) error {
+	for i := range bufs {
+		b := bufs[i].Scale
+		var q *quantTensor
+		if p.quant != nil {
+			q = p.quant[i]
+		}
+		name := p.Specs[i].Name
+		switch {
+		case (q == nil || q.scaleBytes < 0) && b != nil && b.Len() != 0:
+			why := "is given but the tensor does not convert to FP8"
+			if q != nil {
+				why = "is given but the rank is not in the destination mesh"
+			}
+			return &BufferError{Rank: p.rank, Tensor: name, Side: "scale", Why: why, Want: 0, Got: b.Len()}
+		case q == nil || q.scaleBytes <= 0:
+		case b == nil:
+			return &BufferError{Rank: p.rank, Tensor: name, Side: "scale", Why: "is missing (the tensor converts to FP8 and the rank is in the destination mesh)", Want: q.scaleBytes, Got: -1}
+		case b.Len() < q.scaleBytes:
+			return &BufferError{Rank: p.rank, Tensor: name, Side: "scale", Why: "is too short", Want: q.scaleBytes, Got: b.Len()}
+		case b.Len() > q.scaleBytes:
+			return &BufferError{Rank: p.rank, Tensor: name, Side: "scale", Why: "is too long", Want: q.scaleBytes, Got: b.Len()}
+		}
+	}
+	if p.quant == nil {
+		return nil
+	}
+	if _, ok := mem.(QuantMemory); !ok {
+		return fmt.Errorf("rank %d: the call converts tensors to FP8, but memory %T cannot quantize (it is not a reshard.QuantMemory)", p.rank, mem)
+	}
+	if _, ok := mem.(HostIO); !ok {
+		return fmt.Errorf("rank %d: the call converts tensors to FP8, but memory %T cannot write scales (it is not a reshard.HostIO)", p.rank, mem)
 	}
 	return nil
 }

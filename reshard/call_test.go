@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -63,6 +64,7 @@ type tensor struct {
 	Name     string
 	Src, Dst placement.Layout
 	Buffers  reshard.TensorBuffers
+	Scale    fp8.Mode
 }
 
 // call describes one rank's inputs to a call.
@@ -120,7 +122,7 @@ func runCall(world int, mk func(rank int) call, wrap func(reshard.Transport) res
 			specs := make([]reshard.Spec, len(c.tensors))
 			bufs := make([]reshard.TensorBuffers, len(c.tensors))
 			for i, t := range c.tensors {
-				specs[i] = reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst}
+				specs[i] = reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
 				bufs[i] = t.Buffers
 			}
 			ctx := context.Background()
@@ -430,6 +432,55 @@ func TestTimeoutNamesPeers(t *testing.T) {
 	for r, err := range errs {
 		if err == nil {
 			t.Errorf("rank %d finished although rank 2 never sent", r)
+		}
+	}
+}
+
+// TestRefuse has one rank refuse a step (a buffer only it knows is bad):
+// every rank fails at the buffer check with that rank's error, typed, and
+// the next step runs and checks on every rank.
+func TestRefuse(t *testing.T) {
+	const world = 4
+	src := mustLay(t, "8x4", "f32", "2", "S0", rng(0, 2))
+	dst := mustLay(t, "8x4", "f32", "2", "S1", rng(2, 2))
+	w := inproc.NewWorld(world)
+	errs := make([]error, world)
+	second := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Go(func() {
+			ctx := context.Background()
+			specs := []reshard.Spec{{Name: "w", Src: src, Dst: dst}}
+			tr := w.Transport(r)
+			p, err := reshard.Prepare(ctx, w.Collective(r), specs, reshard.Flat{}, reshard.Topology{}, reshard.MaxInPlace(tr), flatOpts())
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			ex := &reshard.Executor{T: tr, Mem: reshard.HostMemory{}, Timeout: 5 * time.Second}
+			defer ex.Close()
+			bufs := []reshard.TensorBuffers{buffers(src, dst, r)}
+			if r == 1 {
+				errs[r] = p.Refuse(ctx, w.Collective(r), &reshard.BufferError{Rank: 1, Tensor: "w", Side: "source", Why: "has dtype f16, the layout's is f32", Want: 64, Got: -1})
+			} else {
+				_, errs[r] = p.Run(ctx, ex, w.Collective(r), bufs)
+			}
+			if _, second[r] = p.Run(ctx, ex, w.Collective(r), bufs); second[r] == nil && r >= 2 {
+				second[r] = pattern.Check(dst, r, 0, bufs[0].Dst.(reshard.HostBuffer), placement.View{})
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		var ve *reshard.ValidationError
+		var be *reshard.BufferError
+		if !errors.As(err, &ve) || ve.Rank != 1 || !errors.As(err, &be) || be.Tensor != "w" || be.Side != "source" {
+			t.Errorf("rank %d: refused step returned %v; want a ValidationError of rank 1 wrapping its BufferError", r, err)
+		} else if !strings.Contains(err.Error(), "rank 1, tensor \"w\": source buffer has dtype f16") {
+			t.Errorf("rank %d: message %q does not name the rank, tensor and side", r, err)
+		}
+		if second[r] != nil {
+			t.Errorf("rank %d: the step after the refusal: %v", r, second[r])
 		}
 	}
 }

@@ -19,16 +19,31 @@
 // split points, so planning costs tens of nanoseconds per transfer at any
 // scale, and a plan costs a few dozen bytes per transfer.
 //
-// A route turns plans into a Schedule of messages in rounds: Flat (every
-// destination straight from its source owner) and AllGatherBroadcast (the
-// legacy baseline) here, the hierarchical route in package hier. Messages
-// are cut into chunks and rounds are bounded by a staging budget, so chunks
-// pipeline through bounded memory. An Executor runs a rank's part of a
-// schedule over a Transport (MPI, NCCL, or the in-process transport of
-// package inproc) and a Memory (host memory, or a GPU's).
+// A Route is a value that turns plans into a Schedule of messages in
+// rounds: Flat (every destination straight from its source owner) and
+// AllGatherBroadcast (the legacy baseline) here, the hierarchical route and
+// auto in package hier. Messages are cut into chunks and rounds are bounded
+// by a staging budget, so chunks pipeline through bounded memory. Compile
+// turns a schedule into one rank's Program (its rounds' local copies and
+// wire operations, with its views applied, small messages between a pair
+// coalesced, staging offsets fixed), pure data that golden tests print; an
+// Executor drives a Program over a Transport (MPI, NCCL, or the in-process
+// transport of package inproc) and a Memory (host memory, or a GPU's).
 //
-// Refit is the call a program makes: it validates every input before a
-// byte moves, makes every rank agree on what it was given, bounds every wait,
-// can verify checksums and commit atomically, and reports which tensors
-// completed (see its documentation and the Example).
+// A tensor may convert in flight: a bf16 or f32 source to an fp8e4m3
+// destination (ConvertsTo; Spec.Scale says which elements share a scale).
+// Its plan and messages count destination (one-byte) elements, its senders
+// quantize while they pack through a QuantMemory (package fp8 on the host,
+// package cuda's kernels on a GPU), and Prepared.Run gathers the global
+// block scales every step before a byte moves and writes each
+// destination's scale tensor (TensorBuffers.Scale).
+//
+// Prepare is what a program does once per call: it validates every input,
+// plans, schedules and compiles, and makes every rank agree on what it was
+// given and on the schedule it built; Prepared.Run moves one step's data,
+// with a buffer check agreed before a byte moves, optional checksums and
+// atomic commit, and a report of which tensors completed. Errors keep
+// their types across ranks (EncodeError, DecodeError). Package session
+// wires all this over MPI or NCCL, with every wait bounded (see the
+// Example of Prepare).
 package reshard

@@ -40,6 +40,7 @@ type wireError struct {
 	Checksum  *ChecksumError  `json:"checksum,omitempty"`
 	Timeout   *TimeoutError   `json:"timeout,omitempty"`
 	Agreement *AgreementError `json:"agreement,omitempty"`
+	NonFinite *NonFiniteError `json:"non_finite,omitempty"`
 	Cause     *wireError      `json:"cause,omitempty"`
 }
 
@@ -54,6 +55,7 @@ func toWire(err error) *wireError {
 		bu *BufferError
 		vi *ViewError
 		fi *FieldError
+		nf *NonFiniteError
 	)
 	switch {
 	case errors.As(err, &ab):
@@ -78,6 +80,8 @@ func toWire(err error) *wireError {
 		w.Kind, w.View = "view", vi
 	case errors.As(err, &fi):
 		w.Kind, w.Field = "field", fi
+	case errors.As(err, &nf):
+		w.Kind, w.NonFinite = "nonfinite", nf
 	}
 	return w
 }
@@ -85,7 +89,7 @@ func toWire(err error) *wireError {
 // EncodeError serialises an error so that another rank can rebuild it with
 // DecodeError: its text, and its m2n error type with its fields
 // (*ValidationError, *AgreementError, *ChecksumError, *TimeoutError,
-// *BufferError, *ViewError, *FieldError, *AbortError, found with
+// *BufferError, *ViewError, *FieldError, *NonFiniteError, *AbortError, found with
 // errors.As). A nil error encodes as nil.
 func EncodeError(err error) []byte {
 	if err == nil {
@@ -160,6 +164,10 @@ func fromWire(w *wireError) error {
 	case "field":
 		if w.Field != nil {
 			typed = w.Field
+		}
+	case "nonfinite":
+		if w.NonFinite != nil {
+			typed = w.NonFinite
 		}
 	}
 	if typed == nil || typed.Error() == w.Msg {

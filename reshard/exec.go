@@ -15,8 +15,17 @@ import (
 // the source layout (nil when the rank is not in the source mesh) and Dst in
 // the destination layout (nil when not in the destination mesh). Each must be
 // exactly the rank's local size, and they must not overlap.
+//
+// Scale is, for a tensor converted to FP8 in flight (Spec.Scale) on a rank
+// of its destination mesh, the buffer that receives the rank's scale tensor
+// every step: exactly Spec.ScaleBytes(rank) bytes, one little-endian
+// float32 (weight_scale_inv) per block of Spec.ScaleBlocks(rank),
+// row-major. It is nil everywhere else (and may be nil or empty for a
+// destination part that is empty). Prepared.Run writes it; Executor.Run
+// does not touch it.
 type TensorBuffers struct {
 	Src, Dst Buffer
+	Scale    Buffer
 }
 
 // Stats counts what one rank moved in one Run.
@@ -73,16 +82,42 @@ type Executor struct {
 	// RegionReader.
 	Verify bool
 
+	// Quant holds, per tensor of the program's schedule, what the run
+	// needs to pack a tensor converted to FP8 (Part.Quant, Copy.Quant):
+	// its grid and the global scales of the blocks this rank's source part
+	// touches, loaded into Mem, which must be a QuantMemory. Prepared.Run
+	// fills it every step (after the amax exchange) and clears it after.
+	Quant []TensorQuant
+
 	// Progress, if set, is called after every step of a run completes,
 	// with the bytes this rank has moved so far in the run (sent,
-	// received and copied) and the tensors it is done with.
+	// received and copied) and the tensors it is done with. Under a
+	// Runner it is called once, at the end.
 	Progress func(bytes int64, tensors int)
+
+	// Runner, if set, runs whole programs in place of the round-by-round
+	// driver when Verify is off (Verify needs the host to read every
+	// message): package nccl's Replay, which queues every round of a step
+	// on the GPU's streams and waits once. Staging and scratch are then
+	// the runner's own.
+	Runner ProgramRunner
 
 	// staging, grown on demand and kept between runs: [slot][0 send, 1 recv]
 	staging [2][2]Buffer
 	// scratch holds whole-tensor buffers (BufFull) kept between runs, by
 	// tensor index.
 	scratch []Buffer
+}
+
+// ProgramRunner runs a whole compiled program on its own (see
+// Executor.Runner). RunProgram has Executor.Run's contract: it returns when
+// every operation of the program has completed and every byte this rank
+// receives is in place, with the same Stats (less the checksums); a round
+// that does not complete within the runner's timeout is a *TimeoutError
+// naming the rank, the round and its peers, after which the caller must
+// Abort the transport.
+type ProgramRunner interface {
+	RunProgram(ctx context.Context, p *Program, bufs []TensorBuffers) (Stats, error)
 }
 
 // RegionReader is a Memory that can read a strided region of one of its
@@ -149,6 +184,14 @@ func (e *Executor) Run(ctx context.Context, p *Program, bufs []TensorBuffers) (S
 	}
 	if len(p.Steps) == 0 {
 		return st, nil
+	}
+	if e.Runner != nil && !e.Verify {
+		st, err := e.Runner.RunProgram(ctx, p, bufs)
+		if err == nil && e.Progress != nil {
+			bytes, tensors := p.Moved()
+			e.Progress(bytes, tensors)
+		}
+		return st, err
 	}
 	d := driver{e: e, p: p, bufs: bufs, st: &st}
 	if e.Verify {
@@ -306,12 +349,21 @@ func (d *driver) buf(r Region) Buffer {
 	return d.full[r.Tensor]
 }
 
-// sum returns the CRC-32C of the bytes of regions.
-func (d *driver) sum(regs []Region) (uint32, error) {
+// bufStage names, in a Region the driver checksums, the staging buffer
+// passed to sum.
+const bufStage BufKind = 255
+
+// sum returns the CRC-32C of the bytes of regions (a region of bufStage is
+// in stage).
+func (d *driver) sum(regs []Region, stage Buffer) (uint32, error) {
 	var crc uint32
 	for _, r := range regs {
 		b := make([]byte, r.At.Bytes())
-		if err := d.reader.ReadRegion(b, d.buf(r), r.At); err != nil {
+		buf := stage
+		if r.Buf != bufStage {
+			buf = d.buf(r)
+		}
+		if err := d.reader.ReadRegion(b, buf, r.At); err != nil {
 			return 0, err
 		}
 		crc = crc32.Update(crc, castagnoli, b)
@@ -324,7 +376,8 @@ func (d *driver) start(s *Step) (inflight, error) {
 	e, st := d.e, d.st
 	for i := range s.Copies {
 		cp := &s.Copies[i]
-		if err := d.copyLocal(cp); err != nil {
+		sent, err := d.copyLocal(cp)
+		if err != nil {
 			return inflight{}, err
 		}
 		st.Sent[LinkSelf] += cp.Bytes
@@ -334,11 +387,13 @@ func (d *driver) start(s *Step) (inflight, error) {
 			if err := e.Mem.Sync(); err != nil {
 				return inflight{}, err
 			}
-			a, err := d.sum(cp.From)
-			if err != nil {
-				return inflight{}, err
+			a := sent // a converting copy's bytes exist only once quantized
+			if !cp.Quant {
+				if a, err = d.sum(cp.From, nil); err != nil {
+					return inflight{}, err
+				}
 			}
-			b, err := d.sum(cp.To)
+			b, err := d.sum(cp.To, nil)
 			if err != nil {
 				return inflight{}, err
 			}
@@ -363,21 +418,16 @@ func (d *driver) start(s *Step) (inflight, error) {
 	}
 	for i := range s.Sends {
 		w := &s.Sends[i]
-		if e.Verify {
-			if err := e.Mem.Sync(); err != nil {
-				return inflight{}, err
-			}
-			for _, pt := range w.Parts {
-				crc, err := d.sum(pt.Regions)
-				if err != nil {
-					return inflight{}, err
-				}
-				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
-			}
-		}
 		if w.Mode == WireStaged {
 			off := w.StageOff
 			for _, pt := range w.Parts {
+				if pt.Quant {
+					if err := d.packQuant(sendStage, off, pt.Msg, pt.Regions[0]); err != nil {
+						return inflight{}, err
+					}
+					off += d.p.sched.Messages[pt.Msg].Bytes
+					continue
+				}
 				for _, r := range pt.Regions {
 					if err := e.Mem.Pack(sendStage, off, d.buf(r), r.At); err != nil {
 						return inflight{}, err
@@ -386,6 +436,28 @@ func (d *driver) start(s *Step) (inflight, error) {
 				}
 			}
 			st.Packed += w.Bytes
+		}
+		if e.Verify {
+			if err := e.Mem.Sync(); err != nil {
+				return inflight{}, err
+			}
+			off := w.StageOff
+			for _, pt := range w.Parts {
+				n := d.p.sched.Messages[pt.Msg].Bytes
+				var crc uint32
+				var err error
+				if pt.Quant {
+					// the FP8 bytes exist only in the staging
+					crc, err = d.sum([]Region{{Buf: bufStage, At: Strided{Offset: off, Run: n}}}, sendStage)
+				} else {
+					crc, err = d.sum(pt.Regions, nil)
+				}
+				if err != nil {
+					return inflight{}, err
+				}
+				off += n
+				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
+			}
 		}
 		ops = append(ops, d.op(w, true, sendStage))
 		st.Sent[w.Class] += w.Bytes
@@ -466,7 +538,7 @@ func (d *driver) complete(ctx context.Context, f inflight) error {
 				}
 			}
 			for _, pt := range w.Parts {
-				crc, err := d.sum(pt.Regions)
+				crc, err := d.sum(pt.Regions, nil)
 				if err != nil {
 					return err
 				}
@@ -504,30 +576,70 @@ func (e *Executor) Close() {
 	}
 }
 
-// copyLocal performs a message from this rank to itself.
-func (d *driver) copyLocal(cp *Copy) error {
+// copyLocal performs a message from this rank to itself. For a converting
+// copy under Verify it returns the CRC-32C of the FP8 bytes it made.
+func (d *driver) copyLocal(cp *Copy) (uint32, error) {
 	mem := d.e.Mem
-	if len(cp.From) == 1 && len(cp.To) == 1 {
-		return mem.Copy(d.buf(cp.To[0]), cp.To[0].At, d.buf(cp.From[0]), cp.From[0].At)
+	if cp.Quant && len(cp.To) == 1 && cp.To[0].At.Contiguous() && !d.e.Verify {
+		// quantize straight into the destination
+		return 0, d.packQuant(d.buf(cp.To[0]), cp.To[0].At.Offset, cp.Msg, cp.From[0])
+	}
+	if !cp.Quant && len(cp.From) == 1 && len(cp.To) == 1 {
+		return 0, mem.Copy(d.buf(cp.To[0]), cp.To[0].At, d.buf(cp.From[0]), cp.From[0].At)
 	}
 	tmp, err := mem.Alloc(cp.Bytes)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer mem.Free(tmp)
+	var crc uint32
+	if cp.Quant {
+		if err := d.packQuant(tmp, 0, cp.Msg, cp.From[0]); err != nil {
+			return 0, err
+		}
+		if d.e.Verify {
+			if err := mem.Sync(); err != nil {
+				return 0, err
+			}
+			if crc, err = d.sum([]Region{{Buf: bufStage, At: Strided{Run: cp.Bytes}}}, tmp); err != nil {
+				return 0, err
+			}
+		}
+	} else {
+		off := int64(0)
+		for _, r := range cp.From {
+			if err := mem.Pack(tmp, off, d.buf(r), r.At); err != nil {
+				return 0, err
+			}
+			off += r.At.Bytes()
+		}
+	}
 	off := int64(0)
-	for _, r := range cp.From {
-		if err := mem.Pack(tmp, off, d.buf(r), r.At); err != nil {
-			return err
+	for _, r := range cp.To {
+		if err := mem.Unpack(d.buf(r), r.At, tmp, off); err != nil {
+			return 0, err
 		}
 		off += r.At.Bytes()
 	}
-	off = 0
-	for _, r := range cp.To {
-		if err := mem.Unpack(d.buf(r), r.At, tmp, off); err != nil {
-			return err
-		}
-		off += r.At.Bytes()
+	return crc, nil
+}
+
+// packQuant quantizes the source region r of converting message msg (its
+// box) into dst at off, with the tensor's scales from the executor's
+// Quant.
+func (d *driver) packQuant(dst Buffer, off int64, msg int32, r Region) error {
+	m := &d.p.sched.Messages[msg]
+	name := tensorName(d.p.sched, int(r.Tensor))
+	qm, ok := d.e.Mem.(QuantMemory)
+	if !ok {
+		return fmt.Errorf("reshard: rank %d, tensor %q converts to FP8, but memory %T cannot quantize (it is not a QuantMemory)", d.p.Rank, name, d.e.Mem)
+	}
+	if int(r.Tensor) >= len(d.e.Quant) || d.e.Quant[r.Tensor].Grid.NDim() == 0 {
+		return fmt.Errorf("reshard: rank %d, tensor %q converts to FP8, but the executor has no scales for it (run the call through Prepared.Run)", d.p.Rank, name)
+	}
+	tq := &d.e.Quant[r.Tensor]
+	if err := qm.QuantPack(tq.Grid, dst, off, QuantRegion{DType: tq.DType, Buf: d.buf(r), At: r.At, Box: m.Box}, tq.Scales); err != nil {
+		return fmt.Errorf("reshard: rank %d, tensor %q: quantizing box %v: %w", d.p.Rank, name, m.Box, err)
 	}
 	return nil
 }

@@ -20,8 +20,10 @@ type Options struct {
 
 // Transfer is one box moving from one source rank to one destination rank.
 // Box is the global region; SrcAt and DstAt say where its bytes sit in the
-// source's and the destination's local buffers. When Src == Dst the rank is
-// in both meshes and the transfer is a local copy.
+// source's and the destination's local buffers, each in its own layout's
+// element size (they differ for a plan that converts to FP8: see
+// Plan.Converts). When Src == Dst the rank is in both meshes and the
+// transfer is a local copy.
 type Transfer struct {
 	Src, Dst int
 	// DstShard identifies the destination region Dst holds: destination ranks
@@ -36,8 +38,9 @@ type Transfer struct {
 	SrcLocal, DstLocal placement.Box
 }
 
-// Bytes returns the size of the transfer.
-func (t Transfer) Bytes() int64 { return t.SrcAt.Bytes() }
+// Bytes returns the size of the transfer as the destination receives it
+// (and as it crosses the wire): the box in the destination's element size.
+func (t Transfer) Bytes() int64 { return t.DstAt.Bytes() }
 
 // overlap is one nonempty intersection of a source part and a destination
 // part along one tensor dim.
@@ -398,9 +401,8 @@ func (p *Plan) Transfer(i int) Transfer {
 		srcLocal[d], srcRel[d] = sp.Len(), ov.iv.Lo-sp.Lo
 		dstLocal[d], dstRel[d] = dp.Len(), ov.iv.Lo-dp.Lo
 	}
-	elem := p.src.ElemSize()
-	t.SrcAt = describe(srcLocal[:nd], srcRel[:nd], count[:nd], elem, buf[2*nd:4*nd:4*nd])
-	t.DstAt = describe(dstLocal[:nd], dstRel[:nd], count[:nd], elem, buf[4*nd:6*nd:6*nd])
+	t.SrcAt = describe(srcLocal[:nd], srcRel[:nd], count[:nd], p.src.ElemSize(), buf[2*nd:4*nd:4*nd])
+	t.DstAt = describe(dstLocal[:nd], dstRel[:nd], count[:nd], p.dst.ElemSize(), buf[4*nd:6*nd:6*nd])
 	return t
 }
 
@@ -436,8 +438,19 @@ func (p *Plan) Sends(rank int) []int32 {
 	return p.bySrc[p.srcStart[rank]:p.srcStart[rank+1]]
 }
 
+// Converts reports whether the plan converts its tensor in flight: a bf16
+// or f32 source to an fp8e4m3 destination. Its transfers then carry one
+// byte per element (the destination's element size), which the sender
+// quantizes while packing (see Spec.Scale).
+func (p *Plan) Converts() bool { return p.src.DType() != p.dst.DType() }
+
+// WireElemSize returns the bytes per element of the plan's messages: the
+// destination's element size (the source's but for a converting plan).
+func (p *Plan) WireElemSize() int64 { return p.dst.ElemSize() }
+
 // Bytes returns the total bytes of all transfers (every destination
-// replica counts), saturating at math.MaxInt64.
+// replica counts), in the destination's element size (what crosses the
+// wire), saturating at math.MaxInt64.
 func (p *Plan) Bytes() int64 {
 	var n int64
 	for i := range p.pieces {
@@ -447,7 +460,7 @@ func (p *Plan) Bytes() int64 {
 }
 
 func (p *Plan) pieceBytes(i int) int64 {
-	n := p.src.ElemSize()
+	n := p.dst.ElemSize()
 	for d := 0; d < p.src.NDim(); d++ {
 		n *= p.overlaps[d][p.pieces[i].ov[d]].iv.Len()
 	}
@@ -468,8 +481,9 @@ func (p *Plan) RankBytes() (sent, recv []int64) {
 }
 
 // CheckCompatible reports whether a tensor can move from src to dst over a
-// communicator of world ranks: same global shape and dtype, both meshes
-// inside the communicator.
+// communicator of world ranks: same global shape and dtype (or a bf16 or
+// f32 source to an fp8e4m3 destination, converted in flight; ConvertsTo),
+// both meshes inside the communicator.
 func CheckCompatible(src, dst placement.Layout, world int) error {
 	if world < 1 {
 		return fmt.Errorf("communicator size %d, want at least 1", world)
@@ -478,9 +492,9 @@ func CheckCompatible(src, dst placement.Layout, world int) error {
 		return &FieldError{Field: "shape", Got: placement.FormatShape(dst.Shape()),
 			Want: placement.FormatShape(src.Shape()), Why: "source and destination global shapes differ"}
 	}
-	if src.DType() != dst.DType() {
+	if src.DType() != dst.DType() && !ConvertsTo(src.DType(), dst.DType()) {
 		return &FieldError{Field: "dtype", Got: dst.DType().String(), Want: src.DType().String(),
-			Why: "source and destination dtypes differ (no conversion in flight)"}
+			Why: fmt.Sprintf("source and destination dtypes differ, and the only conversion in flight is bf16 or f32 to %v", placement.FP8E4M3)}
 	}
 	if err := src.Mesh().Validate(world); err != nil {
 		return &FieldError{Field: "source mesh", Got: src.Mesh().String(), Why: err.Error()}
@@ -489,6 +503,13 @@ func CheckCompatible(src, dst placement.Layout, world int) error {
 		return &FieldError{Field: "destination mesh", Got: dst.Mesh().String(), Why: err.Error()}
 	}
 	return nil
+}
+
+// ConvertsTo reports whether a tensor of dtype src can be converted in
+// flight to dtype dst: bf16 or f32 to fp8e4m3 (FP8 E4M3 by package fp8's
+// rule, torch's).
+func ConvertsTo(src, dst placement.DType) bool {
+	return dst == placement.FP8E4M3 && (src == placement.BF16 || src == placement.F32)
 }
 
 // FieldError reports an input field whose value cannot be used.

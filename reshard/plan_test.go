@@ -259,7 +259,9 @@ func TestPlanRejects(t *testing.T) {
 		{"shape differs", layout(t, "8x4", "f32", "4", "S0", nil), layout(t, "8x5", "f32", "2", "S0", seq(4, 2)), 6,
 			"shape 8x5, want 8x4: source and destination global shapes differ"},
 		{"dtype differs", layout(t, "8", "f32", "4", "S0", nil), layout(t, "8", "bf16", "2", "S0", seq(4, 2)), 6,
-			"dtype bf16, want f32: source and destination dtypes differ (no conversion in flight)"},
+			"dtype bf16, want f32: source and destination dtypes differ, and the only conversion in flight is bf16 or f32 to fp8e4m3"},
+		{"fp8 from f16", layout(t, "8x4", "f16", "4", "S0", nil), layout(t, "8x4", "fp8e4m3", "2", "S0", seq(4, 2)), 6,
+			"dtype fp8e4m3, want f16: source and destination dtypes differ, and the only conversion in flight is bf16 or f32 to fp8e4m3"},
 		{"destination mesh outside the communicator", layout(t, "8", "f32", "4", "S0", nil), layout(t, "8", "f32", "2", "S0", seq(4, 2)), 5,
 			"destination mesh 2[4,5]: mesh 2[4,5] reaches rank 5, outside a communicator of 5 ranks"},
 	}

@@ -46,11 +46,15 @@ type Step struct {
 	Recvs, Sends []Wire
 }
 
-// Copy is a message from the rank to itself.
+// Copy is a message from the rank to itself. With Quant set it converts:
+// From is the one source region (in the source dtype) of message Msg's
+// box, which the copy quantizes to FP8 E4M3 into To (Bytes counts the
+// FP8 bytes).
 type Copy struct {
 	Msg      int32
 	Bytes    int64
 	From, To []Region
+	Quant    bool
 }
 
 // Region is a strided region of one of this rank's buffers of one tensor.
@@ -103,10 +107,15 @@ type Wire struct {
 }
 
 // Part is one message of a wire operation: the regions the sender reads
-// (for a send) or the receiver writes (for a receive), in byte order.
+// (for a send) or the receiver writes (for a receive), in byte order. A
+// send's part with Quant set converts: Regions is the one source region
+// (in the source dtype) of message Msg's box, which the sender quantizes
+// into its staging as FP8 E4M3 (one byte per element); such a send is
+// always staged.
 type Part struct {
 	Msg     int32
 	Regions []Region
+	Quant   bool
 }
 
 // TensorViews are where one rank's parts of one tensor sit in its buffers.
@@ -173,6 +182,10 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 			clear(done)
 		}
 		p.Done[m.Tensor] = len(p.Steps)
+		quant, err := c.quantizes(m)
+		if err != nil {
+			return nil, err
+		}
 		if m.Src == m.Dst {
 			from, err := c.regions(m, m.From)
 			if err != nil {
@@ -183,7 +196,7 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 				return nil, err
 			}
 			c.noteFull(p, from, to)
-			step.Copies = append(step.Copies, Copy{Msg: int32(i), Bytes: m.Bytes, From: from, To: to})
+			step.Copies = append(step.Copies, Copy{Msg: int32(i), Bytes: m.Bytes, From: from, To: to, Quant: quant})
 			continue
 		}
 		dir, peer, segs := 0, m.Dst, m.From
@@ -214,7 +227,7 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 			return nil, err
 		}
 		c.noteFull(p, regs)
-		w := c.single(int32(i), m, peer, regs)
+		w := c.single(int32(i), m, peer, regs, quant && dir == 0)
 		if w.Mode == WireStaged {
 			w.StageOff = staged[dir]
 			staged[dir] += w.Bytes
@@ -301,6 +314,9 @@ func (c *compiler) regions(m *Message, segs []Segment) ([]Region, error) {
 				v = c.views[sg.Tensor].Dst
 			}
 			elem := c.s.Plans[sg.Tensor].Src().ElemSize()
+			if side == 1 {
+				elem = c.s.Plans[sg.Tensor].Dst().ElemSize()
+			}
 			if len(segs) != 1 || m.Box.Elems()*elem != sg.At.Bytes() {
 				return nil, fmt.Errorf("reshard: a message of tensor %s in round %d: a segment in a viewed buffer must cover the message's box", tensorName(c.s, sg.Tensor), m.Round)
 			}
@@ -320,6 +336,24 @@ func (c *compiler) noteFull(p *Program, lists ...[]Region) {
 			}
 		}
 	}
+}
+
+// quantizes reports whether the sender of m converts what it reads: m
+// reads the source buffer of a tensor that converts to FP8 (its other
+// hops, between destinations, carry FP8 bytes as they are). Such a
+// message must read one region covering its box.
+func (c *compiler) quantizes(m *Message) (bool, error) {
+	q := false
+	for _, sg := range m.From {
+		if sg.Buf == BufSrc && c.s.Plans[sg.Tensor].Converts() {
+			q = true
+		}
+	}
+	if q && (len(m.From) != 1 || m.From[0].Tensor != m.Tensor) {
+		return false, fmt.Errorf("reshard: a message of tensor %s in round %d converts to FP8 but reads %d regions (want one region of its box)",
+			tensorName(c.s, m.Tensor), m.Round, len(m.From))
+	}
+	return q, nil
 }
 
 // coalesces reports whether m travels in its round's coalesced operation
@@ -349,11 +383,15 @@ func (c *compiler) coalesced(first, dir, peer int) (Wire, error) {
 		if err != nil {
 			return w, err
 		}
-		w.Parts = append(w.Parts, Part{Msg: int32(i), Regions: regs})
+		quant, err := c.quantizes(m)
+		if err != nil {
+			return w, err
+		}
+		w.Parts = append(w.Parts, Part{Msg: int32(i), Regions: regs, Quant: quant && dir == 0})
 		w.Bytes += m.Bytes
 	}
 	if len(w.Parts) == 1 {
-		return c.single(w.Parts[0].Msg, m0, peer, w.Parts[0].Regions), nil
+		return c.single(w.Parts[0].Msg, m0, peer, w.Parts[0].Regions, w.Parts[0].Quant), nil
 	}
 	w.Mode = WireStaged
 	return w, nil
@@ -361,10 +399,13 @@ func (c *compiler) coalesced(first, dir, peer int) (Wire, error) {
 
 // single builds the operation of one message: straight from the buffer
 // when its bytes are one run, in place when the transport can move the
-// strided region, else through staging.
-func (c *compiler) single(msg int32, m *Message, peer int, regs []Region) Wire {
-	w := Wire{Peer: peer, Class: m.Class, Bytes: m.Bytes, Parts: []Part{{Msg: msg, Regions: regs}}}
+// strided region, else through staging. A send that quantizes is always
+// staged: its bytes exist only once packed.
+func (c *compiler) single(msg int32, m *Message, peer int, regs []Region, quant bool) Wire {
+	w := Wire{Peer: peer, Class: m.Class, Bytes: m.Bytes, Parts: []Part{{Msg: msg, Regions: regs, Quant: quant}}}
 	switch {
+	case quant:
+		w.Mode = WireStaged
 	case len(regs) == 1 && regs[0].At.Contiguous():
 		w.Mode, w.Region = WireDirect, regs[0]
 	case len(regs) == 1 && m.Bytes > 0 && m.Bytes <= c.opts.MaxInPlace:
@@ -373,6 +414,52 @@ func (c *compiler) single(msg int32, m *Message, peer int, regs []Region) Wire {
 		w.Mode = WireStaged
 	}
 	return w
+}
+
+// Moved returns what the rank moves in one run of the program: the bytes
+// it sends, receives and copies, and the tensors it takes part in.
+func (p *Program) Moved() (bytes int64, tensors int) {
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		for _, cp := range s.Copies {
+			bytes += cp.Bytes
+		}
+		for _, list := range [][]Wire{s.Sends, s.Recvs} {
+			for _, w := range list {
+				bytes += w.Bytes
+			}
+		}
+	}
+	for _, k := range p.Done {
+		if k >= 0 {
+			tensors++
+		}
+	}
+	return bytes, tensors
+}
+
+// PeersOf returns the distinct peers of step i, sorted, for errors.
+func (p *Program) PeersOf(i int) []int { return peersOf(&p.Steps[i]) }
+
+// TensorsOf returns the names of the tensors step i's operations carry,
+// for errors.
+func (p *Program) TensorsOf(i int) []string {
+	var out []string
+	if p.sched == nil {
+		return nil
+	}
+	s := &p.Steps[i]
+	for _, list := range [][]Wire{s.Sends, s.Recvs} {
+		for _, w := range list {
+			for _, pt := range w.Parts {
+				t := tensorName(p.sched, int(p.sched.Messages[pt.Msg].Tensor))
+				if !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Schedule returns the schedule the program was compiled from.
@@ -402,7 +489,11 @@ func (p *Program) WriteTo(w io.Writer) (int64, error) {
 	for _, st := range p.Steps {
 		fmt.Fprintf(ew, "round %d\n", st.Round)
 		for _, cp := range st.Copies {
-			fmt.Fprintf(ew, "  copy  msg %d %d bytes %s -> %s\n", cp.Msg, cp.Bytes, regionsString(cp.From), regionsString(cp.To))
+			q := ""
+			if cp.Quant {
+				q = " quantize"
+			}
+			fmt.Fprintf(ew, "  copy  msg %d %d bytes%s %s -> %s\n", cp.Msg, cp.Bytes, q, regionsString(cp.From), regionsString(cp.To))
 		}
 		for _, list := range []struct {
 			name  string
@@ -418,7 +509,11 @@ func (p *Program) WriteTo(w io.Writer) (int64, error) {
 				case WireStaged:
 					fmt.Fprintf(ew, " @%d:", wr.StageOff)
 					for _, pt := range wr.Parts {
-						fmt.Fprintf(ew, " msg %d %s", pt.Msg, regionsString(pt.Regions))
+						q := ""
+						if pt.Quant {
+							q = " quantize"
+						}
+						fmt.Fprintf(ew, " msg %d%s %s", pt.Msg, q, regionsString(pt.Regions))
 					}
 				default:
 					fmt.Fprintf(ew, " msg %d %s", wr.Parts[0].Msg, regionsString([]Region{wr.Region}))

@@ -15,3 +15,35 @@ type Route interface {
 	// Schedule builds the route's schedule.
 	Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error)
 }
+
+// BucketRoute is a Route that can add the messages of some of a call's
+// tensors to a Builder that other routes share, so that tensors moved by
+// different routes (a bucket each, say) fill the rounds of one schedule.
+// Flat, AllGatherBroadcast and package hier's Hier are bucket routes.
+type BucketRoute interface {
+	Route
+	// AddTensors adds the messages of plans[t] for every t of tensors
+	// (indices into plans, which is the whole call) to b, as Schedule
+	// would for those tensors alone.
+	AddTensors(b *Builder, plans []*Plan, tensors []int, topo Topology, opts ScheduleOptions) error
+}
+
+// scheduleAll is a bucket route's Schedule: every tensor of the call on
+// one builder.
+func scheduleAll(r BucketRoute, plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := NewBuilder(r.Name(), plans, topo, opts.RoundBytes())
+	if err != nil {
+		return nil, err
+	}
+	all := make([]int, len(plans))
+	for i := range all {
+		all[i] = i
+	}
+	if err := r.AddTensors(b, plans, all, topo, opts); err != nil {
+		return nil, err
+	}
+	return b.Schedule(), nil
+}

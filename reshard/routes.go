@@ -59,46 +59,49 @@ type Flat struct{}
 func (Flat) Name() string { return "flat" }
 
 // Schedule implements Route.
-func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := NewBuilder("flat", plans, topo, opts.RoundBytes())
-	if err != nil {
-		return nil, err
-	}
+func (f Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+	return scheduleAll(f, plans, topo, opts)
+}
+
+// AddTensors implements BucketRoute.
+func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
 	// count first: every transfer is at least one message; then chunks,
 	// transfers materialised one at a time, chunks not at all.
 	var total int64
-	for _, p := range plans {
-		total = satAdd(total, int64(p.Len()))
+	for _, ti := range tensors {
+		total = satAdd(total, int64(plans[ti].Len()))
 	}
 	if total > MaxMessages {
-		return nil, tooManyMessages("flat", total)
+		return tooManyMessages("flat", total)
 	}
 	total = 0
-	for _, p := range plans {
-		elem := p.Src().ElemSize()
+	for _, ti := range tensors {
+		p := plans[ti]
+		elem := p.WireElemSize()
 		for i := 0; i < p.Len(); i++ {
 			n, err := CountChunks(p.Transfer(i).Box, elem, opts.ChunkBytes)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if total = satAdd(total, n); total > MaxMessages {
-				return nil, tooManyMessages("flat", flatCount(plans, opts.ChunkBytes))
+				return tooManyMessages("flat", flatCount(plans, tensors, opts.ChunkBytes))
 			}
 		}
 	}
 	if err := b.Expect(total); err != nil {
-		return nil, err
+		return err
 	}
-	for ti, p := range plans {
-		elem := p.Src().ElemSize()
+	for _, ti := range tensors {
+		p := plans[ti]
+		// a converting plan reads source elements and sends destination
+		// (FP8) ones: chunks and messages are sized on the wire.
+		srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
 		transfers := p.Transfers()
 		chunks := make([][]placement.Box, len(transfers))
 		for i, t := range transfers {
+			var err error
 			if chunks[i], err = SplitBox(t.Box, elem, opts.ChunkBytes); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		// active lists, in plan order, the transfers with chunks left, so
@@ -114,7 +117,7 @@ func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Sched
 				sub := chunks[i][k]
 				b.Add(Message{
 					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
-					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, elem)),
+					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, srcElem)),
 					To:   seg(ti, BufDst, Describe(t.DstLocal, sub, elem)),
 				}, 0)
 				if k+1 < len(chunks[i]) {
@@ -124,19 +127,17 @@ func (Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Sched
 			active = next
 		}
 	}
-	if err := b.Err(); err != nil {
-		return nil, err
-	}
-	return b.Schedule(), nil
+	return b.Err()
 }
 
-// flatCount counts the flat route's messages in full (saturating), for the
-// error that refuses too many.
-func flatCount(plans []*Plan, chunk int64) int64 {
+// flatCount counts the flat route's messages of tensors in full
+// (saturating), for the error that refuses too many.
+func flatCount(plans []*Plan, tensors []int, chunk int64) int64 {
 	var total int64
-	for _, p := range plans {
+	for _, ti := range tensors {
+		p := plans[ti]
 		for i := 0; i < p.Len(); i++ {
-			n, _ := CountChunks(p.Transfer(i).Box, p.Src().ElemSize(), chunk)
+			n, _ := CountChunks(p.Transfer(i).Box, p.WireElemSize(), chunk)
 			total = satAdd(total, n)
 		}
 	}
@@ -148,41 +149,45 @@ func flatCount(plans []*Plan, chunk int64) int64 {
 // ending with the whole tensor in scratch), then the first source rank
 // broadcasts it down a pipelined chain of all destination ranks, and every
 // destination keeps its slice. The root injects the tensor once and every
-// destination receives all of it.
+// destination receives all of it. It refuses a tensor converted to FP8 in
+// flight (Plan.Converts): its whole-tensor scratch holds the source dtype
+// and every destination would quantize the whole tensor; use flat or hier.
 type AllGatherBroadcast struct{}
 
 // Name returns "agbcast".
 func (AllGatherBroadcast) Name() string { return "agbcast" }
 
 // Schedule implements Route.
-func (AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := NewBuilder("agbcast", plans, topo, opts.RoundBytes())
-	if err != nil {
-		return nil, err
+func (a AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+	return scheduleAll(a, plans, topo, opts)
+}
+
+// AddTensors implements BucketRoute.
+func (AllGatherBroadcast) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
+	for _, ti := range tensors {
+		if p := plans[ti]; p.Converts() {
+			return &FieldError{Field: "route", Got: "agbcast",
+				Want: "flat or hier", Why: fmt.Sprintf("tensor %d converts %v to %v in flight, which the all-gather + broadcast route cannot carry (its whole-tensor scratch is in the source dtype)",
+					ti, p.Src().DType(), p.Dst().DType())}
+		}
 	}
 	var total int64
-	for _, p := range plans {
-		n, err := agbcastCount(p, opts.ChunkBytes)
+	for _, ti := range tensors {
+		n, err := agbcastCount(plans[ti], opts.ChunkBytes)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		total = satAdd(total, n)
 	}
 	if err := b.Expect(total); err != nil {
-		return nil, err
+		return err
 	}
-	for ti, p := range plans {
-		if err := agbcastTensor(b, ti, p, opts.ChunkBytes); err != nil {
-			return nil, err
+	for _, ti := range tensors {
+		if err := agbcastTensor(b, ti, plans[ti], opts.ChunkBytes); err != nil {
+			return err
 		}
 	}
-	if err := b.Err(); err != nil {
-		return nil, err
-	}
-	return b.Schedule(), nil
+	return b.Err()
 }
 
 // agbcastCount counts the messages agbcastTensor adds for p, saturating.

@@ -2,7 +2,9 @@
 # gpu-check.sh runs m2n's GPU checks and benchmarks on a GPU machine that has
 # no Go: the binaries are built elsewhere (make gpu-bins) into .devbin/.
 # Logs go to $OUT (or ./gpu-out). Usage, from the repository root:
-#   scripts/gpu-check.sh
+#   scripts/gpu-check.sh                # everything
+#   PART=tests scripts/gpu-check.sh     # the test suites and the checked refit runs
+#   PART=bench scripts/gpu-check.sh     # the benchmarks
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
@@ -18,15 +20,37 @@ run() { # name, command...
 	tail -n 25 "$out/$name.log" | sed 's/^/    /' >>"$out/summary.txt"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+part=${PART:-all}
+if [ "$part" = all ] || [ "$part" = tests ]; then
 (cd cuda && run cuda-tests "$bin/cuda.test" -test.v -test.timeout 300s)
 (cd nccl && run nccl-tests "$bin/nccl.test" -test.v -test.timeout 120s)
 (cd internal/nvlink && run nvlink-tests "$bin/nvlink.test" -test.v -test.timeout 60s)
 run refit-cuda scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all,auto --check --iters 5
+run refit-cuda-host scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 \
+	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 5 --driver host
+run refit-cuda-graph scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 \
+	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 5 --driver graph
+run refit-cuda-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 \
+	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --atomic --iters 3
 run refit-cuda-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --verify --atomic --iters 3
 run refit-cuda-pp scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --pp-stages 1 --shape 4096x4096 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 3
+# FP8 in flight on the GPU: BlockAmax, the amax exchange and PackQuantize in the call; --check compares every byte
+# and scale with quantizing the whole tensor; the NaN run must fail naming element [1 1] with the destination untouched.
+F="--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --dst-dtype e4m3"
+run refit-cuda-fp8 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 $F --route all,auto --check --iters 5
+run refit-cuda-fp8-row-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
+	--fp8-scale row --route all --check --verify --atomic --iters 3
+run refit-cuda-fp8-f32-tensor scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8x1000x1000 --dtype f32 $F \
+	--fp8-scale tensor --route all --check --iters 3
+run refit-cuda-fp8-nan env M2N_FAULT_NAN=0:4097 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
+	--route flat --check --atomic --iters 1 --warmup 0
+fi
+if [ "$part" = all ] || [ "$part" = bench ]; then
+run replay-bench scripts/mpirun.sh -np 1 "$bin/refit" replay-bench
 run pack-bench "$bin/refit" pack-bench
 run quant-bench "$bin/refit" quant-bench
+fi
 cat "$out/summary.txt"

@@ -43,4 +43,20 @@ run routes-2dom scripts/mpirun.sh -np 2 "$bin/refit" run --device cuda $E --src-
 run routes-2dom-check scripts/mpirun.sh -np 2 "$bin/refit" run --device cuda --shape 64x2048x7168 --dtype bf16 \
 	--src-mesh 2 --src-placements S0 --dst-mesh 2 --dst-placements R --dst-ranks 0,1 --dst-domain-size 1 \
 	--route all,auto --check --iters 2
+# FP8 in flight between the GPUs (every byte and scale checked), then the same reshards in bf16 and in FP8 back to back,
+# and a scaled DeepSeek-V3 synced into an FP8 generator.
+run fp8-ep2-tp2-check scripts/mpirun.sh -np 2 "$bin/refit" run --device cuda --shape 64x2048x7168 --dtype bf16 \
+	--src-mesh 2 --src-placements S0 --dst-mesh 2 --dst-placements S1 --dst-ranks 1,0 --dst-dtype e4m3 --route all,auto --check --iters 2
+run fp8-2dom-check scripts/mpirun.sh -np 2 "$bin/refit" run --device cuda --shape 64x2048x7168 --dtype bf16 \
+	--src-mesh 2 --src-placements S0 --dst-mesh 2 --dst-placements R --dst-ranks 0,1 --dst-domain-size 1 --dst-dtype e4m3 \
+	--route all,auto --check --iters 2
+for dt in "" "--dst-dtype e4m3"; do
+	n=bf16; [ -n "$dt" ] && n=fp8
+	run "1to1-$n" scripts/mpirun.sh -np 2 "$bin/refit" run --device cuda $E --src-mesh 1 --src-placements S0 \
+		--dst-mesh 1 --dst-placements S1 --route flat --iters 10 --json $dt
+	run "ep2-tp2-$n" scripts/mpirun.sh -np 2 "$bin/refit" run --device cuda $E --src-mesh 2 --src-placements S0 \
+		--dst-mesh 2 --dst-placements S1 --dst-ranks 1,0 --route flat --iters 10 --json $dt
+done
+run fp8-sync scripts/mpirun.sh -np 2 "$bin/refit" sync --device cuda --model deepseek-v3 --scale 8 --layers 4 \
+	--train tp=1 --gen tp=1 --dst-dtype e4m3 --check --iters 3
 cat "$out/summary.txt"

@@ -67,17 +67,40 @@ func (c *control) Size() int { return c.size }
 
 // Allgather implements reshard.Collective, bounded by the session timeout.
 func (c *control) Allgather(ctx context.Context, send, recv []byte) error {
+	if c.size == 1 {
+		return c.alone(func() { copy(recv, send) })
+	}
 	return c.collective(ctx, "allgather", func() (*mpi.Request, error) { return c.comm.Iallgather(send, recv) })
 }
 
 // Allgatherv implements reshard.Collective, bounded by the session timeout.
 func (c *control) Allgatherv(ctx context.Context, send, recv []byte, counts, displs []int64) error {
+	if c.size == 1 {
+		return c.alone(func() { copy(recv[displs[0]:displs[0]+counts[0]], send[:counts[0]]) })
+	}
 	return c.collective(ctx, "allgatherv", func() (*mpi.Request, error) { return c.comm.Iallgatherv(send, recv, counts, displs) })
 }
 
 // barrier is a bounded barrier.
 func (c *control) barrier(ctx context.Context, phase string) error {
+	if c.size == 1 {
+		return c.alone(func() {})
+	}
 	return c.collective(ctx, phase, func() (*mpi.Request, error) { return c.comm.Ibarrier() })
+}
+
+// alone is a collective of a one-rank session: nothing to wait for, so no
+// MPI call; it only counts the collective (for roll calls) and fails once
+// the session has aborted, as every collective does.
+func (c *control) alone(f func()) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted != nil {
+		return c.aborted
+	}
+	c.seq++
+	f()
+	return nil
 }
 
 // collective starts a non-blocking collective and polls it against the

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -27,6 +28,10 @@ type device interface {
 	// stage makes the device of a pipeline stage's session over comm,
 	// sharing this one's GPU.
 	stage(comm *mpi.Comm, timeout func(string, func() error) error) (device, error)
+	// runner returns what runs call programs on this device in place of
+	// the round-by-round driver (the GPU replay), or nil: the executor
+	// drives them. tr is the call's transport.
+	runner(tr reshard.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error)
 	close() error
 	// abort tears down what peers might wait on (NCCL communicators; on
 	// CPUs the abort notices do that).
@@ -55,7 +60,7 @@ func newDevice(s *Session) (device, error) {
 		var d *gpuDevice
 		err = s.guard("GPU set-up", func() error {
 			var err error
-			d, err = newGPUDevice(s.comm)
+			d, err = newGPUDevice(s.comm, s.opts.GPU)
 			return err
 		})
 		if err != nil {
@@ -64,6 +69,17 @@ func newDevice(s *Session) (device, error) {
 		return d, nil
 	}
 	return cpuDevice{inPlace: !s.opts.NoInPlace, mem: newHostMemory()}, nil
+}
+
+// callRunner runs a call's program in place of the executor's driver.
+type callRunner interface {
+	reshard.ProgramRunner
+	Launch(bufs []reshard.TensorBuffers, after *cuda.Event) (*cuda.Event, error)
+	Wait(ctx context.Context) (reshard.Stats, error)
+	SetGraph(on bool) error
+	Graphed() bool
+	GraphError() error
+	Close() error
 }
 
 // cpuDevice keeps tensors in host memory and moves them with MPI.
@@ -84,6 +100,9 @@ func (cpuDevice) forTopology(base reshard.Transport, _ reshard.Topology) reshard
 func (cpuDevice) domainKey() string { return "" }
 func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, error) {
 	return d, nil
+}
+func (cpuDevice) runner(reshard.Transport, *reshard.Program, nccl.ReplayOptions) (callRunner, error) {
+	return nil, nil
 }
 func (cpuDevice) close() error            { return nil }
 func (cpuDevice) abort(reshard.Transport) {}
@@ -112,8 +131,9 @@ func loadGPU(rank int) error {
 	return nil
 }
 
-// newGPUDevice sets up the local rank's GPU, after loadGPU.
-func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
+// newGPUDevice sets up the GPU of this rank, after loadGPU: pick(local
+// rank) if pick is set, else the local rank's.
+func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, error) {
 	n, err := cuda.DeviceCount()
 	if err != nil {
 		return nil, err
@@ -123,13 +143,37 @@ func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
 		return nil, err
 	}
 	lr, lsize := local.Rank(), local.Size()
+	ordinal := lr
+	var bad error
+	if pick != nil {
+		ordinal = pick(lr)
+		if ordinal < 0 || ordinal >= n {
+			bad = fmt.Errorf("rank %d: device cuda: GPU %d chosen for local rank %d, but this host has GPUs 0 to %d", comm.Rank(), ordinal, lr, n-1)
+		}
+		// every rank of the host learns every choice, so that ranks that
+		// chose one GPU fail together rather than inside NCCL.
+		all := make([]byte, 8*lsize)
+		if err := local.Allgather(binary.LittleEndian.AppendUint64(nil, uint64(int64(ordinal))), all); err != nil {
+			_ = local.Free()
+			return nil, err
+		}
+		for a := 0; a < lsize && bad == nil; a++ {
+			for b := a + 1; b < lsize && bad == nil; b++ {
+				if ga, gb := int64(binary.LittleEndian.Uint64(all[8*a:])), int64(binary.LittleEndian.Uint64(all[8*b:])); ga == gb {
+					bad = fmt.Errorf("rank %d: device cuda: local ranks %d and %d of this host both chose GPU %d; NCCL needs one GPU per rank (torch: torch.cuda.set_device(local_rank) before joining)", comm.Rank(), a, b, ga)
+				}
+			}
+		}
+	} else if lsize > n {
+		bad = fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
+	}
 	if err := local.Free(); err != nil {
 		return nil, err
 	}
-	if lsize > n {
-		return nil, fmt.Errorf("rank %d: device cuda: %d ranks on this host share %d GPUs; NCCL needs one GPU per rank", comm.Rank(), lsize, n)
+	if bad != nil {
+		return nil, bad
 	}
-	dev, err := cuda.GetDevice(lr)
+	dev, err := cuda.GetDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +186,7 @@ func newGPUDevice(comm *mpi.Comm) (*gpuDevice, error) {
 		_ = ctx.Release()
 		return nil, err
 	}
-	return &gpuDevice{ordinal: lr, ctx: ctx, mem: mem}, nil
+	return &gpuDevice{ordinal: ordinal, ctx: ctx, mem: mem}, nil
 }
 
 func (d *gpuDevice) memory() Memory { return d.mem }
@@ -174,6 +218,17 @@ func (d *gpuDevice) stage(comm *mpi.Comm, guard func(string, func() error) error
 		return nil, err
 	}
 	return &gpuDevice{ordinal: d.ordinal, ctx: d.ctx, mem: mem, parent: d}, nil
+}
+
+// runner replays the program on the GPU's streams when the call runs on
+// the NCCL transport itself (not through network emulation or a wrapper,
+// which the host must drive).
+func (d *gpuDevice) runner(tr reshard.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error) {
+	t, ok := tr.(*nccl.Transport)
+	if !ok {
+		return nil, nil
+	}
+	return nccl.NewReplay(p, t, d.mem, opts)
 }
 
 func (d *gpuDevice) close() error {

@@ -29,6 +29,15 @@
 // *reshard.ChecksumError) keep their types on every rank and leave the
 // session usable.
 //
+// On GPUs a call's step is replayed on the GPU's streams (package nccl's
+// Replay: batched copy kernels, memcpys and one NCCL group per round and
+// communicator, ordered by events), the host waiting once at the end; or,
+// with Call.Launch, not at all: the step starts after the caller's event
+// and hands back the event that ends it, for the consumer's stream to wait
+// on, and Call.Wait collects the outcome. Call.SetDriver picks the driver:
+// DriverReplay (the default), DriverGraph (the step captured once as a CUDA
+// graph) or DriverHost (rounds driven from the host, which Verify needs).
+//
 // Pipeline stages (Stages) are sessions of their own, one communicator per
 // stage, whose calls run concurrently.
 package session

@@ -55,7 +55,7 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 			continue
 		}
 		for _, t := range l.Stages[si].Tensors {
-			sp := reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst}
+			sp := reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
 			if p, ok := t.Part(model.Src, ss.Rank()); ok {
 				sp.Views.Src = p.View
 			}
@@ -79,12 +79,24 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 type ModelBuffers struct {
 	// Src[s] and Dst[s] map stage s's buffer names to this rank's buffers.
 	Src, Dst []map[string]reshard.Buffer
+	// Scale[s] maps the names of stage s's tensors that the generator
+	// holds in FP8 (model.NewQuantized) to this rank's scale tensor of
+	// each (weight_scale_inv: reshard.TensorBuffers.Scale), on generator
+	// ranks.
+	Scale []map[string]reshard.Buffer
 }
 
+// ScaleName is the name FP8 checkpoints give a weight's scale tensor:
+// "...weight" becomes "...weight_scale_inv"; another name gets
+// "_scale_inv" appended.
+func ScaleName(tensor string) string { return tensor + "_scale_inv" }
+
 // Alloc allocates this rank's buffers of every stage it is in from the
-// session's memory (their contents unspecified).
+// session's memory (their contents unspecified), and the scale tensors of
+// the tensors it receives in FP8.
 func (m *Model) Alloc() (*ModelBuffers, error) {
-	b := &ModelBuffers{Src: make([]map[string]reshard.Buffer, len(m.Specs)), Dst: make([]map[string]reshard.Buffer, len(m.Specs))}
+	b := &ModelBuffers{Src: make([]map[string]reshard.Buffer, len(m.Specs)), Dst: make([]map[string]reshard.Buffer, len(m.Specs)),
+		Scale: make([]map[string]reshard.Buffer, len(m.Specs))}
 	for si, ss := range m.Stages.Sessions {
 		if ss == nil {
 			continue
@@ -101,6 +113,23 @@ func (m *Model) Alloc() (*ModelBuffers, error) {
 				(*into)[si][buf.Name] = x
 			}
 		}
+		b.Scale[si] = map[string]reshard.Buffer{}
+		for _, sp := range m.Specs[si] {
+			n, err := sp.ScaleBytes(ss.Rank())
+			if err != nil {
+				m.Free(b)
+				return nil, fmt.Errorf("rank %d, stage %d: scales of %s: %w", ss.Rank(), si, sp.Name, err)
+			}
+			if sp.Scale == 0 || !sp.Dst.Mesh().Contains(ss.Rank()) {
+				continue
+			}
+			x, err := ss.Memory().Alloc(n)
+			if err != nil {
+				m.Free(b)
+				return nil, fmt.Errorf("rank %d, stage %d: scales of %s (%d bytes): %w", ss.Rank(), si, sp.Name, n, err)
+			}
+			b.Scale[si][sp.Name] = x
+		}
 	}
 	return b, nil
 }
@@ -111,7 +140,10 @@ func (m *Model) Free(b *ModelBuffers) {
 		if ss == nil {
 			continue
 		}
-		for _, side := range [][]map[string]reshard.Buffer{b.Src, b.Dst} {
+		for _, side := range [][]map[string]reshard.Buffer{b.Src, b.Dst, b.Scale} {
+			if si >= len(side) {
+				continue
+			}
 			for _, x := range side[si] {
 				ss.Memory().Free(x)
 			}
@@ -133,6 +165,9 @@ func (m *Model) Tensors(si int, b *ModelBuffers) []reshard.TensorBuffers {
 		}
 		if p, ok := t.Part(model.Dst, ss.Rank()); ok {
 			out[i].Dst = b.Dst[si][p.Buffer]
+		}
+		if si < len(b.Scale) {
+			out[i].Scale = b.Scale[si][t.Name]
 		}
 	}
 	return out

@@ -41,7 +41,7 @@ func ParseDevice(s string) (Device, error) {
 const DefaultTimeout = 5 * time.Minute
 
 // Options configure a session. Every rank must pass equal options, except
-// WrapTransport; Prepare checks that they agree.
+// GPU and WrapTransport; Join checks that they agree.
 type Options struct {
 	// Device is where tensors live (default CPU).
 	Device Device
@@ -79,9 +79,15 @@ type Options struct {
 	// Agree lists more fields every rank must share (a program's own
 	// settings); Prepare fails naming the first rank and field that differ.
 	Agree []reshard.Field
+	// GPU, on GPU sessions, returns the ordinal of this rank's GPU given
+	// its local rank on its host; nil picks the GPU whose ordinal is the
+	// local rank. A program that already gave each rank its GPU (as
+	// torch.cuda.set_device does) returns that one. Ranks may set it
+	// differently.
+	GPU func(localRank int) int
 	// WrapTransport, if set, wraps the transport of every call, after the
-	// network emulation: fault injection in tests. It is the one option
-	// ranks may set differently.
+	// network emulation: fault injection in tests. Ranks may set it
+	// differently.
 	WrapTransport func(reshard.Transport) reshard.Transport
 }
 
@@ -104,7 +110,8 @@ type Session struct {
 	base     reshard.Transport
 	calls    map[*Call]bool
 	closed   bool
-	owned    bool // the device is this session's to close (not a stage's parent's)
+	owned    bool      // the device is this session's to close (not a stage's parent's)
+	nic      *hier.NIC // the emulated network interface, shared with this rank's stage sessions
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -150,6 +157,12 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 		localErr = refusal
 	}
 	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, owned: true}
+	if localErr == nil && opts.EmulateNetBW > 0 {
+		var err error
+		if s.nic, err = hier.NewNIC(opts.EmulateNetBW); err != nil {
+			localErr = fmt.Errorf("rank %d: %w", comm.Rank(), err)
+		}
+	}
 	if err := s.join(comm, localErr); err != nil {
 		s.Close()
 		if aborted, _ := s.Aborted(); aborted {

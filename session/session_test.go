@@ -187,7 +187,8 @@ func TestPrepareAgreesOnEverything(t *testing.T) {
 // TestTypedErrorsCrossRanks gives rank 2 a destination buffer one byte
 // short: every rank's Run fails with a *reshard.ValidationError that
 // errors.As matches to the *reshard.BufferError naming rank 2, and the
-// session stays usable: the next step with good buffers passes.
+// session stays usable: the next step with good buffers passes. Then rank
+// 1 refuses a step (Call.Refuse), with the same outcome.
 func TestTypedErrorsCrossRanks(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
 		s, err := session.Join(c, session.Options{Timeout: 20 * time.Second, Verify: true, Atomic: true})
@@ -217,6 +218,19 @@ func TestTypedErrorsCrossRanks(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, s, specs, bufs)
+		// rank 1 refuses the next step (what only it can tell): every
+		// rank fails with its error, typed, and the session stays usable.
+		if c.Rank() == 1 {
+			err = call.Refuse(context.Background(), &reshard.BufferError{Rank: 1, Tensor: "w", Side: "source", Why: "is not contiguous", Want: 64, Got: -1})
+		} else {
+			_, err = call.Run(context.Background(), bufs)
+		}
+		if !errors.As(err, &be) || be.Rank != 1 || be.Why != "is not contiguous" {
+			t.Fatalf("a step rank 1 refused: %v (%T)", err, err)
+		}
+		if _, err := call.Run(context.Background(), buffers(t, s, specs)); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 
@@ -326,5 +340,58 @@ func TestStagesConcurrent(t *testing.T) {
 			}
 		}
 		sc.Close()
+	})
+}
+
+// TestOneRank runs calls on a session of one rank, whose collectives make
+// no MPI call: steps move and check, a bad buffer is still the typed
+// *reshard.ValidationError, and on CPUs only the host driver runs (Launch
+// and the GPU drivers are errors that say why).
+func TestOneRank(t *testing.T) {
+	mpitest.Run(t, 1, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		specs := []reshard.Spec{
+			{Name: "a", Src: layout(t, "64x64", placement.BF16, []int{1}, 0, "S0"), Dst: layout(t, "64x64", placement.BF16, []int{1}, 0, "S1")},
+			{Name: "b", Src: layout(t, "7x5", placement.F32, []int{1}, 0, "R"), Dst: layout(t, "7x5", placement.F32, []int{1}, 0, "S0")},
+		}
+		call, err := s.Prepare(context.Background(), specs, reshard.AllGatherBroadcast{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer call.Close()
+		bufs := buffers(t, s, specs)
+		for step := 0; step < 3; step++ {
+			rep, err := call.Run(context.Background(), bufs)
+			if err != nil || len(rep.Completed) != 2 {
+				t.Fatalf("step %d: %v, %v", step, rep, err)
+			}
+			check(t, s, specs, bufs)
+		}
+		if d := call.Driver(); d != session.DriverHost {
+			t.Errorf("a CPU call's driver is %s", d)
+		}
+		if err := call.SetDriver(session.DriverReplay); err == nil {
+			t.Error("the replay driver accepted on a CPU call")
+		}
+		if _, err := call.Launch(context.Background(), bufs, nil); err == nil || !strings.Contains(err.Error(), "Launch needs a GPU call") {
+			t.Errorf("Launch on a CPU call: %v", err)
+		}
+		short := append([]reshard.TensorBuffers(nil), bufs...)
+		short[1].Dst = reshard.HostBuffer(make([]byte, 3))
+		_, err = call.Run(context.Background(), short)
+		var ve *reshard.ValidationError
+		if !errors.As(err, &ve) {
+			t.Fatalf("a short buffer: %v", err)
+		}
+		if aborted, _ := s.Aborted(); aborted {
+			t.Fatal("an agreed error aborted the session")
+		}
+		if err := s.Barrier(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	})
 }

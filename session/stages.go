@@ -48,7 +48,7 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 			if comm == nil {
 				continue
 			}
-			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, comm: comm}
+			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, comm: comm, nic: s.nic}
 			st.Sessions[i] = child
 			if child.ctlComm, err = comm.Dup(); err != nil {
 				return err

@@ -21,7 +21,17 @@ func (p *pairRun) checkIteration(it, warmup int) (string, error) {
 	if b, ok, _ := faultAt("M2N_FAULT_CORRUPT", jobRank); ok && b < len(p.dstHost) {
 		p.dstHost[b] ^= 0x40 // test-only: prove that --check catches a wrong byte
 	}
-	err := pattern.Check(p.dst, p.s.Rank(), p.seed, p.dstHost, placement.View{})
+	var err error
+	if p.scale != 0 { // FP8 in flight: the values within the scales' rounding
+		if len(p.scaleHost) > 0 {
+			if err := p.s.Memory().Download(p.scaleHost, p.scaleBuf); err != nil {
+				return "", err
+			}
+		}
+		err = pattern.CheckFP8(p.src.DType(), p.dst, p.scale, p.s.Rank(), p.seed, p.dstHost, placement.View{}, p.scaleHost)
+	} else {
+		err = pattern.Check(p.dst, p.s.Rank(), p.seed, p.dstHost, placement.View{})
+	}
 	if err == nil {
 		return "", nil
 	}

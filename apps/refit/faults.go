@@ -18,9 +18,10 @@ import (
 //	M2N_FAULT_WIRE=r       rank r flips one byte of the first message it receives
 //	M2N_FAULT_CORRUPT=r:b  rank r flips byte b of its destination before --check
 //	M2N_FAULT_SHORT_DST=r  rank r's destination buffer is one byte short
+//	M2N_FAULT_NAN=r:i      rank r makes element i of its source part a NaN
 //	M2N_FAULT_STOP=r:where rank r stops its process (SIGSTOP) at a point (faultstop.go)
 //	M2N_FAULT_PANIC=r:where rank r panics at one of those points
-var faultVars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST"}
+var faultVars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST", "M2N_FAULT_NAN"}
 
 // faultAt reads a fault switch: whether it names this rank, and n (0 if
 // absent). A value that does not parse is an error naming the variable.

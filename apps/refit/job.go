@@ -112,10 +112,12 @@ func (j *job) end(err *error) {
 		*err = j.closingBarrier()
 	}
 	if j.s != nil {
+		// a session that aborted after the command's last error (or with
+		// none) says why here, so that the job does not end unexplained.
 		if cerr := j.s.Close(); cerr != nil && *err == nil {
-			var ab *reshard.AbortError
-			if !errors.As(cerr, &ab) {
-				*err = cerr
+			*err = cerr
+			if j.quiet(cerr) {
+				*err = printedError{cerr}
 			}
 		}
 	}

@@ -130,6 +130,11 @@ Offline commands (no launcher needed):
   refit pack-bench  the GPU pack/unpack kernels against a plain copy
   refit quantize    a raw bf16/f32 tensor to FP8 E4M3 bytes and scales, as a destination gets it
   refit quant-bench the GPU FP8 quantize-pack kernels against packing alone and convert-after
+  refit sim         each route's schedule simulated on a modelled cluster, beside its bound
+  refit plot        PNG plots from refit sim --json: time against rho, whole-model bars, link use
+
+GPU benchmark (one rank: mpirun -np 1):
+  refit replay-bench prepared calls on the host driver, the replay and the graph, against their bounds
 
 Spellings: shapes 7168x2048 (scalar for 0 dims), meshes 4x2, placements S0,R
 or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
@@ -140,7 +145,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 		return usageError{fmt.Errorf("%w (see refit %s --help)", err, c.Name())}
 	})
 	root.AddCommand(newLayoutCmd(), newPlanCmd(), newRunCmd(), newBenchCmd(), newSweepCmd(), newBoundCmd(), newLayoutsCmd(), newSyncCmd(),
-		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd())
+		newPackBenchCmd(), newSoakCmd(), newQuantizeCmd(), newQuantBenchCmd(), newSimCmd(), newPlotCmd(), newReplayBenchCmd())
 	return root
 }
 

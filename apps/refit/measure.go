@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -31,12 +32,21 @@ type pairRun struct {
 	srcBuf  reshard.Buffer
 	dstBuf  reshard.Buffer
 	dstHost []byte // host copy of the destination buffer, for poison and checks
+	// scale is the FP8 scaling mode when the tensor converts (--dst-dtype
+	// e4m3); the destination's scale tensor is then scaleBuf, scaleHost
+	// its host copy.
+	scale     fp8.Mode
+	scaleBuf  reshard.Buffer
+	scaleHost []byte
 }
 
 // newPairRun allocates a layout pair's buffers on s, the source filled
 // with the pattern of tensor seed.
 func (j *job) newPairRun(s *session.Session, src, dst placement.Layout, seed uint64) (*pairRun, error) {
 	p := &pairRun{j: j, s: s, name: fmt.Sprintf("tensor%d", seed), seed: seed, src: src, dst: dst, fabric: j.set.fabric}
+	if reshard.ConvertsTo(src.DType(), dst.DType()) {
+		p.scale = j.set.fp8
+	}
 	rank := s.Rank()
 	if err := p.checkMemory(); err != nil {
 		return nil, err
@@ -64,8 +74,17 @@ func (p *pairRun) allocate(rank int) error {
 	mem := p.s.Memory()
 	if p.src.Mesh().Contains(rank) {
 		host := make([]byte, p.src.LocalBytes(rank))
-		if err := pattern.Fill(p.src, rank, p.seed, host, placement.View{}); err != nil {
+		fill := pattern.Fill
+		if p.scale != 0 {
+			fill = pattern.FillFloats // finite values: the quantizer refuses NaNs
+		}
+		if err := fill(p.src, rank, p.seed, host, placement.View{}); err != nil {
 			return err
+		}
+		if i, nan, _ := faultAt("M2N_FAULT_NAN", jobRank); nan {
+			if err := setNaN(p.src, host, int64(i)); err != nil {
+				return err
+			}
 		}
 		b, err := mem.Alloc(int64(len(host)))
 		if err != nil {
@@ -87,6 +106,34 @@ func (p *pairRun) allocate(rank int) error {
 			return fmt.Errorf("rank %d: destination buffer of %d bytes: %w", rank, n, err)
 		}
 		p.dstBuf = b
+		if p.scale != 0 {
+			n, err := p.spec().ScaleBytes(rank)
+			if err != nil {
+				return err
+			}
+			p.scaleHost = make([]byte, n)
+			if p.scaleBuf, err = mem.Alloc(n); err != nil {
+				return fmt.Errorf("rank %d: scale buffer of %d bytes: %w", rank, n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// setNaN makes local element i of a source part (host bytes of layout l)
+// a NaN: the test-only M2N_FAULT_NAN.
+func setNaN(l placement.Layout, host []byte, i int64) error {
+	e := l.ElemSize()
+	if i < 0 || (i+1)*e > int64(len(host)) {
+		return usageError{fmt.Errorf("M2N_FAULT_NAN: element %d is outside a part of %d elements", i, int64(len(host))/e)}
+	}
+	switch l.DType() {
+	case placement.BF16:
+		binary.LittleEndian.PutUint16(host[i*e:], 0x7FC0)
+	case placement.F32:
+		binary.LittleEndian.PutUint32(host[i*e:], 0x7FC00000)
+	default:
+		return usageError{fmt.Errorf("M2N_FAULT_NAN: a %v tensor has no NaN", l.DType())}
 	}
 	return nil
 }
@@ -94,19 +141,21 @@ func (p *pairRun) allocate(rank int) error {
 // close frees the pair's buffers.
 func (p *pairRun) close() {
 	mem := p.s.Memory()
-	for _, b := range []reshard.Buffer{p.srcBuf, p.dstBuf} {
+	for _, b := range []reshard.Buffer{p.srcBuf, p.dstBuf, p.scaleBuf} {
 		if b != nil {
 			mem.Free(b)
 		}
 	}
 }
 
-func (p *pairRun) specs() []reshard.Spec {
-	return []reshard.Spec{{Name: p.name, Src: p.src, Dst: p.dst}}
+func (p *pairRun) spec() reshard.Spec {
+	return reshard.Spec{Name: p.name, Src: p.src, Dst: p.dst, Scale: p.scale}
 }
 
+func (p *pairRun) specs() []reshard.Spec { return []reshard.Spec{p.spec()} }
+
 func (p *pairRun) buffers() []reshard.TensorBuffers {
-	return []reshard.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf}}
+	return []reshard.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf, Scale: p.scaleBuf}}
 }
 
 // runRoutes prepares and measures every route of the flags, and returns
@@ -118,6 +167,9 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 	rep := &runReport{World: s.Size(), Source: p.src.String(), Destination: p.dst.String(), Bytes: p.src.Bytes(),
 		Fingerprint: fmt.Sprintf("%016x", p.plan.Fingerprint()), ChunkBytes: opts.ChunkBytes,
 		Staging: opts.StagingBytes, EmulatedBW: opts.EmulateNetBW, FabricGiven: j.set.fabricGiven}
+	if p.scale != 0 {
+		rep.FP8Scale = map[fp8.Mode]string{fp8.Block: "128x128 block", fp8.Row: "row", fp8.Tensor: "matrix"}[p.scale]
+	}
 	if j.set.measure {
 		// the model's local bandwidth, measured over the transport the
 		// calls run on.
@@ -170,6 +222,18 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 	j, s := p.j, p.s
 	sched := call.Schedule()
 	rr := routeReport{Route: sched.Route, Iters: f.iters, Rounds: sched.Rounds}
+	if f.driver != "" {
+		d, err := session.ParseDriver(f.driver)
+		if err == nil {
+			err = call.SetDriver(d)
+		}
+		if err != nil {
+			return rr, usageError{fmt.Errorf("--driver %q: %w", f.driver, err)}
+		}
+	}
+	if s.Options().Device == session.GPU {
+		rr.Driver = string(call.Driver())
+	}
 	bufs := p.buffers()
 	mem := s.Memory()
 	var times []float64
@@ -183,6 +247,14 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 			}
 			if err := mem.Upload(p.dstBuf, p.dstHost[:p.dstBuf.Len()]); err != nil {
 				return rr, err
+			}
+			if len(p.scaleHost) > 0 {
+				for i := range p.scaleHost {
+					p.scaleHost[i] = pattern.Poison
+				}
+				if err := mem.Upload(p.scaleBuf, p.scaleHost); err != nil {
+					return rr, err
+				}
 			}
 		}
 		if err := s.Barrier(ctx); err != nil {
@@ -324,6 +396,13 @@ func (p *pairRun) checkUntouched(callErr error) error {
 		now := make([]byte, p.dstBuf.Len())
 		if err := p.s.Memory().Download(now, p.dstBuf); err != nil {
 			return fmt.Errorf("%w; %v", callErr, err)
+		}
+		if len(p.scaleHost) > 0 {
+			sc := make([]byte, len(p.scaleHost))
+			if err := p.s.Memory().Download(sc, p.scaleBuf); err != nil {
+				return fmt.Errorf("%w; %v", callErr, err)
+			}
+			now = append(now, sc...)
 		}
 		for _, b := range now {
 			if b != pattern.Poison {

@@ -17,6 +17,7 @@ import (
 // routeReport is what one route did, as rank 0 prints it.
 type routeReport struct {
 	Route      string        `json:"route"`
+	Driver     string        `json:"driver,omitempty"` // on GPUs: replay, graph or host
 	Why        string        `json:"why,omitempty"`
 	Iters      int           `json:"iters"`
 	MedianSec  float64       `json:"median_s"`
@@ -53,6 +54,7 @@ type runReport struct {
 	World       int           `json:"world"`
 	Source      string        `json:"source"`
 	Destination string        `json:"destination"`
+	FP8Scale    string        `json:"fp8_scale,omitempty"` // the scaling mode when the destination is FP8
 	Bytes       int64         `json:"bytes"`
 	Fingerprint string        `json:"fingerprint"`
 	ChunkBytes  int64         `json:"chunk_bytes"`
@@ -129,6 +131,9 @@ func role(src, dst placement.Layout, r int) string {
 
 func writeRunReport(w io.Writer, rep *runReport) error {
 	fmt.Fprintf(w, "source:      %s\ndestination: %s\n", rep.Source, rep.Destination)
+	if rep.FP8Scale != "" {
+		fmt.Fprintf(w, "converted to FP8 in flight: one float32 scale per %s (weight_scale_inv, beside each destination part)\n", rep.FP8Scale)
+	}
 	fmt.Fprintf(w, "world %d, %s, fingerprint %s, chunk %s, staging %s\n", rep.World, formatBytes(rep.Bytes),
 		rep.Fingerprint, formatBytes(rep.ChunkBytes), formatBytes(rep.Staging))
 	if rep.EmulatedBW > 0 {
@@ -145,9 +150,13 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 				pr.ReshardRoute, formatSeconds(pr.ReshardSec), 100*pr.Ratio)
 			continue
 		}
-		fmt.Fprintf(w, "\nroute %s: %s per iteration (median of %d; min %s, max %s), %.2f GB/s of tensor, %d rounds; check %s\n",
+		driver := ""
+		if rr.Driver != "" {
+			driver = ", " + rr.Driver + " driver"
+		}
+		fmt.Fprintf(w, "\nroute %s: %s per iteration (median of %d; min %s, max %s), %.2f GB/s of tensor, %d rounds%s; check %s\n",
 			rr.Route, formatSeconds(rr.MedianSec), rr.Iters, formatSeconds(rr.MinSec), formatSeconds(rr.MaxSec),
-			rr.TensorGBps, rr.Rounds, rr.Check)
+			rr.TensorGBps, rr.Rounds, driver, rr.Check)
 		if rr.Why != "" {
 			fmt.Fprintf(w, "  auto: %s\n", rr.Why)
 		}

@@ -43,6 +43,15 @@ Domains are hosts (MPI's shared-memory split) unless --src-domain-size or
 traffic between domains is capped per rank, so that the routes' schedules
 show on one machine.
 
+With --dst-dtype e4m3 the destination is FP8 (float8_e4m3fn), quantized
+while packing from a bf16 or f32 source, bit for bit as torch quantizes
+the whole tensor, with a float32 scale per block (--fp8-scale block:
+128x128 over the last two dims; row; tensor) delivered beside it in the
+destination's layout; the sources then hold finite values, and --check
+compares every byte and scale with quantizing the whole tensor at once.
+Network bytes halve (from bf16). agbcast cannot carry it; auto leaves it
+out.
+
 Every rank must be started with the same flags: the ranks agree on them
 first, and a rank with other flags, or flags that do not parse, fails every
 rank at once with a message naming it. Every wait is bounded by --timeout;
@@ -74,6 +83,7 @@ func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) e
 		return j.runStages(out, f)
 	}
 	src, dst, world, err := f.pair.layouts()
+	dst = j.set.dstOf(dst)
 	if err == nil && (world > j.world || (f.pair.world != 0 && world != j.world)) {
 		err = usageError{fmt.Errorf("the meshes need a communicator of %d ranks; this job has %d (mpirun -np %d)", world, j.world, world)}
 	}
@@ -116,7 +126,7 @@ func (j *job) agreeReady(localErr error) error {
 // session (its own communicator), all stages at once, and prints every
 // stage's report on world rank 0.
 func (j *job) runStages(out io.Writer, f *runFlags) error {
-	l, perStage, err := f.stageLayout(j.world)
+	l, perStage, err := f.stageLayout(j.world, j.set)
 	if err := j.agreeReady(err); err != nil {
 		return err
 	}
@@ -193,7 +203,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 
 // stageLayout reads the stage layout of --pp-stages and returns it with
 // a function that gives stage s's layouts, local to its communicator.
-func (f *runFlags) stageLayout(world int) (stage.Layout, func(s int) (placement.Layout, placement.Layout, error), error) {
+func (f *runFlags) stageLayout(world int, set settings) (stage.Layout, func(s int) (placement.Layout, placement.Layout, error), error) {
 	var l stage.Layout
 	shape, err := placement.ParseShape(f.pair.shape)
 	if err != nil {
@@ -230,6 +240,9 @@ func (f *runFlags) stageLayout(world int) (stage.Layout, func(s int) (placement.
 			return src, src, err
 		}
 		dst, err := parseLayout(shape, dt, f.pair.dstMesh, f.pair.dstPl, mesh.FormatRanks(l.DstRanks(s)), 0, "dst-mesh", "dst-placements", "dst-ranks")
+		if err == nil && dst.NDim() > 0 {
+			dst = set.dstOf(dst)
+		}
 		return src, dst, err
 	}
 	return l, perStage, nil

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
@@ -42,6 +44,9 @@ type runFlags struct {
 	verify    bool
 	atomic    bool
 	timeout   string
+	dstDType  string
+	fp8Scale  string
+	driver    string
 
 	cmd *cobra.Command // the command whose flags these are
 }
@@ -50,7 +55,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	f.cmd = cmd
 	f.pair.register(cmd.Flags())
 	fs := cmd.Flags()
-	fs.StringVar(&f.route, "route", "flat", "route: flat, agbcast, hier, auto, or all (flat, agbcast and hier in turn); a comma list works too")
+	fs.StringVar(&f.route, "route", "flat", "route: flat, agbcast, hier, auto, or all (flat, agbcast and hier in turn; flat and hier with --dst-dtype e4m3); a comma list works too")
 	fs.IntVar(&f.iters, "iters", 5, "timed iterations per route")
 	fs.IntVar(&f.warmup, "warmup", 1, "untimed iterations before the timed ones")
 	fs.BoolVar(&f.check, "check", false, "poison destinations before every iteration and check every element after")
@@ -70,7 +75,10 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.device, "device", "cpu", "where tensors live: cpu (host memory, MPI) or cuda (one GPU per rank by local rank, NCCL)")
 	fs.BoolVar(&f.verify, "verify", false, "checksum (CRC-32C) every message on both sides and compare across ranks; a mismatch fails the call naming the tensor, box and ranks")
 	fs.BoolVar(&f.atomic, "atomic", false, "receive into shadow buffers and copy them in only when every tensor arrived (and verified) everywhere: a failed call leaves destinations untouched")
+	fs.StringVar(&f.driver, "driver", "", "with --device cuda, what runs each step: replay (the whole step queued on the GPU's streams, one host wait; the default without --verify, or M2N_GPU_DRIVER), graph (the same captured once as a CUDA graph) or host (round by round from the host, as --verify does)")
 	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
+	fs.StringVar(&f.dstDType, "dst-dtype", "", "convert in flight: e4m3 (float8_e4m3fn) makes the destination FP8, quantized while packing from a bf16 or f32 source, with its float32 scales (weight_scale_inv) delivered beside it (default: the source's dtype)")
+	fs.StringVar(&f.fp8Scale, "fp8-scale", "", "with --dst-dtype e4m3, which elements share a scale: block (128x128 over the last two dims, DeepSeek-V3's format), row or tensor (default block)")
 	fs.IntVar(&f.ppStages, "pp-stages", 0, "pipeline stages: stage s trains on world ranks [s*M, (s+1)*M) and reshards to the generator (--dst-ranks, world ranks; default after the trainers) on a communicator of its own; stages run concurrently")
 }
 
@@ -78,6 +86,8 @@ func (f *runFlags) routes() ([]string, error) {
 	var out []string
 	for _, r := range strings.Split(f.route, ",") {
 		switch {
+		case r == "all" && f.dstDType != "":
+			out = append(out, "flat", "hier") // agbcast cannot convert in flight
 		case r == "all":
 			out = append(out, hier.Routes...)
 		case slices.Contains(hier.Routes, r) || r == "auto":
@@ -93,6 +103,7 @@ func (f *runFlags) routes() ([]string, error) {
 type settings struct {
 	opts        session.Options
 	balance     hier.Balance
+	fp8         fp8.Mode // --dst-dtype e4m3: the scaling mode; 0 without conversion
 	fabric      hier.Fabric
 	fabricGiven bool // --net-bw or --local-bw was given
 	measure     bool // measure the local bandwidth for the fabric
@@ -234,10 +245,51 @@ func (f *runFlags) settings() (settings, error) {
 		return s, usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
 	}
 	s.opts.Stripe, s.opts.Verify, s.opts.Atomic = f.stripe, f.verify, f.atomic
+	if s.fp8, err = f.fp8Mode(); err != nil {
+		return s, err
+	}
 	if _, err := f.routes(); err != nil {
 		return s, err
 	}
 	return s, f.checkOptions(s.opts)
+}
+
+// fp8Mode reads --dst-dtype and --fp8-scale: the scaling mode of a
+// conversion to FP8 in flight, or 0 without one.
+func (f *runFlags) fp8Mode() (fp8.Mode, error) {
+	if f.dstDType == "" {
+		if f.fp8Scale != "" {
+			return 0, flagError("fp8-scale", f.fp8Scale, fmt.Errorf("it needs --dst-dtype e4m3"))
+		}
+		return 0, nil
+	}
+	if f.cmd != nil && f.cmd.Name() != "run" && f.cmd.Name() != "sync" {
+		return 0, flagError("dst-dtype", f.dstDType, fmt.Errorf("only refit run and refit sync convert in flight"))
+	}
+	dt, err := placement.ParseDType(f.dstDType)
+	if err != nil {
+		return 0, flagError("dst-dtype", f.dstDType, err)
+	}
+	if dt != placement.FP8E4M3 {
+		return 0, flagError("dst-dtype", f.dstDType, fmt.Errorf("the one conversion in flight is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the source's dtype"))
+	}
+	if f.fp8Scale == "" {
+		return fp8.Block, nil
+	}
+	m, err := fp8.ParseMode(f.fp8Scale)
+	if err != nil {
+		return 0, flagError("fp8-scale", f.fp8Scale, err)
+	}
+	return m, nil
+}
+
+// dstOf returns a destination layout in the dtype the flags ask for: FP8
+// with --dst-dtype e4m3, else as given.
+func (s settings) dstOf(l placement.Layout) placement.Layout {
+	if s.fp8 != 0 {
+		return l.WithDType(placement.FP8E4M3)
+	}
+	return l
 }
 
 // agreedFields lists every flag of the command and every M2N_ variable
@@ -273,4 +325,15 @@ func agreedFields(cmd *cobra.Command) []reshard.Field {
 	// one field for them all: a variable set on one rank only must not
 	// shift the other fields.
 	return append(out, reshard.Field{Name: "M2N_ environment", Value: "[" + strings.Join(env, " ") + "]"})
+}
+
+// settingsStaging is the staging bytes the flags or the environment give,
+// or the CPU default, for defaults that follow it (sync's bucket size).
+func (f *runFlags) settingsStaging() int64 {
+	if src := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES"); src.value != "" {
+		if n, err := parseBytes(src.value); err == nil {
+			return n
+		}
+	}
+	return reshard.DefaultScheduleOptions.StagingBytes
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/model"
@@ -34,6 +36,7 @@ type syncFlags struct {
 	mtp      bool
 	compare  bool
 	baseline bool
+	buckets  string
 }
 
 func newSyncCmd() *cobra.Command {
@@ -87,6 +90,7 @@ the overhead per step beyond moving the bytes.`,
 	fs.BoolVar(&f.mtp, "mtp", false, "include DeepSeek-V3's multi-token-prediction layer")
 	fs.BoolVar(&f.compare, "compare", false, "also move the model one call per tensor, and print both against the whole model's bound")
 	fs.BoolVar(&f.baseline, "baseline", false, "interleave a plain exchange of the same bytes and report the overhead per step")
+	fs.StringVar(&f.buckets, "bucket-bytes", "", "with --route auto: group each stage's tensors in order into buckets of at most this size and pick each bucket's route with the model, all in one joint schedule (default: the staging bytes; 0: one route per stage)")
 	for _, hide := range []string{"shape", "dtype", "src-mesh", "src-placements", "dst-mesh", "dst-placements", "src-ranks", "dst-ranks",
 		"world", "pp-stages", "stripe"} {
 		_ = fs.MarkHidden(hide)
@@ -101,13 +105,19 @@ the overhead per step beyond moving the bytes.`,
 
 // syncReport is what rank 0 prints.
 type syncReport struct {
-	Model      string        `json:"model"`
-	Trainer    string        `json:"trainer"`
-	Generator  string        `json:"generator"`
-	World      int           `json:"world"`
-	Tensors    int           `json:"tensors"`
-	Params     int64         `json:"params"`
-	Bytes      int64         `json:"bytes"`
+	Model     string `json:"model"`
+	Trainer   string `json:"trainer"`
+	Generator string `json:"generator"`
+	World     int    `json:"world"`
+	Tensors   int    `json:"tensors"`
+	Params    int64  `json:"params"`
+	Bytes     int64  `json:"bytes"`
+	// FP8 is the scaling mode of the tensors the generator receives in FP8
+	// (--dst-dtype e4m3), FP8Tensors how many, DstBytes the model's bytes as
+	// the generator holds them (each tensor once, FP8 where converted).
+	FP8        string        `json:"fp8_scale,omitempty"`
+	FP8Tensors int           `json:"fp8_tensors,omitempty"`
+	DstBytes   int64         `json:"dst_bytes"`
 	Routes     []string      `json:"routes"` // per stage
 	Iters      int           `json:"iters"`
 	MedianSec  float64       `json:"median_s"`
@@ -179,9 +189,10 @@ type baselineRun struct {
 type syncInput struct {
 	layouts *model.Layouts
 	route   string
+	buckets int64 // auto's bucket size; 0: one route per stage
 }
 
-func (f *syncFlags) input(world int) (syncInput, error) {
+func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
 	var in syncInput
 	if f.model == "" || f.train == "" || f.gen == "" {
 		return in, usageError{fmt.Errorf("--model, --train and --gen are required (e.g. --model deepseek-v3 --train tp=1,pp=4,ep=16 --gen tp=8,dp=16)")}
@@ -194,6 +205,12 @@ func (f *syncFlags) input(world int) (syncInput, error) {
 		return in, flagError("route", f.run.route, fmt.Errorf("sync moves the model on one route: auto, flat, agbcast or hier"))
 	}
 	in.route = routes[0]
+	in.buckets = f.run.settingsStaging()
+	if f.buckets != "" {
+		if in.buckets, err = parseBytes(f.buckets); err != nil {
+			return in, flagError("bucket-bytes", f.buckets, err)
+		}
+	}
 	if f.scale < 1 {
 		return in, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
 	}
@@ -212,7 +229,7 @@ func (f *syncFlags) input(world int) (syncInput, error) {
 	if err != nil {
 		return in, flagError("gen", f.gen, err)
 	}
-	if in.layouts, err = model.New(m, tr, gen); err != nil {
+	if in.layouts, err = model.NewQuantized(m, tr, gen, mode); err != nil {
 		return in, usageError{err}
 	}
 	if w := in.layouts.World(); w != world {
@@ -228,7 +245,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	in, inputErr := f.input(j.world)
+	in, inputErr := f.input(j.world, j.set.fp8)
 	if err := j.agreeReady(inputErr); err != nil {
 		return err
 	}
@@ -240,7 +257,13 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	// the fabric: measured local bandwidth when emulating.
 	fabric := j.set.fabric
-	route, err := hier.ParseRoute(in.route, j.set.balance, fabric)
+	routeOn := func(f hier.Fabric) (reshard.Route, error) {
+		if in.route == "auto" {
+			return hier.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
+		}
+		return hier.ParseRoute(in.route, j.set.balance, f)
+	}
+	route, err := routeOn(fabric)
 	if err != nil {
 		return err
 	}
@@ -253,12 +276,26 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		if fabric.LocalBW, err = modelLocalBW(j, m); err != nil {
 			return err
 		}
-		if _, ok := route.(hier.Auto); ok {
+		if in.route == "auto" {
 			// auto chooses on the fabric measured here.
 			m.Close()
-			if m, err = j.s.PrepareModel(ctx, l, hier.Auto{Fabric: fabric, Balance: j.set.balance}); err != nil {
+			if route, err = routeOn(fabric); err != nil {
 				return err
 			}
+			if m, err = j.s.PrepareModel(ctx, l, route); err != nil {
+				return err
+			}
+		}
+	}
+	if f.run.driver != "" {
+		d, err := session.ParseDriver(f.run.driver)
+		for _, c := range m.Call.Calls {
+			if c != nil && err == nil {
+				err = c.SetDriver(d)
+			}
+		}
+		if err != nil {
+			return usageError{fmt.Errorf("--driver %q: %w", f.run.driver, err)}
 		}
 	}
 	bufs, err := m.Alloc()
@@ -266,12 +303,21 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		return err
 	}
 	defer m.Free(bufs)
-	if err := fillModel(m, bufs); err != nil {
+	if err := fillModel(m, bufs, j.set.fp8 != 0); err != nil {
 		return err
 	}
 	rep := &syncReport{Model: l.Model.Name, Trainer: l.Trainer.String(), Generator: fmt.Sprint(l.Generator), World: j.world,
 		Tensors: len(l.Model.Tensors), Params: l.Model.Params(), Bytes: l.Model.Bytes(), Iters: f.run.iters, Fabric: fabric,
 		EmulatedBW: j.set.opts.EmulateNetBW}
+	for _, st := range l.Stages {
+		for _, t := range st.Tensors {
+			rep.DstBytes += t.Dst.Bytes()
+			if t.Scale != 0 {
+				rep.FP8Tensors++
+				rep.FP8 = t.Scale.String()
+			}
+		}
+	}
 	for si := range l.Stages {
 		rep.Routes = append(rep.Routes, "")
 		rep.Stages = append(rep.Stages, stageReport{Stage: si, Tensors: len(l.Stages[si].Tensors)})
@@ -349,7 +395,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	checkMsg := ""
 	if f.run.check {
-		if err := checkModel(m, bufs); err != nil {
+		if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
 			checkMsg = err.Error()
 			j.log.Error().Err(err).Msg("check failed")
 		}
@@ -368,7 +414,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	rep.Bounds = modelBounds(m, fabric, float64(j.set.opts.ChunkBytes))
 	if f.compare {
-		if rep.Compare, err = j.comparePerTensor(m, bufs, f.run.iters, rep); err != nil {
+		if rep.Compare, err = j.comparePerTensor(m, bufs, f.run.iters, in.route, rep); err != nil {
 			return err
 		}
 	}
@@ -396,7 +442,10 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 // progress returns rank 0's progress bar over steps of the model (nil
 // when stderr is not a terminal or the report is JSON).
 func (j *job) progress(m *session.Model, steps int, asJSON bool) *progressbar.ProgressBar {
-	if j.rank != 0 || asJSON || !term.IsTerminal(int(os.Stderr.Fd())) {
+	// under mpirun, a rank's stdout is a pseudo-terminal when mpirun's
+	// is (OpenMPI forwards it so); its stderr a pipe.
+	tty := term.IsTerminal(int(os.Stdout.Fd())) || term.IsTerminal(int(os.Stderr.Fd()))
+	if j.rank != 0 || asJSON || !tty {
 		return nil
 	}
 	bytes, tensors := m.Total()
@@ -415,30 +464,82 @@ func (j *job) progress(m *session.Model, steps int, asJSON bool) *progressbar.Pr
 }
 
 // fillModel writes every tensor's pattern (its global index in the model)
-// into this rank's source parts, through their views.
-func fillModel(m *session.Model, b *session.ModelBuffers) error {
+// into this rank's source parts, through their views: finite values
+// (pattern.FillFloats) when the model converts to FP8.
+func fillModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 	return eachPart(m, b, model.Src, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
+		if floats {
+			return pattern.FillFloats(t.Src, rank, seed, buf, v.View)
+		}
 		return pattern.Fill(t.Src, rank, seed, buf, v.View)
 	}, true)
 }
 
-// poisonModel fills this rank's destination parts with the poison.
+// poisonModel fills this rank's destination parts and scale tensors with
+// the poison.
 func poisonModel(m *session.Model, b *session.ModelBuffers) error {
+	for si, ss := range m.Stages.Sessions {
+		if ss == nil || si >= len(b.Scale) {
+			continue
+		}
+		for _, x := range b.Scale[si] {
+			h := bytes.Repeat([]byte{pattern.Poison}, int(x.Len()))
+			if err := ss.Memory().Upload(x, h); err != nil {
+				return err
+			}
+		}
+	}
 	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, _ uint64, buf []byte, v model.Part) error {
 		return pattern.PoisonPart(t.Dst, rank, buf, v.View)
 	}, true)
 }
 
-// checkModel checks every element of this rank's destination parts; the
-// first wrong one is named with its tensor.
-func checkModel(m *session.Model, b *session.ModelBuffers) error {
+// checkModel checks every element of this rank's destination parts (and
+// the scale tensor of every part it receives in FP8, against quantizing
+// the whole tensor at once); the first wrong one is named with its tensor.
+func checkModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
-		err := pattern.Check(t.Dst, rank, seed, buf, v.View)
-		if me, ok := err.(*pattern.MismatchError); ok {
-			me.Tensor = t.Name
+		var err error
+		switch {
+		case t.Scale != 0:
+			var scales []byte
+			if scales, err = modelScales(m, b, t, rank); err == nil {
+				err = pattern.CheckFP8(t.Src.DType(), t.Dst, t.Scale, rank, seed, buf, v.View, scales)
+			}
+		case floats:
+			err = pattern.CheckFloats(t.Dst, rank, seed, buf, v.View)
+		default:
+			err = pattern.Check(t.Dst, rank, seed, buf, v.View)
+		}
+		switch e := err.(type) {
+		case *pattern.MismatchError:
+			e.Tensor = t.Name
+		case *pattern.ScaleMismatchError:
+			e.Tensor = t.Name
 		}
 		return err
 	}, false)
+}
+
+// modelScales returns the host bytes of this rank's scale tensor of t (a
+// tensor it receives in FP8), rank being its rank in t's stage.
+func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayout, rank int) ([]byte, error) {
+	for si, st := range m.Layouts.Stages {
+		ss := m.Stages.Sessions[si]
+		if ss == nil || ss.Rank() != rank || !slices.Contains(st.Tensors, t) {
+			continue
+		}
+		x := b.Scale[si][t.Name]
+		if x == nil {
+			return nil, fmt.Errorf("rank %d: no scale buffer for %s", rank, t.Name)
+		}
+		if hb, ok := x.(reshard.HostBuffer); ok {
+			return hb, nil
+		}
+		h := make([]byte, x.Len())
+		return h, ss.Memory().Download(h, x)
+	}
+	return nil, fmt.Errorf("rank %d: tensor %s is in none of this rank's stages", rank, t.Name)
 }
 
 // eachPart calls fn for every tensor part this rank holds on side, with
@@ -710,7 +811,7 @@ func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
 // stage prepared once as a call of its own, run one after another each
 // step, the stages at once) and compares it with the batched call and
 // the whole model's bound.
-func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, rep *syncReport) (*compareRun, error) {
+func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, routeName string, rep *syncReport) (*compareRun, error) {
 	ctx := context.Background()
 	calls := make([][]*session.Call, len(m.Specs))
 	defer func() {
@@ -720,14 +821,15 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			}
 		}
 	}()
-	route := m.Call.Calls
+	// each tensor's call on the sync's route (auto: the route the model
+	// picks for that tensor alone).
+	r, err := hier.ParseRoute(routeName, j.set.balance, rep.Fabric)
+	if err != nil {
+		return nil, err
+	}
 	for si, ss := range m.Stages.Sessions {
 		if ss == nil {
 			continue
-		}
-		r, err := hier.ParseRoute(strings.TrimPrefix(rep.Routes[si], "auto:"), j.set.balance, rep.Fabric)
-		if err != nil {
-			return nil, err
 		}
 		for _, sp := range m.Specs[si] {
 			c, err := ss.Prepare(ctx, []reshard.Spec{sp}, r)
@@ -737,7 +839,6 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			calls[si] = append(calls[si], c)
 		}
 	}
-	_ = route
 	var times []float64
 	for it := 0; it < iters+1; it++ {
 		if err := j.barrier(); err != nil {
@@ -781,9 +882,10 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 	}
 	cr := &compareRun{PerTensorSec: median(times), BatchedSec: rep.MedianSec}
 	cr.Speedup = cr.PerTensorSec / cr.BatchedSec
-	chosen := strings.TrimPrefix(rep.Routes[0], "auto:")
+	// the bound of the route the sync ran; for auto, the least bound of
+	// any route.
 	for _, bd := range rep.Bounds {
-		if bd.Route == chosen {
+		if bd.Route == routeName || (routeName == "auto" && (cr.BoundSec == 0 || bd.Seconds < cr.BoundSec)) {
 			cr.BoundSec, cr.BoundRoute = bd.Seconds, bd.Route
 		}
 	}
@@ -866,6 +968,10 @@ func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int)
 func writeSyncReport(w io.Writer, r *syncReport) error {
 	fmt.Fprintf(w, "model %s: %d tensors, %d parameters, %s\n", r.Model, r.Tensors, r.Params, formatBytes(r.Bytes))
 	fmt.Fprintf(w, "trainer %s -> generator %s, world %d\n", r.Trainer, r.Generator, r.World)
+	if r.FP8Tensors > 0 {
+		fmt.Fprintf(w, "generator in FP8: %d tensors (every 2-D and 3-D bf16 weight) as e4m3 with %s scales, the others as they are: %s as the generator holds it\n",
+			r.FP8Tensors, r.FP8, formatBytes(r.DstBytes))
+	}
 	if r.EmulatedBW > 0 {
 		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
 			formatRate(r.EmulatedBW), formatRate(r.Fabric.NetBW), formatRate(r.Fabric.LocalBW))

@@ -1,4 +1,5 @@
-// emu.c compiles the strided-copy and FP8 kernels (strided.cu, quant.h)
+// emu.c compiles the strided-copy, batched and FP8 kernels (strided.cu,
+// batch.h, quant.h)
 // for the CPU and runs a launch one simulated thread at a time. The kernels
 // share no memory between threads and never synchronise (the amax kernels'
 // shuffles and atomics are GPU-only: here every lane folds its own amax in),
@@ -18,6 +19,7 @@ static m2n_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define M2N_ALIGNED(n) struct __attribute__((aligned(n)))
 #define M2N_PARAMS const m2n_copy_params
 #define M2N_QPARAMS const m2n_quant_params
+#define M2N_BPARAMS const m2n_batch_params
 
 #include "strided.cu"
 
@@ -38,6 +40,19 @@ int m2n_emu_launch(int width, const m2n_copy_params *p, unsigned int grid, unsig
 		for (unsigned int t = 0; t < block; t++) {
 			threadIdx.x = t;
 			k(*p);
+		}
+	}
+	return 0;
+}
+
+int m2n_emu_launch_batch(const m2n_batch_params *p, unsigned int grid, unsigned int block) {
+	gridDim.x = grid;
+	blockDim.x = block;
+	for (unsigned int b = 0; b < grid; b++) {
+		blockIdx.x = b;
+		for (unsigned int t = 0; t < block; t++) {
+			threadIdx.x = t;
+			m2n_batch(*p);
 		}
 	}
 	return 0;
@@ -79,4 +94,15 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 		}
 	}
 	return 0;
+}
+
+long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n) {
+	long long bad = 0;
+	for (long long i = 0; i < n; i++) {
+		const float r = 1.0f / s[i];
+		if (m2n_e4m3(m2n_qdiv(x[i], s[i], r)) != m2n_e4m3(x[i] / s[i])) {
+			bad++;
+		}
+	}
+	return bad;
 }

@@ -48,6 +48,31 @@ func Emulate(width int, params []byte, grid, block int) error {
 	return nil
 }
 
+// BatchParamsSize is the size in bytes of the batched kernel's parameter
+// block (m2n_batch_params in params.h), and BatchItemSize of one item of
+// its table (m2n_batch_item).
+const (
+	BatchParamsSize = C.sizeof_m2n_batch_params
+	BatchItemSize   = C.sizeof_m2n_batch_item
+)
+
+// EmulateBatch runs the batched kernel m2n_batch on the CPU with the
+// parameter block params over grid blocks of block threads, one thread after
+// another. The item table params points to, and every address in it, must
+// lie in memory from Alloc.
+func EmulateBatch(params []byte, grid, block int) error {
+	if len(params) != BatchParamsSize {
+		return fmt.Errorf("kernels: batch parameter block of %d bytes, want %d", len(params), BatchParamsSize)
+	}
+	if grid < 1 || block < 1 {
+		return fmt.Errorf("kernels: grid %d, block %d", grid, block)
+	}
+	var p C.m2n_batch_params
+	C.memcpy(unsafe.Pointer(&p), unsafe.Pointer(&params[0]), C.size_t(len(params)))
+	C.m2n_emu_launch_batch(&p, C.uint(grid), C.uint(block))
+	return nil
+}
+
 // EmulateQuant runs the FP8 kernel name (m2n_quant_<src>_<vec> or
 // m2n_amax_<src>_<vec>, see quant.h) on the CPU with the parameter block
 // params over grid blocks of block threads, one thread after another. As
@@ -67,4 +92,14 @@ func EmulateQuant(name string, params []byte, grid, block int) error {
 		return fmt.Errorf("kernels: no FP8 kernel %q", name)
 	}
 	return nil
+}
+
+// QdivMismatches counts the pairs for which the kernels' fast division
+// (m2n_qdiv) rounds to another E4M3 value than the true float32 division
+// x[i]/s[i]: zero, if the fast path is exact.
+func QdivMismatches(x, s []float32) int64 {
+	if len(x) == 0 || len(x) != len(s) {
+		return 0
+	}
+	return int64(C.m2n_emu_qdiv_mismatches((*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&s[0])), C.longlong(len(x))))
 }

@@ -7,9 +7,19 @@
 // threads; 0 on success, 1 for an unknown width.
 int m2n_emu_launch(int width, const m2n_copy_params *p, unsigned int grid, unsigned int block);
 
+// m2n_emu_launch_batch runs the batched kernel m2n_batch over grid blocks of
+// block threads; 0 on success.
+int m2n_emu_launch_batch(const m2n_batch_params *p, unsigned int grid, unsigned int block);
+
 // m2n_emu_launch_quant runs the FP8 kernel of the given name (m2n_quant_*
 // or m2n_amax_*, see quant.h) over grid blocks of block threads; 0 on
 // success, 1 for an unknown name.
 int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned int grid, unsigned int block);
+
+// m2n_emu_qdiv_mismatches counts the pairs i for which the kernels'
+// rounding of x[i]/s[i] to E4M3 through m2n_qdiv (a multiply by the
+// reciprocal, the true division near rounding points) differs from the
+// rounding of the true division.
+long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n);
 
 #endif

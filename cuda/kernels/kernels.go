@@ -2,7 +2,9 @@
 // package cuda compiles at run time with NVRTC, and a CPU runner for them.
 //
 // strided.cu (with strided_body.h and params.h) is the strided-copy family
-// behind cuda.Pack, cuda.Unpack and cuda.StridedCopy; quant.h (with
+// behind cuda.Pack, cuda.Unpack and cuda.StridedCopy; batch.h, included by
+// it, the batched kernel behind cuda.Batch (many copies in one launch);
+// quant.h (with
 // quant_body.h), included at its end, holds the FP8 quantize-pack and
 // partial-amax kernels behind cuda's PackQuantize and BlockAmax. It is written in the
 // common subset of CUDA C++ and C so that Emulate can compile it for the CPU
@@ -12,7 +14,7 @@ package kernels
 
 import "embed"
 
-//go:embed strided.cu strided_body.h params.h quant.h quant_body.h
+//go:embed strided.cu strided_body.h params.h batch.h quant.h quant_body.h
 var files embed.FS
 
 // StridedSource returns the strided-copy kernels' main source file.
@@ -21,7 +23,7 @@ func StridedSource() string { return read("strided.cu") }
 // StridedHeaders returns the files strided.cu includes, by name, in the
 // order NVRTC should be given them.
 func StridedHeaders() (names, sources []string) {
-	for _, n := range []string{"params.h", "strided_body.h", "quant.h", "quant_body.h"} {
+	for _, n := range []string{"params.h", "strided_body.h", "batch.h", "quant.h", "quant_body.h"} {
 		names = append(names, n)
 		sources = append(sources, read(n))
 	}

@@ -30,6 +30,27 @@ typedef struct m2n_copy_params {
 	unsigned long long team_shift;
 } m2n_copy_params;
 
+// m2n_batch_item is one copy of a batched launch (m2n_batch, batch.h): its
+// parameter block, the element width of the body that copies it (16, 8, 4,
+// 2 or 1 bytes), and the launch's virtual blocks it owns, [first,
+// first+blocks): virtual block first+b runs the copy as block b of a grid of
+// `blocks`, exactly as a launch of its own would.
+typedef struct m2n_batch_item {
+	m2n_copy_params p;
+	unsigned long long width;
+	unsigned long long first;
+	unsigned long long blocks;
+} m2n_batch_item;
+
+// m2n_batch_params is the batched kernel's parameter block: `count` items in
+// device memory at `items`, sorted by first, with no gaps (item i+1 starts
+// where item i ends), `blocks` virtual blocks in all.
+typedef struct m2n_batch_params {
+	unsigned long long items;
+	unsigned long long count;
+	unsigned long long blocks;
+} m2n_batch_params;
+
 // m2n_quant_params describes a quantize-pack (m2n_quant_*) or partial-amax
 // (m2n_amax_*) launch over a box of a tensor (fp8/ in Go has the rule and
 // the reference). The box's rows (one per index of its outer dims, each

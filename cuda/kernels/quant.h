@@ -20,6 +20,8 @@ M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
 // subnormal rounding below an addition, never contracted or approximated.
 #define M2N_FDIV(a, b) __fdiv_rn((a), (b))
 #define M2N_FADD(a, b) __fadd_rn((a), (b))
+#define M2N_FMUL(a, b) __fmul_rn((a), (b))
+#define M2N_FRCP(a) __frcp_rn(a)
 #else
 M2N_INLINE float m2n_as_float(unsigned int u) {
 	union { unsigned int u; float f; } x;
@@ -33,6 +35,8 @@ M2N_INLINE unsigned int m2n_as_uint(float f) {
 }
 #define M2N_FDIV(a, b) ((a) / (b))
 #define M2N_FADD(a, b) ((a) + (b))
+#define M2N_FMUL(a, b) ((a) * (b))
+#define M2N_FRCP(a) (1.0f / (a))
 #endif
 
 // m2n_e4m3 rounds q to float8_e4m3fn, nearest with ties to even,
@@ -55,6 +59,23 @@ M2N_INLINE unsigned int m2n_e4m3(float q) {
 	return c | ((u >> 24) & 0x80u);
 }
 
+// m2n_qdiv returns a float that m2n_e4m3 rounds exactly as it rounds the
+// true float32 division x/s (the rule's), at the cost of a multiply for
+// almost every element: q' = x * r, with r = 1/s rounded, is within 3 ulps
+// of x/s rounded, and the rounding to E4M3 (at mantissa bit 20, nearest,
+// ties to even) can only differ where q' lies within those ulps of a
+// midpoint between two E4M3 values, or outside the normal range where the
+// rounding point moves; there the true division decides.
+M2N_INLINE float m2n_qdiv(float x, float s, float r) {
+	const float q = M2N_FMUL(x, r);
+	const unsigned int a = m2n_as_uint(q) & 0x7FFFFFFFu;
+	// the normal E4M3 range, with a margin at both ends, and bits [19:0]
+	// further than 16 ulps from the midpoint 0x80000.
+	if (a > 0x3C800100u && a < 0x43DFFF00u && (a & 0xFFFFFu) - 0x7FFF0u > 0x20u) {
+		return q;
+	}
+	return M2N_FDIV(x, s);
+}
 // m2n_win_row returns the window index of the first block of box row `row`
 // (its matrix and block row) less the window's first block column, so
 // that adding a block column gives the block's index.

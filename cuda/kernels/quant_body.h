@@ -25,6 +25,7 @@ M2N_KERNEL M2N_QNAME(M2N_QPARAMS p) {
 		}
 		for (unsigned long long c = chunk * p.chunk_elems + lane * M2N_VEC; c < end; c += (unsigned long long)team * M2N_VEC) {
 			const float scale = sc[m2n_block_col(&p, lo_c + c)];
+			const float rcp = M2N_FRCP(scale);
 			union {
 				M2N_LOAD_T v;
 				M2N_ELEM_T e[M2N_VEC];
@@ -36,7 +37,7 @@ M2N_KERNEL M2N_QNAME(M2N_QPARAMS p) {
 			in.v = *(const M2N_LOAD_T *)(s + c * M2N_ESZ);
 			M2N_UNROLL_PRAGMA
 			for (int k = 0; k < M2N_VEC; k++) {
-				out.b[k] = (unsigned char)m2n_e4m3(M2N_FDIV(M2N_TO_FLOAT(in.e[k]), scale));
+				out.b[k] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(in.e[k]), scale, rcp));
 			}
 			*(M2N_STORE_T *)(d + c) = out.v;
 		}

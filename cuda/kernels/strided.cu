@@ -9,7 +9,9 @@
 //
 // The file is plain C apart from the M2N_* macros, so that the tests can
 // compile it for the CPU (Emulate in emu.go) and run it one thread at a time.
-// The FP8 kernels (quant.h) are included at the end, into the same module.
+// The batched kernel (batch.h), which runs the bodies of many copies in one
+// launch, and the FP8 kernels (quant.h) are included at the end, into the
+// same module.
 #include "params.h"
 
 #ifdef __CUDACC__
@@ -19,6 +21,7 @@
 // __grid_constant__ (sm_70+, CUDA 11.7+) lets the kernel take the address of
 // its parameter block without a per-thread copy to local memory.
 #define M2N_PARAMS const __grid_constant__ m2n_copy_params
+#define M2N_BPARAMS const __grid_constant__ m2n_batch_params
 #endif
 
 typedef M2N_ALIGNED(16) m2n_v16 { unsigned int x, y, z, w; } m2n_v16;
@@ -65,23 +68,30 @@ M2N_INLINE unsigned long long m2n_row_offset(const m2n_side *s, unsigned long lo
 }
 
 #define M2N_NAME m2n_copy16
+#define M2N_BODY m2n_body16
 #define M2N_T m2n_v16
 #include "strided_body.h"
 
 #define M2N_NAME m2n_copy8
+#define M2N_BODY m2n_body8
 #define M2N_T unsigned long long
 #include "strided_body.h"
 
 #define M2N_NAME m2n_copy4
+#define M2N_BODY m2n_body4
 #define M2N_T unsigned int
 #include "strided_body.h"
 
 #define M2N_NAME m2n_copy2
+#define M2N_BODY m2n_body2
 #define M2N_T unsigned short
 #include "strided_body.h"
 
 #define M2N_NAME m2n_copy1
+#define M2N_BODY m2n_body1
 #define M2N_T unsigned char
 #include "strided_body.h"
+
+#include "batch.h"
 
 #include "quant.h"

@@ -49,17 +49,43 @@ func main() {
 	check(mem.Upload(sb, host))
 	db, err := mem.Alloc(dst.LocalBytes(s.Rank()))
 	check(err)
+	bufs := []reshard.TensorBuffers{{Src: sb, Dst: db}}
 	for step := 0; step < 3; step++ {
-		_, err := call.Run(ctx, []reshard.TensorBuffers{{Src: sb, Dst: db}})
+		_, err := call.Run(ctx, bufs)
 		check(err)
 	}
 	got := make([]byte, db.Len())
 	check(mem.Download(got, db))
 	check(pattern.Check(dst, s.Rank(), 0, got, placement.View{}))
+	// Stream-ordered steps: the trainer's stream marks where its optimizer
+	// step wrote the weights, the refit queues after that mark with no host
+	// wait, and the generator's stream waits on the refit's end.
+	gpu := mem.(*cuda.Memory)
+	trainer, err := gpu.Ctx.NewStream()
+	check(err)
+	generator, err := gpu.Ctx.NewStream()
+	check(err)
+	wrote, err := gpu.Ctx.NewEvent(false)
+	check(err)
+	check(gpu.Ctx.Memset(db.(cuda.Buffer).Ptr, 0, int(db.Len())))
+	for step := 0; step < 2; step++ {
+		check(wrote.Record(trainer)) // after the optimizer step
+		done, err := call.Launch(ctx, bufs, wrote)
+		check(err)
+		check(generator.WaitEvent(done)) // the next forward reads the weights after this
+		_, err = call.Wait(ctx)
+		check(err)
+	}
+	check(generator.Synchronize())
+	check(mem.Download(got, db))
+	check(pattern.Check(dst, s.Rank(), 0, got, placement.View{}))
+	check(wrote.Destroy())
+	check(trainer.Destroy())
+	check(generator.Destroy())
 	mem.Free(sb)
 	mem.Free(db)
 	if s.Rank() == 0 {
-		fmt.Printf("3 steps on %d GPU(s), S0 -> S1, checked\n", n)
+		fmt.Printf("3 steps on %d GPU(s), S0 -> S1, and 2 launched after a trainer's event, checked (%s driver)\n", n, call.Driver())
 	}
 }
 

@@ -19,6 +19,49 @@ import (
 //go:embed reshard_pairs.txt
 var pairsFile string
 
+//go:embed fp8_pairs.txt
+var fp8PairsFile string
+
+// FP8Pairs returns the pairs a conversion to FP8 in flight runs on: every
+// pair of the conformance pairs file whose tensor has 2 or 3 dims (FP8
+// scales need a matrix), each in its own dtype and, if that is not bf16,
+// in bf16 as well (the file holds few bf16 pairs), then the pairs of
+// fp8_pairs.txt, whose shard boundaries cut 128x128 blocks.
+func FP8Pairs() ([]Pair, error) {
+	pairs, err := DefaultPairs()
+	if err != nil {
+		return nil, err
+	}
+	var out []Pair
+	for _, p := range pairs {
+		shape, err := placement.ParseShape(p.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("reshard_pairs.txt:%d: %w", p.Line, err)
+		}
+		if len(shape) < 2 || len(shape) > 3 || (p.DType != "bf16" && p.DType != "f32") {
+			continue
+		}
+		out = append(out, p)
+		if p.DType != "bf16" {
+			q := p
+			q.DType = "bf16"
+			out = append(out, q)
+		}
+	}
+	extra, err := ParsePairs(strings.NewReader(fp8PairsFile), "fp8_pairs.txt")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, extra...), nil
+}
+
+// FP8 returns the case with its destination in fp8e4m3: the tensor
+// converts in flight.
+func (c Case) FP8() Case {
+	c.Dst = c.Dst.WithDType(placement.FP8E4M3)
+	return c
+}
+
 // DefaultPairs returns the pairs of the conformance pairs file.
 func DefaultPairs() ([]Pair, error) {
 	return ParsePairs(strings.NewReader(pairsFile), "reshard_pairs.txt")

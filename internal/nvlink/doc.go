@@ -7,5 +7,6 @@
 //
 // NVML (libnvidia-ml.so.1) is opened by github.com/NVIDIA/go-nvml at run time;
 // where it is missing DomainKey returns an error. Package cuda itself needs
-// no NVML.
+// no NVML. The build tag nonvml leaves go-nvml out (DomainKey then always
+// fails): the shared C library is built so, see nonvml.go.
 package nvlink

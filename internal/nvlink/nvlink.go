@@ -1,3 +1,5 @@
+//go:build !nonvml
+
 package nvlink
 
 import (

@@ -9,7 +9,10 @@ package pattern
 import (
 	"encoding/hex"
 	"fmt"
+	"math"
+	"math/bits"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -176,4 +179,295 @@ func Unravel(shape []int64, g int64) []int64 {
 		}
 	}
 	return idx
+}
+
+// Floats are the finite test values of a bf16 or f32 tensor, for tensors
+// that convert to FP8 (Byte's pattern holds NaNs and infinities, which the
+// quantizer refuses). Element g of the tensor numbered seed gets a random
+// sign and mantissa and an exponent from 2^-16 to 2^8 drawn geometrically
+// (each binade half as likely as the one below it, from the top): the
+// largest magnitude of a block then sits in a binade only one or two of
+// its elements reach, with a random mantissa, so neighbouring blocks get
+// different scales, and most elements quantize to small or subnormal E4M3
+// values. One element in 256 is a zero. Other dtypes take Byte's pattern.
+
+func mix(x uint64) uint64 {
+	x ^= x >> 29
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 32
+	x *= 0x94D049BB133111EB
+	x ^= x >> 31
+	return x
+}
+
+// floatBits returns the bits of the finite value of element g: a sign, a
+// biased float32 exponent and 23 mantissa bits (bf16 keeps the top 7).
+func floatBits(g int64, seed uint64) (sign, exp, mant uint32, zero bool) {
+	x := mix(uint64(g)*0x9E3779B97F4A7C15 + seed*0xD6E8FEB86659FD93 + 0x632BE59BD9B4E019)
+	// bits 0-23 draw the binade, 25-47 the mantissa, 48-55 a zero, 63 the
+	// sign.
+	j := uint32(bits.TrailingZeros64(x | 1<<24))
+	return uint32(x >> 63), 111 + j, uint32(x>>25) & 0x7FFFFF, (x>>48)&0xFF == 0
+}
+
+// FloatBF16 returns the bfloat16 bits of element g of tensor seed.
+func FloatBF16(g int64, seed uint64) uint16 {
+	sign, exp, mant, zero := floatBits(g, seed)
+	if zero {
+		return uint16(sign << 15)
+	}
+	return uint16(sign<<15 | exp<<7 | mant>>16)
+}
+
+// FloatF32 returns the float32 bits of element g of tensor seed.
+func FloatF32(g int64, seed uint64) uint32 {
+	sign, exp, mant, zero := floatBits(g, seed)
+	if zero {
+		return sign << 31
+	}
+	return sign<<31 | exp<<23 | mant
+}
+
+// putFloat writes the bytes of element g of tensor seed in dtype dt into
+// out (len(out) = dt.Size()): finite values for bf16 and f32, Byte's
+// pattern for other dtypes.
+func putFloat(dt placement.DType, g int64, seed uint64, out []byte) {
+	switch dt {
+	case placement.BF16:
+		v := FloatBF16(g, seed)
+		out[0], out[1] = byte(v), byte(v>>8)
+	case placement.F32:
+		v := FloatF32(g, seed)
+		out[0], out[1], out[2], out[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+	default:
+		for k := range out {
+			out[k] = Byte(g, k, seed)
+		}
+	}
+}
+
+// FillFloats is Fill with finite values (see Floats) for bf16 and f32
+// layouts; other dtypes get Fill's bytes.
+func FillFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
+	elem := l.ElemSize()
+	dt := l.DType()
+	return rows(l, rank, buf, v, func(g, off, n int64) {
+		p := buf[off : off+n*elem]
+		for i := int64(0); i < n; i++ {
+			putFloat(dt, g+i, seed, p[i*elem:(i+1)*elem])
+		}
+	})
+}
+
+// CheckFloats is Check against FillFloats' values.
+func CheckFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
+	elem := l.ElemSize()
+	dt := l.DType()
+	shape := l.Shape()
+	want := make([]byte, elem)
+	var first *MismatchError
+	var wrong int64
+	err := rows(l, rank, buf, v, func(g, off, n int64) {
+		p := buf[off : off+n*elem]
+		for i := int64(0); i < n; i++ {
+			putFloat(dt, g+i, seed, want)
+			got := p[i*elem : (i+1)*elem]
+			if string(got) == string(want) {
+				continue
+			}
+			wrong++
+			if first == nil {
+				first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i), Want: append([]byte(nil), want...), Got: append([]byte(nil), got...)}
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if first != nil {
+		first.Wrong = wrong
+		return first
+	}
+	return nil
+}
+
+// FloatsBox returns the elements of box of tensor seed (a tensor of the
+// given global shape in dtype dt, filled as FillFloats fills it), dense
+// and row-major.
+func FloatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64) []byte {
+	elem := int64(dt.Size())
+	out := make([]byte, box.Elems()*elem)
+	if box.Empty() {
+		return out
+	}
+	nd := len(shape)
+	idx := append([]int64(nil), box.Lo...)
+	n := box.Hi[nd-1] - box.Lo[nd-1]
+	pos := int64(0)
+	for {
+		g := int64(0)
+		for d := range nd {
+			g = g*shape[d] + idx[d]
+		}
+		for i := int64(0); i < n; i++ {
+			putFloat(dt, g+i, seed, out[pos:pos+elem])
+			pos += elem
+		}
+		d := nd - 2
+		for ; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < box.Hi[d] {
+				break
+			}
+			idx[d] = box.Lo[d]
+		}
+		if d < 0 {
+			return out
+		}
+	}
+}
+
+// FP8Want returns what a destination holding box of an FP8 tensor must
+// receive when the source, a tensor of the given shape in dtype src (bf16
+// or f32), holds FillFloats' values of tensor seed and converts with mode:
+// the E4M3 bytes of box, dense and row-major, and the scales of the blocks
+// box touches (fp8.Grid.Blocks), both those of quantizing the whole tensor
+// at once (fp8.Quantize). It reads only the elements of those blocks.
+func FP8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
+	g, err := fp8.NewGrid(shape, mode)
+	if err != nil {
+		return nil, fp8.Window{}, err
+	}
+	blocks, err := g.Blocks(box)
+	if err != nil {
+		return nil, fp8.Window{}, err
+	}
+	w, err := g.NewWindow(blocks)
+	if err != nil {
+		return nil, fp8.Window{}, err
+	}
+	if box.Empty() {
+		return nil, w, nil
+	}
+	cover, err := g.BlockBox(blocks)
+	if err != nil {
+		return nil, fp8.Window{}, err
+	}
+	data := FloatsBox(src, shape, cover, seed)
+	if err := g.Amax(w, fp8.Dense(src, data, cover)); err != nil {
+		return nil, fp8.Window{}, err
+	}
+	if err := w.ToScales(); err != nil {
+		return nil, fp8.Window{}, err
+	}
+	want := make([]byte, box.Elems())
+	r := fp8.Region{DType: src, Data: data, At: subBox(cover, box, int64(src.Size())), Box: box}
+	if err := g.Pack(want, r, w); err != nil {
+		return nil, fp8.Window{}, err
+	}
+	return want, w, nil
+}
+
+// subBox describes where the elements of sub sit in a dense row-major
+// buffer holding the box outer (elem bytes each): one run per innermost
+// row of sub.
+func subBox(outer, sub placement.Box, elem int64) fp8.Strided {
+	nd := len(outer.Lo)
+	stride := make([]int64, nd)
+	acc := elem
+	off := int64(0)
+	for d := nd - 1; d >= 0; d-- {
+		stride[d] = acc
+		off += (sub.Lo[d] - outer.Lo[d]) * acc
+		acc *= outer.Hi[d] - outer.Lo[d]
+	}
+	at := fp8.Strided{Offset: off, Run: (sub.Hi[nd-1] - sub.Lo[nd-1]) * elem}
+	for d := 0; d < nd-1; d++ {
+		at.Count = append(at.Count, sub.Hi[d]-sub.Lo[d])
+		at.Stride = append(at.Stride, stride[d])
+	}
+	return at
+}
+
+// ScaleMismatchError reports the first wrong scale of a destination's
+// scale tensor.
+type ScaleMismatchError struct {
+	Tensor    string
+	Rank      int
+	Block     []int64 // block coordinates (fp8.Grid)
+	Want, Got float32
+	Wrong     int64 // wrong scales on this rank in all
+	Why       string
+}
+
+func (e *ScaleMismatchError) Error() string {
+	of := ""
+	if e.Tensor != "" {
+		of = fmt.Sprintf("tensor %q, ", e.Tensor)
+	}
+	if e.Why != "" {
+		return fmt.Sprintf("%srank %d: scale tensor %s", of, e.Rank, e.Why)
+	}
+	return fmt.Sprintf("%srank %d: the scale of block %v is %v (bits %#08x), expected %v (bits %#08x) (%d wrong scales on this rank)",
+		of, e.Rank, e.Block, e.Got, math.Float32bits(e.Got), e.Want, math.Float32bits(e.Want), e.Wrong)
+}
+
+// CheckFP8 checks rank's part of an FP8 destination layout l (through the
+// view v in buf) and its scale tensor (little-endian float32s over the
+// blocks its box touches) against FP8Want of a src-dtype source filled by
+// FillFloats with tensor seed: a *MismatchError names the first wrong
+// element (its global index, the E4M3 byte expected and got), a
+// *ScaleMismatchError the first wrong scale.
+func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, seed uint64, buf []byte, v placement.View, scales []byte) error {
+	box, ok := l.RankBox(rank)
+	if !ok {
+		return nil
+	}
+	want, w, err := FP8Want(src, l.Shape(), mode, box, seed)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", rank, err)
+	}
+	shape := l.Shape()
+	var first *MismatchError
+	var wrong int64
+	pos := int64(0)
+	err = rows(l, rank, buf, v, func(g, off, n int64) {
+		for i := int64(0); i < n; i++ {
+			if buf[off+i] != want[pos+i] {
+				wrong++
+				if first == nil {
+					first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i), Want: []byte{want[pos+i]}, Got: []byte{buf[off+i]}}
+				}
+			}
+		}
+		pos += n
+	})
+	if err != nil {
+		return err
+	}
+	if first != nil {
+		first.Wrong = wrong
+		return first
+	}
+	if int64(len(scales)) != 4*int64(len(w.Values)) {
+		return &ScaleMismatchError{Rank: rank, Why: fmt.Sprintf("holds %d bytes, expected %d (%d blocks %v)", len(scales), 4*len(w.Values), len(w.Values), w.Blocks)}
+	}
+	var bad *ScaleMismatchError
+	for i, x := range w.Values {
+		got := math.Float32frombits(uint32(scales[4*i]) | uint32(scales[4*i+1])<<8 | uint32(scales[4*i+2])<<16 | uint32(scales[4*i+3])<<24)
+		if math.Float32bits(got) == math.Float32bits(x) {
+			continue
+		}
+		if bad == nil {
+			bad = &ScaleMismatchError{Rank: rank, Block: Unravel(w.Blocks.Shape(), int64(i)), Want: x, Got: got}
+			for d := range bad.Block {
+				bad.Block[d] += w.Blocks.Lo[d]
+			}
+		}
+		bad.Wrong++
+	}
+	if bad != nil {
+		return bad
+	}
+	return nil
 }

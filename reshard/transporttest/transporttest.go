@@ -57,6 +57,10 @@ type Env struct {
 	// few elements before it, and every row padded), as fused weights
 	// sit, instead of a dense buffer of its own.
 	Padded bool
+	// Runner, if set, makes the runner that runs each case's compiled
+	// program in place of the executor's driver (reshard.Executor.Runner:
+	// a GPU replay), and the function that frees it.
+	Runner func(p *reshard.Program) (reshard.ProgramRunner, func(), error)
 }
 
 // paddedView returns the view Env.Padded uses for a part of shape: 3
@@ -157,6 +161,14 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (reshard
 	}
 	ex := &reshard.Executor{T: env.T, Mem: env.Mem}
 	defer ex.Close()
+	if env.Runner != nil {
+		r, free, err := env.Runner(prog)
+		if err != nil {
+			return st, err
+		}
+		defer free()
+		ex.Runner = r
+	}
 	st, err = ex.Run(ctx, prog, []reshard.TensorBuffers{bufs})
 	if err != nil {
 		return st, err

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// paperArgs is the paper's single layer at rho 8 on GB200, zero latency
+// and free copies.
+var paperArgs = []string{"sim", "--shape", "256x2000x7000", "--dtype", "bf16", "--src-mesh", "16", "--src-placements", "S0",
+	"--dst-mesh", "8x8", "--dst-placements", "R,S1", "--latency", "0", "--local-latency", "0", "--copy-bw", "0",
+	"--chunk-bytes", "16MiB", "--staging-bytes", "256MiB"}
+
+func TestSimPaperLayer(t *testing.T) {
+	out, err := refit(t, append(paperArgs, "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep simReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("refit sim --json: %v\n%s", err, out)
+	}
+	if rep.Rho != 8 || rep.World != 80 || rep.DstDomains != 1 || len(rep.Routes) != 3 {
+		t.Fatalf("rho %d, world %d, %d destination domains, %d routes: want 8, 80, 1, 3", rep.Rho, rep.World, rep.DstDomains, len(rep.Routes))
+	}
+	want := map[string]float64{"flat": 71.68e-3, "agbcast": 143.36e-3, "hier": 8.96e-3}
+	for _, r := range rep.Routes {
+		if b := want[r.Route]; r.BoundSeconds < b*(1-1e-9) || r.BoundSeconds > b*(1+1e-9) {
+			t.Errorf("%s: bound %g s, want the paper's %g s", r.Route, r.BoundSeconds, b)
+		}
+		if r.Seconds < r.BoundSeconds || r.BindingLink == "" || r.Series == nil {
+			t.Errorf("%s: simulated %g s (bound %g), binding link %q, series %v", r.Route, r.Seconds, r.BoundSeconds, r.BindingLink, r.Series != nil)
+		}
+	}
+	if r := rep.Routes[0]; r.Ratio > 1.01 {
+		t.Errorf("flat is %.3fx its bound, want within 1%%", r.Ratio)
+	}
+	text, err := refit(t, append(paperArgs, "--route", "hier,auto", "--critical", "3")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"route", "hier", "auto:hier", "8.96 ms", "critical path, last 3 steps", "source injection B/(Ns*BN)"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("text report lacks %q:\n%s", s, text)
+		}
+	}
+}
+
+func TestSimErrorsNameTheFlag(t *testing.T) {
+	base := []string{"sim", "--shape", "64x64", "--src-mesh", "2", "--src-placements", "S0", "--dst-mesh", "2", "--dst-placements", "S1"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--route", "fast"}, `--route "fast"`},
+		{[]string{"--cluster", "dgx-a100"}, `--cluster "dgx-a100"`},
+		{[]string{"--cluster", "custom:gpus=8"}, "network bandwidth"},
+		{[]string{"--net-bw", "-3GB/s"}, `--net-bw "-3GB/s"`},
+		{[]string{"--latency", "soon"}, `--latency "soon"`},
+		{[]string{"--chunk-bytes", "lots"}, `--chunk-bytes "lots"`},
+		{[]string{"--staging-bytes", "1MiB"}, "staging bytes"},
+		{[]string{"--balance", "even"}, `--balance "even"`},
+		{[]string{"--dst-domain-size", "100"}, `--dst-domain-size "100"`},
+		{[]string{"--src-placements", "S9"}, `--src-placements`},
+		{[]string{"--measured", "/nonexistent/run.json"}, `--measured "/nonexistent/run.json"`},
+		{[]string{"--model", "deepseek-v3"}, "not both"},
+		{[]string{"sim", "--model", "deepseek-v3"}, "--model, --train and --gen"},
+		{[]string{"sim", "--model", "gpt-9", "--train", "tp=1", "--gen", "tp=1"}, `--model "gpt-9"`},
+		{[]string{"sim", "--model", "deepseek-v3", "--train", "tp=3,pp=4", "--gen", "tp=8"}, `--train "tp=3,pp=4"`},
+	} {
+		args := append(append([]string(nil), base...), c.args...)
+		if c.args[0] == "sim" {
+			args = c.args
+		}
+		_, err := refit(t, args...)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestSimModelForm(t *testing.T) {
+	out, err := refit(t, "sim", "--model", "llama-3.1-70b", "--scale", "16", "--layers", "4", "--train", "tp=2,pp=2,dp=2",
+		"--gen", "tp=4,dp=2", "--cluster", "hgx-h200", "--route", "hier", "--per-stage", "--per-tensor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"model Llama-3.1-70B", "2 pipeline stages (concurrent)", "stage 0:", "stage 1:", "tensor model.embed_tokens.weight"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("model report lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+func TestPlotWritesPNGs(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "rho.jsonl")
+	var all bytes.Buffer
+	for _, rho := range []string{"2", "4"} {
+		out, err := refit(t, "sim", "--shape", "64x2000x70", "--dtype", "bf16", "--src-mesh", "4", "--src-placements", "S0",
+			"--dst-mesh", rho+"x2", "--dst-placements", "R,S1", "--json", "--bins", "16")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString(out)
+	}
+	if err := os.WriteFile(in, all.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][]string{
+		{"plot", "rho", "--in", in, "--paper", "--out", filepath.Join(dir, "rho.png")},
+		{"plot", "links", "--in", in, "--report", "2", "--out", filepath.Join(dir, "links.png")},
+	} {
+		if _, err := refit(t, c...); err != nil {
+			t.Fatalf("%v: %v", c, err)
+		}
+		fh, err := os.Open(c[len(c)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(fh)
+		fh.Close()
+		if err != nil || img.Bounds().Dx() < 300 {
+			t.Errorf("%s: not a PNG of a plot (%v)", c[len(c)-1], err)
+		}
+	}
+	if _, err := refit(t, "plot", "models", "--in", in, "--out", filepath.Join(dir, "m.png")); err == nil || !strings.Contains(err.Error(), "not a model report") {
+		t.Errorf("models from single-tensor reports: error %v", err)
+	}
+	if _, err := refit(t, "plot", "bars", "--in", in, "--out", filepath.Join(dir, "b.png")); err == nil {
+		t.Errorf("an unknown plot kind was accepted")
+	}
+}

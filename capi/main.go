@@ -1,0 +1,119 @@
+// Command capi is m2n's C interface, built as a shared library
+// (go build -buildmode=c-shared; `make capi` gives dist/libm2n.so and
+// dist/m2n.h). m2n.h is its header and its documentation: sessions joined on
+// an existing MPI communicator (its Fortran handle, so that mpi4py's
+// Comm.py2f() works; MPI is never initialised here), calls prepared from
+// tensors with both DTensor layouts and run with local host or CUDA
+// buffers, whole models, and errors as codes with a per-thread message that
+// names the rank and field as the Go errors do. The Python package m2n
+// (python/m2n) wraps it with ctypes.
+//
+// No Go pointer crosses the boundary: sessions, calls and models are
+// integer handles into tables here, and C memory (the caller's buffers and
+// descriptions) is only read or written during the call that receives it.
+// Every exported function recovers panics into M2N_ERR_INTERNAL.
+package main
+
+/*
+#define M2N_NO_PROTOTYPES
+#include "m2n.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"unsafe"
+)
+
+func main() {}
+
+// abiVersion is M2N_ABI_VERSION of this library.
+const abiVersion = 1
+
+//export m2n_abi_version
+func m2n_abi_version() C.int32_t { return abiVersion } // nothing here can panic
+
+// handles holds every live session, call and model by handle. Handles are
+// never reused, so a stale one is an error, never another object.
+var handles = struct {
+	sync.Mutex
+	next uint64
+	m    map[uint64]any
+}{m: map[uint64]any{}}
+
+// register stores v and returns its new handle.
+func register(v any) uint64 {
+	handles.Lock()
+	defer handles.Unlock()
+	handles.next++
+	handles.m[handles.next] = v
+	return handles.next
+}
+
+// forget drops handle h.
+func forget(h uint64) {
+	handles.Lock()
+	defer handles.Unlock()
+	delete(handles.m, h)
+}
+
+// lookup returns the object of kind T that handle h names.
+func lookup[T any](h uint64, kind string) (T, error) {
+	handles.Lock()
+	defer handles.Unlock()
+	v, ok := handles.m[h].(T)
+	if !ok {
+		var zero T
+		return zero, invalidf("%s handle %d: no such %s (closed, or never made)", kind, h, kind)
+	}
+	return v, nil
+}
+
+// recovered turns a panic into M2N_ERR_INTERNAL on the way out of an
+// exported function: defer recovered(&rc) first thing in every export
+// that returns a code.
+func recovered(rc *C.int) {
+	if r := recover(); r != nil {
+		*rc = C.int(fail(&internalError{what: fmt.Sprint(r), stack: string(debug.Stack())}))
+	}
+}
+
+// result records err as this thread's last error and returns its code
+// (M2N_OK for nil).
+func result(err error) C.int {
+	if err == nil {
+		return C.M2N_OK
+	}
+	return C.int(fail(err))
+}
+
+// copyOut copies s into the C buffer buf of n bytes, NUL-terminated and cut
+// to fit, and returns len(s).
+func copyOut(s string, buf *C.char, n C.size_t) C.size_t {
+	if buf != nil && n > 0 {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
+		k := copy(dst[:n-1], s)
+		dst[k] = 0
+	}
+	return C.size_t(len(s))
+}
+
+// goString reads a C string; NULL reads as "".
+func goString(s *C.char) string {
+	if s == nil {
+		return ""
+	}
+	return C.GoString(s)
+}
+
+// describeOut writes a JSON description into buf (as copyOut) and its
+// length into needed; a buffer too small is no error, needed says what to
+// retry with.
+func describeOut(js []byte, buf *C.char, n C.size_t, needed *C.size_t) {
+	l := copyOut(string(js), buf, n)
+	if needed != nil {
+		*needed = l + 1
+	}
+}

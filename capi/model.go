@@ -1,0 +1,433 @@
+package main
+
+/*
+#define M2N_NO_PROTOTYPES
+#include "m2n.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+)
+
+// modelEntry is a prepared model behind a handle, with this rank's
+// buffers and scale tensors by name.
+type modelEntry struct {
+	se     *sessionEntry
+	m      *session.Model
+	bufs   [2]map[string]modelBuffer // by side
+	scales map[string]modelScale     // by session.ScaleName of the tensor
+}
+
+// modelScale is one of this rank's scale tensors of a model converted to
+// FP8: the box of the tensor's block grid it holds.
+type modelScale struct {
+	Name   string  `json:"name"`
+	Tensor string  `json:"tensor"`
+	Stage  int     `json:"stage"`
+	Bytes  int64   `json:"bytes"`
+	Shape  []int64 `json:"shape"`
+	Offset []int64 `json:"offset"`
+}
+
+// modelBuffer is one of this rank's buffers of a model.
+type modelBuffer struct {
+	Name    string      `json:"name"`
+	Stage   int         `json:"stage"`
+	DType   string      `json:"dtype"`
+	Elems   int64       `json:"elems"`
+	Bytes   int64       `json:"bytes"`
+	Tensors []string    `json:"tensors"`
+	Parts   []modelPart `json:"parts"`
+	dt      placement.DType
+}
+
+// modelPart is where one tensor's part sits in a buffer: the tensor, its
+// global shape as transformers holds it and the layout shape both sides
+// shard, this rank's box of the layout shape (local shape at a global
+// offset), and the view (offset and strides, in elements) that places it
+// in the buffer.
+type modelPart struct {
+	Tensor      string  `json:"tensor"`
+	Shape       []int64 `json:"shape"`
+	LayoutShape []int64 `json:"layout_shape"`
+	LocalShape  []int64 `json:"local_shape"`
+	Offset      []int64 `json:"offset"`
+	ViewOffset  int64   `json:"view_offset"`
+	ViewStrides []int64 `json:"view_strides"`
+}
+
+// partsOf lists the parts of stage stg's tensors that rank (local to the
+// stage) holds in buffer name on side.
+func partsOf(stg *model.Stage, side model.Side, rank int, name string) []modelPart {
+	var out []modelPart
+	for _, t := range stg.Tensors {
+		p, ok := t.Part(side, rank)
+		if !ok || p.Buffer != name {
+			continue
+		}
+		l := t.Layout(side)
+		m := l.Mesh()
+		sh, off := l.LocalShapeOffset(m.Coord(m.Index(rank), nil))
+		out = append(out, modelPart{Tensor: t.Name, Shape: t.Shape, LayoutShape: t.LayoutShape, LocalShape: sh, Offset: off,
+			ViewOffset: p.View.Offset, ViewStrides: p.View.ResolvedStrides(sh)})
+	}
+	return out
+}
+
+func modelOf(h C.m2n_model) (*modelEntry, error) {
+	return lookup[*modelEntry](uint64(h), "model")
+}
+
+// loadOptionsOf parses "scale=N,layers=L,mtp=1".
+func loadOptionsOf(s string) (model.LoadOptions, error) {
+	var o model.LoadOptions
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "fp8" {
+			continue // fp8Of reads it
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err == nil && n < 0 {
+			err = fmt.Errorf("negative")
+		}
+		switch k {
+		case "scale":
+			o.Scale = n
+		case "layers":
+			o.Layers = int(n)
+		case "mtp":
+			o.MTP = n != 0
+		default:
+			err = fmt.Errorf("unknown key (want scale, layers, mtp or fp8)")
+		}
+		if err != nil {
+			return o, &reshard.FieldError{Field: "load", Got: strconv.Quote(kv), Why: err.Error()}
+		}
+	}
+	return o, nil
+}
+
+// fp8Of reads the fp8=MODE option of load ("" for none).
+func fp8Of(load string) (fp8.Mode, error) {
+	for _, kv := range strings.Split(load, ",") {
+		if k, v, _ := strings.Cut(strings.TrimSpace(kv), "="); k == "fp8" {
+			m, err := fp8.ParseMode(v)
+			if err != nil {
+				return 0, &reshard.FieldError{Field: "load", Got: strconv.Quote(kv), Why: err.Error()}
+			}
+			return m, nil
+		}
+	}
+	return 0, nil
+}
+
+// layoutsOf loads and lays out a model.
+func layoutsOf(spec, trainer, generator, load string) (*model.Layouts, error) {
+	lo, err := loadOptionsOf(load)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := fp8Of(load)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(spec, lo)
+	if err != nil {
+		return nil, &reshard.FieldError{Field: "model", Got: strconv.Quote(spec), Why: err.Error()}
+	}
+	tr, err := model.ParseTrainer(trainer)
+	if err != nil {
+		return nil, &reshard.FieldError{Field: "trainer", Got: strconv.Quote(trainer), Why: err.Error()}
+	}
+	gen, err := model.ParseGenerator(generator)
+	if err != nil {
+		return nil, &reshard.FieldError{Field: "generator", Got: strconv.Quote(generator), Why: err.Error()}
+	}
+	return model.NewQuantized(m, tr, gen, mode)
+}
+
+//export m2n_model_prepare
+func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C.char, out *C.m2n_model) (rc C.int) {
+	defer recovered(&rc)
+	se, err := sessionOf(h)
+	if err != nil {
+		return result(err)
+	}
+	if out == nil {
+		return result(invalidf("m2n_model_prepare: out is NULL"))
+	}
+	*out = 0
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	rank := se.s.Rank()
+	l, localErr := layoutsOf(goString(spec), goString(trainer), goString(generator), goString(load))
+	r, rerr := routeOf(goString(route))
+	if localErr == nil {
+		localErr = rerr
+	}
+	if localErr != nil {
+		localErr = fmt.Errorf("rank %d: %w", rank, localErr)
+	}
+	ctx := context.Background()
+	if err := se.s.Agree(ctx, nil, localErr); err != nil {
+		return result(err)
+	}
+	m, err := se.s.PrepareModel(ctx, l, r)
+	if err != nil {
+		return result(err)
+	}
+	me := &modelEntry{se: se, m: m}
+	for side := range 2 {
+		me.bufs[side] = map[string]modelBuffer{}
+	}
+	for si, ss := range m.Stages.Sessions {
+		if ss == nil {
+			continue
+		}
+		for side := range 2 {
+			for _, b := range l.Stages[si].Buffers(model.Side(side), ss.Rank()) {
+				if old, dup := me.bufs[side][b.Name]; dup {
+					// never so for the built-in layouts; refuse rather than alias.
+					m.Close()
+					return result(fmt.Errorf("rank %d: model buffer %q is in stages %d and %d", rank, b.Name, old.Stage, si))
+				}
+				me.bufs[side][b.Name] = modelBuffer{Name: b.Name, Stage: si, DType: b.DType.String(), Elems: b.Elems, Bytes: b.Bytes(),
+					Tensors: b.Tensors, Parts: partsOf(l.Stages[si], model.Side(side), ss.Rank(), b.Name), dt: b.DType}
+			}
+		}
+	}
+	me.scales = map[string]modelScale{}
+	for si, ss := range m.Stages.Sessions {
+		if ss == nil {
+			continue
+		}
+		for _, sp := range m.Specs[si] {
+			box, ok, err := sp.ScaleBlocks(ss.Rank())
+			if err != nil || !ok {
+				continue // a spec that does not convert, or this rank holds none of it
+			}
+			name := session.ScaleName(sp.Name)
+			me.scales[name] = modelScale{Name: name, Tensor: sp.Name, Stage: si, Bytes: 4 * box.Elems(), Shape: box.Shape(), Offset: box.Lo}
+		}
+	}
+	mh := register(me)
+	se.models[mh] = me
+	*out = C.m2n_model(mh)
+	return C.M2N_OK
+}
+
+// sorted lists a side's buffers by stage, then name.
+func sorted(bufs map[string]modelBuffer) []modelBuffer {
+	out := make([]modelBuffer, 0, len(bufs))
+	for _, b := range bufs {
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Stage != out[j].Stage {
+			return out[i].Stage < out[j].Stage
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// sortedScales lists the scale tensors by stage, then name.
+func sortedScales(sc map[string]modelScale) []modelScale {
+	out := make([]modelScale, 0, len(sc))
+	for _, x := range sc {
+		out = append(out, x)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Stage != out[j].Stage {
+			return out[i].Stage < out[j].Stage
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+//export m2n_model_describe
+func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t) (rc C.int) {
+	defer recovered(&rc)
+	me, err := modelOf(h)
+	if err != nil {
+		return result(err)
+	}
+	me.se.mu.Lock()
+	defer me.se.mu.Unlock()
+	l := me.m.Layouts
+	js, err := json.Marshal(map[string]any{
+		"model": l.Model.Name, "trainer": l.Trainer.String(), "generator": fmt.Sprint(l.Generator),
+		"world": l.World(), "stages": len(l.Stages), "tensors": len(l.Model.Tensors),
+		"params": l.Model.Params(), "bytes": l.Model.Bytes(),
+		"src": sorted(me.bufs[0]), "dst": sorted(me.bufs[1]), "scale": sortedScales(me.scales),
+	})
+	if err != nil {
+		return result(err)
+	}
+	describeOut(js, buf, n, needed)
+	return C.M2N_OK
+}
+
+// modelBuffers maps named C buffers (sources, destinations, scales) onto
+// the model's stages.
+func (me *modelEntry) modelBuffers(named [2][]C.m2n_named_buffer, scales []C.m2n_named_buffer) (*session.ModelBuffers, error) {
+	s := me.se.s
+	rank, dev := s.Rank(), s.Options().Device
+	stages := len(me.m.Layouts.Stages)
+	mb := &session.ModelBuffers{Src: make([]map[string]reshard.Buffer, stages), Dst: make([]map[string]reshard.Buffer, stages),
+		Scale: make([]map[string]reshard.Buffer, stages)}
+	for si := range stages {
+		mb.Src[si], mb.Dst[si], mb.Scale[si] = map[string]reshard.Buffer{}, map[string]reshard.Buffer{}, map[string]reshard.Buffer{}
+	}
+	for i := range scales {
+		name := goString(scales[i].name)
+		info, ok := me.scales[name]
+		if !ok {
+			return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is not one of this rank's scale tensors of the model (see m2n_model_describe)", Got: -1}
+		}
+		if _, dup := mb.Scale[info.Stage][info.Tensor]; dup {
+			return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is given twice", Want: info.Bytes, Got: -1}
+		}
+		b, err := bufferOf(&scales[i].buffer, dev, placement.F32, rank, info.Tensor, "scale", info.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil && b.Len() != info.Bytes {
+			return nil, &reshard.BufferError{Rank: rank, Tensor: info.Tensor, Side: "scale", Why: "has another size", Want: info.Bytes, Got: b.Len()}
+		}
+		if b != nil {
+			mb.Scale[info.Stage][info.Tensor] = b
+		}
+	}
+	for side, list := range named {
+		into := mb.Src
+		if side == 1 {
+			into = mb.Dst
+		}
+		what := sideName(side)
+		for i := range list {
+			name := goString(list[i].name)
+			info, ok := me.bufs[side][name]
+			if !ok {
+				return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: what, Why: "is not one of this rank's buffers of the model (see m2n_model_describe)", Got: -1}
+			}
+			if _, dup := into[info.Stage][name]; dup {
+				return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: what, Why: "is given twice", Want: info.Bytes, Got: -1}
+			}
+			b, err := bufferOf(&list[i].buffer, dev, info.dt, rank, name, what, info.Bytes)
+			if err != nil {
+				return nil, err
+			}
+			if b != nil && b.Len() != info.Bytes {
+				return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: what, Why: "has another size", Want: info.Bytes, Got: b.Len()}
+			}
+			if b != nil {
+				into[info.Stage][name] = b
+			}
+		}
+	}
+	return mb, nil
+}
+
+func namedOf(p *C.m2n_named_buffer, n C.int64_t) ([]C.m2n_named_buffer, error) {
+	switch {
+	case n < 0:
+		return nil, fmt.Errorf("%d named buffers", n)
+	case n == 0:
+		return nil, nil
+	case p == nil:
+		return nil, fmt.Errorf("%d named buffers at NULL", n)
+	}
+	return unsafe.Slice(p, int(n)), nil
+}
+
+//export m2n_model_run
+func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *C.m2n_named_buffer, ndst C.int64_t,
+	scale *C.m2n_named_buffer, nscale C.int64_t, stream C.uintptr_t, report *C.m2n_report) (rc C.int) {
+	defer recovered(&rc)
+	me, err := modelOf(h)
+	if err != nil {
+		return result(err)
+	}
+	me.se.mu.Lock()
+	defer me.se.mu.Unlock()
+	rank := me.se.s.Rank()
+	var named [2][]C.m2n_named_buffer
+	var scales []C.m2n_named_buffer
+	var localErr error
+	if named[0], localErr = namedOf(src, nsrc); localErr == nil {
+		if named[1], localErr = namedOf(dst, ndst); localErr == nil {
+			scales, localErr = namedOf(scale, nscale)
+		}
+	}
+	if localErr != nil {
+		localErr = fmt.Errorf("rank %d: %w", rank, localErr)
+	}
+	var mb *session.ModelBuffers
+	if localErr == nil {
+		mb, localErr = me.modelBuffers(named, scales)
+	}
+	if localErr == nil {
+		if err := syncStream(me.se.s, stream); err != nil {
+			localErr = fmt.Errorf("rank %d: waiting for stream %#x: %w", rank, uintptr(stream), err)
+		}
+	}
+	// One agreement over the whole session first: the stages run on
+	// communicators of their own, so a rank's bad buffer would otherwise
+	// fail its stages only.
+	ctx := context.Background()
+	if err := me.se.s.Agree(ctx, nil, localErr); err != nil {
+		return result(err)
+	}
+	reps, err := me.m.Run(ctx, mb)
+	fillReport(report, reps)
+	return result(err)
+}
+
+//export m2n_model_refuse
+func m2n_model_refuse(h C.m2n_model, why *C.char) (rc C.int) {
+	defer recovered(&rc)
+	me, err := modelOf(h)
+	if err != nil {
+		return result(err)
+	}
+	me.se.mu.Lock()
+	defer me.se.mu.Unlock()
+	reason := goString(why)
+	if reason == "" {
+		reason = "refused the step"
+	}
+	return result(me.se.s.Agree(context.Background(), nil, fmt.Errorf("rank %d: %s", me.se.s.Rank(), reason)))
+}
+
+//export m2n_model_close
+func m2n_model_close(h C.m2n_model) (rc C.int) {
+	defer recovered(&rc)
+	me, err := modelOf(h)
+	if err != nil {
+		return result(err)
+	}
+	forget(uint64(h))
+	me.se.mu.Lock()
+	defer me.se.mu.Unlock()
+	delete(me.se.models, uint64(h))
+	return result(me.m.Close())
+}

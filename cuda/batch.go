@@ -1,0 +1,180 @@
+package cuda
+
+// #include <string.h>
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/m2n-dev/m2n/cuda/kernels"
+)
+
+// BatchCopy is one copy of a Batch: the bytes SrcDesc describes at Src go to
+// the places DstDesc describes at Dst, byte k to byte k in packed order, as
+// StridedCopy moves them. Either side may be contiguous (Contiguous(n)) or
+// strided, and the copies of one batch may have any sizes.
+type BatchCopy struct {
+	Dst     DevicePtr
+	DstDesc Strided
+	Src     DevicePtr
+	SrcDesc Strided
+}
+
+// Batch is a list of copies planned once for the batched kernel
+// (kernels/batch.h), which moves them all in one launch: a pack of many
+// regions into staging, an unpack of many, or many local copies. Copies
+// that describe no bytes are dropped; a copy whose two sides are contiguous
+// and continue the previous copy's two sides is merged into it. Copies run
+// concurrently: no copy may write bytes that another copy of the batch reads
+// or writes.
+type Batch struct {
+	plans []copyPlan
+	bytes int64
+}
+
+// PlanBatch plans copies for one launch. It fails, naming the copy, on a
+// descriptor PlanCopy would refuse (ErrBadStrided).
+func PlanBatch(copies []BatchCopy) (*Batch, error) {
+	b := &Batch{}
+	var last *BatchCopy // the previous copy kept, when both its sides are one run
+	var merged BatchCopy
+	for i := range copies {
+		c := copies[i]
+		if err := c.SrcDesc.Validate(); err != nil {
+			return nil, fmt.Errorf("cuda: batch copy %d: source: %w", i, err)
+		}
+		if err := c.DstDesc.Validate(); err != nil {
+			return nil, fmt.Errorf("cuda: batch copy %d: destination: %w", i, err)
+		}
+		if c.SrcDesc.Bytes() == 0 && c.DstDesc.Bytes() == 0 {
+			continue
+		}
+		if last != nil && oneRun(c.SrcDesc) && oneRun(c.DstDesc) && c.SrcDesc.Bytes() == c.DstDesc.Bytes() &&
+			c.Src+DevicePtr(c.SrcDesc.Offset) == last.Src+DevicePtr(last.SrcDesc.Offset+last.SrcDesc.Run) &&
+			c.Dst+DevicePtr(c.DstDesc.Offset) == last.Dst+DevicePtr(last.DstDesc.Offset+last.DstDesc.Run) {
+			n := c.SrcDesc.Bytes()
+			last.SrcDesc.Run += n
+			last.DstDesc.Run += n
+			p, err := planCopy(last.Dst, last.DstDesc, last.Src, last.SrcDesc)
+			if err != nil {
+				return nil, fmt.Errorf("cuda: batch copy %d: %w", i, err)
+			}
+			b.plans[len(b.plans)-1] = p
+			b.bytes += n
+			continue
+		}
+		p, err := planCopy(c.Dst, c.DstDesc, c.Src, c.SrcDesc)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: batch copy %d: %w", i, err)
+		}
+		if p.items == 0 {
+			continue
+		}
+		b.plans = append(b.plans, p)
+		b.bytes += c.SrcDesc.Bytes()
+		last = nil
+		if oneRun(c.SrcDesc) && oneRun(c.DstDesc) {
+			merged = BatchCopy{Dst: c.Dst + DevicePtr(c.DstDesc.Offset), DstDesc: Contiguous(c.DstDesc.Bytes()),
+				Src: c.Src + DevicePtr(c.SrcDesc.Offset), SrcDesc: Contiguous(c.SrcDesc.Bytes())}
+			last = &merged
+		}
+	}
+	return b, nil
+}
+
+// oneRun reports whether a valid descriptor's bytes are one contiguous run
+// (after merging dimensions): Offset is where it starts and Bytes() its
+// length.
+func oneRun(d Strided) bool {
+	if d.Bytes() == 0 {
+		return false
+	}
+	_, dims := normalize(d)
+	return len(dims) == 0
+}
+
+// Len returns the number of items the batch launches (after merging).
+func (b *Batch) Len() int { return len(b.plans) }
+
+// Bytes returns the bytes the batch moves.
+func (b *Batch) Bytes() int64 { return b.bytes }
+
+// TableBytes returns the size of the batch's item table in device memory.
+func (b *Batch) TableBytes() int { return len(b.plans) * kernels.BatchItemSize }
+
+// table marshals the item table: each item gets the blocks its own launch
+// would use on a device where resident(width) blocks of that width's copy
+// kernel fit at once. It returns the virtual blocks of the whole batch.
+func (b *Batch) table(resident func(width int) int) ([]byte, uint64) {
+	out := make([]byte, b.TableBytes())
+	var first uint64
+	for i := range b.plans {
+		p := &b.plans[i]
+		var it C.m2n_batch_item
+		it.p = p.cParams()
+		it.width = C.ulonglong(p.width)
+		it.first = C.ulonglong(first)
+		n := uint64(p.grid(resident(p.width)))
+		it.blocks = C.ulonglong(n)
+		first += n
+		C.memcpy(unsafe.Pointer(&out[i*kernels.BatchItemSize]), unsafe.Pointer(&it), C.size_t(kernels.BatchItemSize))
+	}
+	return out, first
+}
+
+// BatchLaunch is a Batch whose item table lies in device memory, ready to be
+// launched any number of times (on any stream of the context, or captured
+// in a graph).
+type BatchLaunch struct {
+	Table  DevicePtr // the item table, in device memory
+	Count  int       // items
+	Blocks uint64    // virtual blocks of all items
+}
+
+// Table marshals b's item table for the context's device (it loads the
+// kernels on first use, as every launch does) and returns it with the
+// batch's virtual blocks, for the caller to upload (CopyHtoD) and launch
+// from wherever it keeps it.
+func (c *Context) BatchTable(b *Batch) (table []byte, blocks uint64, err error) {
+	ks, err := c.loadKernels()
+	if err != nil {
+		return nil, 0, fmt.Errorf("cuda: batch: %w", err)
+	}
+	table, blocks = b.table(func(w int) int { return ks.resident[widthIndex(w)] })
+	return table, blocks, nil
+}
+
+// Launch queues the batched kernel over the launch's items on s. A launch of
+// no items launches nothing.
+func (l BatchLaunch) Launch(s *Stream) error {
+	if l.Count == 0 || l.Blocks == 0 {
+		return nil
+	}
+	ks, err := s.ctx.loadKernels()
+	if err != nil {
+		return fmt.Errorf("cuda: batch: %w", err)
+	}
+	bp := C.m2n_batch_params{items: C.ulonglong(l.Table), count: C.ulonglong(l.Count), blocks: C.ulonglong(l.Blocks)}
+	grid := clampGrid(l.Blocks, maxGridBlocks)
+	return check("cuLaunchKernel", C.m2n_launch_batch(s.ctx.h, ks.batch, C.uint(grid), blockThreads, s.h, &bp))
+}
+
+// EmulateBatch runs b through the batched kernel's source compiled for the
+// CPU (package kernels), one simulated thread at a time, on a grid of at
+// most maxGrid blocks, as a device on which resident blocks of every copy
+// kernel fit at once would run it. It is for tests: every address of every
+// copy must lie in host memory from kernels.Alloc.
+func EmulateBatch(b *Batch, resident, maxGrid int) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	table, blocks := b.table(func(int) int { return resident })
+	mem, free := kernels.Alloc(len(table))
+	defer free()
+	copy(mem, table)
+	bp := C.m2n_batch_params{items: C.ulonglong(uintptr(unsafe.Pointer(&mem[0]))), count: C.ulonglong(b.Len()), blocks: C.ulonglong(blocks)}
+	params := C.GoBytes(unsafe.Pointer(&bp), C.sizeof_m2n_batch_params)
+	return kernels.EmulateBatch(params, clampGrid(blocks, maxGrid), blockThreads)
+}

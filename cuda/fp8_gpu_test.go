@@ -1,0 +1,161 @@
+package cuda_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/inproc"
+	"github.com/m2n-dev/m2n/reshard/transporttest"
+)
+
+// TestGPUFP8 converts every FP8 pair (every 2-D and 3-D conformance pair,
+// in its dtype and in bf16, and pairs whose shards cut 128x128 blocks), in
+// every arrangement, to FP8 in flight on device memory of the one GPU: the
+// partial amaxes with BlockAmax, the quantizing with PackQuantize, on flat,
+// on hier over one and two destination domains, and on flat from padded
+// views with small messages coalesced, verified and atomic; two steps
+// each, every destination byte and scale compared with quantizing the
+// whole tensor at once. It skips where there is no GPU.
+// TestFP8CallKernelsOnCPU runs the same kernels on the CPU emulator.
+func TestGPUFP8(t *testing.T) {
+	ctx := gputest.Context(t)
+	cases, err := transporttest.FP8Cases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := cuda.NewMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wire.Close()
+	type route struct {
+		route    reshard.Route
+		domains  int
+		padded   bool
+		coalesce int64
+		opts     reshard.CallOptions
+	}
+	routes := []route{{reshard.Flat{}, 1, false, 0, reshard.CallOptions{}}, {hier.Hier{}, 1, false, 0, reshard.CallOptions{}},
+		{hier.Hier{}, 2, false, 0, reshard.CallOptions{}}, {reshard.Flat{}, 1, true, 1 << 10, reshard.CallOptions{Verify: true, Atomic: true}}}
+	runs := 0
+	for ci, c := range cases {
+		for ri, r := range routes {
+			world := c.World()
+			n := c.Dst.Mesh().Size()
+			topo, err := hier.Domains(make([]int, world), c.Src, c.Dst, hier.DomainSizes{Dst: (n + r.domains - 1) / r.domains})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mode := fp8.Mode(1 + (ci+ri)%3)
+			opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
+			w := inproc.NewWorld(world).WithMemory(wire)
+			errs := w.Run(func(tr reshard.Transport) error {
+				mem, err := cuda.NewMemory(ctx)
+				if err != nil {
+					return err
+				}
+				defer mem.Close()
+				cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: opts, Padded: r.padded, Coalesce: r.coalesce}
+				_, err = transporttest.RunFP8Case(cctx, env, w.Collective(tr.Rank()), c, r.route, mode, r.opts, 2)
+				if err != nil {
+					tr.Abort(err)
+				}
+				return err
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Errorf("%v, %s over %d domains (views %v, coalesce %d), %v: %v", c, r.route.Name(), r.domains, r.padded, r.coalesce, mode, err)
+			}
+			runs++
+		}
+	}
+	t.Logf("%d FP8 calls of 2 steps checked byte for byte and scale for scale on device memory", runs)
+}
+
+// TestGPUFP8NonFinite: a NaN in a source on device memory fails the call on
+// every rank, naming the tensor and the element, before the destination
+// changes.
+func TestGPUFP8NonFinite(t *testing.T) {
+	ctx := gputest.Context(t)
+	pairs, err := transporttest.ParsePairs(strings.NewReader("300x200 | bf16 | 2 | S0 | 2 | S1\n"), "inline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pairs[0].Layouts(transporttest.Disjoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = c.FP8()
+	wire, err := cuda.NewMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wire.Close()
+	w := inproc.NewWorld(c.World()).WithMemory(wire)
+	spec := reshard.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: fp8.Block}
+	errs := w.Run(func(tr reshard.Transport) error {
+		rank := tr.Rank()
+		mem, err := cuda.NewMemory(ctx)
+		if err != nil {
+			return err
+		}
+		defer mem.Close()
+		var b reshard.TensorBuffers
+		if c.Src.Mesh().Contains(rank) {
+			h := make([]byte, c.Src.LocalBytes(rank))
+			if err := pattern.FillFloats(c.Src, rank, 0, h, placement.View{}); err != nil {
+				return err
+			}
+			if rank == 1 { // rows [150, 300): global [170, 33] is local [20, 33]
+				binary.LittleEndian.PutUint16(h[2*(20*200+33):], 0x7FC0)
+			}
+			if b.Src, err = mem.Alloc(int64(len(h))); err != nil {
+				return err
+			}
+			defer mem.Free(b.Src)
+			if err := mem.Upload(b.Src, h); err != nil {
+				return err
+			}
+		}
+		if c.Dst.Mesh().Contains(rank) {
+			if b.Dst, err = mem.Alloc(c.Dst.LocalBytes(rank)); err != nil {
+				return err
+			}
+			defer mem.Free(b.Dst)
+			n, _ := spec.ScaleBytes(rank)
+			if b.Scale, err = mem.Alloc(n); err != nil {
+				return err
+			}
+			defer mem.Free(b.Scale)
+		}
+		ex := &reshard.Executor{T: tr, Mem: mem, Timeout: time.Minute}
+		defer ex.Close()
+		call, err := reshard.Prepare(context.Background(), w.Collective(rank), []reshard.Spec{spec}, reshard.Flat{}, reshard.Topology{}, 0,
+			reshard.CallOptions{Schedule: reshard.DefaultScheduleOptions, Atomic: true})
+		if err != nil {
+			return err
+		}
+		_, err = call.Run(context.Background(), ex, w.Collective(rank), []reshard.TensorBuffers{b})
+		var nf *reshard.NonFiniteError
+		if !errors.As(err, &nf) || nf.Flat != 170*200+33 || nf.Rank != 1 {
+			return fmt.Errorf("rank %d: %v, want a NaN at [170 33] on rank 1", rank, err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,147 @@
+package replay_test
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/replay"
+	"github.com/m2n-dev/m2n/internal/replay/replaytest"
+	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/transporttest"
+)
+
+// variant is one way of running every case.
+type variant struct {
+	route    reshard.Route
+	domains  int
+	padded   bool
+	coalesce int64
+	runs     int
+	memcpy   int64
+}
+
+const colocatedPairs = `
+8x4 | f32 | 1 | S0 | 1 | S0
+8x4 | f32 | 1 | S0 | 2 | S0
+7x5 | bf16 | 2 | S0 | 2 | S1
+16x8 | f32 | 2 | R | 2 | S0
+8x8x8 | f32 | 1x2 | S0,S1 | 2x1 | S2,R
+`
+
+var variants = []variant{
+	{route: reshard.Flat{}, domains: 1},
+	{route: reshard.AllGatherBroadcast{}, domains: 1},
+	{route: reshard.AllGatherBroadcast{}, domains: 1, runs: 2},
+	{route: hier.Hier{}, domains: 1},
+	{route: hier.Hier{}, domains: 2, runs: 2},
+	{route: reshard.Flat{}, domains: 1, padded: true, coalesce: 1 << 10},
+	{route: hier.Hier{}, domains: 2, padded: true, coalesce: 1 << 10, memcpy: 64},
+	{route: reshard.AllGatherBroadcast{}, domains: 2, memcpy: 64},
+}
+
+// TestSimulatedConformance runs every conformance case of at least 2 ranks
+// on every route through replay plans, all ranks simulated together in a
+// random interleaving of their streams, and checks every element: the
+// events of a plan alone must order it.
+func TestSimulatedConformance(t *testing.T) {
+	cases, err := transporttest.DefaultCases(13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// colocated: every rank holds both sides, as on the GPUs of one host;
+	// one source rank makes agbcast copy into its scratch and out of it in
+	// one round (copies that depend on copies).
+	extra, err := transporttest.ParsePairs(strings.NewReader(colocatedPairs), "colocated pairs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs, err := transporttest.DefaultPairs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append(pairs, extra...) {
+		c, err := p.Layouts(transporttest.Colocated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, c)
+	}
+	seeds := 2
+	if testing.Short() {
+		seeds = 1
+	}
+	runs := 0
+	for ci, c := range cases {
+		for vi, v := range variants {
+			n := c.Dst.Mesh().Size()
+			topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + v.domains - 1) / v.domains})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seed := range seeds {
+				r := rand.New(rand.NewPCG(uint64(ci), uint64(vi*10+seed)))
+				env := replaytest.Env{Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10},
+					Coalesce: v.coalesce, Padded: v.padded, Runs: v.runs, MemcpyMin: v.memcpy}
+				if err := replaytest.RunCase(&replaytest.GoHeap{}, env, c, v.route, r); err != nil {
+					t.Fatalf("%v, %s over %d domains (views %v, coalesce %d, runs %d, seed %d): %v",
+						c, v.route.Name(), v.domains, v.padded, v.coalesce, v.runs, seed, err)
+				}
+				runs++
+			}
+		}
+	}
+	t.Logf("%d simulated reshards checked element by element", runs)
+}
+
+// TestNoMergeAcrossBuffers: the local copies of two tensors whose buffers
+// happen to lie back to back in memory stay two items (and a memcpy never
+// spans two allocations, which the driver refuses), while one tensor's
+// contiguous pieces in one buffer still merge.
+func TestNoMergeAcrossBuffers(t *testing.T) {
+	m, _ := mesh.Interval([]int{1}, 0)
+	l, err := placement.ParseLayout("1024x1024", placement.BF16, m, "R")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plans []*reshard.Plan
+	for range 2 {
+		p, err := reshard.NewPlan(l, l, 1, reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans = append(plans, p)
+	}
+	s, err := reshard.Flat{}.Schedule(plans, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: 256 << 10, StagingBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := reshard.Compile(s, 0, reshard.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := l.Bytes()
+	// source buffers at 0 and n, destination buffers at 2n and 3n: each
+	// pair adjacent.
+	b := replay.Buffers{Tensors: [][2]replay.Span{{{Addr: 1 << 32, Len: n}, {Addr: 1<<32 + 2*uint64(n), Len: n}},
+		{{Addr: 1<<32 + uint64(n), Len: n}, {Addr: 1<<32 + 3*uint64(n), Len: n}}}, Full: make([]replay.Span, 2)}
+	pl, err := replay.Build(prog, b, replay.Options{MemcpyMin: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	memcpys := 0
+	for _, c := range pl.Cmds {
+		if c.Kind == replay.Memcpy {
+			memcpys++
+			if c.Len != n {
+				t.Errorf("a memcpy of %d bytes, want one per tensor of %d", c.Len, n)
+			}
+		}
+	}
+	if memcpys != 2 {
+		t.Errorf("%d memcpys, want 2 (one per tensor's buffer)", memcpys)
+	}
+}

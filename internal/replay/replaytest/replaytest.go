@@ -1,0 +1,289 @@
+// Package replaytest runs conformance cases through replay plans on the
+// CPU: every rank's program compiled as for NCCL, its buffers in a
+// simulated heap, its plan built over them and all ranks' plans simulated
+// together (replay.Simulate) in a random interleaving, then every
+// destination element checked. The heap decides how copies run: GoHeap
+// copies with the host oracle; package nccl's tests run the batched
+// kernel's source itself.
+package replaytest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/internal/replay"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/transporttest"
+)
+
+// Heap is simulated device memory: one address space for every rank.
+type Heap interface {
+	replay.Memory
+	// Alloc returns n bytes (n may be 0: the zero Span).
+	Alloc(n int64) (replay.Span, error)
+	// Write and Read move bytes between host slices and the heap.
+	Write(sp replay.Span, b []byte) error
+	Read(sp replay.Span, b []byte) error
+}
+
+// Env is one case's set-up.
+type Env struct {
+	Topo     reshard.Topology
+	Opts     reshard.ScheduleOptions
+	Coalesce int64
+	// Padded places every part in a larger buffer through a view, as
+	// transporttest.Env.Padded does.
+	Padded bool
+	// Runs is how many steps each rank queues back to back (events and
+	// staging reused), at least 1.
+	Runs int
+	// MemcpyMin is replay.Options.MemcpyMin.
+	MemcpyMin int64
+}
+
+// RunCase runs case c on route over heap and checks every destination
+// element, with r choosing the interleaving.
+func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *rand.Rand) error {
+	world := c.World()
+	plan, err := reshard.NewPlan(c.Src, c.Dst, world, reshard.Options{})
+	if err != nil {
+		return err
+	}
+	sched, err := route.Schedule([]*reshard.Plan{plan}, env.Topo, env.Opts)
+	if err != nil {
+		return err
+	}
+	type rankState struct {
+		views reshard.TensorViews
+		dst   replay.Span
+		got   []byte
+	}
+	states := make([]rankState, world)
+	plans := make([][]*replay.Plan, world)
+	for rank := range world {
+		st := &states[rank]
+		var bufs replay.Buffers
+		bufs.Tensors = make([][2]replay.Span, 1)
+		part := func(l placement.Layout) (placement.View, int64, error) {
+			box, _ := l.RankBox(rank)
+			if !env.Padded || box.Empty() {
+				return placement.View{}, l.LocalBytes(rank), nil
+			}
+			v := paddedView(box.Shape())
+			ext, err := v.Extent(box.Shape())
+			return v, (ext + 4) * l.ElemSize(), err
+		}
+		if c.Src.Mesh().Contains(rank) {
+			v, n, err := part(c.Src)
+			if err != nil {
+				return err
+			}
+			st.views.Src = v
+			host := make([]byte, n)
+			if err := pattern.Fill(c.Src, rank, 0, host, v); err != nil {
+				return err
+			}
+			if bufs.Tensors[0][0], err = heap.Alloc(n); err != nil {
+				return err
+			}
+			if err := heap.Write(bufs.Tensors[0][0], host); err != nil {
+				return err
+			}
+		}
+		if c.Dst.Mesh().Contains(rank) {
+			v, n, err := part(c.Dst)
+			if err != nil {
+				return err
+			}
+			st.views.Dst = v
+			st.got = make([]byte, n)
+			for i := range st.got {
+				st.got[i] = pattern.Poison
+			}
+			if st.dst, err = heap.Alloc(n); err != nil {
+				return err
+			}
+			if err := heap.Write(st.dst, st.got); err != nil {
+				return err
+			}
+			bufs.Tensors[0][1] = st.dst
+		}
+		prog, err := reshard.Compile(sched, rank, reshard.CompileOptions{Views: []reshard.TensorViews{st.views}, CoalesceBytes: env.Coalesce})
+		if err != nil {
+			return err
+		}
+		needs := replay.NeedsOf(prog)
+		for slot := range needs.Stage {
+			for dir := range needs.Stage[slot] {
+				if bufs.Stage[slot][dir], err = heap.Alloc(needs.Stage[slot][dir]); err != nil {
+					return err
+				}
+			}
+		}
+		for _, n := range needs.Full {
+			sp, err := heap.Alloc(n)
+			if err != nil {
+				return err
+			}
+			bufs.Full = append(bufs.Full, sp)
+		}
+		if bufs.Scratch, err = heap.Alloc(needs.Scratch); err != nil {
+			return err
+		}
+		topo := env.Topo
+		pl, err := replay.Build(prog, bufs, replay.Options{
+			Class:     func(peer int) reshard.LinkClass { return topo.Class(rank, peer) },
+			MemcpyMin: env.MemcpyMin,
+		})
+		if err != nil {
+			return err
+		}
+		for range max(env.Runs, 1) {
+			plans[rank] = append(plans[rank], pl)
+		}
+	}
+	if err := replay.Simulate(plans, heap, r); err != nil {
+		return err
+	}
+	for rank := range world {
+		st := &states[rank]
+		if st.got == nil {
+			continue
+		}
+		if err := heap.Read(st.dst, st.got); err != nil {
+			return err
+		}
+		if err := pattern.Check(c.Dst, rank, 0, st.got, st.views.Dst); err != nil {
+			return fmt.Errorf("%s: %w", sched.Route, err)
+		}
+		if env.Padded {
+			keep := slices.Clone(st.got)
+			if err := pattern.PoisonPart(c.Dst, rank, keep, st.views.Dst); err != nil {
+				return err
+			}
+			for i, b := range keep {
+				if b != pattern.Poison {
+					return fmt.Errorf("%s: rank %d: byte %d outside the destination view changed", sched.Route, rank, i)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// paddedView is transporttest's padded view: 3 elements before the part,
+// and 5 after every innermost row.
+func paddedView(shape []int64) placement.View {
+	nd := len(shape)
+	st := make([]int64, nd)
+	acc := int64(1)
+	for d := nd - 1; d >= 0; d-- {
+		st[d] = acc
+		n := max(shape[d], 1)
+		if d == nd-1 {
+			n += 5
+		}
+		acc *= n
+	}
+	return placement.View{Offset: 3, Strides: st}
+}
+
+// GoHeap is a Heap of Go byte slices at made-up addresses, copying with
+// the host oracle (reshard.HostMemory).
+type GoHeap struct {
+	bufs []goBuf
+	next uint64
+}
+
+type goBuf struct {
+	base uint64
+	b    []byte
+}
+
+// Alloc implements Heap: buffers sit 4 KiB apart, so that an access past a
+// buffer's end finds no buffer.
+func (h *GoHeap) Alloc(n int64) (replay.Span, error) {
+	if n == 0 {
+		return replay.Span{}, nil
+	}
+	if h.next == 0 {
+		h.next = 1 << 20
+	}
+	base := h.next
+	h.next += (uint64(n) + 8191) &^ 4095
+	h.bufs = append(h.bufs, goBuf{base: base, b: make([]byte, n)})
+	return replay.Span{Addr: base, Len: n}, nil
+}
+
+// at returns the bytes from addr to the end of its buffer.
+func (h *GoHeap) at(addr uint64) ([]byte, error) {
+	i, _ := slices.BinarySearchFunc(h.bufs, addr, func(b goBuf, a uint64) int {
+		if b.base+uint64(len(b.b)) <= a {
+			return -1
+		}
+		return 1
+	})
+	if i == len(h.bufs) || h.bufs[i].base > addr {
+		return nil, fmt.Errorf("replaytest: address %#x is in no buffer", addr)
+	}
+	return h.bufs[i].b[addr-h.bufs[i].base:], nil
+}
+
+// Copy implements replay.Memory.
+func (h *GoHeap) Copy(c replay.Copy) error {
+	d, err := h.at(c.Dst)
+	if err != nil {
+		return err
+	}
+	s, err := h.at(c.Src)
+	if err != nil {
+		return err
+	}
+	return reshard.HostMemory{}.Copy(reshard.HostBuffer(d), c.DstAt, reshard.HostBuffer(s), c.SrcAt)
+}
+
+// Memcpy implements replay.Memory.
+func (h *GoHeap) Memcpy(dst, src uint64, n int64) error {
+	d, err := h.at(dst)
+	if err != nil {
+		return err
+	}
+	s, err := h.at(src)
+	if err != nil {
+		return err
+	}
+	if int64(len(d)) < n || int64(len(s)) < n {
+		return fmt.Errorf("replaytest: memcpy of %d bytes from %#x to %#x runs past a buffer", n, src, dst)
+	}
+	copy(d[:n], s[:n])
+	return nil
+}
+
+// Write implements Heap.
+func (h *GoHeap) Write(sp replay.Span, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	d, err := h.at(sp.Addr)
+	if err != nil {
+		return err
+	}
+	copy(d[:len(b)], b)
+	return nil
+}
+
+// Read implements Heap.
+func (h *GoHeap) Read(sp replay.Span, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	s, err := h.at(sp.Addr)
+	if err != nil {
+		return err
+	}
+	copy(b, s[:len(b)])
+	return nil
+}

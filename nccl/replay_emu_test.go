@@ -1,0 +1,185 @@
+package nccl
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/replay"
+	"github.com/m2n-dev/m2n/internal/replay/replaytest"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/transporttest"
+)
+
+// emuHeap is simulated device memory in C memory, whose copies run the
+// batched kernel's source on the CPU, item by item, through the same
+// conversion (batchCopies, cuda.PlanBatch, the item table) a Replay uses.
+type emuHeap struct {
+	bufs  []emuBuf
+	items int
+}
+
+type emuBuf struct {
+	b    []byte
+	free func()
+}
+
+func (h *emuHeap) close() {
+	for _, b := range h.bufs {
+		b.free()
+	}
+}
+
+func (h *emuHeap) Alloc(n int64) (replay.Span, error) {
+	if n == 0 {
+		return replay.Span{}, nil
+	}
+	b, free := kernels.Alloc(int(n))
+	h.bufs = append(h.bufs, emuBuf{b, free})
+	return replay.Span{Addr: uint64(uintptr(unsafe.Pointer(&b[0]))), Len: n}, nil
+}
+
+// at returns the bytes from addr to the end of its buffer.
+func (h *emuHeap) at(addr uint64) ([]byte, error) {
+	for _, b := range h.bufs {
+		base := uint64(uintptr(unsafe.Pointer(&b.b[0])))
+		if addr >= base && addr < base+uint64(len(b.b)) {
+			return b.b[addr-base:], nil
+		}
+	}
+	return nil, fmt.Errorf("address %#x is in no buffer", addr)
+}
+
+// inside checks that a region lies in one buffer before a kernel touches
+// it.
+func (h *emuHeap) inside(addr uint64, at reshard.Strided) error {
+	b, err := h.at(addr)
+	if err != nil {
+		return err
+	}
+	end := at.Offset + at.Run
+	for i, c := range at.Count {
+		end += (c - 1) * at.Stride[i]
+	}
+	if at.Bytes() > 0 && end > int64(len(b)) {
+		return fmt.Errorf("region %v at %#x runs past its buffer", at, addr)
+	}
+	return nil
+}
+
+func (h *emuHeap) Copy(c replay.Copy) error {
+	if err := h.inside(c.Src, c.SrcAt); err != nil {
+		return err
+	}
+	if err := h.inside(c.Dst, c.DstAt); err != nil {
+		return err
+	}
+	b, err := cuda.PlanBatch(batchCopies([]replay.Copy{c}))
+	if err != nil {
+		return err
+	}
+	h.items += b.Len()
+	return cuda.EmulateBatch(b, 4, 2)
+}
+
+func (h *emuHeap) Memcpy(dst, src uint64, n int64) error {
+	d, err := h.at(dst)
+	if err != nil {
+		return err
+	}
+	s, err := h.at(src)
+	if err != nil {
+		return err
+	}
+	if int64(len(d)) < n || int64(len(s)) < n {
+		return fmt.Errorf("memcpy of %d bytes from %#x to %#x runs past a buffer", n, src, dst)
+	}
+	copy(d[:n], s[:n])
+	return nil
+}
+
+func (h *emuHeap) Write(sp replay.Span, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	d, err := h.at(sp.Addr)
+	if err != nil {
+		return err
+	}
+	copy(d, b)
+	return nil
+}
+
+func (h *emuHeap) Read(sp replay.Span, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	s, err := h.at(sp.Addr)
+	if err != nil {
+		return err
+	}
+	copy(b, s)
+	return nil
+}
+
+// TestReplayOnCPU runs the conformance cases (and colocated pairs) through
+// replay plans whose copies are the batched kernel's source compiled for
+// the CPU, driven by the item tables a Replay uploads, all ranks' streams
+// simulated together: the whole device path but the driver and NCCL calls
+// themselves, where there is no GPU.
+func TestReplayOnCPU(t *testing.T) {
+	cases, err := transporttest.DefaultCases(13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs, err := transporttest.ParsePairs(strings.NewReader("7x5 | bf16 | 2 | S0 | 2 | S1\n8x4 | f32 | 1 | S0 | 2 | S0\n256x64x32 | bf16 | 2 | S0 | 2 | S2\n"), "colocated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pairs {
+		c, err := p.Layouts(transporttest.Colocated)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, c)
+	}
+	type variant struct {
+		route    reshard.Route
+		domains  int
+		padded   bool
+		coalesce int64
+	}
+	variants := []variant{{reshard.Flat{}, 1, false, 0}, {reshard.AllGatherBroadcast{}, 1, false, 0},
+		{hier.Hier{}, 2, false, 0}, {hier.Hier{}, 2, true, 1 << 10}}
+	if testing.Short() {
+		variants = variants[2:]
+	}
+	heap := &emuHeap{}
+	defer heap.close()
+	runs := 0
+	for ci, c := range cases {
+		for vi, v := range variants {
+			n := c.Dst.Mesh().Size()
+			topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + v.domains - 1) / v.domains})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := replaytest.Env{Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10},
+				Coalesce: v.coalesce, Padded: v.padded}
+			r := rand.New(rand.NewPCG(uint64(ci), uint64(vi)))
+			if err := replaytest.RunCase(heap, env, c, v.route, r); err != nil {
+				t.Fatalf("%v, %s over %d domains (views %v, coalesce %d): %v", c, v.route.Name(), v.domains, v.padded, v.coalesce, err)
+			}
+			runs++
+		}
+		heap.close()
+		heap.bufs = slices.Delete(heap.bufs, 0, len(heap.bufs))
+	}
+	t.Logf("%d reshards simulated with the batched kernel on the CPU (%d items), checked element by element", runs, heap.items)
+}

@@ -1,0 +1,28 @@
+"""m2n from Python: reshard distributed tensors between process groups (RL
+weight sync: trainer ranks hand their weights to generator ranks that want
+another layout) with PyTorch DTensor's layouts, over the m2n C library
+(libm2n.so, `make capi`), with ctypes.
+
+    from mpi4py import MPI
+    import m2n
+
+    trainer = m2n.Mesh(range(0, 4))                  # ranks 0-3
+    generator = m2n.Mesh([[4, 5], [6, 7]])           # ranks 4-7: DP2 x TP2
+    w = m2n.Tensor("q_proj.weight", (256, 64), "bfloat16",
+                   src=(trainer, [m2n.Shard(0)]), dst=(generator, [m2n.Replicate(), m2n.Shard(0)]))
+    with m2n.Session(MPI.COMM_WORLD) as s:
+        call = s.prepare([w], route="hier")          # once
+        report = call.run(src={"q_proj.weight": mine}, dst={"q_proj.weight": theirs})  # every step
+
+See docs/python.md.
+"""
+
+from .errors import (AbortError, AgreementError, ChecksumError, Error, InternalError, InvalidArgument,
+                     TimeoutError, Unavailable, ValidationError)
+from .placement import Layout, Mesh, Replicate, Shard, Tensor
+from .session import Call, Model, Session
+
+__all__ = [
+    "AbortError", "AgreementError", "Call", "ChecksumError", "Error", "InternalError", "InvalidArgument", "Layout",
+    "Mesh", "Model", "Replicate", "Session", "Shard", "Tensor", "TimeoutError", "Unavailable", "ValidationError",
+]

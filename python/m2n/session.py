@@ -1,0 +1,373 @@
+"""Sessions, calls and whole models over the C library."""
+
+import atexit
+import ctypes
+import json
+import sys
+
+from . import _lib
+from .buffers import buffer, cstr, empty, is_torch
+from .errors import InvalidArgument, check
+from .placement import Tensor, _side
+
+
+def _route(route, balance=None, net_bw=None, local_bw=None, latency=None):
+    """The route string of m2n.h: "name[:key=value,...]"."""
+    params = [("balance", balance), ("net_bw", net_bw), ("local_bw", local_bw), ("latency", latency)]
+    extra = ",".join("%s=%s" % (k, repr(v) if isinstance(v, float) else v) for k, v in params if v is not None)
+    return (route or "hier") + (":" + extra if extra else "")
+
+
+def _describe(fn, handle):
+    need = ctypes.c_size_t()
+    check(fn(handle, None, 0, ctypes.byref(need)))
+    buf = ctypes.create_string_buffer(need.value)
+    check(fn(handle, buf, need.value, ctypes.byref(need)))
+    return json.loads(buf.value.decode())
+
+
+def _report(rep):
+    return {
+        "seconds": rep.seconds,
+        "sent": {"network": rep.sent_network, "local": rep.sent_local},
+        "received": {"network": rep.recv_network, "local": rep.recv_local},
+        "copied": rep.copied,
+        "packed": rep.packed,
+        "messages": rep.messages,
+        "rounds": rep.rounds,
+    }
+
+
+def _stream(stream, arrays):
+    """The CUDA stream to wait for: stream (an int or a torch.cuda.Stream),
+    else torch's current stream on the device of the first CUDA tensor,
+    else 0 (all the GPU's work)."""
+    if stream is not None:
+        return int(getattr(stream, "cuda_stream", stream))
+    for x in arrays:
+        if x is not None and is_torch(x) and x.device.type == "cuda":
+            import torch
+            return int(torch.cuda.current_stream(x.device).cuda_stream)
+    return 0
+
+
+class Session:
+    """One rank's membership in a group of ranks that refit together,
+    joined on an mpi4py communicator (default MPI.COMM_WORLD; every rank of
+    it joins, with equal options). MPI must be initialised with
+    MPI_THREAD_MULTIPLE, as mpi4py does by default; m2n never initialises
+    it. device is "cpu" (host memory, over MPI) or "cuda" (one GPU per rank,
+    over NCCL): torch's current device where torch is imported (call
+    torch.cuda.set_device(local_rank) first, as torch programs do), else the
+    GPU whose ordinal is the rank's local rank; "cuda:N" picks GPU N. Two
+    ranks of a host on one GPU fail at once, naming them. timeout bounds every wait, in seconds (default
+    300). The other options are m2n_options' (m2n.h). Close it (or use
+    `with`) on every rank: closing is collective."""
+
+    def __init__(self, comm=None, device="cpu", timeout=None, verify=False, atomic=False, stripe=False,
+                 chunk_bytes=0, staging_bytes=0, coalesce_bytes=0, src_domain_size=0, dst_domain_size=0,
+                 emulate_net_bw=0.0):
+        lib = _lib.lib()
+        if comm is None:
+            from mpi4py import MPI
+            comm = MPI.COMM_WORLD
+        handle = comm.py2f() if hasattr(comm, "py2f") else int(comm)
+        o = _lib.Options()
+        lib.m2n_options_init(ctypes.byref(o))
+        dev, _, ordinal = str(device).partition(":")
+        if dev in ("cpu", "host"):
+            o.device = _lib.DEVICE_CPU
+            self.cuda_device = None
+        elif dev in ("cuda", "gpu"):
+            o.device = _lib.DEVICE_CUDA
+            torch = sys.modules.get("torch")
+            if ordinal:
+                o.cuda_device = int(ordinal)
+            elif torch is not None and torch.cuda.is_available():
+                o.cuda_device = torch.cuda.current_device()
+            self.cuda_device = o.cuda_device if o.cuda_device >= 0 else None
+        else:
+            raise InvalidArgument("device %r: want \"cpu\" or \"cuda\" (or \"cuda:N\")" % (device,))
+        self.device = "cuda" if o.device == _lib.DEVICE_CUDA else "cpu"
+        o.timeout_seconds = float(timeout or 0)
+        o.verify, o.atomic, o.stripe = int(bool(verify)), int(bool(atomic)), int(bool(stripe))
+        o.chunk_bytes, o.staging_bytes, o.coalesce_bytes = int(chunk_bytes), int(staging_bytes), int(coalesce_bytes)
+        o.src_domain_size, o.dst_domain_size = int(src_domain_size), int(dst_domain_size)
+        o.emulate_net_bw = float(emulate_net_bw)
+        h = ctypes.c_uint64()
+        check(lib.m2n_session_join(handle, ctypes.byref(o), ctypes.byref(h)))
+        self._h = h.value
+        r, n = ctypes.c_int32(), ctypes.c_int32()
+        check(lib.m2n_session_rank(self._h, ctypes.byref(r)))
+        check(lib.m2n_session_size(self._h, ctypes.byref(n)))
+        self.rank, self.size = r.value, n.value
+
+    @property
+    def aborted(self):
+        """Whether the session aborted (a TimeoutError or AbortError)."""
+        a = ctypes.c_int32()
+        check(_lib.lib().m2n_session_aborted(self._handle(), ctypes.byref(a)))
+        return bool(a.value)
+
+    def _handle(self):
+        if not self._h:
+            raise InvalidArgument("the session is closed")
+        return self._h
+
+    def prepare(self, tensors, route="hier", balance=None, net_bw=None, local_bw=None, latency=None):
+        """Prepares a call of the named tensors (m2n.Tensor, each with both
+        layouts) on a route: flat, agbcast, hier (balance "count" or
+        "bytes") or auto (choosing on net_bw and local_bw, bytes per second
+        per rank, and latency, seconds per message). Collective: every rank
+        passes the same tensors; a rank with another layout fails every rank
+        with an AgreementError naming it and the field."""
+        tensors = list(tensors)
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise InvalidArgument("prepare: %r is not an m2n.Tensor" % (t,))
+        keep = []
+        arr = (_lib.Tensor * max(1, len(tensors)))(*[t._c(keep, self.rank) for t in tensors])
+        h = ctypes.c_uint64()
+        check(_lib.lib().m2n_call_prepare(self._handle(), arr, len(tensors),
+                                          cstr(_route(route, balance, net_bw, local_bw, latency)), ctypes.byref(h)))
+        return Call(self, h.value, tensors)
+
+    def prepare_model(self, model, trainer, generator, scale=None, layers=None, mtp=False, fp8=None, route="hier",
+                      balance=None, net_bw=None, local_bw=None, latency=None):
+        """Prepares a whole model: model is a built-in name (deepseek-v3,
+        qwen3-235b-a22b, llama-3.1-70b), a HuggingFace config.json or a JSON
+        tensor list; trainer a Megatron-Core configuration
+        ("tp=2,pp=2,dp=2"), generator a vLLM one ("tp=4,dp=2"); scale
+        divides the widths, layers keeps the first layers. The session has
+        the trainer's ranks (stage after stage) then the generator's. fp8
+        ("block", "row" or "tensor"): the generator serves FP8 weights,
+        converted in flight, every bf16 tensor of 2 or 3 dims arriving as
+        float8_e4m3fn with its scales (Model.buffers("scale"))."""
+        load = []
+        if fp8:
+            load.append("fp8=%s" % fp8)
+        if scale:
+            load.append("scale=%d" % scale)
+        if layers:
+            load.append("layers=%d" % layers)
+        if mtp:
+            load.append("mtp=1")
+        h = ctypes.c_uint64()
+        check(_lib.lib().m2n_model_prepare(self._handle(), cstr(model), cstr(trainer), cstr(generator),
+                                           cstr(",".join(load)),
+                                           cstr(_route(route, balance, net_bw, local_bw, latency)), ctypes.byref(h)))
+        return Model(self, h.value)
+
+    def close(self):
+        """Closes the session, its calls and models (collective)."""
+        if self._h:
+            h, self._h = self._h, 0
+            check(_lib.lib().m2n_session_close(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Call:
+    """A call prepared once and run every step (Session.prepare)."""
+
+    def __init__(self, session, handle, tensors):
+        self.session = session
+        self.tensors = tensors
+        self.names = [t.name for t in tensors]
+        self._index = {n: i for i, n in enumerate(self.names)}
+        self._h = handle
+
+    def _handle(self):
+        if not self._h or not self.session._h:
+            raise InvalidArgument("the call (or its session) is closed")
+        return self._h
+
+    def _aligned(self, bufs, what):
+        """bufs (a dict by tensor name, a sequence in call order, or None)
+        as a list in call order, and a reason to refuse, if any."""
+        if bufs is None:
+            return [None] * len(self.names), None
+        if isinstance(bufs, dict):
+            unknown = [k for k in bufs if k not in self._index]
+            if unknown:
+                return None, "%s buffers for %s, which the call does not have (it has %s)" % (what, unknown, self.names)
+            return [bufs.get(n) for n in self.names], None
+        bufs = list(bufs)
+        if len(bufs) != len(self.names):
+            return None, "%d %s buffers for a call of %d tensors" % (len(bufs), what, len(self.names))
+        return bufs, None
+
+    def run(self, src=None, dst=None, stream=None, scale=None):
+        """Moves one step (collective): src and dst hold this rank's local
+        tensors (numpy arrays or torch tensors, CPU or CUDA as the session's
+        device), by tensor name or in call order, for the tensors whose mesh
+        has this rank; scale, for the tensors converted to FP8 on their
+        destination ranks, the float32 arrays that receive their scales. Each must be contiguous, of the tensor's dtype and of
+        exactly its local part's size; a bad one on any rank raises the
+        same ValidationError on every rank, naming that rank, the tensor and
+        the side. On CUDA, the step first waits for stream (default: torch's
+        current stream of the tensors' device, else all of the GPU's work),
+        and the destinations are written when run returns. Returns the
+        report: completed and failed tensor names, seconds, and bytes by
+        link."""
+        lib = _lib.lib()
+        h = self._handle()
+        s = self.session
+        srcs, why = self._aligned(src, "source")
+        dsts, why2 = self._aligned(dst, "destination")
+        scales, why3 = self._aligned(scale, "scale")
+        why = why or why2 or why3
+        if why:
+            check(lib.m2n_call_refuse(h, -1, 0, cstr(why)))
+        n = len(self.names)
+        arr = (_lib.TensorBuffers * max(1, n))()
+        keep = []  # the buffers' dtype strings, alive through the call
+        for i, t in enumerate(self.tensors):
+            for side, x in (("src", srcs[i]), ("dst", dsts[i]), ("scale", scales[i])):
+                b, why = buffer(x, t.side_dtype(side), _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
+                keep.append(b)
+                if why:
+                    check(lib.m2n_call_refuse(h, i, _lib.SRC if side == "src" else _lib.DST,
+                                              cstr(why if side != "scale" else "scale buffer " + why)))
+                setattr(arr[i], side, b)
+        rep = _lib.Report()
+        done = (ctypes.c_uint8 * max(1, n))()
+        stream = _stream(stream, srcs + dsts + scales) if s.device == "cuda" else 0
+        code = lib.m2n_call_run(h, arr, n, stream, ctypes.byref(rep), done)
+        check(code)
+        out = {"completed": [m for i, m in enumerate(self.names) if done[i]],
+               "failed": [m for i, m in enumerate(self.names) if not done[i]]}
+        out.update(_report(rep))
+        return out
+
+    def local_shape(self, name, side):
+        """This rank's local shape of a tensor's side, or None."""
+        return self.tensors[self._index[name]].local_shape(side, self.session.rank)
+
+    def empty(self, side, lib="numpy", device=None):
+        """Uninitialised local buffers of this rank for a side ("src",
+        "dst", or "scale": the scales of the tensors converted to FP8), by
+        tensor name (numpy, bf16 and fp8 as raw integers, or torch)."""
+        out = {}
+        for t in self.tensors:
+            if side == "scale":
+                p = t.scale_part(self.session.rank)
+                shape = None if p is None else p[0]
+            else:
+                shape = t.local_shape(side, self.session.rank)
+            if shape is not None:
+                n = 1
+                for d in shape:
+                    n *= d
+                out[t.name] = empty(t.side_dtype(side), n, lib, device).reshape(shape)
+        return out
+
+    def describe(self):
+        """The schedule: route (as chosen), note, fingerprint, rounds,
+        messages, tensors."""
+        return _describe(_lib.lib().m2n_call_describe, self._handle())
+
+    def close(self):
+        if self._h and self.session._h:
+            h, self._h = self._h, 0
+            check(_lib.lib().m2n_call_close(h))
+        self._h = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Model:
+    """A whole model prepared on a session (Session.prepare_model): one call
+    per pipeline stage, fused weights moved in place. info describes it;
+    buffers(side) lists this rank's buffers by name."""
+
+    def __init__(self, session, handle):
+        self.session = session
+        self._h = handle
+        self.info = _describe(_lib.lib().m2n_model_describe, handle)
+
+    def _handle(self):
+        if not self._h or not self.session._h:
+            raise InvalidArgument("the model (or its session) is closed")
+        return self._h
+
+    def buffers(self, side):
+        """This rank's buffers on a side ("src" or "dst"): a dict by name of
+        {"dtype", "elems", "bytes", "stage", "tensors", "parts"} (a fused
+        buffer holds several tensors' parts; each part gives the rank's box
+        of its tensor and the view placing it in the buffer). "scale": the
+        scale tensors of the tensors converted to FP8, by name (the
+        tensor's with _scale_inv), each {"tensor", "stage", "bytes",
+        "shape", "offset"} (its box of the block grid), float32."""
+        if side == "scale":
+            return {b["name"]: dict(b, dtype="float32", elems=b["bytes"] // 4) for b in self.info["scale"]}
+        key = "src" if _side(side) == _lib.SRC else "dst"
+        return {b["name"]: b for b in self.info[key]}
+
+    def empty(self, side, lib="numpy", device=None):
+        """Uninitialised buffers of this rank for a side ("src", "dst" or
+        "scale"), by name, 1-dim."""
+        return {name: empty(b["dtype"], b["elems"], lib, device) for name, b in self.buffers(side).items()}
+
+    def run(self, src=None, dst=None, stream=None, scale=None):
+        """Moves one step of the whole model (collective), every pipeline
+        stage at once: src, dst and scale map this rank's buffer names
+        (buffers()) to numpy arrays or torch tensors of exactly their size.
+        Returns the report summed over the stages, with completed and
+        failed counts."""
+        lib = _lib.lib()
+        h = self._handle()
+        s = self.session
+        kept, named = [], []
+        for side, bufs in (("src", src or {}), ("dst", dst or {}), ("scale", scale or {})):
+            listed = self.buffers(side)
+            arr = (_lib.NamedBuffer * max(1, len(bufs)))()
+            for i, (name, x) in enumerate(bufs.items()):
+                want = listed[name]["dtype"] if name in listed else "u8"
+                b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
+                kept.append(b)
+                if why:
+                    what = {"src": "source", "dst": "destination", "scale": "scale"}[side]
+                    check(lib.m2n_model_refuse(h, cstr("%s buffer %r %s" % (what, name, why))))
+                arr[i].name = cstr(name)
+                arr[i].buffer = b
+            kept.append(arr)
+            named.append((arr, len(bufs)))
+        rep = _lib.Report()
+        every = [x for d in (src, dst, scale) for x in (d or {}).values()]
+        stream = _stream(stream, every) if s.device == "cuda" else 0
+        check(lib.m2n_model_run(h, named[0][0], named[0][1], named[1][0], named[1][1], named[2][0], named[2][1], stream,
+                                ctypes.byref(rep)))
+        out = {"completed": rep.completed, "failed": rep.failed}
+        out.update(_report(rep))
+        return out
+
+    def close(self):
+        if self._h and self.session._h:
+            h, self._h = self._h, 0
+            check(_lib.lib().m2n_model_close(h))
+        self._h = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@atexit.register
+def _end_failed_job():
+    """After an abort, end the job instead of letting mpi4py's MPI_Finalize
+    wait for peers that are gone (Python's atexit runs before it)."""
+    if _lib._lib is not None and _lib._lib.m2n_job_failed():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _lib._lib.m2n_abort_job(1)

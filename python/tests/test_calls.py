@@ -1,0 +1,231 @@
+"""Calls from Python with numpy (mpirun -np 6): eight tensors of different
+layouts and dtypes from 2 trainer ranks to a DP2 x TP2 generator (explicit
+rank orders, meshes sharing ranks, an uneven split with an empty shard, a
+0-dim tensor), on every route, two steps each, every element of every
+destination checked; then the errors: a bad buffer on one rank (dtype,
+contiguity, size, name) raises the same ValidationError on every rank,
+naming that rank, the tensor and the side, and leaves the session usable; a
+rank with another layout raises AgreementError on every rank, naming it and
+the field; a layout only one rank gets wrong raises ValidationError on every
+rank, naming it."""
+
+import numpy as np
+
+from harness import box, case, check, comm, expect, fail, finish, m2n, pattern, rank, raw
+
+assert comm.size == 6, "run with mpirun -np 6"
+
+S, R = m2n.Shard, m2n.Replicate
+trainer = m2n.Mesh(range(0, 2))
+generator = m2n.Mesh([[2, 3], [4, 5]])  # DP2 x TP2
+NUMPY = {"bfloat16": np.uint16, "float32": np.float32, "float16": np.float16, "int64": np.int64, "int8": np.int8,
+         "float64": np.float64, "float8_e4m3fn": np.uint8}
+
+
+def tensors(o_proj=None, bad=None):
+    return [
+        m2n.Tensor("embed", (40, 16), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [R(), S(0)])),
+        m2n.Tensor("o_proj", (16, 24), "float32", src=(trainer, [S(1)]), dst=(generator, o_proj or [R(), S(1)])),
+        m2n.Tensor("norm", (16,), "float16", src=(trainer, [R()]), dst=(generator, [R(), R()])),
+        m2n.Tensor("experts", (4, 6, 10), "int64", src=(trainer, [S(0)]),
+                   dst=(m2n.Mesh([[5, 3], [4, 2]]), [S(2), S(0)])),
+        m2n.Tensor("uneven", (3, 8), "int8", src=(m2n.Mesh([0]), [R()]), dst=(m2n.Mesh(range(2, 6)), [S(0)])),
+        m2n.Tensor("scalar", (), "float64", src=(trainer, [R()]), dst=(generator, ["R", "R"])),
+        m2n.Tensor("shared", (12, 6), "float8_e4m3fn", src=(m2n.Mesh([0, 1, 2]), [S(0)]),
+                   dst=(m2n.Mesh(range(1, 5), shape=(2, 2)), [S(1), S(0)])),
+        m2n.Tensor("double", (10, 4), "float32", src=(trainer, [bad or S(0)]), dst=(generator, [S(0), S(0)])),
+    ]
+
+
+def itemsize(t):
+    return np.dtype(NUMPY[t.dtype]).itemsize
+
+
+def sources(ts, step):
+    out = {}
+    for i, t in enumerate(ts):
+        p = t.part("src", rank)
+        if p is not None:
+            g = pattern(t.shape, itemsize(t), i, step)
+            out[t.name] = np.ascontiguousarray(box(g, p[1], p[0])).view(NUMPY[t.dtype])
+    return out
+
+
+def destinations(ts):
+    out = {}
+    for t in ts:
+        shape = t.local_shape("dst", rank)
+        if shape is not None:
+            out[t.name] = np.full(shape, 0xAA, dtype=np.uint8 if itemsize(t) == 1 else _uint(t)).view(NUMPY[t.dtype])
+    return out
+
+
+def _uint(t):
+    return {2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize(t)]
+
+
+def verify(ts, dst, step):
+    for i, t in enumerate(ts):
+        p = t.part("dst", rank)
+        if p is None:
+            check(t.name not in dst, "tensor %s: a destination where the rank holds none" % t.name)
+            continue
+        want = box(pattern(t.shape, itemsize(t), i, step), p[1], p[0])
+        got = raw(dst[t.name])
+        if got.shape != want.shape:
+            fail("tensor %s: local shape %s, want %s" % (t.name, got.shape, want.shape))
+            continue
+        bad = np.argwhere(got != want)
+        if len(bad):
+            k = tuple(bad[0])
+            fail("tensor %s step %d: %d of %d elements wrong; first at local %s: got %#x, want %#x" %
+                 (t.name, step, len(bad), got.size, k, int(got[k]), int(want[k])))
+
+
+ts = tensors()
+names = [t.name for t in ts]
+s = m2n.Session(comm, timeout=60, dst_domain_size=2)
+check((s.rank, s.size) == (rank, 6), "session rank %d of %d" % (s.rank, s.size))
+
+
+@case("the local parts follow DTensor (uneven chunks, an empty shard, a 0-dim tensor)")
+def _():
+    u = ts[4]
+    want = {2: ((1, 8), (0, 0)), 3: ((1, 8), (1, 0)), 4: ((1, 8), (2, 0)), 5: ((0, 8), (3, 0))}
+    for r, (shape, off) in want.items():
+        p = u.part("dst", r)
+        check(p is not None and p[:2] == (shape, off), "uneven on rank %d: %s, want %s at %s" % (r, p, shape, off))
+    check(u.part("dst", 0) is None, "rank 0 holds no destination part")
+    check(ts[5].part("src", 1) == ((), (), 8), "scalar part %s" % (ts[5].part("src", 1),))
+
+
+for route in ("flat", "agbcast", "hier", "auto"):
+    @case("route %s: 8 tensors, 2 steps, every element checked" % route)
+    def _():
+        call = s.prepare(ts, route=route)
+        d = call.describe()
+        check(d["tensors"] == names and d["route"].startswith(route), "describe: %s" % d)
+        for step in range(2):
+            dst = destinations(ts)
+            rep = call.run(src=sources(ts, step), dst=dst)
+            check(rep["completed"] == names and rep["failed"] == [], "report %s" % rep)
+            check(rep["rounds"] >= 1 and rep["seconds"] > 0, "report %s" % rep)
+            verify(ts, dst, step)
+        call.close()
+
+call = s.prepare(ts, route="flat")
+
+
+def bad_step(bad_rank, mutate):
+    """Runs a step in which bad_rank's buffers are mutated; returns the
+    error every rank raised, after checking a good step still passes."""
+    src, dst = sources(ts, 0), destinations(ts)
+    if rank == bad_rank:
+        mutate(src, dst)
+    e = expect(m2n.ValidationError, call.run, src=src, dst=dst)
+    dst = destinations(ts)
+    call.run(src=sources(ts, 1), dst=dst)
+    verify(ts, dst, 1)
+    return e
+
+
+def names_it(e, r, tensor, side, *words):
+    if e is None:
+        return
+    check(e.rank == r, "error names rank %s, want %d: %s" % (e.rank, r, e))
+    check(e.tensor == tensor and e.side == side, "error names %s %s, want %s %s: %s" % (e.tensor, e.side, tensor, side, e))
+    for w in ("rank %d" % r,) + words:
+        check(w in str(e), "message lacks %r: %s" % (w, e))
+    check("ValidationError" in e.kind and "BufferError" in e.chain, "kind %s, chain %s" % (e.kind, e.chain))
+
+
+@case("a destination of another dtype on rank 3: ValidationError on every rank, naming it")
+def _():
+    def mutate(src, dst):
+        dst["o_proj"] = dst["o_proj"].view(np.int32)
+    names_it(bad_step(3, mutate), 3, "o_proj", "destination", "dtype i32", "the tensor's is f32")
+
+
+@case("a non-contiguous source on rank 1: ValidationError on every rank, naming it")
+def _():
+    def mutate(src, dst):
+        a = src["embed"]
+        src["embed"] = np.ascontiguousarray(a.T).T  # same shape and values, column-major
+    names_it(bad_step(1, mutate), 1, "embed", "source", "not contiguous")
+
+
+@case("a destination one element short on rank 4: ValidationError on every rank, naming it")
+def _():
+    def mutate(src, dst):
+        dst["norm"] = dst["norm"][:-1]
+    names_it(bad_step(4, mutate), 4, "norm", "destination", "too short")
+
+
+@case("a source for a tensor the call lacks on rank 0: ValidationError on every rank, naming it")
+def _():
+    def mutate(src, dst):
+        src["lm_head"] = np.zeros(4, np.float32)
+    e = bad_step(0, mutate)
+    if e is not None:
+        check(e.rank == 0 and "rank 0" in str(e) and "lm_head" in str(e), "error %s" % e)
+
+
+@case("a missing source on rank 1: ValidationError on every rank, naming it")
+def _():
+    def mutate(src, dst):
+        del src["experts"]
+    names_it(bad_step(1, mutate), 1, "experts", "source", "missing")
+
+
+@case("rank 2 prepares another destination layout: AgreementError on every rank, naming it and the field")
+def _():
+    mine = tensors(o_proj=[R(), S(0)] if rank == 2 else None)
+    e = expect(m2n.AgreementError, s.prepare, mine, route="hier")
+    if e is not None:
+        check(e.rank == 2 and e.field == "destination placements" and e.tensor == "o_proj", "error %s (%s)" % (e, e.detail))
+        check(e.detail.get("differing") == [2], "differing %s" % e.detail.get("differing"))
+        check("rank 2" in str(e) and "destination placements" in str(e), "message %s" % e)
+
+
+@case("rank 5 gives a shard dim out of range: ValidationError on every rank, naming it and the tensor")
+def _():
+    mine = tensors(bad=S(3) if rank == 5 else None)
+    e = expect(m2n.ValidationError, s.prepare, mine)
+    if e is not None:
+        check(e.rank == 5 and "rank 5" in str(e) and "double" in str(e) and "shard dim 3" in str(e), "error %s" % e)
+
+
+@case("an unknown route: ValidationError naming the field")
+def _():
+    e = expect(m2n.ValidationError, s.prepare, ts, route="warp")
+    if e is not None:
+        check(e.field == "route" and "warp" in str(e), "error %s (%s)" % (e, e.detail))
+
+
+@case("the session is still usable after every error")
+def _():
+    dst = destinations(ts)
+    rep = call.run(src=sources(ts, 5), dst=dst)
+    check(not s.aborted and rep["completed"] == names, "aborted %s, report %s" % (s.aborted, rep))
+    verify(ts, dst, 5)
+
+
+@case("bad arguments on this rank alone raise at once")
+def _():
+    expect(m2n.InvalidArgument, m2n.Session, comm, device="tpu")
+    expect(ValueError, m2n.Shard, -1)
+    expect(ValueError, m2n.Mesh, [[0, 1], [2]])
+    expect(ValueError, m2n.Layout, trainer, ["P"])
+
+
+call.close()
+s.close()
+
+
+@case("closed handles raise InvalidArgument")
+def _():
+    expect(m2n.InvalidArgument, call.run)
+    expect(m2n.InvalidArgument, s.prepare, ts)
+
+
+finish()

@@ -1,0 +1,163 @@
+package transporttest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/internal/conformance"
+	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// FP8Pairs are the pairs a conversion to FP8 in flight runs on
+// (conformance.FP8Pairs).
+var FP8Pairs = conformance.FP8Pairs
+
+// FP8Cases returns every FP8 pair in every arrangement, destinations in
+// fp8e4m3.
+func FP8Cases() ([]Case, error) {
+	pairs, err := FP8Pairs()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := Cases(pairs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cs {
+		cs[i] = cs[i].FP8()
+	}
+	return cs, nil
+}
+
+// RunFP8Case runs case c, whose destination is fp8e4m3 (Case.FP8), as a
+// call converting to FP8 by mode on the calling rank (every rank of the
+// transport calls it alike): one tensor prepared once with reshard.Prepare
+// over coll (opts, with env's staging and coalescing) and run for steps
+// steps, each with the source filled by pattern.FillFloats of another seed
+// (the weights, and so the scales, change every step), the destination
+// and its scale buffer poisoned; after every step every destination byte
+// and scale is compared with quantizing the whole tensor at once
+// (pattern.CheckFP8). It returns the last step's report.
+func RunFP8Case(ctx context.Context, env Env, coll reshard.Collective, c Case, route reshard.Route, mode fp8.Mode, opts reshard.CallOptions, steps int) (*reshard.Report, error) {
+	rank := env.T.Rank()
+	spec := reshard.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: mode}
+	var bufs reshard.TensorBuffers
+	var free []reshard.Buffer
+	defer func() {
+		for _, b := range free {
+			env.Mem.Free(b)
+		}
+	}()
+	alloc := func(n int64) (reshard.Buffer, error) {
+		b, err := env.Mem.Alloc(n)
+		if err == nil {
+			free = append(free, b)
+		}
+		return b, err
+	}
+	part := func(l placement.Layout) (placement.View, int64, error) {
+		box, _ := l.RankBox(rank)
+		if !env.Padded || box.Empty() {
+			return placement.View{}, l.LocalBytes(rank), nil
+		}
+		v := paddedView(box.Shape())
+		ext, err := v.Extent(box.Shape())
+		return v, (ext + 4) * l.ElemSize(), err
+	}
+	var srcHost, got, scales []byte
+	var err error
+	if c.Src.Mesh().Contains(rank) {
+		var n int64
+		if spec.Views.Src, n, err = part(c.Src); err != nil {
+			return nil, err
+		}
+		srcHost = make([]byte, n)
+		if bufs.Src, err = alloc(n); err != nil {
+			return nil, err
+		}
+	}
+	if c.Dst.Mesh().Contains(rank) {
+		var n int64
+		if spec.Views.Dst, n, err = part(c.Dst); err != nil {
+			return nil, err
+		}
+		got = make([]byte, n)
+		if bufs.Dst, err = alloc(n); err != nil {
+			return nil, err
+		}
+		sb, err := spec.ScaleBytes(rank)
+		if err != nil {
+			return nil, err
+		}
+		scales = make([]byte, sb)
+		if bufs.Scale, err = alloc(sb); err != nil {
+			return nil, err
+		}
+	}
+	opts.Schedule, opts.CoalesceBytes = env.Opts, env.Coalesce
+	call, err := reshard.Prepare(ctx, coll, []reshard.Spec{spec}, route, env.Topo, reshard.MaxInPlace(env.T), opts)
+	if err != nil {
+		return nil, err
+	}
+	ex := &reshard.Executor{T: env.T, Mem: env.Mem}
+	defer ex.Close()
+	var rep *reshard.Report
+	for step := 0; step < steps; step++ {
+		seed := uint64(step)
+		if srcHost != nil {
+			if err := pattern.FillFloats(c.Src, rank, seed, srcHost, spec.Views.Src); err != nil {
+				return nil, err
+			}
+			if err := env.IO.Upload(bufs.Src, srcHost); err != nil {
+				return nil, err
+			}
+		}
+		if got != nil {
+			for _, b := range [][]byte{got, scales} {
+				for i := range b {
+					b[i] = pattern.Poison
+				}
+			}
+			if err := env.IO.Upload(bufs.Dst, got); err != nil {
+				return nil, err
+			}
+			if len(scales) > 0 {
+				if err := env.IO.Upload(bufs.Scale, scales); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if rep, err = call.Run(ctx, ex, coll, []reshard.TensorBuffers{bufs}); err != nil {
+			return rep, err
+		}
+		if got == nil {
+			continue
+		}
+		if err := env.IO.Download(got, bufs.Dst); err != nil {
+			return rep, err
+		}
+		if len(scales) > 0 {
+			if err := env.IO.Download(scales, bufs.Scale); err != nil {
+				return rep, err
+			}
+		}
+		if err := pattern.CheckFP8(c.Src.DType(), c.Dst, mode, rank, seed, got, spec.Views.Dst, scales); err != nil {
+			return rep, fmt.Errorf("%s, %v, step %d: %w", call.Schedule.Route, mode, step, err)
+		}
+		if env.Padded {
+			keep := append([]byte(nil), got...)
+			if err := pattern.PoisonPart(c.Dst, rank, keep, spec.Views.Dst); err != nil {
+				return rep, err
+			}
+			for i, b := range keep {
+				if b != pattern.Poison {
+					return rep, fmt.Errorf("%s: rank %d: byte %d outside the destination view changed", call.Schedule.Route, rank, i)
+				}
+			}
+		}
+	}
+	return rep, nil
+}

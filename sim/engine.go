@@ -1,0 +1,645 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/m2n-dev/m2n/internal/checked"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// Options tune a simulation run.
+type Options struct {
+	// Bins is the number of time bins of the link-utilisation series
+	// (the bin width doubles as the run grows); 0 means 128, a negative
+	// number records no series.
+	Bins int
+	// TopLinks is how many links get a series line of their own beside the
+	// per-class means (the busiest of each class and direction), the
+	// critical path's binding link besides; 0 means 4.
+	TopLinks int
+}
+
+// Run simulates the program on the cluster, its ranks placed by topo (the
+// topology its schedules were built for), and returns what happened. It
+// returns an error, naming the message, when a schedule's link class
+// disagrees with the placement or the program cannot run (a rank waits
+// forever), and never panics on user input.
+//
+// Every process runs the executor's loop: rounds in order; before round w
+// it completes its posted rounds up to w-2 (two rounds in flight), unpacking
+// what they received; then it copies the round's local copies and packs its
+// strided sends (at the cluster's copy bandwidth), and posts all of the
+// round's receives and sends at once. A message's flow starts when both of
+// its ends have posted it, after the per-message latency of its class, and
+// shares its sender's out link and its receiver's in link max-min fairly
+// with the other flows there; a round completes when all its flows have.
+func Run(p *Program, c Cluster, topo reshard.Topology, o Options) (*Result, error) {
+	pl, err := Place(c, topo, p.world)
+	if err != nil {
+		return nil, err
+	}
+	e, err := newEngine(p, c, pl, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.run(); err != nil {
+		return nil, err
+	}
+	return e.result(), nil
+}
+
+const (
+	evStart = iota // a message's latency has passed: its flow joins the links
+	evWake         // a process's compute is over
+)
+
+type event struct {
+	t    float64
+	seq  uint64
+	id   int32
+	ver  uint32
+	kind uint8
+}
+
+type eheap []event
+
+func (h eheap) less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *eheap) push(ev event) {
+	*h = append(*h, ev)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *eheap) pop() event {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		c := l
+		if r := l + 1; r < n && s.less(r, l) {
+			c = r
+		}
+		if !s.less(c, i) {
+			break
+		}
+		s[i], s[c] = s[c], s[i]
+		i = c
+	}
+	*h = s
+	return top
+}
+
+// causes of a thread's time: a round-state index (>= 0), the program's
+// start, or the end of a predecessor process (causeProc - index).
+const causeStart = -1
+
+func causeProc(p int32) int32 { return -2 - p }
+
+// roundState is one posted (or copy-only) round of one process.
+type roundState struct {
+	left    int32   // operations not yet complete
+	last    int32   // the message that completed it
+	waited  int32   // the thread's cause when it posted
+	postAt  float64 // when the thread posted it
+	doneAt  float64
+	compute float64 // seconds of copies and packing before the post
+	unpack  float64 // seconds of unpacking after completion
+	done    bool
+	posted  bool
+}
+
+type procState struct {
+	next     int32 // next round to start
+	q        [2]int32
+	qn       int8
+	charged  bool // the next round's compute is charged to tt
+	blocked  bool
+	finished bool
+	ready    bool
+	tt       float64 // the thread is busy until then
+	cause    int32
+	finish   float64
+	rsBase   int32
+}
+
+type engine struct {
+	p    *Program
+	c    Cluster
+	pl   Placement
+	opts Options
+	now  float64
+	seq  uint64
+	ev   eheap
+	gh   gheap // groups by their next completion
+	f    *fabric
+	ser  *series
+
+	// per message
+	out, in  []int32 // links
+	sendRS   []int32
+	recvRS   []int32
+	posted   []uint8
+	lastSide []uint8 // 0: the sender posted last, 1: the receiver
+	postAt   []float64
+	mEnd     []float64
+	boundIn  []bool
+	// per round and process
+	rs    []roundState
+	ps    []procState
+	succ  [][]int32
+	ready []int32
+	rhead int
+	seeds []int32
+	sstmp []uint32
+	sep   uint32
+	dirty []int32
+	dstmp []uint32
+	dep   uint32
+	// per tensor
+	tensorEnd   []float64
+	tensorBytes []int64
+
+	nicFirst, nicLast []int
+
+	flowEvents int64
+	batches    int64
+	wakes      int64
+}
+
+func newEngine(p *Program, c Cluster, pl Placement, o Options) (*engine, error) {
+	world := p.world
+	nLinks := 2*world + 2*pl.Nics
+	caps := make([]float64, nLinks)
+	for r := 0; r < world; r++ {
+		caps[2*r], caps[2*r+1] = c.LocalBW, c.LocalBW
+	}
+	for n := 0; n < pl.Nics; n++ {
+		caps[2*world+2*n], caps[2*world+2*n+1] = c.NetBW, c.NetBW
+	}
+	nm := len(p.msgs)
+	e := &engine{p: p, c: c, pl: pl, opts: o, f: newFabric(caps),
+		out: make([]int32, nm), in: make([]int32, nm), sendRS: make([]int32, nm), recvRS: make([]int32, nm),
+		posted: make([]uint8, nm), lastSide: make([]uint8, nm), postAt: make([]float64, nm), mEnd: make([]float64, nm),
+		boundIn: make([]bool, nm), tensorEnd: make([]float64, len(p.tensor)), tensorBytes: make([]int64, len(p.tensor)),
+		sstmp: make([]uint32, nLinks)}
+	for i := range p.msgs {
+		m := &p.msgs[i]
+		var cls reshard.LinkClass
+		switch {
+		case m.Src == m.Dst:
+			cls = reshard.LinkSelf
+		case pl.Domain[m.Src] == pl.Domain[m.Dst]:
+			cls = reshard.LinkLocal
+		default:
+			cls = reshard.LinkNetwork
+		}
+		if cls != m.Class {
+			part := p.parts[m.Part]
+			return nil, fmt.Errorf("sim: message %d of %s (rank %d to %d) was scheduled as %s but the placement makes it %s: build the schedule with the topology the simulation uses",
+				i-part.First, part.Name, m.Src, m.Dst, m.Class, cls)
+		}
+		switch cls {
+		case reshard.LinkLocal:
+			e.out[i], e.in[i] = int32(2*m.Src), int32(2*m.Dst+1)
+		case reshard.LinkNetwork:
+			e.out[i], e.in[i] = int32(2*world+2*pl.Nic[m.Src]), int32(2*world+2*pl.Nic[m.Dst]+1)
+		default:
+			e.out[i], e.in[i] = -1, -1
+		}
+		var ok bool
+		if e.tensorBytes[m.Tensor], ok = checked.Add(e.tensorBytes[m.Tensor], m.Bytes); !ok {
+			return nil, fmt.Errorf("sim: tensor %s moves more than int64 bytes", p.tensor[m.Tensor])
+		}
+	}
+	copySecs := func(b int64) float64 {
+		if c.CopyBW <= 0 {
+			return 0
+		}
+		return float64(b) / c.CopyBW
+	}
+	e.ps = make([]procState, len(p.procs))
+	e.succ = make([][]int32, len(p.procs))
+	nrs := 0
+	for i := range p.procs {
+		nrs += len(p.procs[i].rounds)
+	}
+	if nrs > math.MaxInt32 {
+		return nil, fmt.Errorf("sim: %d rounds exceed the simulator's limit", nrs)
+	}
+	e.rs = make([]roundState, nrs)
+	k := int32(0)
+	for i := range p.procs {
+		pr := &p.procs[i]
+		e.ps[i] = procState{rsBase: k, cause: causeStart}
+		if pr.After >= 0 {
+			e.succ[pr.After] = append(e.succ[pr.After], int32(i))
+		}
+		for _, rd := range pr.rounds {
+			copies, recvs, sends := p.RoundMessages(rd)
+			var pre, post int64
+			for _, mi := range copies {
+				pre += p.msgs[mi].Bytes
+			}
+			for _, mi := range sends {
+				if p.msgs[mi].Pack {
+					pre += p.msgs[mi].Bytes
+				}
+				e.sendRS[mi] = k
+			}
+			for _, mi := range recvs {
+				if p.msgs[mi].Unpack {
+					post += p.msgs[mi].Bytes
+				}
+				e.recvRS[mi] = k
+			}
+			e.rs[k] = roundState{compute: copySecs(pre), unpack: copySecs(post), last: -1, waited: causeStart}
+			k++
+		}
+	}
+	if o.Bins >= 0 {
+		bins := o.Bins
+		if bins == 0 {
+			bins = 128
+		}
+		e.ser = newSeries(nLinks, bins)
+	}
+	return e, nil
+}
+
+func (e *engine) epsT() float64 { return 1e-12 * (1 + e.now) }
+
+func (e *engine) push(t float64, kind uint8, id int32, ver uint32) {
+	e.seq++
+	e.ev.push(event{t: t, seq: e.seq, id: id, ver: ver, kind: kind})
+}
+
+func (e *engine) seed(l int32) {
+	if e.sstmp[l] != e.sep {
+		e.sstmp[l] = e.sep
+		e.seeds = append(e.seeds, l)
+	}
+}
+
+func (e *engine) markDirty(g int32) {
+	for int(g) >= len(e.dstmp) {
+		e.dstmp = append(e.dstmp, 0)
+	}
+	if e.dstmp[g] != e.dep {
+		e.dstmp[g] = e.dep
+		e.dirty = append(e.dirty, g)
+	}
+}
+
+func (e *engine) run() error {
+	e.sep, e.dep = 1, 1
+	for i := range e.p.procs {
+		if e.p.procs[i].After < 0 {
+			e.makeReady(int32(i))
+		}
+	}
+	for {
+		e.drainReady()
+		e.settle()
+		g, tg, okg := e.gh.top()
+		if len(e.ev) == 0 && !okg {
+			break
+		}
+		t0 := tg
+		if len(e.ev) > 0 && (!okg || e.ev[0].t < tg) {
+			t0 = e.ev[0].t
+		}
+		e.now = math.Max(e.now, t0)
+		e.batches++
+		lim := t0 + e.epsT()
+		for {
+			g, tg, okg = e.gh.top()
+			if okg && tg <= lim && (len(e.ev) == 0 || tg <= e.ev[0].t) {
+				e.gh.remove(g)
+				e.completeDue(g)
+				continue
+			}
+			if len(e.ev) == 0 || e.ev[0].t > lim {
+				break
+			}
+			ev := e.ev.pop()
+			switch ev.kind {
+			case evStart:
+				e.begin(ev.id)
+			case evWake:
+				e.wakes++
+				e.makeReady(ev.id)
+			}
+		}
+	}
+	for i := range e.ps {
+		if !e.ps[i].finished {
+			pr := &e.p.procs[i]
+			part := e.p.parts[pr.Part]
+			st := &e.ps[i]
+			round := int32(-1)
+			if int(st.next) < len(pr.rounds) {
+				round = pr.rounds[st.next].Round
+			}
+			if st.qn > 0 {
+				round = e.roundOf(st.q[0])
+			}
+			return fmt.Errorf("sim: rank %d of %s never finished: it waits in round %d for messages no rank sends (the program is inconsistent)",
+				pr.Rank, part.Name, round)
+		}
+	}
+	return nil
+}
+
+// roundOf returns the schedule round of a round state.
+func (e *engine) roundOf(k int32) int32 {
+	// find the process: round states are laid out by process.
+	lo, hi := 0, len(e.ps)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if e.ps[mid].rsBase <= k {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return e.p.procs[lo].rounds[k-e.ps[lo].rsBase].Round
+}
+
+func (e *engine) makeReady(pi int32) {
+	st := &e.ps[pi]
+	if !st.ready && !st.finished {
+		st.ready = true
+		e.ready = append(e.ready, pi)
+	}
+}
+
+func (e *engine) drainReady() {
+	for e.rhead < len(e.ready) {
+		pi := e.ready[e.rhead]
+		e.rhead++
+		e.ps[pi].ready = false
+		e.step(pi)
+	}
+	e.ready, e.rhead = e.ready[:0], 0
+}
+
+// settle recomputes the rates after the batch and schedules the next
+// completion of every group whose rate or members changed.
+func (e *engine) settle() {
+	if len(e.seeds) > 0 {
+		e.f.solve(e.seeds, func(g int32, rate float64, boundIn bool) {
+			e.advance(g)
+			e.markDirty(g)
+		})
+		e.seeds = e.seeds[:0]
+		e.sep++
+	}
+	for _, g := range e.dirty {
+		gr := &e.f.groups[g]
+		if !gr.live || gr.m == 0 {
+			continue
+		}
+		rem := gr.mem[0].key - gr.served
+		if rem < 0 {
+			rem = 0
+		}
+		e.gh.set(g, gr.tLast+rem/gr.rate)
+	}
+	e.dirty = e.dirty[:0]
+	e.dep++
+}
+
+// advance brings a group's service up to now at its current rate.
+func (e *engine) advance(g int32) {
+	gr := &e.f.groups[g]
+	dt := e.now - gr.tLast
+	if dt > 0 && gr.m > 0 && gr.rate > 0 {
+		s := gr.rate * dt
+		gr.served += s
+		if !gr.boundIn {
+			gr.servedOut += s
+		}
+		b := s * float64(gr.m)
+		e.f.bytes[gr.out] += b
+		e.f.bytes[gr.in] += b
+		if e.ser != nil {
+			e.ser.add(gr.out, gr.tLast, e.now, b)
+			e.ser.add(gr.in, gr.tLast, e.now, b)
+		}
+	}
+	gr.tLast = e.now
+}
+
+// begin starts a message's flow (its latency has passed).
+func (e *engine) begin(mi int32) {
+	e.flowEvents++
+	m := &e.p.msgs[mi]
+	if m.Bytes == 0 {
+		e.finishMsg(mi)
+		return
+	}
+	g := e.f.groupFor(e.out[mi], e.in[mi], e.now)
+	e.advance(g)
+	gr := &e.f.groups[g]
+	gr.push(member{key: gr.served + float64(m.Bytes), out0: gr.servedOut, msg: mi})
+	gr.m++
+	e.seed(gr.out)
+	e.seed(gr.in)
+	e.markDirty(g)
+}
+
+// completeDue completes the members of a group whose service is reached.
+func (e *engine) completeDue(g int32) {
+	e.advance(g)
+	gr := &e.f.groups[g]
+	for gr.m > 0 {
+		top := gr.mem[0]
+		tol := 1e-9*math.Max(top.key, 1) + gr.rate*2*e.epsT()
+		if top.key > gr.served+tol {
+			break
+		}
+		gr.pop()
+		gr.m--
+		bytes := float64(e.p.msgs[top.msg].Bytes)
+		e.boundIn[top.msg] = gr.servedOut-top.out0 < bytes/2
+		e.finishMsg(top.msg)
+		gr = &e.f.groups[g]
+	}
+	e.seed(gr.out)
+	e.seed(gr.in)
+	if gr.m == 0 {
+		e.gh.remove(g)
+		e.f.drop(g)
+		return
+	}
+	e.markDirty(g)
+}
+
+// finishMsg records a completed message and completes the rounds on both
+// of its sides.
+func (e *engine) finishMsg(mi int32) {
+	e.flowEvents++
+	m := &e.p.msgs[mi]
+	e.mEnd[mi] = e.now
+	e.tensorEnd[m.Tensor] = math.Max(e.tensorEnd[m.Tensor], e.now)
+	for _, k := range [2]int32{e.sendRS[mi], e.recvRS[mi]} {
+		r := &e.rs[k]
+		r.left--
+		if r.left == 0 {
+			r.done, r.doneAt, r.last = true, e.now, mi
+			// the process may be waiting for it
+			pi := e.procOf(k)
+			if e.ps[pi].blocked && e.ps[pi].qn > 0 && e.ps[pi].q[0] == k {
+				e.ps[pi].blocked = false
+				e.makeReady(pi)
+			}
+		}
+	}
+}
+
+// procOf returns the process a round state belongs to.
+func (e *engine) procOf(k int32) int32 {
+	lo, hi := 0, len(e.ps)
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if e.ps[mid].rsBase <= k {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return int32(lo)
+}
+
+func (e *engine) latency(cls reshard.LinkClass) float64 {
+	if cls == reshard.LinkNetwork {
+		return e.c.NetLatency
+	}
+	return e.c.LocalLatency
+}
+
+// post records one side's post of a message; the second post starts it.
+func (e *engine) post(mi int32, side uint8) {
+	if e.posted[mi] == 0 {
+		e.posted[mi], e.lastSide[mi], e.postAt[mi] = 1, side, e.now
+		return
+	}
+	e.posted[mi], e.lastSide[mi], e.postAt[mi] = 2, side, e.now
+	m := &e.p.msgs[mi]
+	if lat := e.latency(m.Class); lat > 0 {
+		e.push(e.now+lat, evStart, mi, 0)
+		return
+	}
+	e.begin(mi)
+}
+
+// step runs a process until it must wait for a round or for its own compute.
+func (e *engine) step(pi int32) {
+	st := &e.ps[pi]
+	pr := &e.p.procs[pi]
+	if st.finished {
+		return
+	}
+	if st.tt < e.now {
+		st.tt = e.now
+	}
+	eps := e.epsT()
+	for {
+		last := int(st.next) == len(pr.rounds)
+		if st.qn > 0 && (last || e.roundOf2(pi, st.q[0]) <= pr.rounds[st.next].Round-2) {
+			k := st.q[0]
+			r := &e.rs[k]
+			if !r.done {
+				st.blocked = true
+				return
+			}
+			if r.doneAt >= st.tt {
+				st.tt, st.cause = r.doneAt, k
+			}
+			st.tt += r.unpack
+			st.q[0], st.q[1] = st.q[1], -1
+			st.qn--
+			continue
+		}
+		if last {
+			if st.tt > e.now+eps {
+				e.push(st.tt, evWake, pi, 0)
+				return
+			}
+			st.finished, st.finish = true, st.tt
+			for _, s := range e.succ[pi] {
+				ss := &e.ps[s]
+				ss.tt, ss.cause = st.tt, causeProc(pi)
+				e.makeReady(s)
+			}
+			return
+		}
+		k := st.rsBase + st.next
+		r := &e.rs[k]
+		if !st.charged {
+			st.charged = true
+			r.waited = st.cause
+			st.tt += r.compute
+		}
+		if st.tt > e.now+eps {
+			e.push(st.tt, evWake, pi, 0)
+			return
+		}
+		st.charged = false
+		rd := pr.rounds[st.next]
+		st.next++
+		copies, recvs, sends := e.p.RoundMessages(rd)
+		r.posted, r.postAt = true, e.now
+		for _, mi := range copies {
+			e.mEnd[mi] = e.now
+			t := e.p.msgs[mi].Tensor
+			e.tensorEnd[t] = math.Max(e.tensorEnd[t], e.now)
+		}
+		n := len(recvs) + len(sends)
+		if n == 0 {
+			r.done, r.doneAt = true, e.now
+			if len(copies) > 0 {
+				r.last = copies[len(copies)-1]
+			}
+			continue
+		}
+		r.left = int32(n)
+		st.q[st.qn] = k
+		st.qn++
+		for _, mi := range recvs {
+			e.post(mi, 1)
+		}
+		for _, mi := range sends {
+			e.post(mi, 0)
+		}
+		// posting may have completed zero-byte messages of this process
+		// already; the loop sees them as done.
+		st = &e.ps[pi]
+	}
+}
+
+func (e *engine) roundOf2(pi int32, k int32) int32 {
+	return e.p.procs[pi].rounds[k-e.ps[pi].rsBase].Round
+}
