@@ -3,10 +3,12 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
@@ -49,6 +51,32 @@ func TestPrepareChecksMemory(t *testing.T) {
 			t.Fatal("a memory error aborted the session")
 		}
 		if err := s.CheckMemory(context.Background(), session.Footprint{Tensor: "t", Buffers: 1 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestCheckMemoryGPU reads a GPU's free memory through the session's
+// device (cuMemGetInfo): a footprint larger than any GPU fails with the
+// numbers, naming GPU memory and where they were read, and one that fits
+// passes. It skips where no CUDA driver loads.
+func TestCheckMemoryGPU(t *testing.T) {
+	if err := cuda.Load(); err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	mpitest.Run(t, 1, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Device: session.GPU, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		err = s.CheckMemory(context.Background(), session.Footprint{Tensor: "t", Buffers: 1 << 44})
+		var me *session.MemoryError
+		if !errors.As(err, &me) || me.Memory != "GPU memory" || me.Have <= 0 || me.Have >= 1<<44 || !strings.Contains(me.From, "cuMemGetInfo") {
+			t.Fatalf("a 16 TiB footprint on one GPU: %v", err)
+		}
+		fmt.Printf("RESULT %v\n", err)
+		if err := s.CheckMemory(context.Background(), session.Footprint{Tensor: "t", Buffers: 1 << 30}); err != nil {
 			t.Fatal(err)
 		}
 	})
