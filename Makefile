@@ -9,7 +9,7 @@ FUZZTIME ?= 30s
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build capi run test vet purecheck fuzz bench gpu-bins clean
+.PHONY: all deps build capi run test vet purecheck fuzz fuzz-refit bench gpu-bins clean
 
 all: build
 
@@ -59,6 +59,18 @@ fuzz:
 	$(GO) test ./placement -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./reshard -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fp8 -run '^$$' -fuzz '^FuzzQuantize$$' -fuzztime $(FUZZTIME)
+	$(MAKE) fuzz-refit
+
+# fuzz-refit launches whole `refit run` jobs (at most 8 ranks each, under
+# mpirun) of configurations the fuzzer decodes, one worker at a time: a
+# job is a few seconds, so REFIT_FUZZTIME is a count or a duration of its
+# own. SWEEP=A-B first launches the seeded configurations A to B. What
+# fails lands in apps/refit/testdata/fuzz/FuzzRunConfig, which `make test`
+# replays.
+REFIT_FUZZTIME ?= $(FUZZTIME)
+fuzz-refit: deps
+	$(if $(SWEEP),M2N_FUZZ_SWEEP=$(SWEEP) $(GO) test ./apps/refit -run '^TestRunConfigSweep$$' -count=1 -timeout 0,)
+	$(GO) test ./apps/refit -run '^$$' -fuzz '^FuzzRunConfig$$' -fuzztime $(REFIT_FUZZTIME) -parallel 1 -fuzzminimizetime 10x
 
 bench:
 	$(GO) test ./reshard -run '^$$' -bench . -benchmem

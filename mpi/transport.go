@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -128,20 +129,40 @@ func (p *pending) Incomplete() []int {
 // Wait completes the round. Without a deadline it blocks in MPI_Waitall;
 // with one it polls MPI_Testall (which drives MPI's progress engine, so the
 // transfer runs at full speed) and returns ctx's error when it expires,
-// leaving the round unfinished: the caller must then Abort.
+// leaving the round unfinished: the caller must then Abort. The requests
+// of a round left unfinished stay reachable for the life of the process
+// (abandoned): their buffers are pinned, and collecting them would crash
+// the runtime while the job ends.
 func (p *pending) Wait(ctx context.Context) error {
 	if ctx.Done() == nil {
 		return Waitall(p.reqs)
 	}
 	for {
 		done, err := Testall(p.reqs)
-		if err != nil || done {
+		if err != nil {
+			abandon(p.reqs)
 			return err
+		}
+		if done {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
+			abandon(p.reqs)
 			return ctx.Err()
 		default:
 		}
 	}
+}
+
+// abandoned keeps the requests of rounds left unfinished reachable.
+var abandoned struct {
+	sync.Mutex
+	reqs [][]*Request
+}
+
+func abandon(reqs []*Request) {
+	abandoned.Lock()
+	abandoned.reqs = append(abandoned.reqs, reqs)
+	abandoned.Unlock()
 }

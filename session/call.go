@@ -87,7 +87,9 @@ func defaultDriver() Driver {
 // and agrees across ranks on the inputs and on the schedule built
 // (reshard.Prepare). Every rank of the session must call it with the same
 // specs and an equal route. Errors: *reshard.AgreementError and
-// *reshard.ValidationError on every rank alike; a rank that does not come
+// *reshard.ValidationError on every rank alike, and a *MemoryError when a
+// rank's plans, schedule, staging or scratch would not fit the memory it
+// has (CheckMemory); a rank that does not come
 // makes the others return a *reshard.AbortError wrapping a
 // *reshard.TimeoutError that names it.
 func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route reshard.Route) (*Call, error) {
@@ -119,9 +121,18 @@ func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route resha
 		specs = nil
 		route = badRoute{err}
 	}
+	// the plans and the schedule are checked against the memory there is
+	// before they are built, the program's staging and scratch before its
+	// first run allocates them (CheckMemory).
+	if err := s.checkCall(ctx, specs); err != nil {
+		return nil, err
+	}
 	prep, perr := reshard.Prepare(ctx, s.ctl, specs, route, topo, reshard.MaxInPlace(tr), opts)
 	if perr != nil {
 		return nil, s.fail(perr)
+	}
+	if err := s.checkProgram(ctx, specs, prep.Program); err != nil {
+		return nil, err
 	}
 	c := &Call{s: s, route: route, prep: prep, tr: tr, driver: DriverHost,
 		ex: &reshard.Executor{T: tr, Mem: s.dev.memory(), Timeout: s.opts.Timeout}}
@@ -419,8 +430,9 @@ func (s *Session) fail(err error) error {
 	var ve *reshard.ValidationError
 	var ae *reshard.AgreementError
 	var ce *reshard.ChecksumError
+	var me *MemoryError
 	switch {
-	case errors.As(err, &ve), errors.As(err, &ae), errors.As(err, &ce):
+	case errors.As(err, &ve), errors.As(err, &ae), errors.As(err, &ce), errors.As(err, &me):
 		return err
 	}
 	err = s.ctl.abort(err)

@@ -150,7 +150,7 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 			te := &reshard.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
 			if len(missing) == 0 && len(elsewhere) > 0 {
 				te.Peers = elsewhere
-				te.Phase = phase + " (the ranks named are in another collective: their calls are out of step)"
+				te.Phase = phase + outOfStep
 			}
 			return c.abort(te)
 		}

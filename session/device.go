@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/nvlink"
@@ -35,13 +36,29 @@ type device interface {
 	// abort tears down what peers might wait on (NCCL communicators; on
 	// CPUs the abort notices do that).
 	abort(base reshard.Transport)
+	// available returns the device memory this rank may still allocate
+	// and where that was read (CPUs: host memory, hostAvailable).
+	available() (int64, string)
 }
 
 func newDevice(s *Session) (device, error) {
 	switch s.opts.Device {
 	case GPU:
+		// the libraries load on each rank alone; the ranks agree on the
+		// outcome (bounded) before the blocking set-up, so that a host
+		// without a GPU fails every rank at once with its loader's
+		// message, once, rather than each rank alone or some stuck in a
+		// collective with the ones that loaded.
+		err := reshard.Agree(reshard.WithPhase(context.Background(), "GPU set-up (loading CUDA and NCCL)"), s.ctl, nil, loadGPU(s.rank))
+		if err != nil {
+			var ab *reshard.AbortError
+			if errors.As(err, &ab) {
+				mpi.MarkFailed(err)
+			}
+			return nil, err
+		}
 		var d *gpuDevice
-		err := s.guard("GPU set-up", func() error {
+		err = s.guard("GPU set-up", func() error {
 			var err error
 			d, err = newGPUDevice(s.comm, s.opts.GPU)
 			return err
@@ -89,6 +106,9 @@ func (cpuDevice) runner(reshard.Transport, *reshard.Program, nccl.ReplayOptions)
 }
 func (cpuDevice) close() error            { return nil }
 func (cpuDevice) abort(reshard.Transport) {}
+func (cpuDevice) available() (int64, string) {
+	return hostAvailable()
+}
 
 // gpuDevice keeps tensors on the GPU of the local rank and moves them
 // with NCCL, one communicator bootstrapped over the session's.
@@ -100,15 +120,20 @@ type gpuDevice struct {
 	parent  *gpuDevice // a stage's device shares its parent's GPU
 }
 
-// newGPUDevice sets up the GPU of this rank: pick(local rank) if pick is
-// set, else the local rank's.
-func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, error) {
+// loadGPU loads the CUDA driver and NCCL on this rank, or says why not.
+func loadGPU(rank int) error {
 	if err := cuda.Load(); err != nil {
-		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
+		return fmt.Errorf("rank %d: device cuda: %w", rank, err)
 	}
 	if err := nccl.Load(); err != nil {
-		return nil, fmt.Errorf("rank %d: device cuda: %w", comm.Rank(), err)
+		return fmt.Errorf("rank %d: device cuda: %w", rank, err)
 	}
+	return nil
+}
+
+// newGPUDevice sets up the GPU of this rank, after loadGPU: pick(local
+// rank) if pick is set, else the local rank's.
+func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, error) {
 	n, err := cuda.DeviceCount()
 	if err != nil {
 		return nil, err
@@ -224,4 +249,12 @@ func (d *gpuDevice) abort(base reshard.Transport) {
 	} else if d.comm != nil {
 		_ = d.comm.Abort()
 	}
+}
+
+func (d *gpuDevice) available() (int64, string) {
+	free, _, err := d.ctx.MemGetInfo()
+	if err != nil {
+		return math.MaxInt64, "unknown: " + err.Error()
+	}
+	return free, fmt.Sprintf("free memory of GPU %d, cuMemGetInfo", d.ordinal)
 }

@@ -98,19 +98,20 @@ type Options struct {
 // called from one goroutine; a rank in several pipeline stages has one
 // Session per stage (Stages), which may run concurrently.
 type Session struct {
-	opts    Options
-	rank    int
-	size    int
-	comm    *mpi.Comm // data: the transport's
-	ctl     *control  // control: collectives, abort notices, roll calls
-	ctlComm *mpi.Comm
-	hosts   []int // each rank's discovered domain
-	dev     device
-	base    reshard.Transport
-	calls   map[*Call]bool
-	closed  bool
-	owned   bool      // the device is this session's to close (not a stage's parent's)
-	nic     *hier.NIC // the emulated network interface, shared with this rank's stage sessions
+	opts     Options
+	rank     int
+	size     int
+	comm     *mpi.Comm // data: the transport's
+	ctl      *control  // control: collectives, abort notices, roll calls
+	ctlComm  *mpi.Comm
+	hosts    []int // each rank's discovered domain
+	machines []int // each rank's host (the shared-memory split), for host memory
+	dev      device
+	base     reshard.Transport
+	calls    map[*Call]bool
+	closed   bool
+	owned    bool      // the device is this session's to close (not a stage's parent's)
+	nic      *hier.NIC // the emulated network interface, shared with this rank's stage sessions
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -122,7 +123,9 @@ type Session struct {
 // initialized with mpi.ThreadMultiple.
 //
 // A rank that never arrives makes the others fail with a
-// *reshard.TimeoutError naming it. Set-up calls that MPI offers only as
+// *reshard.TimeoutError naming it; Join then returns the closed session as
+// well as the error, so that FirstToAbort can say which rank gave up
+// first (on every other error the session is nil). Set-up calls that MPI offers only as
 // blocking calls (splits, NCCL's initialisation) run after every rank has
 // arrived, under a watchdog that ends the job if one of them hangs.
 func Join(comm *mpi.Comm, opts Options) (*Session, error) {
@@ -162,6 +165,9 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 	}
 	if err := s.join(comm, localErr); err != nil {
 		s.Close()
+		if aborted, _ := s.Aborted(); aborted {
+			return s, err // closed: for FirstToAbort
+		}
 		return nil, err
 	}
 	dev, err := newDevice(s)
@@ -194,6 +200,12 @@ func (o Options) fields() []reshard.Field {
 	}
 	return append(fs, o.Agree...)
 }
+
+// Resolved returns the options as Join uses them, the device's defaults
+// filled in, or the first option that is not valid (a
+// *reshard.FieldError naming it): a program checks its settings with it
+// before it joins, to name where a bad value came from.
+func (o Options) Resolved() (Options, error) { return o.withDefaults() }
 
 // withDefaults fills in the device's defaults and checks the options.
 func (o Options) withDefaults() (Options, error) {
@@ -258,6 +270,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 		var ab *reshard.AbortError
 		if errors.As(err, &ab) {
 			mpi.MarkFailed(err)
+			s.ctl = arrive // aborted: Close keeps its requests; FirstToAbort reads its notices
 		}
 		return err
 	}
@@ -272,6 +285,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 			return err
 		}
 		s.hosts, err = hostIDs(s.comm)
+		s.machines = s.hosts
 		return err
 	})
 }
@@ -297,9 +311,11 @@ func (s *Session) start() error {
 
 // guard runs a blocking set-up step under the watchdog: if it has not
 // returned within the timeout, a peer is gone or stuck inside a call that
-// MPI cannot bound, and the job is ended (MPI_Abort) with the reason.
+// MPI cannot bound, and the job is ended (MPI_Abort) with the reason. The
+// ranks stuck in the call give up in turns (guardTurn), so that the job
+// usually ends with one rank's message rather than one from each.
 func (s *Session) guard(phase string, fn func() error) error {
-	t := time.AfterFunc(s.opts.Timeout, func() {
+	t := time.AfterFunc(s.opts.Timeout+guardTurn(s.rank), func() {
 		fmt.Fprintf(stderr, "m2n: rank %d: %s did not finish in %v: a peer is gone or stuck; ending the job\n", s.rank, phase, s.opts.Timeout)
 		mpi.Abort(nil, 4)
 	})

@@ -58,8 +58,12 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 			}
 			members := l.Members(i)
 			child.hosts = make([]int, len(members))
+			child.machines = make([]int, len(members))
 			for k, w := range members {
 				child.hosts[k] = s.hosts[w]
+				if w < len(s.machines) {
+					child.machines[k] = s.machines[w]
+				}
 			}
 			if child.dev, err = s.dev.stage(comm, s.guard); err != nil {
 				return err

@@ -19,6 +19,8 @@ import (
 //	M2N_FAULT_CORRUPT=r:b  rank r flips byte b of its destination before --check
 //	M2N_FAULT_SHORT_DST=r  rank r's destination buffer is one byte short
 //	M2N_FAULT_NAN=r:i      rank r makes element i of its source part a NaN
+//	M2N_FAULT_STOP=r:where rank r stops its process (SIGSTOP) at a point (faultstop.go)
+//	M2N_FAULT_PANIC=r:where rank r panics at one of those points
 var faultVars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST", "M2N_FAULT_NAN"}
 
 // faultAt reads a fault switch: whether it names this rank, and n (0 if
@@ -48,10 +50,19 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 			return nil, false, err
 		}
 	}
+	pr, pw, doPanic, err := pointFault(panicVar)
+	if err != nil {
+		return nil, false, err
+	}
+	sr, sw, doStop, err := stopFault()
+	if err != nil {
+		return nil, false, err
+	}
+	doStop = doStop && sr == rank && sw == "step" || doPanic && pr == rank && pw == "step"
 	kill, doKill, _ := faultAt("M2N_FAULT_KILL", rank)
 	hang, doHang, _ := faultAt("M2N_FAULT_HANG", rank)
 	_, doWire, _ := faultAt("M2N_FAULT_WIRE", rank)
-	if !doKill && !doHang && !doWire {
+	if !doKill && !doHang && !doWire && !doStop {
 		return nil, false, nil
 	}
 	return func(t reshard.Transport) reshard.Transport {
@@ -63,6 +74,9 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 		}
 		if doWire {
 			t = &wireFault{Transport: t}
+		}
+		if doStop {
+			t = &stopper{Transport: t}
 		}
 		return t
 	}, true, nil

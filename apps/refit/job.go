@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/rs/zerolog"
 )
@@ -21,6 +23,8 @@ type job struct {
 	world int
 	s     *session.Session
 	set   settings
+
+	failedIn *session.Session // the pipeline stage's session a call failed in (quiet)
 }
 
 // startJob starts MPI (bounded by the timeout: a rank whose peers are not
@@ -35,7 +39,7 @@ func startJob(f *runFlags) (*job, error) {
 	if timeout == 0 {
 		timeout = session.DefaultTimeout
 	}
-	guard := time.AfterFunc(timeout, func() {
+	guard := time.AfterFunc(timeout+initTurn(jobRank), func() {
 		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Init did not finish in %v: is every process of the job a refit job of the same command, started by one launcher?\n", jobRank, timeout)
 		os.Exit(4)
 	})
@@ -46,7 +50,7 @@ func startJob(f *runFlags) (*job, error) {
 	}
 	world := mpi.World()
 	j := &job{flags: f, rank: world.Rank(), world: world.Size(), set: set}
-	jobRank = j.rank
+	jobRank, jobTimeout = j.rank, timeout
 	log, err := newLogger(f.logLevel, j.rank)
 	if err != nil && flagErr == nil {
 		flagErr = usageError{err}
@@ -64,8 +68,14 @@ func startJob(f *runFlags) (*job, error) {
 	if flagErr != nil {
 		opts := set.opts
 		opts.Device = session.CPU
-		return j, refused{session.Refuse(world, opts, flagErr)}
+		err := session.Refuse(world, opts, flagErr)
+		var ab *reshard.AbortError
+		if errors.As(err, &ab) {
+			return j, err // not agreed: a peer never came
+		}
+		return j, refused{err}
 	}
+	stopHere("join")
 	if j.s, err = session.Join(world, set.opts); err != nil {
 		return j, err
 	}
@@ -85,20 +95,30 @@ func (e refused) Unwrap() error { return e.err }
 // for it and no Go trace reaches the user.
 func (j *job) end(err *error) {
 	if p := recover(); p != nil {
-		fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
-		if os.Getenv("M2N_LOG_LEVEL") == "debug" {
-			os.Stderr.Write(debug.Stack())
-		}
-		mpi.Abort(nil, 3)
+		internalError(p)
 	}
+	defer func() { // and of its own steps
+		if p := recover(); p != nil {
+			internalError(p)
+		}
+	}()
 	if j == nil {
 		return
+	}
+	if *err != nil && j.quiet(*err) {
+		*err = printedError{*err} // another rank prints the cause
+	}
+	if *err == nil && j.s != nil {
+		*err = j.closingBarrier()
 	}
 	if j.s != nil {
 		// a session that aborted after the command's last error (or with
 		// none) says why here, so that the job does not end unexplained.
 		if cerr := j.s.Close(); cerr != nil && *err == nil {
 			*err = cerr
+			if j.quiet(cerr) {
+				*err = printedError{cerr}
+			}
 		}
 	}
 	finish(err)
@@ -106,3 +126,17 @@ func (j *job) end(err *error) {
 
 // barrier waits (bounded) for every rank.
 func (j *job) barrier() error { return j.s.Barrier(context.Background()) }
+
+// internalError prints a panic of this rank once, on one line (the trace
+// only with M2N_LOG_LEVEL=debug), and ends the job, so that no rank waits
+// for this one and no Go trace reaches the user.
+func internalError(p any) {
+	fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
+	if os.Getenv("M2N_LOG_LEVEL") == "debug" {
+		os.Stderr.Write(debug.Stack())
+	}
+	if !mpi.Initialized() || mpi.Finalized() {
+		os.Exit(3)
+	}
+	mpi.Abort(nil, 3)
+}

@@ -79,6 +79,9 @@ func buildLayout(shape []int64, dt placement.DType, prefix, meshFlag, plFlag, ra
 // parseLayout builds a layout from the spellings of its mesh, placements and
 // optional rank list, naming the given flags in errors.
 func parseLayout(shape []int64, dt placement.DType, meshSpec, plSpec, ranksSpec string, start int, meshFlag, plFlag, ranksFlag string) (placement.Layout, error) {
+	if err := shapeFits(shape, dt); err != nil {
+		return placement.Layout{}, flagError("shape", placement.FormatShape(shape), err)
+	}
 	ms, err := mesh.ParseShape(meshSpec)
 	if err != nil {
 		return placement.Layout{}, flagError(meshFlag, meshSpec, err)
@@ -118,4 +121,16 @@ func maxRank(ms ...mesh.Mesh) int {
 		}
 	}
 	return hi
+}
+
+// shapeFits checks what the shape and dtype alone must satisfy (their
+// bytes and strides fit an int64), so that a shape too large for its
+// dtype is blamed on --shape rather than on the placements.
+func shapeFits(shape []int64, dt placement.DType) error {
+	one, err := mesh.Interval([]int{1}, 0)
+	if err != nil {
+		return err
+	}
+	_, err = placement.NewLayout(shape, dt, one, []placement.Placement{placement.Replicate()})
+	return err
 }

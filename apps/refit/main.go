@@ -11,8 +11,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
 )
 
@@ -50,7 +50,8 @@ func agreed(err error) bool {
 	var ae *reshard.AgreementError
 	var ce *reshard.ChecksumError
 	var rf refused
-	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf)
+	var me *session.MemoryError
+	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
 }
 
 // describe renders a job's error for this rank's stderr.
@@ -72,16 +73,20 @@ func describe(err error) string {
 // finish ends an MPI job: the error is printed before MPI is finalized, so
 // that the message is out before any rank exits (the launcher may kill the
 // others as soon as one exits non-zero): once by rank 0 for an error every
-// rank agreed on, else by the rank that has it. Then MPI is finalized
-// (which, after a session aborted, ends the job instead: mpi.MarkFailed).
+// rank agreed on, else by the rank that has it (of an abort, by the first
+// rank to abort: see job.quiet). An error already printed (printedError)
+// is not printed again. Then MPI is finalized (which, after a session
+// aborted, ends the job instead: mpi.MarkFailed).
 func finish(err *error) {
-	if *err != nil {
+	var pe printedError
+	if *err != nil && !errors.As(*err, &pe) {
 		if !agreed(*err) || jobRank <= 0 {
 			fmt.Fprintf(os.Stderr, "refit: %s\n", describe(*err))
 		}
 		*err = printedError{*err}
 	}
-	_ = mpi.Finalize()
+	stopHere("finalize")
+	finalize(*err != nil)
 }
 
 func (e jobError) Error() string { return e.err.Error() }
@@ -145,6 +150,11 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 }
 
 func main() {
+	defer func() { // a panic outside a job's end (job.end recovers those)
+		if p := recover(); p != nil {
+			internalError(p)
+		}
+	}()
 	root := newRoot()
 	err := root.Execute()
 	if err == nil {

@@ -48,6 +48,9 @@ func (j *job) newPairRun(s *session.Session, src, dst placement.Layout, seed uin
 		p.scale = j.set.fp8
 	}
 	rank := s.Rank()
+	if err := p.checkMemory(); err != nil {
+		return nil, err
+	}
 	var localErr error
 	plan, err := reshard.NewPlan(src, dst, s.Size(), reshard.Options{StripeReplicas: j.set.opts.Stripe})
 	if err != nil {
@@ -181,6 +184,7 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 		}
 	}
 	rep.Fabric = p.fabric
+	stopHere("prepare")
 	for _, name := range names {
 		route, err := hier.ParseRoute(name, j.set.balance, p.fabric)
 		if err != nil {
@@ -234,6 +238,7 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 	mem := s.Memory()
 	var times []float64
 	var st reshard.Stats
+	checkMsg := "" // this rank's first wrong element, in any iteration
 	ctx := context.Background()
 	for it := 0; it < f.warmup+f.iters; it++ {
 		if p.dstHost != nil && (f.check || it == 0) {
@@ -272,38 +277,20 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 		}
 		st = rep.Stats
 		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", slowest).Msg("iteration")
+		if checkMsg == "" && f.check && p.dstHost != nil {
+			if checkMsg, err = p.checkIteration(it, f.warmup); err != nil {
+				return rr, err
+			}
+		}
 	}
 	rr.MedianSec = median(times)
 	rr.MinSec, rr.MaxSec = slices.Min(times), slices.Max(times)
 	if rr.MedianSec > 0 {
 		rr.TensorGBps = float64(p.src.Bytes()) / rr.MedianSec / 1e9
 	}
-	checkMsg := ""
-	if f.check && p.dstHost != nil {
-		if err := mem.Download(p.dstHost, p.dstBuf); err != nil {
-			return rr, err
-		}
-		if b, ok, _ := faultAt("M2N_FAULT_CORRUPT", jobRank); ok && b < len(p.dstHost) {
-			p.dstHost[b] ^= 0x40 // test-only: prove that --check catches a wrong byte
-		}
-		var err error
-		if p.scale != 0 {
-			if len(p.scaleHost) > 0 {
-				if err = mem.Download(p.scaleHost, p.scaleBuf); err != nil {
-					return rr, err
-				}
-			}
-			err = pattern.CheckFP8(p.src.DType(), p.dst, p.scale, s.Rank(), p.seed, p.dstHost, placement.View{}, p.scaleHost)
-		} else {
-			err = pattern.Check(p.dst, s.Rank(), p.seed, p.dstHost, placement.View{})
-		}
-		if err != nil {
-			checkMsg = err.Error()
-			j.log.Error().Str("route", sched.Route).Err(err).Msg("check failed")
-		}
-	}
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Recv[reshard.LinkNetwork], st.Sent[reshard.LinkLocal],
 		st.Recv[reshard.LinkLocal], st.Sent[reshard.LinkSelf], st.Packed}
+	stopHere("report")
 	all, err := gatherInt64s(s, mine)
 	if err != nil {
 		return rr, err
@@ -438,12 +425,17 @@ func (p *pairRun) checkUntouched(callErr error) error {
 
 // gatherInt64s gathers v from every rank of s, rank r's at r*len(v).
 func gatherInt64s(s *session.Session, v []int64) ([]int64, error) {
+	return gatherIn(s, "report gathering", v)
+}
+
+// gatherIn is gatherInt64s in the named phase (for timeouts).
+func gatherIn(s *session.Session, phase string, v []int64) ([]int64, error) {
 	b := make([]byte, 8*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
 	all := make([]byte, len(b)*s.Size())
-	if err := s.Collective().Allgather(reshard.WithPhase(context.Background(), "gathering the report"), b, all); err != nil {
+	if err := s.Collective().Allgather(reshard.WithPhase(context.Background(), phase), b, all); err != nil {
 		return nil, err
 	}
 	out := make([]int64, len(all)/8)
@@ -455,7 +447,7 @@ func gatherInt64s(s *session.Session, v []int64) ([]int64, error) {
 
 // maxOver returns the largest x of every rank of s.
 func maxOver(s *session.Session, x float64) (float64, error) {
-	all, err := gatherInt64s(s, []int64{int64(math.Float64bits(x))})
+	all, err := gatherIn(s, "iteration timing", []int64{int64(math.Float64bits(x))})
 	if err != nil {
 		return 0, err
 	}
@@ -468,7 +460,7 @@ func maxOver(s *session.Session, x float64) (float64, error) {
 
 // firstMessage gathers every rank's message and returns the lowest rank's.
 func firstMessage(s *session.Session, msg string) (string, error) {
-	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "gathering the check results"), s.Collective(), []byte(msg))
+	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
 	if err != nil {
 		return "", err
 	}

@@ -100,7 +100,7 @@ func gatherReports(coll reshard.Collective, mine []*runReport) ([]*runReport, er
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "gathering the reports"), coll, payload)
+	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "report gathering"), coll, payload)
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) e
 	defer p.close()
 	rep, err := p.runRoutes(f)
 	if err != nil {
-		return err
+		return f.explainSchedule(err, p.plan, schedOf(p.s.Options()))
 	}
 	if extra != nil {
 		if err := extra(p, rep); err != nil {
@@ -146,6 +146,11 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					internalError(p) // job.end recovers the main goroutine's only
+				}
+			}()
 			errs[s] = func() error {
 				src, dst, err := perStage(s)
 				if err != nil {
@@ -158,7 +163,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 				defer p.close()
 				rep, err := p.runRoutes(f)
 				if err != nil {
-					return err
+					return f.explainSchedule(err, p.plan, schedOf(ss.Options()))
 				}
 				stageNo := s
 				rep.Stage = &stageNo
@@ -175,6 +180,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 	wg.Wait()
 	for s, e := range errs {
 		if e != nil {
+			j.noteFailure(st.Sessions[s], e)
 			return fmt.Errorf("stage %d: %w", s, e)
 		}
 	}

@@ -154,7 +154,7 @@ func (f *runFlags) settings() (settings, error) {
 		d, err := time.ParseDuration(src.value)
 		switch {
 		case err != nil:
-			return s, src.bad(fmt.Errorf("want a duration like 30s or 5m"))
+			return s, src.bad(fmt.Errorf("want a duration from 1ms to %v, like 30s or 5m", maxTimeout))
 		case d < time.Millisecond:
 			return s, src.bad(fmt.Errorf("want at least 1ms: every wait of the job is bounded by it"))
 		case d > maxTimeout:
@@ -251,7 +251,7 @@ func (f *runFlags) settings() (settings, error) {
 	if _, err := f.routes(); err != nil {
 		return s, err
 	}
-	return s, nil
+	return s, f.checkOptions(s.opts)
 }
 
 // fp8Mode reads --dst-dtype and --fp8-scale: the scaling mode of a
@@ -304,7 +304,11 @@ func agreedFields(cmd *cobra.Command) []reshard.Field {
 			if fl.Name == "log-level" || fl.Name == "help" {
 				return
 			}
-			out = append(out, reshard.Field{Name: "flag --" + fl.Name, Value: fl.Value.String()})
+			v := fl.Value.String()
+			if v == "" {
+				v = "(unset)" // reads better in "rank 0 has (unset)"
+			}
+			out = append(out, reshard.Field{Name: "flag --" + fl.Name, Value: v})
 		})
 	}
 	var env []string

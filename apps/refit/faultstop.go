@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// M2N_FAULT_STOP=r:where is a test-only fault switch: rank r stops its
+// own process (SIGSTOP, as a debugger or an overloaded host would) at one
+// point of the job, so that tests can show every collective of the job
+// bounded: the other ranks must time out naming rank r. The points:
+//
+//	join      after MPI_Init, before the session's Join
+//	prepare   before the first Prepare (the call's agreements)
+//	step      at the first round of the first call it runs
+//	report    after the timed iterations, before the report is gathered
+//	end       after the report, before the job's closing barrier
+//	finalize  after the closing barrier, before MPI_Finalize
+//
+// The stopped process stays stopped until a signal ends it (the launcher's
+// SIGKILL when the job ends) or SIGCONT resumes it.
+const stopVar = "M2N_FAULT_STOP"
+
+var stopPoints = []string{"join", "prepare", "step", "report", "end", "finalize"}
+
+// M2N_FAULT_PANIC=r:where makes rank r panic at one of the same points,
+// to show that a panic on one rank, while the others wait in a
+// collective, is printed once and ends the job (job.end) rather than
+// hanging it in MPI_Finalize.
+const panicVar = "M2N_FAULT_PANIC"
+
+// stopFault reads M2N_FAULT_STOP: the rank and the point, ok false when it
+// is unset. A value that does not parse is an error naming the variable.
+func stopFault() (rank int, where string, ok bool, err error) { return pointFault(stopVar) }
+
+// pointFault reads a switch of the form rank:point.
+func pointFault(env string) (rank int, where string, ok bool, err error) {
+	v := getenv(env)
+	if v == "" {
+		return 0, "", false, nil
+	}
+	r, w, _ := strings.Cut(v, ":")
+	rank, err = strconv.Atoi(r)
+	if err != nil || rank < 0 || !slices.Contains(stopPoints, w) {
+		return 0, "", false, usageError{fmt.Errorf("%s %q: want rank:point with a rank of at least 0 and a point among %s",
+			env, v, strings.Join(stopPoints, ", "))}
+	}
+	return rank, w, true, nil
+}
+
+// stopHere stops this process if M2N_FAULT_STOP names this rank and
+// point, and panics if M2N_FAULT_PANIC does.
+func stopHere(where string) {
+	if r, w, ok, _ := pointFault(panicVar); ok && r == jobRank && w == where {
+		panic(fmt.Sprintf("panicking on purpose before %s (%s)", where, panicVar))
+	}
+	r, w, ok, _ := stopFault()
+	if !ok || r != jobRank || w != where {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "refit: rank %d: %s: stopping (SIGSTOP) before %s\n", jobRank, stopVar, where)
+	// to this thread, so that it stops on the way out of the call: sent to
+	// the process, another thread may take the signal, and this one could
+	// run on for a while first on a busy machine.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+}
+
+// stopper is the transport of M2N_FAULT_STOP=r:step (and
+// M2N_FAULT_PANIC=r:step): it stops its process when the first round
+// starts.
+type stopper struct {
+	reshard.Transport
+	done bool
+}
+
+func (s *stopper) Start(ops []reshard.Op) (reshard.Pending, error) {
+	if !s.done {
+		s.done = true
+		stopHere("step")
+	}
+	return s.Transport.Start(ops)
+}
+
+// MaxInPlaceBytes forwards the wrapped transport's in-place support.
+func (s *stopper) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(s.Transport) }

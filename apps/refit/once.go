@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/m2n-dev/m2n/mpi"
+
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
+)
+
+// A failure is printed once per job, by the rank that knows its cause:
+//
+//   - an error every rank agreed on (bad input anywhere, a failed check)
+//     by rank 0 (agreed, finish);
+//   - an abort by the rank whose own failure ended the session (a timeout
+//     naming the ranks it waited for, a failed transport): the ranks that
+//     stopped because of its notice stay quiet, and of the ranks that gave
+//     up together (all waiting in one collective for one stopped rank) the
+//     lowest speaks (session.FirstToAbort);
+//   - a failure before MPI is up (MPI_Init that never returns) by the
+//     first rank whose turn comes (initTurn): ranks cannot talk yet.
+
+// abortGrace is how long a rank that gave up on its own waits for the
+// abort notices of lower ranks that gave up too before it prints: well
+// within mpi.FailGrace, the time every failed rank waits before it ends
+// the job, so that the rank that speaks is still alive to do so.
+const abortGrace = 400 * time.Millisecond
+
+// quiet reports whether this rank leaves err unsaid because another rank
+// of the session it failed in prints the cause: err is an abort, and the
+// first rank to abort (session.FirstToAbort) is another.
+func (j *job) quiet(err error) bool {
+	var ab *reshard.AbortError
+	if j == nil || !errors.As(err, &ab) {
+		return false
+	}
+	s := j.failedIn
+	if s == nil {
+		s = j.s
+	}
+	if s == nil {
+		// no session to ask (a refusal that timed out): world ranks.
+		return ab.Rank >= 0 && ab.Rank != jobRank
+	}
+	first := s.FirstToAbort(abortGrace)
+	if first >= 0 && first != s.Rank() {
+		j.log.Debug().Err(err).Int("first", first).Msg("stopping: another rank reports the cause")
+		// the rank that speaks ends the job (mpi.FailGrace after its
+		// message); ending it first from here could cut its message off
+		// in the launcher's output.
+		time.Sleep(quietWait)
+		return true
+	}
+	return false
+}
+
+// quietWait is how long a quiet rank waits before it ends the job itself,
+// should the rank that speaks not do so.
+const quietWait = 2 * time.Second
+
+// noteFailure records the pipeline stage's session whose call failed with
+// err, for quiet: a stage's abort is that session's, not the world's.
+func (j *job) noteFailure(s *session.Session, err error) {
+	if err != nil && j.failedIn == nil {
+		if aborted, _ := s.Aborted(); aborted {
+			j.failedIn = s
+		}
+	}
+}
+
+// initTurn is how much longer than the timeout rank r waits for MPI_Init
+// before it gives up and says so: ranks cannot talk before MPI is up, so
+// they take turns (rank 0, then rank 1, then every other rank), and the
+// first to give up ends the job (the launcher stops the others, about a
+// second after one exits) before the next one's turn comes.
+func initTurn(r int) time.Duration {
+	return time.Duration(min(max(r, 0), 2)) * 1500 * time.Millisecond
+}
+
+// jobTimeout is the job's bound on every wait, once startJob has read it.
+var jobTimeout = session.DefaultTimeout
+
+// closingBarrier waits (bounded) for every rank at the end of a job that
+// succeeded here, so that a rank stopped after the report is named by the
+// others (MPI_Finalize would wait for it without a word). A rank that
+// failed skips it: its error ends the job.
+func (j *job) closingBarrier() error {
+	stopHere("end")
+	err := j.s.Barrier(reshard.WithPhase(context.Background(), "closing barrier (the end of the job)"))
+	if err != nil && j.quiet(err) {
+		return printedError{err}
+	}
+	return err
+}
+
+// finalize finishes MPI, bounded: MPI_Finalize waits for every rank, so a
+// rank stopped after the closing barrier would hold the job forever. Past
+// the timeout (and this rank's turn, initTurn) the rank says so and exits;
+// in a job that failed already (failed), whose cause is printed, it exits
+// without a word.
+func finalize(failed bool) {
+	t := time.AfterFunc(jobTimeout+initTurn(jobRank), func() {
+		if failed {
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Finalize did not finish in %v: a peer is gone or stuck; ending the job\n", jobRank, jobTimeout)
+		os.Exit(4)
+	})
+	defer t.Stop()
+	_ = mpi.Finalize()
+}
