@@ -311,12 +311,21 @@ func TestPython(t *testing.T) {
 func TestPythonTimeout(t *testing.T) {
 	py := python(t)
 	mpitest.Require(t)
+	start := time.Now()
 	out, err := mpirun(t, 3, nil, py, filepath.Join("..", "python", "tests", "test_timeout.py"))
 	if err == nil {
 		t.Errorf("the job exited 0 after an abort; want MPI_Abort's non-zero status\n%s", out)
 	}
+	// a Finalize that waited would end only at mpirun's 5-minute kill
+	if el := time.Since(start); el > 2*time.Minute {
+		t.Errorf("the job took %v to end: MPI_Finalize waited instead of MPI_Abort\n%s", el, out)
+	}
+	// The non-zero status after "passed" is MPI_Abort's: mpirun's own
+	// "MPI_ABORT was invoked" text is not asked for, since orted can lose
+	// it (seen on a fresh machine: "ORTE_ERROR_LOG: Data unpack would read
+	// past end of buffer in file show_help.c" in its place).
 	for _, want := range []string{"rank 0: TimeoutError: ", "rank 1: TimeoutError: ", "rank 2: ", "waiting for ranks [2]",
-		"test_timeout.py: 3 ranks, passed", "MPI_ABORT was invoked"} {
+		"test_timeout.py: 3 ranks, passed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q\n%s", want, out)
 		}

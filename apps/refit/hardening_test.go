@@ -64,8 +64,12 @@ func TestIssue17CorruptNegative(t *testing.T) {
 func TestIssue17NotARefitJob(t *testing.T) {
 	o := launch(t, 10*time.Second+margin, nil, app{np: 3, args: runArgs("--check", "--timeout", "10s")},
 		app{np: 1, args: []string{"layout", "--shape", "8x4", "--mesh", "4", "--placements", "S0"}})
-	if o.code == 0 || o.elapsed > 10*time.Second+margin || !strings.Contains(o.stderr, "process rank 3") {
-		t.Errorf("want a failure within the bound naming process rank 3:\n%v", o)
+	// Either mpirun notices the process that left without MPI and names
+	// it, or the run ranks' bounded MPI_Init gives up first (both seen:
+	// which comes first depends on the launcher's timing).
+	named := strings.Contains(o.stderr, "process rank 3") || strings.Contains(o.stderr, "MPI_Init did not finish in 10s")
+	if o.code == 0 || o.elapsed > 10*time.Second+margin || !named {
+		t.Errorf("want a failure within the bound naming process rank 3 or the MPI_Init bound:\n%v", o)
 	}
 	noCrash(t, o)
 	if msgs := messages(o); len(msgs) > 1 {
