@@ -19,7 +19,9 @@ import (
 // of the others and returns the rank whose cause says most, the same on
 // every rank that gave up: a timeout naming ranks that never answered
 // before any other failure, before a timeout naming ranks that are merely
-// out of step (busy elsewhere), and the lowest rank among equals. The rank
+// out of step (busy elsewhere); among round timeouts the one naming the
+// fewest peers (a rank waiting on [5 7] where 7 itself waits on 5 says
+// less than 7 does), and the lowest rank among equals. The rank
 // it returns is the one whose message a program prints; every other rank
 // of the session may stay quiet. It reads only notices that peers sent
 // when they aborted, so it never waits for a rank that is gone.
@@ -58,21 +60,44 @@ func (c *control) firstToAbort(grace time.Duration) int {
 	if ab.Rank != c.rank {
 		return ab.Rank
 	}
-	best, bestRank := standing(ab.Cause), c.rank
-	if best == 0 && c.rank == 0 {
+	best := ab
+	if standing(ab.Cause) == 0 && c.rank == 0 {
 		return 0 // none can say more
 	}
 	end := time.Now().Add(grace)
 	for spin := 0; time.Now().Before(end); spin++ {
 		if peer, ok := c.nextNotice(); ok {
-			if st := standing(peer.Cause); st < best || (st == best && peer.Rank < bestRank) {
-				best, bestRank = st, peer.Rank
+			if saysMore(peer, best) {
+				best = peer
 			}
 			continue
 		}
 		backoff(spin)
 	}
-	return bestRank
+	return best.Rank
+}
+
+// saysMore reports whether abort a's cause says more than b's, in the
+// order FirstToAbort describes.
+func saysMore(a, b *reshard.AbortError) bool {
+	if sa, sb := standing(a.Cause), standing(b.Cause); sa != sb {
+		return sa < sb
+	}
+	if na, nb := peersNamed(a.Cause), peersNamed(b.Cause); na != nb {
+		return na < nb
+	}
+	return a.Rank < b.Rank
+}
+
+// peersNamed is how many ranks a round timeout blames; 0 for any other
+// cause (collectives' roll calls and other failures are ranked by
+// standing alone).
+func peersNamed(cause error) int {
+	var te *reshard.TimeoutError
+	if !errors.As(cause, &te) || te.Phase != "" {
+		return 0
+	}
+	return len(te.Peers)
 }
 
 // nextNotice tests the standing notice receive of an aborted control

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -388,8 +389,12 @@ func TestFaultHungRank(t *testing.T) {
 	if el > 4*time.Second+10*time.Second {
 		t.Errorf("the job took %v to fail, more than the 4s timeout plus 10s", el)
 	}
-	if !strings.Contains(stderr, "timed out after 4s waiting for ranks [5]") {
-		t.Errorf("no rank names rank 5 as the one it waits for:\n%s", stderr)
+	// The rank that speaks names rank 5 among those it waited for; it may
+	// name a rank that was itself waiting on 5 too (seen under load: a
+	// destination waiting on [5 7], whose notice stopped rank 7 before its
+	// own timer ran out), which is what it saw.
+	if !regexp.MustCompile(`timed out after 4s waiting for ranks \[([0-9]+ )*5( [0-9]+)*\]`).MatchString(stderr) {
+		t.Errorf("no rank names rank 5 as one it waits for:\n%s", stderr)
 	}
 }
 

@@ -1,0 +1,41 @@
+package session
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// TestSaysMore orders abort causes as FirstToAbort promises: a roll call's
+// silent ranks, then other failures, then round timeouts by how few peers
+// they blame, then out-of-step roll calls; the lowest rank among equals.
+func TestSaysMore(t *testing.T) {
+	round := func(rank int, peers ...int) *reshard.AbortError {
+		return &reshard.AbortError{Rank: rank, Cause: &reshard.TimeoutError{Rank: rank, After: 4 * time.Second, Peers: peers}}
+	}
+	roll := func(rank int, phase string) *reshard.AbortError {
+		return &reshard.AbortError{Rank: rank, Cause: &reshard.TimeoutError{Rank: rank, After: 4 * time.Second, Peers: []int{5}, Phase: phase}}
+	}
+	other := &reshard.AbortError{Rank: 6, Cause: errors.New("transport failed")}
+	for _, c := range []struct {
+		name string
+		a, b *reshard.AbortError
+		want bool
+	}{
+		{"fewer peers blamed", round(7, 5), round(4, 5, 7), true},
+		{"more peers blamed", round(4, 5, 7), round(7, 5), false},
+		{"equal: lower rank", round(4, 5), round(6, 5), true},
+		{"roll call before a round", roll(7, "prepare"), round(0, 5), true},
+		{"other failure before a round", other, round(0, 5), true},
+		{"round before out of step", round(7, 5, 6), roll(0, "prepare"+outOfStep), true},
+	} {
+		if got := saysMore(c.a, c.b); got != c.want {
+			t.Errorf("%s: saysMore = %v, want %v", c.name, got, c.want)
+		}
+		if c.want && saysMore(c.b, c.a) {
+			t.Errorf("%s: the order is not strict", c.name)
+		}
+	}
+}
