@@ -83,6 +83,7 @@ gpu-bins: deps
 	$(GO) test -c -o .devbin/cuda.test ./cuda
 	$(GO) test -c -o .devbin/nccl.test ./nccl
 	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink
+	$(GO) test -c -o .devbin/session.test ./session
 	rm -f .devbin/libm2n.so
 	$(GO) build $(CAPI_FLAGS) -o .devbin/libm2n.so ./capi
 	rm -f .devbin/libm2n.h

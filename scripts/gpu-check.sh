@@ -47,6 +47,10 @@ run refit-cuda-fp8-f32-tensor scripts/mpirun.sh -np 1 "$bin/refit" run --device 
 	--fp8-scale tensor --route all --check --iters 3
 run refit-cuda-fp8-nan env M2N_FAULT_NAN=0:4097 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
 	--route flat --check --atomic --iters 1 --warmup 0
+# The memory check before allocation reads the GPU's free memory (cuMemGetInfo): a footprint no GPU
+# holds must fail naming GPU memory. (A refit run cannot show it: its host copies of the tensor are
+# checked first and the host has less memory than the GPU.)
+(cd session && run session-gpu-tests "$bin/session.test" -test.run GPU -test.v -test.timeout 120s)
 fi
 if [ "$part" = all ] || [ "$part" = bench ]; then
 run replay-bench scripts/mpirun.sh -np 1 "$bin/refit" replay-bench

@@ -57,6 +57,12 @@ Cases, each against its bound measured in the same run:
                         and a stream synchronize, timed the same way
   1000 x 64x64 bf16     1000 such tensors in one call: time per tensor (goal:
                         under 1 us), against one memcpy of all their bytes
+  ..., Launch (host)    both small cases on replay and graph again, timing
+                        only the host's part of Launch (the caller orders
+                        its streams on the returned event; the Wait after
+                        each is not timed), against queuing a memcpy of the
+                        same bytes: what the host pays per step when it does
+                        not wait
   expert                DeepSeek-V3's 7 GiB expert tensor (256x2048x7168 bf16):
                         against a device memcpy of the same bytes (goal 97%);
                         and into a destination whose rows are padded (strided:
@@ -238,6 +244,10 @@ type benchCase struct {
 	goal    func(d session.Driver, sec float64) (goal, met string)
 	bound   string
 	boundAt float64
+	// launch: also time the host's part of Launch on the replay and graph
+	// drivers (the caller orders its streams on events; Wait follows
+	// untimed), against the enqueue of a device memcpy of the same bytes.
+	launch bool
 }
 
 // timeCalls prepares c and times it on every driver.
@@ -284,8 +294,70 @@ func (b *replayBench) timeCalls(c *benchCase) ([]benchRow, error) {
 			}
 		}
 		rows = append(rows, row)
+		if c.launch && b.gpu != nil && d != session.DriverHost {
+			lr, err := b.timeLaunches(call, c, d, warm)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, lr)
+		}
 	}
 	return rows, nil
+}
+
+// timeLaunches times the host's part of call.Launch on driver d: the call
+// is queued on the streams and Launch returns; the Wait after each (which
+// waits for the GPU and agrees on the outcome) is not timed. The bound is
+// the host time of queuing a device memcpy of the same bytes.
+func (b *replayBench) timeLaunches(call *session.Call, c *benchCase, d session.Driver, warm int) (benchRow, error) {
+	ctx := context.Background()
+	times := make([]float64, 0, c.iters)
+	for it := 0; it < warm+c.iters; it++ {
+		t0 := time.Now()
+		if _, err := call.Launch(ctx, c.bufs, nil); err != nil {
+			return benchRow{}, fmt.Errorf("%s, Launch on the %s driver: %w", c.name, d, err)
+		}
+		if it >= warm {
+			times = append(times, time.Since(t0).Seconds())
+		}
+		if _, err := call.Wait(ctx); err != nil {
+			return benchRow{}, fmt.Errorf("%s, Wait on the %s driver: %w", c.name, d, err)
+		}
+	}
+	enq, err := b.enqueueCopy(c.bytes, c.iters)
+	if err != nil {
+		return benchRow{}, err
+	}
+	return benchRow{Case: c.name + ", Launch (host)", Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes,
+		Sec: median(times), Bound: "memcpy enqueue " + fmtSec(enq), BoundSec: enq}, nil
+}
+
+// enqueueCopy is the host time of queuing a device memcpy of n bytes on
+// the stream (median of iters; the synchronize after each is not timed).
+func (b *replayBench) enqueueCopy(n int64, iters int) (float64, error) {
+	src, err := b.buf(n)
+	if err != nil {
+		return 0, err
+	}
+	defer b.mem.Free(src)
+	dst, err := b.buf(n)
+	if err != nil {
+		return 0, err
+	}
+	defer b.mem.Free(dst)
+	d, s := dst.(cuda.Buffer), src.(cuda.Buffer)
+	times := make([]float64, 0, iters)
+	for it := 0; it < iters+max(3, min(iters/10, 100)); it++ {
+		t0 := time.Now()
+		if err := b.gpu.Stream.CopyDtoD(d.Ptr, s.Ptr, int(n)); err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(t0).Seconds())
+		if err := b.gpu.Stream.Synchronize(); err != nil {
+			return 0, err
+		}
+	}
+	return median(times[len(times)-iters:]), nil
 }
 
 // buf allocates n bytes of device memory.
@@ -371,7 +443,7 @@ func (b *replayBench) small(n int) ([]benchRow, error) {
 	}
 	// the host driver makes a launch per tensor: a tenth of the calls for
 	// a call of 1000.
-	c := &benchCase{name: fmt.Sprintf("%d x 64x64 bf16", n), iters: max(b.f.iters/n, min(b.f.iters, 10), b.f.iters/10)}
+	c := &benchCase{name: fmt.Sprintf("%d x 64x64 bf16", n), launch: true, iters: max(b.f.iters/n, min(b.f.iters, 10), b.f.iters/10)}
 	if n == 1 {
 		c.name = "64x64 bf16"
 	}
