@@ -152,6 +152,11 @@ func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []reshard.Te
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { // a panic in one stage ends that stage's session with an error, not the program
+				if p := recover(); p != nil {
+					errs[i] = c.s.fail(fmt.Errorf("stage %d: internal error: %v", i, p))
+				}
+			}()
 			rep, err := c.Run(ctx, bufs(i))
 			reps[i] = rep
 			if err != nil {

@@ -56,6 +56,15 @@ func TestIssue17CorruptNegative(t *testing.T) {
 	}
 }
 
+// TestSyncStagePanic: a panic inside a pipeline stage of refit sync (the
+// stages run concurrently, each on a goroutine of its own) is that stage's
+// error, printed once without a trace, and ends the job.
+func TestSyncStagePanic(t *testing.T) {
+	o := launch(t, 5*time.Second+margin, []string{"M2N_FAULT_PANIC=2:step"}, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b",
+		"--scale", "32", "--layers", "2", "--train", "tp=1,pp=2", "--gen", "tp=2", "--iters", "1", "--warmup", "0", "--timeout", "5s"}})
+	oneMessage(t, o, 5*time.Second+margin, "internal error: panicking on purpose before step (M2N_FAULT_PANIC)")
+}
+
 // TestIssue17NotARefitJob is case 3: the run ranks of an MPMD launch whose
 // other part is not a refit job end promptly: the launcher ends the job
 // when `refit layout` exits without MPI, naming its rank; and with a part

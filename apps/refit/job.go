@@ -130,6 +130,14 @@ func (j *job) barrier() error { return j.s.Barrier(context.Background()) }
 // internalError prints a panic of this rank once, on one line (the trace
 // only with M2N_LOG_LEVEL=debug), and ends the job, so that no rank waits
 // for this one and no Go trace reaches the user.
+// endOnPanic, deferred first in a goroutine of refit's own, turns a panic
+// there into internalError (job.end recovers the main goroutine's only).
+func endOnPanic() {
+	if p := recover(); p != nil {
+		internalError(p)
+	}
+}
+
 func internalError(p any) {
 	fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
 	if os.Getenv("M2N_LOG_LEVEL") == "debug" {

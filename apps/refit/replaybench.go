@@ -629,6 +629,7 @@ func parallel(n int, f func(i int) error) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer endOnPanic()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n || errs[w] != nil {

@@ -146,11 +146,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					internalError(p) // job.end recovers the main goroutine's only
-				}
-			}()
+			defer endOnPanic()
 			errs[s] = func() error {
 				src, dst, err := perStage(s)
 				if err != nil {

@@ -341,6 +341,11 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		t0 := time.Now()
 		reps, err := m.Run(ctx, bufs)
 		if err != nil {
+			for _, ss := range m.Stages.Sessions { // the first stage that aborted, for quiet
+				if ss != nil {
+					j.noteFailure(ss, err)
+				}
+			}
 			return err
 		}
 		el := time.Since(t0).Seconds()
@@ -855,6 +860,7 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			n++
 			tb := m.Tensors(si, b)
 			go func() {
+				defer endOnPanic()
 				for i, c := range cs {
 					if _, err := c.Run(ctx, tb[i:i+1]); err != nil {
 						errs[si] = fmt.Errorf("stage %d, tensor %s: %w", si, m.Specs[si][i].Name, err)
@@ -926,7 +932,10 @@ func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int)
 				continue
 			}
 			n++
-			go func() { errs <- px.run(m.Call.Calls[si].Transport(), j.s.Options().Timeout) }()
+			go func() {
+				defer endOnPanic()
+				errs <- px.run(m.Call.Calls[si].Transport(), j.s.Options().Timeout)
+			}()
 		}
 		var first error
 		for ; n > 0; n-- {
