@@ -35,7 +35,8 @@ type ReplayOptions struct {
 	Poll func() error
 	// MemcpyMin is the size from which a contiguous local copy runs as a
 	// device memcpy rather than as an item of a batched copy
-	// (replay.DefaultMemcpyMin when 0; negative: never).
+	// (replay.DefaultMemcpyMin when 0; negative: never). With Graph, never:
+	// see bind.
 	MemcpyMin int64
 }
 
@@ -336,9 +337,16 @@ func (r *Replay) bind(bufs []reshard.TensorBuffers) error {
 		}
 	}
 	topo, rank := r.t.topo, r.t.rank
+	memcpyMin := r.opts.MemcpyMin
+	if r.opts.Graph {
+		// a memcpy captured as a graph node ran at 65% of the same memcpy on
+		// a stream (7 GiB on an H200, bench/results/h200-replay-bench.txt);
+		// in a graph every copy goes through the batched kernel.
+		memcpyMin = -1
+	}
 	plan, err := replay.Build(r.prog, b, replay.Options{
 		Class:     func(peer int) reshard.LinkClass { return topo.Class(rank, peer) },
-		MemcpyMin: r.opts.MemcpyMin,
+		MemcpyMin: memcpyMin,
 	})
 	if err != nil {
 		return err

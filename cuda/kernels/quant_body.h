@@ -2,7 +2,7 @@
 // kernel (M2N_ANAME) for one source type and vector width, instantiated by
 // quant.h. It has no include guard on purpose.
 
-M2N_KERNEL M2N_QNAME(M2N_QPARAMS p) {
+M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
 	const unsigned int shift = (unsigned int)p.team_shift;
 	const unsigned int team = 1u << shift;
 	const unsigned int lane = threadIdx.x & (team - 1);
