@@ -6,9 +6,38 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/stage"
 )
+
+// StageError is an error of one pipeline stage's session. The ranks inside
+// Err are the stage communicator's; Members maps them to this session's
+// (stage rank r is world rank Members[r]), and the message says so.
+type StageError struct {
+	Stage   int
+	Rank    int   // this rank, in the stage's communicator
+	Members []int // the stage's ranks in the parent session, by stage rank
+	Err     error
+}
+
+func (e *StageError) Error() string {
+	return fmt.Sprintf("stage %d (stage ranks 0-%d are world ranks %s): %v", e.Stage, len(e.Members)-1, mesh.FormatRanks(e.Members), e.Err)
+}
+
+func (e *StageError) Unwrap() error { return e.Err }
+
+// Wrap returns err, of stage i's session, as a *StageError (nil for nil).
+func (st *Stages) Wrap(i int, err error) error {
+	if err == nil {
+		return nil
+	}
+	r := -1
+	if s := st.Sessions[i]; s != nil {
+		r = s.rank
+	}
+	return &StageError{Stage: i, Rank: r, Members: st.Layout.Members(i), Err: err}
+}
 
 // Stages are the sessions of a pipeline-parallel refit (the paper's
 // Example B): stage s has a communicator of its own, made of stage s's
@@ -106,7 +135,7 @@ func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
 // s's specs, with meshes local to stage s's communicator. Stages are
 // prepared one after another in stage order.
 func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []reshard.Spec, route reshard.Route) (*StagedCall, error) {
-	sc := &StagedCall{Calls: make([]*Call, len(st.Sessions))}
+	sc := &StagedCall{Calls: make([]*Call, len(st.Sessions)), st: st}
 	for i, s := range st.Sessions {
 		if s == nil {
 			continue
@@ -114,7 +143,7 @@ func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []reshard.S
 		c, err := s.Prepare(ctx, specs(i), route)
 		if err != nil {
 			sc.Close()
-			return nil, fmt.Errorf("stage %d: %w", i, err)
+			return nil, st.Wrap(i, err)
 		}
 		sc.Calls[i] = c
 	}
@@ -136,6 +165,19 @@ func (st *Stages) Close() error {
 type StagedCall struct {
 	// Calls[s] is stage s's call, nil where the rank is not in stage s.
 	Calls []*Call
+	st    *Stages // what Prepare made it from, for StageError
+}
+
+// stageError wraps err of stage i as a *StageError where the call knows
+// its stages.
+func (sc *StagedCall) stageError(i int, err error) error {
+	if sc.st == nil {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("stage %d: %w", i, err)
+	}
+	return sc.st.Wrap(i, err)
 }
 
 // Run runs every stage's call concurrently, each in a goroutine of its
@@ -154,14 +196,12 @@ func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []reshard.Te
 			defer wg.Done()
 			defer func() { // a panic in one stage ends that stage's session with an error, not the program
 				if p := recover(); p != nil {
-					errs[i] = c.s.fail(fmt.Errorf("stage %d: internal error: %v", i, p))
+					errs[i] = sc.stageError(i, c.s.fail(fmt.Errorf("internal error: %v", p)))
 				}
 			}()
 			rep, err := c.Run(ctx, bufs(i))
 			reps[i] = rep
-			if err != nil {
-				errs[i] = fmt.Errorf("stage %d: %w", i, err)
-			}
+			errs[i] = sc.stageError(i, err)
 		}()
 	}
 	wg.Wait()

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,7 +63,41 @@ func TestIssue17CorruptNegative(t *testing.T) {
 func TestSyncStagePanic(t *testing.T) {
 	o := launch(t, 5*time.Second+margin, []string{"M2N_FAULT_PANIC=2:step"}, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b",
 		"--scale", "32", "--layers", "2", "--train", "tp=1,pp=2", "--gen", "tp=2", "--iters", "1", "--warmup", "0", "--timeout", "5s"}})
-	oneMessage(t, o, 5*time.Second+margin, "internal error: panicking on purpose before step (M2N_FAULT_PANIC)")
+	msg := oneMessage(t, o, 5*time.Second+margin, "internal error: panicking on purpose before step (M2N_FAULT_PANIC)")
+	if !stageMap.MatchString(msg) {
+		t.Errorf("the message does not map the stage's ranks to world ranks: %s", msg)
+	}
+}
+
+// stageMap is the prefix of a stage's error in the 4-rank sync jobs below:
+// stage 0 is world ranks 0, 2 and 3 (its trainer, then the generators),
+// stage 1 world ranks 1, 2 and 3.
+var stageMap = regexp.MustCompile(`stage (0 \(stage ranks 0-2 are world ranks 0,2,3\)|1 \(stage ranks 0-2 are world ranks 1-3\)): `)
+
+// TestSyncStageTimeout: a generator rank that stops in a pipelined sync
+// makes the trainer rank of each stage time out; each says so once, in
+// the stage's ranks and with their map to world ranks (world rank 2 is
+// rank 1 of both stages).
+func TestSyncStageTimeout(t *testing.T) {
+	o := launch(t, 3*time.Second+margin, []string{"M2N_FAULT_HANG=2"}, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b",
+		"--scale", "32", "--layers", "2", "--train", "tp=1,pp=2", "--gen", "tp=2", "--iters", "1", "--warmup", "0", "--timeout", "3s"}})
+	if o.code == 0 || o.elapsed > 3*time.Second+margin {
+		t.Errorf("want a failure within %v:\n%v", 3*time.Second+margin, o)
+	}
+	noCrash(t, o)
+	var timeouts int
+	for _, m := range messages(o) {
+		if !strings.Contains(m, "timed out") {
+			continue
+		}
+		timeouts++
+		if !stageMap.MatchString(m) || !strings.Contains(m, "rank 0: timed out after 3s waiting for ranks [1] in round 0") {
+			t.Errorf("a timeout without the stage's rank map, or naming other ranks: %s", m)
+		}
+	}
+	if timeouts == 0 || timeouts > 2 {
+		t.Errorf("%d timeout messages, want one per stage at most:\n%v", timeouts, o)
+	}
 }
 
 // TestIssue17NotARefitJob is case 3: the run ranks of an MPMD launch whose

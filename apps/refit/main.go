@@ -59,10 +59,15 @@ func describe(err error) string {
 	var rf refused
 	var ve *reshard.ValidationError
 	var ab *reshard.AbortError
+	var se *session.StageError
 	switch {
 	case errors.As(err, &rf) && errors.As(err, &ve):
 		return fmt.Sprintf("rank %d: %s", ve.Rank, ve.Msg)
-	case errors.As(err, &ab) && ab.Rank == jobRank:
+	case errors.As(err, &se) && errors.As(se.Err, &ab) && ab.Rank == se.Rank:
+		// this rank ended the stage's session: its cause, in the
+		// stage's ranks, with the stage's map to world ranks.
+		return fmt.Sprintf("%v; stopping the job", &session.StageError{Stage: se.Stage, Rank: se.Rank, Members: se.Members, Err: ab.Cause})
+	case se == nil && errors.As(err, &ab) && ab.Rank == jobRank:
 		return fmt.Sprintf("%v; stopping the job", ab.Cause)
 	case errors.As(err, &ab):
 		return fmt.Sprintf("rank %d: stopping: %v", jobRank, err)

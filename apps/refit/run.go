@@ -177,7 +177,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 	for s, e := range errs {
 		if e != nil {
 			j.noteFailure(st.Sessions[s], e)
-			return fmt.Errorf("stage %d: %w", s, e)
+			return st.Wrap(s, e)
 		}
 	}
 	all, err := gatherReports(j.s.Collective(), mine)
