@@ -14,3 +14,14 @@ func Pinned(r *Request) bool { return r.pinned }
 
 // Parts is the number of MPI requests r stands for.
 func Parts(r *Request) int { return len(r.h) }
+
+// Held returns the Requests the package holds (pinned, not completed).
+func Held() []*Request {
+	held.Lock()
+	defer held.Unlock()
+	var out []*Request
+	for r := range held.reqs {
+		out = append(out, r)
+	}
+	return out
+}

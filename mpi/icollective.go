@@ -75,7 +75,7 @@ func (c *Comm) Iallgatherv(send, recv []byte, counts, displs []int64) (*Request,
 	r := &Request{keep: [][]C.int{cc, cd}}
 	r.pin.Pin(&cc[0])
 	r.pin.Pin(&cd[0])
-	r.pinned = true
+	r.hold()
 	r.pinAll(send, recv)
 	var q C.MPI_Request
 	if err := check(op, C.MPI_Iallgatherv(at(send, 0), C.int(len(send)), C.m2n_byte(), at(recv, 0), &cc[0], &cd[0], C.m2n_byte(), h, &q)); err != nil {
@@ -87,15 +87,12 @@ func (c *Comm) Iallgatherv(send, recv []byte, counts, displs []int64) (*Request,
 }
 
 // pinAll pins every non-empty buffer for the life of the request; a
-// request with anything pinned counts once in Live.
+// request with anything pinned is held (and counts once in Live).
 func (r *Request) pinAll(bufs ...[]byte) {
 	for _, b := range bufs {
 		if len(b) > 0 {
 			r.pin.Pin(&b[0])
-			r.pinned = true
+			r.hold()
 		}
-	}
-	if r.pinned {
-		live.pinned.Add(1)
 	}
 }

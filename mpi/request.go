@@ -22,9 +22,9 @@ import (
 // buffer must not be touched until the request completes, and the request
 // must be completed by Wait, a successful Test, Waitall, a successful
 // Testall or (for a receive) Cancel; completion unpins the buffer. A
-// Request dropped before it completes leaks its pinned buffer, which the Go
-// runtime reports by panicking ("found leaking pinned pointer") when it
-// collects the Request.
+// Request dropped before it completes (a round given up on a timeout) stays
+// reachable from the package, its buffer pinned for as long as MPI may use
+// it, and counts in Live.
 //
 // A receive (Irecv, IrecvStrided) that completed reports what it received
 // through Status, and a receive still pending can be withdrawn with Cancel.
@@ -94,9 +94,48 @@ func (r *Request) complete() bool {
 func (r *Request) pinBuf(buf []byte) {
 	if len(buf) > 0 {
 		r.pin.Pin(&buf[0])
-		r.pinned = true
-		live.pinned.Add(1)
+		r.hold()
 	}
+}
+
+// held keeps every Request with pinned buffers reachable until it
+// completes: one its caller dropped before completion (a round given up on
+// a timeout, a posting that failed halfway, a listener left when the job
+// ends) must not be collected, which would trip the runtime's check for
+// leaked pins ("found leaking pinned pointer") or free memory MPI may still
+// write into.
+var held struct {
+	sync.Mutex
+	reqs map[*Request]struct{}
+}
+
+// hold marks r's buffers pinned (after r.pin pinned them): r counts in Live
+// and stays reachable until release.
+func (r *Request) hold() {
+	if r.pinned {
+		return
+	}
+	r.pinned = true
+	live.pinned.Add(1)
+	held.Lock()
+	if held.reqs == nil {
+		held.reqs = map[*Request]struct{}{}
+	}
+	held.reqs[r] = struct{}{}
+	held.Unlock()
+}
+
+// release unpins r's buffers once it completed, or was never posted.
+func (r *Request) release() {
+	if !r.pinned {
+		return
+	}
+	r.pin.Unpin()
+	r.pinned = false
+	live.pinned.Add(-1)
+	held.Lock()
+	delete(held.reqs, r)
+	held.Unlock()
 }
 
 // live counts what this process holds from MPI, for leak checks (Live).
@@ -128,9 +167,7 @@ func (r *Request) settle(was []C.MPI_Request, st []C.MPI_Status) {
 	if !r.pinned || !r.complete() {
 		return
 	}
-	r.pin.Unpin()
-	r.pinned = false
-	live.pinned.Add(-1)
+	r.release()
 }
 
 // record folds the status of one completed piece of a receive into r.st.
@@ -149,27 +186,13 @@ func (r *Request) record(st *C.MPI_Status) {
 	}
 }
 
-// orphans keeps Requests whose posting failed halfway (some of their chunks
-// are in flight and can never be completed by the caller) reachable, so that
-// their buffers stay pinned instead of tripping the runtime's leak check.
-var orphans struct {
-	sync.Mutex
-	reqs []*Request
-}
-
-// abandon releases a Request that could not be fully posted.
+// abandon releases a Request that could not be fully posted: with no MPI
+// request in flight it unpins its buffers; one whose first chunks are in
+// flight (they can never be completed by the caller) stays held.
 func (r *Request) abandon() {
 	if len(r.h) == 0 {
-		if r.pinned {
-			r.pin.Unpin()
-			r.pinned = false
-			live.pinned.Add(-1)
-		}
-		return
+		r.release()
 	}
-	orphans.Lock()
-	orphans.reqs = append(orphans.reqs, r)
-	orphans.Unlock()
 }
 
 // Wait blocks until r completes (MPI_Waitall over r's MPI requests) and

@@ -2,7 +2,9 @@ package mpi_test
 
 import (
 	"errors"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
@@ -313,6 +315,44 @@ func TestCancel(t *testing.T) {
 		}
 		if reqs, comms := mpi.Live(); reqs != reqs0 || comms != comms0 {
 			t.Errorf("Live after the cancels: %d requests, %d comms; want %d, %d", reqs, comms, reqs0, comms0)
+		}
+	})
+}
+
+// TestDroppedRequestHeld drops a receive no message will match before it
+// completes, as a round given up on a timeout does, and collects garbage:
+// the package holds the Request, so its buffer stays pinned and the
+// runtime's check for leaked pins (a panic in the finalizer, which ended
+// ranks at the end of failed jobs) never fires. Cancel then completes it.
+func TestDroppedRequestHeld(t *testing.T) {
+	mpitest.Run(t, 1, func(t mpitest.T, c *mpi.Comm) {
+		before, _ := mpi.Live()
+		func() {
+			if _, err := c.Irecv(make([]byte, 64), 0, 4242); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		for range 3 {
+			runtime.GC()
+			time.Sleep(20 * time.Millisecond) // finalizers run
+		}
+		if n, _ := mpi.Live(); n != before+1 {
+			t.Errorf("Live = %d requests after dropping one, want %d", n, before+1)
+		}
+		var found bool
+		for _, r := range mpi.Held() {
+			if st, _ := r.Status(); !st.Cancelled {
+				if ok, err := r.Cancel(); err != nil || !ok {
+					t.Errorf("Cancel of the dropped receive = %v, %v", ok, err)
+				}
+				found = true
+			}
+		}
+		if !found {
+			t.Error("the dropped receive is not held")
+		}
+		if n, _ := mpi.Live(); n != before {
+			t.Errorf("Live = %d requests after Cancel, want %d", n, before)
 		}
 	})
 }

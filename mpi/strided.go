@@ -123,9 +123,7 @@ func (c *Comm) strided(op string, buf []byte, at Strided, peer, tag int) (*Reque
 	}
 	if err := check(op, rc); err != nil {
 		r.h = nil
-		r.pin.Unpin()
-		r.pinned = false
-		live.pinned.Add(-1)
+		r.release()
 		return nil, err
 	}
 	return r, nil

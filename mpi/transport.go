@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -130,9 +129,8 @@ func (p *pending) Incomplete() []int {
 // with one it polls MPI_Testall (which drives MPI's progress engine, so the
 // transfer runs at full speed) and returns ctx's error when it expires,
 // leaving the round unfinished: the caller must then Abort. The requests
-// of a round left unfinished stay reachable for the life of the process
-// (abandoned): their buffers are pinned, and collecting them would crash
-// the runtime while the job ends.
+// of a round left unfinished stay held by the package (see Request), their
+// buffers pinned, while the job ends.
 func (p *pending) Wait(ctx context.Context) error {
 	if ctx.Done() == nil {
 		return Waitall(p.reqs)
@@ -140,7 +138,6 @@ func (p *pending) Wait(ctx context.Context) error {
 	for {
 		done, err := Testall(p.reqs)
 		if err != nil {
-			abandon(p.reqs)
 			return err
 		}
 		if done {
@@ -148,21 +145,8 @@ func (p *pending) Wait(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			abandon(p.reqs)
 			return ctx.Err()
 		default:
 		}
 	}
-}
-
-// abandoned keeps the requests of rounds left unfinished reachable.
-var abandoned struct {
-	sync.Mutex
-	reqs [][]*Request
-}
-
-func abandon(reqs []*Request) {
-	abandoned.Lock()
-	abandoned.reqs = append(abandoned.reqs, reqs)
-	abandoned.Unlock()
 }
