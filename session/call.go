@@ -435,9 +435,17 @@ func (s *Session) fail(err error) error {
 	case errors.As(err, &ve), errors.As(err, &ae), errors.As(err, &ce), errors.As(err, &me):
 		return err
 	}
+	var ab *reshard.AbortError
+	own := !errors.As(err, &ab) // this rank's own failure, not a peer's notice
 	err = s.ctl.abort(err)
 	if s.dev != nil {
 		s.dev.abort(s.base)
+	}
+	if own && s.parent != nil && errors.As(err, &ab) && ab.Rank == s.rank {
+		// a failed stage ends the whole job: the parent's ranks outside
+		// this stage, waiting in a collective of the parent's, learn it
+		// now and from whom, rather than time out on their own.
+		_ = s.parent.ctl.abort(s.stageError(ab.Cause))
 	}
 	return err
 }

@@ -112,6 +112,11 @@ type Session struct {
 	closed   bool
 	owned    bool      // the device is this session's to close (not a stage's parent's)
 	nic      *hier.NIC // the emulated network interface, shared with this rank's stage sessions
+	// of a pipeline stage's session (Stages): the session it was split
+	// from, which a stage's abort aborts too, and the stage's place in it.
+	parent  *Session
+	stage   int
+	members []int // the parent's ranks of the stage's, by stage rank
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm

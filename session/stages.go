@@ -39,6 +39,11 @@ func (st *Stages) Wrap(i int, err error) error {
 	return &StageError{Stage: i, Rank: r, Members: st.Layout.Members(i), Err: err}
 }
 
+// stageError is err of this stage session as a *StageError.
+func (s *Session) stageError(err error) error {
+	return &StageError{Stage: s.stage, Rank: s.rank, Members: s.members, Err: err}
+}
+
 // Stages are the sessions of a pipeline-parallel refit (the paper's
 // Example B): stage s has a communicator of its own, made of stage s's
 // trainer ranks and every generator rank, with meshes local to it. A
@@ -77,7 +82,8 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 			if comm == nil {
 				continue
 			}
-			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, comm: comm, nic: s.nic}
+			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, comm: comm, nic: s.nic,
+				parent: s, stage: i, members: l.Members(i)}
 			st.Sessions[i] = child
 			if child.ctlComm, err = comm.Dup(); err != nil {
 				return err

@@ -75,9 +75,9 @@ func TestSyncStagePanic(t *testing.T) {
 var stageMap = regexp.MustCompile(`stage (0 \(stage ranks 0-2 are world ranks 0,2,3\)|1 \(stage ranks 0-2 are world ranks 1-3\)): `)
 
 // TestSyncStageTimeout: a generator rank that stops in a pipelined sync
-// makes the trainer rank of each stage time out; each says so once, in
-// the stage's ranks and with their map to world ranks (world rank 2 is
-// rank 1 of both stages).
+// makes the trainer rank of each stage time out; one of them says so,
+// once, in the stage's ranks and with their map to world ranks (world
+// rank 2 is rank 1 of both stages).
 func TestSyncStageTimeout(t *testing.T) {
 	o := launch(t, 3*time.Second+margin, []string{"M2N_FAULT_HANG=2"}, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b",
 		"--scale", "32", "--layers", "2", "--train", "tp=1,pp=2", "--gen", "tp=2", "--iters", "1", "--warmup", "0", "--timeout", "3s"}})
@@ -95,8 +95,8 @@ func TestSyncStageTimeout(t *testing.T) {
 			t.Errorf("a timeout without the stage's rank map, or naming other ranks: %s", m)
 		}
 	}
-	if timeouts == 0 || timeouts > 2 {
-		t.Errorf("%d timeout messages, want one per stage at most:\n%v", timeouts, o)
+	if timeouts != 1 {
+		t.Errorf("%d timeout messages, want one:\n%v", timeouts, o)
 	}
 }
 

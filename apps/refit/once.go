@@ -47,9 +47,18 @@ func (j *job) quiet(err error) bool {
 		// no session to ask (a refusal that timed out): world ranks.
 		return ab.Rank >= 0 && ab.Rank != jobRank
 	}
-	first := s.FirstToAbort(abortGrace)
-	if first >= 0 && first != s.Rank() {
-		j.log.Debug().Err(err).Int("first", first).Msg("stopping: another rank reports the cause")
+	speaks := func(s *session.Session) bool {
+		first := s.FirstToAbort(abortGrace)
+		if first >= 0 && first != s.Rank() {
+			j.log.Debug().Err(err).Int("first", first).Msg("stopping: another rank reports the cause")
+			return false
+		}
+		return true
+	}
+	// a stage's first rank to abort speaks unless the job's session, which
+	// every failed stage aborts too, names another: of stages that failed
+	// together (each waiting on one stopped generator rank), one speaks.
+	if !speaks(s) || (s != j.s && j.s != nil && !speaks(j.s)) {
 		// the rank that speaks ends the job (mpi.FailGrace after its
 		// message); ending it first from here could cut its message off
 		// in the launcher's output.
