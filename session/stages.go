@@ -32,11 +32,10 @@ func (st *Stages) Wrap(i int, err error) error {
 	if err == nil {
 		return nil
 	}
-	r := -1
 	if s := st.Sessions[i]; s != nil {
-		r = s.rank
+		return s.stageError(err)
 	}
-	return &StageError{Stage: i, Rank: r, Members: st.Layout.Members(i), Err: err}
+	return &StageError{Stage: i, Rank: -1, Members: st.Layout.Members(i), Err: err}
 }
 
 // stageError is err of this stage session as a *StageError.

@@ -333,7 +333,7 @@ func (b *replayBench) timeLaunches(call *session.Call, c *benchCase, d session.D
 }
 
 // enqueueCopy is the host time of queuing a device memcpy of n bytes on
-// the stream (median of iters; the synchronize after each is not timed).
+// the stream (see timeCopy).
 func (b *replayBench) enqueueCopy(n int64, iters int) (float64, error) {
 	src, err := b.buf(n)
 	if err != nil {
@@ -345,19 +345,7 @@ func (b *replayBench) enqueueCopy(n int64, iters int) (float64, error) {
 		return 0, err
 	}
 	defer b.mem.Free(dst)
-	d, s := dst.(cuda.Buffer), src.(cuda.Buffer)
-	times := make([]float64, 0, iters)
-	for it := 0; it < iters+max(3, min(iters/10, 100)); it++ {
-		t0 := time.Now()
-		if err := b.gpu.Stream.CopyDtoD(d.Ptr, s.Ptr, int(n)); err != nil {
-			return 0, err
-		}
-		times = append(times, time.Since(t0).Seconds())
-		if err := b.gpu.Stream.Synchronize(); err != nil {
-			return 0, err
-		}
-	}
-	return median(times[len(times)-iters:]), nil
+	return b.timeCopy(dst, src, n, iters, false)
 }
 
 // buf allocates n bytes of device memory.
@@ -372,10 +360,18 @@ func (b *replayBench) buf(n int64) (reshard.Buffer, error) {
 // wallCopy is the host wall time of a device memcpy of n bytes and a
 // stream synchronize (median of iters, after warm-ups).
 func (b *replayBench) wallCopy(dst, src reshard.Buffer, n int64, iters int) (float64, error) {
+	return b.timeCopy(dst, src, n, iters, true)
+}
+
+// timeCopy times iters device memcpys of n bytes (median, after
+// warm-ups): with the stream synchronize after each if synced, else
+// queuing alone (the synchronize follows untimed).
+func (b *replayBench) timeCopy(dst, src reshard.Buffer, n int64, iters int, synced bool) (float64, error) {
 	times := make([]float64, 0, iters)
 	warm := max(3, min(iters/10, 100))
 	for it := 0; it < iters+warm; it++ {
 		t0 := time.Now()
+		var el time.Duration
 		if b.gpu == nil {
 			copy(dst.(reshard.HostBuffer)[:n], src.(reshard.HostBuffer)[:n])
 		} else {
@@ -383,12 +379,16 @@ func (b *replayBench) wallCopy(dst, src reshard.Buffer, n int64, iters int) (flo
 			if err := b.gpu.Stream.CopyDtoD(d.Ptr, s.Ptr, int(n)); err != nil {
 				return 0, err
 			}
+			el = time.Since(t0)
 			if err := b.gpu.Stream.Synchronize(); err != nil {
 				return 0, err
 			}
 		}
+		if synced || b.gpu == nil {
+			el = time.Since(t0)
+		}
 		if it >= warm {
-			times = append(times, time.Since(t0).Seconds())
+			times = append(times, el.Seconds())
 		}
 	}
 	return median(times), nil
