@@ -324,7 +324,7 @@ func (b *replayBench) timeLaunches(call *session.Call, c *benchCase, d session.D
 			return benchRow{}, fmt.Errorf("%s, Wait on the %s driver: %w", c.name, d, err)
 		}
 	}
-	enq, err := b.enqueueCopy(c.bytes, c.iters)
+	enq, err := b.timeFreshCopy(c.bytes, c.iters, false)
 	if err != nil {
 		return benchRow{}, err
 	}
@@ -332,9 +332,8 @@ func (b *replayBench) timeLaunches(call *session.Call, c *benchCase, d session.D
 		Sec: median(times), Bound: "memcpy enqueue " + fmtSec(enq), BoundSec: enq}, nil
 }
 
-// enqueueCopy is the host time of queuing a device memcpy of n bytes on
-// the stream (see timeCopy).
-func (b *replayBench) enqueueCopy(n int64, iters int) (float64, error) {
+// timeFreshCopy is timeCopy on two buffers of n bytes allocated for it.
+func (b *replayBench) timeFreshCopy(n int64, iters int, synced bool) (float64, error) {
 	src, err := b.buf(n)
 	if err != nil {
 		return 0, err
@@ -345,7 +344,7 @@ func (b *replayBench) enqueueCopy(n int64, iters int) (float64, error) {
 		return 0, err
 	}
 	defer b.mem.Free(dst)
-	return b.timeCopy(dst, src, n, iters, false)
+	return b.timeCopy(dst, src, n, iters, synced)
 }
 
 // buf allocates n bytes of device memory.
@@ -355,12 +354,6 @@ func (b *replayBench) buf(n int64) (reshard.Buffer, error) {
 		return nil, fmt.Errorf("replay-bench: %s of device memory: %w", formatBytes(n), err)
 	}
 	return x, nil
-}
-
-// wallCopy is the host wall time of a device memcpy of n bytes and a
-// stream synchronize (median of iters, after warm-ups).
-func (b *replayBench) wallCopy(dst, src reshard.Buffer, n int64, iters int) (float64, error) {
-	return b.timeCopy(dst, src, n, iters, true)
 }
 
 // timeCopy times iters device memcpys of n bytes (median, after
@@ -417,17 +410,7 @@ func (b *replayBench) readAt(dst []byte, buf reshard.Buffer, off int64) error {
 
 // measureCopy returns the memcpy bandwidth of n bytes.
 func (b *replayBench) measureCopy(n int64) (float64, error) {
-	src, err := b.buf(n)
-	if err != nil {
-		return 0, err
-	}
-	defer b.mem.Free(src)
-	dst, err := b.buf(n)
-	if err != nil {
-		return 0, err
-	}
-	defer b.mem.Free(dst)
-	sec, err := b.wallCopy(dst, src, n, b.f.bigIters)
+	sec, err := b.timeFreshCopy(n, b.f.bigIters, true)
 	return float64(n) / sec, err
 }
 
@@ -507,7 +490,7 @@ func (b *replayBench) small(n int) ([]benchRow, error) {
 		return nil, err
 	}
 	free = append(free, bs, bd)
-	if c.boundAt, err = b.wallCopy(bd, bs, c.bytes, b.f.iters); err != nil {
+	if c.boundAt, err = b.timeCopy(bd, bs, c.bytes, b.f.iters, true); err != nil {
 		return nil, err
 	}
 	c.bound = "memcpy+sync " + fmtSec(c.boundAt)
@@ -552,7 +535,7 @@ func (b *replayBench) expert() ([]benchRow, error) {
 		return nil, err
 	}
 	defer b.mem.Free(dst)
-	copySec, err := b.wallCopy(dst, src, n, b.f.bigIters)
+	copySec, err := b.timeCopy(dst, src, n, b.f.bigIters, true)
 	if err != nil {
 		return nil, err
 	}
