@@ -8,7 +8,7 @@ mkdir -p "$out"
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 bin=$(pwd)/.devbin
-n=$(nvidia-smi --list-gpus | wc -l)
+ngpu=$(nvidia-smi --list-gpus | wc -l)
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvidia-smi topo -m; } >"$out/gpus.txt" 2>&1
 run() { # name, command...
 	local name=$1; shift
@@ -59,4 +59,25 @@ for dt in "" "--dst-dtype e4m3"; do
 done
 run fp8-sync scripts/mpirun.sh -np 2 "$bin/refit" sync --device cuda --model deepseek-v3 --scale 8 --layers 4 \
 	--train tp=1 --gen tp=1 --dst-dtype e4m3 --check --iters 3
+# Whole-model sync across the GPUs, every element checked, against a plain exchange of the same bytes
+# (--baseline) and the model's bound at the measured bandwidth. With 4 or 8 GPUs: trainer and generator
+# halves, two pipeline stages, each route forced with the generator as emulated domains of 2, then an
+# FP8 generator. (Written for issue 18; no machine of several GPUs has run this block yet.)
+if [ "$ngpu" -ge 4 ]; then
+	case $ngpu in 4) tr=tp=1,pp=2 gen=tp=2 ;; *) tr=tp=1,pp=2,ep=2,dp=2 gen=tp=2,dp=2 ;; esac
+	np=$((ngpu >= 8 ? 8 : 4))
+	for m in deepseek-v3 qwen3-235b-a22b; do
+		for route in flat agbcast hier; do
+			run "sync-$m-$route" scripts/mpirun.sh -np $np "$bin/refit" sync --device cuda --model $m --scale 8 --layers 4 \
+				--train $tr --gen $gen --dst-domain-size 2 --net-bw "$bw" --local-bw "$bw" --route $route --check --iters 5 --baseline
+		done
+		run "sync-$m-fp8" scripts/mpirun.sh -np $np "$bin/refit" sync --device cuda --model $m --scale 8 --layers 4 \
+			--train $tr --gen $gen --dst-domain-size 2 --net-bw "$bw" --local-bw "$bw" --route auto --dst-dtype e4m3 --check --iters 5
+	done
+else
+	for m in deepseek-v3 qwen3-235b-a22b; do
+		run "sync-$m" scripts/mpirun.sh -np 2 "$bin/refit" sync --device cuda --model $m --scale 8 --layers 4 \
+			--train tp=1 --gen tp=1 --check --iters 5 --baseline
+	done
+fi
 cat "$out/summary.txt"
