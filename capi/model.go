@@ -233,35 +233,25 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 	return C.M2N_OK
 }
 
-// sorted lists a side's buffers by stage, then name.
-func sorted(bufs map[string]modelBuffer) []modelBuffer {
-	out := make([]modelBuffer, 0, len(bufs))
-	for _, b := range bufs {
-		out = append(out, b)
+// byStage lists m's values by stage, then name (key gives both).
+func byStage[T any](m map[string]T, key func(T) (int, string)) []T {
+	out := make([]T, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Stage != out[j].Stage {
-			return out[i].Stage < out[j].Stage
+		si, ni := key(out[i])
+		sj, nj := key(out[j])
+		if si != sj {
+			return si < sj
 		}
-		return out[i].Name < out[j].Name
+		return ni < nj
 	})
 	return out
 }
 
-// sortedScales lists the scale tensors by stage, then name.
-func sortedScales(sc map[string]modelScale) []modelScale {
-	out := make([]modelScale, 0, len(sc))
-	for _, x := range sc {
-		out = append(out, x)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Stage != out[j].Stage {
-			return out[i].Stage < out[j].Stage
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
-}
+func bufferKey(b modelBuffer) (int, string) { return b.Stage, b.Name }
+func scaleKey(x modelScale) (int, string)   { return x.Stage, x.Name }
 
 //export m2n_model_describe
 func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t) (rc C.int) {
@@ -277,7 +267,7 @@ func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t
 		"model": l.Model.Name, "trainer": l.Trainer.String(), "generator": fmt.Sprint(l.Generator),
 		"world": l.World(), "stages": len(l.Stages), "tensors": len(l.Model.Tensors),
 		"params": l.Model.Params(), "bytes": l.Model.Bytes(),
-		"src": sorted(me.bufs[0]), "dst": sorted(me.bufs[1]), "scale": sortedScales(me.scales),
+		"src": byStage(me.bufs[0], bufferKey), "dst": byStage(me.bufs[1], bufferKey), "scale": byStage(me.scales, scaleKey),
 	})
 	if err != nil {
 		return result(err)
