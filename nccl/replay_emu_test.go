@@ -89,44 +89,12 @@ func (h *emuHeap) Copy(c replay.Copy) error {
 }
 
 func (h *emuHeap) Memcpy(dst, src uint64, n int64) error {
-	d, err := h.at(dst)
-	if err != nil {
-		return err
-	}
-	s, err := h.at(src)
-	if err != nil {
-		return err
-	}
-	if int64(len(d)) < n || int64(len(s)) < n {
-		return fmt.Errorf("memcpy of %d bytes from %#x to %#x runs past a buffer", n, src, dst)
-	}
-	copy(d[:n], s[:n])
-	return nil
+	return replaytest.Bytes(h.at).Memcpy(dst, src, n)
 }
 
-func (h *emuHeap) Write(sp replay.Span, b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	d, err := h.at(sp.Addr)
-	if err != nil {
-		return err
-	}
-	copy(d, b)
-	return nil
-}
+func (h *emuHeap) Write(sp replay.Span, b []byte) error { return replaytest.Bytes(h.at).Write(sp, b) }
 
-func (h *emuHeap) Read(sp replay.Span, b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	s, err := h.at(sp.Addr)
-	if err != nil {
-		return err
-	}
-	copy(b, s)
-	return nil
-}
+func (h *emuHeap) Read(sp replay.Span, b []byte) error { return replaytest.Bytes(h.at).Read(sp, b) }
 
 // TestReplayOnCPU runs the conformance cases (and colocated pairs) through
 // replay plans whose copies are the batched kernel's source compiled for

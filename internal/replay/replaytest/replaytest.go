@@ -246,12 +246,26 @@ func (h *GoHeap) Copy(c replay.Copy) error {
 }
 
 // Memcpy implements replay.Memory.
-func (h *GoHeap) Memcpy(dst, src uint64, n int64) error {
-	d, err := h.at(dst)
+func (h *GoHeap) Memcpy(dst, src uint64, n int64) error { return Bytes(h.at).Memcpy(dst, src, n) }
+
+// Write implements Heap.
+func (h *GoHeap) Write(sp replay.Span, b []byte) error { return Bytes(h.at).Write(sp, b) }
+
+// Read implements Heap.
+func (h *GoHeap) Read(sp replay.Span, b []byte) error { return Bytes(h.at).Read(sp, b) }
+
+// Bytes finds the bytes from an address to the end of its buffer: with it
+// a simulated heap (this package's GoHeap, or one in C memory) has its
+// Memcpy, Write and Read.
+type Bytes func(addr uint64) ([]byte, error)
+
+// Memcpy copies n bytes from src to dst.
+func (at Bytes) Memcpy(dst, src uint64, n int64) error {
+	d, err := at(dst)
 	if err != nil {
 		return err
 	}
-	s, err := h.at(src)
+	s, err := at(src)
 	if err != nil {
 		return err
 	}
@@ -262,28 +276,34 @@ func (h *GoHeap) Memcpy(dst, src uint64, n int64) error {
 	return nil
 }
 
-// Write implements Heap.
-func (h *GoHeap) Write(sp replay.Span, b []byte) error {
+// Write copies b to sp.Addr.
+func (at Bytes) Write(sp replay.Span, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	d, err := h.at(sp.Addr)
+	d, err := at(sp.Addr)
 	if err != nil {
 		return err
 	}
-	copy(d[:len(b)], b)
+	if len(d) < len(b) {
+		return fmt.Errorf("replaytest: write of %d bytes at %#x runs past a buffer", len(b), sp.Addr)
+	}
+	copy(d, b)
 	return nil
 }
 
-// Read implements Heap.
-func (h *GoHeap) Read(sp replay.Span, b []byte) error {
+// Read copies len(b) bytes from sp.Addr into b.
+func (at Bytes) Read(sp replay.Span, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	s, err := h.at(sp.Addr)
+	s, err := at(sp.Addr)
 	if err != nil {
 		return err
 	}
-	copy(b, s[:len(b)])
+	if len(s) < len(b) {
+		return fmt.Errorf("replaytest: read of %d bytes at %#x runs past a buffer", len(b), sp.Addr)
+	}
+	copy(b, s)
 	return nil
 }
