@@ -63,7 +63,7 @@ func RunFP8Case(ctx context.Context, env Env, coll reshard.Collective, c Case, r
 		if !env.Padded || box.Empty() {
 			return placement.View{}, l.LocalBytes(rank), nil
 		}
-		v := paddedView(box.Shape())
+		v := PaddedView(box.Shape())
 		ext, err := v.Extent(box.Shape())
 		return v, (ext + 4) * l.ElemSize(), err
 	}

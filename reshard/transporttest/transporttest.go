@@ -63,9 +63,9 @@ type Env struct {
 	Runner func(p *reshard.Program) (reshard.ProgramRunner, func(), error)
 }
 
-// paddedView returns the view Env.Padded uses for a part of shape: 3
+// PaddedView returns the view Env.Padded uses for a part of shape: 3
 // elements before the part, and 5 after every innermost row.
-func paddedView(shape []int64) placement.View {
+func PaddedView(shape []int64) placement.View {
 	nd := len(shape)
 	st := make([]int64, nd)
 	acc := int64(1)
@@ -113,7 +113,7 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (reshard
 		if !env.Padded || box.Empty() {
 			return placement.View{}, l.LocalBytes(rank), nil
 		}
-		v := paddedView(box.Shape())
+		v := PaddedView(box.Shape())
 		ext, err := v.Extent(box.Shape())
 		return v, (ext + 4) * l.ElemSize(), err
 	}

@@ -72,7 +72,7 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 			if !env.Padded || box.Empty() {
 				return placement.View{}, l.LocalBytes(rank), nil
 			}
-			v := paddedView(box.Shape())
+			v := transporttest.PaddedView(box.Shape())
 			ext, err := v.Extent(box.Shape())
 			return v, (ext + 4) * l.ElemSize(), err
 		}
@@ -172,23 +172,6 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 		}
 	}
 	return nil
-}
-
-// paddedView is transporttest's padded view: 3 elements before the part,
-// and 5 after every innermost row.
-func paddedView(shape []int64) placement.View {
-	nd := len(shape)
-	st := make([]int64, nd)
-	acc := int64(1)
-	for d := nd - 1; d >= 0; d-- {
-		st[d] = acc
-		n := max(shape[d], 1)
-		if d == nd-1 {
-			n += 5
-		}
-		acc *= n
-	}
-	return placement.View{Offset: 3, Strides: st}
 }
 
 // GoHeap is a Heap of Go byte slices at made-up addresses, copying with
