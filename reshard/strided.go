@@ -152,14 +152,24 @@ func describe(local, rel, count []int64, elem int64, scratch []int64) Strided {
 		stride *= local[d]
 	}
 	s := Strided{Offset: offset * elem, Run: run}
+	s.Count, s.Stride = outerDims(count, strides[:nd], k, elem, scratch)
+	return s
+}
+
+// outerDims lists dims 0..k of a box (its counts, and the buffer's strides
+// in elements) as a descriptor's Count and Stride in bytes: dims of one
+// index add nothing, and a dim merges into the one outside it where that
+// steps exactly over it. Both are nil when no dim is left. scratch backs
+// them if it holds 2*(k+1) values.
+func outerDims(count, strides []int64, k int, elem int64, scratch []int64) (cnt, str []int64) {
 	if k < 0 {
-		return s
+		return nil, nil
 	}
 	if cap(scratch) < 2*(k+1) {
 		scratch = make([]int64, 2*(k+1))
 	}
-	cnt := scratch[0 : 0 : k+1]
-	str := scratch[k+1 : k+1 : 2*(k+1)]
+	cnt = scratch[0 : 0 : k+1]
+	str = scratch[k+1 : k+1 : 2*(k+1)]
 	for d := 0; d <= k; d++ {
 		if count[d] == 1 {
 			continue
@@ -174,10 +184,10 @@ func describe(local, rel, count []int64, elem int64, scratch []int64) Strided {
 		cnt = append(cnt, count[d])
 		str = append(str, st)
 	}
-	if len(cnt) > 0 {
-		s.Count, s.Stride = cnt, str
+	if len(cnt) == 0 {
+		return nil, nil
 	}
-	return s
+	return cnt, str
 }
 
 // DescribeView is Describe for a part held through a view: where the bytes
@@ -215,22 +225,6 @@ func DescribeView(local, sub placement.Box, elem int64, v placement.View) Stride
 		run *= count[k]
 	}
 	s := Strided{Offset: offset * elem, Run: run * elem}
-	var cnt, str []int64
-	for d := 0; d <= k; d++ {
-		if count[d] == 1 {
-			continue
-		}
-		b := st[d] * elem
-		if n := len(cnt); n > 0 && str[n-1] == count[d]*b {
-			cnt[n-1] *= count[d]
-			str[n-1] = b
-			continue
-		}
-		cnt = append(cnt, count[d])
-		str = append(str, b)
-	}
-	if len(cnt) > 0 {
-		s.Count, s.Stride = cnt, str
-	}
+	s.Count, s.Stride = outerDims(count[:nd], st, k, elem, nil)
 	return s
 }
