@@ -90,7 +90,7 @@ const transferBytes = 4*(3+placement.MaxTensorDims) + 4
 // communicator of world ranks (the transfers, the per-rank indices and the
 // per-dim overlaps, not the layouts), saturating at math.MaxInt64.
 func PlanBytes(transfers int64, world int) int64 {
-	return satAdd(satMul(max(transfers, 0), transferBytes), satMul(int64(max(world, 0))+1, 8))
+	return checked.SatSum(checked.SatMul(max(transfers, 0), transferBytes), checked.SatMul(int64(max(world, 0))+1, 8))
 }
 
 // PlanSize returns how many transfers NewPlan(src, dst, world, opts) derives
@@ -454,7 +454,7 @@ func (p *Plan) WireElemSize() int64 { return p.dst.ElemSize() }
 func (p *Plan) Bytes() int64 {
 	var n int64
 	for i := range p.pieces {
-		n = satAdd(n, p.pieceBytes(i))
+		n = checked.SatSum(n, p.pieceBytes(i))
 	}
 	return n
 }
@@ -474,8 +474,8 @@ func (p *Plan) RankBytes() (sent, recv []int64) {
 	sent, recv = make([]int64, p.world), make([]int64, p.world)
 	for i, pc := range p.pieces {
 		b := p.pieceBytes(i)
-		sent[pc.src] = satAdd(sent[pc.src], b)
-		recv[pc.dst] = satAdd(recv[pc.dst], b)
+		sent[pc.src] = checked.SatSum(sent[pc.src], b)
+		recv[pc.dst] = checked.SatSum(recv[pc.dst], b)
 	}
 	return sent, recv
 }

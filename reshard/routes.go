@@ -69,7 +69,7 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 	// transfers materialised one at a time, chunks not at all.
 	var total int64
 	for _, ti := range tensors {
-		total = satAdd(total, int64(plans[ti].Len()))
+		total = checked.SatSum(total, int64(plans[ti].Len()))
 	}
 	if total > MaxMessages {
 		return tooManyMessages("flat", total)
@@ -83,7 +83,7 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 			if err != nil {
 				return err
 			}
-			if total = satAdd(total, n); total > MaxMessages {
+			if total = checked.SatSum(total, n); total > MaxMessages {
 				return tooManyMessages("flat", flatCount(plans, tensors, opts.ChunkBytes))
 			}
 		}
@@ -138,7 +138,7 @@ func flatCount(plans []*Plan, tensors []int, chunk int64) int64 {
 		p := plans[ti]
 		for i := 0; i < p.Len(); i++ {
 			n, _ := CountChunks(p.Transfer(i).Box, p.WireElemSize(), chunk)
-			total = satAdd(total, n)
+			total = checked.SatSum(total, n)
 		}
 	}
 	return total
@@ -177,7 +177,7 @@ func (AllGatherBroadcast) AddTensors(b *Builder, plans []*Plan, tensors []int, _
 		if err != nil {
 			return err
 		}
-		total = satAdd(total, n)
+		total = checked.SatSum(total, n)
 	}
 	if err := b.Expect(total); err != nil {
 		return err
@@ -209,7 +209,7 @@ func agbcastCount(p *Plan, chunk int64) (int64, error) {
 			if err != nil {
 				return 0, err
 			}
-			n = satAdd(n, satAdd(satMul(c, int64(len(ring)-1)), 1)) // the ring hops and the owner's copy
+			n = checked.SatSum(n, checked.SatSum(checked.SatMul(c, int64(len(ring)-1)), 1)) // the ring hops and the owner's copy
 		}
 	}
 	shape := src.Shape()
@@ -222,8 +222,8 @@ func agbcastCount(p *Plan, chunk int64) (int64, error) {
 	if !dst.Mesh().Contains(sm.RankAt(0)) {
 		chain++
 	}
-	n = satAdd(n, satMul(c, chain-1))
-	return satAdd(n, int64(dst.Mesh().Size())), nil // every destination keeps its slice
+	n = checked.SatSum(n, checked.SatMul(c, chain-1))
+	return checked.SatSum(n, int64(dst.Mesh().Size())), nil // every destination keeps its slice
 }
 
 func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) error {

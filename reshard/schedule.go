@@ -2,7 +2,6 @@ package reshard
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 
@@ -311,8 +310,8 @@ func (b *Builder) Add(m Message, after int) int {
 		h := b.hint(m.Src, m.Dst)
 		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes)
 		h.learn(from, r, m.Bytes)
-		b.totals[0][m.Class][m.Src] = satAdd(b.totals[0][m.Class][m.Src], m.Bytes)
-		b.totals[1][m.Class][m.Dst] = satAdd(b.totals[1][m.Class][m.Dst], m.Bytes)
+		b.totals[0][m.Class][m.Src] = checked.SatSum(b.totals[0][m.Class][m.Src], m.Bytes)
+		b.totals[1][m.Class][m.Dst] = checked.SatSum(b.totals[1][m.Class][m.Dst], m.Bytes)
 		if r < MaxRounds && m.Bytes > 0 {
 			su.add(r, m.Bytes)
 			du.add(r, m.Bytes)
@@ -489,22 +488,6 @@ func (b *Builder) tooManyRounds(m Message, r int) error {
 			b.s.RoundBytes, most, hint)}
 }
 
-// satMul multiplies non-negative sizes, saturating at math.MaxInt64.
-func satMul(a, b int64) int64 {
-	if p, ok := checked.Mul(a, b); ok {
-		return p
-	}
-	return math.MaxInt64
-}
-
-// satAdd adds non-negative sizes, saturating at math.MaxInt64.
-func satAdd(a, b int64) int64 {
-	if s, ok := checked.Add(a, b); ok {
-		return s
-	}
-	return math.MaxInt64
-}
-
 // usage is one rank's bytes per round in one direction over one link
 // class, as a sparse tree: level 0 holds the bytes of every round of a
 // node of usageFan rounds, and each level above holds, per child node, the
@@ -675,7 +658,7 @@ func (u *usage) add(r int, n int64) {
 		}
 		old := nd.v[s]
 		if k == 0 {
-			nd.v[s] = satAdd(old, n)
+			nd.v[s] = checked.SatSum(old, n)
 			now = nd.v[s]
 		} else {
 			nd.v[s] = least
@@ -737,7 +720,7 @@ func (s *Schedule) Bytes(c LinkClass) int64 {
 	var n int64
 	for i := range s.Messages {
 		if s.Messages[i].Class == c {
-			n = satAdd(n, s.Messages[i].Bytes)
+			n = checked.SatSum(n, s.Messages[i].Bytes)
 		}
 	}
 	return n

@@ -28,14 +28,14 @@ type Strided struct {
 func (s Strided) Rows() int64 {
 	n := int64(1)
 	for _, c := range s.Count {
-		n = satMul(n, max(c, 0))
+		n = checked.SatMul(n, max(c, 0))
 	}
 	return n
 }
 
 // Bytes returns the number of bytes described, saturating at
 // math.MaxInt64 like Rows.
-func (s Strided) Bytes() int64 { return satMul(s.Rows(), max(s.Run, 0)) }
+func (s Strided) Bytes() int64 { return checked.SatMul(s.Rows(), max(s.Run, 0)) }
 
 // CheckedBytes returns the number of bytes described, or an error naming
 // the descriptor when a count or the run is negative or the product

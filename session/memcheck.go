@@ -36,12 +36,12 @@ type Footprint struct {
 // split returns the footprint's bytes in host memory on device d, and
 // those in the device's memory (0 on CPUs: it is host memory), saturating.
 func (f Footprint) split(d Device) (host, dev int64) {
-	host = satSum(f.HostCopies, f.Plan, f.Schedule)
-	local := satSum(f.Buffers, f.Staging)
+	host = checked.SatSum(f.HostCopies, f.Plan, f.Schedule)
+	local := checked.SatSum(f.Buffers, f.Staging)
 	if d == GPU {
 		return host, local
 	}
-	return satSum(host, local), 0
+	return checked.SatSum(host, local), 0
 }
 
 func (f Footprint) parts() string {
@@ -135,7 +135,7 @@ func (s *Session) CheckMemory(ctx context.Context, fp Footprint) error {
 			have := int64(math.MaxInt64)
 			top := r
 			for _, q := range ranks {
-				total = satSum(total, word(q, 0))
+				total = checked.SatSum(total, word(q, 0))
 				have = min(have, word(q, 2))
 				if word(q, 0) > word(top, 0) {
 					top = q
@@ -179,15 +179,15 @@ func (s *Session) CallFootprint(specs []reshard.Spec) Footprint {
 		if err != nil {
 			continue
 		}
-		fp.Plan = satSum(fp.Plan, bytes)
+		fp.Plan = checked.SatSum(fp.Plan, bytes)
 		var recv int64
 		dm := sp.Dst.Mesh()
 		for i := 0; i < dm.Size(); i++ {
-			recv = satSum(recv, sp.Dst.LocalBytes(dm.RankAt(i)))
+			recv = checked.SatSum(recv, sp.Dst.LocalBytes(dm.RankAt(i)))
 		}
-		msgs = satSum(msgs, max(transfers, recv/chunk))
+		msgs = checked.SatSum(msgs, max(transfers, recv/chunk))
 	}
-	fp.Schedule = satMul(min(msgs, reshard.MaxMessages), reshard.MessageBytes)
+	fp.Schedule = checked.SatMul(min(msgs, reshard.MaxMessages), reshard.MessageBytes)
 	return fp
 }
 
@@ -207,16 +207,16 @@ func (s *Session) checkProgram(ctx context.Context, specs []reshard.Spec, p *res
 	fp := Footprint{Tensor: callName(specs)}
 	for slot := range p.Staging {
 		for _, n := range p.Staging[slot] {
-			fp.Staging = satSum(fp.Staging, n)
+			fp.Staging = checked.SatSum(fp.Staging, n)
 		}
 	}
 	for _, n := range p.Full {
-		fp.Staging = satSum(fp.Staging, n)
+		fp.Staging = checked.SatSum(fp.Staging, n)
 	}
 	if s.opts.Atomic {
 		for _, sp := range specs {
 			if sp.Dst.Mesh().Contains(s.rank) {
-				fp.Staging = satSum(fp.Staging, sp.Dst.LocalBytes(s.rank))
+				fp.Staging = checked.SatSum(fp.Staging, sp.Dst.LocalBytes(s.rank))
 			}
 		}
 	}
@@ -266,7 +266,7 @@ func memAvailable() (int64, bool) {
 			if err != nil {
 				return 0, false
 			}
-			return satMul(kb, 1024), true
+			return checked.SatMul(kb, 1024), true
 		}
 	}
 	return 0, false
@@ -280,24 +280,6 @@ func readInt(path string) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return n, err == nil
-}
-
-func satSum(xs ...int64) int64 {
-	var t int64
-	for _, x := range xs {
-		var ok bool
-		if t, ok = checked.Add(t, max(x, 0)); !ok {
-			return math.MaxInt64
-		}
-	}
-	return t
-}
-
-func satMul(a, b int64) int64 {
-	if p, ok := checked.Mul(a, b); ok {
-		return p
-	}
-	return math.MaxInt64
 }
 
 // formatBytes renders a size in binary units.

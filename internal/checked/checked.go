@@ -4,7 +4,10 @@
 // int64 is an error naming the value rather than a negative size.
 package checked
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
 
 // Mul returns a*b and whether it fits in an int64.
 func Mul(a, b int64) (int64, bool) {
@@ -55,4 +58,27 @@ func abs(a int64) uint64 {
 		return uint64(-(a + 1)) + 1
 	}
 	return uint64(a)
+}
+
+// SatMul multiplies non-negative sizes, saturating at math.MaxInt64
+// instead of reporting overflow: for bounds that only need to be "too
+// large" (a report, a comparison against a limit).
+func SatMul(a, b int64) int64 {
+	if p, ok := Mul(a, b); ok {
+		return p
+	}
+	return math.MaxInt64
+}
+
+// SatSum adds non-negative sizes (negative ones count as 0), saturating at
+// math.MaxInt64.
+func SatSum(xs ...int64) int64 {
+	var t int64
+	for _, x := range xs {
+		var ok bool
+		if t, ok = Add(t, max(x, 0)); !ok {
+			return math.MaxInt64
+		}
+	}
+	return t
 }
