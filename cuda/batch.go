@@ -9,17 +9,18 @@ import (
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // BatchCopy is one copy of a Batch: the bytes SrcDesc describes at Src go to
 // the places DstDesc describes at Dst, byte k to byte k in packed order, as
-// StridedCopy moves them. Either side may be contiguous (Contiguous(n)) or
+// StridedCopy moves them. Either side may be contiguous (strided.Desc{Run: n}) or
 // strided, and the copies of one batch may have any sizes.
 type BatchCopy struct {
 	Dst     DevicePtr
-	DstDesc Strided
+	DstDesc strided.Desc
 	Src     DevicePtr
-	SrcDesc Strided
+	SrcDesc strided.Desc
 }
 
 // Batch is a list of copies planned once for the batched kernel
@@ -42,10 +43,10 @@ func PlanBatch(copies []BatchCopy) (*Batch, error) {
 	var merged BatchCopy
 	for i := range copies {
 		c := copies[i]
-		if err := c.SrcDesc.Validate(); err != nil {
+		if err := checkDesc(c.SrcDesc); err != nil {
 			return nil, fmt.Errorf("cuda: batch copy %d: source: %w", i, err)
 		}
-		if err := c.DstDesc.Validate(); err != nil {
+		if err := checkDesc(c.DstDesc); err != nil {
 			return nil, fmt.Errorf("cuda: batch copy %d: destination: %w", i, err)
 		}
 		if c.SrcDesc.Bytes() == 0 && c.DstDesc.Bytes() == 0 {
@@ -76,8 +77,8 @@ func PlanBatch(copies []BatchCopy) (*Batch, error) {
 		b.bytes += c.SrcDesc.Bytes()
 		last = nil
 		if oneRun(c.SrcDesc) && oneRun(c.DstDesc) {
-			merged = BatchCopy{Dst: c.Dst + DevicePtr(c.DstDesc.Offset), DstDesc: Contiguous(c.DstDesc.Bytes()),
-				Src: c.Src + DevicePtr(c.SrcDesc.Offset), SrcDesc: Contiguous(c.SrcDesc.Bytes())}
+			merged = BatchCopy{Dst: c.Dst + DevicePtr(c.DstDesc.Offset), DstDesc: strided.Desc{Run: c.DstDesc.Bytes()},
+				Src: c.Src + DevicePtr(c.SrcDesc.Offset), SrcDesc: strided.Desc{Run: c.SrcDesc.Bytes()}}
 			last = &merged
 		}
 	}
@@ -87,7 +88,7 @@ func PlanBatch(copies []BatchCopy) (*Batch, error) {
 // oneRun reports whether a valid descriptor's bytes are one contiguous run
 // (after merging dimensions): Offset is where it starts and Bytes() its
 // length.
-func oneRun(d Strided) bool {
+func oneRun(d strided.Desc) bool {
 	if d.Bytes() == 0 {
 		return false
 	}

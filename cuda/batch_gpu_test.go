@@ -8,6 +8,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // gpuBatch is a random batch of copies between two device buffers and its
@@ -21,7 +22,7 @@ func randomBatch(r *rand.Rand, srcBase, dstBase cuda.DevicePtr, n int) gpuBatch 
 	var b gpuBatch
 	var srcLen, dstLen int64
 	type part struct {
-		sd, dd     cuda.Strided
+		sd, dd     strided.Desc
 		soff, doff int64
 		sl, dl     int64
 	}
@@ -32,9 +33,9 @@ func randomBatch(r *rand.Rand, srcBase, dstBase cuda.DevicePtr, n int) gpuBatch 
 		dd, dl := cuda.RandomDisjoint(r, total)
 		switch r.IntN(4) {
 		case 0:
-			dd, dl = cuda.Contiguous(total), total
+			dd, dl = strided.Desc{Run: total}, total
 		case 1:
-			sd, sl = cuda.Contiguous(total), total
+			sd, sl = strided.Desc{Run: total}, total
 		}
 		parts = append(parts, part{sd, dd, srcLen, dstLen, sl, dl})
 		srcLen += (sl + 31) &^ 15

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestBatchOnCPU runs random batches (packs, unpacks, strided copies of
@@ -25,7 +26,7 @@ func TestBatchOnCPU(t *testing.T) {
 	for bi := range batches {
 		n := 1 + r.IntN(12)
 		type side struct {
-			d   Strided
+			d   strided.Desc
 			off int64 // in its arena
 			len int64
 		}
@@ -37,9 +38,9 @@ func TestBatchOnCPU(t *testing.T) {
 			dd, dl := RandomDisjoint(r, total)
 			switch r.IntN(4) {
 			case 0:
-				dd, dl = Contiguous(total), total // a pack
+				dd, dl = strided.Desc{Run: total}, total // a pack
 			case 1:
-				sd, sl = Contiguous(total), total // an unpack
+				sd, sl = strided.Desc{Run: total}, total // an unpack
 				dd, dl = RandomDisjoint(r, total)
 			}
 			srcs = append(srcs, side{sd, srcLen, sl})
@@ -97,14 +98,14 @@ func TestBatchMerge(t *testing.T) {
 	}
 	s, d := addr(src), addr(dst)
 	copies := []BatchCopy{
-		{Dst: d, DstDesc: Contiguous(100), Src: s, SrcDesc: Contiguous(100)},
-		{Dst: d + 100, DstDesc: Contiguous(28), Src: s, SrcDesc: Strided{Offset: 100, Run: 28}},                                  // continues both
-		{Dst: d, DstDesc: Strided{Offset: 128, Run: 72}, Src: s + 128, SrcDesc: Contiguous(72)},                                  // continues both
-		{Dst: d + 200, DstDesc: Contiguous(0), Src: s, SrcDesc: Strided{Run: 4, Count: []int64{0}, Stride: []int64{8}}},          // empty
-		{Dst: d + 200, DstDesc: Contiguous(56), Src: s + 208, SrcDesc: Contiguous(56)},                                           // a gap in the source
-		{Dst: d + 256, DstDesc: Contiguous(64), Src: s + 264, SrcDesc: Strided{Run: 32, Count: []int64{2}, Stride: []int64{32}}}, // one run after merging dims
-		{Dst: d + 320, DstDesc: Contiguous(64), Src: s + 400, SrcDesc: Strided{Run: 16, Count: []int64{4}, Stride: []int64{32}}}, // strided
-		{Dst: d + 384, DstDesc: Contiguous(16), Src: s + 528, SrcDesc: Contiguous(16)},                                           // after a strided copy: new
+		{Dst: d, DstDesc: strided.Desc{Run: 100}, Src: s, SrcDesc: strided.Desc{Run: 100}},
+		{Dst: d + 100, DstDesc: strided.Desc{Run: 28}, Src: s, SrcDesc: strided.Desc{Offset: 100, Run: 28}},                                  // continues both
+		{Dst: d, DstDesc: strided.Desc{Offset: 128, Run: 72}, Src: s + 128, SrcDesc: strided.Desc{Run: 72}},                                  // continues both
+		{Dst: d + 200, DstDesc: strided.Desc{Run: 0}, Src: s, SrcDesc: strided.Desc{Run: 4, Count: []int64{0}, Stride: []int64{8}}},          // empty
+		{Dst: d + 200, DstDesc: strided.Desc{Run: 56}, Src: s + 208, SrcDesc: strided.Desc{Run: 56}},                                         // a gap in the source
+		{Dst: d + 256, DstDesc: strided.Desc{Run: 64}, Src: s + 264, SrcDesc: strided.Desc{Run: 32, Count: []int64{2}, Stride: []int64{32}}}, // one run after merging dims
+		{Dst: d + 320, DstDesc: strided.Desc{Run: 64}, Src: s + 400, SrcDesc: strided.Desc{Run: 16, Count: []int64{4}, Stride: []int64{32}}}, // strided
+		{Dst: d + 384, DstDesc: strided.Desc{Run: 16}, Src: s + 528, SrcDesc: strided.Desc{Run: 16}},                                         // after a strided copy: new
 	}
 	b, err := PlanBatch(copies)
 	if err != nil {
@@ -125,7 +126,7 @@ func TestBatchMerge(t *testing.T) {
 	if !bytes.Equal(dst, want) {
 		t.Fatal("merged batch and oracle differ")
 	}
-	if _, err := PlanBatch([]BatchCopy{copies[0], {Dst: d, DstDesc: Contiguous(8), Src: s, SrcDesc: Contiguous(9)}}); !errors.Is(err, ErrBadStrided) {
+	if _, err := PlanBatch([]BatchCopy{copies[0], {Dst: d, DstDesc: strided.Desc{Run: 8}, Src: s, SrcDesc: strided.Desc{Run: 9}}}); !errors.Is(err, ErrBadStrided) {
 		t.Errorf("a copy of 9 bytes into 8: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // BenchOptions configures BenchPackUnpack. Zero fields take the defaults.
@@ -47,11 +49,11 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 	}
 	total := opt.TotalBytes
 	free := func(p DevicePtr) { err = errors.Join(err, ctx.Free(p)) }
-	strided, err := ctx.Alloc(2 * total)
+	srcBuf, err := ctx.Alloc(2 * total)
 	if err != nil {
 		return nil, err
 	}
-	defer free(strided)
+	defer free(srcBuf)
 	packed, err := ctx.Alloc(total)
 	if err != nil {
 		return nil, err
@@ -62,7 +64,7 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 		return nil, err
 	}
 	defer free(other)
-	for _, p := range []DevicePtr{strided, packed, other} {
+	for _, p := range []DevicePtr{srcBuf, packed, other} {
 		if err := ctx.Memset(p, 0x5a, total); err != nil {
 			return nil, err
 		}
@@ -115,16 +117,16 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 			return res, fmt.Errorf("cuda: BenchPackUnpack: row %d does not divide %d", row, total)
 		}
 		rows := total / row
-		desc := Strided{Run: int64(row), Count: []int64{int64(rows)}, Stride: []int64{2 * int64(row)}}
+		desc := strided.Desc{Run: int64(row), Count: []int64{int64(rows)}, Stride: []int64{2 * int64(row)}}
 		ops := []struct {
 			name string
 			run  func() error
 		}{
 			{"copy", func() error { return s.CopyDtoD(other, packed, total) }},
-			{"pack", func() error { return Pack(s, packed, strided, desc) }},
-			{"unpack", func() error { return Unpack(s, strided, desc, packed) }},
+			{"pack", func() error { return Pack(s, packed, srcBuf, desc) }},
+			{"unpack", func() error { return Unpack(s, srcBuf, desc, packed) }},
 			{"memcpy2d", func() error {
-				return Memcpy2DAsync(s, Copy2D{Dst: packed, Src: strided, DstPitch: row, SrcPitch: 2 * row, Width: row, Height: rows})
+				return Memcpy2DAsync(s, Copy2D{Dst: packed, Src: srcBuf, DstPitch: row, SrcPitch: 2 * row, Width: row, Height: rows})
 			}},
 		}
 		var copyGBps float64

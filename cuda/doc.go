@@ -23,7 +23,7 @@
 //	defer s.Destroy()
 //
 //	// Box rows [1,3) x cols [2,6) of a 4x8 float32 matrix at src:
-//	box := cuda.Strided{Offset: (1*8 + 2) * 4, Run: 4 * 4,
+//	box := strided.Desc{Offset: (1*8 + 2) * 4, Run: 4 * 4,
 //		Count: []int64{2}, Stride: []int64{8 * 4}}
 //	staging, _ := ctx.Alloc(int(box.Bytes())) // 32 bytes
 //	_ = cuda.Pack(s, staging, src, box)       // strided -> contiguous

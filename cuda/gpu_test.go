@@ -13,6 +13,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
 	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // These tests need a GPU; they skip, saying why, where there is none.
@@ -244,7 +245,7 @@ func TestGPUKernelsCompile(t *testing.T) {
 	t.Logf("NVRTC %d.%d from %s", major, minor, nvrtc.Path())
 	s := gputest.Stream(t, ctx)
 	p := gputest.Alloc(t, ctx, 64)
-	if err := cuda.Pack(s, p, p+32, cuda.Strided{Run: 16}); err != nil {
+	if err := cuda.Pack(s, p, p+32, strided.Desc{Run: 16}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Synchronize(); err != nil {
@@ -344,7 +345,7 @@ func TestGPUStridedLarge(t *testing.T) {
 	const total = 64 << 20
 	for _, row := range []int64{256, 4096, 65536, total} {
 		for _, off := range []int64{0, 16, 8, 4, 1} {
-			d := cuda.Strided{Offset: off, Run: row, Count: []int64{total / row}, Stride: []int64{2 * row}}
+			d := strided.Desc{Offset: off, Run: row, Count: []int64{total / row}, Stride: []int64{2 * row}}
 			name := caseName(int(row), d, d)
 			stridedCase(t, ctx, s, r, "Pack "+name, d.Extent(), total,
 				func(dst, src cuda.DevicePtr) error { return cuda.Pack(s, dst, src, d) },
@@ -366,11 +367,11 @@ func fillRandom(r *rand.Rand, b []byte) {
 	}
 }
 
-func caseName(i int, sd, dd cuda.Strided) string {
+func caseName(i int, sd, dd strided.Desc) string {
 	return "case " + itoa(int64(i)) + " src " + descString(sd) + " dst " + descString(dd)
 }
 
-func descString(d cuda.Strided) string {
+func descString(d strided.Desc) string {
 	s := "{off " + itoa(d.Offset) + " run " + itoa(d.Run)
 	for k := range d.Count {
 		s += " " + itoa(d.Count[k]) + "x" + itoa(d.Stride[k])
@@ -401,7 +402,7 @@ func TestGPUMemcpy2D3D(t *testing.T) {
 	s := gputest.Stream(t, ctx)
 	r := rand.New(rand.NewPCG(7, 8))
 	// 2-D: 5 rows of 24 bytes at pitch 40 -> pitch 24.
-	d2 := cuda.Strided{Offset: 3, Run: 24, Count: []int64{5}, Stride: []int64{40}}
+	d2 := strided.Desc{Offset: 3, Run: 24, Count: []int64{5}, Stride: []int64{40}}
 	stridedCase(t, ctx, s, r, "Memcpy2DAsync", d2.Extent(), d2.Bytes(),
 		func(dst, src cuda.DevicePtr) error {
 			return cuda.Memcpy2DAsync(s, cuda.Copy2D{Dst: dst, Src: src + 3, DstPitch: 24, SrcPitch: 40, Width: 24, Height: 5})
@@ -409,7 +410,7 @@ func TestGPUMemcpy2D3D(t *testing.T) {
 		func(dst, src []byte) error { return cuda.HostPack(dst, src, d2) })
 	// 3-D: 3 slices of 4 rows of 10 bytes, source pitch 16 and 6 rows per
 	// slice, packed.
-	d3 := cuda.Strided{Run: 10, Count: []int64{3, 4}, Stride: []int64{16 * 6, 16}}
+	d3 := strided.Desc{Run: 10, Count: []int64{3, 4}, Stride: []int64{16 * 6, 16}}
 	stridedCase(t, ctx, s, r, "Memcpy3DAsync", d3.Extent(), d3.Bytes(),
 		func(dst, src cuda.DevicePtr) error {
 			return cuda.Memcpy3DAsync(s, cuda.Copy3D{Dst: dst, Src: src, DstPitch: 10, DstHeight: 4,

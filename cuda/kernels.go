@@ -13,6 +13,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // kernelSet is the strided-copy module loaded into one context.
@@ -245,8 +246,8 @@ func (k *kernelSet) launch(s *Stream, p copyPlan, grid int) error {
 // a no-op that launches nothing. The buffers must not overlap. Errors wrap
 // ErrBadStrided for a bad descriptor; the first call in a context compiles
 // the kernels (NVRTC) and may fail with nvrtc.ErrNotAvailable.
-func Pack(s *Stream, dst, src DevicePtr, desc Strided) error {
-	p, err := planCopy(dst, Contiguous(desc.Bytes()), src, desc)
+func Pack(s *Stream, dst, src DevicePtr, desc strided.Desc) error {
+	p, err := planCopy(dst, strided.Desc{Run: desc.Bytes()}, src, desc)
 	if err != nil {
 		return fmt.Errorf("cuda: Pack: %w", err)
 	}
@@ -256,8 +257,8 @@ func Pack(s *Stream, dst, src DevicePtr, desc Strided) error {
 // Unpack queues on s a copy of desc.Bytes() contiguous bytes at src to the
 // places desc describes at dst; other bytes of dst are left alone. desc's
 // runs must be disjoint. Otherwise as Pack.
-func Unpack(s *Stream, dst DevicePtr, desc Strided, src DevicePtr) error {
-	p, err := planCopy(dst, desc, src, Contiguous(desc.Bytes()))
+func Unpack(s *Stream, dst DevicePtr, desc strided.Desc, src DevicePtr) error {
+	p, err := planCopy(dst, desc, src, strided.Desc{Run: desc.Bytes()})
 	if err != nil {
 		return fmt.Errorf("cuda: Unpack: %w", err)
 	}
@@ -270,7 +271,7 @@ func Unpack(s *Stream, dst DevicePtr, desc Strided, src DevicePtr) error {
 // dimensions (runs are split to their greatest common divisor: keep the runs
 // multiples of each other for speed). dstDesc's runs must be disjoint.
 // Otherwise as Pack.
-func StridedCopy(s *Stream, dst DevicePtr, dstDesc Strided, src DevicePtr, srcDesc Strided) error {
+func StridedCopy(s *Stream, dst DevicePtr, dstDesc strided.Desc, src DevicePtr, srcDesc strided.Desc) error {
 	p, err := planCopy(dst, dstDesc, src, srcDesc)
 	if err != nil {
 		return fmt.Errorf("cuda: StridedCopy: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // FP8Window is an fp8.Window in device memory: one 4-byte value per block
@@ -30,7 +31,7 @@ type FP8Window struct {
 type FP8Region struct {
 	DType placement.DType
 	Src   reshard.Buffer
-	At    reshard.Strided
+	At    strided.Desc
 	Box   placement.Box
 }
 
@@ -70,7 +71,7 @@ func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst
 	if err != nil {
 		return fmt.Errorf("cuda: %s: source: %w", op, err)
 	}
-	at := stridedOf(r.At)
+	at := r.At
 	if err := checkRegion(op+" source", at, s.N); err != nil {
 		return err
 	}
@@ -79,7 +80,7 @@ func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst
 	}
 	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: s.Ptr, at: at, box: r.Box, win: w.Values.Ptr, blocks: w.Blocks}
 	if dst != nil {
-		if err := checkRegion(op+" destination", Strided{Offset: off, Run: r.Box.Elems()}, dst.N); err != nil {
+		if err := checkRegion(op+" destination", strided.Desc{Offset: off, Run: r.Box.Elems()}, dst.N); err != nil {
 			return err
 		}
 		req.dst = dst.Ptr + DevicePtr(off)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // QuantBenchOptions configures BenchQuantize. Zero fields take the
@@ -96,14 +96,14 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 	if err != nil {
 		return nil, err
 	}
-	strided, packed, other, e4m3 := big[0], big[1], big[2], big[3]
+	srcBuf, packed, other, e4m3 := big[0], big[1], big[2], big[3]
 	// Random normal bf16 values, 1 MiB of them repeated.
 	pattern := make([]byte, 1<<20)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < len(pattern); i += 2 {
 		binary.LittleEndian.PutUint16(pattern[i:], uint16(math.Float32bits(float32(r.NormFloat64()*0.02))>>16))
 	}
-	for _, b := range []Buffer{strided, packed, other} {
+	for _, b := range []Buffer{srcBuf, packed, other} {
 		for off := int64(0); off < b.N; off += int64(len(pattern)) {
 			n := min(int64(len(pattern)), b.N-off)
 			if err := ctx.CopyHtoD(b.Ptr+DevicePtr(off), pattern[:n]); err != nil {
@@ -172,8 +172,8 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 		}
 		win, awin, cwin := wins[0], wins[1], wins[2]
 		w := FP8Window{Blocks: blocks, Values: win}
-		desc := reshard.Strided{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
-		reg := FP8Region{DType: placement.BF16, Src: strided, At: desc, Box: box}
+		desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
+		reg := FP8Region{DType: placement.BF16, Src: srcBuf, At: desc, Box: box}
 		// The scales, as a reshard would compute them: amaxes on the
 		// device, scales on the host.
 		if err := s.Memset(win.Ptr, 0, int(win.N)); err != nil {
@@ -203,7 +203,7 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 		if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
 			return res, err
 		}
-		creg := FP8Region{DType: placement.BF16, Src: packed, At: reshard.Strided{Run: int64(total)}, Box: placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}}
+		creg := FP8Region{DType: placement.BF16, Src: packed, At: strided.Desc{Run: int64(total)}, Box: placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}}
 		cw := FP8Window{Blocks: cblocks, Values: cwin}
 
 		ops := []struct {
@@ -211,7 +211,7 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 			run  func() error
 		}{
 			{"copy", func() error { return s.CopyDtoD(other.Ptr, packed.Ptr, total) }},
-			{"pack", func() error { return mem.Pack(packed, 0, strided, desc) }},
+			{"pack", func() error { return mem.Pack(packed, 0, srcBuf, desc) }},
 			{"amax", func() error {
 				if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
 					return err

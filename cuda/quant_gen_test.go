@@ -9,6 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/fp8/fp8test"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // FP8 kernel cases for the tests, here (through the CPU emulator) and in
@@ -24,7 +25,7 @@ type QuantCase struct {
 	Grid   fp8.Grid
 	DType  placement.DType
 	Src    []byte // the source buffer
-	At     Strided
+	At     strided.Desc
 	Box    placement.Box
 	Blocks placement.Box // the window: the blocks Box touches, sometimes with a margin
 	Scales []float32     // the window's scales: those of the whole tensor
@@ -120,7 +121,7 @@ func makeQuantCase(r *rand.Rand, name string, dt placement.DType, shape []int64,
 		n *= s
 	}
 	src := make([]byte, lead+n+int64(r.IntN(8)))
-	at := Strided{Offset: lead, Run: (box.Hi[nd-1] - box.Lo[nd-1]) * esz}
+	at := strided.Desc{Offset: lead, Run: (box.Hi[nd-1] - box.Lo[nd-1]) * esz}
 	stride := esz
 	strides := make([]int64, nd)
 	for d := nd - 1; d >= 0; d-- {
@@ -136,7 +137,7 @@ func makeQuantCase(r *rand.Rand, name string, dt placement.DType, shape []int64,
 	}
 	// copy the box's rows in
 	k := 0
-	at.forEachRun(func(o int64) {
+	at.ForEachRun(func(o int64) {
 		idx := rowIndex(box, k)
 		flat := int64(0)
 		for d, i := range idx {
@@ -172,7 +173,7 @@ func makeQuantCase(r *rand.Rand, name string, dt placement.DType, shape []int64,
 	if err != nil {
 		return QuantCase{}, err
 	}
-	reg := fp8.Region{DType: dt, Data: src, At: fp8.Strided(at), Box: box}
+	reg := fp8.Region{DType: dt, Data: src, At: at, Box: box}
 	if err := g.Amax(amax, reg); err != nil {
 		return QuantCase{}, err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/gputest"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestGPUQuantize runs BlockAmax and PackQuantize on the GPU over the same
@@ -48,7 +48,7 @@ func TestGPUQuantize(t *testing.T) {
 		if err := mem.Upload(src, c.Src); err != nil {
 			t.Fatal(err)
 		}
-		reg := cuda.FP8Region{DType: c.DType, Src: src, At: reshard.Strided(c.At), Box: c.Box}
+		reg := cuda.FP8Region{DType: c.DType, Src: src, At: strided.Desc(c.At), Box: c.Box}
 		win := buf(4 * len(c.Amax))
 		if err := mem.Upload(win, make([]byte, 4*len(c.Amax))); err != nil {
 			t.Fatal(err)
@@ -113,7 +113,7 @@ func TestGPUAmaxNonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
-	reg := cuda.FP8Region{DType: placement.BF16, Src: src, At: reshard.Strided{Run: int64(len(host))}, Box: all}
+	reg := cuda.FP8Region{DType: placement.BF16, Src: src, At: strided.Desc{Run: int64(len(host))}, Box: all}
 	win := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, 4*6), N: 4 * 6}
 	if err := mem.Upload(win, make([]byte, 24)); err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestGPUQuantizeEveryPattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reg := cuda.FP8Region{DType: dt, Src: sb, At: reshard.Strided{Run: int64(len(src))}, Box: all}
+		reg := cuda.FP8Region{DType: dt, Src: sb, At: strided.Desc{Run: int64(len(src))}, Box: all}
 		if err := mem.PackQuantize(g, dst, 0, reg, cuda.FP8Window{Blocks: blocks, Values: win}); err != nil {
 			t.Fatal(err)
 		}

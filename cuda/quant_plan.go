@@ -6,6 +6,7 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // This file turns an FP8 quantize-pack or partial-amax request into the
@@ -55,7 +56,7 @@ type quantRequest struct {
 	grid   fp8.Grid
 	dtype  placement.DType
 	src    DevicePtr
-	at     Strided
+	at     strided.Desc
 	box    placement.Box
 	win    DevicePtr
 	blocks placement.Box // the window's blocks, 4 bytes each at win
@@ -94,7 +95,7 @@ func planQuant(q quantRequest) (quantPlan, error) {
 			}
 		}
 	}
-	if err := q.at.Validate(); err != nil {
+	if err := checkDesc(q.at); err != nil {
 		return quantPlan{}, fmt.Errorf("source: %w", err)
 	}
 	elems := uint64(q.box.Elems())

@@ -91,7 +91,7 @@ func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r reshard.QuantRegion) e
 	}
 	win, freeWin := kernels.Alloc(int(4 * blocks.Elems()))
 	defer freeWin()
-	p, err := planQuant(quantRequest{kind: quantAmax, grid: g, dtype: r.DType, src: src, at: stridedOf(r.At), box: r.Box, win: addrOf(win), blocks: blocks})
+	p, err := planQuant(quantRequest{kind: quantAmax, grid: g, dtype: r.DType, src: src, at: r.At, box: r.Box, win: addrOf(win), blocks: blocks})
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r reshard.QuantRegion) e
 	for i := range part.Values {
 		u := binary.LittleEndian.Uint32(win[4*i:])
 		if u&0x7FFFFFFF >= 0x7F800000 {
-			return g.CheckFinite(fp8.Region{DType: r.DType, Data: srcHost, At: fp8.Strided(r.At), Box: r.Box})
+			return g.CheckFinite(fp8.Region{DType: r.DType, Data: srcHost, At: r.At, Box: r.Box})
 		}
 		part.Values[i] = math.Float32frombits(u)
 	}
@@ -138,7 +138,7 @@ func (m *emuMemory) QuantPack(g fp8.Grid, dst reshard.Buffer, off int64, r resha
 	if err != nil {
 		return err
 	}
-	p, err := planQuant(quantRequest{kind: quantPack, grid: g, dtype: r.DType, src: src, at: stridedOf(r.At), box: r.Box,
+	p, err := planQuant(quantRequest{kind: quantPack, grid: g, dtype: r.DType, src: src, at: r.At, box: r.Box,
 		win: win, blocks: s.Blocks, dst: d + DevicePtr(off)})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestQuantKernelsOnCPU runs the FP8 kernels' source, compiled for the CPU,
@@ -165,7 +166,7 @@ func TestQuantPlan(t *testing.T) {
 		t.Errorf("amax plan %+v", p)
 	}
 	// Runs that do not hold whole rows are refused.
-	bad := Strided{Run: 2, Count: []int64{256 * 384}, Stride: []int64{4}}
+	bad := strided.Desc{Run: 2, Count: []int64{256 * 384}, Stride: []int64{4}}
 	if _, err := planQuant(quantRequest{kind: quantPack, grid: c.Grid, dtype: c.DType, src: 1 << 20, at: bad, box: c.Box, win: 1 << 30, blocks: c.Blocks, dst: 1 << 40}); err == nil {
 		t.Error("runs shorter than a row accepted")
 	}

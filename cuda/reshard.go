@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Buffer is device memory as a reshard.Buffer.
@@ -53,10 +54,6 @@ func deviceBufs(dst, src reshard.Buffer) (Buffer, Buffer, error) {
 	return d, s, err
 }
 
-func stridedOf(s reshard.Strided) Strided {
-	return Strided{Offset: s.Offset, Run: s.Run, Count: s.Count, Stride: s.Stride}
-}
-
 // Alloc implements reshard.Memory; a 0-byte buffer holds no memory.
 func (m *Memory) Alloc(n int64) (reshard.Buffer, error) {
 	if n == 0 {
@@ -78,7 +75,7 @@ func (m *Memory) Free(b reshard.Buffer) {
 
 // checkRegion makes sure a descriptor stays inside a buffer before a kernel
 // touches it: device code cannot report an out-of-range address.
-func checkRegion(what string, d Strided, size int64) error {
+func checkRegion(what string, d strided.Desc, size int64) error {
 	if d.Bytes() == 0 {
 		return nil
 	}
@@ -93,16 +90,16 @@ func checkRegion(what string, d Strided, size int64) error {
 }
 
 // Pack implements reshard.Memory.
-func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc reshard.Strided) error {
+func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc strided.Desc) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
 	}
-	sd := stridedOf(desc)
+	sd := desc
 	if err := checkRegion("pack source", sd, s.N); err != nil {
 		return err
 	}
-	if err := checkRegion("pack destination", Strided{Offset: off, Run: sd.Bytes()}, d.N); err != nil {
+	if err := checkRegion("pack destination", strided.Desc{Offset: off, Run: sd.Bytes()}, d.N); err != nil {
 		return err
 	}
 	if sd.Bytes() == 0 {
@@ -112,16 +109,16 @@ func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc re
 }
 
 // Unpack implements reshard.Memory.
-func (m *Memory) Unpack(dst reshard.Buffer, desc reshard.Strided, src reshard.Buffer, off int64) error {
+func (m *Memory) Unpack(dst reshard.Buffer, desc strided.Desc, src reshard.Buffer, off int64) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
 	}
-	dd := stridedOf(desc)
+	dd := desc
 	if err := checkRegion("unpack destination", dd, d.N); err != nil {
 		return err
 	}
-	if err := checkRegion("unpack source", Strided{Offset: off, Run: dd.Bytes()}, s.N); err != nil {
+	if err := checkRegion("unpack source", strided.Desc{Offset: off, Run: dd.Bytes()}, s.N); err != nil {
 		return err
 	}
 	if dd.Bytes() == 0 {
@@ -131,12 +128,12 @@ func (m *Memory) Unpack(dst reshard.Buffer, desc reshard.Strided, src reshard.Bu
 }
 
 // Copy implements reshard.Memory.
-func (m *Memory) Copy(dst reshard.Buffer, dstDesc reshard.Strided, src reshard.Buffer, srcDesc reshard.Strided) error {
+func (m *Memory) Copy(dst reshard.Buffer, dstDesc strided.Desc, src reshard.Buffer, srcDesc strided.Desc) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
 	}
-	dd, sd := stridedOf(dstDesc), stridedOf(srcDesc)
+	dd, sd := dstDesc, srcDesc
 	if dd.Bytes() != sd.Bytes() {
 		return fmt.Errorf("cuda: copy of %d bytes into %d", sd.Bytes(), dd.Bytes())
 	}
@@ -187,7 +184,7 @@ func (m *Memory) Download(dst []byte, src reshard.Buffer) error {
 
 // ReadRegion implements reshard.RegionReader: it packs the region into a
 // temporary device buffer and copies that to dst.
-func (m *Memory) ReadRegion(dst []byte, src reshard.Buffer, at reshard.Strided) error {
+func (m *Memory) ReadRegion(dst []byte, src reshard.Buffer, at strided.Desc) error {
 	if int64(len(dst)) != at.Bytes() {
 		return fmt.Errorf("cuda: reading %d bytes into %d", at.Bytes(), len(dst))
 	}

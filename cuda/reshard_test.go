@@ -16,6 +16,7 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/inproc"
 	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestGPUConformance runs the transport conformance suite on device memory
@@ -93,7 +94,7 @@ func TestGPUMemoryBounds(t *testing.T) {
 	b, _ := mem.Alloc(64)
 	defer mem.Free(a)
 	defer mem.Free(b)
-	err = mem.Pack(a, 0, b, reshard.Strided{Offset: 8, Run: 16, Count: []int64{4}, Stride: []int64{16}})
+	err = mem.Pack(a, 0, b, strided.Desc{Offset: 8, Run: 16, Count: []int64{4}, Stride: []int64{16}})
 	if err == nil {
 		t.Fatal("a pack reaching byte 72 of a 64-byte buffer passed")
 	}

@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"math/rand/v2"
+
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Random descriptors for the tests, here and in the GPU tests of package
@@ -13,7 +15,7 @@ import (
 // dimensions may come permuted (a transposed view); some boxes are empty. A
 // quarter of the boxes are 16-byte aligned throughout, and some have long
 // runs that the kernels split into chunks.
-func RandomBox(r *rand.Rand) (d Strided, bufLen int64) {
+func RandomBox(r *rand.Rand) (d strided.Desc, bufLen int64) {
 	rank := 1 + r.IntN(5)
 	elem := []int64{1, 2, 3, 4, 8, 16}[r.IntN(6)]
 	pad := int64(r.IntN(40))
@@ -64,9 +66,9 @@ func RandomBox(r *rand.Rand) (d Strided, bufLen int64) {
 // disjoint runs (so it may be a destination): a random run dividing total,
 // up to four outer dimensions in random order with random gaps between runs,
 // at a random offset; and the size of a buffer that holds it.
-func RandomDisjoint(r *rand.Rand, total int64) (d Strided, bufLen int64) {
+func RandomDisjoint(r *rand.Rand, total int64) (d strided.Desc, bufLen int64) {
 	if total == 0 {
-		return Strided{Offset: int64(r.IntN(9)), Run: int64(r.IntN(5)), Count: []int64{0}, Stride: []int64{7}}, 32
+		return strided.Desc{Offset: int64(r.IntN(9)), Run: int64(r.IntN(5)), Count: []int64{0}, Stride: []int64{7}}, 32
 	}
 	divisors := func(n int64) []int64 {
 		var ds []int64

@@ -1,8 +1,12 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
 
-// This file turns a (destination, source) pair of Strided descriptors into
+	"github.com/m2n-dev/m2n/strided"
+)
+
+// This file turns a (destination, source) pair of strided.Desc descriptors into
 // the launch of one strided-copy kernel (kernels/strided.cu). It is pure Go,
 // so the tests check it on the CPU against HostStridedCopy, running the
 // kernel source itself through kernels.Emulate.
@@ -82,18 +86,18 @@ func clampGrid(need uint64, limit int) int {
 // dstDesc describes at dst, in packed order. The descriptors must describe
 // the same number of bytes and the destination's runs must be disjoint. An
 // empty copy gives a plan with items == 0.
-func planCopy(dst DevicePtr, dstDesc Strided, src DevicePtr, srcDesc Strided) (copyPlan, error) {
-	if err := srcDesc.Validate(); err != nil {
+func planCopy(dst DevicePtr, dstDesc strided.Desc, src DevicePtr, srcDesc strided.Desc) (copyPlan, error) {
+	if err := checkDesc(srcDesc); err != nil {
 		return copyPlan{}, fmt.Errorf("source: %w", err)
 	}
-	if err := dstDesc.Validate(); err != nil {
+	if err := checkDesc(dstDesc); err != nil {
 		return copyPlan{}, fmt.Errorf("destination: %w", err)
 	}
 	if dstDesc.Bytes() != srcDesc.Bytes() {
 		return copyPlan{}, fmt.Errorf("%w: destination describes %d bytes, source %d",
 			ErrBadStrided, dstDesc.Bytes(), srcDesc.Bytes())
 	}
-	if err := dstDesc.checkDisjoint(); err != nil {
+	if err := dstDesc.CheckDisjoint(); err != nil {
 		return copyPlan{}, err
 	}
 	total := uint64(srcDesc.Bytes())
@@ -148,7 +152,7 @@ type dim struct{ count, stride uint64 }
 // dimensions of count 1 dropped and every dimension merged into the one
 // inside it (or into the run) where the two are contiguous. The descriptor
 // must be valid and non-empty.
-func normalize(d Strided) (run uint64, dims []dim) {
+func normalize(d strided.Desc) (run uint64, dims []dim) {
 	run = uint64(d.Run)
 	// Walk from the innermost dimension out; dims is built innermost first.
 	for i := len(d.Count) - 1; i >= 0; i-- {

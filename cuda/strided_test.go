@@ -10,74 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/strided"
 )
-
-func TestStridedValidate(t *testing.T) {
-	ok := []Strided{
-		{},
-		{Run: 5},
-		{Offset: 3, Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 10}},
-		{Run: 4, Count: []int64{0}, Stride: []int64{1}},
-		{Run: 4, Count: []int64{1, 1, 1, 1, 1, 1, 1}, Stride: make([]int64, 7)},
-	}
-	for _, d := range ok {
-		if err := d.Validate(); err != nil {
-			t.Errorf("%+v: %v", d, err)
-		}
-	}
-	bad := []Strided{
-		{Offset: -1, Run: 1},
-		{Run: -1},
-		{Run: 1, Count: []int64{2}},
-		{Run: 1, Count: []int64{2}, Stride: []int64{-1}},
-		{Run: 1, Count: []int64{-2}, Stride: []int64{1}},
-		{Run: 1, Count: []int64{0, -1}, Stride: []int64{1, 1}},
-		{Run: 1, Count: make([]int64, 8), Stride: make([]int64, 8)},
-		{Run: 1 << 40, Count: []int64{1 << 30}, Stride: []int64{1 << 40}},
-		{Run: 1, Count: []int64{1 << 40, 1 << 40}, Stride: []int64{1, 1}},
-	}
-	for _, d := range bad {
-		if err := d.Validate(); !errors.Is(err, ErrBadStrided) {
-			t.Errorf("%+v: got %v, want ErrBadStrided", d, err)
-		}
-	}
-}
-
-func TestStridedBytesExtent(t *testing.T) {
-	d := Strided{Offset: 3, Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 10}}
-	if got := d.Bytes(); got != 24 {
-		t.Errorf("Bytes = %d, want 24", got)
-	}
-	if got := d.Extent(); got != 3+100+20+4 {
-		t.Errorf("Extent = %d, want 127", got)
-	}
-	if got := (Strided{Offset: 9, Run: 4, Count: []int64{0}, Stride: []int64{1}}).Extent(); got != 0 {
-		t.Errorf("empty Extent = %d, want 0", got)
-	}
-}
-
-func TestCheckDisjoint(t *testing.T) {
-	ok := []Strided{
-		{Run: 4, Count: []int64{3}, Stride: []int64{4}},
-		{Run: 4, Count: []int64{2, 3}, Stride: []int64{4, 8}}, // transposed
-		{Run: 4, Count: []int64{3, 1}, Stride: []int64{4, 0}},
-	}
-	for _, d := range ok {
-		if err := d.checkDisjoint(); err != nil {
-			t.Errorf("%+v: %v", d, err)
-		}
-	}
-	bad := []Strided{
-		{Run: 4, Count: []int64{3}, Stride: []int64{3}},
-		{Run: 4, Count: []int64{2}, Stride: []int64{0}},
-		{Run: 2, Count: []int64{2, 3}, Stride: []int64{4, 2}},
-	}
-	for _, d := range bad {
-		if err := d.checkDisjoint(); !errors.Is(err, ErrBadStrided) {
-			t.Errorf("%+v: got %v, want ErrBadStrided", d, err)
-		}
-	}
-}
 
 func TestHostPackExample(t *testing.T) {
 	// Rows 1..2, columns 1..3 of a 3x4 matrix of bytes.
@@ -86,7 +20,7 @@ func TestHostPackExample(t *testing.T) {
 		4, 5, 6, 7,
 		8, 9, 10, 11,
 	}
-	d := Strided{Offset: 5, Run: 2, Count: []int64{2}, Stride: []int64{4}}
+	d := strided.Desc{Offset: 5, Run: 2, Count: []int64{2}, Stride: []int64{4}}
 	got := make([]byte, 4)
 	if err := HostPack(got, src, d); err != nil {
 		t.Fatal(err)
@@ -108,20 +42,20 @@ func TestHostPackExample(t *testing.T) {
 
 func TestNormalize(t *testing.T) {
 	cases := []struct {
-		d    Strided
+		d    strided.Desc
 		run  uint64
 		dims []dim
 	}{
-		{Strided{Run: 8}, 8, nil},
+		{strided.Desc{Run: 8}, 8, nil},
 		// Whole rows of a 4x8 matrix: one run.
-		{Strided{Run: 8, Count: []int64{4}, Stride: []int64{8}}, 32, nil},
+		{strided.Desc{Run: 8, Count: []int64{4}, Stride: []int64{8}}, 32, nil},
 		// A 2x3x4 box of a 5x3x4 tensor: the inner two merge into the run.
-		{Strided{Run: 4, Count: []int64{2, 3}, Stride: []int64{12, 4}}, 24, nil},
+		{strided.Desc{Run: 4, Count: []int64{2, 3}, Stride: []int64{12, 4}}, 24, nil},
 		// Pitched rows stay; a count-1 dimension disappears.
-		{Strided{Run: 4, Count: []int64{1, 6}, Stride: []int64{999, 8}}, 4, []dim{{6, 8}}},
+		{strided.Desc{Run: 4, Count: []int64{1, 6}, Stride: []int64{999, 8}}, 4, []dim{{6, 8}}},
 		// Two outer dims that are contiguous with each other merge.
-		{Strided{Run: 4, Count: []int64{2, 3}, Stride: []int64{24, 8}}, 4, []dim{{6, 8}}},
-		{Strided{Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 8}}, 4, []dim{{2, 100}, {3, 8}}},
+		{strided.Desc{Run: 4, Count: []int64{2, 3}, Stride: []int64{24, 8}}, 4, []dim{{6, 8}}},
+		{strided.Desc{Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 8}}, 4, []dim{{2, 100}, {3, 8}}},
 	}
 	for _, c := range cases {
 		run, dims := normalize(c.d)
@@ -144,8 +78,8 @@ func TestPlanBenchShapes(t *testing.T) {
 		{65536, 256, 4, 1024, 65536},
 	} {
 		rows := int64(1<<30) / c.row
-		desc := Strided{Run: c.row, Count: []int64{rows}, Stride: []int64{2 * c.row}}
-		p, err := planCopy(1<<40, Contiguous(desc.Bytes()), 1<<41, desc)
+		desc := strided.Desc{Run: c.row, Count: []int64{rows}, Stride: []int64{2 * c.row}}
+		p, err := planCopy(1<<40, strided.Desc{Run: desc.Bytes()}, 1<<41, desc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,16 +94,16 @@ func TestPlanBenchShapes(t *testing.T) {
 func TestPlanWidth(t *testing.T) {
 	for _, c := range []struct {
 		dst, src DevicePtr
-		d        Strided
+		d        strided.Desc
 		width    int
 	}{
-		{256, 512, Strided{Run: 32, Count: []int64{4}, Stride: []int64{64}}, 16},
-		{256, 512, Strided{Offset: 8, Run: 32, Count: []int64{4}, Stride: []int64{64}}, 8},
-		{256, 512, Strided{Run: 32, Count: []int64{4}, Stride: []int64{36}}, 4},
-		{258, 512, Strided{Run: 32, Count: []int64{4}, Stride: []int64{64}}, 2},
-		{256, 512, Strided{Run: 33, Count: []int64{4}, Stride: []int64{64}}, 1},
+		{256, 512, strided.Desc{Run: 32, Count: []int64{4}, Stride: []int64{64}}, 16},
+		{256, 512, strided.Desc{Offset: 8, Run: 32, Count: []int64{4}, Stride: []int64{64}}, 8},
+		{256, 512, strided.Desc{Run: 32, Count: []int64{4}, Stride: []int64{36}}, 4},
+		{258, 512, strided.Desc{Run: 32, Count: []int64{4}, Stride: []int64{64}}, 2},
+		{256, 512, strided.Desc{Run: 33, Count: []int64{4}, Stride: []int64{64}}, 1},
 	} {
-		p, err := planCopy(c.dst, Contiguous(c.d.Bytes()), c.src, c.d)
+		p, err := planCopy(c.dst, strided.Desc{Run: c.d.Bytes()}, c.src, c.d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,18 +114,18 @@ func TestPlanWidth(t *testing.T) {
 }
 
 func TestPlanErrors(t *testing.T) {
-	d := Strided{Run: 4, Count: []int64{3}, Stride: []int64{8}}
-	if _, err := planCopy(0, Contiguous(11), 0, d); !errors.Is(err, ErrBadStrided) {
+	d := strided.Desc{Run: 4, Count: []int64{3}, Stride: []int64{8}}
+	if _, err := planCopy(0, strided.Desc{Run: 11}, 0, d); !errors.Is(err, ErrBadStrided) {
 		t.Errorf("size mismatch: got %v", err)
 	}
-	overlap := Strided{Run: 4, Count: []int64{3}, Stride: []int64{2}}
-	if _, err := planCopy(0, overlap, 0, Contiguous(12)); !errors.Is(err, ErrBadStrided) {
+	overlap := strided.Desc{Run: 4, Count: []int64{3}, Stride: []int64{2}}
+	if _, err := planCopy(0, overlap, 0, strided.Desc{Run: 12}); !errors.Is(err, ErrBadStrided) {
 		t.Errorf("overlapping destination: got %v", err)
 	}
-	if _, err := planCopy(0, Contiguous(12), 0, overlap); err != nil {
+	if _, err := planCopy(0, strided.Desc{Run: 12}, 0, overlap); err != nil {
 		t.Errorf("overlapping source is fine: got %v", err)
 	}
-	p, err := planCopy(0, Contiguous(0), 0, Strided{Run: 4, Count: []int64{0}, Stride: []int64{4}})
+	p, err := planCopy(0, strided.Desc{Run: 0}, 0, strided.Desc{Run: 4, Count: []int64{0}, Stride: []int64{4}})
 	if err != nil || p.items != 0 {
 		t.Errorf("empty: plan %+v, %v", p, err)
 	}
@@ -256,7 +190,7 @@ func TestKernelsOnCPU(t *testing.T) {
 		if r.IntN(3) == 0 {
 			// Same box shape on the other side, often the common case.
 			dd, dLen = RandomBox(r)
-			if dd.Bytes() != total || dd.checkDisjoint() != nil {
+			if dd.Bytes() != total || dd.CheckDisjoint() != nil {
 				dd, dLen = RandomDisjoint(r, total)
 			}
 		}
@@ -285,9 +219,9 @@ func TestKernelsOnCPU(t *testing.T) {
 				t.Fatalf("case %d %s: src %+v dst %+v: kernel and oracle differ (plan %+v)", i, op, sd, dd, p)
 			}
 		}
-		p, err := planCopy(addr(dst), Contiguous(total), addr(src), sd)
+		p, err := planCopy(addr(dst), strided.Desc{Run: total}, addr(src), sd)
 		check("Pack", p, err, func(want []byte) error { return HostPack(want, src, sd) })
-		p, err = planCopy(addr(dst), dd, addr(src), Contiguous(total))
+		p, err = planCopy(addr(dst), dd, addr(src), strided.Desc{Run: total})
 		check("Unpack", p, err, func(want []byte) error { return HostUnpack(want, dd, src) })
 		p, err = planCopy(addr(dst), dd, addr(src), sd)
 		check("StridedCopy", p, err, func(want []byte) error { return HostStridedCopy(want, dd, src, sd) })
@@ -300,4 +234,13 @@ func TestKernelsOnCPU(t *testing.T) {
 		}
 	}
 	t.Logf("kernel widths used: %v", widthsSeen)
+}
+
+func TestCheckDescKernelDims(t *testing.T) {
+	if err := checkDesc(strided.Desc{Run: 4, Count: make([]int64, MaxDims), Stride: make([]int64, MaxDims)}); err != nil {
+		t.Errorf("%d outer dims: %v", MaxDims, err)
+	}
+	if err := checkDesc(strided.Desc{Run: 4, Count: make([]int64, MaxDims+1), Stride: make([]int64, MaxDims+1)}); !errors.Is(err, ErrBadStrided) {
+		t.Errorf("%d outer dims: got %v, want ErrBadStrided", MaxDims+1, err)
+	}
 }

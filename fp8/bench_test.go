@@ -8,6 +8,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // BenchmarkPackQuantize measures quantize-while-packing (fp8.Grid.Pack)
@@ -45,12 +46,12 @@ func benchPackQuantize(b *testing.B, dt placement.DType, mode fp8.Mode) {
 	box := placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols / 2}}
 	esz := int64(dt.Size())
 	data := randomTensor(rand.New(rand.NewPCG(1, 2)), dt, shape)
-	at := reshard.Describe(local, box, esz)
+	at := strided.Describe(local, box, esz)
 	g, err := fp8.NewGrid(shape, mode)
 	if err != nil {
 		b.Fatal(err)
 	}
-	reg := fp8.Region{DType: dt, Data: data, At: fp8.Strided(at), Box: box}
+	reg := fp8.Region{DType: dt, Data: data, At: at, Box: box}
 	amax, err := g.WindowFor(box)
 	if err != nil {
 		b.Fatal(err)
@@ -100,7 +101,7 @@ func TestPackAllocs(t *testing.T) {
 	box := placement.Box{Lo: []int64{0, 64}, Hi: []int64{256, 448}}
 	local := placement.Box{Lo: []int64{0, 0}, Hi: shape}
 	g, _ := fp8.NewGrid(shape, fp8.Block)
-	reg := fp8.Region{DType: placement.BF16, Data: data, At: fp8.Strided(reshard.Describe(local, box, 2)), Box: box}
+	reg := fp8.Region{DType: placement.BF16, Data: data, At: strided.Describe(local, box, 2), Box: box}
 	w, _ := g.WindowFor(box)
 	out := make([]byte, box.Elems())
 	if err := g.Amax(w, reg); err != nil {

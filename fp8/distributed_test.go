@@ -14,6 +14,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestDistributedPlans quantizes through real reshard plans, as the
@@ -155,11 +156,11 @@ func quantizeThroughPlan(r *rand.Rand, src, dst placement.Layout, mode fp8.Mode)
 	for _, tr := range plan.Transfers() {
 		s := sources[tr.Src]
 		staging := make([]byte, tr.Box.Elems())
-		reg := fp8.Region{DType: dt, Data: s.data, At: fp8.Strided(tr.SrcAt), Box: tr.Box}
+		reg := fp8.Region{DType: dt, Data: s.data, At: tr.SrcAt, Box: tr.Box}
 		if err := g.Pack(staging, reg, s.scales); err != nil {
 			return fmt.Errorf("transfer %d -> %d of %v: %w", tr.Src, tr.Dst, tr.Box, err)
 		}
-		at := reshard.Describe(tr.DstLocal, tr.Box, 1)
+		at := strided.Describe(tr.DstLocal, tr.Box, 1)
 		if err := mem.Unpack(reshard.HostBuffer(dstData[tr.Dst]), at, reshard.HostBuffer(staging), 0); err != nil {
 			return err
 		}
@@ -213,7 +214,7 @@ func extract(data []byte, shape []int64, box placement.Box, esz int64) []byte {
 	if box.Empty() {
 		return []byte{}
 	}
-	at := reshard.Describe(full, box, esz)
+	at := strided.Describe(full, box, esz)
 	out := make([]byte, box.Elems()*esz)
 	if err := (reshard.HostMemory{}).Pack(reshard.HostBuffer(out), 0, reshard.HostBuffer(data), at); err != nil {
 		panic(err)

@@ -42,7 +42,7 @@
 // the order a plain pack would write the bf16 bytes: half the bytes cross
 // the network.
 //
-//	reg := fp8.Region{DType: placement.BF16, Data: local, At: fp8.Strided(t.SrcAt), Box: t.Box}
+//	reg := fp8.Region{DType: placement.BF16, Data: local, At: t.SrcAt, Box: t.Box}
 //	err = g.Pack(staging[:t.Box.Elems()], reg, w)
 //
 // 3. The destination unpacks the bytes as usual (1-byte elements:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // A 4x300 bf16 tensor quantized per 128x128 block by two source ranks that
@@ -45,7 +46,7 @@ func Example() {
 	// A destination wants columns [100, 300): rank 0 sends [100, 200) from
 	// its buffer (rows of 100 elements at a pitch of 200), rank 1 all of its.
 	send := placement.Box{Lo: []int64{0, 100}, Hi: []int64{4, 200}}
-	at := fp8.Strided{Offset: 2 * 100, Run: 2 * 100, Count: []int64{4}, Stride: []int64{2 * 200}}
+	at := strided.Desc{Offset: 2 * 100, Run: 2 * 100, Count: []int64{4}, Stride: []int64{2 * 200}}
 	part0 := make([]byte, send.Elems())
 	_ = g.Pack(part0, fp8.Region{DType: placement.BF16, Data: local[0], At: at, Box: send}, windows[0])
 	part1 := make([]byte, boxes[1].Elems())

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // FuzzQuantize quantizes a random tensor (shape, mode, dtype and values
@@ -206,7 +207,7 @@ func forEachCell(cuts [][]int64, fn func(placement.Box)) {
 // of shape buf, with the box's corner at element off of it: one run per box
 // row, stepping through every outer dim (no merging, so that descriptors
 // with many dims are exercised too).
-func describeIn(buf, off []int64, box placement.Box, esz int64) Strided {
+func describeIn(buf, off []int64, box placement.Box, esz int64) strided.Desc {
 	nd := len(buf)
 	stride := make([]int64, nd)
 	s := esz
@@ -214,7 +215,7 @@ func describeIn(buf, off []int64, box placement.Box, esz int64) Strided {
 		stride[d] = s
 		s *= buf[d]
 	}
-	at := Strided{Run: (box.Hi[nd-1] - box.Lo[nd-1]) * esz}
+	at := strided.Desc{Run: (box.Hi[nd-1] - box.Lo[nd-1]) * esz}
 	for d := range nd {
 		at.Offset += off[d] * stride[d]
 	}
@@ -227,7 +228,7 @@ func describeIn(buf, off []int64, box placement.Box, esz int64) Strided {
 
 // copyBox copies box's elements of the dense tensor src into buf where at
 // says.
-func copyBox(buf []byte, at Strided, src []byte, shape []int64, box placement.Box, esz int64) {
+func copyBox(buf []byte, at strided.Desc, src []byte, shape []int64, box placement.Box, esz int64) {
 	var packed []byte
 	forEachIndex(box, func(idx []int64) {
 		f := flatIndex(shape, idx) * esz

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 func bx(c ...int64) placement.Box { // lo..., hi...
@@ -156,13 +157,13 @@ func TestRegionErrors(t *testing.T) {
 		r    Region
 		want string
 	}{
-		{Region{DType: placement.F16, Data: data, At: Strided{Run: 64}, Box: full}, "takes bf16 or f32"},
-		{Region{DType: placement.BF16, Data: data, At: Strided{Run: 62}, Box: full}, "describes 62"},
-		{Region{DType: placement.BF16, Data: data[:60], At: Strided{Run: 64}, Box: full}, "reaches byte 64 of a 60-byte buffer"},
-		{Region{DType: placement.BF16, Data: data, At: Strided{Run: 3, Count: []int64{2}, Stride: []int64{3}}, Box: bx(0, 0, 1, 3)}, "whole number"},
-		{Region{DType: placement.BF16, Data: data, At: Strided{Run: 2, Count: []int64{2}}, Box: bx(0, 0, 1, 2)}, "counts and"},
-		{Region{DType: placement.BF16, Data: data, At: Strided{Run: 2, Count: []int64{2}, Stride: []int64{-2}}, Box: bx(0, 0, 1, 2)}, "negative"},
-		{Region{DType: placement.BF16, Data: data, At: Strided{Run: 64}, Box: bx(0, 0, 4, 9)}, "not inside the tensor"},
+		{Region{DType: placement.F16, Data: data, At: strided.Desc{Run: 64}, Box: full}, "takes bf16 or f32"},
+		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 62}, Box: full}, "describes 62"},
+		{Region{DType: placement.BF16, Data: data[:60], At: strided.Desc{Run: 64}, Box: full}, "reaches byte 64 of a 60-byte buffer"},
+		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 3, Count: []int64{2}, Stride: []int64{3}}, Box: bx(0, 0, 1, 3)}, "whole number"},
+		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 2, Count: []int64{2}}, Box: bx(0, 0, 1, 2)}, "counts and"},
+		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 2, Count: []int64{2}, Stride: []int64{-2}}, Box: bx(0, 0, 1, 2)}, "negative"},
+		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 64}, Box: bx(0, 0, 4, 9)}, "not inside the tensor"},
 	} {
 		if err := g.Amax(w, c.r); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Amax(%+v): %v, want %q", c.r, err, c.want)
@@ -183,7 +184,7 @@ func TestRegionErrors(t *testing.T) {
 		t.Error("Quantize of a short buffer accepted")
 	}
 	// An empty region is fine and touches nothing.
-	empty := Region{DType: placement.BF16, Data: nil, At: Strided{}, Box: bx(1, 1, 1, 5)}
+	empty := Region{DType: placement.BF16, Data: nil, At: strided.Desc{}, Box: bx(1, 1, 1, 5)}
 	if err := g.Amax(w, empty); err != nil {
 		t.Error(err)
 	}

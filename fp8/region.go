@@ -5,23 +5,10 @@ import (
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
-// Strided says where a box's bytes sit in a rank's local buffer: runs of
-// Run contiguous bytes, the first at byte Offset, the others found by
-// stepping an odometer over Count (outermost first) with the byte strides
-// in Stride. It has the fields of reshard.Strided and cuda.Strided, so
-// either converts to it: fp8.Strided(t.SrcAt). (This package imports
-// neither, so that the executor can import it.) The bytes, run after run,
-// are the box's elements in row-major order.
-type Strided struct {
-	Offset int64
-	Run    int64
-	Count  []int64
-	Stride []int64
-}
-
-// maxRunDims is the most outer dims a Strided may have here.
+// maxRunDims is the most outer dims a strided.Desc may have here.
 const maxRunDims = 16
 
 // Region is a box of a tensor as one rank holds it: Box is where it lies in
@@ -31,7 +18,7 @@ const maxRunDims = 16
 type Region struct {
 	DType placement.DType // BF16 or F32
 	Data  []byte
-	At    Strided
+	At    strided.Desc
 	Box   placement.Box
 }
 
@@ -39,7 +26,7 @@ type Region struct {
 // and row-major in data: box is the part's global box.
 func Dense(dt placement.DType, data []byte, box placement.Box) Region {
 	n := box.Elems() * int64(dt.Size())
-	return Region{DType: dt, Data: data, At: Strided{Run: n}, Box: box}
+	return Region{DType: dt, Data: data, At: strided.Desc{Run: n}, Box: box}
 }
 
 // elemSize returns the byte size of a source dtype, or an error naming it.
@@ -113,15 +100,15 @@ type segment struct {
 	served int64 // elements of the region in this block
 }
 
-// runs steps through a Strided descriptor's runs.
+// runs steps through a strided.Desc descriptor's runs.
 type runs struct {
-	at   Strided
+	at   strided.Desc
 	idx  [maxRunDims]int64
 	off  int64 // byte offset of the next unread byte of the current run
 	left int64 // bytes left in the current run
 }
 
-func (it *runs) init(at Strided) {
+func (it *runs) init(at strided.Desc) {
 	it.at = at
 	it.idx = [maxRunDims]int64{}
 	it.off, it.left = at.Offset, at.Run

@@ -7,6 +7,7 @@ import (
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Balance says how the replicas of a destination shard inside one domain
@@ -176,8 +177,8 @@ type hop struct {
 
 func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	bytes := sub.Elems() * c.elem
-	dstAt := reshard.Describe(c.dstLocal, sub, c.elem)
-	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: reshard.Describe(c.srcLocal, sub, c.srcElem)}}
+	dstAt := strided.Describe(c.dstLocal, sub, c.elem)
+	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: strided.Describe(c.srcLocal, sub, c.srcElem)}}
 	prev := c.src
 	after := 0
 	for _, h := range c.hops {

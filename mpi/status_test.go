@@ -8,6 +8,7 @@ import (
 
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestIrecvStatus receives from AnySource with AnyTag, completing the
@@ -95,7 +96,7 @@ func TestIrecvStatus(t *testing.T) {
 					t.Errorf("chunked receive: %s", d)
 				}
 				region := make([]byte, 12)
-				at := mpi.Strided{Offset: 1, Run: 2, Count: []int64{2}, Stride: []int64{4}} // 4 bytes: one piece
+				at := strided.Desc{Offset: 1, Run: 2, Count: []int64{2}, Stride: []int64{4}} // 4 bytes: one piece
 				rs, err := c.IrecvStrided(region, at, 2, 6)
 				if err != nil {
 					t.Fatal(err)
@@ -200,7 +201,7 @@ func TestCancel(t *testing.T) {
 			cancel("receive in 3 pieces", r)
 		}()
 
-		r, err = c.IrecvStrided(make([]byte, 12), mpi.Strided{Run: 2, Count: []int64{3}, Stride: []int64{4}}, peer, 97)
+		r, err = c.IrecvStrided(make([]byte, 12), strided.Desc{Run: 2, Count: []int64{3}, Stride: []int64{4}}, peer, 97)
 		if err != nil {
 			t.Fatal(err)
 		}

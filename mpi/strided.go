@@ -30,24 +30,9 @@ import "C"
 import (
 	"math"
 	"unsafe"
+
+	"github.com/m2n-dev/m2n/strided"
 )
-
-// Strided describes a region of a buffer as the reshard planner does: runs
-// of Run contiguous bytes, the first at Offset, the others found by
-// stepping Count (outermost first) with the byte Stride of each outer dim.
-type Strided struct {
-	Offset, Run   int64
-	Count, Stride []int64
-}
-
-// bytes returns the bytes the region holds.
-func (s Strided) bytes() int64 {
-	n := s.Run
-	for _, c := range s.Count {
-		n *= c
-	}
-	return n
-}
 
 // MaxStridedBytes is the largest region IsendStrided and IrecvStrided move
 // in one message (MPI counts are C ints).
@@ -61,17 +46,17 @@ const MaxStridedBytes = math.MaxInt32
 //
 // Errors: a region outside buf, or larger than MaxStridedBytes, wraps
 // ErrInvalid; MPI's errors return an *Error.
-func (c *Comm) IsendStrided(buf []byte, at Strided, dest, tag int) (*Request, error) {
+func (c *Comm) IsendStrided(buf []byte, at strided.Desc, dest, tag int) (*Request, error) {
 	return c.strided("MPI_Isend", buf, at, dest, tag)
 }
 
 // IrecvStrided receives one message from src into the region at of buf, in
 // place. The message must hold exactly the region's bytes.
-func (c *Comm) IrecvStrided(buf []byte, at Strided, src, tag int) (*Request, error) {
+func (c *Comm) IrecvStrided(buf []byte, at strided.Desc, src, tag int) (*Request, error) {
 	return c.strided("MPI_Irecv", buf, at, src, tag)
 }
 
-func (c *Comm) strided(op string, buf []byte, at Strided, peer, tag int) (*Request, error) {
+func (c *Comm) strided(op string, buf []byte, at strided.Desc, peer, tag int) (*Request, error) {
 	h, err := c.handle(op)
 	if err != nil {
 		return nil, err
@@ -87,8 +72,8 @@ func (c *Comm) strided(op string, buf []byte, at Strided, peer, tag int) (*Reque
 	if len(at.Count) != len(at.Stride) {
 		return nil, invalid(op, "%d counts and %d strides", len(at.Count), len(at.Stride))
 	}
-	if at.Run <= 0 || at.Run > MaxStridedBytes || at.bytes() > MaxStridedBytes {
-		return nil, invalid(op, "a strided region of %d bytes in runs of %d; want 1 to %d", at.bytes(), at.Run, MaxStridedBytes)
+	if at.Run <= 0 || at.Run > MaxStridedBytes || at.Bytes() > MaxStridedBytes {
+		return nil, invalid(op, "a strided region of %d bytes in runs of %d; want 1 to %d", at.Bytes(), at.Run, MaxStridedBytes)
 	}
 	last := at.Offset
 	for i, n := range at.Count {

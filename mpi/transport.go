@@ -61,7 +61,7 @@ func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 		var r *Request
 		var err error
 		if o.InPlace {
-			at := Strided{Offset: o.At.Offset, Run: o.At.Run, Count: o.At.Count, Stride: o.At.Stride}
+			at := o.At
 			if o.Send {
 				r, err = t.comm.IsendStrided(hb, at, o.Peer, transportTag)
 			} else {

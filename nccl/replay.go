@@ -391,8 +391,8 @@ func batchCopies(items []replay.Copy) []cuda.BatchCopy {
 	out := make([]cuda.BatchCopy, len(items))
 	for i, c := range items {
 		out[i] = cuda.BatchCopy{
-			Dst: cuda.DevicePtr(c.Dst), DstDesc: cuda.Strided{Offset: c.DstAt.Offset, Run: c.DstAt.Run, Count: c.DstAt.Count, Stride: c.DstAt.Stride},
-			Src: cuda.DevicePtr(c.Src), SrcDesc: cuda.Strided{Offset: c.SrcAt.Offset, Run: c.SrcAt.Run, Count: c.SrcAt.Count, Stride: c.SrcAt.Stride},
+			Dst: cuda.DevicePtr(c.Dst), DstDesc: c.DstAt,
+			Src: cuda.DevicePtr(c.Src), SrcDesc: c.SrcAt,
 		}
 	}
 	return out

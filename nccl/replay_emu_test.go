@@ -15,6 +15,7 @@ import (
 	"github.com/m2n-dev/m2n/internal/replay/replaytest"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // emuHeap is simulated device memory in C memory, whose copies run the
@@ -58,7 +59,7 @@ func (h *emuHeap) at(addr uint64) ([]byte, error) {
 
 // inside checks that a region lies in one buffer before a kernel touches
 // it.
-func (h *emuHeap) inside(addr uint64, at reshard.Strided) error {
+func (h *emuHeap) inside(addr uint64, at strided.Desc) error {
 	b, err := h.at(addr)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // oneRankTransport makes a one-rank communicator, its transport and a
@@ -234,9 +235,9 @@ func TestGPUReplayManyTensors(t *testing.T) {
 // forward of bytes received two rounds earlier, and local copies between
 // rounds, over a source of 4 KiB and a destination of 8 KiB.
 func selfProgram() *reshard.Program {
-	src := func(at reshard.Strided) reshard.Region { return reshard.Region{Tensor: 0, Buf: reshard.BufSrc, At: at} }
-	dst := func(at reshard.Strided) reshard.Region { return reshard.Region{Tensor: 0, Buf: reshard.BufDst, At: at} }
-	run := func(off, n int64) reshard.Strided { return reshard.Strided{Offset: off, Run: n} }
+	src := func(at strided.Desc) reshard.Region { return reshard.Region{Tensor: 0, Buf: reshard.BufSrc, At: at} }
+	dst := func(at strided.Desc) reshard.Region { return reshard.Region{Tensor: 0, Buf: reshard.BufDst, At: at} }
+	run := func(off, n int64) strided.Desc { return strided.Desc{Offset: off, Run: n} }
 	part := func(r ...reshard.Region) []reshard.Part { return []reshard.Part{{Regions: r}} }
 	p := &reshard.Program{Rank: 0, World: 1, Route: "self", Full: []int64{0}, Done: []int{3}, Messages: 6}
 	p.Staging = [2][2]int64{{1024 + 256, 1024 + 256}, {0, 1024}}
@@ -244,9 +245,9 @@ func selfProgram() *reshard.Program {
 		{Round: 0,
 			Copies: []reshard.Copy{{Bytes: 512, From: []reshard.Region{src(run(3584, 512))}, To: []reshard.Region{dst(run(7680, 512))}}},
 			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StageOff: 0,
-				Parts: part(src(reshard.Strided{Offset: 0, Run: 64, Count: []int64{16}, Stride: []int64{128}}), src(run(2048, 256)))}},
+				Parts: part(src(strided.Desc{Offset: 0, Run: 64, Count: []int64{16}, Stride: []int64{128}}), src(run(2048, 256)))}},
 			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StageOff: 0,
-				Parts: part(dst(reshard.Strided{Offset: 8, Run: 32, Count: []int64{32}, Stride: []int64{64}}), dst(run(6144, 256)))}}},
+				Parts: part(dst(strided.Desc{Offset: 8, Run: 32, Count: []int64{32}, Stride: []int64{64}}), dst(run(6144, 256)))}}},
 		{Round: 1,
 			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: reshard.WireDirect, Region: src(run(2304, 1024)), Parts: part(src(run(2304, 1024)))}},
 			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}}},
@@ -255,7 +256,7 @@ func selfProgram() *reshard.Program {
 			Copies: []reshard.Copy{{Bytes: 64, From: []reshard.Region{dst(run(6144, 64))}, To: []reshard.Region{dst(run(7000, 64))}}},
 			Sends:  []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}},
 			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireStaged, StageOff: 0,
-				Parts: part(dst(reshard.Strided{Offset: 5120, Run: 16, Count: []int64{64}, Stride: []int64{16}}))}}},
+				Parts: part(dst(strided.Desc{Offset: 5120, Run: 16, Count: []int64{64}, Stride: []int64{16}}))}}},
 	}
 	return p
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Collective is the control-plane collective a call agrees over: the
@@ -297,7 +298,7 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 			}
 			shadows = append(shadows, sh)
 			if uses[keys[i]] > 1 {
-				all := Strided{Run: d.Len()}
+				all := strided.Desc{Run: d.Len()}
 				if err := ex.Mem.Copy(sh, all, d, all); err != nil {
 					return nil, fmt.Errorf("reshard: shadow of tensor %q: %w", names[i], err)
 				}
@@ -361,7 +362,7 @@ func (p *Prepared) Run(ctx context.Context, ex *Executor, coll Collective, bufs 
 				continue
 			}
 			done[k] = true
-			all := Strided{Run: d.Len()}
+			all := strided.Desc{Run: d.Len()}
 			if err := ex.Mem.Copy(d, all, run[i].Dst, all); err != nil {
 				return rep, fmt.Errorf("reshard: committing tensor %q: %w", names[i], err)
 			}
@@ -488,7 +489,7 @@ func checkAliasing(mem Memory, rank int, specs []Spec, needs [][2]partNeed, scal
 	}
 	type part struct {
 		base, lo, hi uintptr
-		at           Strided
+		at           strided.Desc
 		what         string
 	}
 	var parts []part
@@ -511,7 +512,7 @@ func checkAliasing(mem Memory, rank int, specs []Spec, needs [][2]partNeed, scal
 		}
 		if i < len(scales) && scales[i] > 0 && bufs[i].Scale != nil {
 			if base, _, ok := ad.AddressRange(bufs[i].Scale); ok {
-				parts = append(parts, part{base: base, lo: base, hi: base + uintptr(scales[i]), at: Strided{Run: scales[i]},
+				parts = append(parts, part{base: base, lo: base, hi: base + uintptr(scales[i]), at: strided.Desc{Run: scales[i]},
 					what: fmt.Sprintf("the scales of tensor %q", specs[i].Name)})
 			}
 		}

@@ -42,10 +42,10 @@ func ExampleNewPlan() {
 	// rank 3 -> rank 7: rows 6:8 (32 bytes) lands at byte 32
 }
 
-// A strided box: row shards to column shards. Source rank 0 sends its left
+// A transfer of a strided box: row shards to column shards. Source rank 0 sends its left
 // 4x4 block, four runs of 8 bytes 16 bytes apart in its buffer, which land
 // as one 32-byte run at the start of destination rank 2's buffer.
-func ExampleStrided() {
+func ExamplePlan_Transfer() {
 	shape := []int64{8, 8}
 	a, _ := mesh.Interval([]int{2}, 0)
 	b, _ := mesh.Interval([]int{2}, 2)

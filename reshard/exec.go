@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TensorBuffers are one rank's buffers for one tensor of a schedule: Src in
@@ -123,11 +124,11 @@ type ProgramRunner interface {
 // RegionReader is a Memory that can read a strided region of one of its
 // buffers into host memory (for checksums).
 type RegionReader interface {
-	ReadRegion(dst []byte, src Buffer, at Strided) error
+	ReadRegion(dst []byte, src Buffer, at strided.Desc) error
 }
 
 // ReadRegion implements RegionReader.
-func (HostMemory) ReadRegion(dst []byte, src Buffer, at Strided) error {
+func (HostMemory) ReadRegion(dst []byte, src Buffer, at strided.Desc) error {
 	return HostMemory{}.Pack(HostBuffer(dst), 0, src, at)
 }
 
@@ -448,7 +449,7 @@ func (d *driver) start(s *Step) (inflight, error) {
 				var err error
 				if pt.Quant {
 					// the FP8 bytes exist only in the staging
-					crc, err = d.sum([]Region{{Buf: bufStage, At: Strided{Offset: off, Run: n}}}, sendStage)
+					crc, err = d.sum([]Region{{Buf: bufStage, At: strided.Desc{Offset: off, Run: n}}}, sendStage)
 				} else {
 					crc, err = d.sum(pt.Regions, nil)
 				}
@@ -601,7 +602,7 @@ func (d *driver) copyLocal(cp *Copy) (uint32, error) {
 			if err := mem.Sync(); err != nil {
 				return 0, err
 			}
-			if crc, err = d.sum([]Region{{Buf: bufStage, At: Strided{Run: cp.Bytes}}}, tmp); err != nil {
+			if crc, err = d.sum([]Region{{Buf: bufStage, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
 				return 0, err
 			}
 		}
@@ -652,7 +653,7 @@ type partNeed struct {
 	in    bool
 	want  int64
 	exact bool
-	at    Strided // the whole part through its view
+	at    strided.Desc // the whole part through its view
 }
 
 // partNeeds derives, once, what this rank's buffers must be for the
@@ -684,7 +685,7 @@ func partNeeds(s *Schedule, rank int, views []TensorViews) ([][2]partNeed, error
 				n.want = ext * l.ElemSize()
 			}
 			if !box.Empty() {
-				n.at = DescribeView(box, box, l.ElemSize(), v)
+				n.at = strided.DescribeView(box, box, l.ElemSize(), v)
 			}
 			out[i][side] = n
 		}

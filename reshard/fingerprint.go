@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // planVersion changes whenever the planner's output for the same inputs
@@ -87,7 +88,7 @@ func ScheduleFingerprint(s *Schedule, topo Topology, coalesce int64) uint64 {
 	for _, p := range s.Plans {
 		put(int64(p.Fingerprint()))
 	}
-	putStrided := func(at Strided) {
+	putStrided := func(at strided.Desc) {
 		put(at.Offset)
 		put(at.Run)
 		put(int64(len(at.Count)))

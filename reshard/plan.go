@@ -6,6 +6,7 @@ import (
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Options change how a plan is derived. Every rank must pass the same
@@ -30,8 +31,8 @@ type Transfer struct {
 	// with equal DstShard are replicas of each other.
 	DstShard int
 	Box      placement.Box
-	SrcAt    Strided
-	DstAt    Strided
+	SrcAt    strided.Desc
+	DstAt    strided.Desc
 	// SrcLocal and DstLocal are the whole regions the source and the
 	// destination hold, so that any part of Box can be described with
 	// Describe on either side.
@@ -401,8 +402,8 @@ func (p *Plan) Transfer(i int) Transfer {
 		srcLocal[d], srcRel[d] = sp.Len(), ov.iv.Lo-sp.Lo
 		dstLocal[d], dstRel[d] = dp.Len(), ov.iv.Lo-dp.Lo
 	}
-	t.SrcAt = describe(srcLocal[:nd], srcRel[:nd], count[:nd], p.src.ElemSize(), buf[2*nd:4*nd:4*nd])
-	t.DstAt = describe(dstLocal[:nd], dstRel[:nd], count[:nd], p.dst.ElemSize(), buf[4*nd:6*nd:6*nd])
+	t.SrcAt = strided.DescribeInto(srcLocal[:nd], srcRel[:nd], count[:nd], p.src.ElemSize(), buf[2*nd:4*nd:4*nd])
+	t.DstAt = strided.DescribeInto(dstLocal[:nd], dstRel[:nd], count[:nd], p.dst.ElemSize(), buf[4*nd:6*nd:6*nd])
 	return t
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Program is one rank's part of a Schedule, compiled once so that running
@@ -61,7 +62,7 @@ type Copy struct {
 type Region struct {
 	Tensor int32
 	Buf    BufKind
-	At     Strided
+	At     strided.Desc
 }
 
 // WireMode says where a wire operation's bytes live.
@@ -320,7 +321,7 @@ func (c *compiler) regions(m *Message, segs []Segment) ([]Region, error) {
 			if len(segs) != 1 || m.Box.Elems()*elem != sg.At.Bytes() {
 				return nil, fmt.Errorf("reshard: a message of tensor %s in round %d: a segment in a viewed buffer must cover the message's box", tensorName(c.s, sg.Tensor), m.Round)
 			}
-			r.At = DescribeView(c.local[sg.Tensor][side], m.Box, elem, v)
+			r.At = strided.DescribeView(c.local[sg.Tensor][side], m.Box, elem, v)
 		}
 		out[k] = r
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestGoldenPrograms renders the compiled programs of Example A's
@@ -87,7 +88,7 @@ func TestDescribeViewDense(t *testing.T) {
 			sub.Hi[d] = sub.Lo[d] + 1 + int64(rnd.IntN(int(local.Hi[d]-sub.Lo[d])))
 		}
 		elem := int64(1 << rnd.IntN(4))
-		a, b := Describe(local, sub, elem), DescribeView(local, sub, elem, placement.View{})
+		a, b := strided.Describe(local, sub, elem), strided.DescribeView(local, sub, elem, placement.View{})
 		if a.String() != b.String() {
 			t.Fatalf("dense: %v != %v", a, b)
 		}
@@ -106,7 +107,7 @@ func TestDescribeViewDense(t *testing.T) {
 			}
 			acc = acc*shape[d] + pad*acc
 		}
-		got := DescribeView(local, sub, elem, v)
+		got := strided.DescribeView(local, sub, elem, v)
 		var want []int64
 		idx := make([]int64, nd)
 		copy(idx, sub.Lo)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // This file holds what converting a tensor to FP8 in flight needs beyond
@@ -23,7 +24,7 @@ import (
 type QuantRegion struct {
 	DType placement.DType
 	Buf   Buffer
-	At    Strided
+	At    strided.Desc
 	Box   placement.Box
 }
 
@@ -68,7 +69,7 @@ func (HostMemory) QuantAmax(g fp8.Grid, w fp8.Window, r QuantRegion) error {
 	if !ok {
 		return fmt.Errorf("reshard: HostMemory needs a HostBuffer, got %T", r.Buf)
 	}
-	return g.Amax(w, fp8.Region{DType: r.DType, Data: src, At: fp8.Strided(r.At), Box: r.Box})
+	return g.Amax(w, fp8.Region{DType: r.DType, Data: src, At: r.At, Box: r.Box})
 }
 
 // LoadScales implements QuantMemory: host memory reads the window itself.
@@ -87,7 +88,7 @@ func (HostMemory) QuantPack(g fp8.Grid, dst Buffer, off int64, r QuantRegion, s 
 	if err := checkRange("quantize-pack destination", off, n, int64(len(d))); err != nil {
 		return err
 	}
-	return g.Pack(d[off:off+n], fp8.Region{DType: r.DType, Data: src, At: fp8.Strided(r.At), Box: r.Box}, s.Window)
+	return g.Pack(d[off:off+n], fp8.Region{DType: r.DType, Data: src, At: r.At, Box: r.Box}, s.Window)
 }
 
 // TensorQuant is what an executor needs to pack one converting tensor:
@@ -393,7 +394,7 @@ type quantTensor struct {
 	srcBox      placement.Box
 	srcBlocks   placement.Box
 	speakBox    placement.Box
-	speakAt     Strided
+	speakAt     strided.Desc
 	speakBlocks placement.Box
 	// dst: the rank holds a nonempty destination part, whose scale tensor
 	// covers dstBlocks; scaleBytes is its TensorBuffers.Scale size (-1: the
@@ -427,7 +428,7 @@ func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
 			rep, count := replicaOf(s.Src, rank)
 			if share := replicaShare(box, rep, count); !share.Empty() {
 				q.speaks, q.speakBox = true, share
-				q.speakAt = DescribeView(box, share, s.Src.ElemSize(), s.Views.Src)
+				q.speakAt = strided.DescribeView(box, share, s.Src.ElemSize(), s.Views.Src)
 				if q.speakBlocks, err = g.Blocks(share); err != nil {
 					return nil, err
 				}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // ScheduleOptions bound the memory a schedule may use. Every rank must use
@@ -117,8 +118,8 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 				sub := chunks[i][k]
 				b.Add(Message{
 					Src: t.Src, Dst: t.Dst, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
-					From: seg(ti, BufSrc, Describe(t.SrcLocal, sub, srcElem)),
-					To:   seg(ti, BufDst, Describe(t.DstLocal, sub, elem)),
+					From: seg(ti, BufSrc, strided.Describe(t.SrcLocal, sub, srcElem)),
+					To:   seg(ti, BufDst, strided.Describe(t.DstLocal, sub, elem)),
 				}, 0)
 				if k+1 < len(chunks[i]) {
 					next = append(next, i)
@@ -247,8 +248,8 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) error {
 		boxes[i], _ = src.RankBox(r)
 		if !boxes[i].Empty() {
 			b.Add(Message{Src: r, Dst: r, Bytes: boxes[i].Elems() * elem, Tensor: ti, Box: boxes[i],
-				From: seg(ti, BufSrc, Describe(boxes[i], boxes[i], elem)),
-				To:   seg(ti, BufFull, Describe(full, boxes[i], elem))}, 0)
+				From: seg(ti, BufSrc, strided.Describe(boxes[i], boxes[i], elem)),
+				To:   seg(ti, BufFull, strided.Describe(full, boxes[i], elem))}, 0)
 		}
 	}
 	// Ring all-gather inside each replica group: the ranks that share their
@@ -269,10 +270,10 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) error {
 				for hop := 1; hop < n; hop++ {
 					from, to := ring[(pos+hop-1)%n], ring[(pos+hop)%n]
 					m := Message{Src: from, Dst: to, Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
-						From: seg(ti, BufFull, Describe(full, sub, elem)),
-						To:   seg(ti, BufFull, Describe(full, sub, elem))}
+						From: seg(ti, BufFull, strided.Describe(full, sub, elem)),
+						To:   seg(ti, BufFull, strided.Describe(full, sub, elem))}
 					if hop == 1 {
-						m.From = seg(ti, BufSrc, Describe(box, sub, elem))
+						m.From = seg(ti, BufSrc, strided.Describe(box, sub, elem))
 					}
 					r := b.Add(m, after)
 					after = AfterRecv(r)
@@ -300,8 +301,8 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) error {
 		after := gathered[root]
 		for hop := 1; hop < len(chain); hop++ {
 			r := b.Add(Message{Src: chain[hop-1], Dst: chain[hop], Bytes: sub.Elems() * elem, Tensor: ti, Box: sub,
-				From: seg(ti, BufFull, Describe(full, sub, elem)),
-				To:   seg(ti, BufFull, Describe(full, sub, elem))}, after)
+				From: seg(ti, BufFull, strided.Describe(full, sub, elem)),
+				To:   seg(ti, BufFull, strided.Describe(full, sub, elem))}, after)
 			after = AfterRecv(r)
 			received[chain[hop]] = max(received[chain[hop]], after)
 		}
@@ -315,8 +316,8 @@ func agbcastTensor(b *Builder, ti int, p *Plan, chunk int64) error {
 			continue
 		}
 		b.Add(Message{Src: r, Dst: r, Bytes: box.Elems() * elem, Tensor: ti, Box: box,
-			From: seg(ti, BufFull, Describe(full, box, elem)),
-			To:   seg(ti, BufDst, Describe(box, box, elem))}, received[r])
+			From: seg(ti, BufFull, strided.Describe(full, box, elem)),
+			To:   seg(ti, BufDst, strided.Describe(box, box, elem))}, received[r])
 	}
 	return nil
 }

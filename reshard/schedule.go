@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // BufKind names which of a rank's buffers for a tensor a Segment lives in.
@@ -38,7 +39,7 @@ func (k BufKind) String() string {
 type Segment struct {
 	Tensor int
 	Buf    BufKind
-	At     Strided
+	At     strided.Desc
 }
 
 // LinkClass says which fabric a message crosses.
@@ -710,7 +711,7 @@ func (b *Builder) Schedule() *Schedule {
 }
 
 // seg is shorthand for a one-segment list.
-func seg(tensor int, kind BufKind, at Strided) []Segment {
+func seg(tensor int, kind BufKind, at strided.Desc) []Segment {
 	return []Segment{{Tensor: tensor, Buf: kind, At: at}}
 }
 

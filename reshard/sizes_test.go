@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // TestValidateOverflow is issue 17 case 9: ChunkBytes 1<<61 with 1 byte of
@@ -198,17 +199,17 @@ func TestBuilderRoundLimit(t *testing.T) {
 // TestStridedBytesChecked: descriptor sizes saturate or report overflow,
 // never wrap.
 func TestStridedBytesChecked(t *testing.T) {
-	s := Strided{Run: 1 << 40, Count: []int64{1 << 20, 1 << 10}, Stride: []int64{1, 1}}
+	s := strided.Desc{Run: 1 << 40, Count: []int64{1 << 20, 1 << 10}, Stride: []int64{1, 1}}
 	if s.Bytes() != math.MaxInt64 {
 		t.Errorf("Bytes = %d, want saturation", s.Bytes())
 	}
 	if _, err := s.CheckedBytes(); err == nil {
 		t.Error("overflow not reported")
 	}
-	if n, err := (Strided{Run: 32, Count: []int64{4, 2}}).CheckedBytes(); err != nil || n != 256 {
+	if n, err := (strided.Desc{Run: 32, Count: []int64{4, 2}}).CheckedBytes(); err != nil || n != 256 {
 		t.Errorf("CheckedBytes = %d, %v", n, err)
 	}
-	if _, err := (Strided{Run: 32, Count: []int64{-4}}).CheckedBytes(); err == nil {
+	if _, err := (strided.Desc{Run: 32, Count: []int64{-4}}).CheckedBytes(); err == nil {
 		t.Error("negative count accepted")
 	}
 }

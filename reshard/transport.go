@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"unsafe"
+
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Buffer is a rank's memory region: host memory (HostBuffer) or device
@@ -30,7 +32,7 @@ type Op struct {
 	Buf      Buffer
 	Off, Len int64
 	InPlace  bool
-	At       Strided
+	At       strided.Desc
 }
 
 // InPlaceTransport is a Transport that sends from and receives into strided
@@ -89,13 +91,13 @@ type Memory interface {
 	Free(b Buffer)
 	// Pack copies the bytes desc describes in src, run after run, into
 	// dst[off : off+desc.Bytes()].
-	Pack(dst Buffer, off int64, src Buffer, desc Strided) error
+	Pack(dst Buffer, off int64, src Buffer, desc strided.Desc) error
 	// Unpack copies src[off : off+desc.Bytes()] into the bytes desc
 	// describes in dst.
-	Unpack(dst Buffer, desc Strided, src Buffer, off int64) error
+	Unpack(dst Buffer, desc strided.Desc, src Buffer, off int64) error
 	// Copy copies the bytes srcDesc describes in src to the bytes dstDesc
 	// describes in dst, in order; both describe the same number of bytes.
-	Copy(dst Buffer, dstDesc Strided, src Buffer, srcDesc Strided) error
+	Copy(dst Buffer, dstDesc strided.Desc, src Buffer, srcDesc strided.Desc) error
 	// Sync waits until every copy issued so far has completed.
 	Sync() error
 }
@@ -151,7 +153,7 @@ func (HostMemory) Alloc(n int64) (Buffer, error) {
 func (HostMemory) Free(Buffer) {}
 
 // Pack implements Memory.
-func (HostMemory) Pack(dst Buffer, off int64, src Buffer, desc Strided) error {
+func (HostMemory) Pack(dst Buffer, off int64, src Buffer, desc strided.Desc) error {
 	d, s, err := hostPair(dst, src)
 	if err != nil {
 		return err
@@ -171,7 +173,7 @@ func (HostMemory) Pack(dst Buffer, off int64, src Buffer, desc Strided) error {
 }
 
 // Unpack implements Memory.
-func (HostMemory) Unpack(dst Buffer, desc Strided, src Buffer, off int64) error {
+func (HostMemory) Unpack(dst Buffer, desc strided.Desc, src Buffer, off int64) error {
 	d, s, err := hostPair(dst, src)
 	if err != nil {
 		return err
@@ -192,7 +194,7 @@ func (HostMemory) Unpack(dst Buffer, desc Strided, src Buffer, off int64) error 
 
 // Copy implements Memory. The two descriptors may cut the bytes into runs
 // of different lengths.
-func (HostMemory) Copy(dst Buffer, dstDesc Strided, src Buffer, srcDesc Strided) error {
+func (HostMemory) Copy(dst Buffer, dstDesc strided.Desc, src Buffer, srcDesc strided.Desc) error {
 	d, s, err := hostPair(dst, src)
 	if err != nil {
 		return err
@@ -251,7 +253,7 @@ func checkRange(what string, off, n, size int64) error {
 // checkStrided checks that every run of desc lies inside a buffer of size
 // bytes: the first run starts at Offset and the last at Offset plus the
 // sum of (Count-1)*Stride.
-func checkStrided(what string, desc Strided, size int64) error {
+func checkStrided(what string, desc strided.Desc, size int64) error {
 	if desc.Rows() == 0 {
 		return nil
 	}

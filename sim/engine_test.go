@@ -9,6 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // handBuilder starts a schedule of hand-placed messages over world ranks.
@@ -32,15 +33,15 @@ func handBuilder(t *testing.T, world int, topo reshard.Topology, roundBytes int6
 	return b
 }
 
-// msg is a message of n contiguous bytes; strided makes its source side two
+// msg is a message of n contiguous bytes; isStrided makes its source side two
 // runs (so that it is packed unless the transport moves strided regions).
-func msg(src, dst int, n int64, strided bool) reshard.Message {
-	from := reshard.Strided{Run: n}
-	if strided {
-		from = reshard.Strided{Run: n / 2, Count: []int64{2}, Stride: []int64{n}}
+func msg(src, dst int, n int64, isStrided bool) reshard.Message {
+	from := strided.Desc{Run: n}
+	if isStrided {
+		from = strided.Desc{Run: n / 2, Count: []int64{2}, Stride: []int64{n}}
 	}
 	return reshard.Message{Src: src, Dst: dst, Bytes: n,
-		From: []reshard.Segment{{Buf: reshard.BufSrc, At: from}}, To: []reshard.Segment{{Buf: reshard.BufDst, At: reshard.Strided{Run: n}}}}
+		From: []reshard.Segment{{Buf: reshard.BufSrc, At: from}}, To: []reshard.Segment{{Buf: reshard.BufDst, At: strided.Desc{Run: n}}}}
 }
 
 var testCluster = Cluster{Name: "test", DomainGPUs: 8, NetBW: 50e9, GPUsPerNIC: 1, LocalBW: 900e9}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
-
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 )

@@ -14,6 +14,7 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Poison fills destination buffers before a checked run.
@@ -371,7 +372,7 @@ func FP8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Bo
 // subBox describes where the elements of sub sit in a dense row-major
 // buffer holding the box outer (elem bytes each): one run per innermost
 // row of sub.
-func subBox(outer, sub placement.Box, elem int64) fp8.Strided {
+func subBox(outer, sub placement.Box, elem int64) strided.Desc {
 	nd := len(outer.Lo)
 	stride := make([]int64, nd)
 	acc := elem
@@ -381,7 +382,7 @@ func subBox(outer, sub placement.Box, elem int64) fp8.Strided {
 		off += (sub.Lo[d] - outer.Lo[d]) * acc
 		acc *= outer.Hi[d] - outer.Lo[d]
 	}
-	at := fp8.Strided{Offset: off, Run: (sub.Hi[nd-1] - sub.Lo[nd-1]) * elem}
+	at := strided.Desc{Offset: off, Run: (sub.Hi[nd-1] - sub.Lo[nd-1]) * elem}
 	for d := 0; d < nd-1; d++ {
 		at.Count = append(at.Count, sub.Hi[d]-sub.Lo[d])
 		at.Stride = append(at.Stride, stride[d])

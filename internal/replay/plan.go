@@ -32,6 +32,7 @@ import (
 	"slices"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // Stream names one of the three streams a plan runs on.
@@ -129,9 +130,9 @@ func pairs(cp reshard.Copy) bool {
 // packed order.
 type Copy struct {
 	Dst   uint64
-	DstAt reshard.Strided
+	DstAt strided.Desc
 	Src   uint64
-	SrcAt reshard.Strided
+	SrcAt strided.Desc
 }
 
 // P2P is one point-to-point operation of a group: Len bytes at Addr sent to
@@ -454,7 +455,7 @@ func (bd *builder) tensor(t int) string {
 
 // extent returns one past the last byte a descriptor touches (0 when it
 // describes none).
-func extent(at reshard.Strided) int64 {
+func extent(at strided.Desc) int64 {
 	if at.Bytes() == 0 {
 		return 0
 	}
@@ -500,7 +501,7 @@ func (s *spans) insert(q ival) {
 	*s = slices.Replace(v, i, j, q)
 }
 
-func span(base uint64, at reshard.Strided) ival {
+func span(base uint64, at strided.Desc) ival {
 	if at.Bytes() == 0 {
 		return ival{}
 	}
@@ -636,7 +637,7 @@ func (bd *builder) copies(i int) error {
 		pack, unpack := op{}, op{}
 		off := int64(0)
 		for k, r := range cp.From {
-			c := Copy{Dst: base, DstAt: reshard.Strided{Offset: off, Run: r.At.Bytes()}, Src: from[k], SrcAt: r.At}
+			c := Copy{Dst: base, DstAt: strided.Desc{Offset: off, Run: r.At.Bytes()}, Src: from[k], SrcAt: r.At}
 			pack.items = append(pack.items, c)
 			pack.rd = append(pack.rd, span(c.Src, c.SrcAt))
 			pack.wr = append(pack.wr, span(c.Dst, c.DstAt))
@@ -644,7 +645,7 @@ func (bd *builder) copies(i int) error {
 		}
 		off = 0
 		for k, r := range cp.To {
-			c := Copy{Dst: to[k], DstAt: r.At, Src: base, SrcAt: reshard.Strided{Offset: off, Run: r.At.Bytes()}}
+			c := Copy{Dst: to[k], DstAt: r.At, Src: base, SrcAt: strided.Desc{Offset: off, Run: r.At.Bytes()}}
 			unpack.items = append(unpack.items, c)
 			unpack.rd = append(unpack.rd, span(c.Src, c.SrcAt))
 			unpack.wr = append(unpack.wr, span(c.Dst, c.DstAt))
@@ -738,7 +739,7 @@ func (bd *builder) wires(i int) (bool, error) {
 						if off+n > w.StageOff+w.Bytes {
 							return false, fmt.Errorf("replay: rank %d, round %d: %s: parts of more than %d bytes", p.Rank, s.Round, op, w.Bytes)
 						}
-						stage := reshard.Strided{Offset: off, Run: n}
+						stage := strided.Desc{Offset: off, Run: n}
 						if send {
 							packs = append(packs, Copy{Dst: sp.Addr, DstAt: stage, Src: a, SrcAt: r.At})
 						} else {

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 )
 
 // World is a communicator of n in-process ranks.
@@ -36,7 +37,7 @@ type queue struct {
 // single run).
 type op struct {
 	buf   reshard.Buffer
-	at    reshard.Strided
+	at    strided.Desc
 	round *round
 }
 
@@ -106,14 +107,14 @@ func (t *transport) Abort(reason error) {
 
 // region returns the bytes an Op names as a descriptor of its buffer, after
 // checking that they lie inside it.
-func (t *transport) region(o reshard.Op) (reshard.Strided, error) {
+func (t *transport) region(o reshard.Op) (strided.Desc, error) {
 	if o.Peer < 0 || o.Peer >= t.w.n {
-		return reshard.Strided{}, fmt.Errorf("inproc: peer %d outside a world of %d", o.Peer, t.w.n)
+		return strided.Desc{}, fmt.Errorf("inproc: peer %d outside a world of %d", o.Peer, t.w.n)
 	}
 	if o.Buf == nil {
-		return reshard.Strided{}, fmt.Errorf("inproc: op with no buffer")
+		return strided.Desc{}, fmt.Errorf("inproc: op with no buffer")
 	}
-	at := reshard.Strided{Offset: o.Off, Run: o.Len}
+	at := strided.Desc{Offset: o.Off, Run: o.Len}
 	if o.InPlace {
 		if !t.w.inPlace {
 			return at, fmt.Errorf("inproc: in-place op on a world without in-place support")
@@ -139,7 +140,7 @@ func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
 		close(r.done)
 		return r, nil
 	}
-	regions := make([]reshard.Strided, len(ops))
+	regions := make([]strided.Desc, len(ops))
 	for i, o := range ops {
 		at, err := t.region(o)
 		if err != nil {
