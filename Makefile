@@ -2,7 +2,7 @@
 # `make test` runs the whole suite. See README.md.
 GO      ?= go
 BIN     := bin/refit
-PURE    := $(foreach d,mesh placement strided reshard hier stage model fp8 sim,$(if $(wildcard $(d)/*.go),./$(d)/...))
+PURE    := $(foreach d,mesh placement strided transport reshard refit hier stage model fp8 sim,$(if $(wildcard $(d)/*.go),./$(d)/...))
 FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.

@@ -19,8 +19,10 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // callEntry is a prepared call behind a handle.
@@ -128,8 +130,8 @@ func layoutOf(t *C.m2n_tensor, side int) (placement.Layout, placement.View, erro
 
 // specsOf builds the call's specs; errors name the rank, the tensor and
 // the field.
-func specsOf(ts []C.m2n_tensor, rank int) ([]reshard.Spec, error) {
-	specs := make([]reshard.Spec, len(ts))
+func specsOf(ts []C.m2n_tensor, rank int) ([]refit.Spec, error) {
+	specs := make([]refit.Spec, len(ts))
 	for i := range ts {
 		t := &ts[i]
 		name := goString(t.name)
@@ -306,7 +308,7 @@ func m2n_call_prepare(h C.m2n_session, tp *C.m2n_tensor, n C.int64_t, route *C.c
 	rank := se.s.Rank()
 	// What only this rank can find wrong goes through an agreement, so
 	// that every rank fails with it at once.
-	var specs []reshard.Spec
+	var specs []refit.Spec
 	ts, localErr := tensorsOf(tp, n)
 	if localErr != nil {
 		localErr = fmt.Errorf("rank %d: %w", rank, localErr)
@@ -335,9 +337,9 @@ func m2n_call_prepare(h C.m2n_session, tp *C.m2n_tensor, n C.int64_t, route *C.c
 // bufferOf turns one m2n_buffer into a reshard.Buffer (nil for none) for a
 // session on dev, checking its memory and dtype against the layout's. The
 // error, if any, is this rank's alone (the caller refuses the step with it).
-func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int, tensor, side string, want int64) (reshard.Buffer, error) {
+func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int, tensor, side string, want int64) (transport.Buffer, error) {
 	bad := func(format string, args ...any) error {
-		return &reshard.BufferError{Rank: rank, Tensor: tensor, Side: side, Why: fmt.Sprintf(format, args...), Want: want, Got: -1}
+		return &refit.BufferError{Rank: rank, Tensor: tensor, Side: side, Why: fmt.Sprintf(format, args...), Want: want, Got: -1}
 	}
 	if b.memory == C.M2N_MEMORY_NONE {
 		return nil, nil
@@ -364,9 +366,9 @@ func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int,
 			return nil, bad("is host memory, but the session's device is %s (NCCL moves device memory)", dev)
 		}
 		if n == 0 {
-			return reshard.HostBuffer{}, nil
+			return transport.HostBuffer{}, nil
 		}
-		return reshard.HostBuffer(unsafe.Slice((*byte)(b.data), n)), nil
+		return transport.HostBuffer(unsafe.Slice((*byte)(b.data), n)), nil
 	case C.M2N_MEMORY_CUDA:
 		if dev != session.GPU {
 			return nil, bad("is CUDA device memory, but the session's device is %s", dev)
@@ -403,7 +405,7 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 	rank, dev := s.Rank(), s.Options().Device
 	ctx := context.Background()
 	var localErr error
-	bufs := make([]reshard.TensorBuffers, len(specs))
+	bufs := make([]refit.TensorBuffers, len(specs))
 	switch {
 	case int(n) != len(specs):
 		localErr = fmt.Errorf("rank %d: %d buffer pairs for a call of %d tensors", rank, n, len(specs))
@@ -434,7 +436,7 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 		return result(ce.c.Refuse(ctx, localErr))
 	}
 	rep, err := ce.c.Run(ctx, bufs)
-	fillReport(report, []*reshard.Report{rep})
+	fillReport(report, []*refit.Report{rep})
 	if completed != nil && rep != nil {
 		done := map[string]bool{}
 		for _, name := range rep.Completed {
@@ -453,7 +455,7 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 
 // fillReport sums reports (one per pipeline stage; nil entries skipped)
 // into out, if out is not NULL.
-func fillReport(out *C.m2n_report, reps []*reshard.Report) {
+func fillReport(out *C.m2n_report, reps []*refit.Report) {
 	if out == nil {
 		return
 	}
@@ -499,7 +501,7 @@ func m2n_call_refuse(h C.m2n_call, tensor C.int64_t, side C.int32_t, why *C.char
 		if side == C.M2N_DST {
 			l = sp.Dst
 		}
-		cause = &reshard.BufferError{Rank: rank, Tensor: sp.Name, Side: sideName(int(side)), Why: reason, Want: l.LocalBytes(rank), Got: -1}
+		cause = &refit.BufferError{Rank: rank, Tensor: sp.Name, Side: sideName(int(side)), Why: reason, Want: l.LocalBytes(rank), Got: -1}
 	}
 	return result(ce.c.Refuse(context.Background(), cause))
 }

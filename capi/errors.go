@@ -16,6 +16,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/nccl"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -108,11 +109,11 @@ func m2n_last_error_code() (code C.int32_t) {
 // then the abort's cause (a timeout), the abort, and the rest.
 func codeOf(err error) int {
 	var (
-		ag *reshard.AgreementError
-		ve *reshard.ValidationError
-		cs *reshard.ChecksumError
-		to *reshard.TimeoutError
-		ab *reshard.AbortError
+		ag *refit.AgreementError
+		ve *refit.ValidationError
+		cs *refit.ChecksumError
+		to *refit.TimeoutError
+		ab *refit.AbortError
 		ae *argError
 		ie *internalError
 	)
@@ -160,9 +161,9 @@ func detailOf(code int, err error) map[string]any {
 	var chain []string
 	walk(err, func(e error) {
 		switch e := e.(type) {
-		case *reshard.ValidationError:
+		case *refit.ValidationError:
 			setOnce(d, "rank", e.Rank)
-		case *reshard.AgreementError:
+		case *refit.AgreementError:
 			setOnce(d, "rank", e.Rank)
 			setOnce(d, "field", e.Field)
 			if e.Tensor != "" {
@@ -171,17 +172,17 @@ func detailOf(code int, err error) map[string]any {
 			setOnce(d, "value", e.Value)
 			setOnce(d, "want", e.Want)
 			setOnce(d, "differing", e.Differing)
-		case *reshard.ChecksumError:
+		case *refit.ChecksumError:
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "rank", e.Dst)
 			setOnce(d, "src", e.Src)
-		case *reshard.TimeoutError:
+		case *refit.TimeoutError:
 			setOnce(d, "rank", e.Rank)
 			setOnce(d, "peers", e.Peers)
 			setOnce(d, "phase", e.Phase)
-		case *reshard.AbortError:
+		case *refit.AbortError:
 			setOnce(d, "rank", e.Rank)
-		case *reshard.BufferError:
+		case *refit.BufferError:
 			d["rank"] = e.Rank
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "side", e.Side)
@@ -191,7 +192,7 @@ func detailOf(code int, err error) map[string]any {
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "side", e.Side)
 			setOnce(d, "field", e.Side+" view")
-		case *reshard.NonFiniteError:
+		case *refit.NonFiniteError:
 			d["rank"] = e.Rank
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "side", "source")

@@ -18,8 +18,10 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // modelEntry is a prepared model behind a handle, with this rank's
@@ -282,26 +284,26 @@ func (me *modelEntry) modelBuffers(named [2][]C.m2n_named_buffer, scales []C.m2n
 	s := me.se.s
 	rank, dev := s.Rank(), s.Options().Device
 	stages := len(me.m.Layouts.Stages)
-	mb := &session.ModelBuffers{Src: make([]map[string]reshard.Buffer, stages), Dst: make([]map[string]reshard.Buffer, stages),
-		Scale: make([]map[string]reshard.Buffer, stages)}
+	mb := &session.ModelBuffers{Src: make([]map[string]transport.Buffer, stages), Dst: make([]map[string]transport.Buffer, stages),
+		Scale: make([]map[string]transport.Buffer, stages)}
 	for si := range stages {
-		mb.Src[si], mb.Dst[si], mb.Scale[si] = map[string]reshard.Buffer{}, map[string]reshard.Buffer{}, map[string]reshard.Buffer{}
+		mb.Src[si], mb.Dst[si], mb.Scale[si] = map[string]transport.Buffer{}, map[string]transport.Buffer{}, map[string]transport.Buffer{}
 	}
 	for i := range scales {
 		name := goString(scales[i].name)
 		info, ok := me.scales[name]
 		if !ok {
-			return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is not one of this rank's scale tensors of the model (see m2n_model_describe)", Got: -1}
+			return nil, &refit.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is not one of this rank's scale tensors of the model (see m2n_model_describe)", Got: -1}
 		}
 		if _, dup := mb.Scale[info.Stage][info.Tensor]; dup {
-			return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is given twice", Want: info.Bytes, Got: -1}
+			return nil, &refit.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is given twice", Want: info.Bytes, Got: -1}
 		}
 		b, err := bufferOf(&scales[i].buffer, dev, placement.F32, rank, info.Tensor, "scale", info.Bytes)
 		if err != nil {
 			return nil, err
 		}
 		if b != nil && b.Len() != info.Bytes {
-			return nil, &reshard.BufferError{Rank: rank, Tensor: info.Tensor, Side: "scale", Why: "has another size", Want: info.Bytes, Got: b.Len()}
+			return nil, &refit.BufferError{Rank: rank, Tensor: info.Tensor, Side: "scale", Why: "has another size", Want: info.Bytes, Got: b.Len()}
 		}
 		if b != nil {
 			mb.Scale[info.Stage][info.Tensor] = b
@@ -317,17 +319,17 @@ func (me *modelEntry) modelBuffers(named [2][]C.m2n_named_buffer, scales []C.m2n
 			name := goString(list[i].name)
 			info, ok := me.bufs[side][name]
 			if !ok {
-				return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: what, Why: "is not one of this rank's buffers of the model (see m2n_model_describe)", Got: -1}
+				return nil, &refit.BufferError{Rank: rank, Tensor: name, Side: what, Why: "is not one of this rank's buffers of the model (see m2n_model_describe)", Got: -1}
 			}
 			if _, dup := into[info.Stage][name]; dup {
-				return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: what, Why: "is given twice", Want: info.Bytes, Got: -1}
+				return nil, &refit.BufferError{Rank: rank, Tensor: name, Side: what, Why: "is given twice", Want: info.Bytes, Got: -1}
 			}
 			b, err := bufferOf(&list[i].buffer, dev, info.dt, rank, name, what, info.Bytes)
 			if err != nil {
 				return nil, err
 			}
 			if b != nil && b.Len() != info.Bytes {
-				return nil, &reshard.BufferError{Rank: rank, Tensor: name, Side: what, Why: "has another size", Want: info.Bytes, Got: b.Len()}
+				return nil, &refit.BufferError{Rank: rank, Tensor: name, Side: what, Why: "has another size", Want: info.Bytes, Got: b.Len()}
 			}
 			if b != nil {
 				into[info.Stage][name] = b

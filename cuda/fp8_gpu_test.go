@@ -15,9 +15,11 @@ import (
 	"github.com/m2n-dev/m2n/internal/gputest"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestGPUFP8 converts every FP8 pair (every 2-D and 3-D conformance pair,
@@ -45,10 +47,10 @@ func TestGPUFP8(t *testing.T) {
 		domains  int
 		padded   bool
 		coalesce int64
-		opts     reshard.CallOptions
+		opts     refit.CallOptions
 	}
-	routes := []route{{reshard.Flat{}, 1, false, 0, reshard.CallOptions{}}, {hier.Hier{}, 1, false, 0, reshard.CallOptions{}},
-		{hier.Hier{}, 2, false, 0, reshard.CallOptions{}}, {reshard.Flat{}, 1, true, 1 << 10, reshard.CallOptions{Verify: true, Atomic: true}}}
+	routes := []route{{reshard.Flat{}, 1, false, 0, refit.CallOptions{}}, {hier.Hier{}, 1, false, 0, refit.CallOptions{}},
+		{hier.Hier{}, 2, false, 0, refit.CallOptions{}}, {reshard.Flat{}, 1, true, 1 << 10, refit.CallOptions{Verify: true, Atomic: true}}}
 	runs := 0
 	for ci, c := range cases {
 		for ri, r := range routes {
@@ -61,7 +63,7 @@ func TestGPUFP8(t *testing.T) {
 			mode := fp8.Mode(1 + (ci+ri)%3)
 			opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
 			w := inproc.NewWorld(world).WithMemory(wire)
-			errs := w.Run(func(tr reshard.Transport) error {
+			errs := w.Run(func(tr transport.Transport) error {
 				mem, err := cuda.NewMemory(ctx)
 				if err != nil {
 					return err
@@ -105,15 +107,15 @@ func TestGPUFP8NonFinite(t *testing.T) {
 	}
 	defer wire.Close()
 	w := inproc.NewWorld(c.World()).WithMemory(wire)
-	spec := reshard.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: fp8.Block}
-	errs := w.Run(func(tr reshard.Transport) error {
+	spec := refit.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: fp8.Block}
+	errs := w.Run(func(tr transport.Transport) error {
 		rank := tr.Rank()
 		mem, err := cuda.NewMemory(ctx)
 		if err != nil {
 			return err
 		}
 		defer mem.Close()
-		var b reshard.TensorBuffers
+		var b refit.TensorBuffers
 		if c.Src.Mesh().Contains(rank) {
 			h := make([]byte, c.Src.LocalBytes(rank))
 			if err := pattern.FillFloats(c.Src, rank, 0, h, placement.View{}); err != nil {
@@ -141,15 +143,15 @@ func TestGPUFP8NonFinite(t *testing.T) {
 			}
 			defer mem.Free(b.Scale)
 		}
-		ex := &reshard.Executor{T: tr, Mem: mem, Timeout: time.Minute}
+		ex := &refit.Executor{T: tr, Mem: mem, Timeout: time.Minute}
 		defer ex.Close()
-		call, err := reshard.Prepare(context.Background(), w.Collective(rank), []reshard.Spec{spec}, reshard.Flat{}, reshard.Topology{}, 0,
-			reshard.CallOptions{Schedule: reshard.DefaultScheduleOptions, Atomic: true})
+		call, err := refit.Prepare(context.Background(), w.Collective(rank), []refit.Spec{spec}, reshard.Flat{}, reshard.Topology{}, 0,
+			refit.CallOptions{Schedule: reshard.DefaultScheduleOptions, Atomic: true})
 		if err != nil {
 			return err
 		}
-		_, err = call.Run(context.Background(), ex, w.Collective(rank), []reshard.TensorBuffers{b})
-		var nf *reshard.NonFiniteError
+		_, err = call.Run(context.Background(), ex, w.Collective(rank), []refit.TensorBuffers{b})
+		var nf *refit.NonFiniteError
 		if !errors.As(err, &nf) || nf.Flat != 170*200+33 || nf.Rank != 1 {
 			return fmt.Errorf("rank %d: %v, want a NaN at [170 33] on rank 1", rank, err)
 		}

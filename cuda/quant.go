@@ -9,8 +9,8 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // FP8Window is an fp8.Window in device memory: one 4-byte value per block
@@ -30,7 +30,7 @@ type FP8Window struct {
 // does).
 type FP8Region struct {
 	DType placement.DType
-	Src   reshard.Buffer
+	Src   transport.Buffer
 	At    strided.Desc
 	Box   placement.Box
 }
@@ -54,7 +54,7 @@ func (m *Memory) BlockAmax(g fp8.Grid, amax FP8Window, r FP8Region) error {
 // reads the source once and writes half (bf16) or a quarter (f32) of its
 // bytes: a pack that sends FP8. Non-finite elements give 0x7F or +-448
 // (BlockAmax, the pass before, is where they are caught).
-func (m *Memory) PackQuantize(g fp8.Grid, dst reshard.Buffer, off int64, r FP8Region, scales FP8Window) error {
+func (m *Memory) PackQuantize(g fp8.Grid, dst transport.Buffer, off int64, r FP8Region, scales FP8Window) error {
 	d, err := deviceBuf(dst)
 	if err != nil {
 		return err

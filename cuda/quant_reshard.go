@@ -6,7 +6,7 @@ import (
 	"math"
 
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Memory implements reshard.QuantMemory with the FP8 kernels, so that a
@@ -14,14 +14,14 @@ import (
 // GPU while it packs: the partial amaxes with BlockAmax into a device
 // window read back to the host (where the ranks combine them), the packing
 // with PackQuantize from scales uploaded once per step.
-var _ reshard.QuantMemory = (*Memory)(nil)
+var _ transport.QuantMemory = (*Memory)(nil)
 
 // QuantAmax implements reshard.QuantMemory: BlockAmax into a zeroed device
 // window of the blocks r touches, read back and folded into w. A
 // non-finite amax (a NaN or infinity in r) is reported as the
 // *fp8.NonFiniteError of its first element (FirstNonFinite reads r back).
 // It waits for the stream.
-func (m *Memory) QuantAmax(g fp8.Grid, w fp8.Window, r reshard.QuantRegion) error {
+func (m *Memory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) error {
 	blocks, err := g.Blocks(r.Box)
 	if err != nil {
 		return err
@@ -62,8 +62,8 @@ func (m *Memory) QuantAmax(g fp8.Grid, w fp8.Window, r reshard.QuantRegion) erro
 
 // LoadScales implements reshard.QuantMemory: the scales uploaded into a
 // device window (Scales.Dev, a Buffer of 4 bytes per block).
-func (m *Memory) LoadScales(w fp8.Window) (reshard.Scales, error) {
-	s := reshard.Scales{Window: w, Dev: Buffer{}}
+func (m *Memory) LoadScales(w fp8.Window) (transport.Scales, error) {
+	s := transport.Scales{Window: w, Dev: Buffer{}}
 	if len(w.Values) == 0 {
 		return s, nil
 	}
@@ -84,14 +84,14 @@ func (m *Memory) LoadScales(w fp8.Window) (reshard.Scales, error) {
 }
 
 // FreeScales implements reshard.QuantMemory.
-func (m *Memory) FreeScales(s reshard.Scales) {
+func (m *Memory) FreeScales(s transport.Scales) {
 	if s.Dev != nil {
 		m.Free(s.Dev)
 	}
 }
 
 // QuantPack implements reshard.QuantMemory: PackQuantize on the stream.
-func (m *Memory) QuantPack(g fp8.Grid, dst reshard.Buffer, off int64, r reshard.QuantRegion, s reshard.Scales) error {
+func (m *Memory) QuantPack(g fp8.Grid, dst transport.Buffer, off int64, r transport.QuantRegion, s transport.Scales) error {
 	dev, ok := s.Dev.(Buffer)
 	if !ok {
 		return fmt.Errorf("cuda: scales not loaded by this memory (LoadScales): %T", s.Dev)

@@ -14,9 +14,11 @@ import (
 	"github.com/m2n-dev/m2n/cuda/kernels"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // emuMemory is reshard.QuantMemory over host memory with the FP8 kernels
@@ -25,7 +27,7 @@ import (
 // here without a GPU. Its buffers are C memory (kernels.Alloc), whose
 // addresses the emulated kernels dereference.
 type emuMemory struct {
-	reshard.HostMemory
+	transport.HostMemory
 	mu    sync.Mutex
 	frees map[uintptr]func()
 	used  map[string]int
@@ -39,16 +41,16 @@ func newEmuMemory() *emuMemory {
 	return &emuMemory{frees: map[uintptr]func(){}, used: map[string]int{}}
 }
 
-func (m *emuMemory) Alloc(n int64) (reshard.Buffer, error) {
+func (m *emuMemory) Alloc(n int64) (transport.Buffer, error) {
 	b, free := kernels.Alloc(int(n))
 	m.mu.Lock()
 	m.frees[uintptr(unsafe.Pointer(unsafe.SliceData(b)))] = free
 	m.mu.Unlock()
-	return reshard.HostBuffer(b), nil
+	return transport.HostBuffer(b), nil
 }
 
-func (m *emuMemory) Free(b reshard.Buffer) {
-	h, ok := b.(reshard.HostBuffer)
+func (m *emuMemory) Free(b transport.Buffer) {
+	h, ok := b.(transport.HostBuffer)
 	if !ok {
 		return
 	}
@@ -62,8 +64,8 @@ func (m *emuMemory) Free(b reshard.Buffer) {
 	}
 }
 
-func hostAddr(b reshard.Buffer) (DevicePtr, []byte, error) {
-	h, ok := b.(reshard.HostBuffer)
+func hostAddr(b transport.Buffer) (DevicePtr, []byte, error) {
+	h, ok := b.(transport.HostBuffer)
 	if !ok {
 		return 0, nil, fmt.Errorf("emu: %T is not host memory", b)
 	}
@@ -80,7 +82,7 @@ func (m *emuMemory) run(p quantPlan) error {
 }
 
 // QuantAmax is Memory.QuantAmax with the emulated kernel.
-func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r reshard.QuantRegion) error {
+func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) error {
 	blocks, err := g.Blocks(r.Box)
 	if err != nil || blocks.Elems() == 0 {
 		return err
@@ -110,19 +112,19 @@ func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r reshard.QuantRegion) e
 }
 
 // LoadScales is Memory.LoadScales into C memory.
-func (m *emuMemory) LoadScales(w fp8.Window) (reshard.Scales, error) {
+func (m *emuMemory) LoadScales(w fp8.Window) (transport.Scales, error) {
 	b, _ := m.Alloc(int64(4 * len(w.Values)))
-	h := b.(reshard.HostBuffer)
+	h := b.(transport.HostBuffer)
 	for i, v := range w.Values {
 		binary.LittleEndian.PutUint32(h[4*i:], math.Float32bits(v))
 	}
-	return reshard.Scales{Window: w, Dev: b}, nil
+	return transport.Scales{Window: w, Dev: b}, nil
 }
 
-func (m *emuMemory) FreeScales(s reshard.Scales) { m.Free(s.Dev) }
+func (m *emuMemory) FreeScales(s transport.Scales) { m.Free(s.Dev) }
 
 // QuantPack is Memory.QuantPack with the emulated kernel.
-func (m *emuMemory) QuantPack(g fp8.Grid, dst reshard.Buffer, off int64, r reshard.QuantRegion, s reshard.Scales) error {
+func (m *emuMemory) QuantPack(g fp8.Grid, dst transport.Buffer, off int64, r transport.QuantRegion, s transport.Scales) error {
 	src, _, err := hostAddr(r.Buf)
 	if err != nil {
 		return err
@@ -174,12 +176,12 @@ func TestFP8CallKernelsOnCPU(t *testing.T) {
 			chunk := max(c.Dst.Bytes()/16, 16)
 			mode := fp8.Mode(1 + (ci+ri)%3)
 			w := inproc.NewWorld(world).WithMemory(mem)
-			errs := w.Run(func(tr reshard.Transport) error {
+			errs := w.Run(func(tr transport.Transport) error {
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
 				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * chunk},
 					Padded: ri == 0}
-				_, err := transporttest.RunFP8Case(ctx, env, w.Collective(tr.Rank()), c, route, mode, reshard.CallOptions{Verify: ci%2 == 0}, 2)
+				_, err := transporttest.RunFP8Case(ctx, env, w.Collective(tr.Rank()), c, route, mode, refit.CallOptions{Verify: ci%2 == 0}, 2)
 				if err != nil {
 					tr.Abort(err)
 				}

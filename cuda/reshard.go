@@ -3,8 +3,8 @@ package cuda
 import (
 	"fmt"
 
-	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Buffer is device memory as a reshard.Buffer.
@@ -36,7 +36,7 @@ func NewMemory(ctx *Context) (*Memory, error) {
 // Close destroys the Memory's stream.
 func (m *Memory) Close() error { return m.Stream.Destroy() }
 
-func deviceBuf(b reshard.Buffer) (Buffer, error) {
+func deviceBuf(b transport.Buffer) (Buffer, error) {
 	d, ok := b.(Buffer)
 	if !ok {
 		return Buffer{}, fmt.Errorf("cuda: %T is not device memory", b)
@@ -45,7 +45,7 @@ func deviceBuf(b reshard.Buffer) (Buffer, error) {
 }
 
 // deviceBufs returns both buffers as device memory.
-func deviceBufs(dst, src reshard.Buffer) (Buffer, Buffer, error) {
+func deviceBufs(dst, src transport.Buffer) (Buffer, Buffer, error) {
 	d, err := deviceBuf(dst)
 	if err != nil {
 		return Buffer{}, Buffer{}, err
@@ -55,7 +55,7 @@ func deviceBufs(dst, src reshard.Buffer) (Buffer, Buffer, error) {
 }
 
 // Alloc implements reshard.Memory; a 0-byte buffer holds no memory.
-func (m *Memory) Alloc(n int64) (reshard.Buffer, error) {
+func (m *Memory) Alloc(n int64) (transport.Buffer, error) {
 	if n == 0 {
 		return Buffer{}, nil
 	}
@@ -67,7 +67,7 @@ func (m *Memory) Alloc(n int64) (reshard.Buffer, error) {
 }
 
 // Free implements reshard.Memory.
-func (m *Memory) Free(b reshard.Buffer) {
+func (m *Memory) Free(b transport.Buffer) {
 	if d, ok := b.(Buffer); ok && d.Ptr != 0 {
 		_ = m.Ctx.Free(d.Ptr)
 	}
@@ -90,7 +90,7 @@ func checkRegion(what string, d strided.Desc, size int64) error {
 }
 
 // Pack implements reshard.Memory.
-func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc strided.Desc) error {
+func (m *Memory) Pack(dst transport.Buffer, off int64, src transport.Buffer, desc strided.Desc) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
@@ -109,7 +109,7 @@ func (m *Memory) Pack(dst reshard.Buffer, off int64, src reshard.Buffer, desc st
 }
 
 // Unpack implements reshard.Memory.
-func (m *Memory) Unpack(dst reshard.Buffer, desc strided.Desc, src reshard.Buffer, off int64) error {
+func (m *Memory) Unpack(dst transport.Buffer, desc strided.Desc, src transport.Buffer, off int64) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
@@ -128,7 +128,7 @@ func (m *Memory) Unpack(dst reshard.Buffer, desc strided.Desc, src reshard.Buffe
 }
 
 // Copy implements reshard.Memory.
-func (m *Memory) Copy(dst reshard.Buffer, dstDesc strided.Desc, src reshard.Buffer, srcDesc strided.Desc) error {
+func (m *Memory) Copy(dst transport.Buffer, dstDesc strided.Desc, src transport.Buffer, srcDesc strided.Desc) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
 		return err
@@ -153,7 +153,7 @@ func (m *Memory) Copy(dst reshard.Buffer, dstDesc strided.Desc, src reshard.Buff
 func (m *Memory) Sync() error { return m.Stream.Synchronize() }
 
 // Upload copies host bytes into a device buffer, after the stream's work.
-func (m *Memory) Upload(dst reshard.Buffer, src []byte) error {
+func (m *Memory) Upload(dst transport.Buffer, src []byte) error {
 	d, err := deviceBuf(dst)
 	if err != nil {
 		return err
@@ -168,7 +168,7 @@ func (m *Memory) Upload(dst reshard.Buffer, src []byte) error {
 }
 
 // Download copies a device buffer into host bytes, after the stream's work.
-func (m *Memory) Download(dst []byte, src reshard.Buffer) error {
+func (m *Memory) Download(dst []byte, src transport.Buffer) error {
 	s, err := deviceBuf(src)
 	if err != nil {
 		return err
@@ -184,7 +184,7 @@ func (m *Memory) Download(dst []byte, src reshard.Buffer) error {
 
 // ReadRegion implements reshard.RegionReader: it packs the region into a
 // temporary device buffer and copies that to dst.
-func (m *Memory) ReadRegion(dst []byte, src reshard.Buffer, at strided.Desc) error {
+func (m *Memory) ReadRegion(dst []byte, src transport.Buffer, at strided.Desc) error {
 	if int64(len(dst)) != at.Bytes() {
 		return fmt.Errorf("cuda: reading %d bytes into %d", at.Bytes(), len(dst))
 	}
@@ -204,7 +204,7 @@ func (m *Memory) ReadRegion(dst []byte, src reshard.Buffer, at strided.Desc) err
 
 // AddressRange implements reshard.Addresser: the device addresses a
 // buffer spans.
-func (m *Memory) AddressRange(b reshard.Buffer) (lo, hi uintptr, ok bool) {
+func (m *Memory) AddressRange(b transport.Buffer) (lo, hi uintptr, ok bool) {
 	d, isDev := b.(Buffer)
 	if !isDev || d.N == 0 {
 		return 0, 0, false

@@ -13,10 +13,12 @@ import (
 	"github.com/m2n-dev/m2n/internal/gputest"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestGPUConformance runs the transport conformance suite on device memory
@@ -57,7 +59,7 @@ func TestGPUConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
-			errs := inproc.NewWorld(world).WithMemory(wire).Run(func(tr reshard.Transport) error {
+			errs := inproc.NewWorld(world).WithMemory(wire).Run(func(tr transport.Transport) error {
 				mem, err := cuda.NewMemory(ctx)
 				if err != nil {
 					return err
@@ -134,7 +136,7 @@ func TestGPURefit(t *testing.T) {
 						return err
 					}
 					defer mem.Close()
-					var bufs reshard.TensorBuffers
+					var bufs refit.TensorBuffers
 					if c.Src.Mesh().Contains(rank) {
 						h := make([]byte, c.Src.LocalBytes(rank))
 						if err := pattern.Fill(c.Src, rank, 0, h, placement.View{}); err != nil {
@@ -158,16 +160,16 @@ func TestGPURefit(t *testing.T) {
 							bufs.Dst = cuda.Buffer{Ptr: bufs.Src.(cuda.Buffer).Ptr, N: bufs.Dst.Len()}
 						}
 					}
-					ex := &reshard.Executor{T: w.Transport(rank), Mem: mem, Timeout: time.Minute}
+					ex := &refit.Executor{T: w.Transport(rank), Mem: mem, Timeout: time.Minute}
 					defer ex.Close()
-					opts := reshard.CallOptions{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true}
+					opts := refit.CallOptions{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true}
 					cctx := context.Background()
-					call, err := reshard.Prepare(cctx, w.Collective(rank), []reshard.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
+					call, err := refit.Prepare(cctx, w.Collective(rank), []refit.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
 						reshard.Flat{}, reshard.Topology{}, 0, opts)
 					if err != nil {
 						return err
 					}
-					_, err = call.Run(cctx, ex, w.Collective(rank), []reshard.TensorBuffers{bufs})
+					_, err = call.Run(cctx, ex, w.Collective(rank), []refit.TensorBuffers{bufs})
 					if err != nil || bufs.Dst == nil {
 						return err
 					}

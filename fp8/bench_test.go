@@ -7,8 +7,8 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // BenchmarkPackQuantize measures quantize-while-packing (fp8.Grid.Pack)
@@ -66,11 +66,11 @@ func benchPackQuantize(b *testing.B, dt placement.DType, mode fp8.Mode) {
 	in := at.Bytes()
 	packed := make([]byte, in)
 	quant := make([]byte, box.Elems())
-	var mem reshard.HostMemory
+	var mem transport.HostMemory
 	var tPack, tQuant, tAmax time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if err := mem.Pack(reshard.HostBuffer(packed), 0, reshard.HostBuffer(data), at); err != nil {
+		if err := mem.Pack(transport.HostBuffer(packed), 0, transport.HostBuffer(data), at); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

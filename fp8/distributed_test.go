@@ -13,8 +13,9 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestDistributedPlans quantizes through real reshard plans, as the
@@ -152,7 +153,7 @@ func quantizeThroughPlan(r *rand.Rand, src, dst placement.Layout, mode fp8.Mode)
 		box, _ := dst.RankBox(rank)
 		dstData[rank] = bytes.Repeat([]byte{0x7F}, int(box.Elems())) // poison: NaN
 	}
-	var mem reshard.HostMemory
+	var mem transport.HostMemory
 	for _, tr := range plan.Transfers() {
 		s := sources[tr.Src]
 		staging := make([]byte, tr.Box.Elems())
@@ -161,7 +162,7 @@ func quantizeThroughPlan(r *rand.Rand, src, dst placement.Layout, mode fp8.Mode)
 			return fmt.Errorf("transfer %d -> %d of %v: %w", tr.Src, tr.Dst, tr.Box, err)
 		}
 		at := strided.Describe(tr.DstLocal, tr.Box, 1)
-		if err := mem.Unpack(reshard.HostBuffer(dstData[tr.Dst]), at, reshard.HostBuffer(staging), 0); err != nil {
+		if err := mem.Unpack(transport.HostBuffer(dstData[tr.Dst]), at, transport.HostBuffer(staging), 0); err != nil {
 			return err
 		}
 	}
@@ -216,7 +217,7 @@ func extract(data []byte, shape []int64, box placement.Box, esz int64) []byte {
 	}
 	at := strided.Describe(full, box, esz)
 	out := make([]byte, box.Elems()*esz)
-	if err := (reshard.HostMemory{}).Pack(reshard.HostBuffer(out), 0, reshard.HostBuffer(data), at); err != nil {
+	if err := (transport.HostMemory{}).Pack(transport.HostBuffer(out), 0, transport.HostBuffer(data), at); err != nil {
 		panic(err)
 	}
 	return out

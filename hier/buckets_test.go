@@ -12,8 +12,10 @@ import (
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
 )
 
 // TestAutoBuckets moves a call of small and large tensors with auto in
@@ -24,7 +26,7 @@ func TestAutoBuckets(t *testing.T) {
 	const world = 2 + 4
 	src, _ := mesh.Interval([]int{2}, 0)
 	dst, _ := mesh.Interval([]int{2, 2}, 2)
-	var specs []reshard.Spec
+	var specs []refit.Spec
 	for i := 0; i < 12; i++ {
 		shape := "8x4" // small: a bucket of its own kind
 		if i%4 == 3 {
@@ -38,7 +40,7 @@ func TestAutoBuckets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs = append(specs, reshard.Spec{Name: fmt.Sprintf("t%d", i), Src: s, Dst: d})
+		specs = append(specs, refit.Spec{Name: fmt.Sprintf("t%d", i), Src: s, Dst: d})
 	}
 	plans := make([]*reshard.Plan, len(specs))
 	for i, sp := range specs {
@@ -68,29 +70,29 @@ func TestAutoBuckets(t *testing.T) {
 	if s.Route != "auto:mixed" || !strings.Contains(s.Note, "buckets") {
 		t.Fatalf("route %q, note %q", s.Route, s.Note)
 	}
-	errs := inproc.NewWorld(world).Run(func(tr reshard.Transport) error {
+	errs := inproc.NewWorld(world).Run(func(tr transport.Transport) error {
 		r := tr.Rank()
-		bufs := make([]reshard.TensorBuffers, len(specs))
+		bufs := make([]refit.TensorBuffers, len(specs))
 		for i, sp := range specs {
 			if sp.Src.Mesh().Contains(r) {
 				b := make([]byte, sp.Src.LocalBytes(r))
 				if err := pattern.Fill(sp.Src, r, uint64(i), b, placement.View{}); err != nil {
 					return err
 				}
-				bufs[i].Src = reshard.HostBuffer(b)
+				bufs[i].Src = transport.HostBuffer(b)
 			}
 			if sp.Dst.Mesh().Contains(r) {
-				bufs[i].Dst = reshard.HostBuffer(bytes.Repeat([]byte{pattern.Poison}, int(sp.Dst.LocalBytes(r))))
+				bufs[i].Dst = transport.HostBuffer(bytes.Repeat([]byte{pattern.Poison}, int(sp.Dst.LocalBytes(r))))
 			}
 		}
-		ex := &reshard.Executor{T: tr, Mem: reshard.HostMemory{}}
+		ex := &refit.Executor{T: tr, Mem: transport.HostMemory{}}
 		if _, err := ex.RunSchedule(context.Background(), s, bufs); err != nil {
 			tr.Abort(err)
 			return err
 		}
 		for i, sp := range specs {
 			if bufs[i].Dst != nil {
-				if err := pattern.Check(sp.Dst, r, uint64(i), bufs[i].Dst.(reshard.HostBuffer), placement.View{}); err != nil {
+				if err := pattern.Check(sp.Dst, r, uint64(i), bufs[i].Dst.(transport.HostBuffer), placement.View{}); err != nil {
 					return fmt.Errorf("%s: %w", sp.Name, err)
 				}
 			}

@@ -8,8 +8,9 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestConformanceHier runs every conformance pair, in every rank
@@ -35,10 +36,10 @@ func TestConformanceHier(t *testing.T) {
 				if c.Src.Bytes() <= 4<<10 {
 					opts = reshard.ScheduleOptions{ChunkBytes: 40, StagingBytes: 320}
 				}
-				errs := inproc.NewWorldInPlace(world).Run(func(tr reshard.Transport) error {
+				errs := inproc.NewWorldInPlace(world).Run(func(tr transport.Transport) error {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
-					env := transporttest.Env{T: tr, Mem: reshard.HostMemory{}, IO: reshard.HostMemory{}, Topo: topo, Opts: opts}
+					env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Topo: topo, Opts: opts}
 					_, err := transporttest.RunCase(ctx, env, c, hier.Hier{Balance: bal})
 					if err != nil {
 						tr.Abort(err)

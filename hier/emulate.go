@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Emulated is a reshard.Transport that caps the rate at which one rank
@@ -20,7 +21,7 @@ import (
 // completes when its real transfers have and its last emulated operation
 // would have.
 type Emulated struct {
-	inner reshard.Transport
+	inner transport.Transport
 	topo  reshard.Topology
 	nic   *NIC
 	err   error // a rate Emulate was given that ValidateRate refuses
@@ -69,7 +70,7 @@ func ValidateRate(bytesPerSec float64) error {
 
 // NewEmulated wraps t with a network of bytesPerSec per rank and direction
 // between the domains of topo, or returns ValidateRate's error.
-func NewEmulated(t reshard.Transport, topo reshard.Topology, bytesPerSec float64) (*Emulated, error) {
+func NewEmulated(t transport.Transport, topo reshard.Topology, bytesPerSec float64) (*Emulated, error) {
 	if err := ValidateRate(bytesPerSec); err != nil {
 		return nil, err
 	}
@@ -81,14 +82,14 @@ func NewEmulated(t reshard.Transport, topo reshard.Topology, bytesPerSec float64
 // Start fail with that error (no round runs undelayed); NewEmulated
 // reports it at once instead. Start also fails, naming the bytes and the
 // rate, when a delay would not fit a time.Duration (about 292 years).
-func Emulate(t reshard.Transport, topo reshard.Topology, bytesPerSec float64) *Emulated {
+func Emulate(t transport.Transport, topo reshard.Topology, bytesPerSec float64) *Emulated {
 	return &Emulated{inner: t, topo: topo, nic: &NIC{rate: bytesPerSec}, err: ValidateRate(bytesPerSec), now: time.Now, sleep: sleepCtx}
 }
 
 // EmulateOn wraps t with nic's network between the domains of topo: every
 // transport of a rank that EmulateOn wraps with the same nic shares its
 // rate.
-func EmulateOn(t reshard.Transport, topo reshard.Topology, nic *NIC) *Emulated {
+func EmulateOn(t transport.Transport, topo reshard.Topology, nic *NIC) *Emulated {
 	return &Emulated{inner: t, topo: topo, nic: nic, now: time.Now, sleep: sleepCtx}
 }
 
@@ -116,7 +117,7 @@ func (e *Emulated) Size() int { return e.inner.Size() }
 func (e *Emulated) Abort(reason error) { e.inner.Abort(reason) }
 
 // MaxInPlaceBytes forwards the inner transport's in-place support.
-func (e *Emulated) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(e.inner) }
+func (e *Emulated) MaxInPlaceBytes() int64 { return transport.MaxInPlace(e.inner) }
 
 // Start posts the round on the inner transport and books its cross-domain
 // operations on the emulated interfaces.
@@ -125,7 +126,7 @@ func (e *Emulated) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(e.inner) 
 // fit a time.Duration, counted from now and including what the interface
 // has booked already, is an error naming the bytes and the rate, and
 // nothing is posted.
-func (e *Emulated) Start(ops []reshard.Op) (reshard.Pending, error) {
+func (e *Emulated) Start(ops []transport.Op) (transport.Pending, error) {
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -171,7 +172,7 @@ func (e *Emulated) Start(ops []reshard.Op) (reshard.Pending, error) {
 }
 
 type emulatedRound struct {
-	inner reshard.Pending
+	inner transport.Pending
 	until time.Time
 	e     *Emulated
 }

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
 )
 
 // TestEmulatedRates runs real in-process transfers through the emulator
@@ -28,19 +29,19 @@ func TestEmulatedRates(t *testing.T) {
 			return nil
 		}
 	}
-	buf := func(n int) reshard.HostBuffer { return make(reshard.HostBuffer, n) }
+	buf := func(n int) transport.HostBuffer { return make(transport.HostBuffer, n) }
 	// rank 0 sends 2000 and 3000 bytes to rank 1 (network) and 5000 to
 	// rank 2 (network); rank 1 sends 4000 bytes to rank 2 (local).
-	p0, err := emu[0].Start([]reshard.Op{
+	p0, err := emu[0].Start([]transport.Op{
 		{Peer: 1, Send: true, Buf: buf(2000), Len: 2000}, {Peer: 1, Send: true, Buf: buf(3000), Len: 3000},
 		{Peer: 2, Send: true, Buf: buf(5000), Len: 5000}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1, _ := emu[1].Start([]reshard.Op{{Peer: 0, Buf: buf(2000), Len: 2000}, {Peer: 0, Buf: buf(3000), Len: 3000},
+	p1, _ := emu[1].Start([]transport.Op{{Peer: 0, Buf: buf(2000), Len: 2000}, {Peer: 0, Buf: buf(3000), Len: 3000},
 		{Peer: 2, Send: true, Buf: buf(4000), Len: 4000}})
-	p2, _ := emu[2].Start([]reshard.Op{{Peer: 0, Buf: buf(5000), Len: 5000}, {Peer: 1, Buf: buf(4000), Len: 4000}})
-	for _, p := range []reshard.Pending{p0, p1, p2} {
+	p2, _ := emu[2].Start([]transport.Op{{Peer: 0, Buf: buf(5000), Len: 5000}, {Peer: 1, Buf: buf(4000), Len: 4000}})
+	for _, p := range []transport.Pending{p0, p1, p2} {
 		if err := p.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -52,8 +53,8 @@ func TestEmulatedRates(t *testing.T) {
 		}
 	}
 	// the interface stays busy: a second round right away queues behind.
-	p, _ := emu[2].Start([]reshard.Op{{Peer: 0, Buf: buf(1000), Len: 1000}})
-	q, _ := emu[0].Start([]reshard.Op{{Peer: 2, Send: true, Buf: buf(1000), Len: 1000}})
+	p, _ := emu[2].Start([]transport.Op{{Peer: 0, Buf: buf(1000), Len: 1000}})
+	q, _ := emu[0].Start([]transport.Op{{Peer: 2, Send: true, Buf: buf(1000), Len: 1000}})
 	if err := q.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}

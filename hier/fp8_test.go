@@ -11,9 +11,11 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestFP8Hier converts every FP8 pair (transporttest.FP8Cases), in every
@@ -45,11 +47,11 @@ func TestFP8Hier(t *testing.T) {
 				opts := reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * chunk}
 				mode := fp8.Mode(1 + (ci+domains+int(bal))%3)
 				w := inproc.NewWorldInPlace(world)
-				errs := w.Run(func(tr reshard.Transport) error {
+				errs := w.Run(func(tr transport.Transport) error {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
-					env := transporttest.Env{T: tr, Mem: reshard.HostMemory{}, IO: reshard.HostMemory{}, Topo: topo, Opts: opts}
-					_, err := transporttest.RunFP8Case(ctx, env, w.Collective(tr.Rank()), c, hier.Hier{Balance: bal}, mode, reshard.CallOptions{Verify: ci%2 == 0}, 2)
+					env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Topo: topo, Opts: opts}
+					_, err := transporttest.RunFP8Case(ctx, env, w.Collective(tr.Rank()), c, hier.Hier{Balance: bal}, mode, refit.CallOptions{Verify: ci%2 == 0}, 2)
 					if err != nil {
 						tr.Abort(err)
 					}

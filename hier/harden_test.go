@@ -11,7 +11,8 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
 )
 
 // TestDomainsShortHostList is issue 17 case 12: a host list shorter than
@@ -108,7 +109,7 @@ func TestEmulateRates(t *testing.T) {
 			t.Errorf("NewEmulated(%g) = %v", rate, err)
 		}
 		e := Emulate(w.Transport(0), topo, rate)
-		_, err := e.Start([]reshard.Op{{Peer: 1, Send: true, Buf: make(reshard.HostBuffer, 8), Len: 8}})
+		_, err := e.Start([]transport.Op{{Peer: 1, Send: true, Buf: make(transport.HostBuffer, 8), Len: 8}})
 		if err == nil || !strings.Contains(err.Error(), "want a finite rate of at least 1 byte/s") {
 			t.Errorf("Emulate(%g).Start = %v", rate, err)
 		}
@@ -122,7 +123,7 @@ func TestEmulateRates(t *testing.T) {
 	clock := time.Unix(0, 0)
 	e := Emulate(w.Transport(0), topo, 1)
 	e.now = func() time.Time { return clock }
-	_, err := e.Start([]reshard.Op{{Peer: 1, Send: true, Buf: make(reshard.HostBuffer, 1), Len: 1 << 40}})
+	_, err := e.Start([]transport.Op{{Peer: 1, Send: true, Buf: make(transport.HostBuffer, 1), Len: 1 << 40}})
 	if err == nil || !strings.Contains(err.Error(), "1099511627776 bytes to or from rank 1 would complete 1.1e+12 s from now, more than a time.Duration holds") {
 		t.Errorf("Start of 2^40 bytes at 1 byte/s = %v", err)
 	}
@@ -130,12 +131,12 @@ func TestEmulateRates(t *testing.T) {
 	e = Emulate(nullTransport{}, topo, 1)
 	e.now = func() time.Time { return clock }
 	year := int64(365 * 24 * 3600)
-	p, err := e.Start([]reshard.Op{{Peer: 1, Send: true, Buf: make(reshard.HostBuffer, 1), Len: 200 * year}})
+	p, err := e.Start([]transport.Op{{Peer: 1, Send: true, Buf: make(transport.HostBuffer, 1), Len: 200 * year}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = p
-	if _, err := e.Start([]reshard.Op{{Peer: 1, Send: true, Buf: make(reshard.HostBuffer, 1), Len: 200 * year}}); err == nil {
+	if _, err := e.Start([]transport.Op{{Peer: 1, Send: true, Buf: make(transport.HostBuffer, 1), Len: 200 * year}}); err == nil {
 		t.Error("400 years of booking accepted")
 	}
 	if got := e.nic.sendFree.Sub(clock); got != time.Duration(200*year)*time.Second {
@@ -146,10 +147,10 @@ func TestEmulateRates(t *testing.T) {
 // nullTransport accepts every round and completes it at once.
 type nullTransport struct{}
 
-func (nullTransport) Rank() int                                   { return 0 }
-func (nullTransport) Size() int                                   { return 2 }
-func (nullTransport) Abort(error)                                 {}
-func (nullTransport) Start([]reshard.Op) (reshard.Pending, error) { return nullPending{}, nil }
+func (nullTransport) Rank() int                                       { return 0 }
+func (nullTransport) Size() int                                       { return 2 }
+func (nullTransport) Abort(error)                                     {}
+func (nullTransport) Start([]transport.Op) (transport.Pending, error) { return nullPending{}, nil }
 
 type nullPending struct{}
 

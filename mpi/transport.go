@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // transportTag is the tag of every reshard message. Messages between one
@@ -47,11 +47,11 @@ func (t *Transport) Size() int { return t.comm.Size() }
 func (t *Transport) Comm() *Comm { return t.comm }
 
 // Start posts every receive of the round, then every send, and returns.
-func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
+func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 	reqs := make([]*Request, 0, len(ops))
 	peers := make([]int, 0, len(ops))
-	post := func(o reshard.Op) error {
-		hb, ok := o.Buf.(reshard.HostBuffer)
+	post := func(o transport.Op) error {
+		hb, ok := o.Buf.(transport.HostBuffer)
 		if !ok {
 			return fmt.Errorf("mpi: transport buffer %T is not host memory", o.Buf)
 		}

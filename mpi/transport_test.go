@@ -7,8 +7,8 @@ import (
 
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestTransportExchange runs the transport-contract suite over the MPI
@@ -16,7 +16,7 @@ import (
 // versus polling Testall).
 func TestTransportExchange(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
-		env := transporttest.Env{T: mpi.NewTransport(c, true), Mem: reshard.HostMemory{}, IO: reshard.HostMemory{}}
+		env := transporttest.Env{T: mpi.NewTransport(c, true), Mem: transport.HostMemory{}, IO: transport.HostMemory{}}
 		if err := transporttest.Exchange(context.Background(), env, 5); err != nil {
 			t.Fatal(err)
 		}

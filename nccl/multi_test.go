@@ -13,8 +13,9 @@ import (
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // twoRankPairs are reshards that fit two GPUs: one rank to the other, and
@@ -221,9 +222,9 @@ func TestGPUReplayStuckPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err = rp.RunProgram(context.Background(), prog, []reshard.TensorBuffers{{Dst: dst}})
+		_, err = rp.RunProgram(context.Background(), prog, []refit.TensorBuffers{{Dst: dst}})
 		tr.Abort(err)
-		var te *reshard.TimeoutError
+		var te *refit.TimeoutError
 		if !errors.As(err, &te) || te.Rank != 1 || len(te.Peers) != 1 || te.Peers[0] != 0 {
 			t.Fatalf("after %v: %v, want a timeout on rank 1 naming rank 0", time.Since(start), err)
 		}

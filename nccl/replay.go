@@ -14,7 +14,9 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/pace"
 	"github.com/m2n-dev/m2n/internal/replay"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // ReplayOptions configure a Replay.
@@ -134,19 +136,19 @@ func (r *Replay) Graphed() bool { return r.graph != nil }
 // queues the step and waits until it is done, polling the streams, the
 // communicators' asynchronous errors, ctx and Poll, with each round bounded
 // by Timeout. After an error the caller must abort the transport.
-func (r *Replay) RunProgram(ctx context.Context, p *reshard.Program, bufs []reshard.TensorBuffers) (reshard.Stats, error) {
+func (r *Replay) RunProgram(ctx context.Context, p *reshard.Program, bufs []refit.TensorBuffers) (refit.Stats, error) {
 	if p != r.prog {
-		return reshard.Stats{}, fmt.Errorf("nccl: rank %d: a replay runs the program it was prepared for", r.prog.Rank)
+		return refit.Stats{}, fmt.Errorf("nccl: rank %d: a replay runs the program it was prepared for", r.prog.Rank)
 	}
 	if err := r.bind(bufs); err != nil {
-		return reshard.Stats{}, err
+		return refit.Stats{}, err
 	}
 	if err := r.enqueue(nil); err != nil {
-		return reshard.Stats{}, err
+		return refit.Stats{}, err
 	}
 	r.inflight = true
 	if err := r.wait(ctx, r.streams[replay.Compute].Query); err != nil {
-		return reshard.Stats{}, err
+		return refit.Stats{}, err
 	}
 	r.inflight = false
 	return r.plan.Stats, nil
@@ -159,7 +161,7 @@ func (r *Replay) RunProgram(ctx context.Context, p *reshard.Program, bufs []resh
 // the Replay's: it is recorded again by the next Launch. Wait waits for it
 // from the host, with the checks RunProgram makes. Launching again with
 // other buffers first waits for the step in flight.
-func (r *Replay) Launch(bufs []reshard.TensorBuffers, after *cuda.Event) (*cuda.Event, error) {
+func (r *Replay) Launch(bufs []refit.TensorBuffers, after *cuda.Event) (*cuda.Event, error) {
 	if err := r.bind(bufs); err != nil {
 		return nil, err
 	}
@@ -182,12 +184,12 @@ func (r *Replay) Launch(bufs []reshard.TensorBuffers, after *cuda.Event) (*cuda.
 
 // Wait waits for the step of the last Launch (see RunProgram for the
 // checks and errors) and returns what it moved.
-func (r *Replay) Wait(ctx context.Context) (reshard.Stats, error) {
+func (r *Replay) Wait(ctx context.Context) (refit.Stats, error) {
 	if r.fin == nil || r.plan == nil {
-		return reshard.Stats{}, errors.New("nccl: Replay.Wait before a Launch")
+		return refit.Stats{}, errors.New("nccl: Replay.Wait before a Launch")
 	}
 	if err := r.wait(ctx, r.fin.Query); err != nil {
-		return reshard.Stats{}, err
+		return refit.Stats{}, err
 	}
 	r.inflight = false
 	return r.plan.Stats, nil
@@ -278,13 +280,13 @@ func span(b cuda.Buffer) replay.Span { return replay.Span{Addr: uint64(b.Ptr), L
 
 // keyOf returns the addresses and lengths of bufs, checking that they are
 // device memory.
-func (r *Replay) keyOf(bufs []reshard.TensorBuffers) ([]uint64, error) {
+func (r *Replay) keyOf(bufs []refit.TensorBuffers) ([]uint64, error) {
 	if len(bufs) != len(r.prog.Full) {
 		return nil, fmt.Errorf("nccl: rank %d: %d buffer pairs for a program of %d tensors", r.prog.Rank, len(bufs), len(r.prog.Full))
 	}
 	key := r.keyBuf[:0]
 	for i := range bufs {
-		for side, b := range []reshard.Buffer{bufs[i].Src, bufs[i].Dst} {
+		for side, b := range []transport.Buffer{bufs[i].Src, bufs[i].Dst} {
 			if b == nil {
 				key = append(key, 0, 0)
 				continue
@@ -301,7 +303,7 @@ func (r *Replay) keyOf(bufs []reshard.TensorBuffers) ([]uint64, error) {
 }
 
 // bind builds the step for bufs unless it is bound to them already.
-func (r *Replay) bind(bufs []reshard.TensorBuffers) error {
+func (r *Replay) bind(bufs []refit.TensorBuffers) error {
 	key, err := r.keyOf(bufs)
 	if err != nil {
 		return err
@@ -647,6 +649,6 @@ func (r *Replay) stepError(next int, err error) error {
 // timeout is the error of a round that made no progress in time.
 func (r *Replay) timeout(next int) error {
 	i := r.stuck(next)
-	return &reshard.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Steps[i].Round, After: r.opts.Timeout,
+	return &refit.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Steps[i].Round, After: r.opts.Timeout,
 		Peers: r.prog.PeersOf(i), Tensors: r.prog.TensorsOf(i)}
 }

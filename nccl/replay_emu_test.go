@@ -14,8 +14,8 @@ import (
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/internal/replay/replaytest"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // emuHeap is simulated device memory in C memory, whose copies run the

@@ -16,9 +16,10 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // oneRankTransport makes a one-rank communicator, its transport and a
@@ -52,8 +53,8 @@ func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl
 
 // replayRunner is a transporttest runner that replays every case on tr,
 // with or without a graph; graphErr collects why a capture fell back.
-func replayRunner(tr *nccl.Transport, mem *cuda.Memory, graph bool, graphErr *error) func(p *reshard.Program) (reshard.ProgramRunner, func(), error) {
-	return func(p *reshard.Program) (reshard.ProgramRunner, func(), error) {
+func replayRunner(tr *nccl.Transport, mem *cuda.Memory, graph bool, graphErr *error) func(p *reshard.Program) (refit.ProgramRunner, func(), error) {
+	return func(p *reshard.Program) (refit.ProgramRunner, func(), error) {
 		r, err := nccl.NewReplay(p, tr, mem, nccl.ReplayOptions{Timeout: time.Minute, Graph: graph})
 		if err != nil {
 			return nil, nil, err
@@ -167,7 +168,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 	}
 	defer rp.Close()
 	type tensor struct {
-		bufs reshard.TensorBuffers
+		bufs refit.TensorBuffers
 		got  []byte
 	}
 	alloc := func() []tensor {
@@ -196,13 +197,13 @@ func TestGPUReplayManyTensors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ts[i] = tensor{bufs: reshard.TensorBuffers{Src: srcBuf, Dst: dstBuf}, got: make([]byte, dn)}
+			ts[i] = tensor{bufs: refit.TensorBuffers{Src: srcBuf, Dst: dstBuf}, got: make([]byte, dn)}
 			t.Cleanup(func() { mem.Free(srcBuf); mem.Free(dstBuf) })
 		}
 		return ts
 	}
 	check := func(ts []tensor, what string) {
-		bufs := make([]reshard.TensorBuffers, n)
+		bufs := make([]refit.TensorBuffers, n)
 		for i := range ts {
 			for k := range ts[i].got {
 				ts[i].got[k] = pat.Poison
@@ -273,7 +274,7 @@ func TestGPUReplaySelf(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*7 + i/256)
 	}
-	runWith := func(t *testing.T, ex *reshard.Executor) []byte {
+	runWith := func(t *testing.T, ex *refit.Executor) []byte {
 		t.Helper()
 		sb, _ := mem.Alloc(4096)
 		db, _ := mem.Alloc(8192)
@@ -287,7 +288,7 @@ func TestGPUReplaySelf(t *testing.T) {
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		st, err := ex.Run(cctx, prog, []reshard.TensorBuffers{{Src: sb, Dst: db}})
+		st, err := ex.Run(cctx, prog, []refit.TensorBuffers{{Src: sb, Dst: db}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +301,7 @@ func TestGPUReplaySelf(t *testing.T) {
 		}
 		return got
 	}
-	host := &reshard.Executor{T: tr, Mem: mem, Timeout: time.Minute}
+	host := &refit.Executor{T: tr, Mem: mem, Timeout: time.Minute}
 	defer host.Close()
 	want := runWith(t, host)
 	if bytes.Equal(want, bytes.Repeat([]byte{pat.Poison}, 8192)) {
@@ -312,7 +313,7 @@ func TestGPUReplaySelf(t *testing.T) {
 			t.Fatal(err)
 		}
 		for run := range 3 {
-			got := runWith(t, &reshard.Executor{T: tr, Mem: mem, Runner: rp})
+			got := runWith(t, &refit.Executor{T: tr, Mem: mem, Runner: rp})
 			if !bytes.Equal(got, want) {
 				i := 0
 				for got[i] == want[i] {
@@ -362,7 +363,7 @@ func TestGPUReplayLaunch(t *testing.T) {
 	if err := ctx.Memset(db.(cuda.Buffer).Ptr, 0, 8192); err != nil {
 		t.Fatal(err)
 	}
-	bufs := []reshard.TensorBuffers{{Src: sb, Dst: db}}
+	bufs := []refit.TensorBuffers{{Src: sb, Dst: db}}
 	var want []byte
 	for step := range 3 {
 		v := byte(0x10 * (step + 1))
@@ -428,7 +429,7 @@ func TestGPUReplayTimeout(t *testing.T) {
 	defer mem.Free(db)
 	// a first step binds the buffers and loads the kernels: loading a
 	// module waits for the context, which a held stream would block.
-	if _, err := rp.Launch([]reshard.TensorBuffers{{Src: sb, Dst: db}}, nil); err != nil {
+	if _, err := rp.Launch([]refit.TensorBuffers{{Src: sb, Dst: db}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rp.Wait(context.Background()); err != nil {
@@ -451,11 +452,11 @@ func TestGPUReplayTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := rp.Launch([]reshard.TensorBuffers{{Src: sb, Dst: db}}, held); err != nil {
+	if _, err := rp.Launch([]refit.TensorBuffers{{Src: sb, Dst: db}}, held); err != nil {
 		t.Fatal(err)
 	}
 	_, err = rp.Wait(context.Background())
-	var te *reshard.TimeoutError
+	var te *refit.TimeoutError
 	if !errors.As(err, &te) || te.Rank != 0 || te.Round != 0 || len(te.Peers) != 1 || te.Peers[0] != 0 {
 		t.Fatalf("after %v: %v, want a timeout of round 0 naming rank 0", time.Since(start), err)
 	}

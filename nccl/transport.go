@@ -8,6 +8,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/pace"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Transport is the device-memory reshard.Transport over NCCL. It holds two
@@ -88,7 +89,7 @@ func (t *Transport) Abort(reason error) {
 
 // Start issues the round as two NCCL groups, one per communicator and
 // stream, and returns at once.
-func (t *Transport) Start(ops []reshard.Op) (reshard.Pending, error) {
+func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 	for _, o := range ops {
 		if o.InPlace {
 			return nil, fmt.Errorf("nccl: strided in-place op: NCCL moves contiguous bytes only")

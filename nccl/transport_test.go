@@ -8,7 +8,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestGPUTransportExchange runs the transport-contract suite over the NCCL

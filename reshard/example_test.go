@@ -1,16 +1,11 @@
 package reshard_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
-	"time"
 
-	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/inproc"
 )
 
 // The paper's Example A: four source ranks hold 8x4 rows in Shard(0); four
@@ -56,63 +51,4 @@ func ExamplePlan_Transfer() {
 	fmt.Println(t.Box, "source", t.SrcAt, "destination", t.DstAt)
 	// Output:
 	// [0:4, 0:4) source @0 run 8 x [4/16] destination @0 run 32
-}
-
-// A call prepared once and run every step, as every rank of an SPMD
-// program makes it: here the ranks are goroutines over the in-process
-// transport (package session does the wiring over MPI or NCCL). Four
-// trainer ranks hold a 16x8 bf16 weight in rows; a DP2 x TP2 generator
-// wants it in columns. Prepare validates, plans, schedules and agrees once;
-// each Run moves one step's bytes, verifies and commits atomically.
-func ExamplePrepare() {
-	const world = 8
-	shape := []int64{16, 8}
-	trainer, _ := mesh.Interval([]int{4}, 0)
-	generator, _ := mesh.Interval([]int{2, 2}, 4)
-	src, _ := placement.NewLayout(shape, placement.BF16, trainer, []placement.Placement{placement.Shard(0)})
-	dst, _ := placement.NewLayout(shape, placement.BF16, generator, []placement.Placement{placement.Replicate(), placement.Shard(1)})
-	specs := []reshard.Spec{{Name: "layers.0.mlp.w", Src: src, Dst: dst}}
-	opts := reshard.CallOptions{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true}
-
-	w := inproc.NewWorld(world)
-	reports := make([]*reshard.Report, world)
-	var wg sync.WaitGroup
-	for r := 0; r < world; r++ {
-		wg.Add(1)
-		go func(rank int) {
-			defer wg.Done()
-			ctx := context.Background()
-			call, err := reshard.Prepare(ctx, w.Collective(rank), specs, reshard.Flat{}, reshard.Topology{}, 0, opts)
-			if err != nil {
-				panic(err)
-			}
-			var bufs reshard.TensorBuffers
-			if src.Mesh().Contains(rank) {
-				b := make([]byte, src.LocalBytes(rank))
-				_ = pattern.Fill(src, rank, 0, b, placement.View{}) // the trainer's shard
-				bufs.Src = reshard.HostBuffer(b)
-			}
-			if dst.Mesh().Contains(rank) {
-				bufs.Dst = reshard.HostBuffer(make([]byte, dst.LocalBytes(rank)))
-			}
-			ex := &reshard.Executor{T: w.Transport(rank), Mem: reshard.HostMemory{}, Timeout: time.Minute}
-			defer ex.Close()
-			for step := 0; step < 3; step++ {
-				rep, err := call.Run(ctx, ex, w.Collective(rank), []reshard.TensorBuffers{bufs})
-				if err != nil {
-					panic(err)
-				}
-				reports[rank] = rep
-			}
-			if bufs.Dst != nil {
-				if err := pattern.Check(dst, rank, 0, bufs.Dst.(reshard.HostBuffer), placement.View{}); err != nil {
-					panic(err)
-				}
-			}
-		}(r)
-	}
-	wg.Wait()
-	fmt.Println("completed:", reports[5].Completed, "on rank 5, which received", reports[5].Stats.Recv[reshard.LinkNetwork], "bytes")
-	// Output:
-	// completed: [layers.0.mlp.w] on rank 5, which received 128 bytes
 }

@@ -274,21 +274,21 @@ func (c *compiler) resolveViews() error {
 			box, ok := l.RankBox(c.rank)
 			if !ok {
 				if !v.Dense() {
-					return &ViewError{Rank: c.rank, Tensor: tensorName(c.s, t), Side: sideName(side), View: v,
+					return &ViewError{Rank: c.rank, Tensor: c.s.TensorName(t), Side: SideName(side), View: v,
 						Why: "is given but the rank holds no part on this side"}
 				}
 				continue
 			}
 			c.local[t][side] = box
 			if err := v.Validate(box.Shape()); err != nil {
-				return &ViewError{Rank: c.rank, Tensor: tensorName(c.s, t), Side: sideName(side), View: v, Why: err.Error()}
+				return &ViewError{Rank: c.rank, Tensor: c.s.TensorName(t), Side: SideName(side), View: v, Why: err.Error()}
 			}
 		}
 	}
 	return nil
 }
 
-func sideName(side int) string {
+func SideName(side int) string {
 	if side == 0 {
 		return "source"
 	}
@@ -319,7 +319,7 @@ func (c *compiler) regions(m *Message, segs []Segment) ([]Region, error) {
 				elem = c.s.Plans[sg.Tensor].Dst().ElemSize()
 			}
 			if len(segs) != 1 || m.Box.Elems()*elem != sg.At.Bytes() {
-				return nil, fmt.Errorf("reshard: a message of tensor %s in round %d: a segment in a viewed buffer must cover the message's box", tensorName(c.s, sg.Tensor), m.Round)
+				return nil, fmt.Errorf("reshard: a message of tensor %s in round %d: a segment in a viewed buffer must cover the message's box", c.s.TensorName(sg.Tensor), m.Round)
 			}
 			r.At = strided.DescribeView(c.local[sg.Tensor][side], m.Box, elem, v)
 		}
@@ -352,7 +352,7 @@ func (c *compiler) quantizes(m *Message) (bool, error) {
 	}
 	if q && (len(m.From) != 1 || m.From[0].Tensor != m.Tensor) {
 		return false, fmt.Errorf("reshard: a message of tensor %s in round %d converts to FP8 but reads %d regions (want one region of its box)",
-			tensorName(c.s, m.Tensor), m.Round, len(m.From))
+			c.s.TensorName(m.Tensor), m.Round, len(m.From))
 	}
 	return q, nil
 }
@@ -440,7 +440,7 @@ func (p *Program) Moved() (bytes int64, tensors int) {
 }
 
 // PeersOf returns the distinct peers of step i, sorted, for errors.
-func (p *Program) PeersOf(i int) []int { return peersOf(&p.Steps[i]) }
+func (p *Program) PeersOf(i int) []int { return p.Steps[i].Peers() }
 
 // TensorsOf returns the names of the tensors step i's operations carry,
 // for errors.
@@ -453,7 +453,7 @@ func (p *Program) TensorsOf(i int) []string {
 	for _, list := range [][]Wire{s.Sends, s.Recvs} {
 		for _, w := range list {
 			for _, pt := range w.Parts {
-				t := tensorName(p.sched, int(p.sched.Messages[pt.Msg].Tensor))
+				t := p.sched.TensorName(int(p.sched.Messages[pt.Msg].Tensor))
 				if !slices.Contains(out, t) {
 					out = append(out, t)
 				}
@@ -484,7 +484,7 @@ func (p *Program) WriteTo(w io.Writer) (int64, error) {
 		p.Staging[0][0], p.Staging[0][1], p.Staging[1][0], p.Staging[1][1])
 	for t, n := range p.Full {
 		if n > 0 {
-			fmt.Fprintf(ew, "scratch: tensor %s %d bytes\n", tensorName(p.sched, t), n)
+			fmt.Fprintf(ew, "scratch: tensor %s %d bytes\n", p.sched.TensorName(t), n)
 		}
 	}
 	for _, st := range p.Steps {
@@ -550,8 +550,8 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// peersOf returns the sorted distinct peers of a step.
-func peersOf(st *Step) []int {
+// Peers returns the sorted distinct peers of the step's wire operations.
+func (st *Step) Peers() []int {
 	var out []int
 	for _, list := range [][]Wire{st.Recvs, st.Sends} {
 		for _, w := range list {

@@ -52,7 +52,8 @@ const (
 	LinkLocal
 	// LinkSelf is a copy inside one rank.
 	LinkSelf
-	numLinkClasses
+	// LinkClasses counts the classes (the length of per-class arrays).
+	LinkClasses
 )
 
 func (c LinkClass) String() string {
@@ -201,6 +202,12 @@ type Builder struct {
 // rankUsage is a rank's usage lists, [send, recv][network, local]; nil
 // until used.
 type rankUsage [2][2]*usage
+
+// EmptySchedule returns the schedule of a call of no tensors over world
+// ranks: no messages, no rounds.
+func EmptySchedule(route string, world int) *Schedule {
+	return &Schedule{Route: route, world: world}
+}
 
 // NewBuilder starts a schedule for the plans (one per tensor, all over the
 // same communicator) with roundBytes the most a rank sends, and separately
@@ -713,6 +720,16 @@ func (b *Builder) Schedule() *Schedule {
 // seg is shorthand for a one-segment list.
 func seg(tensor int, kind BufKind, at strided.Desc) []Segment {
 	return []Segment{{Tensor: tensor, Buf: kind, At: at}}
+}
+
+// TensorName names tensor i of the schedule in errors: its TensorNames
+// entry if it has one, else "tensor i". A nil schedule names every tensor
+// by index.
+func (s *Schedule) TensorName(i int) string {
+	if s != nil && i >= 0 && i < len(s.TensorNames) && s.TensorNames[i] != "" {
+		return s.TensorNames[i]
+	}
+	return fmt.Sprintf("tensor %d", i)
 }
 
 // Bytes returns the total bytes of every message of class c, saturating

@@ -9,7 +9,7 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // scheduleDigest is the SHA-256 of every route's schedule (every message

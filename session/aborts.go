@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 )
 
 // FirstToAbort returns the session rank whose own failure ended the
@@ -40,7 +40,7 @@ const outOfStep = " (the ranks named are in another collective: their calls are 
 // names ranks that never answered, then any other failure, then a timeout
 // that names ranks busy elsewhere.
 func standing(cause error) int {
-	var te *reshard.TimeoutError
+	var te *refit.TimeoutError
 	switch {
 	case !errors.As(cause, &te):
 		return 1
@@ -53,7 +53,7 @@ func standing(cause error) int {
 }
 
 func (c *control) firstToAbort(grace time.Duration) int {
-	var ab *reshard.AbortError
+	var ab *refit.AbortError
 	if err := c.abortedErr(); err == nil || !errors.As(err, &ab) {
 		return -1
 	}
@@ -79,7 +79,7 @@ func (c *control) firstToAbort(grace time.Duration) int {
 
 // saysMore reports whether abort a's cause says more than b's, in the
 // order FirstToAbort describes.
-func saysMore(a, b *reshard.AbortError) bool {
+func saysMore(a, b *refit.AbortError) bool {
 	if sa, sb := standing(a.Cause), standing(b.Cause); sa != sb {
 		return sa < sb
 	}
@@ -93,7 +93,7 @@ func saysMore(a, b *reshard.AbortError) bool {
 // cause (collectives' roll calls and other failures are ranked by
 // standing alone).
 func peersNamed(cause error) int {
-	var te *reshard.TimeoutError
+	var te *refit.TimeoutError
 	if !errors.As(cause, &te) || te.Phase != "" {
 		return 0
 	}
@@ -103,7 +103,7 @@ func peersNamed(cause error) int {
 // nextNotice tests the standing notice receive of an aborted control
 // plane once and returns a notice that arrived, posting the receive
 // again.
-func (c *control) nextNotice() (*reshard.AbortError, bool) {
+func (c *control) nextNotice() (*refit.AbortError, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.notice == nil {
@@ -113,10 +113,10 @@ func (c *control) nextNotice() (*reshard.AbortError, bool) {
 	if err != nil || !done {
 		return nil, false
 	}
-	cause := reshard.DecodeError(trimZeros(c.noteBuf))
+	cause := refit.DecodeError(trimZeros(c.noteBuf))
 	clear(c.noteBuf) // notices are read up to their zero padding
 	c.notice, _ = c.comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort)
-	var ab *reshard.AbortError
+	var ab *refit.AbortError
 	if errors.As(cause, &ab) && ab.Rank >= 0 && ab.Rank < c.size {
 		return ab, true
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/nccl"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Call is a refit prepared once on a session and run every step: its
@@ -21,9 +23,9 @@ import (
 type Call struct {
 	s     *Session
 	route reshard.Route
-	prep  *reshard.Prepared
-	ex    *reshard.Executor
-	tr    reshard.Transport
+	prep  *refit.Prepared
+	ex    *refit.Executor
+	tr    transport.Transport
 	// runner replays steps on the GPU (nil: the executor drives them);
 	// driver says which of the two runs them.
 	runner callRunner
@@ -92,7 +94,7 @@ func defaultDriver() Driver {
 // has (CheckMemory); a rank that does not come
 // makes the others return a *reshard.AbortError wrapping a
 // *reshard.TimeoutError that names it.
-func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route reshard.Route) (*Call, error) {
+func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard.Route) (*Call, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -107,7 +109,7 @@ func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route resha
 	if s.opts.WrapTransport != nil {
 		tr = s.opts.WrapTransport(tr)
 	}
-	opts := reshard.CallOptions{
+	opts := refit.CallOptions{
 		Plan:          reshard.Options{StripeReplicas: s.opts.Stripe},
 		Schedule:      s.opts.schedule(),
 		CoalesceBytes: s.opts.CoalesceBytes,
@@ -127,7 +129,7 @@ func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route resha
 	if err := s.checkCall(ctx, specs); err != nil {
 		return nil, err
 	}
-	prep, perr := reshard.Prepare(ctx, s.ctl, specs, route, topo, reshard.MaxInPlace(tr), opts)
+	prep, perr := refit.Prepare(ctx, s.ctl, specs, route, topo, transport.MaxInPlace(tr), opts)
 	if perr != nil {
 		return nil, s.fail(perr)
 	}
@@ -135,7 +137,7 @@ func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route resha
 		return nil, err
 	}
 	c := &Call{s: s, route: route, prep: prep, tr: tr, driver: DriverHost,
-		ex: &reshard.Executor{T: tr, Mem: s.dev.memory(), Timeout: s.opts.Timeout}}
+		ex: &refit.Executor{T: tr, Mem: s.dev.memory(), Timeout: s.opts.Timeout}}
 	if !s.opts.Verify && !converts(prep) {
 		r, err := s.dev.runner(tr, prep.Program, nccl.ReplayOptions{Timeout: s.opts.Timeout, Poll: s.ctl.poll, MemcpyMin: memcpyMin()})
 		if err != nil {
@@ -155,7 +157,7 @@ func (s *Session) Prepare(ctx context.Context, specs []reshard.Spec, route resha
 
 // converts reports whether a call converts a tensor in flight (FP8): its
 // quantizing packs and amax exchange run on the host driver.
-func converts(p *reshard.Prepared) bool {
+func converts(p *refit.Prepared) bool {
 	for _, pl := range p.Plans {
 		if pl.Converts() {
 			return true
@@ -213,7 +215,7 @@ func (b badRoute) Schedule([]*reshard.Plan, reshard.Topology, reshard.ScheduleOp
 // topology builds a call's topology from the discovered domains and the
 // overrides: source ranks are the call's source mesh ranks in order of
 // first appearance over its specs, and destination ranks likewise.
-func (s *Session) topology(specs []reshard.Spec) (reshard.Topology, error) {
+func (s *Session) topology(specs []refit.Spec) (reshard.Topology, error) {
 	var src, dst []int
 	for _, sp := range specs {
 		for _, pair := range []struct {
@@ -243,7 +245,7 @@ func (s *Session) topology(specs []reshard.Spec) (reshard.Topology, error) {
 // usable. On a failure of this rank alone (a timeout, a transport error, a
 // cancelled ctx) it aborts the session: every peer is told and returns a
 // *reshard.AbortError naming this rank and wrapping the cause.
-func (c *Call) Run(ctx context.Context, bufs []reshard.TensorBuffers) (*reshard.Report, error) {
+func (c *Call) Run(ctx context.Context, bufs []refit.TensorBuffers) (*refit.Report, error) {
 	s := c.s
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -309,7 +311,7 @@ func (c *Call) Refuse(ctx context.Context, err error) error {
 // from the host and agrees on its outcome with every rank; a Launch or Run
 // after a Launch without Wait waits first, so that the ranks' collectives
 // stay in step. Errors are Run's.
-func (c *Call) Launch(ctx context.Context, bufs []reshard.TensorBuffers, after *cuda.Event) (*cuda.Event, error) {
+func (c *Call) Launch(ctx context.Context, bufs []refit.TensorBuffers, after *cuda.Event) (*cuda.Event, error) {
 	s := c.s
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -343,7 +345,7 @@ func (c *Call) Launch(ctx context.Context, bufs []reshard.TensorBuffers, after *
 // Wait waits for the step the last Launch queued, bounded as Run's rounds
 // are, and agrees with every rank on its outcome; it returns the step's
 // report (Seconds from the Launch).
-func (c *Call) Wait(ctx context.Context) (*reshard.Report, error) {
+func (c *Call) Wait(ctx context.Context) (*refit.Report, error) {
 	s := c.s
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -389,11 +391,11 @@ func (c *Call) Topology() reshard.Topology { return c.prep.Topology }
 func (c *Call) Plans() []*reshard.Plan { return c.prep.Plans }
 
 // Specs returns the call's specs.
-func (c *Call) Specs() []reshard.Spec { return c.prep.Specs }
+func (c *Call) Specs() []refit.Spec { return c.prep.Specs }
 
 // Transport returns the transport the call runs on (after emulation and
 // any WrapTransport).
-func (c *Call) Transport() reshard.Transport { return c.tr }
+func (c *Call) Transport() transport.Transport { return c.tr }
 
 // Close frees the call's staging and scratch memory.
 func (c *Call) Close() {
@@ -427,15 +429,15 @@ func (s *Session) usable() error {
 // session usable; anything else is this rank's alone, so it aborts the
 // session (telling every peer why) and returns the *reshard.AbortError.
 func (s *Session) fail(err error) error {
-	var ve *reshard.ValidationError
-	var ae *reshard.AgreementError
-	var ce *reshard.ChecksumError
+	var ve *refit.ValidationError
+	var ae *refit.AgreementError
+	var ce *refit.ChecksumError
 	var me *MemoryError
 	switch {
 	case errors.As(err, &ve), errors.As(err, &ae), errors.As(err, &ce), errors.As(err, &me):
 		return err
 	}
-	var ab *reshard.AbortError
+	var ab *refit.AbortError
 	own := !errors.As(err, &ab) // this rank's own failure, not a peer's notice
 	err = s.ctl.abort(err)
 	if s.dev != nil {

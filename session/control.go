@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 )
 
 // Tags of the control communicator. Collectives use MPI's own matching;
@@ -106,7 +106,7 @@ func (c *control) alone(f func()) error {
 // collective starts a non-blocking collective and polls it against the
 // deadline, the context and the side channels.
 func (c *control) collective(ctx context.Context, phase string, start func() (*mpi.Request, error)) error {
-	if p := reshard.PhaseOf(ctx); p != "" {
+	if p := refit.PhaseOf(ctx); p != "" {
 		phase = p
 	}
 	c.mu.Lock()
@@ -147,7 +147,7 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 		if time.Now().After(deadline) {
 			c.keepRequest(req)
 			missing, elsewhere := c.rollCall(seq)
-			te := &reshard.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
+			te := &refit.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
 			if len(missing) == 0 && len(elsewhere) > 0 {
 				te.Peers = elsewhere
 				te.Phase = phase + outOfStep
@@ -199,10 +199,10 @@ func (c *control) poll() error {
 	if c.notice != nil {
 		if done, err := c.notice.Test(); err == nil && done {
 			c.notice = nil
-			cause := reshard.DecodeError(trimZeros(c.noteBuf))
-			var ab *reshard.AbortError
+			cause := refit.DecodeError(trimZeros(c.noteBuf))
+			var ab *refit.AbortError
 			if !errors.As(cause, &ab) {
-				ab = &reshard.AbortError{Rank: -1, Cause: cause}
+				ab = &refit.AbortError{Rank: -1, Cause: cause}
 			}
 			c.aborted = ab
 			return ab
@@ -282,7 +282,7 @@ func (c *control) rollCall(seq uint64) (missing, elsewhere []int) {
 // returned *reshard.AbortError wraps err. An abort that arrived from a peer
 // is returned as it is.
 func (c *control) abort(err error) error {
-	var ab *reshard.AbortError
+	var ab *refit.AbortError
 	if errors.As(err, &ab) {
 		c.mu.Lock()
 		if c.aborted == nil {
@@ -296,11 +296,11 @@ func (c *control) abort(err error) error {
 	if c.aborted != nil {
 		return c.aborted
 	}
-	ab = &reshard.AbortError{Rank: c.rank, Cause: err}
+	ab = &refit.AbortError{Rank: c.rank, Cause: err}
 	c.aborted = ab
-	msg := reshard.EncodeError(ab)
+	msg := refit.EncodeError(ab)
 	if len(msg) > noticeBytes {
-		msg = reshard.EncodeError(&reshard.AbortError{Rank: c.rank, Cause: errors.New(truncate(err.Error(), noticeBytes/2))})
+		msg = refit.EncodeError(&refit.AbortError{Rank: c.rank, Cause: errors.New(truncate(err.Error(), noticeBytes/2))})
 	}
 	for r := 0; r < c.size; r++ {
 		if r == c.rank {

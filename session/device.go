@@ -11,17 +11,19 @@ import (
 	"github.com/m2n-dev/m2n/internal/nvlink"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // device is where a session's tensors live and how they move.
 type device interface {
 	memory() Memory
 	// transport makes the session's base transport over comm.
-	transport(comm *mpi.Comm) (reshard.Transport, error)
+	transport(comm *mpi.Comm) (transport.Transport, error)
 	// forTopology returns the base transport as a call with topo uses it
 	// (NCCL puts traffic inside a domain on a stream of its own).
-	forTopology(base reshard.Transport, topo reshard.Topology) reshard.Transport
+	forTopology(base transport.Transport, topo reshard.Topology) transport.Transport
 	// domainKey names the fast local fabric this rank sits in ("" to use
 	// the host).
 	domainKey() string
@@ -31,11 +33,11 @@ type device interface {
 	// runner returns what runs call programs on this device in place of
 	// the round-by-round driver (the GPU replay), or nil: the executor
 	// drives them. tr is the call's transport.
-	runner(tr reshard.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error)
+	runner(tr transport.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error)
 	close() error
 	// abort tears down what peers might wait on (NCCL communicators; on
 	// CPUs the abort notices do that).
-	abort(base reshard.Transport)
+	abort(base transport.Transport)
 	// available returns the device memory this rank may still allocate
 	// and where that was read (CPUs: host memory, hostAvailable).
 	available() (int64, string)
@@ -49,9 +51,9 @@ func newDevice(s *Session) (device, error) {
 		// without a GPU fails every rank at once with its loader's
 		// message, once, rather than each rank alone or some stuck in a
 		// collective with the ones that loaded.
-		err := reshard.Agree(reshard.WithPhase(context.Background(), "GPU set-up (loading CUDA and NCCL)"), s.ctl, nil, loadGPU(s.rank))
+		err := refit.Agree(refit.WithPhase(context.Background(), "GPU set-up (loading CUDA and NCCL)"), s.ctl, nil, loadGPU(s.rank))
 		if err != nil {
-			var ab *reshard.AbortError
+			var ab *refit.AbortError
 			if errors.As(err, &ab) {
 				mpi.MarkFailed(err)
 			}
@@ -73,9 +75,9 @@ func newDevice(s *Session) (device, error) {
 
 // callRunner runs a call's program in place of the executor's driver.
 type callRunner interface {
-	reshard.ProgramRunner
-	Launch(bufs []reshard.TensorBuffers, after *cuda.Event) (*cuda.Event, error)
-	Wait(ctx context.Context) (reshard.Stats, error)
+	refit.ProgramRunner
+	Launch(bufs []refit.TensorBuffers, after *cuda.Event) (*cuda.Event, error)
+	Wait(ctx context.Context) (refit.Stats, error)
 	SetGraph(on bool) error
 	Graphed() bool
 	GraphError() error
@@ -90,22 +92,22 @@ type cpuDevice struct {
 
 func (d cpuDevice) memory() Memory { return d.mem }
 
-func (d cpuDevice) transport(comm *mpi.Comm) (reshard.Transport, error) {
+func (d cpuDevice) transport(comm *mpi.Comm) (transport.Transport, error) {
 	return mpi.NewTransport(comm, d.inPlace), nil
 }
 
-func (cpuDevice) forTopology(base reshard.Transport, _ reshard.Topology) reshard.Transport {
+func (cpuDevice) forTopology(base transport.Transport, _ reshard.Topology) transport.Transport {
 	return base
 }
 func (cpuDevice) domainKey() string { return "" }
 func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, error) {
 	return d, nil
 }
-func (cpuDevice) runner(reshard.Transport, *reshard.Program, nccl.ReplayOptions) (callRunner, error) {
+func (cpuDevice) runner(transport.Transport, *reshard.Program, nccl.ReplayOptions) (callRunner, error) {
 	return nil, nil
 }
-func (cpuDevice) close() error            { return nil }
-func (cpuDevice) abort(reshard.Transport) {}
+func (cpuDevice) close() error              { return nil }
+func (cpuDevice) abort(transport.Transport) {}
 func (cpuDevice) available() (int64, string) {
 	return hostAvailable()
 }
@@ -191,7 +193,7 @@ func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, err
 
 func (d *gpuDevice) memory() Memory { return d.mem }
 
-func (d *gpuDevice) transport(comm *mpi.Comm) (reshard.Transport, error) {
+func (d *gpuDevice) transport(comm *mpi.Comm) (transport.Transport, error) {
 	c, err := nccl.Bootstrap(comm, &nccl.Config{Context: d.ctx})
 	if err != nil {
 		return nil, err
@@ -200,7 +202,7 @@ func (d *gpuDevice) transport(comm *mpi.Comm) (reshard.Transport, error) {
 	return nccl.NewTransport(c, d.ctx, reshard.Topology{})
 }
 
-func (d *gpuDevice) forTopology(base reshard.Transport, topo reshard.Topology) reshard.Transport {
+func (d *gpuDevice) forTopology(base transport.Transport, topo reshard.Topology) transport.Transport {
 	return base.(*nccl.Transport).WithTopology(topo)
 }
 
@@ -223,7 +225,7 @@ func (d *gpuDevice) stage(comm *mpi.Comm, guard func(string, func() error) error
 // runner replays the program on the GPU's streams when the call runs on
 // the NCCL transport itself (not through network emulation or a wrapper,
 // which the host must drive).
-func (d *gpuDevice) runner(tr reshard.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error) {
+func (d *gpuDevice) runner(tr transport.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error) {
 	t, ok := tr.(*nccl.Transport)
 	if !ok {
 		return nil, nil
@@ -243,7 +245,7 @@ func (d *gpuDevice) close() error {
 	return errors.Join(errs...)
 }
 
-func (d *gpuDevice) abort(base reshard.Transport) {
+func (d *gpuDevice) abort(base transport.Transport) {
 	if base != nil {
 		base.Abort(errors.New("m2n: session aborted"))
 	} else if d.comm != nil {

@@ -10,9 +10,10 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/stage"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // A trainer of 4 ranks hands a column-parallel weight to a DP2 x TP2
@@ -33,19 +34,19 @@ func Example() {
 	src, _ := placement.ParseLayout("4096x1024", placement.BF16, trainer, "S0")
 	dst, _ := placement.ParseLayout("4096x1024", placement.BF16, generator, "R,S0")
 	ctx := context.Background()
-	call, err := s.Prepare(ctx, []reshard.Spec{{Name: "q_proj.weight", Src: src, Dst: dst}}, hier.Hier{})
+	call, err := s.Prepare(ctx, []refit.Spec{{Name: "q_proj.weight", Src: src, Dst: dst}}, hier.Hier{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	var buf reshard.TensorBuffers // this rank's shards, from its own memory
+	var buf refit.TensorBuffers // this rank's shards, from its own memory
 	if src.Mesh().Contains(s.Rank()) {
-		buf.Src = reshard.HostBuffer(make([]byte, src.LocalBytes(s.Rank())))
+		buf.Src = transport.HostBuffer(make([]byte, src.LocalBytes(s.Rank())))
 	}
 	if dst.Mesh().Contains(s.Rank()) {
-		buf.Dst = reshard.HostBuffer(make([]byte, dst.LocalBytes(s.Rank())))
+		buf.Dst = transport.HostBuffer(make([]byte, dst.LocalBytes(s.Rank())))
 	}
 	for step := 0; step < 100; step++ {
-		if _, err := call.Run(ctx, []reshard.TensorBuffers{buf}); err != nil {
+		if _, err := call.Run(ctx, []refit.TensorBuffers{buf}); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -56,10 +57,10 @@ func Example() {
 // rank is a *reshard.BufferError everywhere.
 func ExampleCall_Run_errors() {
 	var call *session.Call // prepared as in the package example
-	var bufs []reshard.TensorBuffers
+	var bufs []refit.TensorBuffers
 	_, err := call.Run(context.Background(), bufs)
-	var te *reshard.TimeoutError
-	var be *reshard.BufferError
+	var te *refit.TimeoutError
+	var be *refit.BufferError
 	switch {
 	case errors.As(err, &te):
 		fmt.Printf("gave up waiting for ranks %v\n", te.Peers) // the session has aborted
@@ -80,17 +81,17 @@ func ExampleSession_Stages() {
 	defer st.Close()
 	trainer, _ := mesh.Interval([]int{2}, 0) // local to each stage's communicator
 	generator, _ := mesh.Interval([]int{1}, 2)
-	specs := func(stage int) []reshard.Spec {
+	specs := func(stage int) []refit.Spec {
 		src, _ := placement.ParseLayout("8x6", placement.F32, trainer, "S0")
 		dst, _ := placement.ParseLayout("8x6", placement.F32, generator, "R")
-		return []reshard.Spec{{Name: fmt.Sprintf("layers.%d.w", stage), Src: src, Dst: dst}}
+		return []refit.Spec{{Name: fmt.Sprintf("layers.%d.w", stage), Src: src, Dst: dst}}
 	}
 	call, err := st.Prepare(context.Background(), specs, hier.Hier{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	var bufs [][]reshard.TensorBuffers // per stage, this rank's buffers
-	if _, err := call.Run(context.Background(), func(stage int) []reshard.TensorBuffers { return bufs[stage] }); err != nil {
+	var bufs [][]refit.TensorBuffers // per stage, this rank's buffers
+	if _, err := call.Run(context.Background(), func(stage int) []refit.TensorBuffers { return bufs[stage] }); err != nil {
 		log.Fatal(err)
 	}
 }

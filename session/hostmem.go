@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // mapMin is the size from which host buffers are mapped from the kernel
@@ -20,7 +20,7 @@ const mapMin = 1 << 20
 // so weights in the heap would double a rank's footprint; mapped, they
 // count once.
 type hostMemory struct {
-	reshard.HostMemory
+	transport.HostMemory
 	mu     sync.Mutex
 	mapped map[uintptr][]byte // by base address
 }
@@ -28,7 +28,7 @@ type hostMemory struct {
 func newHostMemory() *hostMemory { return &hostMemory{mapped: map[uintptr][]byte{}} }
 
 // Alloc returns a zeroed host buffer of n bytes.
-func (h *hostMemory) Alloc(n int64) (reshard.Buffer, error) {
+func (h *hostMemory) Alloc(n int64) (transport.Buffer, error) {
 	if n < mapMin {
 		return h.HostMemory.Alloc(n)
 	}
@@ -39,13 +39,13 @@ func (h *hostMemory) Alloc(n int64) (reshard.Buffer, error) {
 	h.mu.Lock()
 	h.mapped[uintptr(unsafe.Pointer(&b[0]))] = b
 	h.mu.Unlock()
-	return reshard.HostBuffer(b), nil
+	return transport.HostBuffer(b), nil
 }
 
 // Free unmaps a mapped buffer (a buffer from the Go heap is left to the
 // collector). Free of a buffer not from Alloc does nothing.
-func (h *hostMemory) Free(b reshard.Buffer) {
-	hb, ok := b.(reshard.HostBuffer)
+func (h *hostMemory) Free(b transport.Buffer) {
+	hb, ok := b.(transport.HostBuffer)
 	if !ok || len(hb) == 0 {
 		return
 	}

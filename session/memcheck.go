@@ -12,6 +12,7 @@ import (
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -111,8 +112,8 @@ func (s *Session) CheckMemory(ctx context.Context, fp Footprint) error {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
 	all := make([]byte, len(b)*s.size)
-	if reshard.PhaseOf(ctx) == "" {
-		ctx = reshard.WithPhase(ctx, "memory check")
+	if refit.PhaseOf(ctx) == "" {
+		ctx = refit.WithPhase(ctx, "memory check")
 	}
 	if err := s.ctl.Allgather(ctx, b, all); err != nil {
 		return s.fail(err)
@@ -170,7 +171,7 @@ func (s *Session) memoryError(tensor string, r int, memory string, need int64, r
 // reshard.MessageBytes each, and at most reshard.MaxMessages: a route
 // refuses more before it allocates them) and the staging bound. Specs
 // that do not plan (bad layouts) count nothing: Prepare reports them.
-func (s *Session) CallFootprint(specs []reshard.Spec) Footprint {
+func (s *Session) CallFootprint(specs []refit.Spec) Footprint {
 	fp := Footprint{Tensor: callName(specs), Staging: s.opts.StagingBytes}
 	var msgs int64
 	chunk := max(s.opts.ChunkBytes, 1)
@@ -194,16 +195,16 @@ func (s *Session) CallFootprint(specs []reshard.Spec) Footprint {
 // checkCall is Prepare's own check before planning: the plans and the
 // schedule of specs (CallFootprint, without the staging: the compiled
 // program's exact staging is checked after, checkProgram).
-func (s *Session) checkCall(ctx context.Context, specs []reshard.Spec) error {
+func (s *Session) checkCall(ctx context.Context, specs []refit.Spec) error {
 	fp := s.CallFootprint(specs)
 	fp.Staging = 0
-	return s.CheckMemory(reshard.WithPhase(ctx, "memory check of the call's plans and schedule"), fp)
+	return s.CheckMemory(refit.WithPhase(ctx, "memory check of the call's plans and schedule"), fp)
 }
 
 // checkProgram is Prepare's check after compiling: the staging, the
 // whole-tensor scratch and (atomic calls) the shadows that this rank's
 // program allocates on its first run.
-func (s *Session) checkProgram(ctx context.Context, specs []reshard.Spec, p *reshard.Program) error {
+func (s *Session) checkProgram(ctx context.Context, specs []refit.Spec, p *reshard.Program) error {
 	fp := Footprint{Tensor: callName(specs)}
 	for slot := range p.Staging {
 		for _, n := range p.Staging[slot] {
@@ -220,10 +221,10 @@ func (s *Session) checkProgram(ctx context.Context, specs []reshard.Spec, p *res
 			}
 		}
 	}
-	return s.CheckMemory(reshard.WithPhase(ctx, "memory check of the call's staging and scratch"), fp)
+	return s.CheckMemory(refit.WithPhase(ctx, "memory check of the call's staging and scratch"), fp)
 }
 
-func callName(specs []reshard.Spec) string {
+func callName(specs []refit.Spec) string {
 	switch len(specs) {
 	case 0:
 		return "(none)"

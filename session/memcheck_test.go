@@ -12,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -30,7 +31,7 @@ func TestPrepareChecksMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		specs := []reshard.Spec{{Name: "huge", Src: layout(t, "65536x65536x64", placement.F32, []int{2}, 0, "S0"),
+		specs := []refit.Spec{{Name: "huge", Src: layout(t, "65536x65536x64", placement.F32, []int{2}, 0, "S0"),
 			Dst: layout(t, "65536x65536x64", placement.F32, []int{2}, 2, "S1")}}
 		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
 		if err != nil {

@@ -6,7 +6,9 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Model is a whole model prepared for refit on a session: one call per
@@ -22,7 +24,7 @@ type Model struct {
 	// Specs[s] are stage s's specs with this rank's views (nil where the
 	// rank is not in stage s); Index[s][i] is spec i's index in the
 	// model's tensor list.
-	Specs [][]reshard.Spec
+	Specs [][]refit.Spec
 	Index [][]int
 
 	newRun func() // starts a run's progress (OnProgress)
@@ -37,7 +39,7 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 		localErr = fmt.Errorf("rank %d: the model's layouts need %d ranks (trainer %v, generator %v); the session has %d",
 			s.rank, l.World(), l.Trainer, l.Generator, s.size)
 	}
-	if err := s.Agree(ctx, []reshard.Field{{Name: "model", Value: l.Model.Name}, {Name: "trainer", Value: l.Trainer.String()},
+	if err := s.Agree(ctx, []refit.Field{{Name: "model", Value: l.Model.Name}, {Name: "trainer", Value: l.Trainer.String()},
 		{Name: "generator", Value: fmt.Sprint(l.Generator)}, {Name: "model tensors", Value: fmt.Sprint(len(l.Model.Tensors))}}, localErr); err != nil {
 		return nil, err
 	}
@@ -45,7 +47,7 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Layouts: l, Stages: st, Specs: make([][]reshard.Spec, len(l.Stages)), Index: make([][]int, len(l.Stages))}
+	m := &Model{Layouts: l, Stages: st, Specs: make([][]refit.Spec, len(l.Stages)), Index: make([][]int, len(l.Stages))}
 	index := map[string]int{}
 	for i, t := range l.Model.Tensors {
 		index[t.Name] = i
@@ -55,7 +57,7 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 			continue
 		}
 		for _, t := range l.Stages[si].Tensors {
-			sp := reshard.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
+			sp := refit.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
 			if p, ok := t.Part(model.Src, ss.Rank()); ok {
 				sp.Views.Src = p.View
 			}
@@ -66,7 +68,7 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 			m.Index[si] = append(m.Index[si], index[t.Name])
 		}
 	}
-	m.Call, err = st.Prepare(ctx, func(si int) []reshard.Spec { return m.Specs[si] }, route)
+	m.Call, err = st.Prepare(ctx, func(si int) []refit.Spec { return m.Specs[si] }, route)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -78,12 +80,12 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 // side, by buffer name (a fused buffer holds several tensors' parts).
 type ModelBuffers struct {
 	// Src[s] and Dst[s] map stage s's buffer names to this rank's buffers.
-	Src, Dst []map[string]reshard.Buffer
+	Src, Dst []map[string]transport.Buffer
 	// Scale[s] maps the names of stage s's tensors that the generator
 	// holds in FP8 (model.NewQuantized) to this rank's scale tensor of
 	// each (weight_scale_inv: reshard.TensorBuffers.Scale), on generator
 	// ranks.
-	Scale []map[string]reshard.Buffer
+	Scale []map[string]transport.Buffer
 }
 
 // ScaleName is the name FP8 checkpoints give a weight's scale tensor:
@@ -95,15 +97,15 @@ func ScaleName(tensor string) string { return tensor + "_scale_inv" }
 // session's memory (their contents unspecified), and the scale tensors of
 // the tensors it receives in FP8.
 func (m *Model) Alloc() (*ModelBuffers, error) {
-	b := &ModelBuffers{Src: make([]map[string]reshard.Buffer, len(m.Specs)), Dst: make([]map[string]reshard.Buffer, len(m.Specs)),
-		Scale: make([]map[string]reshard.Buffer, len(m.Specs))}
+	b := &ModelBuffers{Src: make([]map[string]transport.Buffer, len(m.Specs)), Dst: make([]map[string]transport.Buffer, len(m.Specs)),
+		Scale: make([]map[string]transport.Buffer, len(m.Specs))}
 	for si, ss := range m.Stages.Sessions {
 		if ss == nil {
 			continue
 		}
 		stg := m.Layouts.Stages[si]
-		for side, into := range []*[]map[string]reshard.Buffer{&b.Src, &b.Dst} {
-			(*into)[si] = map[string]reshard.Buffer{}
+		for side, into := range []*[]map[string]transport.Buffer{&b.Src, &b.Dst} {
+			(*into)[si] = map[string]transport.Buffer{}
 			for _, buf := range stg.Buffers(model.Side(side), ss.Rank()) {
 				x, err := ss.Memory().Alloc(buf.Bytes())
 				if err != nil {
@@ -113,7 +115,7 @@ func (m *Model) Alloc() (*ModelBuffers, error) {
 				(*into)[si][buf.Name] = x
 			}
 		}
-		b.Scale[si] = map[string]reshard.Buffer{}
+		b.Scale[si] = map[string]transport.Buffer{}
 		for _, sp := range m.Specs[si] {
 			n, err := sp.ScaleBytes(ss.Rank())
 			if err != nil {
@@ -140,7 +142,7 @@ func (m *Model) Free(b *ModelBuffers) {
 		if ss == nil {
 			continue
 		}
-		for _, side := range [][]map[string]reshard.Buffer{b.Src, b.Dst, b.Scale} {
+		for _, side := range [][]map[string]transport.Buffer{b.Src, b.Dst, b.Scale} {
 			if si >= len(side) {
 				continue
 			}
@@ -153,12 +155,12 @@ func (m *Model) Free(b *ModelBuffers) {
 
 // Tensors returns stage si's buffers for its call, one TensorBuffers per
 // spec: each tensor's part is its buffer by name (through its view).
-func (m *Model) Tensors(si int, b *ModelBuffers) []reshard.TensorBuffers {
+func (m *Model) Tensors(si int, b *ModelBuffers) []refit.TensorBuffers {
 	ss := m.Stages.Sessions[si]
 	if ss == nil {
 		return nil
 	}
-	out := make([]reshard.TensorBuffers, len(m.Specs[si]))
+	out := make([]refit.TensorBuffers, len(m.Specs[si]))
 	for i, t := range m.Layouts.Stages[si].Tensors {
 		if p, ok := t.Part(model.Src, ss.Rank()); ok {
 			out[i].Src = b.Src[si][p.Buffer]
@@ -175,11 +177,11 @@ func (m *Model) Tensors(si int, b *ModelBuffers) []reshard.TensorBuffers {
 
 // Run moves one step of the whole model, every stage this rank is in at
 // once, and returns the reports by stage.
-func (m *Model) Run(ctx context.Context, b *ModelBuffers) ([]*reshard.Report, error) {
+func (m *Model) Run(ctx context.Context, b *ModelBuffers) ([]*refit.Report, error) {
 	if m.newRun != nil {
 		m.newRun()
 	}
-	return m.Call.Run(ctx, func(si int) []reshard.TensorBuffers { return m.Tensors(si, b) })
+	return m.Call.Run(ctx, func(si int) []refit.TensorBuffers { return m.Tensors(si, b) })
 }
 
 // OnProgress sets fn to be called as this rank's stages progress through

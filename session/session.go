@@ -8,7 +8,9 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Device says where a session's tensors live and how they move.
@@ -78,7 +80,7 @@ type Options struct {
 	NoInPlace bool
 	// Agree lists more fields every rank must share (a program's own
 	// settings); Prepare fails naming the first rank and field that differ.
-	Agree []reshard.Field
+	Agree []refit.Field
 	// GPU, on GPU sessions, returns the ordinal of this rank's GPU given
 	// its local rank on its host; nil picks the GPU whose ordinal is the
 	// local rank. A program that already gave each rank its GPU (as
@@ -88,7 +90,7 @@ type Options struct {
 	// WrapTransport, if set, wraps the transport of every call, after the
 	// network emulation: fault injection in tests. Ranks may set it
 	// differently.
-	WrapTransport func(reshard.Transport) reshard.Transport
+	WrapTransport func(transport.Transport) transport.Transport
 }
 
 // Session is one rank's membership in a group of ranks that refit
@@ -107,7 +109,7 @@ type Session struct {
 	hosts    []int // each rank's discovered domain
 	machines []int // each rank's host (the shared-memory split), for host memory
 	dev      device
-	base     reshard.Transport
+	base     transport.Transport
 	calls    map[*Call]bool
 	closed   bool
 	owned    bool      // the device is this session's to close (not a stage's parent's)
@@ -189,8 +191,8 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 }
 
 // fields are the options every rank must share, as agreed fields.
-func (o Options) fields() []reshard.Field {
-	fs := []reshard.Field{
+func (o Options) fields() []refit.Field {
+	fs := []refit.Field{
 		{Name: "device", Value: string(o.Device)},
 		{Name: "timeout", Value: o.Timeout.String()},
 		{Name: "chunk bytes", Value: fmt.Sprint(o.ChunkBytes)},
@@ -267,12 +269,12 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 	if err != nil {
 		return err
 	}
-	err = reshard.Agree(reshard.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
+	err = refit.Agree(refit.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
 	if cerr := arrive.closeIfHealthy(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		var ab *reshard.AbortError
+		var ab *refit.AbortError
 		if errors.As(err, &ab) {
 			mpi.MarkFailed(err)
 			s.ctl = arrive // aborted: Close keeps its requests; FirstToAbort reads its notices
@@ -340,7 +342,7 @@ func (s *Session) Options() Options { return s.opts }
 // Collective returns the session's bounded control collective, for a
 // program's own small exchanges (reports, say): the same bounds and abort
 // handling as the session's own.
-func (s *Session) Collective() reshard.Collective { return s.ctl }
+func (s *Session) Collective() refit.Collective { return s.ctl }
 
 // Memory returns where this rank's tensors live: host memory on CPUs, the
 // GPU's memory on GPUs. Buffers for calls come from its Alloc; Upload and
@@ -349,8 +351,8 @@ func (s *Session) Memory() Memory { return s.dev.memory() }
 
 // Memory allocates, fills and reads the buffers of a session's calls.
 type Memory interface {
-	reshard.Memory
-	reshard.HostIO
+	transport.Memory
+	transport.HostIO
 }
 
 // Hosts returns each rank's discovered domain (ranks with equal values
@@ -373,12 +375,12 @@ func (s *Session) Aborted() (bool, error) {
 // collective: every rank returns the same error, a *reshard.AgreementError
 // naming the first rank and field that differ or a *reshard.ValidationError
 // carrying the failing rank's error, typed (see reshard.Agree).
-func (s *Session) Agree(ctx context.Context, fields []reshard.Field, localErr error) error {
+func (s *Session) Agree(ctx context.Context, fields []refit.Field, localErr error) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	err := reshard.Agree(reshard.WithPhase(ctx, "agreement"), s.ctl, fields, localErr)
-	var ab *reshard.AbortError
+	err := refit.Agree(refit.WithPhase(ctx, "agreement"), s.ctl, fields, localErr)
+	var ab *refit.AbortError
 	if errors.As(err, &ab) {
 		return s.fail(err)
 	}
@@ -429,7 +431,7 @@ func (s *Session) Close() error {
 	return errors.Join(errs...)
 }
 
-func closeTransport(t reshard.Transport) error {
+func closeTransport(t transport.Transport) error {
 	if c, ok := t.(interface{ Close() error }); ok {
 		return c.Close()
 	}

@@ -15,9 +15,11 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/stage"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, start int, pl string) placement.Layout {
@@ -44,10 +46,10 @@ func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, sta
 // buffers allocates this rank's buffers of a call from the session's
 // memory: sources filled with each tensor's pattern (seed = its index),
 // destinations poisoned.
-func buffers(t testing.TB, s *session.Session, specs []reshard.Spec) []reshard.TensorBuffers {
+func buffers(t testing.TB, s *session.Session, specs []refit.Spec) []refit.TensorBuffers {
 	t.Helper()
 	mem := s.Memory()
-	out := make([]reshard.TensorBuffers, len(specs))
+	out := make([]refit.TensorBuffers, len(specs))
 	for i, sp := range specs {
 		if sp.Src.Mesh().Contains(s.Rank()) {
 			h := make([]byte, sp.Src.LocalBytes(s.Rank()))
@@ -81,7 +83,7 @@ func buffers(t testing.TB, s *session.Session, specs []reshard.Spec) []reshard.T
 	return out
 }
 
-func check(t testing.TB, s *session.Session, specs []reshard.Spec, bufs []reshard.TensorBuffers) {
+func check(t testing.TB, s *session.Session, specs []refit.Spec, bufs []refit.TensorBuffers) {
 	t.Helper()
 	for i, sp := range specs {
 		if bufs[i].Dst == nil {
@@ -108,7 +110,7 @@ func TestPrepareOnceRunEverySteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		specs := []reshard.Spec{
+		specs := []refit.Spec{
 			{Name: "embed", Src: layout(t, "64x32", placement.BF16, []int{4}, 0, "S0"), Dst: layout(t, "64x32", placement.BF16, []int{2, 2}, 4, "R,S0")},
 			{Name: "row", Src: layout(t, "48x40", placement.F32, []int{4}, 0, "S0"), Dst: layout(t, "48x40", placement.F32, []int{2, 2}, 4, "R,S1")},
 			{Name: "norm", Src: layout(t, "40", placement.BF16, []int{4}, 0, "R"), Dst: layout(t, "40", placement.BF16, []int{2, 2}, 4, "R,R")},
@@ -139,8 +141,8 @@ func TestPrepareOnceRunEverySteps(t *testing.T) {
 // on every rank with the same *reshard.AgreementError naming rank 3 and
 // the field, before anything moves.
 func TestPrepareAgreesOnEverything(t *testing.T) {
-	specs := func(t testing.TB) []reshard.Spec {
-		return []reshard.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+	specs := func(t testing.TB) []refit.Spec {
+		return []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
 	}
 	cases := []struct {
 		name  string
@@ -176,7 +178,7 @@ func TestPrepareAgreesOnEverything(t *testing.T) {
 				defer s.Close()
 				_, err = s.Prepare(context.Background(), specs(t), tc.route(c.Rank()))
 			}
-			var ae *reshard.AgreementError
+			var ae *refit.AgreementError
 			if !errors.As(err, &ae) || ae.Rank != 3 || ae.Field != tc.field {
 				t.Fatalf("%s: %v, want an agreement error on %q naming rank 3", tc.name, err, tc.field)
 			}
@@ -196,18 +198,18 @@ func TestTypedErrorsCrossRanks(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		specs := []reshard.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
 		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		bufs := buffers(t, s, specs)
-		bad := append([]reshard.TensorBuffers(nil), bufs...)
+		bad := append([]refit.TensorBuffers(nil), bufs...)
 		if c.Rank() == 2 {
-			bad[0].Dst = reshard.HostBuffer(bufs[0].Dst.(reshard.HostBuffer)[1:])
+			bad[0].Dst = transport.HostBuffer(bufs[0].Dst.(transport.HostBuffer)[1:])
 		}
 		_, err = call.Run(context.Background(), bad)
-		var be *reshard.BufferError
+		var be *refit.BufferError
 		if !errors.As(err, &be) || be.Rank != 2 || be.Tensor != "w" || be.Side != "destination" {
 			t.Fatalf("run with a short buffer on rank 2: %v (%T)", err, err)
 		}
@@ -221,7 +223,7 @@ func TestTypedErrorsCrossRanks(t *testing.T) {
 		// rank 1 refuses the next step (what only it can tell): every
 		// rank fails with its error, typed, and the session stays usable.
 		if c.Rank() == 1 {
-			err = call.Refuse(context.Background(), &reshard.BufferError{Rank: 1, Tensor: "w", Side: "source", Why: "is not contiguous", Want: 64, Got: -1})
+			err = call.Refuse(context.Background(), &refit.BufferError{Rank: 1, Tensor: "w", Side: "source", Why: "is not contiguous", Want: 64, Got: -1})
 		} else {
 			_, err = call.Run(context.Background(), bufs)
 		}
@@ -246,7 +248,7 @@ func TestStoppedRankNamed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs := []reshard.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
 		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
 		if err != nil {
 			t.Fatal(err)
@@ -260,7 +262,7 @@ func TestStoppedRankNamed(t *testing.T) {
 		}
 		start := time.Now()
 		_, err = call.Run(context.Background(), bufs)
-		var te *reshard.TimeoutError
+		var te *refit.TimeoutError
 		aborted, _ := s.Aborted()
 		fmt.Printf("RESULT rank %d after %.1fs: timeout=%v peers=%v aborted=%v: %v\n", c.Rank(), time.Since(start).Seconds(),
 			errors.As(err, &te), peersOf(te), aborted, err)
@@ -294,7 +296,7 @@ func TestStoppedRankNamed(t *testing.T) {
 	}
 }
 
-func peersOf(te *reshard.TimeoutError) []int {
+func peersOf(te *refit.TimeoutError) []int {
 	if te == nil {
 		return nil
 	}
@@ -316,21 +318,21 @@ func TestStagesConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		specsOf := func(int) []reshard.Spec {
-			return []reshard.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
+		specsOf := func(int) []refit.Spec {
+			return []refit.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
 		}
 		sc, err := st.Prepare(context.Background(), specsOf, hier.Hier{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		bufs := make([][]reshard.TensorBuffers, 2)
+		bufs := make([][]refit.TensorBuffers, 2)
 		for i, ss := range st.Sessions {
 			if ss != nil {
 				bufs[i] = buffers(t, ss, specsOf(i))
 			}
 		}
 		for step := 0; step < 3; step++ {
-			if _, err := sc.Run(context.Background(), func(i int) []reshard.TensorBuffers { return bufs[i] }); err != nil {
+			if _, err := sc.Run(context.Background(), func(i int) []refit.TensorBuffers { return bufs[i] }); err != nil {
 				t.Fatal(err)
 			}
 			for i, ss := range st.Sessions {
@@ -354,7 +356,7 @@ func TestOneRank(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		specs := []reshard.Spec{
+		specs := []refit.Spec{
 			{Name: "a", Src: layout(t, "64x64", placement.BF16, []int{1}, 0, "S0"), Dst: layout(t, "64x64", placement.BF16, []int{1}, 0, "S1")},
 			{Name: "b", Src: layout(t, "7x5", placement.F32, []int{1}, 0, "R"), Dst: layout(t, "7x5", placement.F32, []int{1}, 0, "S0")},
 		}
@@ -380,10 +382,10 @@ func TestOneRank(t *testing.T) {
 		if _, err := call.Launch(context.Background(), bufs, nil); err == nil || !strings.Contains(err.Error(), "Launch needs a GPU call") {
 			t.Errorf("Launch on a CPU call: %v", err)
 		}
-		short := append([]reshard.TensorBuffers(nil), bufs...)
-		short[1].Dst = reshard.HostBuffer(make([]byte, 3))
+		short := append([]refit.TensorBuffers(nil), bufs...)
+		short[1].Dst = transport.HostBuffer(make([]byte, 3))
 		_, err = call.Run(context.Background(), short)
-		var ve *reshard.ValidationError
+		var ve *refit.ValidationError
 		if !errors.As(err, &ve) {
 			t.Fatalf("a short buffer: %v", err)
 		}

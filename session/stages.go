@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/stage"
 )
@@ -119,14 +120,14 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 // agreeLayout makes every rank check that all were given the same stage
 // layout (and none failed to validate it) before the blocking split.
 func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
-	specs := []reshard.Spec{}
-	opts := reshard.CallOptions{Schedule: s.opts.schedule(), Agree: []reshard.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}}
+	specs := []refit.Spec{}
+	opts := refit.CallOptions{Schedule: s.opts.schedule(), Agree: []refit.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}}
 	var route reshard.Route = reshard.Flat{}
 	if localErr != nil {
 		route = badRoute{localErr}
-		opts.Agree = append(opts.Agree, reshard.Field{Name: "stage layout valid", Value: localErr.Error()})
+		opts.Agree = append(opts.Agree, refit.Field{Name: "stage layout valid", Value: localErr.Error()})
 	}
-	_, err := reshard.Prepare(context.Background(), s.ctl, specs, route, reshard.Topology{}, 0, opts)
+	_, err := refit.Prepare(context.Background(), s.ctl, specs, route, reshard.Topology{}, 0, opts)
 	if err != nil {
 		return s.fail(err)
 	}
@@ -139,7 +140,7 @@ func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
 // Prepare prepares every stage this rank is in: specs(s) returns stage
 // s's specs, with meshes local to stage s's communicator. Stages are
 // prepared one after another in stage order.
-func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []reshard.Spec, route reshard.Route) (*StagedCall, error) {
+func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []refit.Spec, route reshard.Route) (*StagedCall, error) {
 	sc := &StagedCall{Calls: make([]*Call, len(st.Sessions)), st: st}
 	for i, s := range st.Sessions {
 		if s == nil {
@@ -188,8 +189,8 @@ func (sc *StagedCall) stageError(i int, err error) error {
 // Run runs every stage's call concurrently, each in a goroutine of its
 // own: bufs(s) returns this rank's buffers of stage s. It returns the
 // reports by stage and the first stage's error (every error, joined).
-func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []reshard.TensorBuffers) ([]*reshard.Report, error) {
-	reps := make([]*reshard.Report, len(sc.Calls))
+func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []refit.TensorBuffers) ([]*refit.Report, error) {
+	reps := make([]*refit.Report, len(sc.Calls))
 	errs := make([]error, len(sc.Calls))
 	var wg sync.WaitGroup
 	for i, c := range sc.Calls {

@@ -72,4 +72,3 @@ func TestCheckDisjoint(t *testing.T) {
 		}
 	}
 }
-

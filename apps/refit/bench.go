@@ -9,6 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/transport"
 	"github.com/spf13/cobra"
 )
 
@@ -68,7 +69,7 @@ type plainReport struct {
 type plainExchange struct {
 	mem            session.Memory
 	sendTo, recvFr map[int]int64
-	send, recv     reshard.Buffer
+	send, recv     transport.Buffer
 }
 
 // newPlainExchange sizes rank's side of the exchange from a schedule: the
@@ -111,16 +112,16 @@ func newPlainExchange(mem session.Memory, s *reshard.Schedule, rank int) (*plain
 func (px *plainExchange) bytes() (sent, recv int64) { return px.send.Len(), px.recv.Len() }
 
 // run posts the whole exchange on tr and waits for it, at most timeout.
-func (px *plainExchange) run(tr reshard.Transport, timeout time.Duration) error {
-	var ops []reshard.Op
+func (px *plainExchange) run(tr transport.Transport, timeout time.Duration) error {
+	var ops []transport.Op
 	var off int64
 	for _, p := range sortedKeys(px.recvFr) {
-		ops = append(ops, reshard.Op{Peer: p, Buf: px.recv, Off: off, Len: px.recvFr[p]})
+		ops = append(ops, transport.Op{Peer: p, Buf: px.recv, Off: off, Len: px.recvFr[p]})
 		off += px.recvFr[p]
 	}
 	off = 0
 	for _, p := range sortedKeys(px.sendTo) {
-		ops = append(ops, reshard.Op{Peer: p, Send: true, Buf: px.send, Off: off, Len: px.sendTo[p]})
+		ops = append(ops, transport.Op{Peer: p, Send: true, Buf: px.send, Off: off, Len: px.sendTo[p]})
 		off += px.sendTo[p]
 	}
 	pend, err := tr.Start(ops)

@@ -13,7 +13,7 @@ import (
 
 // refit runs the command in-process with args and returns its output and
 // error.
-func refit(t *testing.T, args ...string) (string, error) {
+func runRefit(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := newRoot()
 	var out bytes.Buffer
@@ -25,7 +25,7 @@ func refit(t *testing.T, args ...string) (string, error) {
 }
 
 func TestLayoutJSON(t *testing.T) {
-	out, err := refit(t, "layout", "--shape", "13x2", "--mesh", "4x2", "--placements", "S0,S0", "--json")
+	out, err := runRefit(t, "layout", "--shape", "13x2", "--mesh", "4x2", "--placements", "S0,S0", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestLayoutJSON(t *testing.T) {
 }
 
 func TestLayoutExplicitRanks(t *testing.T) {
-	out, err := refit(t, "layout", "--shape", "4", "--mesh", "2", "--placements", "Shard(0)", "--ranks", "9,3", "--json")
+	out, err := runRefit(t, "layout", "--shape", "4", "--mesh", "2", "--placements", "Shard(0)", "--ranks", "9,3", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestLayoutExplicitRanks(t *testing.T) {
 }
 
 func TestPlanJSON(t *testing.T) {
-	out, err := refit(t, "plan", "--shape", "4x2", "--src-mesh", "2", "--src-placements", "S0",
+	out, err := runRefit(t, "plan", "--shape", "4x2", "--src-mesh", "2", "--src-placements", "S0",
 		"--dst-mesh", "2", "--dst-placements", "S1", "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestPlanJSON(t *testing.T) {
 }
 
 func TestPlanTable(t *testing.T) {
-	out, err := refit(t, "plan", "--shape", "8x4", "--src-mesh", "4", "--src-placements", "S0",
+	out, err := runRefit(t, "plan", "--shape", "8x4", "--src-mesh", "4", "--src-placements", "S0",
 		"--dst-mesh", "2x2", "--dst-placements", "R,S0")
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := refit(t, tc.args...)
+			_, err := runRefit(t, tc.args...)
 			var ue usageError
 			if !errors.As(err, &ue) {
 				t.Fatalf("got %v, want a usage error", err)
@@ -175,7 +175,7 @@ func TestModelPaperNumbers(t *testing.T) {
 		"4": {"flat     35.84 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
 		"8": {"flat     71.68 ms", "agbcast  143.36 ms", "hier     8.96 ms"},
 	} {
-		out, err := refit(t, "bound", "--bytes", "7168MB", "--sources", "16", "--dst-shards", "8", "--rho", rho,
+		out, err := runRefit(t, "bound", "--bytes", "7168MB", "--sources", "16", "--dst-shards", "8", "--rho", rho,
 			"--domains", "1", "--net-bw", "50GB/s", "--local-bw", "900GB/s")
 		if err != nil {
 			t.Fatal(err)
@@ -190,7 +190,7 @@ func TestModelPaperNumbers(t *testing.T) {
 		}
 	}
 	// the layout form derives B, Ns, K and rho: 16 sources, TP8 x DP4.
-	out, err := refit(t, "bound", "--shape", "256x2048x7168", "--dtype", "bf16", "--src-mesh", "16", "--src-placements", "S0",
+	out, err := runRefit(t, "bound", "--shape", "256x2048x7168", "--dtype", "bf16", "--src-mesh", "16", "--src-placements", "S0",
 		"--dst-mesh", "4x8", "--dst-placements", "R,S1", "--json")
 	if err != nil {
 		t.Fatal(err)

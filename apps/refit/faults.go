@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // The test-only fault switches. Each names a rank, "rank" or "rank:n":
@@ -44,7 +44,7 @@ func faultAt(env string, rank int) (int, bool, error) {
 
 // faults returns the transport wrapper the fault switches ask of this
 // rank, if any.
-func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
+func faults(rank int) (func(transport.Transport) transport.Transport, bool, error) {
 	for _, v := range faultVars {
 		if _, _, err := faultAt(v, rank); err != nil {
 			return nil, false, err
@@ -65,7 +65,7 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 	if !doKill && !doHang && !doWire && !doStop {
 		return nil, false, nil
 	}
-	return func(t reshard.Transport) reshard.Transport {
+	return func(t transport.Transport) transport.Transport {
 		if doKill {
 			t = &killer{Transport: t, at: kill}
 		}
@@ -87,12 +87,12 @@ func faults(rank int) (func(reshard.Transport) reshard.Transport, bool, error) {
 // with hang set stops there for good (a rank alive but stuck, which only
 // timeouts can catch).
 type killer struct {
-	reshard.Transport
+	transport.Transport
 	at, n int
 	hang  bool
 }
 
-func (k *killer) Start(ops []reshard.Op) (reshard.Pending, error) {
+func (k *killer) Start(ops []transport.Op) (transport.Pending, error) {
 	if k.n == k.at {
 		if k.hang {
 			fmt.Fprintf(os.Stderr, "refit: rank %d: M2N_FAULT_HANG: stopping for good at round %d\n", k.Rank(), k.n)
@@ -106,16 +106,16 @@ func (k *killer) Start(ops []reshard.Op) (reshard.Pending, error) {
 }
 
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
-func (k *killer) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(k.Transport) }
+func (k *killer) MaxInPlaceBytes() int64 { return transport.MaxInPlace(k.Transport) }
 
 // wireFault is a test-only transport that flips one byte of the first
 // message its rank receives, as a bad link would: --verify must catch it.
 type wireFault struct {
-	reshard.Transport
+	transport.Transport
 	done bool
 }
 
-func (w *wireFault) Start(ops []reshard.Op) (reshard.Pending, error) {
+func (w *wireFault) Start(ops []transport.Op) (transport.Pending, error) {
 	p, err := w.Transport.Start(ops)
 	if err != nil {
 		return nil, err
@@ -124,12 +124,12 @@ func (w *wireFault) Start(ops []reshard.Op) (reshard.Pending, error) {
 }
 
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
-func (w *wireFault) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(w.Transport) }
+func (w *wireFault) MaxInPlaceBytes() int64 { return transport.MaxInPlace(w.Transport) }
 
 type wirePending struct {
-	reshard.Pending
+	transport.Pending
 	w   *wireFault
-	ops []reshard.Op
+	ops []transport.Op
 }
 
 func (p *wirePending) Wait(ctx context.Context) error {
@@ -137,7 +137,7 @@ func (p *wirePending) Wait(ctx context.Context) error {
 		return err
 	}
 	for _, o := range p.ops {
-		hb, ok := o.Buf.(reshard.HostBuffer)
+		hb, ok := o.Buf.(transport.HostBuffer)
 		if p.w.done || o.Send || !ok || o.Len == 0 {
 			continue
 		}

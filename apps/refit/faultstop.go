@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // M2N_FAULT_STOP=r:where is a test-only fault switch: rank r stops its
@@ -78,11 +78,11 @@ func stopHere(where string) {
 // M2N_FAULT_PANIC=r:step): it stops its process when the first round
 // starts.
 type stopper struct {
-	reshard.Transport
+	transport.Transport
 	done bool
 }
 
-func (s *stopper) Start(ops []reshard.Op) (reshard.Pending, error) {
+func (s *stopper) Start(ops []transport.Op) (transport.Pending, error) {
 	if !s.done {
 		s.done = true
 		stopHere("step")
@@ -91,4 +91,4 @@ func (s *stopper) Start(ops []reshard.Op) (reshard.Pending, error) {
 }
 
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
-func (s *stopper) MaxInPlaceBytes() int64 { return reshard.MaxInPlace(s.Transport) }
+func (s *stopper) MaxInPlaceBytes() int64 { return transport.MaxInPlace(s.Transport) }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // TestFP8ConformanceMPI runs `refit run --dst-dtype e4m3 --check` as real

@@ -241,11 +241,11 @@ func TestIssue17EmulatedRate(t *testing.T) {
 // refused by layout and by run, blamed on --shape; with 1-byte elements
 // it fits and no local shape or offset is negative.
 func TestIssue17HugeShape(t *testing.T) {
-	_, err := refit(t, "layout", "--shape", "0x9223372036854775807", "--mesh", "2", "--placements", "S1")
+	_, err := runRefit(t, "layout", "--shape", "0x9223372036854775807", "--mesh", "2", "--placements", "S1")
 	if err == nil || !strings.Contains(err.Error(), `--shape "0x9223372036854775807": shape 0x9223372036854775807 of f32 is too large`) {
 		t.Errorf("layout: %v", err)
 	}
-	out, err := refit(t, "layout", "--shape", "0x9223372036854775807", "--dtype", "u8", "--mesh", "2", "--placements", "S1", "--json")
+	out, err := runRefit(t, "layout", "--shape", "0x9223372036854775807", "--dtype", "u8", "--mesh", "2", "--placements", "S1", "--json")
 	if err != nil || strings.Contains(out, "-") {
 		t.Errorf("u8 layout: %v\n%s", err, out)
 	}
@@ -300,7 +300,7 @@ func TestIssue17TooLarge(t *testing.T) {
 	if o.code != 1 {
 		t.Errorf("exit %d, want 1 (killed?): %s", o.code, msg)
 	}
-	_, err := refit(t, "plan", "--shape", "32768x32768", "--dtype", "bf16", "--src-mesh", "32768", "--src-placements", "S1",
+	_, err := runRefit(t, "plan", "--shape", "32768x32768", "--dtype", "bf16", "--src-mesh", "32768", "--src-placements", "S1",
 		"--dst-mesh", "32768", "--dst-placements", "S0")
 	if err == nil || !strings.Contains(err.Error(), "plan 1073741824 transfers (about 51540131848 bytes of plan), want at most 67108864") {
 		t.Errorf("plan: %v", err)
@@ -311,7 +311,7 @@ func TestIssue17TooLarge(t *testing.T) {
 // zero-sized inputs are argument errors, tested in their packages): a
 // mesh axis of 0 is refused naming the flag.
 func TestIssue17MeshZero(t *testing.T) {
-	_, err := refit(t, "layout", "--shape", "8", "--mesh", "0", "--placements", "S0")
+	_, err := runRefit(t, "layout", "--shape", "8", "--mesh", "0", "--placements", "S0")
 	if err == nil || !strings.Contains(err.Error(), `--mesh "0": mesh shape "0": axis length 0, want at least 1`) {
 		t.Errorf("layout: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/rs/zerolog"
 )
@@ -69,7 +69,7 @@ func startJob(f *runFlags) (*job, error) {
 		opts := set.opts
 		opts.Device = session.CPU
 		err := session.Refuse(world, opts, flagErr)
-		var ab *reshard.AbortError
+		var ab *refit.AbortError
 		if errors.As(err, &ab) {
 			return j, err // not agreed: a peer never came
 		}

@@ -54,7 +54,7 @@ func TestLayoutsPublished(t *testing.T) {
 		{"deepseek-v3", "pp=16,dp=16,ep=16", "tp=32,dp=8", 967, 671026419200, 512,
 			"lm_head.weight", "129280x7168 bf16 on 16[0-15] R", "129280x7168 bf16 on 8x32[16-271] R,S0"},
 	} {
-		out, err := refit(t, "layouts", "--model", tc.model, "--train", tc.train, "--gen", tc.gen, "--json")
+		out, err := runRefit(t, "layouts", "--model", tc.model, "--train", tc.train, "--gen", tc.gen, "--json")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestLayoutsPublished(t *testing.T) {
 }
 
 func TestLayoutsText(t *testing.T) {
-	out, err := refit(t, "layouts", "--model", "qwen3-235b-a22b", "--train", "tp=2,cp=2,dp=4,pp=4,ep=16", "--gen", "tp=8,dp=8")
+	out, err := runRefit(t, "layouts", "--model", "qwen3-235b-a22b", "--train", "tp=2,cp=2,dp=4,pp=4,ep=16", "--gen", "tp=8,dp=8")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestLayoutsText(t *testing.T) {
 		}
 	}
 	// a scaled model, cut to 4 layers, with DeepSeek's MTP layer on the last stage.
-	out, err = refit(t, "layouts", "--model", "deepseek-v3", "--scale", "32", "--layers", "4", "--mtp", "--train", "tp=2,pp=2,dp=2,ep=4", "--gen", "tp=4,dp=2")
+	out, err = runRefit(t, "layouts", "--model", "deepseek-v3", "--scale", "32", "--layers", "4", "--mtp", "--train", "tp=2,pp=2,dp=2,ep=4", "--gen", "tp=4,dp=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestLayoutsBadInput(t *testing.T) {
 		{"mtp", append(with("--scale", "1"), "--mtp"), "--mtp: model Qwen3-235B-A22B: MTP layers asked for, but the config has no num_nextn_predict_layers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := refit(t, tc.args...)
+			_, err := runRefit(t, tc.args...)
 			var ue usageError
 			if !errors.As(err, &ue) {
 				t.Fatalf("got %v, want a usage error", err)
@@ -189,7 +189,7 @@ func TestBoundAndModelAlias(t *testing.T) {
 	if strings.Count(modelErr, "\n") != 1 || !strings.Contains(modelErr, `"refit model" is now "refit bound"`) {
 		t.Errorf("refit model notice %q, want one line", modelErr)
 	}
-	help, err := refit(t, "--help")
+	help, err := runRefit(t, "--help")
 	if err != nil {
 		t.Fatal(err)
 	}

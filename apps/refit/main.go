@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
 )
@@ -46,9 +46,9 @@ func (e printedError) Unwrap() error { return e.error }
 // failed checks, and a rank's bad input spread to all.
 func agreed(err error) bool {
 	var je jobError
-	var ve *reshard.ValidationError
-	var ae *reshard.AgreementError
-	var ce *reshard.ChecksumError
+	var ve *refit.ValidationError
+	var ae *refit.AgreementError
+	var ce *refit.ChecksumError
 	var rf refused
 	var me *session.MemoryError
 	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
@@ -57,8 +57,8 @@ func agreed(err error) bool {
 // describe renders a job's error for this rank's stderr.
 func describe(err error) string {
 	var rf refused
-	var ve *reshard.ValidationError
-	var ab *reshard.AbortError
+	var ve *refit.ValidationError
+	var ab *refit.AbortError
 	var se *session.StageError
 	switch {
 	case errors.As(err, &rf) && errors.As(err, &ve):

@@ -13,8 +13,10 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // pairRun is one layout pair on one session of the job (the world's, or a
@@ -29,14 +31,14 @@ type pairRun struct {
 	dst     placement.Layout
 	plan    *reshard.Plan
 	fabric  hier.Fabric
-	srcBuf  reshard.Buffer
-	dstBuf  reshard.Buffer
+	srcBuf  transport.Buffer
+	dstBuf  transport.Buffer
 	dstHost []byte // host copy of the destination buffer, for poison and checks
 	// scale is the FP8 scaling mode when the tensor converts (--dst-dtype
 	// e4m3); the destination's scale tensor is then scaleBuf, scaleHost
 	// its host copy.
 	scale     fp8.Mode
-	scaleBuf  reshard.Buffer
+	scaleBuf  transport.Buffer
 	scaleHost []byte
 }
 
@@ -141,21 +143,21 @@ func setNaN(l placement.Layout, host []byte, i int64) error {
 // close frees the pair's buffers.
 func (p *pairRun) close() {
 	mem := p.s.Memory()
-	for _, b := range []reshard.Buffer{p.srcBuf, p.dstBuf, p.scaleBuf} {
+	for _, b := range []transport.Buffer{p.srcBuf, p.dstBuf, p.scaleBuf} {
 		if b != nil {
 			mem.Free(b)
 		}
 	}
 }
 
-func (p *pairRun) spec() reshard.Spec {
-	return reshard.Spec{Name: p.name, Src: p.src, Dst: p.dst, Scale: p.scale}
+func (p *pairRun) spec() refit.Spec {
+	return refit.Spec{Name: p.name, Src: p.src, Dst: p.dst, Scale: p.scale}
 }
 
-func (p *pairRun) specs() []reshard.Spec { return []reshard.Spec{p.spec()} }
+func (p *pairRun) specs() []refit.Spec { return []refit.Spec{p.spec()} }
 
-func (p *pairRun) buffers() []reshard.TensorBuffers {
-	return []reshard.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf, Scale: p.scaleBuf}}
+func (p *pairRun) buffers() []refit.TensorBuffers {
+	return []refit.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf, Scale: p.scaleBuf}}
 }
 
 // runRoutes prepares and measures every route of the flags, and returns
@@ -237,7 +239,7 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 	bufs := p.buffers()
 	mem := s.Memory()
 	var times []float64
-	var st reshard.Stats
+	var st refit.Stats
 	checkMsg := "" // this rank's first wrong element, in any iteration
 	ctx := context.Background()
 	for it := 0; it < f.warmup+f.iters; it++ {
@@ -363,7 +365,7 @@ func localBandwidth(s *session.Session, call *session.Call, dst []int) (float64,
 		if len(peers) > 1 {
 			me := slices.Index(peers, s.Rank())
 			next, prev := peers[(me+1)%len(peers)], peers[(me+len(peers)-1)%len(peers)]
-			pend, err := tr.Start([]reshard.Op{{Peer: prev, Buf: recv, Len: n}, {Peer: next, Send: true, Buf: send, Len: n}})
+			pend, err := tr.Start([]transport.Op{{Peer: prev, Buf: recv, Len: n}, {Peer: next, Send: true, Buf: send, Len: n}})
 			if err != nil {
 				return 0, err
 			}
@@ -435,7 +437,7 @@ func gatherIn(s *session.Session, phase string, v []int64) ([]int64, error) {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
 	all := make([]byte, len(b)*s.Size())
-	if err := s.Collective().Allgather(reshard.WithPhase(context.Background(), phase), b, all); err != nil {
+	if err := s.Collective().Allgather(refit.WithPhase(context.Background(), phase), b, all); err != nil {
 		return nil, err
 	}
 	out := make([]int64, len(all)/8)
@@ -460,7 +462,7 @@ func maxOver(s *session.Session, x float64) (float64, error) {
 
 // firstMessage gathers every rank's message and returns the lowest rank's.
 func firstMessage(s *session.Session, msg string) (string, error) {
-	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
+	blobs, err := refit.Exchange(refit.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
 	if err != nil {
 		return "", err
 	}

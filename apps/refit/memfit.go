@@ -4,7 +4,7 @@ import (
 	"context"
 	"math"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 )
 
 // checkMemory makes every rank compare what it is about to allocate for
@@ -37,7 +37,7 @@ func (p *pairRun) checkMemory() error {
 	if p.j.set.measure {
 		fp.Buffers = addSat(fp.Buffers, 16<<20) // localBandwidth's two buffers
 	}
-	return s.CheckMemory(reshard.WithPhase(context.Background(), "memory check before the buffers"), fp)
+	return s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the buffers"), fp)
 }
 
 // addSat adds sizes of at least 0, saturating.

@@ -15,7 +15,7 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/mesh"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // refitBin is the refit binary the integration tests launch under mpirun,

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
 
@@ -34,7 +34,7 @@ const abortGrace = 400 * time.Millisecond
 // of the session it failed in prints the cause: err is an abort, and the
 // first rank to abort (session.FirstToAbort) is another.
 func (j *job) quiet(err error) bool {
-	var ab *reshard.AbortError
+	var ab *refit.AbortError
 	if j == nil || !errors.As(err, &ab) {
 		return false
 	}
@@ -99,7 +99,7 @@ var jobTimeout = session.DefaultTimeout
 // failed skips it: its error ends the job.
 func (j *job) closingBarrier() error {
 	stopHere("end")
-	err := j.s.Barrier(reshard.WithPhase(context.Background(), "closing barrier (the end of the job)"))
+	err := j.s.Barrier(refit.WithPhase(context.Background(), "closing barrier (the end of the job)"))
 	if err != nil && j.quiet(err) {
 		return printedError{err}
 	}

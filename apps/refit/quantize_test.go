@@ -28,7 +28,7 @@ func TestQuantizeConformance(t *testing.T) {
 			shape[i] = strconv.FormatInt(n, 10)
 		}
 		out, scale := filepath.Join(dir, c.Name+"."+c.ModeName+".e4m3"), filepath.Join(dir, c.Name+"."+c.ModeName+".scale")
-		stdout, err := refit(t, "quantize", "--in", filepath.Join("../../testdata/fp8", c.InputFile), "--shape", strings.Join(shape, "x"),
+		stdout, err := runRefit(t, "quantize", "--in", filepath.Join("../../testdata/fp8", c.InputFile), "--shape", strings.Join(shape, "x"),
 			"--mode", c.ModeName, "--out", out, "--scale-out", scale, "--json")
 		if err != nil {
 			t.Fatalf("%v: %v\n%s", c, err, stdout)
@@ -73,7 +73,7 @@ func TestQuantizeErrors(t *testing.T) {
 		{[]string{"--in", in, "--shape", "4x8", "--dtype", "f16", "--out", out, "--scale-out", scale}, true, "want bf16 or f32"},
 		{[]string{"--in", in, "--shape", "4x8", "--out", out}, true, "--scale-out is required"},
 	} {
-		_, err := refit(t, append([]string{"quantize"}, c.args...)...)
+		_, err := runRefit(t, append([]string{"quantize"}, c.args...)...)
 		var ue usageError
 		if err == nil || !strings.Contains(err.Error(), c.want) || errors.As(err, &ue) != c.usage {
 			t.Errorf("%v: got %v (usage %v), want %q (usage %v)", c.args, err, errors.As(err, &ue), c.want, c.usage)

@@ -19,8 +19,10 @@ import (
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/transport"
 	"github.com/spf13/cobra"
 )
 
@@ -235,8 +237,8 @@ func fmtSec(s float64) string {
 // benchCase is one call to time on every driver.
 type benchCase struct {
 	name    string
-	specs   []reshard.Spec
-	bufs    []reshard.TensorBuffers
+	specs   []refit.Spec
+	bufs    []refit.TensorBuffers
 	bytes   int64
 	iters   int
 	poison  func() error
@@ -348,7 +350,7 @@ func (b *replayBench) timeFreshCopy(n int64, iters int, synced bool) (float64, e
 }
 
 // buf allocates n bytes of device memory.
-func (b *replayBench) buf(n int64) (reshard.Buffer, error) {
+func (b *replayBench) buf(n int64) (transport.Buffer, error) {
 	x, err := b.mem.Alloc(n)
 	if err != nil {
 		return nil, fmt.Errorf("replay-bench: %s of device memory: %w", formatBytes(n), err)
@@ -359,14 +361,14 @@ func (b *replayBench) buf(n int64) (reshard.Buffer, error) {
 // timeCopy times iters device memcpys of n bytes (median, after
 // warm-ups): with the stream synchronize after each if synced, else
 // queuing alone (the synchronize follows untimed).
-func (b *replayBench) timeCopy(dst, src reshard.Buffer, n int64, iters int, synced bool) (float64, error) {
+func (b *replayBench) timeCopy(dst, src transport.Buffer, n int64, iters int, synced bool) (float64, error) {
 	times := make([]float64, 0, iters)
 	warm := max(3, min(iters/10, 100))
 	for it := 0; it < iters+warm; it++ {
 		t0 := time.Now()
 		var el time.Duration
 		if b.gpu == nil {
-			copy(dst.(reshard.HostBuffer)[:n], src.(reshard.HostBuffer)[:n])
+			copy(dst.(transport.HostBuffer)[:n], src.(transport.HostBuffer)[:n])
 		} else {
 			d, s := dst.(cuda.Buffer), src.(cuda.Buffer)
 			if err := b.gpu.Stream.CopyDtoD(d.Ptr, s.Ptr, int(n)); err != nil {
@@ -388,9 +390,9 @@ func (b *replayBench) timeCopy(dst, src reshard.Buffer, n int64, iters int, sync
 }
 
 // fill sets every byte of buf to v.
-func (b *replayBench) fill(buf reshard.Buffer, v byte) error {
+func (b *replayBench) fill(buf transport.Buffer, v byte) error {
 	if b.gpu == nil {
-		h := buf.(reshard.HostBuffer)
+		h := buf.(transport.HostBuffer)
 		for i := range h {
 			h[i] = v
 		}
@@ -400,9 +402,9 @@ func (b *replayBench) fill(buf reshard.Buffer, v byte) error {
 }
 
 // readAt copies len(dst) bytes of buf from offset off.
-func (b *replayBench) readAt(dst []byte, buf reshard.Buffer, off int64) error {
+func (b *replayBench) readAt(dst []byte, buf transport.Buffer, off int64) error {
 	if b.gpu == nil {
-		copy(dst, buf.(reshard.HostBuffer)[off:])
+		copy(dst, buf.(transport.HostBuffer)[off:])
 		return nil
 	}
 	return b.gpu.Ctx.CopyDtoH(dst, buf.(cuda.Buffer).Ptr+cuda.DevicePtr(off))
@@ -430,7 +432,7 @@ func (b *replayBench) small(n int) ([]benchRow, error) {
 	if n == 1 {
 		c.name = "64x64 bf16"
 	}
-	var free []reshard.Buffer
+	var free []transport.Buffer
 	defer func() {
 		for _, x := range free {
 			b.mem.Free(x)
@@ -439,7 +441,7 @@ func (b *replayBench) small(n int) ([]benchRow, error) {
 	size := l.LocalBytes(0)
 	host := make([]byte, size)
 	for i := range n {
-		c.specs = append(c.specs, reshard.Spec{Name: fmt.Sprintf("t%04d", i), Src: l, Dst: l})
+		c.specs = append(c.specs, refit.Spec{Name: fmt.Sprintf("t%04d", i), Src: l, Dst: l})
 		src, err := b.buf(size)
 		if err != nil {
 			return nil, err
@@ -455,7 +457,7 @@ func (b *replayBench) small(n int) ([]benchRow, error) {
 		if err := b.mem.Upload(src, host); err != nil {
 			return nil, err
 		}
-		c.bufs = append(c.bufs, reshard.TensorBuffers{Src: src, Dst: dst})
+		c.bufs = append(c.bufs, refit.TensorBuffers{Src: src, Dst: dst})
 		c.bytes += size
 	}
 	c.poison = func() error {
@@ -548,8 +550,8 @@ func (b *replayBench) expert() ([]benchRow, error) {
 		return ">= 97% of memcpy", yesNo(copySec/sec >= 0.97)
 	}
 	dense := &benchCase{name: "expert " + shape + " bf16", iters: b.f.bigIters, bytes: n, bound: bound, boundAt: copySec, goal: goal,
-		specs: []reshard.Spec{{Name: "experts.gate_up_proj", Src: l, Dst: l}},
-		bufs:  []reshard.TensorBuffers{{Src: src, Dst: dst}}}
+		specs: []refit.Spec{{Name: "experts.gate_up_proj", Src: l, Dst: l}},
+		bufs:  []refit.TensorBuffers{{Src: src, Dst: dst}}}
 	dense.poison = func() error { return b.fill(dst, pattern.Poison) }
 	dense.check = func() error { return b.checkBig(l, dst, placement.View{}) }
 	rows, err := b.timeCalls(dense)
@@ -571,8 +573,8 @@ func (b *replayBench) expert() ([]benchRow, error) {
 	defer b.mem.Free(padded)
 	strided := &benchCase{name: "expert, padded destination rows", iters: b.f.bigIters, bytes: n, bound: bound, boundAt: copySec,
 		goal:  func(session.Driver, float64) (string, string) { return "", "" },
-		specs: []reshard.Spec{{Name: "experts.gate_up_proj", Src: l, Dst: l, Views: reshard.TensorViews{Dst: v}}},
-		bufs:  []reshard.TensorBuffers{{Src: src, Dst: padded}}}
+		specs: []refit.Spec{{Name: "experts.gate_up_proj", Src: l, Dst: l, Views: reshard.TensorViews{Dst: v}}},
+		bufs:  []refit.TensorBuffers{{Src: src, Dst: padded}}}
 	strided.poison = func() error { return b.fill(padded, pattern.Poison) }
 	strided.check = func() error { return b.checkBig(l, padded, v) }
 	more, err := b.timeCalls(strided)
@@ -584,7 +586,7 @@ func (b *replayBench) expert() ([]benchRow, error) {
 
 // fillBig fills a large dense source of a tensor held whole with the
 // pattern, on every core.
-func (b *replayBench) fillBig(l placement.Layout, buf reshard.Buffer) error {
+func (b *replayBench) fillBig(l placement.Layout, buf transport.Buffer) error {
 	host := make([]byte, buf.Len())
 	esz := l.ElemSize()
 	elems := int64(len(host)) / esz
@@ -630,7 +632,7 @@ func parallel(n int, f func(i int) error) error {
 // view v (dense, or rows padded): every element with --check, else 16 MiB
 // at its start, middle and end, byte by byte against the pattern (padding
 // keeps its poison).
-func (b *replayBench) checkBig(l placement.Layout, buf reshard.Buffer, v placement.View) error {
+func (b *replayBench) checkBig(l placement.Layout, buf transport.Buffer, v placement.View) error {
 	if b.f.check {
 		host := make([]byte, buf.Len())
 		if err := b.mem.Download(host, buf); err != nil {
@@ -678,7 +680,7 @@ func (b *replayBench) model(name string) ([]benchRow, error) {
 		return nil, err
 	}
 	st := ls.Stages[0]
-	bufs := [2]map[string]reshard.Buffer{{}, {}}
+	bufs := [2]map[string]transport.Buffer{{}, {}}
 	hosts := [2]map[string][]byte{{}, {}}
 	defer func() {
 		for _, side := range bufs {
@@ -713,8 +715,8 @@ func (b *replayBench) model(name string) ([]benchRow, error) {
 		sp, _ := t.Part(model.Src, 0)
 		dp, _ := t.Part(model.Dst, 1)
 		parts = append(parts, part{t, dst, sp, dp})
-		c.specs = append(c.specs, reshard.Spec{Name: t.Name, Src: t.Src, Dst: dst, Views: reshard.TensorViews{Src: sp.View, Dst: dp.View}})
-		c.bufs = append(c.bufs, reshard.TensorBuffers{Src: bufs[0][sp.Buffer], Dst: bufs[1][dp.Buffer]})
+		c.specs = append(c.specs, refit.Spec{Name: t.Name, Src: t.Src, Dst: dst, Views: reshard.TensorViews{Src: sp.View, Dst: dp.View}})
+		c.bufs = append(c.bufs, refit.TensorBuffers{Src: bufs[0][sp.Buffer], Dst: bufs[1][dp.Buffer]})
 		c.bytes += t.Src.Bytes()
 	}
 	// tensors that share a fused buffer fill and check disjoint bytes of

@@ -11,7 +11,7 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 )
 
 // routeReport is what one route did, as rank 0 prints it.
@@ -95,12 +95,12 @@ func checkFailures(reps []*runReport) error {
 
 // gatherReports collects every rank's reports on every rank, ordered by
 // stage, over the bounded collective coll.
-func gatherReports(coll reshard.Collective, mine []*runReport) ([]*runReport, error) {
+func gatherReports(coll refit.Collective, mine []*runReport) ([]*runReport, error) {
 	payload, err := json.Marshal(mine)
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := reshard.Exchange(reshard.WithPhase(context.Background(), "report gathering"), coll, payload)
+	blobs, err := refit.Exchange(refit.WithPhase(context.Background(), "report gathering"), coll, payload)
 	if err != nil {
 		return nil, err
 	}

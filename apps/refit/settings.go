@@ -12,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
@@ -297,8 +298,8 @@ func (s settings) dstOf(l placement.Layout) placement.Layout {
 // at Join: a rank started with other flags fails every rank at once,
 // naming the flag. The test-only fault switches (M2N_FAULT_*) and the log
 // level are this rank's own.
-func agreedFields(cmd *cobra.Command) []reshard.Field {
-	var out []reshard.Field
+func agreedFields(cmd *cobra.Command) []refit.Field {
+	var out []refit.Field
 	if cmd != nil {
 		cmd.Flags().VisitAll(func(fl *pflag.Flag) {
 			if fl.Name == "log-level" || fl.Name == "help" {
@@ -308,7 +309,7 @@ func agreedFields(cmd *cobra.Command) []reshard.Field {
 			if v == "" {
 				v = "(unset)" // reads better in "rank 0 has (unset)"
 			}
-			out = append(out, reshard.Field{Name: "flag --" + fl.Name, Value: v})
+			out = append(out, refit.Field{Name: "flag --" + fl.Name, Value: v})
 		})
 	}
 	var env []string
@@ -324,7 +325,7 @@ func agreedFields(cmd *cobra.Command) []reshard.Field {
 	}
 	// one field for them all: a variable set on one rank only must not
 	// shift the other fields.
-	return append(out, reshard.Field{Name: "M2N_ environment", Value: "[" + strings.Join(env, " ") + "]"})
+	return append(out, refit.Field{Name: "M2N_ environment", Value: "[" + strings.Join(env, " ") + "]"})
 }
 
 // settingsStaging is the staging bytes the flags or the environment give,

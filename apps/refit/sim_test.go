@@ -18,7 +18,7 @@ var paperArgs = []string{"sim", "--shape", "256x2000x7000", "--dtype", "bf16", "
 	"--chunk-bytes", "16MiB", "--staging-bytes", "256MiB"}
 
 func TestSimPaperLayer(t *testing.T) {
-	out, err := refit(t, append(paperArgs, "--json")...)
+	out, err := runRefit(t, append(paperArgs, "--json")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestSimPaperLayer(t *testing.T) {
 	if r := rep.Routes[0]; r.Ratio > 1.01 {
 		t.Errorf("flat is %.3fx its bound, want within 1%%", r.Ratio)
 	}
-	text, err := refit(t, append(paperArgs, "--route", "hier,auto", "--critical", "3")...)
+	text, err := runRefit(t, append(paperArgs, "--route", "hier,auto", "--critical", "3")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestSimErrorsNameTheFlag(t *testing.T) {
 		if c.args[0] == "sim" {
 			args = c.args
 		}
-		_, err := refit(t, args...)
+		_, err := runRefit(t, args...)
 		var ue usageError
 		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want a usage error containing %q", c.args, err, c.want)
@@ -87,7 +87,7 @@ func TestSimErrorsNameTheFlag(t *testing.T) {
 }
 
 func TestSimModelForm(t *testing.T) {
-	out, err := refit(t, "sim", "--model", "llama-3.1-70b", "--scale", "16", "--layers", "4", "--train", "tp=2,pp=2,dp=2",
+	out, err := runRefit(t, "sim", "--model", "llama-3.1-70b", "--scale", "16", "--layers", "4", "--train", "tp=2,pp=2,dp=2",
 		"--gen", "tp=4,dp=2", "--cluster", "hgx-h200", "--route", "hier", "--per-stage", "--per-tensor")
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestPlotWritesPNGs(t *testing.T) {
 	in := filepath.Join(dir, "rho.jsonl")
 	var all bytes.Buffer
 	for _, rho := range []string{"2", "4"} {
-		out, err := refit(t, "sim", "--shape", "64x2000x70", "--dtype", "bf16", "--src-mesh", "4", "--src-placements", "S0",
+		out, err := runRefit(t, "sim", "--shape", "64x2000x70", "--dtype", "bf16", "--src-mesh", "4", "--src-placements", "S0",
 			"--dst-mesh", rho+"x2", "--dst-placements", "R,S1", "--json", "--bins", "16")
 		if err != nil {
 			t.Fatal(err)
@@ -118,7 +118,7 @@ func TestPlotWritesPNGs(t *testing.T) {
 		{"plot", "rho", "--in", in, "--paper", "--out", filepath.Join(dir, "rho.png")},
 		{"plot", "links", "--in", in, "--report", "2", "--out", filepath.Join(dir, "links.png")},
 	} {
-		if _, err := refit(t, c...); err != nil {
+		if _, err := runRefit(t, c...); err != nil {
 			t.Fatalf("%v: %v", c, err)
 		}
 		fh, err := os.Open(c[len(c)-1])
@@ -131,10 +131,10 @@ func TestPlotWritesPNGs(t *testing.T) {
 			t.Errorf("%s: not a PNG of a plot (%v)", c[len(c)-1], err)
 		}
 	}
-	if _, err := refit(t, "plot", "models", "--in", in, "--out", filepath.Join(dir, "m.png")); err == nil || !strings.Contains(err.Error(), "not a model report") {
+	if _, err := runRefit(t, "plot", "models", "--in", in, "--out", filepath.Join(dir, "m.png")); err == nil || !strings.Contains(err.Error(), "not a model report") {
 		t.Errorf("models from single-tensor reports: error %v", err)
 	}
-	if _, err := refit(t, "plot", "bars", "--in", in, "--out", filepath.Join(dir, "b.png")); err == nil {
+	if _, err := runRefit(t, "plot", "bars", "--in", in, "--out", filepath.Join(dir, "b.png")); err == nil {
 		t.Errorf("an unknown plot kind was accepted")
 	}
 }

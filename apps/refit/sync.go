@@ -17,8 +17,10 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/transport"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -325,7 +327,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	bar := j.progress(m, f.run.warmup+f.run.iters, f.run.asJSON)
 	var times []float64
 	var stageTimes [][]float64
-	var last []*reshard.Report
+	var last []*refit.Report
 	var slowRank int
 	var warm usage
 	var warmPeak int64
@@ -538,7 +540,7 @@ func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayou
 		if x == nil {
 			return nil, fmt.Errorf("rank %d: no scale buffer for %s", rank, t.Name)
 		}
-		if hb, ok := x.(reshard.HostBuffer); ok {
+		if hb, ok := x.(transport.HostBuffer); ok {
 			return hb, nil
 		}
 		h := make([]byte, x.Len())
@@ -565,7 +567,7 @@ func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn fun
 				return h, nil
 			}
 			x := bufs[name]
-			if hb, ok := x.(reshard.HostBuffer); ok {
+			if hb, ok := x.(transport.HostBuffer); ok {
 				host[name] = hb
 				return hb, nil
 			}
@@ -591,7 +593,7 @@ func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn fun
 		}
 		if write {
 			for name, h := range host {
-				if _, ok := bufs[name].(reshard.HostBuffer); !ok {
+				if _, ok := bufs[name].(transport.HostBuffer); !ok {
 					if err := ss.Memory().Upload(bufs[name], h); err != nil {
 						return err
 					}
@@ -672,12 +674,12 @@ func stageTopology(m *session.Model, si int) reshard.Topology {
 
 // syncAccounting fills the report's bytes by link class and stage, the
 // stages' routes, and every rank's memory and handles.
-func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start, warm usage, warmPeak int64, rep *syncReport) error {
+func (j *job) syncAccounting(m *session.Model, reps []*refit.Report, start, warm usage, warmPeak int64, rep *syncReport) error {
 	end, err := measureUsage()
 	if err != nil {
 		return err
 	}
-	var st reshard.Stats
+	var st refit.Stats
 	stageBytes := make([]int64, len(m.Layouts.Stages))
 	stageRounds := make([]int64, len(m.Layouts.Stages))
 	var staging, scratch, bound int64
@@ -733,7 +735,7 @@ func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start, wa
 	}
 	// every rank knows its own stages' routes; take each stage's from a
 	// rank in it (the generators are in all).
-	routes, err := reshard.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(rep.Routes, ",")))
+	routes, err := refit.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(rep.Routes, ",")))
 	if err != nil {
 		return err
 	}
@@ -758,7 +760,7 @@ func (j *job) syncAccounting(m *session.Model, reps []*reshard.Report, start, wa
 		}
 		lists = append(lists, fmt.Sprintf("%d:%s", len(r.Completed), strings.Join(r.Failed, "|")))
 	}
-	got, err := reshard.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(lists, ",")))
+	got, err := refit.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(lists, ",")))
 	if err != nil {
 		return err
 	}
@@ -837,7 +839,7 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			continue
 		}
 		for _, sp := range m.Specs[si] {
-			c, err := ss.Prepare(ctx, []reshard.Spec{sp}, r)
+			c, err := ss.Prepare(ctx, []refit.Spec{sp}, r)
 			if err != nil {
 				return nil, err
 			}

@@ -16,7 +16,7 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
 
@@ -39,7 +39,7 @@ func main() {
 	dst, err := placement.ParseLayout("2048x4096", placement.BF16, ranks, "S1")
 	check(err)
 	ctx := context.Background()
-	call, err := s.Prepare(ctx, []reshard.Spec{{Name: "w", Src: src, Dst: dst}}, hier.Hier{})
+	call, err := s.Prepare(ctx, []refit.Spec{{Name: "w", Src: src, Dst: dst}}, hier.Hier{})
 	check(err)
 	mem := s.Memory() // device memory of this rank's GPU
 	host := make([]byte, src.LocalBytes(s.Rank()))
@@ -49,7 +49,7 @@ func main() {
 	check(mem.Upload(sb, host))
 	db, err := mem.Alloc(dst.LocalBytes(s.Rank()))
 	check(err)
-	bufs := []reshard.TensorBuffers{{Src: sb, Dst: db}}
+	bufs := []refit.TensorBuffers{{Src: sb, Dst: db}}
 	for step := 0; step < 3; step++ {
 		_, err := call.Run(ctx, bufs)
 		check(err)

@@ -14,9 +14,10 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/stage"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 func main() {
@@ -32,40 +33,40 @@ func main() {
 	// Meshes are local to each stage's communicator: trainers 0-1, generator 2.
 	trainer, _ := mesh.Interval([]int{2}, 0)
 	generator, _ := mesh.Interval([]int{1}, 2)
-	layer := func(int) []reshard.Spec {
+	layer := func(int) []refit.Spec {
 		src, err := placement.ParseLayout("512x256", placement.BF16, trainer, "S0")
 		check(err)
 		dst, err := placement.ParseLayout("512x256", placement.BF16, generator, "R")
 		check(err)
-		return []reshard.Spec{{Name: "mlp.down_proj.weight", Src: src, Dst: dst}}
+		return []refit.Spec{{Name: "mlp.down_proj.weight", Src: src, Dst: dst}}
 	}
 	ctx := context.Background()
 	call, err := stages.Prepare(ctx, layer, hier.Hier{})
 	check(err)
 	defer call.Close()
-	bufs := make([][]reshard.TensorBuffers, 2)
+	bufs := make([][]refit.TensorBuffers, 2)
 	for st, ss := range stages.Sessions {
 		if ss == nil {
 			continue // not in this stage
 		}
 		t := layer(st)[0]
-		b := reshard.TensorBuffers{}
+		b := refit.TensorBuffers{}
 		if t.Src.Mesh().Contains(ss.Rank()) { // stage st's weights: pattern seed st
 			w := make([]byte, t.Src.LocalBytes(ss.Rank()))
 			check(pattern.Fill(t.Src, ss.Rank(), uint64(st), w, placement.View{}))
-			b.Src = reshard.HostBuffer(w)
+			b.Src = transport.HostBuffer(w)
 		}
 		if t.Dst.Mesh().Contains(ss.Rank()) {
-			b.Dst = reshard.HostBuffer(make([]byte, t.Dst.LocalBytes(ss.Rank())))
+			b.Dst = transport.HostBuffer(make([]byte, t.Dst.LocalBytes(ss.Rank())))
 		}
-		bufs[st] = []reshard.TensorBuffers{b}
+		bufs[st] = []refit.TensorBuffers{b}
 	}
 	for step := 0; step < 3; step++ {
-		_, err := call.Run(ctx, func(st int) []reshard.TensorBuffers { return bufs[st] }) // both stages at once
+		_, err := call.Run(ctx, func(st int) []refit.TensorBuffers { return bufs[st] }) // both stages at once
 		check(err)
 		for st, ss := range stages.Sessions {
 			if ss != nil && bufs[st][0].Dst != nil {
-				check(pattern.Check(layer(st)[0].Dst, ss.Rank(), uint64(st), bufs[st][0].Dst.(reshard.HostBuffer), placement.View{}))
+				check(pattern.Check(layer(st)[0].Dst, ss.Rank(), uint64(st), bufs[st][0].Dst.(transport.HostBuffer), placement.View{}))
 			}
 		}
 	}

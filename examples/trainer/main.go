@@ -13,8 +13,9 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 func main() {
@@ -27,14 +28,14 @@ func main() {
 	trainer, _ := mesh.Interval([]int{4}, 0)      // ranks 0-3
 	generator, _ := mesh.Interval([]int{2, 2}, 4) // ranks 4-7: DP2 x TP2
 	ctx := context.Background()
-	tensor := func(name, shape, trainerPl, generatorPl string) reshard.Spec {
+	tensor := func(name, shape, trainerPl, generatorPl string) refit.Spec {
 		src, err := placement.ParseLayout(shape, placement.BF16, trainer, trainerPl)
 		check(err)
 		dst, err := placement.ParseLayout(shape, placement.BF16, generator, generatorPl)
 		check(err)
-		return reshard.Spec{Name: name, Src: src, Dst: dst}
+		return refit.Spec{Name: name, Src: src, Dst: dst}
 	}
-	model := []reshard.Spec{
+	model := []refit.Spec{
 		tensor("embed_tokens.weight", "1024x64", "S0", "R,S0"),             // vocab-parallel
 		tensor("layers.0.self_attn.q_proj.weight", "256x64", "S0", "R,S0"), // column-parallel
 		tensor("layers.0.self_attn.o_proj.weight", "64x256", "S1", "R,S1"), // row-parallel
@@ -44,15 +45,15 @@ func main() {
 	}
 	call, err := s.Prepare(ctx, model, hier.Hier{}) // validate, plan, schedule, agree: once
 	check(err)
-	bufs := make([]reshard.TensorBuffers, len(model)) // this rank's shards
+	bufs := make([]refit.TensorBuffers, len(model)) // this rank's shards
 	for i, t := range model {
 		if t.Src.Mesh().Contains(s.Rank()) { // the trainer's weights: a pattern of the global index
 			w := make([]byte, t.Src.LocalBytes(s.Rank()))
 			check(pattern.Fill(t.Src, s.Rank(), uint64(i), w, placement.View{}))
-			bufs[i].Src = reshard.HostBuffer(w)
+			bufs[i].Src = transport.HostBuffer(w)
 		}
 		if t.Dst.Mesh().Contains(s.Rank()) {
-			bufs[i].Dst = reshard.HostBuffer(make([]byte, t.Dst.LocalBytes(s.Rank())))
+			bufs[i].Dst = transport.HostBuffer(make([]byte, t.Dst.LocalBytes(s.Rank())))
 		}
 	}
 	for step := 0; step < 3; step++ {
@@ -60,7 +61,7 @@ func main() {
 		check(err)
 		for i, t := range model {
 			if bufs[i].Dst != nil {
-				check(pattern.Check(t.Dst, s.Rank(), uint64(i), bufs[i].Dst.(reshard.HostBuffer), placement.View{}))
+				check(pattern.Check(t.Dst, s.Rank(), uint64(i), bufs[i].Dst.(transport.HostBuffer), placement.View{}))
 			}
 		}
 	}

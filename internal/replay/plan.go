@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
 )
@@ -190,7 +191,7 @@ type Plan struct {
 	// copies only).
 	Done [][]int
 	// Stats is what the step moves, as reshard.Executor counts it.
-	Stats reshard.Stats
+	Stats refit.Stats
 }
 
 // DefaultMemcpyMin is the size from which a contiguous local copy runs as a

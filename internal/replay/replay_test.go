@@ -11,7 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // variant is one way of running every case.

@@ -16,7 +16,8 @@ import (
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/reshard/transporttest"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
 // Heap is simulated device memory: one address space for every rank.
@@ -225,7 +226,7 @@ func (h *GoHeap) Copy(c replay.Copy) error {
 	if err != nil {
 		return err
 	}
-	return reshard.HostMemory{}.Copy(reshard.HostBuffer(d), c.DstAt, reshard.HostBuffer(s), c.SrcAt)
+	return transport.HostMemory{}.Copy(transport.HostBuffer(d), c.DstAt, transport.HostBuffer(s), c.SrcAt)
 }
 
 // Memcpy implements replay.Memory.

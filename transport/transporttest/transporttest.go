@@ -13,7 +13,9 @@ import (
 	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // The conformance cases, from package conformance (the one pairs file).
@@ -46,9 +48,9 @@ var (
 
 // Env is one rank's view of a transport under test.
 type Env struct {
-	T    reshard.Transport
-	Mem  reshard.Memory
-	IO   reshard.HostIO
+	T    transport.Transport
+	Mem  transport.Memory
+	IO   transport.HostIO
 	Topo reshard.Topology
 	Opts reshard.ScheduleOptions
 	// Coalesce is the CompileOptions.CoalesceBytes the case runs with.
@@ -60,7 +62,7 @@ type Env struct {
 	// Runner, if set, makes the runner that runs each case's compiled
 	// program in place of the executor's driver (reshard.Executor.Runner:
 	// a GPU replay), and the function that frees it.
-	Runner func(p *reshard.Program) (reshard.ProgramRunner, func(), error)
+	Runner func(p *reshard.Program) (refit.ProgramRunner, func(), error)
 }
 
 // PaddedView returns the view Env.Padded uses for a part of shape: 3
@@ -85,9 +87,9 @@ func PaddedView(shape []int64) placement.View {
 // fills the source buffers with the pattern and poisons the destination
 // buffers, runs the route's schedule, and checks every destination element.
 // Ranks outside both meshes take part with no buffers.
-func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (reshard.Stats, error) {
+func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (refit.Stats, error) {
 	rank, world := env.T.Rank(), env.T.Size()
-	var st reshard.Stats
+	var st refit.Stats
 	if c.World() > world {
 		return st, fmt.Errorf("%v needs %d ranks, the transport has %d", c, c.World(), world)
 	}
@@ -99,9 +101,9 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (reshard
 	if err != nil {
 		return st, err
 	}
-	var bufs reshard.TensorBuffers
+	var bufs refit.TensorBuffers
 	var views reshard.TensorViews
-	var free []reshard.Buffer
+	var free []transport.Buffer
 	defer func() {
 		for _, b := range free {
 			env.Mem.Free(b)
@@ -155,11 +157,11 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (reshard
 		}
 	}
 	prog, err := reshard.Compile(sched, rank, reshard.CompileOptions{Views: []reshard.TensorViews{views},
-		MaxInPlace: reshard.MaxInPlace(env.T), CoalesceBytes: env.Coalesce})
+		MaxInPlace: transport.MaxInPlace(env.T), CoalesceBytes: env.Coalesce})
 	if err != nil {
 		return st, err
 	}
-	ex := &reshard.Executor{T: env.T, Mem: env.Mem}
+	ex := &refit.Executor{T: env.T, Mem: env.Mem}
 	defer ex.Close()
 	if env.Runner != nil {
 		r, free, err := env.Runner(prog)
@@ -169,7 +171,7 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (reshard
 		defer free()
 		ex.Runner = r
 	}
-	st, err = ex.Run(ctx, prog, []reshard.TensorBuffers{bufs})
+	st, err = ex.Run(ctx, prog, []refit.TensorBuffers{bufs})
 	if err != nil {
 		return st, err
 	}

@@ -1,4 +1,4 @@
-package reshard
+package transport
 
 import (
 	"context"

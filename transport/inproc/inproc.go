@@ -3,7 +3,7 @@
 // receiver's, so the ranks may hold host memory (reshard.HostMemory, the
 // default) or device memory of one GPU (a cuda.Memory). It runs the same
 // executor and the same conformance suite as the MPI and NCCL transports,
-// with no launcher, which makes it the transport of unit tests, of GPU tests
+// with no launcher, which makes it the endpoint of unit tests, of GPU tests
 // on a machine with one GPU, and of single-process tools.
 package inproc
 
@@ -13,15 +13,16 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // World is a communicator of n in-process ranks.
 type World struct {
 	n       int
 	inPlace bool
-	mem     reshard.Memory
+	mem     transport.Memory
 	mu      sync.Mutex
 	queues  map[[2]int]*queue // by (sender, receiver)
 	abort   chan struct{}
@@ -36,7 +37,7 @@ type queue struct {
 // op is one posted operation: a region of a buffer (contiguous ops are a
 // single run).
 type op struct {
-	buf   reshard.Buffer
+	buf   transport.Buffer
 	at    strided.Desc
 	round *round
 }
@@ -52,12 +53,12 @@ type round struct {
 
 // NewWorld returns a communicator of n ranks over host memory.
 func NewWorld(n int) *World {
-	return &World{n: n, mem: reshard.HostMemory{}, queues: map[[2]int]*queue{}, abort: make(chan struct{})}
+	return &World{n: n, mem: transport.HostMemory{}, queues: map[[2]int]*queue{}, abort: make(chan struct{})}
 }
 
 // NewWorldInPlace returns a communicator of n ranks whose transports move
 // strided regions in place (they implement reshard.InPlaceTransport), as
-// the MPI transport does with derived datatypes.
+// the MPI endpoint does with derived datatypes.
 func NewWorldInPlace(n int) *World {
 	w := NewWorld(n)
 	w.inPlace = true
@@ -67,24 +68,24 @@ func NewWorldInPlace(n int) *World {
 // WithMemory makes the world copy messages with mem, which must be able to
 // copy between the buffers every rank uses (one GPU's memory, say), and
 // returns w.
-func (w *World) WithMemory(mem reshard.Memory) *World {
+func (w *World) WithMemory(mem transport.Memory) *World {
 	w.mem = mem
 	return w
 }
 
 // Transport returns rank's endpoint.
-func (w *World) Transport(rank int) reshard.Transport { return &transport{w: w, rank: rank} }
+func (w *World) Transport(rank int) transport.Transport { return &endpoint{w: w, rank: rank} }
 
-type transport struct {
+type endpoint struct {
 	w    *World
 	rank int
 }
 
-func (t *transport) Rank() int { return t.rank }
-func (t *transport) Size() int { return t.w.n }
+func (t *endpoint) Rank() int { return t.rank }
+func (t *endpoint) Size() int { return t.w.n }
 
 // MaxInPlaceBytes implements reshard.InPlaceTransport.
-func (t *transport) MaxInPlaceBytes() int64 {
+func (t *endpoint) MaxInPlaceBytes() int64 {
 	if t.w.inPlace {
 		return 1 << 40
 	}
@@ -94,7 +95,7 @@ func (t *transport) MaxInPlaceBytes() int64 {
 // ErrAborted is returned by Wait after any rank aborted the world.
 var ErrAborted = errors.New("inproc: communicator aborted")
 
-func (t *transport) Abort(reason error) {
+func (t *endpoint) Abort(reason error) {
 	t.w.mu.Lock()
 	defer t.w.mu.Unlock()
 	select {
@@ -107,7 +108,7 @@ func (t *transport) Abort(reason error) {
 
 // region returns the bytes an Op names as a descriptor of its buffer, after
 // checking that they lie inside it.
-func (t *transport) region(o reshard.Op) (strided.Desc, error) {
+func (t *endpoint) region(o transport.Op) (strided.Desc, error) {
 	if o.Peer < 0 || o.Peer >= t.w.n {
 		return strided.Desc{}, fmt.Errorf("inproc: peer %d outside a world of %d", o.Peer, t.w.n)
 	}
@@ -134,7 +135,7 @@ func (t *transport) region(o reshard.Op) (strided.Desc, error) {
 	return at, nil
 }
 
-func (t *transport) Start(ops []reshard.Op) (reshard.Pending, error) {
+func (t *endpoint) Start(ops []transport.Op) (transport.Pending, error) {
 	r := &round{left: len(ops), done: make(chan struct{}), aborted: t.w.abort, world: t.w}
 	if len(ops) == 0 {
 		close(r.done)
@@ -224,13 +225,13 @@ func (r *round) Wait(ctx context.Context) error {
 
 // Run starts fn on every rank of a new world of n ranks, each in its own
 // goroutine, and returns the errors in rank order once all have returned.
-func Run(n int, fn func(t reshard.Transport) error) []error {
+func Run(n int, fn func(t transport.Transport) error) []error {
 	return NewWorld(n).Run(fn)
 }
 
 // Run starts fn on every rank of w, each in its own goroutine, and returns
 // the errors in rank order once all have returned.
-func (w *World) Run(fn func(t reshard.Transport) error) []error {
+func (w *World) Run(fn func(t transport.Transport) error) []error {
 	n := w.n
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -249,7 +250,7 @@ func (w *World) Run(fn func(t reshard.Transport) error) []error {
 // collective (reshard.Collective), for calls over in-process ranks. Its
 // collectives wait for every rank without a deadline (an aborted world
 // ends them).
-func (w *World) Collective(rank int) reshard.Collective { return &collective{w: w, rank: rank} }
+func (w *World) Collective(rank int) refit.Collective { return &collective{w: w, rank: rank} }
 
 type collective struct {
 	w    *World

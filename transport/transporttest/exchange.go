@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // exchangeLen is the length of message k from src to dst in round r: varied,
@@ -27,16 +27,16 @@ func Exchange(ctx context.Context, env Env, rounds int) error {
 	rank, world := env.T.Rank(), env.T.Size()
 	type posted struct {
 		pending Pending
-		recv    []reshard.Buffer
+		recv    []transport.Buffer
 		peer    []int
 		k       []int
 		r       int
-		free    []reshard.Buffer
+		free    []transport.Buffer
 	}
-	alloc := func(n int64) (reshard.Buffer, error) { return env.Mem.Alloc(n) }
+	alloc := func(n int64) (transport.Buffer, error) { return env.Mem.Alloc(n) }
 	start := func(r int) (posted, error) {
 		p := posted{r: r}
-		var ops []reshard.Op
+		var ops []transport.Op
 		for peer := 0; peer < world; peer++ {
 			for k := 0; k < 2; k++ {
 				n := exchangeLen(peer, rank, r, k)
@@ -46,7 +46,7 @@ func Exchange(ctx context.Context, env Env, rounds int) error {
 				}
 				p.free = append(p.free, b)
 				p.recv, p.peer, p.k = append(p.recv, b), append(p.peer, peer), append(p.k, k)
-				ops = append(ops, reshard.Op{Peer: peer, Buf: b, Len: n})
+				ops = append(ops, transport.Op{Peer: peer, Buf: b, Len: n})
 			}
 		}
 		for peer := 0; peer < world; peer++ {
@@ -64,7 +64,7 @@ func Exchange(ctx context.Context, env Env, rounds int) error {
 				if err := env.IO.Upload(b, host); err != nil {
 					return p, err
 				}
-				ops = append(ops, reshard.Op{Peer: peer, Send: true, Buf: b, Len: n})
+				ops = append(ops, transport.Op{Peer: peer, Send: true, Buf: b, Len: n})
 			}
 		}
 		if err := env.Mem.Sync(); err != nil {
@@ -120,4 +120,4 @@ func Exchange(ctx context.Context, env Env, rounds int) error {
 }
 
 // Pending is reshard.Pending, named here for the suite's signatures.
-type Pending = reshard.Pending
+type Pending = transport.Pending

@@ -8,7 +8,9 @@ import (
 	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // FP8Pairs are the pairs a conversion to FP8 in flight runs on
@@ -41,17 +43,17 @@ func FP8Cases() ([]Case, error) {
 // and its scale buffer poisoned; after every step every destination byte
 // and scale is compared with quantizing the whole tensor at once
 // (pattern.CheckFP8). It returns the last step's report.
-func RunFP8Case(ctx context.Context, env Env, coll reshard.Collective, c Case, route reshard.Route, mode fp8.Mode, opts reshard.CallOptions, steps int) (*reshard.Report, error) {
+func RunFP8Case(ctx context.Context, env Env, coll refit.Collective, c Case, route reshard.Route, mode fp8.Mode, opts refit.CallOptions, steps int) (*refit.Report, error) {
 	rank := env.T.Rank()
-	spec := reshard.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: mode}
-	var bufs reshard.TensorBuffers
-	var free []reshard.Buffer
+	spec := refit.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: mode}
+	var bufs refit.TensorBuffers
+	var free []transport.Buffer
 	defer func() {
 		for _, b := range free {
 			env.Mem.Free(b)
 		}
 	}()
-	alloc := func(n int64) (reshard.Buffer, error) {
+	alloc := func(n int64) (transport.Buffer, error) {
 		b, err := env.Mem.Alloc(n)
 		if err == nil {
 			free = append(free, b)
@@ -98,13 +100,13 @@ func RunFP8Case(ctx context.Context, env Env, coll reshard.Collective, c Case, r
 		}
 	}
 	opts.Schedule, opts.CoalesceBytes = env.Opts, env.Coalesce
-	call, err := reshard.Prepare(ctx, coll, []reshard.Spec{spec}, route, env.Topo, reshard.MaxInPlace(env.T), opts)
+	call, err := refit.Prepare(ctx, coll, []refit.Spec{spec}, route, env.Topo, transport.MaxInPlace(env.T), opts)
 	if err != nil {
 		return nil, err
 	}
-	ex := &reshard.Executor{T: env.T, Mem: env.Mem}
+	ex := &refit.Executor{T: env.T, Mem: env.Mem}
 	defer ex.Close()
-	var rep *reshard.Report
+	var rep *refit.Report
 	for step := 0; step < steps; step++ {
 		seed := uint64(step)
 		if srcHost != nil {
@@ -130,7 +132,7 @@ func RunFP8Case(ctx context.Context, env Env, coll reshard.Collective, c Case, r
 				}
 			}
 		}
-		if rep, err = call.Run(ctx, ex, coll, []reshard.TensorBuffers{bufs}); err != nil {
+		if rep, err = call.Run(ctx, ex, coll, []refit.TensorBuffers{bufs}); err != nil {
 			return rep, err
 		}
 		if got == nil {
