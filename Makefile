@@ -82,6 +82,7 @@ gpu-bins: deps
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
 	$(GO) test -c -o .devbin/nccl.test ./nccl
+	$(GO) test -c -o .devbin/gpu.test ./refit/gpu
 	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink
 	$(GO) test -c -o .devbin/session.test ./session
 	rm -f .devbin/libm2n.so

@@ -28,7 +28,7 @@ import (
 // callEntry is a prepared call behind a handle.
 type callEntry struct {
 	se *sessionEntry
-	c  *session.Call
+	c  *refit.Call
 }
 
 func callOf(h C.m2n_call) (*callEntry, error) {

@@ -47,10 +47,10 @@ func TestGPUFP8(t *testing.T) {
 		domains  int
 		padded   bool
 		coalesce int64
-		opts     refit.CallOptions
+		opts     refit.Options
 	}
-	routes := []route{{reshard.Flat{}, 1, false, 0, refit.CallOptions{}}, {hier.Hier{}, 1, false, 0, refit.CallOptions{}},
-		{hier.Hier{}, 2, false, 0, refit.CallOptions{}}, {reshard.Flat{}, 1, true, 1 << 10, refit.CallOptions{Verify: true, Atomic: true}}}
+	routes := []route{{reshard.Flat{}, 1, false, 0, refit.Options{}}, {hier.Hier{}, 1, false, 0, refit.Options{}},
+		{hier.Hier{}, 2, false, 0, refit.Options{}}, {reshard.Flat{}, 1, true, 1 << 10, refit.Options{Verify: true, Atomic: true}}}
 	runs := 0
 	for ci, c := range cases {
 		for ri, r := range routes {
@@ -72,7 +72,7 @@ func TestGPUFP8(t *testing.T) {
 				cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
 				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: opts, Padded: r.padded, Coalesce: r.coalesce}
-				_, err = transporttest.RunFP8Case(cctx, env, w.Collective(tr.Rank()), c, r.route, mode, r.opts, 2)
+				_, err = transporttest.RunFP8Case(cctx, env, refit.Plain(w.Collective(tr.Rank())), c, r.route, mode, r.opts, 2)
 				if err != nil {
 					tr.Abort(err)
 				}
@@ -143,14 +143,13 @@ func TestGPUFP8NonFinite(t *testing.T) {
 			}
 			defer mem.Free(b.Scale)
 		}
-		ex := &refit.Executor{T: tr, Mem: mem, Timeout: time.Minute}
-		defer ex.Close()
-		call, err := refit.Prepare(context.Background(), w.Collective(rank), []refit.Spec{spec}, reshard.Flat{}, reshard.Topology{}, 0,
-			refit.CallOptions{Schedule: reshard.DefaultScheduleOptions, Atomic: true})
+		call, err := refit.New(refit.Plain(w.Collective(rank))).Prepare(context.Background(), []refit.Spec{spec}, reshard.Flat{},
+			refit.Target{Transport: tr, Memory: mem}, refit.Options{Schedule: reshard.DefaultScheduleOptions, Atomic: true, Timeout: time.Minute})
 		if err != nil {
 			return err
 		}
-		_, err = call.Run(context.Background(), ex, w.Collective(rank), []refit.TensorBuffers{b})
+		defer call.Close()
+		_, err = call.Run(context.Background(), []refit.TensorBuffers{b})
 		var nf *refit.NonFiniteError
 		if !errors.As(err, &nf) || nf.Flat != 170*200+33 || nf.Rank != 1 {
 			return fmt.Errorf("rank %d: %v, want a NaN at [170 33] on rank 1", rank, err)

@@ -181,7 +181,7 @@ func TestFP8CallKernelsOnCPU(t *testing.T) {
 				defer cancel()
 				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * chunk},
 					Padded: ri == 0}
-				_, err := transporttest.RunFP8Case(ctx, env, w.Collective(tr.Rank()), c, route, mode, refit.CallOptions{Verify: ci%2 == 0}, 2)
+				_, err := transporttest.RunFP8Case(ctx, env, refit.Plain(w.Collective(tr.Rank())), c, route, mode, refit.Options{Verify: ci%2 == 0}, 2)
 				if err != nil {
 					tr.Abort(err)
 				}

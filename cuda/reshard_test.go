@@ -160,16 +160,15 @@ func TestGPURefit(t *testing.T) {
 							bufs.Dst = cuda.Buffer{Ptr: bufs.Src.(cuda.Buffer).Ptr, N: bufs.Dst.Len()}
 						}
 					}
-					ex := &refit.Executor{T: w.Transport(rank), Mem: mem, Timeout: time.Minute}
-					defer ex.Close()
-					opts := refit.CallOptions{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true}
+					opts := refit.Options{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true, Timeout: time.Minute}
 					cctx := context.Background()
-					call, err := refit.Prepare(cctx, w.Collective(rank), []refit.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
-						reshard.Flat{}, reshard.Topology{}, 0, opts)
+					call, err := refit.New(refit.Plain(w.Collective(rank))).Prepare(cctx, []refit.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
+						reshard.Flat{}, refit.Target{Transport: w.Transport(rank), Memory: mem}, opts)
 					if err != nil {
 						return err
 					}
-					_, err = call.Run(cctx, ex, w.Collective(rank), []refit.TensorBuffers{bufs})
+					defer call.Close()
+					_, err = call.Run(cctx, []refit.TensorBuffers{bufs})
 					if err != nil || bufs.Dst == nil {
 						return err
 					}

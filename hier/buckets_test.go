@@ -85,8 +85,7 @@ func TestAutoBuckets(t *testing.T) {
 				bufs[i].Dst = transport.HostBuffer(bytes.Repeat([]byte{pattern.Poison}, int(sp.Dst.LocalBytes(r))))
 			}
 		}
-		ex := &refit.Executor{T: tr, Mem: transport.HostMemory{}}
-		if _, err := ex.RunSchedule(context.Background(), s, bufs); err != nil {
+		if _, err := refit.RunSchedule(context.Background(), tr, transport.HostMemory{}, s, bufs); err != nil {
 			tr.Abort(err)
 			return err
 		}

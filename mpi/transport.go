@@ -8,11 +8,6 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// transportTag is the tag of every reshard message. Messages between one
-// pair of ranks match in posting order, which the executor keeps equal on
-// both sides, so one tag suffices.
-const transportTag = 0x4d32
-
 // Transport is the host-memory reshard.Transport over an MPI communicator.
 // It moves reshard.HostBuffers with nonblocking MPI point-to-point calls.
 type Transport struct {
@@ -20,9 +15,10 @@ type Transport struct {
 	inPlace bool
 }
 
-// NewTransport returns a reshard transport over c. The transport uses c's
-// point-to-point traffic with one tag; give it a communicator of its own
-// (c.Dup()) when the program sends other messages on c.
+// NewTransport returns a transport over c. Its messages carry each
+// operation's Op.Tag as their MPI tag (the call and step they belong to);
+// give it a communicator of its own (c.Dup()) when the program sends other
+// messages on c.
 //
 // The transport moves strided regions in place with derived datatypes
 // (see IsendStrided), so the executor packs nothing; inPlace false turns
@@ -63,9 +59,9 @@ func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 		if o.InPlace {
 			at := o.At
 			if o.Send {
-				r, err = t.comm.IsendStrided(hb, at, o.Peer, transportTag)
+				r, err = t.comm.IsendStrided(hb, at, o.Peer, int(o.Tag))
 			} else {
-				r, err = t.comm.IrecvStrided(hb, at, o.Peer, transportTag)
+				r, err = t.comm.IrecvStrided(hb, at, o.Peer, int(o.Tag))
 			}
 			if err != nil {
 				return err
@@ -75,9 +71,9 @@ func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 		}
 		b := []byte(hb[o.Off : o.Off+o.Len : o.Off+o.Len])
 		if o.Send {
-			r, err = t.comm.Isend(b, o.Peer, transportTag)
+			r, err = t.comm.Isend(b, o.Peer, int(o.Tag))
 		} else {
-			r, err = t.comm.Irecv(b, o.Peer, transportTag)
+			r, err = t.comm.Irecv(b, o.Peer, int(o.Tag))
 		}
 		if err != nil {
 			return err

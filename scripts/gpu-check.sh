@@ -24,6 +24,7 @@ part=${PART:-all}
 if [ "$part" = all ] || [ "$part" = tests ]; then
 (cd cuda && run cuda-tests "$bin/cuda.test" -test.v -test.timeout 300s)
 (cd nccl && run nccl-tests "$bin/nccl.test" -test.v -test.timeout 120s)
+(cd refit/gpu && run gpu-driver-tests "$bin/gpu.test" -test.v -test.timeout 300s)
 (cd internal/nvlink && run nvlink-tests "$bin/nvlink.test" -test.v -test.timeout 60s)
 run refit-cuda scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all,auto --check --iters 5

@@ -17,7 +17,7 @@ run() { # name, command...
 	"$@" >"$out/$name.log" 2>&1
 	echo "### $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
 }
-[ "${SKIP_TESTS:-0}" = 1 ] || (cd nccl && run nccl-multi "$bin/nccl.test" -test.run 'TestGPU' -test.v -test.timeout 300s)
+[ "${SKIP_TESTS:-0}" = 1 ] || (cd refit/gpu && run gpu-multi "$bin/gpu.test" -test.run 'TestGPU' -test.v -test.timeout 300s)
 E="--shape 256x2048x7168 --dtype bf16"
 # 1 source GPU -> 1 destination GPU: the reshard against a plain NCCL send of the same bytes.
 run bench-1to1 scripts/mpirun.sh -np 2 "$bin/refit" bench --device cuda $E --src-mesh 1 --src-placements S0 \

@@ -12,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -33,7 +34,9 @@ type device interface {
 	// runner returns what runs call programs on this device in place of
 	// the round-by-round driver (the GPU replay), or nil: the executor
 	// drives them. tr is the call's transport.
-	runner(tr transport.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error)
+	// driver returns what makes the device driver of a call's program
+	// over tr (the GPU replay), or nil: the host driver moves its steps.
+	driver(tr transport.Transport, opts driverOptions) func(p *reshard.Program) (refit.Driver, error)
 	close() error
 	// abort tears down what peers might wait on (NCCL communicators; on
 	// CPUs the abort notices do that).
@@ -73,15 +76,17 @@ func newDevice(s *Session) (device, error) {
 	return cpuDevice{inPlace: !s.opts.NoInPlace, mem: newHostMemory()}, nil
 }
 
-// callRunner runs a call's program in place of the executor's driver.
-type callRunner interface {
-	refit.ProgramRunner
-	Launch(bufs []refit.TensorBuffers, after *cuda.Event) (*cuda.Event, error)
-	Wait(ctx context.Context) (refit.Stats, error)
-	SetGraph(on bool) error
-	Graphed() bool
-	GraphError() error
-	Close() error
+// driverOptions are what a device driver is made with: the kind the
+// session asks for and the replay's options.
+type driverOptions struct {
+	kind   refit.DriverKind
+	replay gpu.Options
+}
+
+// driverOptions returns the options of this session's device drivers.
+func (s *Session) driverOptions() driverOptions {
+	return driverOptions{kind: s.opts.Driver, replay: gpu.Options{Timeout: s.opts.Timeout, Poll: s.ctl.poll,
+		Graph: s.opts.Driver == refit.DriverGraph, MemcpyMin: s.memcpyMin}}
 }
 
 // cpuDevice keeps tensors in host memory and moves them with MPI.
@@ -103,8 +108,8 @@ func (cpuDevice) domainKey() string { return "" }
 func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, error) {
 	return d, nil
 }
-func (cpuDevice) runner(transport.Transport, *reshard.Program, nccl.ReplayOptions) (callRunner, error) {
-	return nil, nil
+func (cpuDevice) driver(transport.Transport, driverOptions) func(*reshard.Program) (refit.Driver, error) {
+	return nil
 }
 func (cpuDevice) close() error              { return nil }
 func (cpuDevice) abort(transport.Transport) {}
@@ -222,15 +227,18 @@ func (d *gpuDevice) stage(comm *mpi.Comm, guard func(string, func() error) error
 	return &gpuDevice{ordinal: d.ordinal, ctx: d.ctx, mem: mem, parent: d}, nil
 }
 
-// runner replays the program on the GPU's streams when the call runs on
-// the NCCL transport itself (not through network emulation or a wrapper,
-// which the host must drive).
-func (d *gpuDevice) runner(tr transport.Transport, p *reshard.Program, opts nccl.ReplayOptions) (callRunner, error) {
+// driver replays a call's program on the GPU's streams when the call runs
+// on the NCCL transport itself (not through network emulation or a
+// wrapper, which the host must drive) and the session asks for a device
+// driver.
+func (d *gpuDevice) driver(tr transport.Transport, opts driverOptions) func(*reshard.Program) (refit.Driver, error) {
 	t, ok := tr.(*nccl.Transport)
-	if !ok {
-		return nil, nil
+	if !ok || opts.kind == refit.DriverHost {
+		return nil
 	}
-	return nccl.NewReplay(p, t, d.mem, opts)
+	return func(p *reshard.Program) (refit.Driver, error) {
+		return gpu.NewReplay(p, t, d.mem, opts.replay)
+	}
 }
 
 func (d *gpuDevice) close() error {

@@ -53,10 +53,10 @@ func Example() {
 }
 
 // Errors keep their types on every rank: a rank that never arrives is
-// named by a *reshard.TimeoutError on every other rank; a bad buffer on any
-// rank is a *reshard.BufferError everywhere.
-func ExampleCall_Run_errors() {
-	var call *session.Call // prepared as in the package example
+// named by a *refit.TimeoutError on every other rank; a bad buffer on any
+// rank is a *refit.BufferError everywhere.
+func ExampleSession_Prepare_errors() {
+	var call *refit.Call // prepared as in the package example
 	var bufs []refit.TensorBuffers
 	_, err := call.Run(context.Background(), bufs)
 	var te *refit.TimeoutError

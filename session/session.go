@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/m2n-dev/m2n/hier"
@@ -78,6 +80,15 @@ type Options struct {
 	// NoInPlace makes the CPU device pack strided regions through staging
 	// instead of moving them in place with MPI datatypes.
 	NoInPlace bool
+	// Driver is what moves the steps of GPU calls: refit.DriverReplay (the
+	// default, or M2N_GPU_DRIVER), refit.DriverGraph or refit.DriverHost.
+	// Calls with Verify or a tensor converted to FP8, and calls over an
+	// emulated network or a WrapTransport, run on the host driver whatever
+	// it says; on CPUs every call does, and only the host driver may be
+	// asked for. It is this rank's choice alone: the bytes that move, and
+	// the order in which they pair up between ranks, are the same with
+	// every driver.
+	Driver refit.DriverKind
 	// Agree lists more fields every rank must share (a program's own
 	// settings); Prepare fails naming the first rank and field that differ.
 	Agree []refit.Field
@@ -110,7 +121,8 @@ type Session struct {
 	machines []int // each rank's host (the shared-memory split), for host memory
 	dev      device
 	base     transport.Transport
-	calls    map[*Call]bool
+	rt       *refit.Runtime // the step runtime of the session's calls
+	calls    []*refit.Call
 	closed   bool
 	owned    bool      // the device is this session's to close (not a stage's parent's)
 	nic      *hier.NIC // the emulated network interface, shared with this rank's stage sessions
@@ -119,6 +131,8 @@ type Session struct {
 	parent  *Session
 	stage   int
 	members []int // the parent's ranks of the stage's, by stage rank
+	// memcpyMin is M2N_MEMCPY_MIN (gpu.Options.MemcpyMin), read at Join.
+	memcpyMin int64
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -160,10 +174,14 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 		localErr = fmt.Errorf("rank %d: %w", comm.Rank(), localErr)
 		opts.Timeout = max(opts.Timeout, DefaultTimeout)
 	}
+	memcpyMin, err := envInt64("M2N_MEMCPY_MIN")
+	if err != nil && localErr == nil {
+		localErr = fmt.Errorf("rank %d: %w", comm.Rank(), err)
+	}
 	if refusal != nil {
 		localErr = refusal
 	}
-	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, owned: true}
+	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), owned: true, memcpyMin: memcpyMin}
 	if localErr == nil && opts.EmulateNetBW > 0 {
 		var err error
 		if s.nic, err = hier.NewNIC(opts.EmulateNetBW); err != nil {
@@ -222,6 +240,25 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
+	}
+	envDriver := refit.DriverReplay
+	if v, ok := os.LookupEnv("M2N_GPU_DRIVER"); ok {
+		if envDriver, err = refit.ParseDriver(v); err != nil {
+			return o, &reshard.FieldError{Field: "M2N_GPU_DRIVER", Got: v, Want: "host, replay or graph"}
+		}
+	}
+	if o.Driver == "" {
+		o.Driver = refit.DriverHost
+		if o.Device == GPU {
+			o.Driver = envDriver
+		}
+	}
+	if _, err := refit.ParseDriver(string(o.Driver)); err != nil {
+		return o, err
+	}
+	if o.Device != GPU && o.Driver != refit.DriverHost {
+		return o, &reshard.FieldError{Field: "driver", Got: string(o.Driver), Want: "host",
+			Why: "the replay and graph drivers move GPU calls: join with device cuda (refit: --device cuda)"}
 	}
 	if o.Timeout < 0 {
 		return o, &reshard.FieldError{Field: "timeout", Got: o.Timeout.String(), Why: "must be positive"}
@@ -291,6 +328,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 		if s.ctl, err = newControl(s.ctlComm, s.opts.Timeout); err != nil {
 			return err
 		}
+		s.rt = refit.New(group{s.ctl, s})
 		s.hosts, err = hostIDs(s.comm)
 		s.machines = s.hosts
 		return err
@@ -328,6 +366,19 @@ func (s *Session) guard(phase string, fn func() error) error {
 	})
 	defer t.Stop()
 	return fn()
+}
+
+// SetDriver sets what moves the steps of the GPU calls this rank prepares
+// from now on (Options.Driver): calls prepared before keep theirs. It is
+// this rank's choice alone.
+func (s *Session) SetDriver(d refit.DriverKind) error {
+	o := s.opts
+	o.Driver = d
+	if _, err := o.withDefaults(); err != nil {
+		return fmt.Errorf("rank %d: %w", s.rank, err)
+	}
+	s.opts.Driver = d
+	return nil
 }
 
 // Rank returns this rank's index in the session's communicator.
@@ -403,8 +454,8 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	for c := range s.calls {
-		c.release()
+	for _, c := range s.calls {
+		_ = c.Close()
 	}
 	if aborted, err := s.Aborted(); aborted {
 		if s.dev != nil {
@@ -436,4 +487,18 @@ func closeTransport(t transport.Transport) error {
 		return c.Close()
 	}
 	return nil
+}
+
+// envInt64 reads an integer environment variable (0 when unset), or an
+// error naming it.
+func envInt64(name string) (int64, error) {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, &reshard.FieldError{Field: name, Got: v, Want: "an integer"}
+	}
+	return n, nil
 }

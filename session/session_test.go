@@ -373,19 +373,19 @@ func TestOneRank(t *testing.T) {
 			}
 			check(t, s, specs, bufs)
 		}
-		if d := call.Driver(); d != session.DriverHost {
+		if d := call.Driver().Name(); d != string(refit.DriverHost) {
 			t.Errorf("a CPU call's driver is %s", d)
 		}
-		if err := call.SetDriver(session.DriverReplay); err == nil {
-			t.Error("the replay driver accepted on a CPU call")
+		if _, err := session.Join(c, session.Options{Timeout: 30 * time.Second, Driver: refit.DriverReplay}); err == nil || !strings.Contains(err.Error(), "join with device cuda") {
+			t.Errorf("the replay driver on a CPU session: %v", err)
 		}
-		if _, err := call.Launch(context.Background(), bufs, nil); err == nil || !strings.Contains(err.Error(), "Launch needs a GPU call") {
+		var ve *refit.ValidationError
+		if _, err := call.Launch(context.Background(), bufs, nil); !errors.As(err, &ve) || !strings.Contains(err.Error(), "Launch needs a call moved by a device driver") {
 			t.Errorf("Launch on a CPU call: %v", err)
 		}
 		short := append([]refit.TensorBuffers(nil), bufs...)
 		short[1].Dst = transport.HostBuffer(make([]byte, 3))
 		_, err = call.Run(context.Background(), short)
-		var ve *refit.ValidationError
 		if !errors.As(err, &ve) {
 			t.Fatalf("a short buffer: %v", err)
 		}

@@ -82,8 +82,8 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 			if comm == nil {
 				continue
 			}
-			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), calls: map[*Call]bool{}, comm: comm, nic: s.nic,
-				parent: s, stage: i, members: l.Members(i)}
+			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, nic: s.nic,
+				parent: s, stage: i, members: l.Members(i), memcpyMin: s.memcpyMin}
 			st.Sessions[i] = child
 			if child.ctlComm, err = comm.Dup(); err != nil {
 				return err
@@ -91,6 +91,7 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 			if child.ctl, err = newControl(child.ctlComm, s.opts.Timeout); err != nil {
 				return err
 			}
+			child.rt = refit.New(group{child.ctl, child})
 			members := l.Members(i)
 			child.hosts = make([]int, len(members))
 			child.machines = make([]int, len(members))
@@ -120,28 +121,16 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 // agreeLayout makes every rank check that all were given the same stage
 // layout (and none failed to validate it) before the blocking split.
 func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
-	specs := []refit.Spec{}
-	opts := refit.CallOptions{Schedule: s.opts.schedule(), Agree: []refit.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}}
-	var route reshard.Route = reshard.Flat{}
-	if localErr != nil {
-		route = badRoute{localErr}
-		opts.Agree = append(opts.Agree, refit.Field{Name: "stage layout valid", Value: localErr.Error()})
-	}
-	_, err := refit.Prepare(context.Background(), s.ctl, specs, route, reshard.Topology{}, 0, opts)
-	if err != nil {
-		return s.fail(err)
-	}
-	if localErr != nil {
-		return localErr
-	}
-	return nil
+	err := refit.Agree(refit.WithPhase(context.Background(), "agreement on the stage layout"), s.ctl,
+		[]refit.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}, localErr)
+	return s.fail(err)
 }
 
 // Prepare prepares every stage this rank is in: specs(s) returns stage
 // s's specs, with meshes local to stage s's communicator. Stages are
 // prepared one after another in stage order.
 func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []refit.Spec, route reshard.Route) (*StagedCall, error) {
-	sc := &StagedCall{Calls: make([]*Call, len(st.Sessions)), st: st}
+	sc := &StagedCall{Calls: make([]*refit.Call, len(st.Sessions)), st: st}
 	for i, s := range st.Sessions {
 		if s == nil {
 			continue
@@ -170,7 +159,7 @@ func (st *Stages) Close() error {
 // StagedCall is a call prepared on every stage this rank is in.
 type StagedCall struct {
 	// Calls[s] is stage s's call, nil where the rank is not in stage s.
-	Calls []*Call
+	Calls []*refit.Call
 	st    *Stages // what Prepare made it from, for StageError
 }
 
@@ -202,7 +191,7 @@ func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []refit.Tens
 			defer wg.Done()
 			defer func() { // a panic in one stage ends that stage's session with an error, not the program
 				if p := recover(); p != nil {
-					errs[i] = sc.stageError(i, c.s.fail(fmt.Errorf("internal error: %v", p)))
+					errs[i] = sc.stageError(i, sc.st.Sessions[i].fail(fmt.Errorf("internal error: %v", p)))
 				}
 			}()
 			rep, err := c.Run(ctx, bufs(i))

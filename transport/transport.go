@@ -26,14 +26,25 @@ func (b HostBuffer) Len() int64 { return int64(len(b)) }
 // starting at Off to Peer, or receive them from Peer. With InPlace set, the
 // bytes are instead the strided region At of Buf, moved without staging by
 // a transport that implements InPlaceTransport; Len still holds the count.
+//
+// Tag is the identity of the call and step the operation belongs to, in
+// [0, MaxTag]: a send matches only a receive of the same tag (MPI's tag),
+// so that the bytes of one call can never land in another's buffers. A
+// transport without tags (NCCL) ignores it: the runtime agrees on the
+// call and step with every rank before a byte moves, and runs one step at
+// a time.
 type Op struct {
 	Peer     int
 	Send     bool
+	Tag      int32
 	Buf      Buffer
 	Off, Len int64
 	InPlace  bool
 	At       strided.Desc
 }
+
+// MaxTag is the largest Op.Tag: MPI guarantees tags up to 32767.
+const MaxTag = 32767
 
 // InPlaceTransport is a Transport that sends from and receives into strided
 // regions directly (MPI derived datatypes, say), so that the executor packs

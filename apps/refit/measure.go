@@ -220,21 +220,12 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 }
 
 // measure runs one prepared call warmup+iters times and reports it.
-func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) {
+func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 	j, s := p.j, p.s
 	sched := call.Schedule()
 	rr := routeReport{Route: sched.Route, Iters: f.iters, Rounds: sched.Rounds}
-	if f.driver != "" {
-		d, err := session.ParseDriver(f.driver)
-		if err == nil {
-			err = call.SetDriver(d)
-		}
-		if err != nil {
-			return rr, usageError{fmt.Errorf("--driver %q: %w", f.driver, err)}
-		}
-	}
 	if s.Options().Device == session.GPU {
-		rr.Driver = string(call.Driver())
+		rr.Driver = call.Driver().Name()
 	}
 	bufs := p.buffers()
 	mem := s.Memory()
@@ -322,7 +313,7 @@ func (p *pairRun) measure(call *session.Call, f *runFlags) (routeReport, error) 
 
 // measureLocal measures the local-fabric bandwidth per rank among the
 // pair's destination ranks (localBandwidth).
-func (p *pairRun) measureLocal(call *session.Call) (float64, error) {
+func (p *pairRun) measureLocal(call *refit.Call) (float64, error) {
 	bw, err := localBandwidth(p.s, call, p.dst.Mesh().Ranks())
 	p.j.log.Debug().Float64("local_bw", bw).Msg("measured local bandwidth")
 	return bw, err
@@ -333,7 +324,7 @@ func (p *pairRun) measureLocal(call *session.Call) (float64, error) {
 // inside the domain over the call's transport (local traffic runs at the
 // real speed under emulation), all domains at once, and the slowest rank's
 // rate counts. Every rank of s takes part.
-func localBandwidth(s *session.Session, call *session.Call, dst []int) (float64, error) {
+func localBandwidth(s *session.Session, call *refit.Call, dst []int) (float64, error) {
 	const n = 8 << 20
 	topo := call.Topology()
 	var peers []int

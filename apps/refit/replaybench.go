@@ -20,6 +20,7 @@ import (
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
@@ -120,15 +121,15 @@ type replayBench struct {
 	s       *session.Session
 	mem     session.Memory
 	gpu     *cuda.Memory // nil on the CPU
-	drivers []session.Driver
+	drivers []refit.DriverKind
 	copyBW  float64 // bytes/s of the expert's memcpy
 	rank0   mesh.Mesh
 }
 
 func runReplayBench(out io.Writer, f *replayBenchFlags) (err error) {
-	var drivers []session.Driver
+	var drivers []refit.DriverKind
 	for _, d := range strings.Split(f.drivers, ",") {
-		dv, err := session.ParseDriver(strings.TrimSpace(d))
+		dv, err := refit.ParseDriver(strings.TrimSpace(d))
 		if err != nil {
 			return flagError("drivers", f.drivers, err)
 		}
@@ -167,7 +168,7 @@ func runReplayBench(out io.Writer, f *replayBenchFlags) (err error) {
 		fmt.Fprintf(out, "replay-bench on %s (one rank holding both meshes), NCCL %d, graphs %v; small cases median of %d calls, large of %d\n\n",
 			name, nv, cuda.HasGraphs(), f.iters, f.bigIters)
 	} else {
-		b.drivers = []session.Driver{session.DriverHost}
+		b.drivers = []refit.DriverKind{refit.DriverHost}
 		fmt.Fprintf(out, "replay-bench on the CPU (host memory; the host driver only: a try-out of the set-up and checks)\n\n")
 	}
 	var rows []benchRow
@@ -243,7 +244,7 @@ type benchCase struct {
 	iters   int
 	poison  func() error
 	check   func() error
-	goal    func(d session.Driver, sec float64) (goal, met string)
+	goal    func(d refit.DriverKind, sec float64) (goal, met string)
 	bound   string
 	boundAt float64
 	// launch: also time the host's part of Launch on the replay and graph
@@ -252,21 +253,32 @@ type benchCase struct {
 	launch bool
 }
 
-// timeCalls prepares c and times it on every driver.
+// timeCalls prepares c on every driver and times it.
 func (b *replayBench) timeCalls(c *benchCase) ([]benchRow, error) {
+	var rows []benchRow
+	for _, d := range b.drivers {
+		r, err := b.timeDriver(c, d)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+// timeDriver prepares c on driver d and times it.
+func (b *replayBench) timeDriver(c *benchCase, d refit.DriverKind) ([]benchRow, error) {
 	ctx := context.Background()
+	if err := b.s.SetDriver(d); err != nil {
+		return nil, err
+	}
 	call, err := b.s.Prepare(ctx, c.specs, reshard.Flat{})
 	if err != nil {
 		return nil, err
 	}
 	defer call.Close()
 	var rows []benchRow
-	for _, d := range b.drivers {
-		if b.gpu != nil {
-			if err := call.SetDriver(d); err != nil {
-				return nil, err
-			}
-		}
+	{
 		warm := max(3, min(c.iters/10, 100))
 		times := make([]float64, 0, c.iters)
 		for it := 0; it < warm+c.iters; it++ {
@@ -290,13 +302,13 @@ func (b *replayBench) timeCalls(c *benchCase) ([]benchRow, error) {
 		if err := c.check(); err != nil {
 			return nil, fmt.Errorf("%s on the %s driver: check failed: %w", c.name, d, err)
 		}
-		if d == session.DriverGraph {
-			if gerr := call.GraphError(); gerr != nil {
+		if r, ok := call.Driver().(*gpu.Replay); ok && d == refit.DriverGraph {
+			if gerr := r.GraphError(); gerr != nil {
 				row.Note = "not captured, ran from its commands: " + gerr.Error()
 			}
 		}
 		rows = append(rows, row)
-		if c.launch && b.gpu != nil && d != session.DriverHost {
+		if c.launch && b.gpu != nil && d != refit.DriverHost {
 			lr, err := b.timeLaunches(call, c, d, warm)
 			if err != nil {
 				return nil, err
@@ -311,7 +323,7 @@ func (b *replayBench) timeCalls(c *benchCase) ([]benchRow, error) {
 // is queued on the streams and Launch returns; the Wait after each (which
 // waits for the GPU and agrees on the outcome) is not timed. The bound is
 // the host time of queuing a device memcpy of the same bytes.
-func (b *replayBench) timeLaunches(call *session.Call, c *benchCase, d session.Driver, warm int) (benchRow, error) {
+func (b *replayBench) timeLaunches(call *refit.Call, c *benchCase, d refit.DriverKind, warm int) (benchRow, error) {
 	ctx := context.Background()
 	times := make([]float64, 0, c.iters)
 	for it := 0; it < warm+c.iters; it++ {
@@ -496,8 +508,8 @@ func (b *replayBench) small(n int) ([]benchRow, error) {
 		return nil, err
 	}
 	c.bound = "memcpy+sync " + fmtSec(c.boundAt)
-	c.goal = func(d session.Driver, sec float64) (string, string) {
-		if d == session.DriverHost {
+	c.goal = func(d refit.DriverKind, sec float64) (string, string) {
+		if d == refit.DriverHost {
 			return "", ""
 		}
 		if n == 1 {
@@ -543,8 +555,8 @@ func (b *replayBench) expert() ([]benchRow, error) {
 	}
 	b.copyBW = float64(n) / copySec
 	bound := fmt.Sprintf("memcpy %s (%.0f GB/s)", fmtSec(copySec), b.copyBW/1e9)
-	goal := func(d session.Driver, sec float64) (string, string) {
-		if d == session.DriverHost {
+	goal := func(d refit.DriverKind, sec float64) (string, string) {
+		if d == refit.DriverHost {
 			return "", ""
 		}
 		return ">= 97% of memcpy", yesNo(copySec/sec >= 0.97)
@@ -572,7 +584,7 @@ func (b *replayBench) expert() ([]benchRow, error) {
 	}
 	defer b.mem.Free(padded)
 	strided := &benchCase{name: "expert, padded destination rows", iters: b.f.bigIters, bytes: n, bound: bound, boundAt: copySec,
-		goal:  func(session.Driver, float64) (string, string) { return "", "" },
+		goal:  func(refit.DriverKind, float64) (string, string) { return "", "" },
 		specs: []refit.Spec{{Name: "experts.gate_up_proj", Src: l, Dst: l, Views: reshard.TensorViews{Dst: v}}},
 		bufs:  []refit.TensorBuffers{{Src: src, Dst: padded}}}
 	strided.poison = func() error { return b.fill(padded, pattern.Poison) }
@@ -759,7 +771,7 @@ func (b *replayBench) model(name string) ([]benchRow, error) {
 	}
 	c.boundAt = float64(c.bytes) / b.copyBW
 	c.bound = fmt.Sprintf("bytes at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
-	c.goal = func(session.Driver, float64) (string, string) { return "", "" }
+	c.goal = func(refit.DriverKind, float64) (string, string) { return "", "" }
 	rows, err := b.timeCalls(c)
 	for i := range rows {
 		rows[i].Case = fmt.Sprintf("%s (%d tensors, %s)", c.name, len(c.specs), "scale 1/"+fmt.Sprint(b.f.scale))

@@ -246,6 +246,14 @@ func (f *runFlags) settings() (settings, error) {
 		return s, usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
 	}
 	s.opts.Stripe, s.opts.Verify, s.opts.Atomic = f.stripe, f.verify, f.atomic
+	if f.driver != "" {
+		if s.opts.Driver, err = refit.ParseDriver(f.driver); err != nil {
+			return s, flagError("driver", f.driver, fmt.Errorf("want host, replay or graph"))
+		}
+		if s.opts.Device != session.GPU && s.opts.Driver != refit.DriverHost {
+			return s, flagError("driver", f.driver, fmt.Errorf("the replay and graph drivers move GPU calls: add --device cuda (CPU calls run on the host driver)"))
+		}
+	}
 	if s.fp8, err = f.fp8Mode(); err != nil {
 		return s, err
 	}

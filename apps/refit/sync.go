@@ -289,17 +289,6 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			}
 		}
 	}
-	if f.run.driver != "" {
-		d, err := session.ParseDriver(f.run.driver)
-		for _, c := range m.Call.Calls {
-			if c != nil && err == nil {
-				err = c.SetDriver(d)
-			}
-		}
-		if err != nil {
-			return usageError{fmt.Errorf("--driver %q: %w", f.run.driver, err)}
-		}
-	}
 	bufs, err := m.Alloc()
 	if err != nil {
 		return err
@@ -820,7 +809,7 @@ func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
 // the whole model's bound.
 func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, routeName string, rep *syncReport) (*compareRun, error) {
 	ctx := context.Background()
-	calls := make([][]*session.Call, len(m.Specs))
+	calls := make([][]*refit.Call, len(m.Specs))
 	defer func() {
 		for _, cs := range calls {
 			for _, c := range cs {

@@ -72,7 +72,7 @@ func main() {
 		check(wrote.Record(trainer)) // after the optimizer step
 		done, err := call.Launch(ctx, bufs, wrote)
 		check(err)
-		check(generator.WaitEvent(done)) // the next forward reads the weights after this
+		check(generator.WaitEvent(done.(*cuda.Event))) // the next forward reads the weights after this
 		_, err = call.Wait(ctx)
 		check(err)
 	}
@@ -85,7 +85,7 @@ func main() {
 	mem.Free(sb)
 	mem.Free(db)
 	if s.Rank() == 0 {
-		fmt.Printf("3 steps on %d GPU(s), S0 -> S1, and 2 launched after a trainer's event, checked (%s driver)\n", n, call.Driver())
+		fmt.Printf("3 steps on %d GPU(s), S0 -> S1, and 2 launched after a trainer's event, checked (%s driver)\n", n, call.Driver().Name())
 	}
 }
 

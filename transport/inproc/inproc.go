@@ -24,7 +24,7 @@ type World struct {
 	inPlace bool
 	mem     transport.Memory
 	mu      sync.Mutex
-	queues  map[[2]int]*queue // by (sender, receiver)
+	queues  map[[3]int]*queue // by (sender, receiver, tag)
 	abort   chan struct{}
 	reason  error
 	gather  *gather
@@ -53,7 +53,7 @@ type round struct {
 
 // NewWorld returns a communicator of n ranks over host memory.
 func NewWorld(n int) *World {
-	return &World{n: n, mem: transport.HostMemory{}, queues: map[[2]int]*queue{}, abort: make(chan struct{})}
+	return &World{n: n, mem: transport.HostMemory{}, queues: map[[3]int]*queue{}, abort: make(chan struct{})}
 }
 
 // NewWorldInPlace returns a communicator of n ranks whose transports move
@@ -115,6 +115,9 @@ func (t *endpoint) region(o transport.Op) (strided.Desc, error) {
 	if o.Buf == nil {
 		return strided.Desc{}, fmt.Errorf("inproc: op with no buffer")
 	}
+	if o.Tag < 0 || o.Tag > transport.MaxTag {
+		return strided.Desc{}, fmt.Errorf("inproc: tag %d outside [0, %d]", o.Tag, transport.MaxTag)
+	}
 	at := strided.Desc{Offset: o.Off, Run: o.Len}
 	if o.InPlace {
 		if !t.w.inPlace {
@@ -153,9 +156,9 @@ func (t *endpoint) Start(ops []transport.Op) (transport.Pending, error) {
 	defer t.w.mu.Unlock()
 	for i, o := range ops {
 		mine := &op{buf: o.Buf, at: regions[i], round: r}
-		key := [2]int{o.Peer, t.rank}
+		key := [3]int{o.Peer, t.rank, int(o.Tag)}
 		if o.Send {
-			key = [2]int{t.rank, o.Peer}
+			key = [3]int{t.rank, o.Peer, int(o.Tag)}
 		}
 		q := t.w.queues[key]
 		if q == nil {

@@ -36,14 +36,14 @@ func FP8Cases() ([]Case, error) {
 
 // RunFP8Case runs case c, whose destination is fp8e4m3 (Case.FP8), as a
 // call converting to FP8 by mode on the calling rank (every rank of the
-// transport calls it alike): one tensor prepared once with reshard.Prepare
-// over coll (opts, with env's staging and coalescing) and run for steps
+// transport calls it alike): one tensor prepared once on a runtime over g
+// (opts, with env's staging and coalescing) and run for steps
 // steps, each with the source filled by pattern.FillFloats of another seed
 // (the weights, and so the scales, change every step), the destination
 // and its scale buffer poisoned; after every step every destination byte
 // and scale is compared with quantizing the whole tensor at once
 // (pattern.CheckFP8). It returns the last step's report.
-func RunFP8Case(ctx context.Context, env Env, coll refit.Collective, c Case, route reshard.Route, mode fp8.Mode, opts refit.CallOptions, steps int) (*refit.Report, error) {
+func RunFP8Case(ctx context.Context, env Env, g refit.Group, c Case, route reshard.Route, mode fp8.Mode, opts refit.Options, steps int) (*refit.Report, error) {
 	rank := env.T.Rank()
 	spec := refit.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: mode}
 	var bufs refit.TensorBuffers
@@ -100,12 +100,11 @@ func RunFP8Case(ctx context.Context, env Env, coll refit.Collective, c Case, rou
 		}
 	}
 	opts.Schedule, opts.CoalesceBytes = env.Opts, env.Coalesce
-	call, err := refit.Prepare(ctx, coll, []refit.Spec{spec}, route, env.Topo, transport.MaxInPlace(env.T), opts)
+	call, err := refit.New(g).Prepare(ctx, []refit.Spec{spec}, route, refit.Target{Transport: env.T, Memory: env.Mem, Topology: env.Topo}, opts)
 	if err != nil {
 		return nil, err
 	}
-	ex := &refit.Executor{T: env.T, Mem: env.Mem}
-	defer ex.Close()
+	defer call.Close()
 	var rep *refit.Report
 	for step := 0; step < steps; step++ {
 		seed := uint64(step)
@@ -132,7 +131,7 @@ func RunFP8Case(ctx context.Context, env Env, coll refit.Collective, c Case, rou
 				}
 			}
 		}
-		if rep, err = call.Run(ctx, ex, coll, []refit.TensorBuffers{bufs}); err != nil {
+		if rep, err = call.Run(ctx, []refit.TensorBuffers{bufs}); err != nil {
 			return rep, err
 		}
 		if got == nil {
@@ -147,7 +146,7 @@ func RunFP8Case(ctx context.Context, env Env, coll refit.Collective, c Case, rou
 			}
 		}
 		if err := pattern.CheckFP8(c.Src.DType(), c.Dst, mode, rank, seed, got, spec.Views.Dst, scales); err != nil {
-			return rep, fmt.Errorf("%s, %v, step %d: %w", call.Schedule.Route, mode, step, err)
+			return rep, fmt.Errorf("%s, %v, step %d: %w", call.Schedule().Route, mode, step, err)
 		}
 		if env.Padded {
 			keep := append([]byte(nil), got...)
@@ -156,7 +155,7 @@ func RunFP8Case(ctx context.Context, env Env, coll refit.Collective, c Case, rou
 			}
 			for i, b := range keep {
 				if b != pattern.Poison {
-					return rep, fmt.Errorf("%s: rank %d: byte %d outside the destination view changed", call.Schedule.Route, rank, i)
+					return rep, fmt.Errorf("%s: rank %d: byte %d outside the destination view changed", call.Schedule().Route, rank, i)
 				}
 			}
 		}

@@ -59,10 +59,9 @@ type Env struct {
 	// few elements before it, and every row padded), as fused weights
 	// sit, instead of a dense buffer of its own.
 	Padded bool
-	// Runner, if set, makes the runner that runs each case's compiled
-	// program in place of the executor's driver (reshard.Executor.Runner:
-	// a GPU replay), and the function that frees it.
-	Runner func(p *reshard.Program) (refit.ProgramRunner, func(), error)
+	// Driver, if set, makes the driver that moves each case's compiled
+	// program (a GPU replay) in place of the host driver.
+	Driver func(p *reshard.Program) (refit.Driver, error)
 }
 
 // PaddedView returns the view Env.Padded uses for a part of shape: 3
@@ -161,17 +160,17 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (refit.S
 	if err != nil {
 		return st, err
 	}
-	ex := &refit.Executor{T: env.T, Mem: env.Mem}
-	defer ex.Close()
-	if env.Runner != nil {
-		r, free, err := env.Runner(prog)
-		if err != nil {
-			return st, err
-		}
-		defer free()
-		ex.Runner = r
+	var d refit.Driver
+	if env.Driver != nil {
+		d, err = env.Driver(prog)
+	} else {
+		d, err = refit.NewHostDriver(prog, env.T, env.Mem, 0)
 	}
-	st, err = ex.Run(ctx, prog, []refit.TensorBuffers{bufs})
+	if err != nil {
+		return st, err
+	}
+	defer d.Close()
+	st, err = d.Move(ctx, refit.StepInput{Bufs: []refit.TensorBuffers{bufs}})
 	if err != nil {
 		return st, err
 	}

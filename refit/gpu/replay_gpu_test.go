@@ -1,4 +1,4 @@
-package nccl_test
+package gpu_test
 
 import (
 	"bytes"
@@ -17,10 +17,20 @@ import (
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
+
+// setup makes a context on the GPU and its stream, or skips without a GPU
+// or NCCL.
+func setup(t *testing.T) (*cuda.Context, *cuda.Stream) {
+	t.Helper()
+	ctx := gputest.Context(t)
+	gputest.SkipIfNotAvailable(t, nccl.Load(), nccl.ErrNotAvailable)
+	return ctx, gputest.Stream(t, ctx)
+}
 
 // oneRankTransport makes a one-rank communicator, its transport and a
 // memory on the one GPU, freed when the test ends.
@@ -53,19 +63,27 @@ func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl
 
 // replayRunner is a transporttest runner that replays every case on tr,
 // with or without a graph; graphErr collects why a capture fell back.
-func replayRunner(tr *nccl.Transport, mem *cuda.Memory, graph bool, graphErr *error) func(p *reshard.Program) (refit.ProgramRunner, func(), error) {
-	return func(p *reshard.Program) (refit.ProgramRunner, func(), error) {
-		r, err := nccl.NewReplay(p, tr, mem, nccl.ReplayOptions{Timeout: time.Minute, Graph: graph})
+func replayRunner(tr *nccl.Transport, mem *cuda.Memory, graph bool, graphErr *error) func(p *reshard.Program) (refit.Driver, error) {
+	return func(p *reshard.Program) (refit.Driver, error) {
+		r, err := gpu.NewReplay(p, tr, mem, gpu.Options{Timeout: time.Minute, Graph: graph})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		return r, func() {
-			if e := r.GraphError(); e != nil && *graphErr == nil {
-				*graphErr = e
-			}
-			_ = r.Close()
-		}, nil
+		return graphNoted{r, graphErr}, nil
 	}
+}
+
+// graphNoted is a Replay that notes why its capture fell back when closed.
+type graphNoted struct {
+	*gpu.Replay
+	graphErr *error
+}
+
+func (g graphNoted) Close() error {
+	if e := g.GraphError(); e != nil && *g.graphErr == nil {
+		*g.graphErr = e
+	}
+	return g.Replay.Close()
 }
 
 // TestGPUReplayColocated replays every conformance pair's tensor held
@@ -105,7 +123,7 @@ func TestGPUReplayColocated(t *testing.T) {
 					cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 					env := transporttest.Env{T: tr, Mem: mem, IO: mem, Padded: padded, Coalesce: 1 << 10,
 						Opts:   reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10},
-						Runner: replayRunner(tr, mem, graph, &graphErr)}
+						Driver: replayRunner(tr, mem, graph, &graphErr)}
 					if _, err := transporttest.RunCase(cctx, env, c, route); err != nil {
 						t.Errorf("%v, %s (views %v, graph %v): %v", c, route.Name(), padded, graph, err)
 					}
@@ -162,7 +180,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp, err := nccl.NewReplay(prog, tr, mem, nccl.ReplayOptions{Timeout: time.Minute, MemcpyMin: 8 << 20})
+	rp, err := gpu.NewReplay(prog, tr, mem, gpu.Options{Timeout: time.Minute, MemcpyMin: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +231,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 			}
 			bufs[i] = ts[i].bufs
 		}
-		if _, err := rp.RunProgram(context.Background(), prog, bufs); err != nil {
+		if _, err := rp.Move(context.Background(), refit.StepInput{Bufs: bufs}); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		for i := range ts {
@@ -274,7 +292,7 @@ func TestGPUReplaySelf(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*7 + i/256)
 	}
-	runWith := func(t *testing.T, ex *refit.Executor) []byte {
+	runWith := func(t *testing.T, d refit.Driver) []byte {
 		t.Helper()
 		sb, _ := mem.Alloc(4096)
 		db, _ := mem.Alloc(8192)
@@ -288,7 +306,7 @@ func TestGPUReplaySelf(t *testing.T) {
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		st, err := ex.Run(cctx, prog, []refit.TensorBuffers{{Src: sb, Dst: db}})
+		st, err := d.Move(cctx, refit.StepInput{Bufs: []refit.TensorBuffers{{Src: sb, Dst: db}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,19 +319,22 @@ func TestGPUReplaySelf(t *testing.T) {
 		}
 		return got
 	}
-	host := &refit.Executor{T: tr, Mem: mem, Timeout: time.Minute}
+	host, err := refit.NewHostDriver(prog, tr, mem, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer host.Close()
 	want := runWith(t, host)
 	if bytes.Equal(want, bytes.Repeat([]byte{pat.Poison}, 8192)) {
 		t.Fatal("the host driver moved nothing")
 	}
 	for _, graph := range []bool{false, true} {
-		rp, err := nccl.NewReplay(prog, tr, mem, nccl.ReplayOptions{Timeout: time.Minute, Graph: graph})
+		rp, err := gpu.NewReplay(prog, tr, mem, gpu.Options{Timeout: time.Minute, Graph: graph})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for run := range 3 {
-			got := runWith(t, &refit.Executor{T: tr, Mem: mem, Runner: rp})
+			got := runWith(t, rp)
 			if !bytes.Equal(got, want) {
 				i := 0
 				for got[i] == want[i] {
@@ -342,7 +363,7 @@ func TestGPUReplaySelf(t *testing.T) {
 func TestGPUReplayLaunch(t *testing.T) {
 	ctx, _, tr, mem := oneRankTransport(t, reshard.Topology{Domain: []int{0}})
 	prog := selfProgram()
-	rp, err := nccl.NewReplay(prog, tr, mem, nccl.ReplayOptions{Timeout: time.Minute})
+	rp, err := gpu.NewReplay(prog, tr, mem, gpu.Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,11 +394,11 @@ func TestGPUReplayLaunch(t *testing.T) {
 		if err := wrote.Record(trainer); err != nil {
 			t.Fatal(err)
 		}
-		done, err := rp.Launch(bufs, wrote)
+		done, err := rp.Launch(refit.StepInput{Bufs: bufs}, wrote)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := gen.WaitEvent(done); err != nil {
+		if err := gen.WaitEvent(done.(*cuda.Event)); err != nil {
 			t.Fatal(err)
 		}
 		if err := gen.CopyDtoD(out.(cuda.Buffer).Ptr, db.(cuda.Buffer).Ptr, 8192); err != nil {
@@ -418,7 +439,7 @@ func TestGPUReplayLaunch(t *testing.T) {
 func TestGPUReplayTimeout(t *testing.T) {
 	ctx, _, tr, mem := oneRankTransport(t, reshard.Topology{Domain: []int{0}})
 	prog := selfProgram()
-	rp, err := nccl.NewReplay(prog, tr, mem, nccl.ReplayOptions{Timeout: 2 * time.Second})
+	rp, err := gpu.NewReplay(prog, tr, mem, gpu.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +450,7 @@ func TestGPUReplayTimeout(t *testing.T) {
 	defer mem.Free(db)
 	// a first step binds the buffers and loads the kernels: loading a
 	// module waits for the context, which a held stream would block.
-	if _, err := rp.Launch([]refit.TensorBuffers{{Src: sb, Dst: db}}, nil); err != nil {
+	if _, err := rp.Launch(refit.StepInput{Bufs: []refit.TensorBuffers{{Src: sb, Dst: db}}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rp.Wait(context.Background()); err != nil {
@@ -452,7 +473,7 @@ func TestGPUReplayTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := rp.Launch([]refit.TensorBuffers{{Src: sb, Dst: db}}, held); err != nil {
+	if _, err := rp.Launch(refit.StepInput{Bufs: []refit.TensorBuffers{{Src: sb, Dst: db}}}, held); err != nil {
 		t.Fatal(err)
 	}
 	_, err = rp.Wait(context.Background())

@@ -1,26 +1,23 @@
-package nccl
-
-// #include "shim.h"
-import "C"
+package gpu
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/pace"
 	"github.com/m2n-dev/m2n/internal/replay"
+	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// ReplayOptions configure a Replay.
-type ReplayOptions struct {
+// Options configure a Replay.
+type Options struct {
 	// Timeout bounds each round: when the host waits and a round's
 	// groups make no progress for this long, the wait fails with a
 	// *reshard.TimeoutError naming the rank, the round and its peers (0:
@@ -62,10 +59,10 @@ type ReplayOptions struct {
 // scratch are its own. It is not safe for concurrent use.
 type Replay struct {
 	prog    *reshard.Program
-	t       *Transport
+	t       *nccl.Transport
 	mem     *cuda.Memory
 	ctx     *cuda.Context
-	opts    ReplayOptions
+	opts    Options
 	streams [4]*cuda.Stream // by replay.Stream; the side stream is the replay's own
 
 	allocated bool
@@ -82,32 +79,36 @@ type Replay struct {
 	plan     *replay.Plan
 	arena    cuda.Buffer // the batches' item tables
 	launches []cuda.BatchLaunch
-	groups   [][]C.m2n_nccl_p2p // by command index
+	groups   []*nccl.GroupOps // by command index
 	hasNCCL  bool
 	graph    *cuda.Graph
 	graphErr error
 	inflight bool
+	// launchProgress is the launched step's StepInput.Progress, for Wait.
+	launchProgress func(bytes int64, tensors int)
 }
 
 // NewReplay prepares the replay of program p over transport t (whose
 // communicators and streams it uses) with memory mem (whose stream is the
 // compute stream), with a side stream of its own. Device memory and events
 // are allocated at the first run.
-func NewReplay(p *reshard.Program, t *Transport, mem *cuda.Memory, opts ReplayOptions) (*Replay, error) {
-	if t.rank != p.Rank || t.size != p.World {
-		return nil, fmt.Errorf("nccl: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.rank, t.size)
+func NewReplay(p *reshard.Program, t *nccl.Transport, mem *cuda.Memory, opts Options) (*Replay, error) {
+	if t.Rank() != p.Rank || t.Size() != p.World {
+		return nil, fmt.Errorf("gpu: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
 	}
 	r := &Replay{prog: p, t: t, mem: mem, ctx: mem.Ctx, opts: opts}
 	side, err := mem.Ctx.NewStream()
 	if err != nil {
 		return nil, err
 	}
-	r.streams = [4]*cuda.Stream{replay.Compute: mem.Stream, replay.Net: t.netS, replay.Local: t.localS, replay.Side: side}
+	_, netS := t.Comm(reshard.LinkNetwork)
+	_, localS := t.Comm(reshard.LinkLocal)
+	r.streams = [4]*cuda.Stream{replay.Compute: mem.Stream, replay.Net: netS, replay.Local: localS, replay.Side: side}
 	r.needs = replay.NeedsOf(p)
 	return r, nil
 }
 
-// SetGraph turns the CUDA graph on or off (ReplayOptions.Graph) for the
+// SetGraph turns the CUDA graph on or off (Options.Graph) for the
 // following runs; a change drops the bound step, waiting first for a step
 // in flight.
 func (r *Replay) SetGraph(on bool) error {
@@ -132,15 +133,22 @@ func (r *Replay) GraphError() error { return r.graphErr }
 // Graphed reports whether the bound step runs as a CUDA graph.
 func (r *Replay) Graphed() bool { return r.graph != nil }
 
-// RunProgram implements reshard.ProgramRunner: it binds bufs (see Replay),
-// queues the step and waits until it is done, polling the streams, the
-// communicators' asynchronous errors, ctx and Poll, with each round bounded
-// by Timeout. After an error the caller must abort the transport.
-func (r *Replay) RunProgram(ctx context.Context, p *reshard.Program, bufs []refit.TensorBuffers) (refit.Stats, error) {
-	if p != r.prog {
-		return refit.Stats{}, fmt.Errorf("nccl: rank %d: a replay runs the program it was prepared for", r.prog.Rank)
+// Name implements refit.Driver: "graph" with Options.Graph, else "replay".
+func (r *Replay) Name() string {
+	if r.opts.Graph {
+		return string(refit.DriverGraph)
 	}
-	if err := r.bind(bufs); err != nil {
+	return string(refit.DriverReplay)
+}
+
+// Move implements refit.Driver: it binds in.Bufs (see Replay), queues the
+// step and waits until it is done, polling the streams, the communicators'
+// asynchronous errors, ctx and Poll, with each round bounded by Timeout.
+// It ignores in.Verify and in.Quant (the runtime drives such calls from the
+// host) and the tag (NCCL has none: the runtime agrees on the step first).
+// After an error the caller must abort the transport.
+func (r *Replay) Move(ctx context.Context, in refit.StepInput) (refit.Stats, error) {
+	if err := r.bind(in.Bufs); err != nil {
 		return refit.Stats{}, err
 	}
 	if err := r.enqueue(nil); err != nil {
@@ -151,7 +159,15 @@ func (r *Replay) RunProgram(ctx context.Context, p *reshard.Program, bufs []refi
 		return refit.Stats{}, err
 	}
 	r.inflight = false
+	r.progress(in.Progress)
 	return r.plan.Stats, nil
+}
+
+// progress reports a whole step moved.
+func (r *Replay) progress(fn func(bytes int64, tensors int)) {
+	if fn != nil {
+		fn(r.prog.Moved())
+	}
 }
 
 // Launch binds bufs and queues the step without waiting: it starts after
@@ -161,8 +177,16 @@ func (r *Replay) RunProgram(ctx context.Context, p *reshard.Program, bufs []refi
 // the Replay's: it is recorded again by the next Launch. Wait waits for it
 // from the host, with the checks RunProgram makes. Launching again with
 // other buffers first waits for the step in flight.
-func (r *Replay) Launch(bufs []refit.TensorBuffers, after *cuda.Event) (*cuda.Event, error) {
-	if err := r.bind(bufs); err != nil {
+func (r *Replay) Launch(in refit.StepInput, after refit.Event) (refit.Event, error) {
+	var wait *cuda.Event
+	if after != nil {
+		e, ok := after.(*cuda.Event)
+		if !ok {
+			return nil, fmt.Errorf("gpu: rank %d: Launch after a %T; the GPU replay orders on a *cuda.Event", r.prog.Rank, after)
+		}
+		wait = e
+	}
+	if err := r.bind(in.Bufs); err != nil {
 		return nil, err
 	}
 	if r.fin == nil {
@@ -172,13 +196,13 @@ func (r *Replay) Launch(bufs []refit.TensorBuffers, after *cuda.Event) (*cuda.Ev
 		}
 		r.fin = e
 	}
-	if err := r.enqueue(after); err != nil {
+	if err := r.enqueue(wait); err != nil {
 		return nil, err
 	}
 	if err := r.fin.Record(r.streams[replay.Compute]); err != nil {
 		return nil, err
 	}
-	r.inflight = true
+	r.inflight, r.launchProgress = true, in.Progress
 	return r.fin, nil
 }
 
@@ -186,12 +210,13 @@ func (r *Replay) Launch(bufs []refit.TensorBuffers, after *cuda.Event) (*cuda.Ev
 // checks and errors) and returns what it moved.
 func (r *Replay) Wait(ctx context.Context) (refit.Stats, error) {
 	if r.fin == nil || r.plan == nil {
-		return refit.Stats{}, errors.New("nccl: Replay.Wait before a Launch")
+		return refit.Stats{}, errors.New("gpu: Replay.Wait before a Launch")
 	}
 	if err := r.wait(ctx, r.fin.Query); err != nil {
 		return refit.Stats{}, err
 	}
 	r.inflight = false
+	r.progress(r.launchProgress)
 	return r.plan.Stats, nil
 }
 
@@ -248,7 +273,7 @@ func (r *Replay) alloc(n int64) (cuda.Buffer, error) {
 	}
 	p, err := r.ctx.Alloc(int(n))
 	if err != nil {
-		return cuda.Buffer{}, fmt.Errorf("nccl: rank %d: replay memory of %d bytes: %w", r.prog.Rank, n, err)
+		return cuda.Buffer{}, fmt.Errorf("gpu: rank %d: replay memory of %d bytes: %w", r.prog.Rank, n, err)
 	}
 	return cuda.Buffer{Ptr: p, N: n}, nil
 }
@@ -282,7 +307,7 @@ func span(b cuda.Buffer) replay.Span { return replay.Span{Addr: uint64(b.Ptr), L
 // device memory.
 func (r *Replay) keyOf(bufs []refit.TensorBuffers) ([]uint64, error) {
 	if len(bufs) != len(r.prog.Full) {
-		return nil, fmt.Errorf("nccl: rank %d: %d buffer pairs for a program of %d tensors", r.prog.Rank, len(bufs), len(r.prog.Full))
+		return nil, fmt.Errorf("gpu: rank %d: %d buffer pairs for a program of %d tensors", r.prog.Rank, len(bufs), len(r.prog.Full))
 	}
 	key := r.keyBuf[:0]
 	for i := range bufs {
@@ -293,7 +318,7 @@ func (r *Replay) keyOf(bufs []refit.TensorBuffers) ([]uint64, error) {
 			}
 			d, ok := b.(cuda.Buffer)
 			if !ok {
-				return nil, fmt.Errorf("nccl: rank %d, tensor %d: %s buffer %T is not device memory", r.prog.Rank, i, [...]string{"source", "destination"}[side], b)
+				return nil, fmt.Errorf("gpu: rank %d, tensor %d: %s buffer %T is not device memory", r.prog.Rank, i, [...]string{"source", "destination"}[side], b)
 			}
 			key = append(key, uint64(d.Ptr), uint64(d.N))
 		}
@@ -338,7 +363,7 @@ func (r *Replay) bind(bufs []refit.TensorBuffers) error {
 			b.Stage[slot][dir] = span(r.stage[slot][dir])
 		}
 	}
-	topo, rank := r.t.topo, r.t.rank
+	topo, rank := r.t.Topology(), r.t.Rank()
 	memcpyMin := r.opts.MemcpyMin
 	if r.opts.Graph {
 		// a memcpy captured as a graph node ran at 65% of the same memcpy on
@@ -357,20 +382,17 @@ func (r *Replay) bind(bufs []refit.TensorBuffers) error {
 		_ = r.unbind()
 		return err
 	}
-	r.groups = make([][]C.m2n_nccl_p2p, len(plan.Cmds))
+	r.groups = make([]*nccl.GroupOps, len(plan.Cmds))
 	r.hasNCCL = false
 	for i, c := range plan.Cmds {
 		if c.Kind != replay.Group {
 			continue
 		}
-		ops := make([]C.m2n_nccl_p2p, len(c.Ops))
+		ops := make([]nccl.P2P, len(c.Ops))
 		for k, o := range c.Ops {
-			ops[k] = C.m2n_nccl_p2p{buf: C.uintptr_t(o.Addr), n: C.size_t(o.Len), peer: C.int(o.Peer)}
-			if o.Send {
-				ops[k].send = 1
-			}
+			ops[k] = nccl.P2P{Peer: o.Peer, Send: o.Send, Ptr: cuda.DevicePtr(o.Addr), Bytes: o.Len}
 		}
-		r.groups[i] = ops
+		r.groups[i] = nccl.NewGroupOps(ops)
 		r.hasNCCL = true
 	}
 	for len(r.events) < plan.Events {
@@ -413,7 +435,7 @@ func (r *Replay) tables(plan *replay.Plan) error {
 	for k, items := range plan.Batches {
 		b, err := cuda.PlanBatch(batchCopies(items))
 		if err != nil {
-			return fmt.Errorf("nccl: rank %d: batch %d: %w", r.prog.Rank, k, err)
+			return fmt.Errorf("gpu: rank %d: batch %d: %w", r.prog.Rank, k, err)
 		}
 		table, blocks, err := r.ctx.BatchTable(b)
 		if err != nil {
@@ -503,50 +525,18 @@ func (r *Replay) issue(capturing bool) error {
 		case replay.Memcpy:
 			err = s.CopyDtoD(cuda.DevicePtr(c.Dst), cuda.DevicePtr(c.Src), int(c.Len))
 		case replay.Group:
-			comm := r.t.net
+			class := reshard.LinkNetwork
 			if c.Stream == replay.Local {
-				comm = r.t.local
+				class = reshard.LinkLocal
 			}
-			err = comm.postGroup(r.groups[i], s)
+			comm, _ := r.t.Comm(class)
+			err = comm.PostGroup(r.groups[i], s)
 		}
 		if err != nil {
-			return fmt.Errorf("nccl: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, r.prog.Steps[c.Step].Round, c.Kind, c.Stream, err)
+			return fmt.Errorf("gpu: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, r.prog.Steps[c.Step].Round, c.Kind, c.Stream, err)
 		}
 	}
 	return nil
-}
-
-// postGroup posts ops as one group on stream s, in one call into NCCL.
-func (c *Comm) postGroup(ops []C.m2n_nccl_p2p, s *cuda.Stream) error {
-	h, err := c.handle()
-	if err != nil {
-		return err
-	}
-	err = func() error {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if c.ctx != nil {
-			if err := c.ctx.SetCurrent(); err != nil {
-				return err
-			}
-		}
-		var failed C.int
-		r := C.m2n_nccl_group(h, streamHandle(s), &ops[0], C.int(len(ops)), &failed)
-		err := result("ncclGroupEnd", nil, r)
-		if err != nil && failed >= 0 {
-			o := ops[failed]
-			what := "ncclRecv from"
-			if o.send != 0 {
-				what = "ncclSend to"
-			}
-			err = fmt.Errorf("%s rank %d: %w", what, int(o.peer), err)
-		}
-		return err
-	}()
-	if errors.Is(err, ErrInProgress) {
-		err = c.WaitReady(context.Background())
-	}
-	return err
 }
 
 // wait polls done until it reports the step complete, paced by package
@@ -580,8 +570,9 @@ func (r *Replay) wait(ctx context.Context, done func() (bool, error)) error {
 				return err
 			}
 			if r.hasNCCL {
-				for _, c := range []*Comm{r.t.net, r.t.local} {
-					if err := c.AsyncError(); err != nil && !errors.Is(err, ErrInProgress) {
+				for _, class := range []reshard.LinkClass{reshard.LinkNetwork, reshard.LinkLocal} {
+					c, _ := r.t.Comm(class)
+					if err := c.AsyncError(); err != nil && !errors.Is(err, nccl.ErrInProgress) {
 						return r.stepError(next, err)
 					}
 				}
@@ -640,10 +631,10 @@ func (r *Replay) stuck(i int) int {
 // step.
 func (r *Replay) stepError(next int, err error) error {
 	if len(r.prog.Steps) == 0 {
-		return fmt.Errorf("nccl: rank %d: %w", r.prog.Rank, err)
+		return fmt.Errorf("gpu: rank %d: %w", r.prog.Rank, err)
 	}
 	i := r.stuck(next)
-	return fmt.Errorf("nccl: rank %d, round %d (peers %v): %w", r.prog.Rank, r.prog.Steps[i].Round, r.prog.PeersOf(i), err)
+	return fmt.Errorf("gpu: rank %d, round %d (peers %v): %w", r.prog.Rank, r.prog.Steps[i].Round, r.prog.PeersOf(i), err)
 }
 
 // timeout is the error of a round that made no progress in time.
@@ -652,3 +643,5 @@ func (r *Replay) timeout(next int) error {
 	return &refit.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Steps[i].Round, After: r.opts.Timeout,
 		Peers: r.prog.PeersOf(i), Tensors: r.prog.TensorsOf(i)}
 }
+
+var _ refit.Launcher = (*Replay)(nil)

@@ -1,4 +1,4 @@
-package nccl_test
+package gpu_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
@@ -130,7 +131,7 @@ func TestGPUTransportMPI(t *testing.T) {
 							env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo,
 								Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10}}
 							if driver != "host" {
-								env.Runner = replayRunner(tr, mem, driver == "graph", &graphErr)
+								env.Driver = replayRunner(tr, mem, driver == "graph", &graphErr)
 							}
 							if driver == "replay-padded" {
 								env.Padded, env.Coalesce = true, 1<<10
@@ -213,7 +214,7 @@ func TestGPUReplayStuckPeer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rp, err := nccl.NewReplay(prog, tr, mem, nccl.ReplayOptions{Timeout: 3 * time.Second})
+		rp, err := gpu.NewReplay(prog, tr, mem, gpu.Options{Timeout: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +223,7 @@ func TestGPUReplayStuckPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err = rp.RunProgram(context.Background(), prog, []refit.TensorBuffers{{Dst: dst}})
+		_, err = rp.Move(context.Background(), refit.StepInput{Bufs: []refit.TensorBuffers{{Dst: dst}}})
 		tr.Abort(err)
 		var te *refit.TimeoutError
 		if !errors.As(err, &te) || te.Rank != 1 || len(te.Peers) != 1 || te.Peers[0] != 0 {

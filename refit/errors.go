@@ -1,0 +1,100 @@
+package refit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// TimeoutError reports a wait that did not complete in time: a round of
+// the data movement, or a collective of a call.
+type TimeoutError struct {
+	Rank    int
+	Phase   string // what waited: "round 3", "agreement", ...; "" for a round
+	Round   int
+	After   time.Duration
+	Peers   []int    // the ranks this rank still waits for (all of the round's peers if the transport cannot tell)
+	Tensors []string // the tensors the round carries
+}
+
+func (e *TimeoutError) Error() string {
+	if e.Phase != "" {
+		return fmt.Sprintf("rank %d: timed out after %v waiting for ranks %v in the %s", e.Rank, e.After, e.Peers, e.Phase)
+	}
+	return fmt.Sprintf("rank %d: timed out after %v waiting for ranks %v in round %d (tensors %v)",
+		e.Rank, e.After, e.Peers, e.Round, e.Tensors)
+}
+
+// ErrTimeout matches every *TimeoutError with errors.Is.
+var ErrTimeout = errors.New("refit: timed out")
+
+// Is makes errors.Is(err, ErrTimeout) true.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// AbortError reports a call abandoned because a rank could not go on: it
+// timed out waiting for a peer, its transport failed, or it panicked. The
+// rank that gave up tells every other rank (package session sends the
+// notice and aborts the communicator), so that none waits for it; after
+// an AbortError the communicator is unusable. Cause is the aborting rank's
+// error, typed (a *TimeoutError naming the rank it waited for, say), so
+// errors.As reaches it on every rank.
+type AbortError struct {
+	Rank  int   // the rank that aborted
+	Cause error // why
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("rank %d aborted the call: %v", e.Rank, e.Cause)
+}
+
+// Unwrap returns the cause.
+func (e *AbortError) Unwrap() error { return e.Cause }
+
+// Is makes errors.Is(err, ErrAborted) true.
+func (e *AbortError) Is(target error) bool { return target == ErrAborted }
+
+// ErrAborted matches every *AbortError with errors.Is.
+var ErrAborted = errors.New("refit: call aborted")
+
+type phaseKey struct{}
+
+// WithPhase names the collective phase ctx is used for ("agreement on the
+// inputs", "completion status", ...), so that a Collective can say which
+// one timed out.
+func WithPhase(ctx context.Context, phase string) context.Context {
+	return context.WithValue(ctx, phaseKey{}, phase)
+}
+
+// PhaseOf returns the phase WithPhase named, or "".
+func PhaseOf(ctx context.Context) string {
+	p, _ := ctx.Value(phaseKey{}).(string)
+	return p
+}
+
+// CallMismatchError reports ranks that began different steps at once: a
+// rank that runs one call while another runs a second call of the same
+// group, or another step of the same call (a rank that skipped a step).
+// Every rank of the group returns it, before a byte moves, and the group
+// stays usable. Calls are numbered as the group prepared them (every rank
+// prepares the same calls in the same order); Call and Other name them as
+// "call #N" with the name Options.Name gave (if any).
+type CallMismatchError struct {
+	Rank      int    `json:"rank"`      // the first rank that differs from rank 0
+	Call      string `json:"call"`      // the call it began
+	Step      uint64 `json:"step"`      // and its step of that call
+	Want      string `json:"want"`      // the call rank 0 began
+	WantStep  uint64 `json:"want_step"` // and its step
+	Differing []int  `json:"differing"` // every rank that differs from rank 0
+}
+
+func (e *CallMismatchError) Error() string {
+	return fmt.Sprintf("ranks run different steps: rank %d began %s, step %d, where rank 0 began %s, step %d (ranks differing from rank 0: %v); every rank must run the calls of a session in the same order, one step each",
+		e.Rank, e.Call, e.Step, e.Want, e.WantStep, e.Differing)
+}
+
+// ErrCallMismatch matches every *CallMismatchError with errors.Is.
+var ErrCallMismatch = errors.New("refit: ranks run different steps")
+
+// Is makes errors.Is(err, ErrCallMismatch) true.
+func (e *CallMismatchError) Is(target error) bool { return target == ErrCallMismatch }

@@ -1,0 +1,527 @@
+package refit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"time"
+
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
+)
+
+// HostDriver moves a compiled program's steps round by round from the
+// host, over a Transport and a Memory: it does each round's local copies,
+// packs what it stages, posts the round's operations, and completes the
+// round two behind, unpacking and checksumming as it goes. It is the
+// driver of every call on CPUs, and on GPUs of the calls the host must see
+// (Verify reads every message back; FP8 quantizes while packing). It keeps
+// its staging and scratch between steps; Close frees them. It is not safe
+// for concurrent use (the runtime runs one step at a time).
+type HostDriver struct {
+	prog    *reshard.Program
+	t       transport.Transport
+	mem     transport.Memory
+	timeout time.Duration
+	// staging, grown on demand and kept between steps: [slot][0 send, 1 recv]
+	staging [2][2]transport.Buffer
+	// scratch holds whole-tensor buffers (BufFull) kept between steps, by
+	// tensor index.
+	scratch []transport.Buffer
+}
+
+// NewHostDriver returns the host driver of program p over t and mem;
+// timeout bounds every wait for a round (0: none), and a round that times
+// out fails the step with a *TimeoutError naming the peers still owed
+// (the caller must then abort the transport).
+func NewHostDriver(p *reshard.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (*HostDriver, error) {
+	if t.Rank() != p.Rank || t.Size() != p.World {
+		return nil, fmt.Errorf("refit: program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
+	}
+	return &HostDriver{prog: p, t: t, mem: mem, timeout: timeout}, nil
+}
+
+// Name returns "host".
+func (h *HostDriver) Name() string { return string(DriverHost) }
+
+// Move implements Driver: it returns when every operation of the program
+// has completed and every byte this rank receives is in place. With
+// in.Verify the memory must be a transport.RegionReader; a program that
+// converts to FP8 needs in.Quant and a transport.QuantMemory.
+func (h *HostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
+	var st Stats
+	p, bufs := h.prog, in.Bufs
+	if len(bufs) != len(p.Full) {
+		return st, fmt.Errorf("refit: %d buffer pairs for a program of %d tensors", len(bufs), len(p.Full))
+	}
+	if len(p.Steps) == 0 {
+		return st, nil
+	}
+	d := hostStep{h: h, p: p, in: in, bufs: bufs, st: &st}
+	if in.Verify {
+		var ok bool
+		if d.reader, ok = h.mem.(transport.RegionReader); !ok {
+			return st, fmt.Errorf("refit: Verify needs a memory that can read regions back (%T cannot)", h.mem)
+		}
+	}
+	if err := d.prepare(); err != nil {
+		return st, err
+	}
+	var queue []inflight
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		for len(queue) > 0 && queue[0].st.Round <= s.Round-2 {
+			if err := d.complete(ctx, queue[0]); err != nil {
+				return st, err
+			}
+			d.progress(queue[0].index)
+			queue = queue[1:]
+		}
+		f, err := d.start(s)
+		if err != nil {
+			return st, err
+		}
+		f.index = i
+		if f.pending != nil {
+			queue = append(queue, f)
+		} else {
+			d.progress(i)
+		}
+	}
+	for _, f := range queue {
+		if err := d.complete(ctx, f); err != nil {
+			return st, err
+		}
+		d.progress(f.index)
+	}
+	return st, h.mem.Sync()
+}
+
+// RunSchedule compiles rank's part of s with dense views and moves it once
+// with the host driver over t and mem, after checking bufs against the
+// layouts: a convenience for tests and one-off moves. A call that runs
+// every step is prepared once (Runtime.Prepare).
+func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memory, s *reshard.Schedule, bufs []TensorBuffers) (Stats, error) {
+	if t.Size() != s.World() {
+		return Stats{}, fmt.Errorf("refit: schedule for %d ranks on a communicator of %d", s.World(), t.Size())
+	}
+	needs, err := partNeeds(s, t.Rank(), nil)
+	if err != nil {
+		return Stats{}, err
+	}
+	if err := checkBuffers(s, t.Rank(), needs, bufs); err != nil {
+		return Stats{}, err
+	}
+	p, err := reshard.Compile(s, t.Rank(), reshard.CompileOptions{MaxInPlace: transport.MaxInPlace(t)})
+	if err != nil {
+		return Stats{}, err
+	}
+	h, err := NewHostDriver(p, t, mem, 0)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer h.Close()
+	return h.Move(ctx, StepInput{Bufs: bufs})
+}
+
+// inflight is a posted round.
+type inflight struct {
+	st      *reshard.Step
+	index   int // the round's index in the program
+	pending transport.Pending
+	stage   transport.Buffer // the round's receive staging
+}
+
+// hostStep is one step of a HostDriver in progress.
+type hostStep struct {
+	h      *HostDriver
+	p      *reshard.Program
+	in     StepInput
+	bufs   []TensorBuffers
+	st     *Stats
+	reader transport.RegionReader
+	full   []transport.Buffer
+	moved  int64 // bytes of the steps completed so far
+	done   int   // tensors done so far
+	byStep []int // tensors done after each step (for Progress)
+}
+
+// progress reports round i's completion to the step's Progress.
+func (d *hostStep) progress(i int) {
+	if d.in.Progress == nil {
+		return
+	}
+	if d.byStep == nil {
+		d.byStep = make([]int, len(d.p.Steps))
+		for _, k := range d.p.Done {
+			if k >= 0 {
+				d.byStep[k]++
+			}
+		}
+	}
+	s := &d.p.Steps[i]
+	for _, c := range s.Copies {
+		d.moved += c.Bytes
+	}
+	for _, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
+		for _, w := range list {
+			d.moved += w.Bytes
+		}
+	}
+	d.done += d.byStep[i]
+	d.in.Progress(d.moved, d.done)
+}
+
+// prepare sizes the staging and the scratch the program needs, reusing
+// what earlier runs allocated.
+func (d *hostStep) prepare() error {
+	h, p := d.h, d.p
+	for slot := range h.staging {
+		for dir := range h.staging[slot] {
+			need := p.Staging[slot][dir]
+			if b := h.staging[slot][dir]; need == 0 || (b != nil && b.Len() >= need) {
+				continue
+			}
+			if b := h.staging[slot][dir]; b != nil {
+				h.mem.Free(b)
+				h.staging[slot][dir] = nil
+			}
+			b, err := h.mem.Alloc(need)
+			if err != nil {
+				return fmt.Errorf("refit: staging of %d bytes: %w", need, err)
+			}
+			h.staging[slot][dir] = b
+		}
+	}
+	for len(h.scratch) < len(p.Full) {
+		h.scratch = append(h.scratch, nil)
+	}
+	d.full = make([]transport.Buffer, len(p.Full))
+	for t, n := range p.Full {
+		if n == 0 {
+			continue
+		}
+		if b := h.scratch[t]; b != nil && b.Len() == n {
+			d.full[t] = b
+			continue
+		}
+		if b := h.scratch[t]; b != nil {
+			h.mem.Free(b)
+			h.scratch[t] = nil
+		}
+		b, err := h.mem.Alloc(n)
+		if err != nil {
+			return fmt.Errorf("refit: scratch for tensor %s (%d bytes): %w", p.Schedule().TensorName(t), n, err)
+		}
+		d.full[t], h.scratch[t] = b, b
+	}
+	return nil
+}
+
+func (d *hostStep) buf(r reshard.Region) transport.Buffer {
+	switch r.Buf {
+	case reshard.BufSrc:
+		return d.bufs[r.Tensor].Src
+	case reshard.BufDst:
+		return d.bufs[r.Tensor].Dst
+	}
+	return d.full[r.Tensor]
+}
+
+// bufStage names, in a Region the driver checksums, the staging buffer
+// passed to sum.
+const bufStage reshard.BufKind = 255
+
+// sum returns the CRC-32C of the bytes of regions (a region of bufStage is
+// in stage).
+func (d *hostStep) sum(regs []reshard.Region, stage transport.Buffer) (uint32, error) {
+	crc := tagSeed(d.in.Tag)
+	for _, r := range regs {
+		b := make([]byte, r.At.Bytes())
+		buf := stage
+		if r.Buf != bufStage {
+			buf = d.buf(r)
+		}
+		if err := d.reader.ReadRegion(b, buf, r.At); err != nil {
+			return 0, err
+		}
+		crc = crc32.Update(crc, castagnoli, b)
+	}
+	return crc, nil
+}
+
+// start does a step's local copies and posts its operations.
+func (d *hostStep) start(s *reshard.Step) (inflight, error) {
+	h, st := d.h, d.st
+	for i := range s.Copies {
+		cp := &s.Copies[i]
+		sent, err := d.copyLocal(cp)
+		if err != nil {
+			return inflight{}, err
+		}
+		st.Sent[reshard.LinkSelf] += cp.Bytes
+		st.Recv[reshard.LinkSelf] += cp.Bytes
+		st.Messages++
+		if d.in.Verify {
+			if err := h.mem.Sync(); err != nil {
+				return inflight{}, err
+			}
+			a := sent // a converting copy's bytes exist only once quantized
+			if !cp.Quant {
+				if a, err = d.sum(cp.From, nil); err != nil {
+					return inflight{}, err
+				}
+			}
+			b, err := d.sum(cp.To, nil)
+			if err != nil {
+				return inflight{}, err
+			}
+			st.SentSums = append(st.SentSums, Checksum{cp.Msg, a})
+			st.RecvSums = append(st.RecvSums, Checksum{cp.Msg, b})
+		}
+	}
+	if len(s.Sends)+len(s.Recvs) == 0 {
+		return inflight{}, nil
+	}
+	slot := s.Round % 2
+	sendStage, recvStage := h.staging[slot][0], h.staging[slot][1]
+	ops := make([]transport.Op, 0, len(s.Sends)+len(s.Recvs))
+	for i := range s.Recvs {
+		w := &s.Recvs[i]
+		ops = append(ops, d.op(w, false, recvStage))
+		st.Recv[w.Class] += w.Bytes
+		st.Messages += len(w.Parts)
+		if w.Mode == reshard.WireStaged {
+			st.Packed += w.Bytes
+		}
+	}
+	for i := range s.Sends {
+		w := &s.Sends[i]
+		if w.Mode == reshard.WireStaged {
+			off := w.StageOff
+			for _, pt := range w.Parts {
+				if pt.Quant {
+					if err := d.packQuant(sendStage, off, pt.Msg, pt.Regions[0]); err != nil {
+						return inflight{}, err
+					}
+					off += d.p.Schedule().Messages[pt.Msg].Bytes
+					continue
+				}
+				for _, r := range pt.Regions {
+					if err := h.mem.Pack(sendStage, off, d.buf(r), r.At); err != nil {
+						return inflight{}, err
+					}
+					off += r.At.Bytes()
+				}
+			}
+			st.Packed += w.Bytes
+		}
+		if d.in.Verify {
+			if err := h.mem.Sync(); err != nil {
+				return inflight{}, err
+			}
+			off := w.StageOff
+			for _, pt := range w.Parts {
+				n := d.p.Schedule().Messages[pt.Msg].Bytes
+				var crc uint32
+				var err error
+				if pt.Quant {
+					// the FP8 bytes exist only in the staging
+					crc, err = d.sum([]reshard.Region{{Buf: bufStage, At: strided.Desc{Offset: off, Run: n}}}, sendStage)
+				} else {
+					crc, err = d.sum(pt.Regions, nil)
+				}
+				if err != nil {
+					return inflight{}, err
+				}
+				off += n
+				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
+			}
+		}
+		ops = append(ops, d.op(w, true, sendStage))
+		st.Sent[w.Class] += w.Bytes
+		st.Messages += len(w.Parts)
+	}
+	if err := h.mem.Sync(); err != nil {
+		return inflight{}, err
+	}
+	pend, err := h.t.Start(ops)
+	if err != nil {
+		return inflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+	}
+	st.Rounds++
+	return inflight{st: s, pending: pend, stage: recvStage}, nil
+}
+
+// op turns a wire operation into the transport's.
+func (d *hostStep) op(w *reshard.Wire, send bool, stage transport.Buffer) transport.Op {
+	switch w.Mode {
+	case reshard.WireDirect:
+		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Off: w.Region.At.Offset, Len: w.Bytes}
+	case reshard.WireInPlace:
+		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Len: w.Bytes, InPlace: true, At: w.Region.At}
+	}
+	return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: stage, Off: w.StageOff, Len: w.Bytes}
+}
+
+// complete waits for a posted step, unpacks what it staged and checksums
+// what it received.
+func (d *hostStep) complete(ctx context.Context, f inflight) error {
+	h, s := d.h, f.st
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if h.timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, h.timeout)
+	}
+	err := f.pending.Wait(wctx)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && h.timeout > 0 && ctx.Err() == nil {
+			te := &TimeoutError{Rank: d.p.Rank, Round: s.Round, After: h.timeout, Peers: s.Peers()}
+			if inc, ok := f.pending.(transport.Incompleter); ok {
+				te.Peers = inc.Incomplete()
+			}
+			for _, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
+				for _, w := range list {
+					for _, pt := range w.Parts {
+						t := d.p.Schedule().TensorName(int(d.p.Schedule().Messages[pt.Msg].Tensor))
+						if !slices.Contains(te.Tensors, t) {
+							te.Tensors = append(te.Tensors, t)
+						}
+					}
+				}
+			}
+			return te
+		}
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			return cause
+		}
+		return fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+	}
+	for i := range s.Recvs {
+		w := &s.Recvs[i]
+		if w.Mode == reshard.WireStaged {
+			off := w.StageOff
+			for _, pt := range w.Parts {
+				for _, r := range pt.Regions {
+					if err := h.mem.Unpack(d.buf(r), r.At, f.stage, off); err != nil {
+						return err
+					}
+					off += r.At.Bytes()
+				}
+			}
+		}
+		if d.in.Verify {
+			if w.Mode == reshard.WireStaged {
+				if err := h.mem.Sync(); err != nil {
+					return err
+				}
+			}
+			for _, pt := range w.Parts {
+				crc, err := d.sum(pt.Regions, nil)
+				if err != nil {
+					return err
+				}
+				d.st.RecvSums = append(d.st.RecvSums, Checksum{pt.Msg, crc})
+			}
+		}
+	}
+	return nil
+}
+
+// Close releases the driver's staging and scratch memory.
+func (h *HostDriver) Close() error {
+	for i, b := range h.scratch {
+		if b != nil {
+			h.mem.Free(b)
+			h.scratch[i] = nil
+		}
+	}
+	for i := range h.staging {
+		for j := range h.staging[i] {
+			if h.staging[i][j] != nil {
+				h.mem.Free(h.staging[i][j])
+				h.staging[i][j] = nil
+			}
+		}
+	}
+	return nil
+}
+
+// copyLocal performs a message from this rank to itself. For a converting
+// copy under Verify it returns the CRC-32C of the FP8 bytes it made.
+func (d *hostStep) copyLocal(cp *reshard.Copy) (uint32, error) {
+	mem := d.h.mem
+	if cp.Quant && len(cp.To) == 1 && cp.To[0].At.Contiguous() && !d.in.Verify {
+		// quantize straight into the destination
+		return 0, d.packQuant(d.buf(cp.To[0]), cp.To[0].At.Offset, cp.Msg, cp.From[0])
+	}
+	if !cp.Quant && len(cp.From) == 1 && len(cp.To) == 1 {
+		return 0, mem.Copy(d.buf(cp.To[0]), cp.To[0].At, d.buf(cp.From[0]), cp.From[0].At)
+	}
+	tmp, err := mem.Alloc(cp.Bytes)
+	if err != nil {
+		return 0, err
+	}
+	defer mem.Free(tmp)
+	var crc uint32
+	if cp.Quant {
+		if err := d.packQuant(tmp, 0, cp.Msg, cp.From[0]); err != nil {
+			return 0, err
+		}
+		if d.in.Verify {
+			if err := mem.Sync(); err != nil {
+				return 0, err
+			}
+			if crc, err = d.sum([]reshard.Region{{Buf: bufStage, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
+				return 0, err
+			}
+		}
+	} else {
+		off := int64(0)
+		for _, r := range cp.From {
+			if err := mem.Pack(tmp, off, d.buf(r), r.At); err != nil {
+				return 0, err
+			}
+			off += r.At.Bytes()
+		}
+	}
+	off := int64(0)
+	for _, r := range cp.To {
+		if err := mem.Unpack(d.buf(r), r.At, tmp, off); err != nil {
+			return 0, err
+		}
+		off += r.At.Bytes()
+	}
+	return crc, nil
+}
+
+// packQuant quantizes the source region r of converting message msg (its
+// box) into dst at off, with the tensor's scales from the step's
+// Quant.
+func (d *hostStep) packQuant(dst transport.Buffer, off int64, msg int32, r reshard.Region) error {
+	m := &d.p.Schedule().Messages[msg]
+	name := d.p.Schedule().TensorName(int(r.Tensor))
+	qm, ok := d.h.mem.(transport.QuantMemory)
+	if !ok {
+		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but memory %T cannot quantize (it is not a QuantMemory)", d.p.Rank, name, d.h.mem)
+	}
+	if int(r.Tensor) >= len(d.in.Quant) || d.in.Quant[r.Tensor].Grid.NDim() == 0 {
+		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but the executor has no scales for it (a converting program runs through a prepared call, which exchanges the scales)", d.p.Rank, name)
+	}
+	tq := &d.in.Quant[r.Tensor]
+	if err := qm.QuantPack(tq.Grid, dst, off, transport.QuantRegion{DType: tq.DType, Buf: d.buf(r), At: r.At, Box: m.Box}, tq.Scales); err != nil {
+		return fmt.Errorf("refit: rank %d, tensor %q: quantizing box %v: %w", d.p.Rank, name, m.Box, err)
+	}
+	return nil
+}
+
+// tagSeed is the CRC-32C every message checksum of a step starts from: the
+// call's identity on the wire, so that the bytes of another call or step
+// never verify.
+func tagSeed(tag int32) uint32 {
+	b := [4]byte{byte(tag), byte(tag >> 8), byte(tag >> 16), byte(tag >> 24)}
+	return crc32.Update(0, castagnoli, b[:])
+}

@@ -1,0 +1,542 @@
+package refit
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
+	"github.com/m2n-dev/m2n/transport"
+)
+
+// TensorQuant is what an executor needs to pack one converting tensor:
+// its block grid and the global scales of every block this rank's source
+// part touches, loaded into the executor's memory.
+type TensorQuant struct {
+	Grid   fp8.Grid
+	Scales transport.Scales
+	// DType is the source's dtype (bf16 or f32).
+	DType placement.DType
+}
+
+// NewGrid returns the block grid of a converting spec (Spec.Scale over the
+// layouts' shape), or an error when the spec does not convert.
+func (s Spec) NewGrid() (fp8.Grid, error) {
+	if !reshard.ConvertsTo(s.Src.DType(), s.Dst.DType()) {
+		return fp8.Grid{}, fmt.Errorf("tensor %q does not convert to FP8 (%v to %v)", s.Name, s.Src.DType(), s.Dst.DType())
+	}
+	return fp8.NewGrid(s.Dst.Shape(), s.Scale)
+}
+
+// ScaleBlocks returns the blocks of the scale tensor that rank holds for a
+// spec converted to FP8 (the blocks its destination box touches: where a
+// destination shard boundary cuts a block, both ranks hold its scale), and
+// whether it holds a scale tensor at all: false when the spec does not
+// convert or rank is not in the destination mesh. Its TensorBuffers.Scale
+// then holds ScaleBytes(rank) bytes: one little-endian float32 per block,
+// row-major over the returned box.
+func (s Spec) ScaleBlocks(rank int) (placement.Box, bool, error) {
+	if !reshard.ConvertsTo(s.Src.DType(), s.Dst.DType()) {
+		return placement.Box{}, false, nil
+	}
+	box, ok := s.Dst.RankBox(rank)
+	if !ok {
+		return placement.Box{}, false, nil
+	}
+	g, err := s.NewGrid()
+	if err != nil {
+		return placement.Box{}, false, err
+	}
+	b, err := g.Blocks(box)
+	return b, err == nil, err
+}
+
+// ScaleBytes returns the size of rank's scale buffer for the spec (0 when
+// it has none; see ScaleBlocks).
+func (s Spec) ScaleBytes(rank int) (int64, error) {
+	b, ok, err := s.ScaleBlocks(rank)
+	if !ok || err != nil {
+		return 0, err
+	}
+	return 4 * b.Elems(), nil
+}
+
+// scaleName names a scale mode in the agreement ("none" for the zero Mode).
+func scaleName(m fp8.Mode) string {
+	if m == 0 {
+		return "none"
+	}
+	return m.String()
+}
+
+// checkScale checks a spec's scale mode against its dtypes and shape.
+func checkScale(s Spec, p *reshard.Plan) error {
+	src, dst := s.Src.DType(), s.Dst.DType()
+	if !p.Converts() {
+		if s.Scale != 0 {
+			return &reshard.FieldError{Field: "fp8 scale mode", Got: scaleName(s.Scale), Want: "none",
+				Why: fmt.Sprintf("the tensor does not convert in flight (source %v, destination %v): a scale mode needs a %v destination of a bf16 or f32 source", src, dst, placement.FP8E4M3)}
+		}
+		return nil
+	}
+	if s.Scale < fp8.Block || s.Scale > fp8.Tensor {
+		return &reshard.FieldError{Field: "fp8 scale mode", Got: scaleName(s.Scale), Want: "block, row or tensor",
+			Why: fmt.Sprintf("the tensor converts %v to %v in flight, which needs to know which elements share a scale", src, dst)}
+	}
+	if _, err := fp8.NewGrid(s.Dst.Shape(), s.Scale); err != nil {
+		return &reshard.FieldError{Field: "shape", Got: placement.FormatShape(s.Dst.Shape()),
+			Why: fmt.Sprintf("converting to %v by %v: %v", dst, s.Scale, err)}
+	}
+	return nil
+}
+
+// NonFiniteError reports a NaN or infinite element of a tensor converting
+// to FP8: its tensor, its global index (the first one in row-major order
+// of the whole tensor, which every rank agrees on), and the source rank
+// that holds it. A step that meets one fails on every rank before any
+// destination buffer changes; package session keeps the session usable.
+type NonFiniteError struct {
+	Tensor string  `json:"tensor"`
+	Rank   int     `json:"rank"`
+	Index  []int64 `json:"index"`
+	Flat   int64   `json:"flat"`
+	Value  float64 `json:"-"`
+	// ValueText is Value as text ("NaN", "+Inf", "-Inf"), which survives
+	// JSON.
+	ValueText string `json:"value"`
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("tensor %q: element %v (flat index %d) is %s on source rank %d: FP8 quantization refuses non-finite weights",
+		e.Tensor, e.Index, e.Flat, e.ValueText, e.Rank)
+}
+
+func nonFiniteText(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	}
+	return fmt.Sprint(v)
+}
+
+// The records of the amax exchange (Prepared.Run): every source rank sends,
+// per converting tensor, the window of the partial amaxes of its replica's
+// share of its part, or the first non-finite element it found there, or a
+// failure of its quantizer.
+const (
+	recWindow    = 1
+	recNonFinite = 2
+	recFailure   = 3
+)
+
+// amaxRecord is one record of the exchange as a receiver reads it.
+type amaxRecord struct {
+	kind   byte
+	tensor int
+	rank   int
+	window fp8.Window // recWindow
+	flat   int64      // recNonFinite
+	value  float64    // recNonFinite
+	msg    string     // recFailure
+}
+
+func appendWindowRecord(b []byte, tensor int, w fp8.Window) []byte {
+	b = append(b, recWindow)
+	b = binary.LittleEndian.AppendUint32(b, uint32(tensor))
+	b = append(b, byte(len(w.Blocks.Lo)))
+	for d := range w.Blocks.Lo {
+		b = binary.LittleEndian.AppendUint64(b, uint64(w.Blocks.Lo[d]))
+		b = binary.LittleEndian.AppendUint64(b, uint64(w.Blocks.Hi[d]))
+	}
+	for _, v := range w.Values {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	return b
+}
+
+func appendNonFiniteRecord(b []byte, tensor int, flat int64, v float64) []byte {
+	b = append(b, recNonFinite)
+	b = binary.LittleEndian.AppendUint32(b, uint32(tensor))
+	b = binary.LittleEndian.AppendUint64(b, uint64(flat))
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+}
+
+func appendFailureRecord(b []byte, tensor int, msg string) []byte {
+	b = append(b, recFailure)
+	b = binary.LittleEndian.AppendUint32(b, uint32(tensor))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(msg)))
+	return append(b, msg...)
+}
+
+// parseRecords reads one rank's blob of records; tensors is the call's
+// tensor count and nd(t) tensor t's dims, to check what a peer sent.
+func parseRecords(rank int, b []byte, tensors int, nd func(int) int) ([]amaxRecord, error) {
+	var out []amaxRecord
+	bad := func(what string) error {
+		return fmt.Errorf("refit: rank %d sent a malformed FP8 amax record (%s)", rank, what)
+	}
+	for len(b) > 0 {
+		if len(b) < 5 {
+			return nil, bad("truncated header")
+		}
+		r := amaxRecord{kind: b[0], tensor: int(binary.LittleEndian.Uint32(b[1:])), rank: rank}
+		b = b[5:]
+		if r.tensor < 0 || r.tensor >= tensors {
+			return nil, bad(fmt.Sprintf("tensor %d of %d", r.tensor, tensors))
+		}
+		switch r.kind {
+		case recWindow:
+			if len(b) < 1 {
+				return nil, bad("truncated window")
+			}
+			n := int(b[0])
+			b = b[1:]
+			if n != nd(r.tensor) || len(b) < 16*n {
+				return nil, bad("window dims")
+			}
+			r.window.Blocks = placement.Box{Lo: make([]int64, n), Hi: make([]int64, n)}
+			count := int64(1)
+			for d := range n {
+				lo, hi := int64(binary.LittleEndian.Uint64(b[16*d:])), int64(binary.LittleEndian.Uint64(b[16*d+8:]))
+				if lo < 0 || hi < lo || hi-lo > 1<<40 {
+					return nil, bad("window box")
+				}
+				r.window.Blocks.Lo[d], r.window.Blocks.Hi[d] = lo, hi
+				count *= hi - lo
+				if count > 1<<34 {
+					return nil, bad("window size")
+				}
+			}
+			b = b[16*n:]
+			if int64(len(b)) < 4*count {
+				return nil, bad("truncated window values")
+			}
+			r.window.Values = make([]float32, count)
+			for i := range r.window.Values {
+				r.window.Values[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			}
+			b = b[4*count:]
+		case recNonFinite:
+			if len(b) < 16 {
+				return nil, bad("truncated non-finite element")
+			}
+			r.flat = int64(binary.LittleEndian.Uint64(b))
+			r.value = math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))
+			b = b[16:]
+		case recFailure:
+			if len(b) < 4 {
+				return nil, bad("truncated failure")
+			}
+			n := int(binary.LittleEndian.Uint32(b))
+			if n < 0 || len(b) < 4+n {
+				return nil, bad("truncated failure text")
+			}
+			r.msg = string(b[4 : 4+n])
+			b = b[4+n:]
+		default:
+			return nil, bad(fmt.Sprintf("kind %d", r.kind))
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// replicaOf returns which replica of its part of l rank holds (its
+// coordinates on the replicating mesh axes, row-major) and how many
+// replicas the part has.
+func replicaOf(l placement.Layout, rank int) (rep, count int) {
+	m := l.Mesh()
+	i := m.Index(rank)
+	if i < 0 {
+		return 0, 0
+	}
+	coord := m.Coord(i, nil)
+	count = 1
+	for a, pl := range l.Placements() {
+		if !pl.IsShard() {
+			rep = rep*m.Dim(a) + coord[a]
+			count *= m.Dim(a)
+		}
+	}
+	return rep, count
+}
+
+// replicaShare returns the part of box that replica rep of count gathers
+// the amaxes of: the rep-th of count slices along the outermost dim that
+// has at least count indices (or, if none has, one index of the longest dim
+// each, some replicas getting none). Replicas hold the same bytes, so
+// each reads only its share; the shares of all replicas cover the box.
+func replicaShare(box placement.Box, rep, count int) placement.Box {
+	if count <= 1 || box.Empty() {
+		return box
+	}
+	nd := len(box.Lo)
+	dim, best := 0, int64(-1)
+	for d := range nd {
+		ext := box.Hi[d] - box.Lo[d]
+		if ext >= int64(count) {
+			dim = d
+			break
+		}
+		if ext > best {
+			best, dim = ext, d
+		}
+	}
+	ext := box.Hi[dim] - box.Lo[dim]
+	parts := min(int64(count), ext)
+	out := placement.Box{Lo: append([]int64(nil), box.Lo...), Hi: append([]int64(nil), box.Hi...)}
+	if int64(rep) >= parts {
+		out.Hi[dim] = out.Lo[dim] // an empty share
+		return out
+	}
+	out.Lo[dim] = box.Lo[dim] + ext*int64(rep)/parts
+	out.Hi[dim] = box.Lo[dim] + ext*int64(rep+1)/parts
+	return out
+}
+
+// quantTensor is what one rank of a call needs to convert one tensor:
+// derived once at Prepare.
+type quantTensor struct {
+	grid  fp8.Grid
+	dtype placement.DType // the source's
+	// src: the rank holds a nonempty source part, srcBox, touching
+	// srcBlocks; speaks: it gathers and sends the partial amaxes of
+	// speakBox, its replica's share of the part (replicaShare), at speakAt
+	// in its buffer (through its view), touching speakBlocks.
+	src         bool
+	speaks      bool
+	srcBox      placement.Box
+	srcBlocks   placement.Box
+	speakBox    placement.Box
+	speakAt     strided.Desc
+	speakBlocks placement.Box
+	// dst: the rank holds a nonempty destination part, whose scale tensor
+	// covers dstBlocks; scaleBytes is its TensorBuffers.Scale size (-1: the
+	// rank is not in the destination mesh).
+	dst        bool
+	dstBlocks  placement.Box
+	scaleBytes int64
+}
+
+// prepareQuant derives this rank's quantTensor of every converting spec
+// (nil for the others); the specs have been validated.
+func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
+	var out []*quantTensor
+	for i, s := range specs {
+		if !reshard.ConvertsTo(s.Src.DType(), s.Dst.DType()) {
+			continue
+		}
+		if out == nil {
+			out = make([]*quantTensor, len(specs))
+		}
+		g, err := s.NewGrid()
+		if err != nil {
+			return nil, err
+		}
+		q := &quantTensor{grid: g, dtype: s.Src.DType(), scaleBytes: -1}
+		if box, ok := s.Src.RankBox(rank); ok && !box.Empty() {
+			q.src, q.srcBox = true, box
+			if q.srcBlocks, err = g.Blocks(box); err != nil {
+				return nil, err
+			}
+			rep, count := replicaOf(s.Src, rank)
+			if share := replicaShare(box, rep, count); !share.Empty() {
+				q.speaks, q.speakBox = true, share
+				q.speakAt = strided.DescribeView(box, share, s.Src.ElemSize(), s.Views.Src)
+				if q.speakBlocks, err = g.Blocks(share); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if box, ok := s.Dst.RankBox(rank); ok {
+			if q.dstBlocks, err = g.Blocks(box); err != nil {
+				return nil, err
+			}
+			q.dst = !box.Empty()
+			q.scaleBytes = 4 * q.dstBlocks.Elems()
+		}
+		out[i] = q
+	}
+	return out, nil
+}
+
+// stepScales is what the amax exchange of one step gives this rank: per
+// converting tensor, the scales it packs with (loaded into the memory) and
+// the bytes of its destination scale tensor.
+type stepScales struct {
+	exec  []TensorQuant
+	bytes [][]byte // little-endian float32s over quantTensor.dstBlocks
+	mem   transport.QuantMemory
+}
+
+func (s *stepScales) free() {
+	if s == nil {
+		return
+	}
+	for i := range s.exec {
+		if s.exec[i].Grid.NDim() != 0 {
+			s.mem.FreeScales(s.exec[i].Scales)
+		}
+	}
+}
+
+// exchangeAmax runs one step's amax exchange (every rank of the call takes
+// part): each source rank gathers the partial amaxes of its replica's
+// share of its part of every converting tensor (the replicas of a part
+// split the reading: replicaShare), the ranks exchange them in one
+// bounded collective, and every rank combines the windows that touch the
+// blocks it packs and the blocks its destination part holds, so that every
+// block's scale is the whole tensor's. A NaN or infinity anywhere fails
+// every rank alike with a *ValidationError carrying a *NonFiniteError of
+// the first one (the lowest flat index, over the first tensor in call
+// order that has one).
+//
+// How it scales: every rank receives every speaking rank's windows, about
+// 4 bytes per block of every converting tensor (a block of 128x128 bf16
+// elements is 32 KiB; its scale 4 bytes, 1/8192 of the weights), over an
+// allgather, and combines only the windows of the tensors it holds.
+func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Collective, bufs []TensorBuffers) (*stepScales, error) {
+	qm := mem.(transport.QuantMemory) // checked with the buffers
+	var blob []byte
+	for i, q := range c.quant {
+		if q == nil || !q.speaks {
+			continue
+		}
+		w, err := q.grid.NewWindow(q.speakBlocks)
+		if err == nil {
+			err = qm.QuantAmax(q.grid, w, transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.speakAt, Box: q.speakBox})
+		}
+		var nf *fp8.NonFiniteError
+		switch {
+		case errors.As(err, &nf):
+			blob = appendNonFiniteRecord(blob, i, nf.Flat, nf.Value)
+		case err != nil:
+			blob = appendFailureRecord(blob, i, fmt.Sprintf("rank %d, tensor %q: partial amaxes: %v", c.rank, c.specs[i].Name, err))
+		default:
+			blob = appendWindowRecord(blob, i, w)
+		}
+	}
+	blobs, err := Exchange(WithPhase(ctx, "FP8 amax exchange"), coll, blob)
+	if err != nil {
+		return nil, err
+	}
+	byTensor := make([][]amaxRecord, len(c.quant))
+	for r, b := range blobs {
+		recs, err := parseRecords(r, b, len(c.specs), func(t int) int { return c.specs[t].Dst.NDim() })
+		if err != nil {
+			return nil, err
+		}
+		for _, rec := range recs {
+			if c.quant[rec.tensor] == nil {
+				return nil, fmt.Errorf("refit: rank %d sent FP8 amaxes of tensor %q, which does not convert", r, c.specs[rec.tensor].Name)
+			}
+			byTensor[rec.tensor] = append(byTensor[rec.tensor], rec)
+		}
+	}
+	// The first failure, in call order, fails every rank alike.
+	for i, recs := range byTensor {
+		var fail, nonFinite *amaxRecord
+		for k := range recs {
+			rec := &recs[k]
+			switch {
+			case rec.kind == recFailure && (fail == nil || rec.rank < fail.rank):
+				fail = rec
+			case rec.kind == recNonFinite && (nonFinite == nil || rec.flat < nonFinite.flat ||
+				(rec.flat == nonFinite.flat && rec.rank < nonFinite.rank)):
+				nonFinite = rec
+			}
+		}
+		if fail != nil {
+			return nil, &ValidationError{Rank: fail.rank, Msg: fail.msg, Err: errors.New(fail.msg)}
+		}
+		if nonFinite != nil {
+			e := &NonFiniteError{Tensor: c.specs[i].Name, Rank: nonFinite.rank, Flat: nonFinite.flat,
+				Index: unravel(c.specs[i].Src.Shape(), nonFinite.flat), Value: nonFinite.value, ValueText: nonFiniteText(nonFinite.value)}
+			return nil, &ValidationError{Rank: nonFinite.rank, Msg: e.Error(), Err: e}
+		}
+	}
+	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant)), mem: qm}
+	combine := func(i int, blocks placement.Box) (fp8.Window, error) {
+		q := c.quant[i]
+		w, err := q.grid.NewWindow(blocks)
+		if err != nil {
+			return w, err
+		}
+		for _, rec := range byTensor[i] {
+			if err := w.MaxWith(rec.window); err != nil {
+				return w, fmt.Errorf("refit: tensor %q: the amaxes of rank %d: %w", c.specs[i].Name, rec.rank, err)
+			}
+		}
+		if err := w.ToScales(); err != nil {
+			return w, fmt.Errorf("refit: tensor %q: %w", c.specs[i].Name, err)
+		}
+		return w, nil
+	}
+	for i, q := range c.quant {
+		if q == nil {
+			continue
+		}
+		if q.src {
+			w, err := combine(i, q.srcBlocks)
+			if err != nil {
+				out.free()
+				return nil, err
+			}
+			sc, err := qm.LoadScales(w)
+			if err != nil {
+				out.free()
+				return nil, fmt.Errorf("refit: rank %d, tensor %q: loading scales: %w", c.rank, c.specs[i].Name, err)
+			}
+			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: sc}
+		}
+		if q.dst {
+			w, err := combine(i, q.dstBlocks)
+			if err != nil {
+				out.free()
+				return nil, err
+			}
+			b := make([]byte, 4*len(w.Values))
+			for k, v := range w.Values {
+				binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(v))
+			}
+			out.bytes[i] = b
+		}
+	}
+	return out, nil
+}
+
+// unravel turns a row-major flat index into an index of shape.
+func unravel(shape []int64, flat int64) []int64 {
+	idx := make([]int64, len(shape))
+	for d := len(shape) - 1; d >= 0; d-- {
+		if shape[d] > 0 {
+			idx[d] = flat % shape[d]
+			flat /= shape[d]
+		}
+	}
+	return idx
+}
+
+// deliverScales writes this step's scale tensors into the destinations'
+// Scale buffers.
+func (c *Call) deliverScales(mem transport.Memory, bufs []TensorBuffers, sc *stepScales) error {
+	io, _ := mem.(transport.HostIO) // checked with the buffers
+	for i, b := range sc.bytes {
+		if len(b) == 0 {
+			continue
+		}
+		if err := io.Upload(bufs[i].Scale, b); err != nil {
+			return fmt.Errorf("refit: rank %d, tensor %q: writing the scales: %w", c.rank, c.specs[i].Name, err)
+		}
+	}
+	return nil
+}
