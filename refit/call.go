@@ -183,8 +183,9 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 	if err != nil {
 		return nil, g.Fail(fmt.Errorf("rank %d: %w", rank, err))
 	}
-	c.number = len(rt.calls) + 1
-	rt.calls = append(rt.calls, c.describe())
+	rt.prepared++
+	c.number = rt.prepared
+	rt.open[c.number] = c
 	return c, nil
 }
 
@@ -340,6 +341,7 @@ func (c *Call) Close() error {
 		_, err = c.endLaunched(context.Background())
 	}
 	c.closed = true
+	delete(c.rt.open, c.number)
 	if derr := c.driver.Close(); err == nil {
 		err = derr
 	}

@@ -2,6 +2,7 @@ package refit
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -36,12 +37,29 @@ type Group interface {
 type Runtime struct {
 	g        Group
 	mu       sync.Mutex // held for a step, begin to end, and for a Prepare
-	calls    []string   // the prepared calls, by number - 1, as errors name them
-	launched *Call      // the call whose launched step no Wait has ended
+	prepared int           // the calls prepared so far: the last one's number
+	open     map[int]*Call // the calls not closed yet, by number
+	launched *Call              // the call whose launched step no Wait has ended
 }
 
 // New returns the runtime of group g.
-func New(g Group) *Runtime { return &Runtime{g: g} }
+func New(g Group) *Runtime { return &Runtime{g: g, open: map[int]*Call{}} }
+
+// Close closes every call of the runtime not closed yet (Call.Close), and
+// returns their errors, joined.
+func (rt *Runtime) Close() error {
+	rt.mu.Lock()
+	open := make([]*Call, 0, len(rt.open))
+	for _, c := range rt.open {
+		open = append(open, c)
+	}
+	rt.mu.Unlock()
+	var errs []error
+	for _, c := range open {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
 
 // Group returns the runtime's group.
 func (rt *Runtime) Group() Group { return rt.g }

@@ -454,8 +454,11 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n uint64, localErr e
 
 // callName names the group's call number in a mismatch seen from rank r.
 func (rt *Runtime) callName(number, r int) string {
-	if number >= 1 && number <= len(rt.calls) {
-		return rt.calls[number-1]
+	if c, ok := rt.open[number]; ok {
+		return c.describe()
 	}
-	return fmt.Sprintf("call #%d (which this rank never prepared; rank %d did)", number, r)
+	if number > rt.prepared {
+		return fmt.Sprintf("call #%d (which this rank never prepared; rank %d did)", number, r)
+	}
+	return fmt.Sprintf("call #%d (closed on this rank)", number)
 }

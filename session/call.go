@@ -77,7 +77,6 @@ func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard
 		_ = c.Close()
 		return nil, err
 	}
-	s.calls = append(s.calls, c)
 	return c, nil
 }
 

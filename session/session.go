@@ -122,7 +122,6 @@ type Session struct {
 	dev      device
 	base     transport.Transport
 	rt       *refit.Runtime // the step runtime of the session's calls
-	calls    []*refit.Call
 	closed   bool
 	owned    bool      // the device is this session's to close (not a stage's parent's)
 	nic      *hier.NIC // the emulated network interface, shared with this rank's stage sessions
@@ -454,8 +453,8 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, c := range s.calls {
-		_ = c.Close()
+	if s.rt != nil {
+		_ = s.rt.Close()
 	}
 	if aborted, err := s.Aborted(); aborted {
 		if s.dev != nil {
