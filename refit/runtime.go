@@ -36,10 +36,10 @@ type Group interface {
 // per stage; those run concurrently.
 type Runtime struct {
 	g        Group
-	mu       sync.Mutex // held for a step, begin to end, and for a Prepare
+	mu       sync.Mutex    // held for a step, begin to end, and for a Prepare
 	prepared int           // the calls prepared so far: the last one's number
 	open     map[int]*Call // the calls not closed yet, by number
-	launched *Call              // the call whose launched step no Wait has ended
+	launched *Call         // the call whose launched step no Wait has ended
 }
 
 // New returns the runtime of group g.
