@@ -21,6 +21,8 @@ type wireError struct {
 	Timeout   *TimeoutError       `json:"timeout,omitempty"`
 	Agreement *AgreementError     `json:"agreement,omitempty"`
 	NonFinite *NonFiniteError     `json:"non_finite,omitempty"`
+	Left      *LeftError          `json:"left,omitempty"`
+	Mismatch  *CallMismatchError  `json:"mismatch,omitempty"`
 	Cause     *wireError          `json:"cause,omitempty"`
 }
 
@@ -36,6 +38,8 @@ func toWire(err error) *wireError {
 		vi *reshard.ViewError
 		fi *reshard.FieldError
 		nf *NonFiniteError
+		le *LeftError
+		cm *CallMismatchError
 	)
 	switch {
 	case errors.As(err, &ab):
@@ -62,6 +66,14 @@ func toWire(err error) *wireError {
 		w.Kind, w.Field = "field", fi
 	case errors.As(err, &nf):
 		w.Kind, w.NonFinite = "nonfinite", nf
+	case errors.As(err, &cm):
+		w.Kind, w.Mismatch = "mismatch", cm
+	case errors.As(err, &le):
+		l := *le
+		if l.Cause != nil {
+			l.CauseText = l.Cause.Error()
+		}
+		w.Kind, w.Left = "left", &l
 	}
 	return w
 }
@@ -69,7 +81,8 @@ func toWire(err error) *wireError {
 // EncodeError serialises an error so that another rank can rebuild it with
 // DecodeError: its text, and its m2n error type with its fields
 // (*ValidationError, *AgreementError, *ChecksumError, *TimeoutError,
-// *BufferError, *ViewError, *FieldError, *NonFiniteError, *AbortError, found with
+// *BufferError, *ViewError, *FieldError, *NonFiniteError, *LeftError, *CallMismatchError,
+// *AbortError, found with
 // errors.As). A nil error encodes as nil.
 func EncodeError(err error) []byte {
 	if err == nil {
@@ -148,6 +161,14 @@ func fromWire(w *wireError) error {
 	case "nonfinite":
 		if w.NonFinite != nil {
 			typed = w.NonFinite
+		}
+	case "left":
+		if w.Left != nil {
+			typed = w.Left
+		}
+	case "mismatch":
+		if w.Mismatch != nil {
+			typed = w.Mismatch
 		}
 	}
 	if typed == nil || typed.Error() == w.Msg {

@@ -98,3 +98,30 @@ var ErrCallMismatch = errors.New("refit: ranks run different steps")
 
 // Is makes errors.Is(err, ErrCallMismatch) true.
 func (e *CallMismatchError) Is(target error) bool { return target == ErrCallMismatch }
+
+// LeftError reports a peer that left the group (closed its session, or its
+// program failed and left it: session.Session.Leave) before a collective
+// this rank waits in: it entered After collectives and will join no more,
+// so this one can never complete. The group aborts; Cause is why the peer
+// left (nil: it closed its session without a failure).
+type LeftError struct {
+	Rank  int    `json:"rank"`  // the rank that left
+	After uint64 `json:"after"` // the collectives it entered before it left
+	Phase string `json:"phase"` // the collective this rank waits in
+	Cause error  `json:"-"`
+	// CauseText is Cause's text, which survives JSON.
+	CauseText string `json:"cause,omitempty"`
+}
+
+func (e *LeftError) Error() string {
+	why := "closed the session"
+	if e.Cause != nil {
+		why = "left the session: " + e.Cause.Error()
+	} else if e.CauseText != "" {
+		why = "left the session: " + e.CauseText
+	}
+	return fmt.Sprintf("rank %d %s, before the %s (it took part in %d collectives): every rank must make the same calls", e.Rank, why, e.Phase, e.After)
+}
+
+// Unwrap returns why the peer left.
+func (e *LeftError) Unwrap() error { return e.Cause }

@@ -19,6 +19,7 @@ const (
 	tagAbort  = 0x4d41 // an abort notice: the sender gave up, and why
 	tagQuery  = 0x4d51 // a roll call: "which collective are you in?"
 	tagAnswer = 0x4d52 // the answer to a roll call
+	tagLeave  = 0x4d4c // a leave notice: the sender closed its session after its n-th collective, and why
 )
 
 // noticeBytes is the size of an abort notice: small enough that MPI sends
@@ -43,17 +44,30 @@ type control struct {
 	noteBuf []byte
 	query   *mpi.Request
 	qBuf    []byte
-	keep    []*mpi.Request // sends that may never complete (to peers that are gone)
+	leave   *mpi.Request
+	lBuf    []byte
+	left    map[int]leftRank // peers that closed their session, by rank
+	keep    []*mpi.Request   // sends that may never complete (to peers that are gone)
+}
+
+// leftRank is a peer's leave notice: the collectives it entered before it
+// left (it joins none after), and why it left.
+type leftRank struct {
+	after uint64
+	cause error
 }
 
 func newControl(comm *mpi.Comm, timeout time.Duration) (*control, error) {
 	c := &control{comm: comm, rank: comm.Rank(), size: comm.Size(), timeout: timeout,
-		noteBuf: make([]byte, noticeBytes), qBuf: make([]byte, 16)}
+		noteBuf: make([]byte, noticeBytes), qBuf: make([]byte, 16), lBuf: make([]byte, noticeBytes), left: map[int]leftRank{}}
 	var err error
 	if c.notice, err = comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort); err != nil {
 		return nil, err
 	}
 	if c.query, err = comm.Irecv(c.qBuf, mpi.AnySource, tagQuery); err != nil {
+		return nil, err
+	}
+	if c.leave, err = comm.Irecv(c.lBuf, mpi.AnySource, tagLeave); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -117,6 +131,10 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 	}
 	c.seq++
 	seq := c.seq
+	if err := c.gone(seq, phase); err != nil {
+		c.mu.Unlock()
+		return c.abort(err)
+	}
 	req, err := start()
 	c.mu.Unlock()
 	if err != nil {
@@ -136,6 +154,13 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 		if err := c.poll(); err != nil {
 			c.keepRequest(req)
 			return err
+		}
+		c.mu.Lock()
+		err = c.gone(seq, phase)
+		c.mu.Unlock()
+		if err != nil {
+			c.keepRequest(req)
+			return c.abort(err)
 		}
 		if ctx.Err() != nil {
 			c.keepRequest(req)
@@ -194,6 +219,15 @@ func (c *control) poll() error {
 				c.keep = append(c.keep, r)
 			}
 			c.query, _ = c.comm.Irecv(c.qBuf, mpi.AnySource, tagQuery)
+		}
+	}
+	if c.leave != nil {
+		if done, err := c.leave.Test(); err == nil && done {
+			st, _ := c.leave.Status()
+			n := binary.LittleEndian.Uint64(c.lBuf)
+			c.left[st.Source] = leftRank{after: n, cause: refit.DecodeError(trimZeros(c.lBuf[8:]))}
+			clear(c.lBuf)
+			c.leave, _ = c.comm.Irecv(c.lBuf, mpi.AnySource, tagLeave)
 		}
 	}
 	if c.notice != nil {
@@ -363,13 +397,13 @@ func (c *control) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
-	for _, r := range []*mpi.Request{c.notice, c.query} {
+	for _, r := range []*mpi.Request{c.notice, c.query, c.leave} {
 		if r != nil {
 			_, err := r.Cancel()
 			errs = append(errs, err)
 		}
 	}
-	c.notice, c.query = nil, nil
+	c.notice, c.query, c.leave = nil, nil, nil
 	for _, r := range c.keep {
 		if done, _ := r.Test(); done {
 			continue
@@ -401,4 +435,49 @@ func (c *control) closeIfHealthy() error {
 		return nil
 	}
 	return c.close()
+}
+
+// gone returns a *LeftError for the lowest peer that left before
+// collective seq, which it will never join; c.mu is held.
+func (c *control) gone(seq uint64, phase string) error {
+	lowest := -1
+	for r, l := range c.left {
+		if l.after < seq && (lowest < 0 || r < lowest) {
+			lowest = r
+		}
+	}
+	if lowest < 0 {
+		return nil
+	}
+	l := c.left[lowest]
+	return &refit.LeftError{Rank: lowest, After: l.after, Phase: phase, Cause: l.cause}
+}
+
+// sayLeaving tells every peer that this rank joins no collective after the
+// ones it entered, and why (nil: it closed the session). A peer that waits
+// in, or later enters, a collective this rank never joined fails at once
+// with a *LeftError naming it; one still finishing a collective this rank
+// took part in is not disturbed.
+func (c *control) sayLeaving(cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted != nil || c.size == 1 {
+		return
+	}
+	msg := binary.LittleEndian.AppendUint64(nil, c.seq)
+	if cause != nil {
+		enc := refit.EncodeError(cause)
+		if len(enc) > noticeBytes-8 {
+			enc = refit.EncodeError(errors.New(truncate(cause.Error(), noticeBytes/2)))
+		}
+		msg = append(msg, enc...)
+	}
+	for r := 0; r < c.size; r++ {
+		if r == c.rank {
+			continue
+		}
+		if req, err := c.comm.Isend(msg, r, tagLeave); err == nil {
+			c.keep = append(c.keep, req)
+		}
+	}
 }

@@ -448,9 +448,23 @@ func (s *Session) Barrier(ctx context.Context) error {
 // frees nothing that a peer might still touch and marks MPI as failed, so
 // that mpi.Finalize ends the job instead of waiting for peers that are
 // gone (see mpi.MarkFailed).
-func (s *Session) Close() error {
+func (s *Session) Close() error { return s.Leave(nil) }
+
+// Leave closes the session as Close does, after a failure of this rank's
+// own program (cause; nil is a plain Close). Either way every peer learns
+// that this rank joins no more collectives: a peer that waits in, or
+// later enters, a collective this rank never joined fails at once with a
+// *refit.LeftError naming this rank and cause (its session aborts), instead of
+// waiting out the timeout; a peer still finishing a collective this rank
+// took part in (the last step, the closing barrier) is not disturbed. So
+// a program needs only `defer s.Close()` (or Leave(err) on its error path)
+// for an error on one rank to reach the others at their next collective.
+func (s *Session) Leave(cause error) error {
 	if s == nil || s.closed {
 		return nil
+	}
+	if s.ctl != nil && !s.closed {
+		s.ctl.sayLeaving(cause)
 	}
 	s.closed = true
 	if s.rt != nil {

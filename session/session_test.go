@@ -397,3 +397,91 @@ func TestOneRank(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaveNamedAtOnce: rank 2's program fails after preparing a call
+// and leaves the session with its error; the other ranks, in the step's
+// first collective, fail at once (well inside the minute-long timeout)
+// with a *refit.LeftError naming rank 2 and its cause.
+func TestLeaveNamedAtOnce(t *testing.T) {
+	const timeout = time.Minute
+	out, _ := mpitest.Output(t, 4, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := buffers(t, s, specs)
+		if c.Rank() == 2 {
+			if err := s.Leave(errors.New("the trainer's optimizer diverged")); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("RESULT rank 2 left\n")
+			return
+		}
+		start := time.Now()
+		_, err = call.Run(context.Background(), bufs)
+		var le *refit.LeftError
+		fmt.Printf("RESULT rank %d after %.1fs: left=%v rank=%d: %v\n", c.Rank(), time.Since(start).Seconds(),
+			errors.As(err, &le), leftRank(le), err)
+		s.Close()
+	})
+	if mpitest.InChild() {
+		return
+	}
+	re := regexp.MustCompile(`RESULT rank (\d) after ([0-9.]+)s: left=true rank=2: .*rank 2 left the session: the trainer's optimizer diverged`)
+	for _, r := range []int{0, 1, 3} {
+		found := false
+		for _, m := range re.FindAllStringSubmatch(out, -1) {
+			if m[1] == fmt.Sprint(r) {
+				found = true
+				var secs float64
+				fmt.Sscan(m[2], &secs)
+				if secs > 10 {
+					t.Errorf("rank %d learned it after %.1fs; the timeout is %v", r, secs, timeout)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("rank %d did not name rank 2 leaving:\n%s", r, out)
+		}
+	}
+}
+
+// TestCloseAfterLastStep: ranks that close their sessions as soon as the
+// last step is done on them disturb no rank still finishing that step.
+func TestCloseAfterLastStep(t *testing.T) {
+	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Join(c, session.Options{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := buffers(t, s, specs)
+		for step := 0; step < 3; step++ {
+			if _, err := call.Run(context.Background(), bufs); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+		if c.Rank() == 0 {
+			time.Sleep(200 * time.Millisecond) // the others close first
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func leftRank(le *refit.LeftError) int {
+	if le == nil {
+		return -1
+	}
+	return le.Rank
+}
