@@ -72,9 +72,10 @@ REFIT_FUZZTIME ?= $(FUZZTIME)
 fuzz-refit: deps
 	$(if $(SWEEP),M2N_FUZZ_SWEEP=$(SWEEP) $(GO) test ./apps/refit -run '^TestRunConfigSweep$$' -count=1 -timeout 0,)
 	$(GO) test ./apps/refit -run '^$$' -fuzz '^FuzzRunConfig$$' -fuzztime $(REFIT_FUZZTIME) -parallel 1 -fuzzminimizetime 10x
+	$(GO) test ./apps/refit -run '^$$' -fuzz '^FuzzSyncConfig$$' -fuzztime $(REFIT_FUZZTIME) -parallel 1 -fuzzminimizetime 10x
 
 bench:
-	$(GO) test ./reshard -run '^$$' -bench . -benchmem
+	$(GO) test ./reshard ./refit -run '^$$' -bench . -benchmem
 
 # gpu-bins builds what scripts/gpu-check.sh and scripts/gpu-python.sh run on a
 # GPU machine without Go.
