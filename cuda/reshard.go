@@ -76,15 +76,8 @@ func (m *Memory) Free(b transport.Buffer) {
 // checkRegion makes sure a descriptor stays inside a buffer before a kernel
 // touches it: device code cannot report an out-of-range address.
 func checkRegion(what string, d strided.Desc, size int64) error {
-	if d.Bytes() == 0 {
-		return nil
-	}
-	last := d.Offset
-	for i, c := range d.Count {
-		last += (c - 1) * d.Stride[i]
-	}
-	if d.Offset < 0 || last+d.Run > size {
-		return fmt.Errorf("cuda: %s %+v reaches byte %d of a %d-byte buffer", what, d, last+d.Run, size)
+	if err := d.Fits(size); err != nil {
+		return fmt.Errorf("cuda: %s: %w", what, err)
 	}
 	return nil
 }

@@ -147,7 +147,7 @@ func Exchange(ctx context.Context, coll Collective, mine []byte) ([][]byte, erro
 	for r := range counts {
 		counts[r] = int64(binary.LittleEndian.Uint64(lens[8*r:]))
 		if counts[r] < 0 || counts[r] > 1<<30 {
-			return nil, fmt.Errorf("reshard: rank %d sends a control message of %d bytes", r, counts[r])
+			return nil, fmt.Errorf("refit: rank %d sends a control message of %d bytes", r, counts[r])
 		}
 		displs[r] = total
 		total += counts[r]
@@ -432,5 +432,5 @@ func agreeStatus(ctx context.Context, coll Collective, failed []byte, firstErr e
 			return out, e, nil
 		}
 	}
-	return out, fmt.Errorf("reshard: a rank reported a failure without a message"), nil
+	return out, fmt.Errorf("refit: a rank reported a failure without a message"), nil
 }

@@ -105,7 +105,7 @@ func DecodeError(b []byte) error {
 	}
 	var w wireError
 	if err := json.Unmarshal(b, &w); err != nil {
-		return fmt.Errorf("reshard: an undecodable error from a peer: %q", b)
+		return fmt.Errorf("refit: an undecodable error from a peer: %q", b)
 	}
 	return fromWire(&w)
 }

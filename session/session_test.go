@@ -244,16 +244,7 @@ func TestTypedErrorsCrossRanks(t *testing.T) {
 func TestStoppedRankNamed(t *testing.T) {
 	const timeout = 3 * time.Second
 	out, _ := mpitest.Output(t, 4, func(t mpitest.T, c *mpi.Comm) {
-		s, err := session.Join(c, session.Options{Timeout: timeout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs := buffers(t, s, specs)
+		s, call, bufs := twoByTwo(t, c, timeout)
 		if c.Rank() == 3 {
 			time.Sleep(3 * timeout) // stopped: never calls Run in time
 			fmt.Printf("RESULT rank 3 woke up\n")
@@ -261,7 +252,7 @@ func TestStoppedRankNamed(t *testing.T) {
 			return
 		}
 		start := time.Now()
-		_, err = call.Run(context.Background(), bufs)
+		_, err := call.Run(context.Background(), bufs)
 		var te *refit.TimeoutError
 		aborted, _ := s.Aborted()
 		fmt.Printf("RESULT rank %d after %.1fs: timeout=%v peers=%v aborted=%v: %v\n", c.Rank(), time.Since(start).Seconds(),
@@ -294,6 +285,22 @@ func TestStoppedRankNamed(t *testing.T) {
 	if strings.Contains(out, "panic") {
 		t.Errorf("a panic:\n%s", out)
 	}
+}
+
+// twoByTwo joins a session over c (4 ranks) and prepares one call on it:
+// a 16x8 bf16 tensor from ranks 0-1 in rows to ranks 2-3 in columns, with
+// its buffers (the source filled, the destination poisoned).
+func twoByTwo(t mpitest.T, c *mpi.Comm, timeout time.Duration) (*session.Session, *refit.Call, []refit.TensorBuffers) {
+	s, err := session.Join(c, session.Options{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+	call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, call, buffers(t, s, specs)
 }
 
 func peersOf(te *refit.TimeoutError) []int {
@@ -405,16 +412,7 @@ func TestOneRank(t *testing.T) {
 func TestLeaveNamedAtOnce(t *testing.T) {
 	const timeout = time.Minute
 	out, _ := mpitest.Output(t, 4, func(t mpitest.T, c *mpi.Comm) {
-		s, err := session.Join(c, session.Options{Timeout: timeout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs := buffers(t, s, specs)
+		s, call, bufs := twoByTwo(t, c, timeout)
 		if c.Rank() == 2 {
 			if err := s.Leave(errors.New("the trainer's optimizer diverged")); err != nil {
 				t.Fatal(err)
@@ -423,7 +421,7 @@ func TestLeaveNamedAtOnce(t *testing.T) {
 			return
 		}
 		start := time.Now()
-		_, err = call.Run(context.Background(), bufs)
+		_, err := call.Run(context.Background(), bufs)
 		var le *refit.LeftError
 		fmt.Printf("RESULT rank %d after %.1fs: left=%v rank=%d: %v\n", c.Rank(), time.Since(start).Seconds(),
 			errors.As(err, &le), leftRank(le), err)
@@ -455,16 +453,7 @@ func TestLeaveNamedAtOnce(t *testing.T) {
 // last step is done on them disturb no rank still finishing that step.
 func TestCloseAfterLastStep(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
-		s, err := session.Join(c, session.Options{Timeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs := buffers(t, s, specs)
+		s, call, bufs := twoByTwo(t, c, time.Minute)
 		for step := 0; step < 3; step++ {
 			if _, err := call.Run(context.Background(), bufs); err != nil {
 				t.Fatalf("step %d: %v", step, err)

@@ -72,3 +72,19 @@ func TestCheckDisjoint(t *testing.T) {
 		}
 	}
 }
+
+func TestFits(t *testing.T) {
+	d := Desc{Offset: 3, Run: 4, Count: []int64{2, 3}, Stride: []int64{100, 10}} // reaches byte 127
+	if err := d.Fits(127); err != nil {
+		t.Errorf("Fits(127): %v", err)
+	}
+	if err := d.Fits(126); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Fits(126) = %v, want ErrInvalid", err)
+	}
+	if err := (Desc{Offset: -1, Run: 2}).Fits(10); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a negative offset fits: %v", err)
+	}
+	if err := (Desc{Offset: 50, Run: 4, Count: []int64{0}, Stride: []int64{8}}).Fits(0); err != nil {
+		t.Errorf("no bytes must fit anywhere: %v", err)
+	}
+}

@@ -94,6 +94,22 @@ func (s Desc) Extent() int64 {
 	return end
 }
 
+// Fits returns an error (wrapping ErrInvalid) unless every run of the
+// descriptor lies inside a buffer of size bytes; a descriptor of no bytes
+// fits anywhere.
+func (s Desc) Fits(size int64) error {
+	if s.Bytes() == 0 {
+		return nil
+	}
+	if s.Offset < 0 || s.Run < 0 {
+		return fmt.Errorf("%w: %v: offset and run must not be negative", ErrInvalid, s)
+	}
+	if e := s.Extent(); e > size {
+		return fmt.Errorf("%w: %v reaches byte %d of a buffer of %d bytes", ErrInvalid, s, e, size)
+	}
+	return nil
+}
+
 // CheckDisjoint returns an error (wrapping ErrInvalid) unless the
 // descriptor's runs are pairwise disjoint, which a destination needs (two
 // runs writing one byte would race on a GPU). It checks a sufficient

@@ -63,7 +63,7 @@ type QuantMemory interface {
 func (HostMemory) QuantAmax(g fp8.Grid, w fp8.Window, r QuantRegion) error {
 	src, ok := r.Buf.(HostBuffer)
 	if !ok {
-		return fmt.Errorf("reshard: HostMemory needs a HostBuffer, got %T", r.Buf)
+		return fmt.Errorf("transport: HostMemory needs a HostBuffer, got %T", r.Buf)
 	}
 	return g.Amax(w, fp8.Region{DType: r.DType, Data: src, At: r.At, Box: r.Box})
 }

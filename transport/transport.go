@@ -130,10 +130,10 @@ type HostMemory struct{}
 func (HostMemory) Upload(dst Buffer, src []byte) error {
 	d, ok := dst.(HostBuffer)
 	if !ok {
-		return fmt.Errorf("reshard: HostMemory needs a HostBuffer, got %T", dst)
+		return fmt.Errorf("transport: HostMemory needs a HostBuffer, got %T", dst)
 	}
 	if len(src) > len(d) {
-		return fmt.Errorf("reshard: upload of %d bytes into a buffer of %d", len(src), len(d))
+		return fmt.Errorf("transport: upload of %d bytes into a buffer of %d", len(src), len(d))
 	}
 	copy(d, src)
 	return nil
@@ -143,10 +143,10 @@ func (HostMemory) Upload(dst Buffer, src []byte) error {
 func (HostMemory) Download(dst []byte, src Buffer) error {
 	s, ok := src.(HostBuffer)
 	if !ok {
-		return fmt.Errorf("reshard: HostMemory needs a HostBuffer, got %T", src)
+		return fmt.Errorf("transport: HostMemory needs a HostBuffer, got %T", src)
 	}
 	if len(dst) > len(s) {
-		return fmt.Errorf("reshard: download of %d bytes from a buffer of %d", len(dst), len(s))
+		return fmt.Errorf("transport: download of %d bytes from a buffer of %d", len(dst), len(s))
 	}
 	copy(dst, s)
 	return nil
@@ -155,7 +155,7 @@ func (HostMemory) Download(dst []byte, src Buffer) error {
 // Alloc returns a zeroed HostBuffer.
 func (HostMemory) Alloc(n int64) (Buffer, error) {
 	if n < 0 {
-		return nil, fmt.Errorf("reshard: allocate %d bytes", n)
+		return nil, fmt.Errorf("transport: allocate %d bytes", n)
 	}
 	return HostBuffer(make([]byte, n)), nil
 }
@@ -211,7 +211,7 @@ func (HostMemory) Copy(dst Buffer, dstDesc strided.Desc, src Buffer, srcDesc str
 		return err
 	}
 	if srcDesc.Bytes() != dstDesc.Bytes() {
-		return fmt.Errorf("reshard: copy of %d bytes into %d", srcDesc.Bytes(), dstDesc.Bytes())
+		return fmt.Errorf("transport: copy of %d bytes into %d", srcDesc.Bytes(), dstDesc.Bytes())
 	}
 	if err := checkStrided("copy source", srcDesc, int64(len(s))); err != nil {
 		return err
@@ -249,31 +249,23 @@ func hostPair(dst, src Buffer) (HostBuffer, HostBuffer, error) {
 	d, ok1 := dst.(HostBuffer)
 	s, ok2 := src.(HostBuffer)
 	if !ok1 || !ok2 {
-		return nil, nil, fmt.Errorf("reshard: HostMemory needs HostBuffers, got %T and %T", dst, src)
+		return nil, nil, fmt.Errorf("transport: HostMemory needs HostBuffers, got %T and %T", dst, src)
 	}
 	return d, s, nil
 }
 
 func checkRange(what string, off, n, size int64) error {
 	if off < 0 || n < 0 || off+n > size {
-		return fmt.Errorf("reshard: %s [%d, %d) outside a buffer of %d bytes", what, off, off+n, size)
+		return fmt.Errorf("transport: %s [%d, %d) outside a buffer of %d bytes", what, off, off+n, size)
 	}
 	return nil
 }
 
 // checkStrided checks that every run of desc lies inside a buffer of size
-// bytes: the first run starts at Offset and the last at Offset plus the
-// sum of (Count-1)*Stride.
+// bytes.
 func checkStrided(what string, desc strided.Desc, size int64) error {
-	if desc.Rows() == 0 {
-		return nil
-	}
-	last := desc.Offset
-	for i, c := range desc.Count {
-		last += (c - 1) * desc.Stride[i]
-	}
-	if desc.Offset < 0 || desc.Run < 0 || last+desc.Run > size {
-		return fmt.Errorf("reshard: %s %v reaches byte %d of a buffer of %d", what, desc, last+desc.Run, size)
+	if err := desc.Fits(size); err != nil {
+		return fmt.Errorf("transport: %s: %w", what, err)
 	}
 	return nil
 }
