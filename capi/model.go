@@ -67,6 +67,7 @@ type modelBuffer struct {
 type modelPart struct {
 	Tensor      string  `json:"tensor"`
 	Entry       string  `json:"entry"`
+	Transposed  bool    `json:"transposed"` // the layout moves Shape with its last two dims swapped
 	Shape       []int64 `json:"shape"`
 	LayoutShape []int64 `json:"layout_shape"`
 	LocalShape  []int64 `json:"local_shape"`
@@ -86,7 +87,7 @@ func partsOf(stg *model.Stage, side model.Side, rank int, name string) []modelPa
 		}
 		box, _ := t.Box(side, rank)
 		sh, w := box.Shape(), t.Whole()
-		out = append(out, modelPart{Tensor: w.Name, Entry: t.Name, Shape: w.Shape, LayoutShape: w.LayoutShape, LocalShape: sh, Offset: box.Lo,
+		out = append(out, modelPart{Tensor: w.Name, Entry: t.Name, Transposed: w.Transposed, Shape: w.Shape, LayoutShape: w.LayoutShape, LocalShape: sh, Offset: box.Lo,
 			ViewOffset: p.View.Offset, ViewStrides: p.View.ResolvedStrides(sh)})
 	}
 	return out
@@ -267,6 +268,38 @@ func gridOffset(t *model.TensorLayout, sp reshard.Spec, lo []int64) []int64 {
 	return out
 }
 
+// refreshEntry is a tensor this generator rank holds that needs the
+// generator's post-load step after every step (model.Tensor.Refresh).
+type refreshEntry struct {
+	Tensor string `json:"tensor"`
+	Buffer string `json:"buffer"`
+	Stage  int    `json:"stage"`
+	Why    string `json:"why"`
+}
+
+// refreshOf lists the tensors of this rank's generator buffers that need
+// the generator's post-load step, in model order.
+func refreshOf(me *modelEntry) []refreshEntry {
+	out := []refreshEntry{}
+	seen := map[string]bool{}
+	for si, ss := range me.m.Stages.Sessions {
+		if ss == nil {
+			continue
+		}
+		for _, t := range me.m.Layouts.Stages[si].Tensors {
+			w := t.Whole()
+			if w.Refresh == "" || seen[w.Name] {
+				continue
+			}
+			if p, ok := t.Part(model.Dst, ss.Rank()); ok {
+				seen[w.Name] = true
+				out = append(out, refreshEntry{Tensor: w.Name, Buffer: p.Buffer, Stage: si, Why: w.Refresh})
+			}
+		}
+	}
+	return out
+}
+
 // byStage lists m's values by stage, then name (key gives both).
 func byStage[T any](m map[string]T, key func(T) (int, string)) []T {
 	out := make([]T, 0, len(m))
@@ -302,6 +335,7 @@ func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t
 		"world": l.World(), "stages": len(l.Stages), "tensors": len(l.Model.Tensors),
 		"params": l.Model.Params(), "bytes": l.Model.Bytes(),
 		"src": byStage(me.bufs[0], bufferKey), "dst": byStage(me.bufs[1], bufferKey), "scale": byStage(me.scales, scaleKey),
+		"refresh": refreshOf(me),
 	})
 	if err != nil {
 		return result(err)
