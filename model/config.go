@@ -311,10 +311,6 @@ var typeDefaults = map[string]defaults{
 	}, flags: map[string]bool{"tie_word_embeddings": false, "attention_bias": false}, headDimNone: true},
 }
 
-// maxLayers bounds num_hidden_layers (2^31: every layer count m2n can lay
-// out, since a model of more tensors than MaxTensors is refused anyway).
-const maxLayers = 1 << 31
-
 // Validate checks that the configuration describes a model whose tensors
 // can be built, in time independent of the layer count: positive sizes,
 // head counts that group (KVHeads divides Heads), dense layers where the
@@ -346,9 +342,6 @@ func (c Config) Validate() error {
 		if err := pos(ch.key, ch.v); err != nil {
 			return err
 		}
-	}
-	if c.Layers > maxLayers {
-		return fmt.Errorf("config: %s num_hidden_layers %d is more than m2n lays out (%d)", c.ModelType, c.Layers, maxLayers)
 	}
 	if !c.DType.Valid() {
 		return fmt.Errorf("config: %s: invalid dtype", c.ModelType)
@@ -517,7 +510,7 @@ func (r *reader) optStr(keys ...string) (string, bool) {
 func (r *reader) number(k string, v any) int64 {
 	f, isNum := v.(float64)
 	if !isNum || f != math.Trunc(f) || f < 0 || f > 1<<53 {
-		r.fail(k, "is %s, want a non-negative integer", describe(v))
+		r.fail(k, "is %s, want a non-negative integer (at most 2^53)", describe(v))
 		return 0
 	}
 	return int64(f)
