@@ -81,7 +81,18 @@ all as JSON, --parts with every rank's buffers and parts.`,
 			if err != nil {
 				return err
 			}
-			if _, err := model.Load(spec, model.LoadOptions{}); err != nil {
+			// Check the model with one layer where --layers cuts it, so that a
+			// config of any layer count costs only what is kept.
+			probe := model.LoadOptions{}
+			if layers > 0 {
+				probe.Layers = 1
+			}
+			if _, err := model.Load(spec, probe); err != nil {
+				if layers > 0 {
+					if _, plain := model.Load(spec, model.LoadOptions{}); plain == nil {
+						return flagError("layers", fmt.Sprint(layers), err)
+					}
+				}
 				return flagError("model", spec, err)
 			}
 			if scale < 1 {
@@ -91,7 +102,7 @@ all as JSON, --parts with every rank's buffers and parts.`,
 				return flagError("layers", fmt.Sprint(layers), fmt.Errorf("want at least 1 (0 keeps them all)"))
 			}
 			if mtp {
-				if _, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: true}}); err != nil {
+				if _, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: true}, Layers: probe.Layers}); err != nil {
 					return usageError{fmt.Errorf("--mtp: %w", err)}
 				}
 			}

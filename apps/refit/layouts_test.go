@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 type layoutsResult struct {
@@ -171,6 +175,39 @@ func TestLayoutsBadInput(t *testing.T) {
 				t.Errorf("error %q, want one line containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLayoutsHugeLayerCounts: a config of 2^53 layers cut by --layers 2
+// lays out at once (issue 23.4); 10^9 layers uncut are refused by their
+// size before anything is built (issue 23.6), naming --layers.
+func TestLayoutsHugeLayerCounts(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		layers int64
+		args   []string
+		want   string
+	}{
+		{1 << 53, []string{"--layers", "2"}, "model huge: 21 tensors"},
+		{1e9, nil, "more than m2n lays out (1048576 tensors): cut them with --layers"},
+	} {
+		path := filepath.Join(dir, "huge.json")
+		cfg := fmt.Sprintf(`{"model_type":"llama","vocab_size":64,"hidden_size":16,"intermediate_size":32,"num_hidden_layers":%d,"num_attention_heads":4}`, tc.layers)
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		out, err := refit(t, append([]string{"layouts", "--model", path, "--train", "tp=1", "--gen", "tp=1"}, tc.args...)...)
+		if el := time.Since(start); el > 5*time.Second {
+			t.Errorf("%d layers: %v", tc.layers, el)
+		}
+		got := out
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("%d layers %v: %q, want %q", tc.layers, tc.args, got, tc.want)
+		}
 	}
 }
 
