@@ -64,10 +64,12 @@ the generator reruns that step after every refit (see docs/python.md).
 by N (head counts stay); --layers L keeps the first L layers; --mtp adds
 DeepSeek's multi-token-prediction layer (on the last stage). --json prints it
 all as JSON, --parts with every rank's buffers and parts.`,
-		Example: `  # DeepSeek-V3, 128 trainer GPUs (EP16, expert-DP 2, PP4) to 128 generator GPUs (TP8, DP16)
-  refit layouts --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16
-  # Qwen3-235B-A22B, 64 (TP2, CP2, DP4, PP4, EP16) to 64 (TP8, DP8)
-  refit layouts --model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16 --gen tp=8,dp=8
+		Example: `  # DeepSeek-V3, 128 trainer GPUs (EP16, expert-DP 2, PP4 of 16, 15, 15, 15 layers) to 128 generator GPUs (TP8, DP16)
+  refit layouts --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16,first=16,last=15 --gen tp=8,dp=16
+  # Qwen3-235B-A22B, 64 (TP2, CP2, DP4, PP4, EP16 without expert-TP) to 64 (TP8, DP8)
+  refit layouts --model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16,etp=1 --gen tp=8,dp=8
+  # the same generator in FP8: what vLLM quantizes, and each weight_scale_inv
+  refit layouts --model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16,etp=1 --gen tp=8,dp=8 --dst-dtype e4m3
   # NeMo-RL's DeepSeek-V3: PP16 x EP16 to TP32 x DP8, as JSON
   refit layouts --model deepseek-v3 --train pp=16,dp=16,ep=16 --gen tp=32,dp=8 --json
   # a scaled model that fits 16 CPU ranks
@@ -144,8 +146,8 @@ all as JSON, --parts with every rank's buffers and parts.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&spec, "model", "", "a built-in model, a config.json or a tensor list (JSON)")
-	fs.StringVar(&train, "train", "", "trainer sizes, e.g. tp=2,cp=2,dp=4,pp=4,ep=16 (etp, first, last too)")
-	fs.StringVar(&gen, "gen", "", "generator sizes, e.g. tp=8,dp=8 (ep too)")
+	fs.StringVar(&train, "train", "", "trainer sizes, e.g. tp=2,cp=2,dp=4,pp=4,ep=16,etp=1 (keys: "+model.TrainerKeys+")")
+	fs.StringVar(&gen, "gen", "", "generator sizes, e.g. tp=8,dp=8 (keys: "+model.GeneratorKeys+")")
 	fs.IntVar(&scale, "scale", 1, "divide widths and expert counts by N")
 	fs.IntVar(&layers, "layers", 0, "keep only the first L decoder layers (0: all)")
 	fs.BoolVar(&mtp, "mtp", false, "add DeepSeek's multi-token-prediction layer")
