@@ -247,14 +247,14 @@ func TestPublishedConfigurations(t *testing.T) {
 	}{
 		{"DeepSeek-V3 128 -> 128", "deepseek-v3", "tp=1,dp=32,pp=4,ep=16", "tp=8,dp=16", false, []int{15, 16, 16, 14},
 			map[string][2]string{
-				"model.embed_tokens.weight":                        {"129280x7168 bf16 on 32[0-31] R", "129280x7168 bf16 on 16x8[32-159] R,S0"},
+				"model.embed_tokens.weight": {"129280x7168 bf16 on 32[0-31] R", "129280x7168 bf16 on 16x8[32-159] R,S0"},
 				// vLLM's DP without EP: the experts split over all tp x dp = 128 ranks
 				"model.layers.3.mlp.experts.gate_up_proj":          {"256x2x2048x7168 bf16 on 2x16[0-31] R,S0", "256x2x2048x7168 bf16 on 128[32-159] S2"},
 				"model.layers.3.mlp.experts.down_proj":             {"256x7168x2048 bf16 on 2x16[0-31] R,S0", "256x7168x2048 bf16 on 128[32-159] S2"},
 				"model.layers.0.self_attn.o_proj.weight":           {"7168x16384 bf16 on 32[0-31] R", "7168x16384 bf16 on 16x8[32-159] R,S1"},
 				"model.layers.0.self_attn.q_a_proj.weight":         {"1536x7168 bf16 on 32[0-31] R", "1536x7168 bf16 on 128[32-159] R"},
 				"model.layers.60.mlp.gate.e_score_correction_bias": {"256 f32 on 32[0-31] R", "256 f32 on 128[32-159] R"},
-				"lm_head.weight":                                   {"129280x7168 bf16 on 32[0-31] R", "129280x7168 bf16 on 16x8[32-159] R,S0"},
+				"lm_head.weight": {"129280x7168 bf16 on 32[0-31] R", "129280x7168 bf16 on 16x8[32-159] R,S0"},
 			}},
 		{"DeepSeek-V3 with MTP", "deepseek-v3", "tp=1,dp=32,pp=4,ep=16", "tp=8,dp=16", true, []int{15, 16, 16, 14},
 			map[string][2]string{
@@ -317,7 +317,7 @@ func TestScaledLayouts(t *testing.T) {
 		{"deepseek-v3", 32, "tp=1,pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
 		{"deepseek-v3", 16, "tp=2,pp=2,dp=2,ep=2", "tp=8"},
 		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=2", "tp=2,dp=2,ep=4"}, // sequence-parallel MoE: shared experts whole
-		{"deepseek-v3", 64, "tp=1,pp=2,ep=2,dp=2", "tp=2,dp=3,ep=6"},   // 4 experts over 6 EP ranks: vLLM's 1,1,1,1,0,0
+		{"deepseek-v3", 64, "tp=1,pp=2,ep=2,dp=2", "tp=2,dp=3,ep=6"}, // 4 experts over 6 EP ranks: vLLM's 1,1,1,1,0,0
 		{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4,etp=1", "tp=8"},
 		{"qwen3-235b-a22b", 16, "tp=4,pp=2,dp=2,ep=2,etp=2", "tp=2,dp=4"},
 		{"qwen3-235b-a22b", 16, "tp=2,pp=2,dp=2", "tp=4,dp=2,ep=8"},
@@ -337,7 +337,7 @@ func TestScaledLayouts(t *testing.T) {
 		name := fmt.Sprintf("%s/%d %s -> %s", tc.spec, tc.scale, tc.train, tc.gen)
 		t.Run(name, func(t *testing.T) {
 			mtp := strings.HasPrefix(tc.spec, "deepseek")
-		_ = mtp
+			_ = mtp
 			l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, Options: Options{MTP: mtp}}, tc.train, tc.gen)
 			checkLayouts(t, l)
 		})

@@ -294,3 +294,53 @@ func TestParseErrors(t *testing.T) {
 		t.Errorf("MTP on llama: %v", err)
 	}
 }
+
+// TestTransformersDefaults: keys a config.json leaves out take exactly the
+// default of transformers' configuration class for the model type
+// (issue 22 case 6), never m2n's own.
+func TestTransformersDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		got  func(c Config) any
+		want any
+		why  string
+	}{
+		{`{"model_type":"deepseek_v3"}`, func(c Config) any { return c.Experts }, int64(256), "DeepseekV3Config n_routed_experts=256"},
+		{`{"model_type":"deepseek_v3"}`, func(c Config) any { return c.FirstDenseLayers }, 3, "DeepseekV3Config first_k_dense_replace=3"},
+		{`{"model_type":"deepseek_v3"}`, func(c Config) any { return c.QLoraRank }, int64(1536), "DeepseekV3Config q_lora_rank=1536"},
+		{`{"model_type":"deepseek_v3","q_lora_rank":null}`, func(c Config) any { return c.QLoraRank }, int64(0), "q_lora_rank None: a plain q_proj"},
+		{`{"model_type":"mixtral"}`, func(c Config) any { return c.KVHeads }, int64(8), "MixtralConfig num_key_value_heads=8"},
+		{`{"model_type":"mixtral","num_key_value_heads":null}`, func(c Config) any { return c.KVHeads }, int64(32), "None: num_attention_heads"},
+		{`{"model_type":"mixtral"}`, func(c Config) any { return c.Experts }, int64(8), "MixtralConfig num_local_experts=8"},
+		{`{"model_type":"llama","num_attention_heads":16}`, func(c Config) any { return c.KVHeads }, int64(16), "LlamaConfig num_key_value_heads None"},
+		{`{"model_type":"llama","num_attention_heads":16}`, func(c Config) any { return c.HeadDim }, int64(256), "LlamaConfig head_dim None: 4096 // 16"},
+		{`{"model_type":"qwen3","hidden_size":1024}`, func(c Config) any { return c.HeadDim }, int64(128), "Qwen3Config head_dim=128, not hidden // heads"},
+		{`{"model_type":"qwen2","hidden_size":1024,"num_attention_heads":8,"num_key_value_heads":8}`, func(c Config) any { return c.HeadDim }, int64(128), "Qwen2 has no head_dim: hidden // heads"},
+		{`{"model_type":"qwen3_moe"}`, func(c Config) any { return c.Experts }, int64(128), "Qwen3MoeConfig num_experts=128"},
+		{`{"model_type":"glm4_moe"}`, func(c Config) any { return c.SharedExperts }, int64(1), "Glm4MoeConfig n_shared_experts=1"},
+		{`{"model_type":"gpt_oss"}`, func(c Config) any { return c.AttentionBias }, true, "GptOssConfig attention_bias=True"},
+		{`{"model_type":"gpt_oss"}`, func(c Config) any { return c.HeadDim }, int64(64), "GptOssConfig head_dim=64"},
+	} {
+		c, err := ParseConfig([]byte(tc.json))
+		if err != nil {
+			t.Errorf("%s: %v", tc.json, err)
+			continue
+		}
+		if got := tc.got(c); got != tc.want {
+			t.Errorf("%s: %v, want %v (%s)", tc.json, got, tc.want, tc.why)
+		}
+	}
+	// a deepseek_v3 config without n_routed_experts is DeepSeek-V3's MoE, not a dense model
+	c, _ := ParseConfig([]byte(`{"model_type":"deepseek_v3","num_hidden_layers":4,"hidden_size":64,"intermediate_size":64,"moe_intermediate_size":8,
+		"num_attention_heads":4,"kv_lora_rank":8,"q_lora_rank":8,"qk_nope_head_dim":4,"qk_rope_head_dim":2,"v_head_dim":4,"vocab_size":64}`))
+	m, err := FromConfig("ds", c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Tensor("model.layers.3.mlp.experts.gate_up_proj"); !ok {
+		t.Error("layer 3 has no routed experts")
+	}
+	if _, ok := m.Tensor("model.layers.2.mlp.gate_proj.weight"); !ok {
+		t.Error("layer 2 is not dense (first_k_dense_replace 3)")
+	}
+}

@@ -148,6 +148,19 @@ func TestFP8Refusals(t *testing.T) {
 	l, _ := NewQuantized(m, tr, g2, fp8.Block)
 	x := l.Stages[0].tensor("model.layers.0.mlp.experts.gate_up_proj")
 	_ = x
+	// Megatron tp=4 above the 2 query groups: q, k, v move as row pieces of
+	// each group, whose block scales would restart at every cut
+	tr4, _ := ParseTrainer("tp=4")
+	c2 := Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 512, IntermediateSize: 256, Layers: 1, Heads: 8, KVHeads: 2, HeadDim: 64}
+	m2, _ := FromConfig("tp4", c2, Options{})
+	// q's 256 rows a group are whole blocks, but rank 0 of each group holds
+	// its first 192: the cut at 192 is inside a block
+	if _, err := NewQuantized(m2, tr4, g, fp8.Block); err == nil || !strings.Contains(err.Error(), "q_proj.weight: --fp8-scale block: Megatron-Core and vLLM split its rows differently") {
+		t.Errorf("block scales of Megatron's row pieces: %v", err)
+	}
+	if _, err := NewQuantized(m2, tr4, g, fp8.Row); err != nil {
+		t.Errorf("row scales of Megatron's row pieces: %v", err)
+	}
 	q, _ := m.Tensor("model.layers.0.self_attn.q_proj.weight")
 	if got := ScaleShape(q, fp8.Block); !slices.Equal(got, []int64{4, 4}) {
 		t.Errorf("q_proj [512, 512] scales %v, want [4 4]", got)
