@@ -52,9 +52,10 @@
 // gate_up_proj [E, 2I, H] is laid out as [E, 2, I, H], so that expert-TP
 // (and vLLM's TP) hold [gate; up] per rank in one dense buffer.
 //
-// What each rank holds follows the frameworks' sources, and
-// testdata/conformance holds an independent reference of it, element by
-// element (conformance_test.go). Where a framework splits a tensor
+// What each rank holds follows the frameworks' sources (docs/frameworks.md),
+// checked element by element on every rank against an independent
+// reference written from them (conformance_ref_test.go, its output in
+// testdata/frameworks). Where a framework splits a tensor
 // otherwise than torch.chunk, the tensor moves as pieces
 // (TensorLayout.Origin): the padded vocabulary of both sides (Megatron to
 // a multiple of vocab-div x TP, vLLM to a multiple of 64; the padding rows
