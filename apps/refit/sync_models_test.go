@@ -21,12 +21,12 @@ func entries(rep syncReport) int {
 // TestSyncArchitectures refits a scaled model of every architecture m2n
 // lays out (the framework suite's configs: testdata/frameworks/models),
 // on parallel configurations the suite checks element by element against
-// the frameworks (vLLM's DP without EP, its uneven EP, sequence-parallel
-// MoE, independent engines, Megatron's padded vocabulary and etp = tp),
-// into a bf16 generator and an FP8 one (block scales where the blocks are
-// the checkpoint's, row scales for GQA heads of 4 or 8 rows), as real
-// 8-rank mpirun jobs with every element (and scale) of every tensor
-// checked.
+// the frameworks (vLLM's tp above the kv heads, DP without EP, uneven EP,
+// sequence-parallel MoE, independent engines; Megatron's padded
+// vocabulary and etp = tp), into a bf16 generator and an FP8 one (block
+// scales where the blocks are the checkpoint's, row scales for GQA heads
+// of 4 or 8 rows; gpt-oss is refused), as real mpirun jobs of up to 8
+// ranks with every element (and scale) of every tensor checked.
 func TestSyncArchitectures(t *testing.T) {
 	for _, tc := range []struct {
 		name, config, train, gen string
@@ -34,19 +34,17 @@ func TestSyncArchitectures(t *testing.T) {
 		mtp                      bool
 		fp8                      string // "": bf16 only
 	}{
-		{"llama", "llama-tiny", "tp=2,dp=2", "tp=4", 8, false, "row"},
+		{"llama-gen-tp-above-kv", "llama-tiny", "tp=2,dp=2", "tp=4", 8, false, "row"},
 		{"qwen2", "qwen2-tiny", "tp=2", "tp=2", 4, false, "row"},
 		{"qwen3-tied", "qwen3-tied", "tp=2,pp=2", "tp=2,dp=2", 8, false, "row"},
-		{"qwen3_moe-dp", "qwen3moe-tiny", "tp=2,dp=2,ep=2", "tp=2,dp=2", 8, false, "row"},
 		{"qwen3_moe-uneven-ep", "qwen3moe-tiny", "dp=2,ep=2", "tp=2,dp=3,ep=6", 8, false, "row"},
-		{"qwen3_moe-engines", "qwen3moe-tiny", "tp=2,dp=2,ep=2,etp=1", "tp=2,engines=2", 8, false, ""},
 		{"deepseek_v3-sp-moe", "deepseek-tiny", "tp=2,dp=2,ep=4,etp=1", "tp=2,dp=2,ep=4", 8, true, "block"},
-		{"deepseek_v3-q-lora-null", "deepseek-lite", "tp=2", "tp=4", 6, false, "block"},
+		{"deepseek_v3-q-lora-null", "deepseek-lite", "tp=2", "tp=4", 6, false, ""},
 		{"kimi_k2", "kimi-tiny", "dp=2,ep=2", "tp=2,dp=2,ep=4", 6, false, "block"},
 		{"glm4_moe", "glm-tiny", "tp=2,dp=2,ep=2", "tp=2,dp=2,ep=4", 8, false, "row"},
-		{"gpt_oss", "gptoss-tiny", "tp=2,dp=2,ep=2", "tp=2,dp=2", 8, false, ""},
+		{"gpt_oss-dp", "gptoss-tiny", "tp=2,dp=2,ep=2", "tp=2,dp=2", 8, false, ""},
 		{"gpt_oss-ep", "gptoss-tiny", "tp=2,ep=2,etp=1", "tp=2,dp=2,ep=4", 6, false, ""},
-		{"mixtral", "mixtral-tiny", "dp=2,ep=2", "tp=2,dp=2,ep=4", 6, false, "row"},
+		{"mixtral-engines", "mixtral-tiny", "dp=2,ep=2", "tp=2,engines=2", 6, false, "row"},
 	} {
 		dsts := []string{""}
 		if tc.fp8 != "" {
@@ -79,35 +77,6 @@ func TestSyncArchitectures(t *testing.T) {
 				}
 			})
 		}
-	}
-	// the new built-in models, scaled and cut to 2 layers
-	for _, tc := range []struct {
-		model, scale, train, gen, fp8 string
-		np                            int
-	}{
-		{"glm-4.5-air", "16", "tp=2,dp=2,ep=2", "tp=2,dp=2,ep=4", "", 8},
-		{"gpt-oss-120b", "16", "tp=2,dp=2,ep=2", "tp=2,dp=2", "", 8},
-		{"kimi-k2", "64", "dp=2,ep=2", "tp=2,dp=2,ep=4", "block", 6}, // 6 experts over 4 EP ranks
-		{"qwen2.5-72b", "32", "tp=2", "tp=4", "row", 6},
-	} {
-		t.Run(tc.model, func(t *testing.T) {
-			args := []string{"sync", "--model", tc.model, "--scale", tc.scale, "--layers", "2", "--train", tc.train, "--gen", tc.gen,
-				"--check", "--json", "--iters", "1", "--warmup", "0"}
-			if tc.fp8 != "" {
-				args = append(args, "--dst-dtype", "e4m3", "--fp8-scale", tc.fp8)
-			}
-			stdout, stderr, err := mpirunRefit(t, tc.np, nil, args...)
-			if err != nil {
-				t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
-			}
-			var rep syncReport
-			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-				t.Fatalf("%v\n%s", err, stdout)
-			}
-			if rep.Check != "passed" || rep.Completed != entries(rep) || (tc.fp8 != "") != (rep.FP8Tensors > 0) {
-				t.Fatalf("check %s, %d of %d entries completed, %d tensors in FP8", rep.Check, rep.Completed, entries(rep), rep.FP8Tensors)
-			}
-		})
 	}
 	// gpt-oss into an FP8 generator, and int8 weights into e4m3, are
 	// refused on every rank, naming the tensor (issue 23.3) or the model.
