@@ -81,41 +81,46 @@ func newBuilder(name string, c Config, opts Options) *builder {
 	return b
 }
 
+// modelSize is a tally of tensors, elements and bytes whose arithmetic is
+// checked: ok turns false on the first overflow and stays so.
+type modelSize struct {
+	tensors, elems, bytes int64
+	ok                    bool
+}
+
+// add counts n copies of the tensors of m.
+func (z *modelSize) add(n int64, m *Model) {
+	var e, by int64
+	for _, x := range m.Tensors {
+		xe, ok1 := checked.Product(x.Shape...)
+		xb, ok2 := checked.Mul(xe, int64(x.DType.Size()))
+		var ok3, ok4 bool
+		e, ok3 = checked.Add(e, xe)
+		by, ok4 = checked.Add(by, xb)
+		z.ok = z.ok && ok1 && ok2 && ok3 && ok4
+	}
+	for _, f := range []struct {
+		into *int64
+		each int64
+	}{{&z.tensors, int64(len(m.Tensors))}, {&z.elems, e}, {&z.bytes, by}} {
+		v, ok1 := checked.Mul(f.each, n)
+		sum, ok2 := checked.Add(*f.into, v)
+		*f.into, z.ok = sum, z.ok && ok1 && ok2
+	}
+}
+
 // checkSize works out the model's tensors, elements and bytes from one
-// dense and one MoE layer (every layer of a kind has the same tensors)
-// and refuses what overflows or passes MaxTensors.
+// layer of each kind (every dense layer has the same tensors, and so has
+// every MoE layer), before anything is built, and refuses what overflows
+// or passes MaxTensors.
 func checkSize(name string, c Config, opts Options) error {
 	moe := c.MoELayers(c.Layers)
-	dense := c.Layers - moe
-	var tensors, elems, bytes int64
-	ok := true
-	addTimes := func(n int64, m *Model) {
-		t, e, by := int64(len(m.Tensors)), int64(0), int64(0)
-		for _, x := range m.Tensors {
-			xe, xok := checked.Product(x.Shape...)
-			xb, bok := checked.Mul(xe, int64(x.DType.Size()))
-			e, ok = checked.Add(e, xe)
-			ok = ok && xok && bok
-			by, bok = checked.Add(by, xb)
-			ok = ok && bok
-		}
-		var tt, ee, bb int64
-		var o1, o2, o3 bool
-		tt, o1 = checked.Mul(t, n)
-		ee, o2 = checked.Mul(e, n)
-		bb, o3 = checked.Mul(by, n)
-		ok = ok && o1 && o2 && o3
-		tensors, o1 = checked.Add(tensors, tt)
-		elems, o2 = checked.Add(elems, ee)
-		bytes, o3 = checked.Add(bytes, bb)
-		ok = ok && o1 && o2 && o3
-	}
 	one := func(fill func(b *builder)) (*Model, error) {
 		b := newBuilder(name, c, Options{})
 		fill(b)
 		return b.m, b.err
 	}
-	for _, part := range []struct {
+	parts := []struct {
 		n    int64
 		fill func(b *builder)
 	}{
@@ -126,9 +131,17 @@ func checkSize(name string, c Config, opts Options) error {
 				b.add("lm_head.weight", LMHead, -1, c.VocabSize, c.HiddenSize)
 			}
 		}},
-		{int64(dense), func(b *builder) { b.layerAs(0, false) }},
+		{int64(c.Layers - moe), func(b *builder) { b.layerAs(0, false) }},
 		{int64(moe), func(b *builder) { b.layerAs(0, true) }},
-	} {
+	}
+	if opts.MTP {
+		parts = append(parts, struct {
+			n    int64
+			fill func(b *builder)
+		}{int64(c.MTPLayers), func(b *builder) { b.mtp(0) }})
+	}
+	z := modelSize{ok: true}
+	for _, part := range parts {
 		if part.n == 0 {
 			continue
 		}
@@ -136,24 +149,17 @@ func checkSize(name string, c Config, opts Options) error {
 		if err != nil {
 			return err
 		}
-		addTimes(part.n, m)
+		z.add(part.n, m)
 	}
-	if opts.MTP && c.MTPLayers > 0 {
-		m, err := one(func(b *builder) { b.mtp(0) })
-		if err != nil {
-			return err
-		}
-		addTimes(int64(c.MTPLayers), m)
-	}
-	if !ok {
+	if !z.ok {
 		return fmt.Errorf("model %s: %d layers: the model's element or byte count overflows int64", name, c.Layers)
 	}
-	if tensors > MaxTensors {
+	if z.tensors > MaxTensors {
 		return fmt.Errorf("model %s: %d layers make %d tensors (%d parameters), more than m2n lays out (%d tensors): cut them with --layers",
-			name, c.Layers, tensors, elems, MaxTensors)
+			name, c.Layers, z.tensors, z.elems, MaxTensors)
 	}
-	if _, ok := checked.Mul(bytes, 16); !ok {
-		return fmt.Errorf("model %s: %d layers make %d bytes of weights, too large to lay out", name, c.Layers, bytes)
+	if _, ok := checked.Mul(z.bytes, 16); !ok {
+		return fmt.Errorf("model %s: %d layers make %d bytes of weights, too large to lay out", name, c.Layers, z.bytes)
 	}
 	return nil
 }

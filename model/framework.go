@@ -69,7 +69,9 @@ func (s sideLayout) coords(rank int) ([]int, bool) {
 
 // box returns the box of shape that the rank at coordinates c holds:
 // every split axis cuts its dim in axis order (torch.chunk nested, as
-// DTensor applies mesh axes), an explicit split sets it.
+// DTensor applies mesh axes), an explicit split sets it. It panics if an
+// axis has no positive size, which the side's builders never make (a
+// broken invariant, not an input error).
 func (s sideLayout) box(shape []int64, c []int) placement.Box {
 	b := placement.Box{Lo: make([]int64, len(shape)), Hi: slices.Clone(shape)}
 	for a, ax := range s.axes {
