@@ -192,15 +192,6 @@ func genDType(l *model.Layouts, t *model.TensorLayout) string {
 	return fmt.Sprintf("e4m3 %v scale %s", t.Scale, placement.FormatShape(model.ScaleShape(t.Whole(), t.Scale)))
 }
 
-// sideRanks returns the communicator-local ranks [lo, hi) of a stage's
-// side.
-func sideRanks(s *model.Stage, side model.Side) (lo, hi int) {
-	if side == model.Src {
-		return 0, s.Trainers
-	}
-	return s.Trainers, s.Trainers + s.Generators
-}
-
 // meshText renders a layout's mesh and placements: "16x8[32-159] R,S0".
 func meshText(l placement.Layout) string {
 	return fmt.Sprintf("%v %s", l.Mesh(), placement.Format(l.Placements()))
