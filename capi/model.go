@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,10 +35,12 @@ type modelEntry struct {
 }
 
 // modelScale is one of this rank's scale tensors of a model converted to
-// FP8: the box of the tensor's block grid it holds.
+// FP8: the box of the tensor's block grid it holds (for a piece, Entry,
+// in the whole tensor's grid).
 type modelScale struct {
 	Name   string  `json:"name"`
 	Tensor string  `json:"tensor"`
+	Of     string  `json:"of"`
 	Stage  int     `json:"stage"`
 	Bytes  int64   `json:"bytes"`
 	Shape  []int64 `json:"shape"`
@@ -60,9 +63,13 @@ type modelBuffer struct {
 // global shape as transformers holds it and the layout shape both sides
 // shard, this rank's box of the layout shape (local shape at a global
 // offset), and the view (offset and strides, in elements) that places it
-// in the buffer.
+// in the buffer. A tensor a framework splits otherwise than torch.chunk
+// moves as pieces (model.TensorLayout): each is a part of its own, named
+// by Entry, its box given in the whole tensor's layout shape.
 type modelPart struct {
 	Tensor      string  `json:"tensor"`
+	Entry       string  `json:"entry"`
+	Transposed  bool    `json:"transposed"` // the layout moves Shape with its last two dims swapped
 	Shape       []int64 `json:"shape"`
 	LayoutShape []int64 `json:"layout_shape"`
 	LocalShape  []int64 `json:"local_shape"`
@@ -80,10 +87,9 @@ func partsOf(stg *model.Stage, side model.Side, rank int, name string) []modelPa
 		if !ok || p.Buffer != name {
 			continue
 		}
-		l := t.Layout(side)
-		m := l.Mesh()
-		sh, off := l.LocalShapeOffset(m.Coord(m.Index(rank), nil))
-		out = append(out, modelPart{Tensor: t.Name, Shape: t.Shape, LayoutShape: t.LayoutShape, LocalShape: sh, Offset: off,
+		box, _ := t.Box(side, rank)
+		sh, w := box.Shape(), t.Whole()
+		out = append(out, modelPart{Tensor: w.Name, Entry: t.Name, Transposed: w.Transposed, Shape: w.Shape, LayoutShape: w.LayoutShape, LocalShape: sh, Offset: box.Lo,
 			ViewOffset: p.View.Offset, ViewStrides: p.View.ResolvedStrides(sh)})
 	}
 	return out
@@ -220,19 +226,80 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 		if ss == nil {
 			continue
 		}
-		for _, sp := range m.Specs[si] {
+		for i, sp := range m.Specs[si] {
 			box, ok, err := sp.ScaleBlocks(ss.Rank())
 			if err != nil || !ok {
 				continue // a spec that does not convert, or this rank holds none of it
 			}
 			name := session.ScaleName(sp.Name)
-			me.scales[name] = modelScale{Name: name, Tensor: sp.Name, Stage: si, Bytes: 4 * box.Elems(), Shape: box.Shape(), Offset: box.Lo}
+			t := l.Stages[si].Tensors[i] // Specs[si] follow the stage's entries
+			me.scales[name] = modelScale{Name: name, Tensor: sp.Name, Of: t.Whole().Name, Stage: si, Bytes: 4 * box.Elems(), Shape: box.Shape(),
+				Offset: gridOffset(t, sp, box.Lo)}
 		}
 	}
 	mh := register(me)
 	se.models[mh] = me
 	*out = C.m2n_model(mh)
 	return C.M2N_OK
+}
+
+// gridOffset moves a piece's scale box corner into its whole tensor's
+// block grid: along the piece's dim by its origin in blocks.
+func gridOffset(t *model.TensorLayout, sp refit.Spec, lo []int64) []int64 {
+	out := slices.Clone(lo)
+	if t.Origin == nil {
+		return out
+	}
+	g, err := sp.NewGrid()
+	if err != nil {
+		return out
+	}
+	rows, cols := g.BlockShape()
+	nd := len(out)
+	for d, o := range t.Origin {
+		switch {
+		case o == 0:
+		case d == nd-2:
+			out[d] += o / rows
+		case d == nd-1:
+			out[d] += o / cols
+		default:
+			out[d] += o
+		}
+	}
+	return out
+}
+
+// refreshEntry is a tensor this generator rank holds that needs the
+// generator's post-load step after every step (model.Tensor.Refresh).
+type refreshEntry struct {
+	Tensor string `json:"tensor"`
+	Buffer string `json:"buffer"`
+	Stage  int    `json:"stage"`
+	Why    string `json:"why"`
+}
+
+// refreshOf lists the tensors of this rank's generator buffers that need
+// the generator's post-load step, in model order.
+func refreshOf(me *modelEntry) []refreshEntry {
+	out := []refreshEntry{}
+	seen := map[string]bool{}
+	for si, ss := range me.m.Stages.Sessions {
+		if ss == nil {
+			continue
+		}
+		for _, t := range me.m.Layouts.Stages[si].Tensors {
+			w := t.Whole()
+			if w.Refresh == "" || seen[w.Name] {
+				continue
+			}
+			if p, ok := t.Part(model.Dst, ss.Rank()); ok {
+				seen[w.Name] = true
+				out = append(out, refreshEntry{Tensor: w.Name, Buffer: p.Buffer, Stage: si, Why: w.Refresh})
+			}
+		}
+	}
+	return out
 }
 
 // byStage lists m's values by stage, then name (key gives both).
@@ -270,6 +337,7 @@ func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t
 		"world": l.World(), "stages": len(l.Stages), "tensors": len(l.Model.Tensors),
 		"params": l.Model.Params(), "bytes": l.Model.Bytes(),
 		"src": byStage(me.bufs[0], bufferKey), "dst": byStage(me.bufs[1], bufferKey), "scale": byStage(me.scales, scaleKey),
+		"refresh": refreshOf(me),
 	})
 	if err != nil {
 		return result(err)

@@ -5,11 +5,15 @@
 // rank the local buffer and strided view that hold its part, fused weights
 // included. The package is pure: it plans nothing and moves nothing.
 //
-// A model is data. Load takes a built-in name (deepseek-v3,
-// qwen3-235b-a22b, llama-3.1-70b), a HuggingFace config.json or a plain
-// JSON list of tensors; LoadOptions scale it down (Config.Scale divides the
-// widths and expert counts so that the real structure fits on CPU ranks)
-// or add DeepSeek's MTP layer:
+// A model is data. Load takes a built-in name (deepseek-v3, kimi-k2,
+// qwen3-235b-a22b, glm-4.5-air, gpt-oss-120b, llama-3.1-70b, qwen2.5-72b),
+// a HuggingFace config.json (model_type deepseek_v3, kimi_k2, glm4_moe,
+// gpt_oss, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe: missing keys
+// take exactly the defaults of transformers' configuration class) or a
+// plain JSON list of tensors (refused where a name does not say how the
+// frameworks split the tensor); LoadOptions scale it down (Config.Scale
+// divides the widths and expert counts so that the real structure fits on
+// CPU ranks) or add DeepSeek's MTP layer:
 //
 //	m, _ := model.Load("deepseek-v3", model.LoadOptions{})
 //	m.Params() // 671026419200, DeepSeek-V3's published 671.0B
@@ -48,9 +52,27 @@
 // gate_up_proj [E, 2I, H] is laid out as [E, 2, I, H], so that expert-TP
 // (and vLLM's TP) hold [gate; up] per rank in one dense buffer.
 //
+// What each rank holds follows the frameworks' sources (docs/frameworks.md),
+// checked element by element on every rank against an independent
+// reference written from them (conformance_ref_test.go, its output in
+// testdata/frameworks). Where a framework splits a tensor
+// otherwise than torch.chunk, the tensor moves as pieces
+// (TensorLayout.Origin): the padded vocabulary of both sides (Megatron to
+// a multiple of vocab-div x TP, vLLM to a multiple of 64; the padding rows
+// are never written), vLLM's experts when they do not divide its EP ranks
+// (the first ranks one more), Megatron's linear_qkv when TP exceeds the
+// query groups (each rank a row slice of its group's [q; k; v]). vLLM's
+// own DP splits the routed experts over TP x DP (Generator.Engines are
+// independent engines instead); Megatron's expert-TP defaults to TP.
+//
+// An FP8 generator (NewQuantized) holds in float8_e4m3fn what vLLM's FP8
+// path quantizes (Tensor.FP8), with the scales of the tensor as the
+// checkpoint shapes it. Some tensors need the generator's post-load step
+// after every refit (Tensor.Refresh: MLA's kv_b_proj, GLM-4.5's float32
+// router).
+//
 // Conventions: Megatron ranks TP fastest, then CP, then DP, PP slowest,
 // and folds each stage's ranks for the experts as expert-TP x EP x
-// expert-DP; vLLM ranks tp fastest within a DP replica, and its EP spans
-// all TP x DP ranks. Vocab padding is not modelled: a vocabulary must
-// divide by TP.
+// expert-DP; vLLM ranks tp fastest within a DP replica, DP replicas within
+// an engine, engines slowest, and its EP spans an engine's TP x DP ranks.
 package model

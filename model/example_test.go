@@ -16,7 +16,13 @@ func ExampleNew() {
 	m, _ := model.FromConfig("tiny", c, model.Options{})
 	l, _ := model.New(m, model.Trainer{TP: 2}, model.Generator{TP: 4})
 	s := l.Stages[0]
-	for _, x := range s.Tensors[1:4] {
+	var qkv []*model.TensorLayout
+	for _, x := range s.Tensors {
+		if x.Kind == model.Query || x.Kind == model.Key || x.Kind == model.Value {
+			qkv = append(qkv, x)
+		}
+	}
+	for _, x := range qkv {
 		fmt.Printf("%s %s\n  src %v\n  dst %v\n", x.Name, placement.FormatShape(x.LayoutShape), x.Src, x.Dst)
 		for _, r := range []int{0, 2, 3} {
 			side := model.Src

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/m2n-dev/m2n/placement"
 )
 
 // listEntry is one tensor of a plain list.
@@ -82,7 +85,12 @@ func ParseList(name string, data []byte) (*Model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tensor list %s: tensor %s: %w", name, e.Name, err)
 		}
-		t := Tensor{Name: e.Name, Shape: e.Shape, DType: dt, Kind: KindOf(e.Name, gqa), Layer: LayerOf(e.Name)}
+		kind, ok := KindOf(e.Name, gqa)
+		if !ok {
+			return nil, fmt.Errorf("tensor list %s: tensor %s: m2n cannot tell from its name how Megatron-Core and vLLM split it; "+
+				"give the model's config.json instead", name, e.Name)
+		}
+		t := Tensor{Name: e.Name, Shape: e.Shape, DType: dt, Kind: kind, Layer: LayerOf(e.Name)}
 		for _, s := range t.Shape {
 			if s < 0 {
 				return nil, fmt.Errorf("tensor list %s: tensor %s has a negative dim in %v", name, e.Name, e.Shape)
@@ -91,8 +99,16 @@ func ParseList(name string, data []byte) (*Model, error) {
 		if t.LayoutShape, err = layoutShape(t, m.Heads, m.KVHeads); err != nil {
 			return nil, fmt.Errorf("tensor list %s: %w", name, err)
 		}
+		t.FP8 = fp8Quantized(t, nil)
 		m.Tensors = append(m.Tensors, t)
+		if len(m.Tensors) > MaxTensors {
+			return nil, fmt.Errorf("tensor list %s: more than %d tensors", name, MaxTensors)
+		}
 	}
+	if err := checkListExperts(name, m); err != nil {
+		return nil, err
+	}
+	markListFramework(m, mla)
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("tensor list %s: %w", name, err)
 	}
@@ -113,20 +129,85 @@ func LayerOf(name string) int {
 	return -1
 }
 
+// markListFramework sets what the frameworks do to a list's tensors that
+// their names say with the model's family: an MLA model (DeepSeek-V3,
+// Kimi-K2) has its shared experts whole under vLLM's sequence-parallel MoE
+// and its kv_b_proj derived from after loading; a model with
+// e_score_correction_bias but no MLA is GLM-4.5's family, whose router vLLM
+// holds in float32.
+func markListFramework(m *Model, mla bool) {
+	glm := !mla && slices.ContainsFunc(m.Tensors, func(t Tensor) bool { return strings.HasSuffix(t.Name, ".e_score_correction_bias") })
+	for i := range m.Tensors {
+		t := &m.Tensors[i]
+		switch {
+		case mla && strings.Contains(t.Name, ".shared_experts."):
+			t.SeqParallelReplicated = true
+		case mla && strings.HasSuffix(t.Name, ".kv_b_proj.weight"):
+			t.Refresh = refreshMLA
+		case glm && strings.HasSuffix(t.Name, ".mlp.gate.weight"):
+			t.Refresh = refreshGLMGate(t.DType)
+		}
+	}
+}
+
+// checkListExperts checks that every layer's grouped experts are
+// transformers 5's gate_up_proj [E, 2I, H] and down_proj [E, H, I], the
+// one grouping a name cannot tell from gpt-oss's [E, H, 2I] and [E, I, H]:
+// the two must agree (gate_up's H is down's H, its 2I twice down's I).
+func checkListExperts(name string, m *Model) error {
+	type pair struct{ gateUp, down *Tensor }
+	layers := map[string]*pair{}
+	var order []string
+	for i := range m.Tensors {
+		t := &m.Tensors[i]
+		if t.Kind != ExpertsGateUp && t.Kind != ExpertsDown {
+			continue
+		}
+		prefix := moduleOf(t.Name)
+		p := layers[prefix]
+		if p == nil {
+			p = &pair{}
+			layers[prefix] = p
+			order = append(order, prefix)
+		}
+		if t.Kind == ExpertsGateUp {
+			p.gateUp = t
+		} else {
+			p.down = t
+		}
+	}
+	for _, prefix := range order {
+		p := layers[prefix]
+		if p.gateUp == nil || p.down == nil {
+			return fmt.Errorf("tensor list %s: %s has only one of gate_up_proj and down_proj: m2n cannot tell how its experts are laid out; give the model's config.json", name, prefix)
+		}
+		g, d := p.gateUp.Shape, p.down.Shape
+		if len(g) != 3 || len(d) != 3 || g[0] != d[0] || g[2] != d[1] || g[1] != 2*d[2] {
+			return fmt.Errorf("tensor list %s: %s: gate_up_proj %s and down_proj %s are not transformers 5's [E, 2I, H] and [E, H, I] "+
+				"(gpt-oss holds [E, H, 2I] and [E, I, H]): give the model's config.json", name, prefix,
+				placement.FormatShape(g), placement.FormatShape(d))
+		}
+	}
+	return nil
+}
+
 // KindOf reads a tensor's kind from its transformers name, the way
 // transformers' own tensor-parallel plans match module names: embed_tokens
 // and lm_head (or an MTP layer's shared_head.head) are vocab-parallel;
-// norms and the MoE router (gate) replicated; q_a_proj and
-// kv_a_proj_with_mqa MLA's latent projections; q_proj, k_proj and v_proj
-// GQA projections when gqa is set (else plain column-parallel, as MLA's
-// q_proj is); q_b_proj and kv_b_proj column-parallel; o_proj and down_proj
-// weights row-parallel (their biases replicated); gate_proj and up_proj the
-// MLP's gate and up; experts.gate_up_proj and experts.down_proj the routed
-// experts; eh_proj DeepSeek's MTP projection. Any other name is Replicated.
-func KindOf(name string, gqa bool) Kind {
+// norms, the MoE router (mlp.gate, mlp.router) and DeepSeek's
+// e_score_correction_bias replicated; q_a_proj and kv_a_proj_with_mqa
+// MLA's latent projections; q_proj, k_proj and v_proj GQA projections
+// when gqa is set (else plain column-parallel weights, as MLA's q_proj
+// is); q_b_proj and kv_b_proj column-parallel; o_proj and down_proj
+// weights row-parallel (their biases replicated); gate_proj and up_proj
+// the MLP's gate and up; experts.gate_up_proj and experts.down_proj the
+// routed experts; eh_proj DeepSeek's MTP projection; sinks gpt-oss's
+// attention sinks. Any other name has no kind it can tell: ok is false,
+// and ParseList refuses the tensor rather than guess.
+func KindOf(name string, gqa bool) (kind Kind, ok bool) {
 	parts := strings.Split(name, ".")
 	if len(parts) < 2 {
-		return Replicated
+		return 0, false
 	}
 	param, mod := parts[len(parts)-1], parts[len(parts)-2]
 	parent := ""
@@ -135,39 +216,45 @@ func KindOf(name string, gqa bool) Kind {
 	}
 	weight := param == "weight"
 	switch {
-	case strings.Contains(mod, "norm"):
-		return Replicated
-	case mod == "embed_tokens":
-		return Embedding
-	case mod == "lm_head", mod == "head" && parent == "shared_head":
-		return LMHead
+	case strings.Contains(mod, "norm") && (weight || param == "bias"):
+		return Replicated, true
+	case mod == "embed_tokens" && weight:
+		return Embedding, true
+	case (mod == "lm_head" || mod == "head" && parent == "shared_head") && weight:
+		return LMHead, true
 	case mod == "experts" && param == "gate_up_proj":
-		return ExpertsGateUp
+		return ExpertsGateUp, true
 	case mod == "experts" && param == "down_proj":
-		return ExpertsDown
-	case mod == "q_a_proj":
-		return LatentQ
-	case mod == "kv_a_proj_with_mqa":
-		return LatentKV
-	case mod == "q_proj" && gqa:
-		return Query
-	case mod == "k_proj" && gqa:
-		return Key
-	case mod == "v_proj" && gqa:
-		return Value
-	case mod == "q_proj", mod == "k_proj", mod == "v_proj", mod == "q_b_proj", mod == "kv_b_proj":
-		return Column
+		return ExpertsDown, true
+	case mod == "q_a_proj" && weight:
+		return LatentQ, true
+	case mod == "kv_a_proj_with_mqa" && weight:
+		return LatentKV, true
+	case mod == "q_proj" && gqa && (weight || param == "bias"):
+		return Query, true
+	case mod == "k_proj" && gqa && (weight || param == "bias"):
+		return Key, true
+	case mod == "v_proj" && gqa && (weight || param == "bias"):
+		return Value, true
+	case (mod == "q_proj" || mod == "k_proj" || mod == "v_proj" || mod == "q_b_proj" || mod == "kv_b_proj") && weight:
+		return Column, true
 	case mod == "o_proj", mod == "down_proj":
 		if weight {
-			return Row
+			return Row, true
 		}
-		return Replicated
-	case mod == "gate_proj":
-		return Gate
-	case mod == "up_proj":
-		return Up
-	case mod == "eh_proj":
-		return MTPProj
+		return Replicated, param == "bias"
+	case mod == "gate_proj" && (weight || param == "bias"):
+		return Gate, true
+	case mod == "up_proj" && (weight || param == "bias"):
+		return Up, true
+	case mod == "eh_proj" && weight:
+		return MTPProj, true
+	case mod == "gate" && parent == "mlp" && (weight || param == "e_score_correction_bias"):
+		return Replicated, true
+	case mod == "router" && parent == "mlp" && (weight || param == "bias"):
+		return Replicated, true
+	case mod == "self_attn" && param == "sinks":
+		return Sinks, true
 	}
-	return Replicated
+	return 0, false
 }

@@ -36,6 +36,9 @@ func Load(spec string, opts LoadOptions) (*Model, error) {
 		return nil, err
 	}
 	name := strings.TrimSuffix(filepath.Base(spec), ".json")
+	if err := objectWithout(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", spec, err)
+	}
 	if isConfig(data) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -53,16 +56,38 @@ func Load(spec string, opts LoadOptions) (*Model, error) {
 	return m, nil
 }
 
+// objectWithout reports a JSON object that is neither a config.json (it
+// has no model_type) nor a tensor list (it has no "tensors").
+func objectWithout(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return nil
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(data, &probe) != nil {
+		return nil // ParseList names the syntax error
+	}
+	_, mt := probe["model_type"]
+	_, ts := probe["tensors"]
+	if !mt && !ts {
+		return fmt.Errorf("a JSON object with neither model_type (a HuggingFace config.json names it: %s) nor tensors (a tensor list)",
+			strings.Join(ModelTypes(), ", "))
+	}
+	return nil
+}
+
 // isConfig reports whether data is a JSON object with a model_type key.
 func isConfig(data []byte) bool {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '{' {
 		return false
 	}
-	var probe struct {
-		ModelType *string `json:"model_type"`
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(data, &probe) != nil {
+		return false
 	}
-	return json.Unmarshal(data, &probe) == nil && probe.ModelType != nil
+	_, ok := probe["model_type"]
+	return ok
 }
 
 func build(name string, c Config, opts LoadOptions) (*Model, error) {

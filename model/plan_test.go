@@ -15,9 +15,11 @@ func TestPlansCompatible(t *testing.T) {
 		scale      int64
 		train, gen string
 	}{
-		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=4", "tp=4,dp=2"},
+		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=4,etp=1", "tp=4,dp=2"},
 		{"deepseek-v3", 32, "pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
-		{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4", "tp=8"},
+		{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4,etp=1", "tp=8"},
+		{"qwen3-235b-a22b", 16, "tp=8,pp=2", "tp=4,dp=2,ep=8"},
+		{"gpt-oss-120b", 16, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2"},
 		{"llama-3.1-70b", 32, "tp=2,pp=2,dp=2", "tp=8,dp=2"},
 	} {
 		l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, Options: Options{MTP: tc.spec == "deepseek-v3"}}, tc.train, tc.gen)
@@ -38,8 +40,8 @@ func TestPlansCompatible(t *testing.T) {
 				n++
 			}
 		}
-		if n != len(l.Model.Tensors) {
-			t.Errorf("%s: planned %d of %d tensors", tc.spec, n, len(l.Model.Tensors))
+		if n < len(l.Model.Tensors) {
+			t.Errorf("%s: planned %d entries for %d tensors", tc.spec, n, len(l.Model.Tensors))
 		}
 	}
 }

@@ -41,10 +41,10 @@ func (c Config) Scale(n int64) (Config, error) {
 	}
 	div("hidden_size", &s.HiddenSize)
 	div("intermediate_size", &s.IntermediateSize)
-	if c.ModelType != "mixtral" {
+	if c.ModelType != "mixtral" && c.ModelType != "gpt_oss" {
 		div("moe_intermediate_size", &s.MoEIntermediateSize)
 	} else {
-		s.MoEIntermediateSize = s.IntermediateSize
+		s.MoEIntermediateSize = s.IntermediateSize // their experts are intermediate_size wide
 	}
 	div(c.expertsKey(), &s.Experts)
 	if c.IsMLA() {

@@ -50,7 +50,7 @@ func TestScale(t *testing.T) {
 	}{
 		{"deepseek-v3", 3, "scale 3 does not divide hidden_size 7168 (7168 % 3 = 1)"},
 		{"deepseek-v3", 512, "scale 512 does not divide n_routed_experts 256 (256 % 512 = 256)"},
-		{"qwen3-235b-a22b", 256, "scale 256 does not divide num_local_experts 128"},
+		{"qwen3-235b-a22b", 256, "scale 256 does not divide num_experts 128"},
 		{"llama-3.1-70b", 0, "scale 0: want at least 1"},
 	} {
 		c, _, _ := Builtin(tc.name)

@@ -20,6 +20,9 @@ func StageLayers(layers int, t Trainer) ([][2]int, error) {
 	t = t.normal()
 	pp := t.PP
 	f, l := t.FirstStageLayers, t.LastStageLayers
+	if pp > 1 && pp > layers {
+		return nil, fmt.Errorf("pp=%d is more than the model's %d layers: every pipeline stage needs at least one layer", pp, layers)
+	}
 	if pp == 1 {
 		if (f > 0 && f != layers) || (l > 0 && l != layers) {
 			return nil, fmt.Errorf("pp=1: first=%d last=%d, but the one stage holds all %d layers", f, l, layers)

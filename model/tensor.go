@@ -16,7 +16,8 @@ type Kind uint8
 const (
 	// Replicated tensors are whole on every rank of both sides: norms, the
 	// MoE router and its score-correction bias, the biases of row-parallel
-	// layers, and anything a plain list names that m2n does not recognise.
+	// layers. (A plain list's name that m2n cannot read a role from is an
+	// error, not Replicated.)
 	Replicated Kind = iota
 	// Embedding is a vocab-parallel input embedding [V, H]: Shard(0) over
 	// TP, on the first pipeline stage (an MTP layer's on the last).
@@ -56,12 +57,40 @@ const (
 	// MTPProj is DeepSeek's multi-token-prediction eh_proj [H, 2H]:
 	// column-parallel on the trainer, replicated on the generator.
 	MTPProj
+	// Sinks are gpt-oss's attention sinks [heads]: Shard(0) by head over
+	// TP on both sides (Megatron-Core's softmax_offset, vLLM's sinks).
+	Sinks
+	// InterleavedExpertsGateUp is gpt-oss's experts.gate_up_proj [E, H,
+	// 2I], gate and up interleaved on its last dim. Both frameworks hold
+	// it transposed (each expert's [2I, H] rows), so it moves as [E, 2I,
+	// H] (Transposed) with LayoutShape [E, I, 2, H].
+	InterleavedExpertsGateUp
+	// InterleavedExpertsGateUpBias is its bias [E, 2I], LayoutShape [E, I,
+	// 2, 1].
+	InterleavedExpertsGateUpBias
+	// TransposedExpertsDown is gpt-oss's experts.down_proj [E, I, H],
+	// moving as the frameworks' [E, H, I] (Transposed).
+	TransposedExpertsDown
+	// ExpertsDownBias is gpt-oss's experts.down_proj_bias [E, H].
+	ExpertsDownBias
 )
 
 var kindNames = [...]string{
 	Replicated: "replicated", Embedding: "embedding", LMHead: "lm-head", LatentQ: "latent-q",
 	LatentKV: "latent-kv", Column: "column", Row: "row", Query: "query", Key: "key", Value: "value",
 	Gate: "gate", Up: "up", ExpertsGateUp: "experts-gate-up", ExpertsDown: "experts-down", MTPProj: "mtp-proj",
+	Sinks: "sinks", InterleavedExpertsGateUp: "interleaved-experts-gate-up", InterleavedExpertsGateUpBias: "interleaved-experts-gate-up-bias",
+	TransposedExpertsDown: "transposed-experts-down", ExpertsDownBias: "experts-down-bias",
+}
+
+// experts reports whether the kind is one of the routed experts' tensors
+// (Shard(0) over EP by expert).
+func (k Kind) experts() bool {
+	switch k {
+	case ExpertsGateUp, ExpertsDown, InterleavedExpertsGateUp, InterleavedExpertsGateUpBias, TransposedExpertsDown, ExpertsDownBias:
+		return true
+	}
+	return false
 }
 
 func (k Kind) String() string {
@@ -77,18 +106,49 @@ type Tensor struct {
 	Name  string
 	Shape []int64 // as transformers holds it
 	// LayoutShape is a row-major reshape of Shape (same elements, same
-	// order: the global linear index of every element is unchanged) that
-	// both sides' layouts shard. It equals Shape except for Query, Key and
-	// Value ([kv heads, rows per kv head, H]) and ExpertsGateUp ([E, 2, I,
-	// H]), where the fused local buffers need the finer dims.
+	// order: the global linear index of every element is unchanged; with
+	// Transposed, of Shape with its last two dims swapped) that both
+	// sides' layouts shard. It equals Shape except for Query, Key and
+	// Value ([kv heads, rows per kv head, H]), ExpertsGateUp ([E, 2, I,
+	// H]) and gpt-oss's experts, where the fused local buffers need the
+	// finer dims.
 	LayoutShape []int64
-	DType       placement.DType
-	Kind        Kind
+	// Transposed: the frameworks hold the tensor with its last two dims
+	// swapped against transformers (gpt-oss's experts), and it moves so.
+	Transposed bool
+	DType      placement.DType
+	Kind       Kind
+	// FP8 reports whether an FP8 generator holds the tensor in
+	// float8_e4m3fn: vLLM's Fp8Config.get_quant_method quantizes the
+	// weights of LinearBase and FusedMoE layers, and the models build
+	// those inside the decoder layers only (not the embeddings, the LM
+	// head, norms, routers, biases, nor the modules an FP8 checkpoint
+	// leaves unconverted).
+	FP8 bool
+	// Refresh, when set, says why the generator must run its post-load
+	// step for the tensor after every refit step (vLLM derives tensors
+	// from it in process_weights_after_loading, or holds it in another
+	// dtype), and what that step is.
+	Refresh string
+	// SeqParallelReplicated: vLLM builds the module whole on every rank
+	// (disable_tp) when its MoE runs sequence-parallel (DeepSeek's shared
+	// experts).
+	SeqParallelReplicated bool
 	// Layer is the decoder layer the tensor belongs to (MTP layers follow
 	// the decoder layers), or -1 for the tensors outside the layers: the
 	// embedding (first pipeline stage), the final norm and the LM head
 	// (last stage).
 	Layer int
+}
+
+// MovedShape returns the shape the frameworks hold the tensor in: Shape,
+// with its last two dims swapped when Transposed.
+func (t Tensor) MovedShape() []int64 {
+	s := slices.Clone(t.Shape)
+	if t.Transposed && len(s) >= 2 {
+		s[len(s)-1], s[len(s)-2] = s[len(s)-2], s[len(s)-1]
+	}
+	return s
 }
 
 // Elems returns the number of elements of the tensor.

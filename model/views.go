@@ -12,7 +12,8 @@ import (
 type fuseMode uint8
 
 const (
-	// own: one tensor, dense, in a buffer of exactly its size.
+	// own: one tensor, in a buffer of its own: exactly its part, or, where
+	// the framework pads (sideLayout.rows), its part then padding rows.
 	own fuseMode = iota
 	// concat: the members' parts one after another, each dense (vLLM's
 	// qkv_proj, gate_up_proj and fused_qkv_a_proj; Megatron's linear_fc1).
@@ -54,67 +55,71 @@ type group struct {
 	name    string
 	mode    fuseMode
 	dtype   placement.DType
-	members []*TensorLayout
+	members []*wholeTensor
 }
 
-// join puts t into the buffer f names on the given side, creating it on
+// join puts w into the buffer f names on the given side, creating it on
 // first use.
-func (s *Stage) join(t *TensorLayout, side Side, f fusion) error {
-	var g *group
-	for _, x := range s.groups[side] {
-		if x.name == f.name {
-			g = x
-			break
-		}
-	}
-	dt := t.Layout(side).DType() // the destination's may be FP8 (NewQuantized)
+func (s *Stage) join(w *wholeTensor, side Side, f fusion) error {
+	g := s.byName[side][f.name]
+	dt := w.dtype[side] // the destination's may be FP8 (NewQuantized)
 	if g == nil {
 		g = &group{name: f.name, mode: f.mode, dtype: dt}
 		s.groups[side] = append(s.groups[side], g)
+		s.byName[side][f.name] = g
 	}
 	if g.mode != f.mode || (f.mode == own && len(g.members) > 0) {
-		return fmt.Errorf("%s buffer %s: tensor %s cannot share it with %s", side, f.name, t.Name, g.members[0].Name)
+		return fmt.Errorf("%s buffer %s: tensor %s cannot share it with %s", side, f.name, w.Name, g.members[0].Name)
 	}
 	if g.dtype != dt {
-		return fmt.Errorf("%s buffer %s fuses %s (%s) and %s (%s): dtypes differ", side, f.name, g.members[0].Name, g.dtype, t.Name, dt)
+		return fmt.Errorf("%s buffer %s fuses %s (%s) and %s (%s): dtypes differ", side, f.name, g.members[0].Name, g.dtype, w.Name, dt)
+	}
+	if f.mode != own && w.side[side].rows > 0 {
+		return fmt.Errorf("%s buffer %s: tensor %s is padded and cannot be fused", side, f.name, w.Name)
 	}
 	// Insert by order (q, k, v; gate, up), keeping arrival order for ties.
 	i := len(g.members)
 	for i > 0 && g.members[i-1].order[side] > f.order {
 		i--
 	}
-	t.group[side] = g
-	t.order[side] = f.order
-	g.members = slices.Insert(g.members, i, t)
+	w.group[side] = g
+	w.order[side] = f.order
+	g.members = slices.Insert(g.members, i, w)
 	for j, m := range g.members {
 		m.member[side] = j
 	}
 	return nil
 }
 
-// checkGroups checks that every interleaved buffer's members agree on
-// their local dim 0 and trailing dims on every rank (same layout shape
-// there, same mesh and placements), and that every member of a fused
-// buffer covers the same ranks.
+// checkGroups checks that the members of every fused buffer span the same
+// ranks in the same way, and that an interleaved buffer's members agree on
+// their local dim 0 and trailing dims on every rank.
 func (s *Stage) checkGroups() error {
 	for side := Src; side <= Dst; side++ {
 		for _, g := range s.groups[side] {
 			first := g.members[0]
-			fl := first.Layout(side)
+			fl := first.side[side]
 			for _, m := range g.members[1:] {
-				ml := m.Layout(side)
-				if !ml.Mesh().Equal(fl.Mesh()) {
-					return fmt.Errorf("%s buffer %s fuses %s on %v and %s on %v: meshes differ", side, g.name, first.Name, fl.Mesh(), m.Name, ml.Mesh())
+				ml := m.side[side]
+				same := fl.start == ml.start && len(fl.axes) == len(ml.axes)
+				for a := 0; same && a < len(fl.axes); a++ {
+					same = fl.axes[a].size == ml.axes[a].size
+				}
+				if !same {
+					return fmt.Errorf("%s buffer %s fuses %s and %s over different ranks", side, g.name, first.Name, m.Name)
 				}
 				if g.mode != interleave {
 					continue
 				}
 				a, b := first.LayoutShape, m.LayoutShape
-				if len(a) < 2 || len(a) != len(b) || a[0] != b[0] || !slices.Equal(a[2:], b[2:]) ||
-					!slices.Equal(fl.Placements(), ml.Placements()) {
-					return fmt.Errorf("%s buffer %s interleaves %s (%s %s) and %s (%s %s): they must agree on dim 0, the dims after 1 and the placements",
-						side, g.name, first.Name, placement.FormatShape(a), placement.Format(fl.Placements()),
-						m.Name, placement.FormatShape(b), placement.Format(ml.Placements()))
+				ok := len(a) >= 2 && len(a) == len(b) && a[0] == b[0] && slices.Equal(a[2:], b[2:])
+				for x := 0; ok && x < len(fl.axes); x++ {
+					fa, ma := fl.axes[x], ml.axes[x]
+					ok = fa.dim == ma.dim && (fa.dim == 1 || slices.Equal(fa.parts, ma.parts))
+				}
+				if !ok {
+					return fmt.Errorf("%s buffer %s interleaves %s (%s) and %s (%s): they must agree on dim 0, the dims after 1 and how they split",
+						side, g.name, first.Name, placement.FormatShape(a), m.Name, placement.FormatShape(b))
 				}
 			}
 		}
@@ -131,18 +136,14 @@ type Part struct {
 	View   placement.View
 }
 
-// localShape returns the shape of rank's part of t on the given side, and
-// false when the side's mesh does not hold rank.
-func localShape(t *TensorLayout, side Side, rank int) ([]int64, bool) {
-	b, ok := t.Layout(side).RankBox(rank)
+// part returns rank's box of the whole tensor on side and its local
+// shape, false when the side does not hold rank.
+func (w *wholeTensor) part(side Side, rank int) (placement.Box, []int64, bool) {
+	b, ok := w.side[side].rankBox(w.LayoutShape, rank)
 	if !ok {
-		return nil, false
+		return b, nil, false
 	}
-	sh := make([]int64, len(b.Lo))
-	for d := range sh {
-		sh[d] = b.Hi[d] - b.Lo[d]
-	}
-	return sh, true
+	return b, b.Shape(), true
 }
 
 func elems(shape []int64) int64 {
@@ -153,44 +154,82 @@ func elems(shape []int64) int64 {
 	return n
 }
 
-// Part returns where rank (a local rank of the stage's communicator) holds
-// its part of t on the given side, and false when the rank holds none
-// (it is not on that side). Views of the tensors that share a buffer do
-// not overlap and together cover it exactly.
-func (t *TensorLayout) Part(side Side, rank int) (Part, bool) {
-	sh, ok := localShape(t, side, rank)
+// view returns where rank's part of the whole tensor sits in its buffer on
+// side: the zero View for a tensor dense in a buffer of exactly its size.
+func (w *wholeTensor) view(side Side, rank int) (placement.View, []int64, bool) {
+	_, sh, ok := w.part(side, rank)
 	if !ok {
-		return Part{}, false
+		return placement.View{}, nil, false
 	}
-	g := t.group[side]
+	g := w.group[side]
 	switch g.mode {
 	case concat:
 		var off int64
-		for _, m := range g.members[:t.member[side]] {
-			ms, _ := localShape(m, side, rank)
+		for _, m := range g.members[:w.member[side]] {
+			_, ms, _ := m.part(side, rank)
 			off += elems(ms)
 		}
-		return Part{Buffer: g.name, View: placement.DenseView(sh, off)}, true
+		return placement.DenseView(sh, off), sh, true
 	case interleave:
 		inner := elems(sh[2:])
 		var before, rows int64
 		for j, m := range g.members {
-			ms, _ := localShape(m, side, rank)
-			if j < t.member[side] {
+			_, ms, _ := m.part(side, rank)
+			if j < w.member[side] {
 				before += ms[1]
 			}
 			rows += ms[1]
 		}
 		st := placement.DenseView(sh, 0).Strides
 		st[0], st[1] = rows*inner, inner
-		return Part{Buffer: g.name, View: placement.View{Offset: before * inner, Strides: st}}, true
+		return placement.View{Offset: before * inner, Strides: st}, sh, true
 	}
-	return Part{Buffer: g.name}, true
+	sl := w.side[side]
+	if sl.order != nil {
+		st := make([]int64, len(sh))
+		acc := int64(1)
+		for i := len(sl.order) - 1; i >= 0; i-- {
+			d := sl.order[i]
+			st[d] = acc
+			acc *= max(sh[d], 1)
+		}
+		return placement.View{Strides: st}, sh, true
+	}
+	if sl.rows > 0 && len(sh) > 0 && sl.rows != sh[0] {
+		return placement.DenseView(sh, 0), sh, true // a padded buffer: longer than the part
+	}
+	return placement.View{}, sh, true
+}
+
+// Part returns where rank (a local rank of the stage's communicator) holds
+// its part of t on the given side, and false when the rank holds none
+// (it is not on that side, or holds nothing of a piece). Views of the
+// tensors (and pieces) that share a buffer do not overlap, and together
+// cover it but for the rows a framework pads.
+func (t *TensorLayout) Part(side Side, rank int) (Part, bool) {
+	b, ok := t.Layout(side).RankBox(rank)
+	if !ok {
+		return Part{}, false
+	}
+	w := t.whole
+	v, wsh, _ := w.view(side, rank)
+	p := Part{Buffer: w.group[side].name, View: v}
+	if t.Origin == nil {
+		return p, true
+	}
+	wb, _, _ := w.part(side, rank)
+	st := v.ResolvedStrides(wsh)
+	off := v.Offset
+	for d := range b.Lo {
+		off += (b.Lo[d] + t.Origin[d] - wb.Lo[d]) * st[d]
+	}
+	p.View = placement.View{Offset: off, Strides: st}
+	return p, true
 }
 
 // Buffer is one local buffer of a rank on one side: its name, element type
-// and size in elements, and the tensors whose parts it holds, in the order
-// they sit in it.
+// and size in elements (padding rows included), and the tensors whose parts
+// it holds, in the order they sit in it.
 type Buffer struct {
 	Name    string
 	DType   placement.DType
@@ -204,7 +243,8 @@ func (b Buffer) Bytes() int64 { return b.Elems * int64(b.DType.Size()) }
 // Buffers returns the local buffers that rank (a local rank of the stage's
 // communicator) holds on the given side, in the order of their first
 // tensor; none when the rank is not on that side. A fused buffer is one
-// entry holding several tensors' views.
+// entry holding several tensors' views; a padded one counts its padding
+// rows.
 func (s *Stage) Buffers(side Side, rank int) []Buffer {
 	var out []Buffer
 	for _, g := range s.groups[side] {
@@ -212,16 +252,19 @@ func (s *Stage) Buffers(side Side, rank int) []Buffer {
 		held := false
 		var n0, rows, inner int64
 		for _, m := range g.members {
-			sh, ok := localShape(m, side, rank)
+			_, sh, ok := m.part(side, rank)
 			if !ok {
 				continue
 			}
 			held = true
 			b.Tensors = append(b.Tensors, m.Name)
-			if g.mode == interleave {
+			switch {
+			case g.mode == interleave:
 				n0, inner = sh[0], elems(sh[2:])
 				rows += sh[1]
-			} else {
+			case m.side[side].rows > 0 && len(sh) > 0:
+				b.Elems += m.side[side].rows * elems(sh[1:])
+			default:
 				b.Elems += elems(sh)
 			}
 		}
@@ -239,8 +282,9 @@ func (s *Stage) Buffers(side Side, rank int) []Buffer {
 // when it is not a member.
 func (s *Stage) LocalRank(w int) int { return slices.Index(s.Members, w) }
 
-// Bytes returns how many bytes rank (a local rank of the stage's
-// communicator) holds of the stage's tensors on the given side.
+// Bytes returns how many bytes of the stage's tensors a refit moves to or
+// from rank (a local rank of the stage's communicator) on the given side
+// (padding rows not counted).
 func (s *Stage) Bytes(side Side, rank int) int64 {
 	var n int64
 	for _, t := range s.Tensors {

@@ -31,8 +31,9 @@ func fill(t *testing.T, s *Stage, side Side, rank int, ids map[string]int) map[s
 		if !ok {
 			continue
 		}
-		box, _ := x.Layout(side).RankBox(rank)
+		box, _ := x.Box(side, rank) // in the whole tensor's layout shape
 		sh, _ := localShape(x, side, rank)
+		whole := x.Whole()
 		st := p.View.ResolvedStrides(sh)
 		buf := bufs[p.Buffer]
 		n := elems(sh)
@@ -46,13 +47,13 @@ func fill(t *testing.T, s *Stage, side Side, rank int, ids map[string]int) map[s
 			var lin, pos int64
 			pos = p.View.Offset
 			for d := range sh {
-				lin = lin*x.LayoutShape[d] + box.Lo[d] + idx[d]
+				lin = lin*whole.LayoutShape[d] + box.Lo[d] + idx[d]
 				pos += idx[d] * st[d]
 			}
 			if buf[pos] != -1 {
 				t.Fatalf("%s: two elements at %d of %s", x.Name, pos, p.Buffer)
 			}
-			buf[pos] = value(ids[x.Name], lin)
+			buf[pos] = value(ids[whole.Name], lin)
 		}
 	}
 	return bufs
@@ -83,9 +84,9 @@ func span(lo, n int64) []int64 {
 // frameworks' rules, over the transformers tensors), and checks that the
 // views put exactly those elements there.
 func TestViewsMatchFrameworks(t *testing.T) {
-	// 8 heads, 2 key-value heads, head_dim 2, hidden 3, intermediate 8;
+	// 8 heads, 2 key-value heads, head_dim 2, hidden 8, intermediate 8;
 	// biases on q, k and v.
-	const heads, kv, hd, H, I = 8, 2, 2, 3, 8
+	const heads, kv, hd, H, I = 8, 2, 2, 8, 8
 	c := Config{ModelType: "llama", DType: placement.F32, VocabSize: 8, HiddenSize: H, IntermediateSize: I, Layers: 1,
 		Heads: heads, KVHeads: kv, HeadDim: hd, AttentionBias: true}
 	m, err := FromConfig("tiny", c, Options{})

@@ -23,7 +23,7 @@ type Model struct {
 	Call    *StagedCall
 	// Specs[s] are stage s's specs with this rank's views (nil where the
 	// rank is not in stage s); Index[s][i] is spec i's index in the
-	// model's tensor list.
+	// model's tensor list (a piece's: its whole tensor's, model.TensorLayout).
 	Specs [][]refit.Spec
 	Index [][]int
 
@@ -65,7 +65,7 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 				sp.Views.Dst = p.View
 			}
 			m.Specs[si] = append(m.Specs[si], sp)
-			m.Index[si] = append(m.Index[si], index[t.Name])
+			m.Index[si] = append(m.Index[si], index[t.Whole().Name])
 		}
 	}
 	m.Call, err = st.Prepare(ctx, func(si int) []refit.Spec { return m.Specs[si] }, route)

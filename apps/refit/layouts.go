@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
@@ -16,45 +17,59 @@ import (
 )
 
 func newLayoutsCmd() *cobra.Command {
-	var spec, train, gen string
+	var spec, train, gen, dstDType, fp8Scale string
 	var scale, layers int
-	var mtp, asJSON bool
+	var mtp, asJSON, parts bool
 	cmd := &cobra.Command{
 		Use:   "layouts --model NAME|config.json|list.json --train tp=..,pp=..,dp=..[,cp=..,ep=..,etp=..] --gen tp=..,dp=..[,ep=..] [flags]",
 		Short: "Show every tensor of a model laid out from a Megatron trainer to a vLLM generator",
 		Long: `layouts lays a whole model out for weight sync: every tensor, named and shaped
-as transformers names it, with its layout on the trainer (Megatron-Core
-conventions) and on the generator (vLLM conventions), the local buffer and
-view that hold each rank's part (fused weights stay fused: Megatron's
-linear_qkv and linear_fc1, vLLM's qkv_proj, gate_up_proj and
-fused_qkv_a_proj), per pipeline stage, and what every rank holds.
+as transformers names it, with its layout on the trainer and on the generator
+as Megatron-Core and vLLM hold it, the local buffer and view that hold each
+rank's part (fused weights stay fused: Megatron's linear_qkv and linear_fc1,
+vLLM's qkv_proj, gate_up_proj and fused_qkv_a_proj), the generator's dtype
+(with --dst-dtype e4m3: which tensors vLLM's FP8 path quantizes, and the shape
+of their weight_scale_inv), per pipeline stage, and what every rank holds.
 
---model is a built-in model (deepseek-v3, qwen3-235b-a22b, llama-3.1-70b), a
-HuggingFace config.json (model_type deepseek_v3, qwen3_moe, qwen3, llama,
-mistral, mixtral) or a JSON list of {"name", "shape", "dtype"}.
+--model is a built-in model (` + strings.Join(model.Builtins(), ", ") + `),
+a HuggingFace config.json (model_type ` + strings.Join(model.ModelTypes(), ", ") + `;
+missing keys take transformers' defaults for the type) or a JSON list of
+{"name", "shape", "dtype"} (a name that does not say how the frameworks split
+the tensor is refused).
 
---train gives Megatron's sizes: tp, pp, cp, dp, ep (expert parallel), etp
-(expert tensor parallel), and optionally first and last (layers on the first
-and last pipeline stage); --gen gives vLLM's tp, dp and ep (expert parallel
-over all tp x dp ranks). Sizes not given are 1. Trainer ranks go TP fastest,
-then CP, then DP, PP slowest; experts fold a stage's ranks as etp x ep x
-expert-dp. Stage s trains on world ranks [s*P, (s+1)*P) (P = tp*cp*dp) and
-the generator ranks come after all trainers; each stage's layouts use the
-ranks of its own communicator: the stage's trainers, then every generator.
+--train gives Megatron's sizes: ` + model.TrainerKeys + `.
+--gen gives vLLM's: ` + model.GeneratorKeys + `.
+Sizes not given are 1. Trainer ranks go TP fastest, then CP, then DP, PP
+slowest; experts fold a stage's ranks as etp x ep x expert-dp. vLLM ranks go
+tp fastest, then dp, then engines. Stage s trains on world ranks [s*P, (s+1)*P)
+(P = tp*cp*dp) and the generator ranks come after all trainers; each stage's
+layouts use the ranks of its own communicator: the stage's trainers, then
+every generator.
 
 Layouts are printed as mesh[ranks] placements over the tensor's layout
 shape, which is its shape except for q, k, v ([kv heads, rows per kv head,
-H]) and the experts' gate_up_proj ([E, 2, I, H]). A view is the buffer,
-@offset and strides in elements, the same on every rank of a side; "-" is
-a tensor alone and dense in its own buffer.
+H]) and the experts' gate_up_proj ([E, 2, I, H]; gpt-oss's [E, I, 2, H],
+moved transposed as both frameworks hold it). Where a framework splits a
+tensor otherwise than torch.chunk (both pad the vocabulary: Megatron to a
+multiple of vocab-div x tp, vLLM to a multiple of 64; vLLM gives its first EP
+ranks one expert more when they do not divide; Megatron's tp above the query
+groups slices each group's [q; k; v]), the tensor moves as pieces, named
+tensor[lo:hi] in numpy notation over the layout shape; padding rows are never
+written. A view is the buffer, @offset and strides in elements, as the first
+rank that holds the part sees it; "-" is a tensor alone and dense in its own
+buffer. Tensors vLLM derives state from after loading are listed at the end:
+the generator reruns that step after every refit (see docs/python.md).
 
 --scale N divides hidden and intermediate sizes, head dims and expert counts
 by N (head counts stay); --layers L keeps the first L layers; --mtp adds
-DeepSeek's multi-token-prediction layer (on the last stage).`,
-		Example: `  # DeepSeek-V3, 128 trainer GPUs (EP16, expert-DP 2, PP4) to 128 generator GPUs (TP8, DP16)
-  refit layouts --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16
-  # Qwen3-235B-A22B, 64 (TP2, CP2, DP4, PP4, EP16) to 64 (TP8, DP8)
-  refit layouts --model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16 --gen tp=8,dp=8
+DeepSeek's multi-token-prediction layer (on the last stage). --json prints it
+all as JSON, --parts with every rank's buffers and parts.`,
+		Example: `  # DeepSeek-V3, 128 trainer GPUs (EP16, expert-DP 2, PP4 of 16, 15, 15, 15 layers) to 128 generator GPUs (TP8, DP16)
+  refit layouts --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16,first=16,last=15 --gen tp=8,dp=16
+  # Qwen3-235B-A22B, 64 (TP2, CP2, DP4, PP4, EP16 without expert-TP) to 64 (TP8, DP8)
+  refit layouts --model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16,etp=1 --gen tp=8,dp=8
+  # the same generator in FP8: what vLLM quantizes, and each weight_scale_inv
+  refit layouts --model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16,etp=1 --gen tp=8,dp=8 --dst-dtype e4m3
   # NeMo-RL's DeepSeek-V3: PP16 x EP16 to TP32 x DP8, as JSON
   refit layouts --model deepseek-v3 --train pp=16,dp=16,ep=16 --gen tp=32,dp=8 --json
   # a scaled model that fits 16 CPU ranks
@@ -64,7 +79,22 @@ DeepSeek's multi-token-prediction layer (on the last stage).`,
 			if spec == "" {
 				return usageError{fmt.Errorf("--model is required: a built-in model (%s), a config.json or a tensor list", strings.Join(model.Builtins(), ", "))}
 			}
-			if _, err := model.Load(spec, model.LoadOptions{}); err != nil {
+			mode, err := layoutsFP8(dstDType, fp8Scale)
+			if err != nil {
+				return err
+			}
+			// Check the model with one layer where --layers cuts it, so that a
+			// config of any layer count costs only what is kept.
+			probe := model.LoadOptions{}
+			if layers > 0 {
+				probe.Layers = 1
+			}
+			if _, err := model.Load(spec, probe); err != nil {
+				if layers > 0 {
+					if _, plain := model.Load(spec, model.LoadOptions{}); plain == nil {
+						return flagError("layers", fmt.Sprint(layers), err)
+					}
+				}
 				return flagError("model", spec, err)
 			}
 			if scale < 1 {
@@ -74,7 +104,7 @@ DeepSeek's multi-token-prediction layer (on the last stage).`,
 				return flagError("layers", fmt.Sprint(layers), fmt.Errorf("want at least 1 (0 keeps them all)"))
 			}
 			if mtp {
-				if _, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: true}}); err != nil {
+				if _, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: true}, Layers: probe.Layers}); err != nil {
 					return usageError{fmt.Errorf("--mtp: %w", err)}
 				}
 			}
@@ -95,38 +125,71 @@ DeepSeek's multi-token-prediction layer (on the last stage).`,
 			if err != nil {
 				return flagError("gen", gen, err)
 			}
-			l, err := model.New(m, tr, g)
+			l, err := model.NewQuantized(m, tr, g, mode)
 			if err != nil {
 				var se *model.SplitError
-				if errors.As(err, &se) && se.Side == model.Dst {
+				switch {
+				case errors.As(err, &se) && se.Side == model.Dst:
 					return flagError("gen", gen, err)
+				case mode != 0 && strings.Contains(err.Error(), "--fp8-scale"):
+					return flagError("fp8-scale", mode.String(), err)
+				case mode != 0 && strings.Contains(err.Error(), "e4m3"):
+					return flagError("dst-dtype", dstDType, err)
 				}
 				return flagError("train", train, err)
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(layoutsJSON(l))
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(layoutsJSON(l, parts))
 			}
 			return writeLayouts(cmd.OutOrStdout(), l)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&spec, "model", "", "a built-in model, a config.json or a tensor list (JSON)")
-	fs.StringVar(&train, "train", "", "trainer sizes, e.g. tp=2,cp=2,dp=4,pp=4,ep=16 (etp, first, last too)")
-	fs.StringVar(&gen, "gen", "", "generator sizes, e.g. tp=8,dp=8 (ep too)")
+	fs.StringVar(&train, "train", "", "trainer sizes, e.g. tp=2,cp=2,dp=4,pp=4,ep=16,etp=1 (keys: "+model.TrainerKeys+")")
+	fs.StringVar(&gen, "gen", "", "generator sizes, e.g. tp=8,dp=8 (keys: "+model.GeneratorKeys+")")
 	fs.IntVar(&scale, "scale", 1, "divide widths and expert counts by N")
 	fs.IntVar(&layers, "layers", 0, "keep only the first L decoder layers (0: all)")
 	fs.BoolVar(&mtp, "mtp", false, "add DeepSeek's multi-token-prediction layer")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	fs.BoolVar(&parts, "parts", false, "with --json: every rank's buffers and parts (box and view of every entry it holds)")
+	fs.StringVar(&dstDType, "dst-dtype", "", "e4m3: show the generator serving FP8 weights (what vLLM's FP8 path quantizes, and the shape of each weight_scale_inv)")
+	fs.StringVar(&fp8Scale, "fp8-scale", "", "with --dst-dtype e4m3: block (128x128, default), row or tensor")
 	return cmd
 }
 
-// sideRanks returns the communicator-local ranks [lo, hi) of a stage's
-// side.
-func sideRanks(s *model.Stage, side model.Side) (lo, hi int) {
-	if side == model.Src {
-		return 0, s.Trainers
+// layoutsFP8 reads --dst-dtype and --fp8-scale as refit sync does.
+func layoutsFP8(dstDType, fp8Scale string) (fp8.Mode, error) {
+	if dstDType == "" {
+		if fp8Scale != "" {
+			return 0, flagError("fp8-scale", fp8Scale, fmt.Errorf("it needs --dst-dtype e4m3"))
+		}
+		return 0, nil
 	}
-	return s.Trainers, s.Trainers + s.Generators
+	dt, err := placement.ParseDType(dstDType)
+	if err != nil {
+		return 0, flagError("dst-dtype", dstDType, err)
+	}
+	if dt != placement.FP8E4M3 {
+		return 0, flagError("dst-dtype", dstDType, fmt.Errorf("the one conversion is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the trainer's dtypes"))
+	}
+	if fp8Scale == "" {
+		return fp8.Block, nil
+	}
+	m, err := fp8.ParseMode(fp8Scale)
+	if err != nil {
+		return 0, flagError("fp8-scale", fp8Scale, err)
+	}
+	return m, nil
+}
+
+// genDType renders what the generator holds a tensor in: its dtype, or
+// "e4m3 <mode> [scale shape]" with the shape of its weight_scale_inv.
+func genDType(l *model.Layouts, t *model.TensorLayout) string {
+	if t.Scale == 0 {
+		return t.Dst.DType().String()
+	}
+	return fmt.Sprintf("e4m3 %v scale %s", t.Scale, placement.FormatShape(model.ScaleShape(t.Whole(), t.Scale)))
 }
 
 // meshText renders a layout's mesh and placements: "16x8[32-159] R,S0".
@@ -134,18 +197,19 @@ func meshText(l placement.Layout) string {
 	return fmt.Sprintf("%v %s", l.Mesh(), placement.Format(l.Placements()))
 }
 
-// viewOf returns the part of t on the first rank of a side, and whether
-// every rank of the side has the same view.
-func viewOf(s *model.Stage, t *model.TensorLayout, side model.Side) (model.Part, bool) {
-	lo, hi := sideRanks(s, side)
-	first, _ := t.Part(side, lo)
-	for r := lo + 1; r < hi; r++ {
+// viewOf returns the part of t on the first rank that holds it on a side,
+// that rank, and whether every rank holding it has the same view.
+func viewOf(s *model.Stage, t *model.TensorLayout, side model.Side) (model.Part, int, bool) {
+	ranks := t.Layout(side).Mesh().Ranks()
+	slices.Sort(ranks)
+	first, _ := t.Part(side, ranks[0])
+	for _, r := range ranks[1:] {
 		p, _ := t.Part(side, r)
 		if p.Buffer != first.Buffer || p.View.Offset != first.View.Offset || !slices.Equal(p.View.Strides, first.View.Strides) {
-			return first, false
+			return first, ranks[0], false
 		}
 	}
-	return first, true
+	return first, ranks[0], true
 }
 
 // shortBuffer names a buffer relative to the tensor's own prefix:
@@ -160,18 +224,16 @@ func shortBuffer(tensor, buffer string) string {
 }
 
 func viewText(s *model.Stage, t *model.TensorLayout, side model.Side) string {
-	p, same := viewOf(s, t, side)
+	p, first, same := viewOf(s, t, side)
 	if !t.Fused(side) && p.View.Dense() {
 		return "-"
 	}
-	out := fmt.Sprintf("%s @%d %v", shortBuffer(t.Name, p.Buffer), p.View.Offset, p.View.ResolvedStrides(partShape(t, side, sideFirst(s, side))))
+	out := fmt.Sprintf("%s @%d %v", shortBuffer(t.Whole().Name, p.Buffer), p.View.Offset, p.View.ResolvedStrides(partShape(t, side, first)))
 	if !same {
-		out += " (rank 0 of the side; others differ)"
+		out += fmt.Sprintf(" (local rank %d; others differ)", first)
 	}
 	return out
 }
-
-func sideFirst(s *model.Stage, side model.Side) int { lo, _ := sideRanks(s, side); return lo }
 
 func partShape(t *model.TensorLayout, side model.Side, rank int) []int64 {
 	b, _ := t.Layout(side).RankBox(rank)
@@ -240,10 +302,10 @@ func writeLayouts(w io.Writer, l *model.Layouts) error {
 			mesh.FormatRanks(s.Members[:s.Trainers]), mesh.FormatRanks(seq(0, s.Trainers)),
 			mesh.FormatRanks(s.Members[s.Trainers:]), mesh.FormatRanks(seq(s.Trainers, s.Generators)))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  tensor\tshape\tdtype\tsrc\tsrc view\tdst\tdst view")
+		fmt.Fprintln(tw, "  tensor\tshape\tdtype\tsrc\tsrc view\tdst\tdst dtype\tdst view")
 		for _, t := range s.Tensors {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, shapeText(t.Tensor), t.DType,
-				meshText(t.Src), viewText(s, t, model.Src), meshText(t.Dst), viewText(s, t, model.Dst))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, shapeText(t.Tensor), t.DType,
+				meshText(t.Src), viewText(s, t, model.Src), meshText(t.Dst), genDType(l, t), viewText(s, t, model.Dst))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -278,10 +340,52 @@ func writeLayouts(w io.Writer, l *model.Layouts) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\ntotals: %d tensors, %d parameters, %d bytes; trainer ranks hold %s to %s, generator ranks %s to %s\n",
+	if _, err := fmt.Fprintf(w, "\ntotals: %d tensors, %d parameters, %d bytes; trainer ranks hold %s to %s, generator ranks %s to %s\n",
 		len(m.Tensors), m.Params(), m.Bytes(), formatDecimal(float64(srcMin)), formatDecimal(float64(srcMax)),
-		formatDecimal(float64(dstMin)), formatDecimal(float64(dstMax)))
-	return err
+		formatDecimal(float64(dstMin)), formatDecimal(float64(dstMax))); err != nil {
+		return err
+	}
+	if l.FP8 != 0 {
+		n := 0
+		for _, t := range m.Tensors {
+			if t.FP8 {
+				n++
+			}
+		}
+		fmt.Fprintf(w, "FP8: %d of %d tensors e4m3 with %v scales (the linear and expert weights of the decoder layers, as vLLM's Fp8Config quantizes them); the others as they are\n",
+			n, len(m.Tensors), l.FP8)
+	}
+	return writeRefresh(w, m)
+}
+
+// writeRefresh lists the tensors the generator must run its post-load step
+// for after every refit step, one line per reason.
+func writeRefresh(w io.Writer, m *model.Model) error {
+	var reasons []string
+	names := map[string][]string{}
+	for _, t := range m.Tensors {
+		if t.Refresh == "" {
+			continue
+		}
+		if names[t.Refresh] == nil {
+			reasons = append(reasons, t.Refresh)
+		}
+		names[t.Refresh] = append(names[t.Refresh], t.Name)
+	}
+	for i, r := range reasons {
+		if i == 0 {
+			fmt.Fprintln(w, "\nafter every step the generator must refresh (m2n.Model.refresh):")
+		}
+		ns := names[r]
+		what := ns[0]
+		if len(ns) > 1 {
+			what = fmt.Sprintf("%d tensors, %s ... %s", len(ns), ns[0], ns[len(ns)-1])
+		}
+		if _, err := fmt.Fprintf(w, "  %s: %s\n", what, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func sameHolding(a, b rankRow) bool {
@@ -317,6 +421,16 @@ type tensorJSON struct {
 	Stage       int      `json:"stage"`
 	Src         sideJSON `json:"src"`
 	Dst         sideJSON `json:"dst"`
+	// GenDType is the generator's dtype, Scale the mode and ScaleShape the
+	// shape of its weight_scale_inv when it holds the tensor in FP8.
+	GenDType   string  `json:"gen_dtype"`
+	Scale      string  `json:"scale,omitempty"`
+	ScaleShape []int64 `json:"scale_shape,omitempty"`
+	// Of and Origin: a piece's tensor and the corner of its box in that
+	// tensor's layout shape.
+	Of      string  `json:"of,omitempty"`
+	Origin  []int64 `json:"origin,omitempty"`
+	Refresh string  `json:"refresh,omitempty"`
 }
 
 type stageJSON struct {
@@ -326,33 +440,110 @@ type stageJSON struct {
 	Tensors int    `json:"tensors"`
 }
 
-type layoutsOut struct {
-	Model   string       `json:"model"`
-	Train   string       `json:"train"`
-	Gen     string       `json:"gen"`
-	Stages  []stageJSON  `json:"stages"`
-	Tensors []tensorJSON `json:"tensors"`
-	Count   int          `json:"count"`
-	Params  int64        `json:"params"`
-	Bytes   int64        `json:"bytes"`
-	Ranks   []rankRow    `json:"ranks"`
+// partJSON is one entry a rank holds: where in its buffer (view) and what
+// of the whole tensor (box corner Offset and LocalShape over LayoutShape).
+type partJSON struct {
+	Entry       string  `json:"entry"`
+	Tensor      string  `json:"tensor"`
+	Buffer      string  `json:"buffer"`
+	LayoutShape []int64 `json:"layout_shape"`
+	Transposed  bool    `json:"transposed,omitempty"`
+	Shape       []int64 `json:"shape"`
+	LocalShape  []int64 `json:"local_shape"`
+	Offset      []int64 `json:"offset"`
+	ViewOffset  int64   `json:"view_offset"`
+	ViewStrides []int64 `json:"view_strides"`
 }
 
-func layoutsJSON(l *model.Layouts) layoutsOut {
+type bufferJSON struct {
+	Name  string `json:"name"`
+	DType string `json:"dtype"`
+	Elems int64  `json:"elems"`
+}
+
+// rankPartsJSON is what one world rank holds on its side, every stage.
+type rankPartsJSON struct {
+	Rank    int          `json:"rank"`
+	Side    string       `json:"side"`
+	Buffers []bufferJSON `json:"buffers"`
+	Parts   []partJSON   `json:"parts"`
+}
+
+type layoutsOut struct {
+	Model     string          `json:"model"`
+	Train     string          `json:"train"`
+	Gen       string          `json:"gen"`
+	Stages    []stageJSON     `json:"stages"`
+	Tensors   []tensorJSON    `json:"tensors"`
+	Count     int             `json:"count"`
+	Params    int64           `json:"params"`
+	Bytes     int64           `json:"bytes"`
+	Ranks     []rankRow       `json:"ranks"`
+	RankParts []rankPartsJSON `json:"rank_parts,omitempty"`
+}
+
+func layoutsJSON(l *model.Layouts, parts bool) layoutsOut {
 	out := layoutsOut{Model: l.Model.Name, Train: l.Trainer.String(), Gen: l.Generator.String(),
 		Count: len(l.Model.Tensors), Params: l.Model.Params(), Bytes: l.Model.Bytes(), Ranks: rankRows(l)}
 	side := func(s *model.Stage, t *model.TensorLayout, sd model.Side) sideJSON {
 		lay := t.Layout(sd)
-		p, _ := viewOf(s, t, sd)
+		p, first, _ := viewOf(s, t, sd)
 		return sideJSON{Layout: lay.String(), Mesh: lay.Mesh().Shape(), Ranks: mesh.FormatRanks(lay.Mesh().Ranks()), Placements: placement.Format(lay.Placements()),
-			Buffer: p.Buffer, Offset: p.View.Offset, Strides: p.View.ResolvedStrides(partShape(t, sd, sideFirst(s, sd)))}
+			Buffer: p.Buffer, Offset: p.View.Offset, Strides: p.View.ResolvedStrides(partShape(t, sd, first))}
 	}
 	for _, s := range l.Stages {
 		out.Stages = append(out.Stages, stageJSON{Stage: s.Index, Layers: s.Layers, Members: s.Members, Tensors: len(s.Tensors)})
 		for _, t := range s.Tensors {
-			out.Tensors = append(out.Tensors, tensorJSON{Name: t.Name, Shape: t.Shape, LayoutShape: t.LayoutShape, DType: t.DType.String(),
-				Kind: t.Kind.String(), Stage: s.Index, Src: side(s, t, model.Src), Dst: side(s, t, model.Dst)})
+			tj := tensorJSON{Name: t.Name, Shape: t.Shape, LayoutShape: t.LayoutShape, DType: t.DType.String(),
+				Kind: t.Kind.String(), Stage: s.Index, Src: side(s, t, model.Src), Dst: side(s, t, model.Dst),
+				GenDType: t.Dst.DType().String(), Refresh: t.Refresh, Origin: t.Origin}
+			if t.Origin != nil {
+				tj.Of = t.Whole().Name
+			}
+			if t.Scale != 0 {
+				tj.Scale, tj.ScaleShape = t.Scale.String(), model.ScaleShape(t.Whole(), t.Scale)
+			}
+			out.Tensors = append(out.Tensors, tj)
 		}
+	}
+	if parts {
+		out.RankParts = rankParts(l)
+	}
+	return out
+}
+
+// rankParts lists, for every world rank, its buffers and the parts of
+// every entry it holds in them (a generator rank: over every stage).
+func rankParts(l *model.Layouts) []rankPartsJSON {
+	T := l.Trainer.Ranks()
+	out := make([]rankPartsJSON, l.World())
+	for w := range out {
+		side := model.Src
+		if w >= T {
+			side = model.Dst
+		}
+		rp := rankPartsJSON{Rank: w, Side: side.String(), Buffers: []bufferJSON{}, Parts: []partJSON{}}
+		for _, s := range l.Stages {
+			r := s.LocalRank(w)
+			if r < 0 {
+				continue
+			}
+			for _, b := range s.Buffers(side, r) {
+				rp.Buffers = append(rp.Buffers, bufferJSON{Name: b.Name, DType: b.DType.String(), Elems: b.Elems})
+			}
+			for _, t := range s.Tensors {
+				p, ok := t.Part(side, r)
+				if !ok {
+					continue
+				}
+				box, _ := t.Box(side, r)
+				sh, whole := box.Shape(), t.Whole()
+				rp.Parts = append(rp.Parts, partJSON{Entry: t.Name, Tensor: whole.Name, Buffer: p.Buffer, LayoutShape: whole.LayoutShape,
+					Transposed: whole.Transposed, Shape: whole.Shape, LocalShape: sh, Offset: box.Lo, ViewOffset: p.View.Offset,
+					ViewStrides: p.View.ResolvedStrides(sh)})
+			}
+		}
+		out[w] = rp
 	}
 	return out
 }

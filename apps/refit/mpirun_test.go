@@ -296,8 +296,8 @@ func TestSyncModels(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"deepseek-v3", []string{"--model", "deepseek-v3", "--scale", "64", "--layers", "5", "--train", "tp=1,pp=2,ep=2,dp=2", "--gen", "tp=2,dp=2", "--mtp"}},
-		{"qwen3-235b-a22b", []string{"--model", "qwen3-235b-a22b", "--scale", "16", "--layers", "4", "--train", "tp=2,pp=2,ep=2", "--gen", "tp=2,dp=2"}},
+		{"deepseek-v3", []string{"--model", "deepseek-v3", "--scale", "64", "--layers", "5", "--train", "tp=1,pp=2,ep=2,dp=2,first=3,last=2", "--gen", "tp=2,dp=2", "--mtp"}},
+		{"qwen3-235b-a22b", []string{"--model", "qwen3-235b-a22b", "--scale", "16", "--layers", "4", "--train", "tp=2,pp=2,ep=2,etp=1", "--gen", "tp=2,dp=2"}},
 		{"llama-3.1-70b", []string{"--model", "llama-3.1-70b", "--scale", "32", "--layers", "4", "--train", "tp=2,pp=2", "--gen", "tp=4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,8 +311,8 @@ func TestSyncModels(t *testing.T) {
 			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 				t.Fatalf("%v\n%s", err, stdout)
 			}
-			if rep.Check != "passed" || rep.Completed != rep.Tensors || len(rep.Stages) != 2 {
-				t.Fatalf("check %s, %d of %d tensors completed, %d stages", rep.Check, rep.Completed, rep.Tensors, len(rep.Stages))
+			if rep.Check != "passed" || rep.Completed != entries(rep) || len(rep.Stages) != 2 {
+				t.Fatalf("check %s, %d of %d entries completed, %d stages", rep.Check, rep.Completed, entries(rep), len(rep.Stages))
 			}
 			for _, r := range rep.Ranks {
 				if r.Staging > r.Bound {

@@ -155,7 +155,7 @@ each stage's and each tensor's completion.`,
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&f.jsonOut, "json-out", "", "also write the JSON object (as --json prints it, series included) to this file, appending")
 	fs.StringVar(&f.model, "model", "", "model form: a built-in model ("+strings.Join(model.Builtins(), ", ")+"), a config.json or a tensor list")
-	fs.StringVar(&f.train, "train", "", "model form: the trainer's sizes, e.g. tp=1,dp=32,pp=4,ep=16 (cp, etp, first, last too)")
+	fs.StringVar(&f.train, "train", "", "model form: the trainer's sizes, e.g. tp=1,dp=32,pp=4,ep=16 (keys: "+model.TrainerKeys+")")
 	fs.StringVar(&f.gen, "gen", "", "model form: the generator's sizes, e.g. tp=8,dp=16 (ep too)")
 	fs.IntVar(&f.scale, "scale", 1, "model form: divide widths and expert counts by N")
 	fs.IntVar(&f.layers, "layers", 0, "model form: keep only the first L decoder layers (0: all)")

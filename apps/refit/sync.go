@@ -85,8 +85,8 @@ the overhead per step beyond moving the bytes.`,
 	f.run.register(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&f.model, "model", "", "a built-in model ("+strings.Join(model.Builtins(), ", ")+"), a HuggingFace config.json, or a JSON list of name, shape, dtype")
-	fs.StringVar(&f.train, "train", "", "the trainer's parallel sizes, e.g. tp=2,pp=4,dp=4,cp=2,ep=16,etp=1 (sizes not given are 1)")
-	fs.StringVar(&f.gen, "gen", "", "the generator's parallel sizes, e.g. tp=8,dp=8[,ep=64] (sizes not given are 1)")
+	fs.StringVar(&f.train, "train", "", "the trainer's parallel sizes, e.g. tp=2,pp=4,dp=4,cp=2,ep=16,etp=1 (keys: "+model.TrainerKeys+"; sizes not given are 1)")
+	fs.StringVar(&f.gen, "gen", "", "the generator's parallel sizes, e.g. tp=8,dp=8[,ep=64] (keys: "+model.GeneratorKeys+"; sizes not given are 1)")
 	fs.Int64Var(&f.scale, "scale", 1, "divide the hidden and intermediate sizes and the expert counts by this")
 	fs.IntVar(&f.layers, "layers", 0, "keep only the first N decoder layers (0: all)")
 	fs.BoolVar(&f.mtp, "mtp", false, "include DeepSeek-V3's multi-token-prediction layer")
@@ -969,7 +969,7 @@ func writeSyncReport(w io.Writer, r *syncReport) error {
 	fmt.Fprintf(w, "model %s: %d tensors, %d parameters, %s\n", r.Model, r.Tensors, r.Params, formatBytes(r.Bytes))
 	fmt.Fprintf(w, "trainer %s -> generator %s, world %d\n", r.Trainer, r.Generator, r.World)
 	if r.FP8Tensors > 0 {
-		fmt.Fprintf(w, "generator in FP8: %d tensors (every 2-D and 3-D bf16 weight) as e4m3 with %s scales, the others as they are: %s as the generator holds it\n",
+		fmt.Fprintf(w, "generator in FP8: %d tensors (the linear and expert weights of the decoder layers, as vLLM's Fp8Config quantizes them) as e4m3 with %s scales, the others as they are: %s as the generator holds it\n",
 			r.FP8Tensors, r.FP8, formatBytes(r.DstBytes))
 	}
 	if r.EmulatedBW > 0 {

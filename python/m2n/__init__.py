@@ -20,9 +20,10 @@ See docs/python.md.
 from .errors import (AbortError, AgreementError, ChecksumError, Error, InternalError, InvalidArgument,
                      TimeoutError, Unavailable, ValidationError)
 from .placement import Layout, Mesh, Replicate, Shard, Tensor
-from .session import Call, Model, Session
+from .session import Call, Model, Session, vllm_refresh_hook
 
 __all__ = [
     "AbortError", "AgreementError", "Call", "ChecksumError", "Error", "InternalError", "InvalidArgument", "Layout",
     "Mesh", "Model", "Replicate", "Session", "Shard", "Tensor", "TimeoutError", "Unavailable", "ValidationError",
+    "vllm_refresh_hook",
 ]

@@ -135,14 +135,26 @@ class Session:
     def prepare_model(self, model, trainer, generator, scale=None, layers=None, mtp=False, fp8=None, route="hier",
                       balance=None, net_bw=None, local_bw=None, latency=None):
         """Prepares a whole model: model is a built-in name (deepseek-v3,
-        qwen3-235b-a22b, llama-3.1-70b), a HuggingFace config.json or a JSON
-        tensor list; trainer a Megatron-Core configuration
-        ("tp=2,pp=2,dp=2"), generator a vLLM one ("tp=4,dp=2"); scale
-        divides the widths, layers keeps the first layers. The session has
-        the trainer's ranks (stage after stage) then the generator's. fp8
-        ("block", "row" or "tensor"): the generator serves FP8 weights,
-        converted in flight, every bf16 tensor of 2 or 3 dims arriving as
-        float8_e4m3fn with its scales (Model.buffers("scale"))."""
+        kimi-k2, qwen3-235b-a22b, glm-4.5-air, gpt-oss-120b, llama-3.1-70b,
+        qwen2.5-72b), a HuggingFace config.json (model_type deepseek_v3,
+        kimi_k2, glm4_moe, gpt_oss, llama, mistral, mixtral, qwen2, qwen3,
+        qwen3_moe; missing keys take transformers' defaults) or a JSON
+        tensor list; trainer a Megatron-Core configuration ("tp=2,pp=2,dp=2";
+        etp defaults to tp as in Megatron-Core, vocab-div to 128), generator
+        a vLLM one ("tp=4,dp=2": vLLM's data parallelism, under which the
+        routed experts split over tp x dp; "engines=2" for independent
+        engines; "ep=8" for expert parallelism over tp x dp). Every buffer
+        is what that framework's rank holds, padding included: both pad the
+        vocabulary (Megatron to a multiple of vocab-div x tp, vLLM to 64),
+        and m2n never writes the padding rows. scale divides the widths,
+        layers keeps the first layers. The session has the trainer's ranks
+        (stage after stage) then the generator's. fp8 ("block", "row" or
+        "tensor"): the generator serves FP8 weights, converted in flight:
+        what vLLM's FP8 path quantizes (the linear and expert weights of the
+        decoder layers) arrives as float8_e4m3fn with its scales
+        (Model.buffers("scale")); embeddings, LM head, norms, routers and
+        biases as they are. Some tensors need the generator's post-load
+        step after every run (Model.refresh_targets, Model.refresh)."""
         load = []
         if fp8:
             load.append("fp8=%s" % fp8)
@@ -348,7 +360,38 @@ class Model:
                                 ctypes.byref(rep)))
         out = {"completed": rep.completed, "failed": rep.failed}
         out.update(_report(rep))
+        self._last_dst = dst or {}
         return out
+
+    def refresh_targets(self):
+        """The tensors this rank holds for the generator that need the
+        generator's post-load step after every step, each {"tensor",
+        "buffer", "stage", "why"}: vLLM derives state from them once, when it
+        loads a checkpoint (MLA's kv_b_proj: W_UK_T and W_UV, in
+        process_weights_after_loading), or holds them in another dtype than
+        the trainer (GLM-4.5's float32 router), so writing them in place is
+        not enough. Empty on trainer ranks and for models without such
+        tensors. See docs/python.md."""
+        return [dict(e) for e in self.info.get("refresh", [])]
+
+    def refresh(self, hook):
+        """Runs the generator's post-load step after a step (call it on every
+        generator rank after run()): hook(module, entries, buffers) once per
+        module that needs it, module the transformers module path above the
+        tensors' own ("model.layers.3.self_attn" for its kv_b_proj,
+        "model.layers.3.mlp" for its gate),
+        entries its refresh_targets(), buffers the destination buffers of
+        the last run() by name. vllm_refresh_hook(model) makes the hook a
+        vLLM worker uses. Returns how many modules it refreshed."""
+        groups = {}
+        for e in self.refresh_targets():
+            groups.setdefault(e["tensor"].rsplit(".", 2)[0] if e["tensor"].endswith(".weight")
+                              else e["tensor"].rsplit(".", 1)[0], []).append(e)
+        last = getattr(self, "_last_dst", {})
+        for module in sorted(groups):
+            entries = groups[module]
+            hook(module, entries, {e["buffer"]: last[e["buffer"]] for e in entries if e["buffer"] in last})
+        return len(groups)
 
     def close(self):
         if self._h and self.session._h:
@@ -361,6 +404,54 @@ class Model:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def vllm_refresh_hook(model, act_dtype=None):
+    """The refresh hook of a vLLM worker whose model (the torch module vLLM
+    built, e.g. llm.llm_engine.model_executor.driver_worker.model_runner.model,
+    or what a worker extension reaches) m2n writes into: for an MLA layer
+    it reruns the attention modules' process_weights_after_loading(act_dtype)
+    under the layer's self_attn (what vLLM's loader does once after loading:
+    vllm/model_executor/model_loader/utils.py, process_weights_after_loading;
+    act_dtype defaults to the kv_b_proj weight's dtype), re-deriving W_UK_T and
+    W_UV from the new kv_b_proj; for a router vLLM holds in float32 it copies
+    the delivered weight into the parameter of the same name. Use it as
+    m.refresh(m2n.vllm_refresh_hook(model)) after every m.run()."""
+    modules = dict(model.named_modules())
+    params = dict(model.named_parameters())
+
+    def hook(module, entries, buffers):
+        for e in entries:
+            if e["tensor"].endswith(".mlp.gate.weight") and e["tensor"] in params:
+                p = params[e["tensor"]]
+                b = buffers.get(e["buffer"])
+                if b is None:
+                    raise InvalidArgument("refresh of %s: its buffer %s was not given to the last run()" %
+                                          (e["tensor"], e["buffer"]))
+                p.data.copy_(_as_torch(b, p).view(p.shape))
+        if not any(e["tensor"].endswith("kv_b_proj.weight") for e in entries):
+            return
+        dtype = act_dtype
+        if dtype is None:
+            kvb = [e["tensor"] for e in entries if e["tensor"].endswith("kv_b_proj.weight")][0]
+            dtype = params[kvb].dtype if kvb in params else None
+        done = 0
+        for name, sub in modules.items():
+            if name.startswith(module + ".") and hasattr(sub, "process_weights_after_loading") and hasattr(sub, "impl"):
+                sub.process_weights_after_loading(dtype)
+                done += 1
+        if done == 0:
+            raise InvalidArgument("refresh of %s: no attention module with process_weights_after_loading under it" % module)
+
+    return hook
+
+
+def _as_torch(buf, like):
+    """buf (a torch tensor or numpy array) as a torch tensor on like's device."""
+    if hasattr(buf, "to") and hasattr(buf, "dtype") and not hasattr(buf, "__array_interface__"):
+        return buf.to(like.device)
+    import torch
+    return torch.from_numpy(buf).to(like.device)
 
 
 @atexit.register

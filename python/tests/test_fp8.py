@@ -95,7 +95,9 @@ def _():
 
 @case("a model served in FP8 (block scales): every scale tensor written, finite and positive")
 def _():
-    cfg = {"model_type": "llama", "hidden_size": 128, "head_dim": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+    # head_dim 128: each key-value head's rows are whole 128-row blocks, so
+    # the checkpoint's block scales are m2n's (else block is refused)
+    cfg = {"model_type": "llama", "hidden_size": 256, "head_dim": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
            "intermediate_size": 256, "num_hidden_layers": 1, "vocab_size": 256, "dtype": "bfloat16"}
     path = comm.bcast(os.path.join(tempfile.gettempdir(), "m2n-test-fp8-%d.json" % os.getpid()), root=0)
     if rank == 0:
