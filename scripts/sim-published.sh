@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 gb200=(--cluster gb200-nvl72 --src-domain-size 64 --dst-domain-size 64)
 configs=(
   "DeepSeek-V3 128+128 GB200 (EP16 expert-DP2 PP4 -> TP8 DP16)|--model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16 ${gb200[*]}"
-  "Qwen3-235B-A22B 64+64 GB200 (TP2 CP2 EP16 PP4 -> TP8 DP8)|--model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16 --gen tp=8,dp=8 ${gb200[*]}"
+  "Qwen3-235B-A22B 64+64 GB200 (TP2 CP2 EP16 PP4 -> TP8 DP8)|--model qwen3-235b-a22b --train tp=2,cp=2,dp=4,pp=4,ep=16,etp=1 --gen tp=8,dp=8 ${gb200[*]}"
   "NeMo-RL DeepSeek-V3 256+256 HGX (PP16 EP16 -> TP32 DP8)|--model deepseek-v3 --train pp=16,dp=16,ep=16 --gen tp=32,dp=8 --cluster hgx-h200"
 )
 for c in "${configs[@]}"; do
