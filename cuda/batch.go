@@ -36,7 +36,7 @@ type Batch struct {
 }
 
 // PlanBatch plans copies for one launch. It fails, naming the copy, on a
-// descriptor PlanCopy would refuse (ErrBadStrided).
+// descriptor PlanCopy would refuse (strided.ErrInvalid).
 func PlanBatch(copies []BatchCopy) (*Batch, error) {
 	b := &Batch{}
 	var last *BatchCopy // the previous copy kept, when both its sides are one run
@@ -99,17 +99,14 @@ func oneRun(d strided.Desc) bool {
 // Len returns the number of items the batch launches (after merging).
 func (b *Batch) Len() int { return len(b.plans) }
 
-// Bytes returns the bytes the batch moves.
-func (b *Batch) Bytes() int64 { return b.bytes }
-
-// TableBytes returns the size of the batch's item table in device memory.
-func (b *Batch) TableBytes() int { return len(b.plans) * kernels.BatchItemSize }
+// tableBytes returns the size of the batch's item table in device memory.
+func (b *Batch) tableBytes() int { return len(b.plans) * kernels.BatchItemSize }
 
 // table marshals the item table: each item gets the blocks its own launch
 // would use on a device where resident(width) blocks of that width's copy
 // kernel fit at once. It returns the virtual blocks of the whole batch.
 func (b *Batch) table(resident func(width int) int) ([]byte, uint64) {
-	out := make([]byte, b.TableBytes())
+	out := make([]byte, b.tableBytes())
 	var first uint64
 	for i := range b.plans {
 		p := &b.plans[i]

@@ -244,7 +244,7 @@ func (k *kernelSet) launch(s *Stream, p copyPlan, grid int) error {
 // contiguously (desc.Bytes() bytes). Any alignment works; 16-byte aligned
 // addresses, runs and strides get the fastest kernel. Describing no bytes is
 // a no-op that launches nothing. The buffers must not overlap. Errors wrap
-// ErrBadStrided for a bad descriptor; the first call in a context compiles
+// strided.ErrInvalid for a bad descriptor; the first call in a context compiles
 // the kernels (NVRTC) and may fail with nvrtc.ErrNotAvailable.
 func Pack(s *Stream, dst, src DevicePtr, desc strided.Desc) error {
 	p, err := planCopy(dst, strided.Desc{Run: desc.Bytes()}, src, desc)

@@ -12,10 +12,10 @@ import (
 	"github.com/m2n-dev/m2n/internal/dl"
 )
 
-// DefaultLibrary is the driver library Load opens unless M2N_CUDA_PATH names
+// defaultLibrary is the driver library Load opens unless M2N_CUDA_PATH names
 // another file. The dynamic loader searches LD_LIBRARY_PATH and the ld.so
 // cache for it (on the GPU machines: /usr/local/nvidia/lib64).
-const DefaultLibrary = "libcuda.so.1"
+const defaultLibrary = "libcuda.so.1"
 
 var load struct {
 	once sync.Once
@@ -39,7 +39,7 @@ func Load() error {
 }
 
 func open() error {
-	lib, err := dl.Open(dl.Spec{Name: DefaultLibrary, Env: "M2N_CUDA_PATH", Candidates: []string{DefaultLibrary}})
+	lib, err := dl.Open(dl.Spec{Name: defaultLibrary, Env: "M2N_CUDA_PATH", Candidates: []string{defaultLibrary}})
 	if errors.Is(err, dl.ErrNotFound) {
 		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	}
@@ -54,7 +54,7 @@ func open() error {
 		return fmt.Errorf("cuda: not a usable driver: %w", err)
 	}
 	if err := check("cuInit", C.m2n_cuInit()); err != nil {
-		if IsCode(err, CodeNoDevice) || IsCode(err, CodeStubLibrary) {
+		if isCode(err, codeNoDevice) || isCode(err, codeStubLibrary) {
 			return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 		}
 		return err

@@ -133,7 +133,7 @@ func TestGPUAmaxNonFinite(t *testing.T) {
 		t.Error("ToScales accepted a NaN amax")
 	}
 	var nf *fp8.NonFiniteError
-	if err := mem.FirstNonFinite(g, reg); !errors.As(err, &nf) || nf.Flat != 150*200+170 {
+	if err := cuda.FirstNonFinite(mem, g, reg); !errors.As(err, &nf) || nf.Flat != 150*200+170 {
 		t.Errorf("FirstNonFinite: %v, want element [150 170]", err)
 	}
 }

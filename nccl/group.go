@@ -56,9 +56,11 @@ func (c *Comm) PostGroup(g *GroupOps, s *cuda.Stream) error {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if c.ctx != nil {
-			if err := c.ctx.SetCurrent(); err != nil {
+			unbind, err := c.ctx.Bind() // nested in the lock above
+			if err != nil {
 				return err
 			}
+			defer unbind()
 		}
 		var failed C.int
 		r := C.m2n_nccl_group(h, streamHandle(s), &ops[0], C.int(len(ops)), &failed)
