@@ -38,9 +38,6 @@ func NewGroupOps(ops []P2P) *GroupOps {
 	return g
 }
 
-// Len returns the number of operations in the group.
-func (g *GroupOps) Len() int { return len(g.ops) }
-
 // PostGroup posts g as one group on stream s, in one call into NCCL; an
 // error names the operation NCCL refused and its peer.
 func (c *Comm) PostGroup(g *GroupOps, s *cuda.Stream) error {

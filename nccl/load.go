@@ -12,10 +12,10 @@ import (
 	"github.com/m2n-dev/m2n/internal/dl"
 )
 
-// DefaultLibrary is the file Load opens unless M2N_NCCL_PATH names another:
+// defaultLibrary is the file Load opens unless M2N_NCCL_PATH names another:
 // the dynamic loader finds it in the usual places, such as
 // /usr/lib/x86_64-linux-gnu/libnccl.so.2 on the GPU machines.
-const DefaultLibrary = "libnccl.so.2"
+const defaultLibrary = "libnccl.so.2"
 
 // ErrNotAvailable reports that NCCL could not be opened; Load's error wraps
 // it with the reason.
@@ -39,7 +39,7 @@ func Load() error {
 }
 
 func open() error {
-	lib, err := dl.Open(dl.Spec{Name: DefaultLibrary, Env: "M2N_NCCL_PATH", Candidates: []string{DefaultLibrary}})
+	lib, err := dl.Open(dl.Spec{Name: defaultLibrary, Env: "M2N_NCCL_PATH", Candidates: []string{defaultLibrary}})
 	if errors.Is(err, dl.ErrNotFound) {
 		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	}
