@@ -240,7 +240,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 				for _, d := range domains {
 					n = max(n, len(d))
 				}
-				for j, part := range SplitEven(t.Box, n) {
+				for j, part := range splitEven(t.Box, n) {
 					pieces = append(pieces, piece{t: t, box: part, slot: j, entry: (ci*n + j) % nd})
 				}
 				continue
@@ -316,12 +316,12 @@ func groupByDomain(ranks []int, topo reshard.Topology) [][]int {
 	return out
 }
 
-// SplitEven cuts a nonempty box into n parts of near-equal size along its
+// splitEven cuts a nonempty box into n parts of near-equal size along its
 // outermost dim that has at least n indices (or, if none has, into one part
 // per index of its longest dim). Parts are in order; fewer than n come
 // back when the box is too small. A box with no dims or no elements, or
 // n <= 1, comes back whole.
-func SplitEven(b placement.Box, n int) []placement.Box {
+func splitEven(b placement.Box, n int) []placement.Box {
 	nd := b.NDim()
 	if n <= 1 || nd == 0 || len(b.Hi) != nd || b.Empty() {
 		return []placement.Box{b}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/mpitest"
 	"github.com/m2n-dev/m2n/internal/pattern"
@@ -115,7 +116,7 @@ func TestPrepareOnceRunEverySteps(t *testing.T) {
 			{Name: "row", Src: layout(t, "48x40", placement.F32, []int{4}, 0, "S0"), Dst: layout(t, "48x40", placement.F32, []int{2, 2}, 4, "R,S1")},
 			{Name: "norm", Src: layout(t, "40", placement.BF16, []int{4}, 0, "R"), Dst: layout(t, "40", placement.BF16, []int{2, 2}, 4, "R,R")},
 		}
-		for _, route := range []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}, hier.Hier{}, hier.Auto{Fabric: hier.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
+		for _, route := range []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}, hier.Hier{}, bounds.Auto{Fabric: bounds.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
 			call, err := s.Prepare(context.Background(), specs, route)
 			if err != nil {
 				t.Fatalf("%s: %v", route.Name(), err)

@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/refit"
@@ -117,28 +117,28 @@ type syncReport struct {
 	// FP8 is the scaling mode of the tensors the generator receives in FP8
 	// (--dst-dtype e4m3), FP8Tensors how many, DstBytes the model's bytes as
 	// the generator holds them (each tensor once, FP8 where converted).
-	FP8        string        `json:"fp8_scale,omitempty"`
-	FP8Tensors int           `json:"fp8_tensors,omitempty"`
-	DstBytes   int64         `json:"dst_bytes"`
-	Routes     []string      `json:"routes"` // per stage
-	Iters      int           `json:"iters"`
-	MedianSec  float64       `json:"median_s"`
-	MinSec     float64       `json:"min_s"`
-	MaxSec     float64       `json:"max_s"`
-	StepsSec   []float64     `json:"steps_s"`
-	GBps       float64       `json:"model_gbps"`
-	Check      string        `json:"check"`
-	Completed  int           `json:"completed"`
-	Failed     []string      `json:"failed,omitempty"`
-	Links      [3]int64      `json:"bytes_by_link"` // network, local, self; sent, summed over ranks
-	Stages     []stageReport `json:"stages"`
-	Slowest    int           `json:"slowest_rank"`
-	Ranks      []syncRank    `json:"ranks"`
-	Fabric     hier.Fabric   `json:"fabric"`
-	EmulatedBW float64       `json:"emulated_net_bw,omitempty"`
-	Bounds     []hier.Bound  `json:"bounds"`
-	Compare    *compareRun   `json:"compare,omitempty"`
-	Baseline   *baselineRun  `json:"baseline,omitempty"`
+	FP8        string         `json:"fp8_scale,omitempty"`
+	FP8Tensors int            `json:"fp8_tensors,omitempty"`
+	DstBytes   int64          `json:"dst_bytes"`
+	Routes     []string       `json:"routes"` // per stage
+	Iters      int            `json:"iters"`
+	MedianSec  float64        `json:"median_s"`
+	MinSec     float64        `json:"min_s"`
+	MaxSec     float64        `json:"max_s"`
+	StepsSec   []float64      `json:"steps_s"`
+	GBps       float64        `json:"model_gbps"`
+	Check      string         `json:"check"`
+	Completed  int            `json:"completed"`
+	Failed     []string       `json:"failed,omitempty"`
+	Links      [3]int64       `json:"bytes_by_link"` // network, local, self; sent, summed over ranks
+	Stages     []stageReport  `json:"stages"`
+	Slowest    int            `json:"slowest_rank"`
+	Ranks      []syncRank     `json:"ranks"`
+	Fabric     bounds.Fabric  `json:"fabric"`
+	EmulatedBW float64        `json:"emulated_net_bw,omitempty"`
+	Bounds     []bounds.Bound `json:"bounds"`
+	Compare    *compareRun    `json:"compare,omitempty"`
+	Baseline   *baselineRun   `json:"baseline,omitempty"`
 }
 
 type stageReport struct {
@@ -259,11 +259,11 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	// the fabric: measured local bandwidth when emulating.
 	fabric := j.set.fabric
-	routeOn := func(f hier.Fabric) (reshard.Route, error) {
+	routeOn := func(f bounds.Fabric) (reshard.Route, error) {
 		if in.route == "auto" {
-			return hier.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
+			return bounds.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
 		}
-		return hier.ParseRoute(in.route, j.set.balance, f)
+		return bounds.ParseRoute(in.route, j.set.balance, f)
 	}
 	route, err := routeOn(fabric)
 	if err != nil {
@@ -615,8 +615,8 @@ func modelLocalBW(j *job, m *session.Model) (float64, error) {
 // modelBounds is every route's bound for the whole model: each stage's
 // problem (its tensors together), the stages combined (they run at once
 // into the same generator domains).
-func modelBounds(m *session.Model, f hier.Fabric, chunk float64) []hier.Bound {
-	var probs []hier.Problem
+func modelBounds(m *session.Model, f bounds.Fabric, chunk float64) []bounds.Bound {
+	var probs []bounds.Problem
 	for si, c := range m.Call.Calls {
 		if c == nil {
 			// every rank knows every stage's layouts: plan them here too.
@@ -629,12 +629,12 @@ func modelBounds(m *session.Model, f hier.Fabric, chunk float64) []hier.Bound {
 				}
 				plans = append(plans, p)
 			}
-			probs = append(probs, hier.ProblemOf(plans, stageTopology(m, si), chunk))
+			probs = append(probs, bounds.ProblemOf(plans, stageTopology(m, si), chunk))
 			continue
 		}
-		probs = append(probs, hier.ProblemOf(c.Plans(), c.Topology(), chunk))
+		probs = append(probs, bounds.ProblemOf(c.Plans(), c.Topology(), chunk))
 	}
-	return hier.Bounds(hier.Combine(probs...), f)
+	return bounds.Of(bounds.Combine(probs...), f)
 }
 
 // stageTopology is stage si's topology as a rank outside it sees it: every
@@ -819,7 +819,7 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 	}()
 	// each tensor's call on the sync's route (auto: the route the model
 	// picks for that tensor alone).
-	r, err := hier.ParseRoute(routeName, j.set.balance, rep.Fabric)
+	r, err := bounds.ParseRoute(routeName, j.set.balance, rep.Fabric)
 	if err != nil {
 		return nil, err
 	}

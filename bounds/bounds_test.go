@@ -1,9 +1,10 @@
-package hier
+package bounds
 
 import (
 	"math"
 	"testing"
 
+	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -27,7 +28,7 @@ func TestPaperBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bs := Bounds(p, fab)
+		bs := Of(p, fab)
 		got := map[string]Bound{}
 		for _, b := range bs {
 			got[b.Route] = b
@@ -46,7 +47,7 @@ func TestPaperBounds(t *testing.T) {
 // TestLocalTermBinds: with slow local links the replication term binds.
 func TestLocalTermBinds(t *testing.T) {
 	p, _ := Uniform(1e9, 16, 8, 8, 1, 0)
-	b := Bounds(p, Fabric{NetBW: 50e9, LocalBW: 5e9})[2]
+	b := Of(p, Fabric{NetBW: 50e9, LocalBW: 5e9})[2]
 	if b.Binding != "local replication (rho-1)*B/(K*rho*BL)" {
 		t.Fatalf("binding %q", b.Binding)
 	}
@@ -56,7 +57,7 @@ func TestLocalTermBinds(t *testing.T) {
 	}
 }
 
-func layoutOf(t *testing.T, shape []int64, ms []int, ranks []int, pl string) placement.Layout {
+func layoutOn(t *testing.T, shape []int64, ms []int, ranks []int, pl string) placement.Layout {
 	t.Helper()
 	m, err := mesh.New(ms, ranks)
 	if err != nil {
@@ -75,13 +76,13 @@ func layoutOf(t *testing.T, shape []int64, ms []int, ranks []int, pl string) pla
 // with the explicit form.
 func TestFromPlanMatchesUniform(t *testing.T) {
 	shape := []int64{64, 32}
-	src := layoutOf(t, shape, []int{4}, []int{0, 1, 2, 3}, "S0")
-	dst := layoutOf(t, shape, []int{4, 2}, []int{4, 5, 6, 7, 8, 9, 10, 11}, "R,S1")
+	src := layoutOn(t, shape, []int{4}, []int{0, 1, 2, 3}, "S0")
+	dst := layoutOn(t, shape, []int{4, 2}, []int{4, 5, 6, 7, 8, 9, 10, 11}, "R,S1")
 	p, err := reshard.NewPlan(src, dst, 12, reshard.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := Domains(make([]int, 12), src, dst, DomainSizes{Dst: 4})
+	topo, err := hier.Domains(make([]int, 12), src, dst, hier.DomainSizes{Dst: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,4 @@
+package bounds
+
+// ChooseAmong exposes choose to the tests.
+var ChooseAmong = choose
