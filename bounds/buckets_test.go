@@ -10,7 +10,7 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"

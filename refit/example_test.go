@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/mpi"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"

@@ -12,7 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/gputest"
-	pat "github.com/m2n-dev/m2n/internal/pattern"
+	pat "github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/placement"

@@ -12,7 +12,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"

@@ -1,9 +1,3 @@
-// Package pattern fills tensors with a test pattern of their global element
-// index and checks it: source ranks fill their parts, destinations start
-// poisoned, and after a reshard every destination element must hold its
-// own global index's bytes, so a byte that lands in the wrong place, the
-// wrong tensor or not at all is caught and named. Parts may sit in larger
-// buffers through views (placement.View), as fused weights do.
 package pattern
 
 import (
@@ -152,7 +146,7 @@ func Check(l placement.Layout, rank int, seed uint64, buf []byte, v placement.Vi
 			}
 			wrong++
 			if first == nil {
-				first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i)}
+				first = &MismatchError{Rank: rank, Index: unravel(shape, g+i)}
 				for k := 0; k < elem; k++ {
 					first.Want = append(first.Want, Byte(g+i, k, seed))
 				}
@@ -170,8 +164,8 @@ func Check(l placement.Layout, rank int, seed uint64, buf []byte, v placement.Vi
 	return nil
 }
 
-// Unravel turns a global linear index into a row-major index of shape.
-func Unravel(shape []int64, g int64) []int64 {
+// unravel turns a global linear index into a row-major index of shape.
+func unravel(shape []int64, g int64) []int64 {
 	idx := make([]int64, len(shape))
 	for d := len(shape) - 1; d >= 0; d-- {
 		if shape[d] > 0 {
@@ -182,7 +176,7 @@ func Unravel(shape []int64, g int64) []int64 {
 	return idx
 }
 
-// Floats are the finite test values of a bf16 or f32 tensor, for tensors
+// The float pattern: the finite test values of a bf16 or f32 tensor, for tensors
 // that convert to FP8 (Byte's pattern holds NaNs and infinities, which the
 // quantizer refuses). Element g of the tensor numbered seed gets a random
 // sign and mantissa and an exponent from 2^-16 to 2^8 drawn geometrically
@@ -211,8 +205,8 @@ func floatBits(g int64, seed uint64) (sign, exp, mant uint32, zero bool) {
 	return uint32(x >> 63), 111 + j, uint32(x>>25) & 0x7FFFFF, (x>>48)&0xFF == 0
 }
 
-// FloatBF16 returns the bfloat16 bits of element g of tensor seed.
-func FloatBF16(g int64, seed uint64) uint16 {
+// floatBF16 returns the bfloat16 bits of element g of tensor seed.
+func floatBF16(g int64, seed uint64) uint16 {
 	sign, exp, mant, zero := floatBits(g, seed)
 	if zero {
 		return uint16(sign << 15)
@@ -220,8 +214,8 @@ func FloatBF16(g int64, seed uint64) uint16 {
 	return uint16(sign<<15 | exp<<7 | mant>>16)
 }
 
-// FloatF32 returns the float32 bits of element g of tensor seed.
-func FloatF32(g int64, seed uint64) uint32 {
+// floatF32 returns the float32 bits of element g of tensor seed.
+func floatF32(g int64, seed uint64) uint32 {
 	sign, exp, mant, zero := floatBits(g, seed)
 	if zero {
 		return sign << 31
@@ -235,10 +229,10 @@ func FloatF32(g int64, seed uint64) uint32 {
 func putFloat(dt placement.DType, g int64, seed uint64, out []byte) {
 	switch dt {
 	case placement.BF16:
-		v := FloatBF16(g, seed)
+		v := floatBF16(g, seed)
 		out[0], out[1] = byte(v), byte(v>>8)
 	case placement.F32:
-		v := FloatF32(g, seed)
+		v := floatF32(g, seed)
 		out[0], out[1], out[2], out[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 	default:
 		for k := range out {
@@ -247,7 +241,7 @@ func putFloat(dt placement.DType, g int64, seed uint64, out []byte) {
 	}
 }
 
-// FillFloats is Fill with finite values (see Floats) for bf16 and f32
+// FillFloats is Fill with finite values (the float pattern above) for bf16 and f32
 // layouts; other dtypes get Fill's bytes.
 func FillFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
 	elem := l.ElemSize()
@@ -278,7 +272,7 @@ func CheckFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placem
 			}
 			wrong++
 			if first == nil {
-				first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i), Want: append([]byte(nil), want...), Got: append([]byte(nil), got...)}
+				first = &MismatchError{Rank: rank, Index: unravel(shape, g+i), Want: append([]byte(nil), want...), Got: append([]byte(nil), got...)}
 			}
 		}
 	})
@@ -292,10 +286,10 @@ func CheckFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placem
 	return nil
 }
 
-// FloatsBox returns the elements of box of tensor seed (a tensor of the
+// floatsBox returns the elements of box of tensor seed (a tensor of the
 // given global shape in dtype dt, filled as FillFloats fills it), dense
 // and row-major.
-func FloatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64) []byte {
+func floatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64) []byte {
 	elem := int64(dt.Size())
 	out := make([]byte, box.Elems()*elem)
 	if box.Empty() {
@@ -328,13 +322,13 @@ func FloatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64
 	}
 }
 
-// FP8Want returns what a destination holding box of an FP8 tensor must
+// fp8Want returns what a destination holding box of an FP8 tensor must
 // receive when the source, a tensor of the given shape in dtype src (bf16
 // or f32), holds FillFloats' values of tensor seed and converts with mode:
 // the E4M3 bytes of box, dense and row-major, and the scales of the blocks
 // box touches (fp8.Grid.Blocks), both those of quantizing the whole tensor
 // at once (fp8.Quantize). It reads only the elements of those blocks.
-func FP8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
+func fp8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
 	g, err := fp8.NewGrid(shape, mode)
 	if err != nil {
 		return nil, fp8.Window{}, err
@@ -354,7 +348,7 @@ func FP8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Bo
 	if err != nil {
 		return nil, fp8.Window{}, err
 	}
-	data := FloatsBox(src, shape, cover, seed)
+	data := floatsBox(src, shape, cover, seed)
 	if err := g.Amax(w, fp8.Dense(src, data, cover)); err != nil {
 		return nil, fp8.Window{}, err
 	}
@@ -415,7 +409,7 @@ func (e *ScaleMismatchError) Error() string {
 
 // CheckFP8 checks rank's part of an FP8 destination layout l (through the
 // view v in buf) and its scale tensor (little-endian float32s over the
-// blocks its box touches) against FP8Want of a src-dtype source filled by
+// blocks its box touches) against fp8Want of a src-dtype source filled by
 // FillFloats with tensor seed: a *MismatchError names the first wrong
 // element (its global index, the E4M3 byte expected and got), a
 // *ScaleMismatchError the first wrong scale.
@@ -424,7 +418,7 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 	if !ok {
 		return nil
 	}
-	want, w, err := FP8Want(src, l.Shape(), mode, box, seed)
+	want, w, err := fp8Want(src, l.Shape(), mode, box, seed)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}
@@ -437,7 +431,7 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 			if buf[off+i] != want[pos+i] {
 				wrong++
 				if first == nil {
-					first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i), Want: []byte{want[pos+i]}, Got: []byte{buf[off+i]}}
+					first = &MismatchError{Rank: rank, Index: unravel(shape, g+i), Want: []byte{want[pos+i]}, Got: []byte{buf[off+i]}}
 				}
 			}
 		}
@@ -460,7 +454,7 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 			continue
 		}
 		if bad == nil {
-			bad = &ScaleMismatchError{Rank: rank, Block: Unravel(w.Blocks.Shape(), int64(i)), Want: x, Got: got}
+			bad = &ScaleMismatchError{Rank: rank, Block: unravel(w.Blocks.Shape(), int64(i)), Want: x, Got: got}
 			for d := range bad.Block {
 				bad.Block[d] += w.Blocks.Lo[d]
 			}
