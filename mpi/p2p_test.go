@@ -161,4 +161,3 @@ func TestTestall(t *testing.T) {
 		}
 	})
 }
-

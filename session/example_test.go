@@ -9,10 +9,10 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
-	"github.com/m2n-dev/m2n/stage"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -74,7 +74,7 @@ func ExampleSession_Prepare_errors() {
 // run concurrently every step.
 func ExampleSession_Stages() {
 	var s *session.Session // joined over 5 ranks
-	st, err := s.Stages(stage.Contiguous(2, 2, 1))
+	st, err := s.Stages(pipeline.Contiguous(2, 2, 1))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,14 +12,14 @@ import (
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/mpitest"
-	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
-	"github.com/m2n-dev/m2n/stage"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -314,7 +314,7 @@ func TestStagesConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		st, err := s.Stages(stage.Contiguous(2, 2, 1))
+		st, err := s.Stages(pipeline.Contiguous(2, 2, 1))
 		if err != nil {
 			t.Fatal(err)
 		}

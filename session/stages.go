@@ -7,9 +7,9 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/stage"
 )
 
 // StageError is an error of one pipeline stage's session. The ranks inside
@@ -50,7 +50,7 @@ func (s *Session) stageError(err error) error {
 // generator rank is in every stage; a trainer rank in its own. The stages'
 // calls run concurrently, each on its own communicator.
 type Stages struct {
-	Layout stage.Layout
+	Layout pipeline.Layout
 	// Sessions[s] is this rank's session of stage s, nil where the rank
 	// is not in stage s.
 	Sessions []*Session
@@ -60,7 +60,7 @@ type Stages struct {
 // this session's ranks), each a session with this session's options and
 // device (on GPUs one NCCL communicator per stage, bootstrapped stage after
 // stage). Every rank of the session must call it with the same layout.
-func (s *Session) Stages(l stage.Layout) (*Stages, error) {
+func (s *Session) Stages(l pipeline.Layout) (*Stages, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 
 // agreeLayout makes every rank check that all were given the same stage
 // layout (and none failed to validate it) before the blocking split.
-func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
+func (s *Session) agreeLayout(l pipeline.Layout, localErr error) error {
 	err := refit.Agree(refit.WithPhase(context.Background(), "agreement on the stage layout"), s.ctl,
 		[]refit.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}, localErr)
 	return s.fail(err)

@@ -12,7 +12,7 @@ import (
 // Stage is one communicator's share of a reshard: the plans of its
 // tensors, over that communicator's ranks. A single reshard is one stage
 // whose communicator is the world; with pipeline parallelism each stage's
-// communicator holds its trainers and every generator (stage.Layout).
+// communicator holds its trainers and every generator (pipeline.Layout).
 type Stage struct {
 	// Name names the stage in reports ("stage 0"); empty uses the route.
 	Name string

@@ -10,13 +10,13 @@ import (
 	"os"
 
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
-	"github.com/m2n-dev/m2n/stage"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -27,7 +27,7 @@ func main() {
 	s, err := session.Join(mpi.World(), session.Options{})
 	check(err)
 	defer s.Close()
-	stages, err := s.Stages(stage.Contiguous(2, 2, 1)) // communicators {0,1,4} and {2,3,4}
+	stages, err := s.Stages(pipeline.Contiguous(2, 2, 1)) // communicators {0,1,4} and {2,3,4}
 	check(err)
 	defer stages.Close()
 	// Meshes are local to each stage's communicator: trainers 0-1, generator 2.
