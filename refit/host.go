@@ -57,7 +57,7 @@ func (h *HostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 	if len(bufs) != len(p.Full) {
 		return st, fmt.Errorf("refit: %d buffer pairs for a program of %d tensors", len(bufs), len(p.Full))
 	}
-	if len(p.Steps) == 0 {
+	if len(p.Rounds) == 0 {
 		return st, nil
 	}
 	d := hostStep{h: h, p: p, in: in, bufs: bufs, st: &st}
@@ -71,9 +71,9 @@ func (h *HostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 		return st, err
 	}
 	var queue []inflight
-	for i := range p.Steps {
-		s := &p.Steps[i]
-		for len(queue) > 0 && queue[0].st.Round <= s.Round-2 {
+	for i := range p.Rounds {
+		s := &p.Rounds[i]
+		for len(queue) > 0 && queue[0].st.Index <= s.Index-2 {
 			if err := d.complete(ctx, queue[0]); err != nil {
 				return st, err
 			}
@@ -129,7 +129,7 @@ func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memor
 
 // inflight is a posted round.
 type inflight struct {
-	st      *reshard.Step
+	st      *reshard.Round
 	index   int // the round's index in the program
 	pending transport.Pending
 	stage   transport.Buffer // the round's receive staging
@@ -155,14 +155,14 @@ func (d *hostStep) progress(i int) {
 		return
 	}
 	if d.byStep == nil {
-		d.byStep = make([]int, len(d.p.Steps))
+		d.byStep = make([]int, len(d.p.Rounds))
 		for _, k := range d.p.Done {
 			if k >= 0 {
 				d.byStep[k]++
 			}
 		}
 	}
-	s := &d.p.Steps[i]
+	s := &d.p.Rounds[i]
 	for _, c := range s.Copies {
 		d.moved += c.Bytes
 	}
@@ -253,8 +253,8 @@ func (d *hostStep) sum(regs []reshard.Region, stage transport.Buffer) (uint32, e
 	return crc, nil
 }
 
-// start does a step's local copies and posts its operations.
-func (d *hostStep) start(s *reshard.Step) (inflight, error) {
+// start does a round's local copies and posts its operations.
+func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 	h, st := d.h, d.st
 	for i := range s.Copies {
 		cp := &s.Copies[i]
@@ -286,7 +286,7 @@ func (d *hostStep) start(s *reshard.Step) (inflight, error) {
 	if len(s.Sends)+len(s.Recvs) == 0 {
 		return inflight{}, nil
 	}
-	slot := s.Round % 2
+	slot := s.Index % 2
 	sendStage, recvStage := h.staging[slot][0], h.staging[slot][1]
 	ops := make([]transport.Op, 0, len(s.Sends)+len(s.Recvs))
 	for i := range s.Recvs {
@@ -350,7 +350,7 @@ func (d *hostStep) start(s *reshard.Step) (inflight, error) {
 	}
 	pend, err := h.t.Start(ops)
 	if err != nil {
-		return inflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+		return inflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Index, err)
 	}
 	st.Rounds++
 	return inflight{st: s, pending: pend, stage: recvStage}, nil
@@ -379,7 +379,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && h.timeout > 0 && ctx.Err() == nil {
-			te := &TimeoutError{Rank: d.p.Rank, Round: s.Round, After: h.timeout, Peers: s.Peers()}
+			te := &TimeoutError{Rank: d.p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
 			if inc, ok := f.pending.(transport.Incompleter); ok {
 				te.Peers = inc.Incomplete()
 			}
@@ -398,7 +398,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 			return cause
 		}
-		return fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+		return fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Index, err)
 	}
 	for i := range s.Recvs {
 		w := &s.Recvs[i]

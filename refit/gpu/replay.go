@@ -533,7 +533,7 @@ func (r *Replay) issue(capturing bool) error {
 			err = comm.PostGroup(r.groups[i], s)
 		}
 		if err != nil {
-			return fmt.Errorf("gpu: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, r.prog.Steps[c.Step].Round, c.Kind, c.Stream, err)
+			return fmt.Errorf("gpu: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, r.prog.Rounds[c.Round].Index, c.Kind, c.Stream, err)
 		}
 	}
 	return nil
@@ -624,23 +624,23 @@ func (r *Replay) stuck(i int) int {
 			return i
 		}
 	}
-	return len(r.prog.Steps) - 1
+	return len(r.prog.Rounds) - 1
 }
 
 // stepError names the rank, the round and its peers in a failure of the
 // step.
 func (r *Replay) stepError(next int, err error) error {
-	if len(r.prog.Steps) == 0 {
+	if len(r.prog.Rounds) == 0 {
 		return fmt.Errorf("gpu: rank %d: %w", r.prog.Rank, err)
 	}
 	i := r.stuck(next)
-	return fmt.Errorf("gpu: rank %d, round %d (peers %v): %w", r.prog.Rank, r.prog.Steps[i].Round, r.prog.PeersOf(i), err)
+	return fmt.Errorf("gpu: rank %d, round %d (peers %v): %w", r.prog.Rank, r.prog.Rounds[i].Index, r.prog.PeersOf(i), err)
 }
 
 // timeout is the error of a round that made no progress in time.
 func (r *Replay) timeout(next int) error {
 	i := r.stuck(next)
-	return &refit.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Steps[i].Round, After: r.opts.Timeout,
+	return &refit.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Rounds[i].Index, After: r.opts.Timeout,
 		Peers: r.prog.PeersOf(i), Tensors: r.prog.TensorsOf(i)}
 }
 
