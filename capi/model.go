@@ -199,7 +199,7 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 	for side := range 2 {
 		me.bufs[side] = map[string]modelBuffer{}
 	}
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -216,7 +216,7 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 		}
 	}
 	me.scales = map[string]modelScale{}
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}

@@ -72,9 +72,9 @@ func ExampleSession_Prepare_errors() {
 // Pipeline stages (the paper's Example B): two stages of two trainer
 // ranks and one generator rank, each stage on a communicator of its own,
 // run concurrently every step.
-func ExampleSession_Stages() {
+func ExampleSession_Pipeline() {
 	var s *session.Session // joined over 5 ranks
-	st, err := s.Stages(pipeline.Contiguous(2, 2, 1))
+	st, err := s.Pipeline(pipeline.Contiguous(2, 2, 1))
 	if err != nil {
 		log.Fatal(err)
 	}

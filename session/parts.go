@@ -32,7 +32,7 @@ func (m *Model) ReadParts(b *ModelBuffers, side model.Side, fn PartFunc) error {
 }
 
 func (m *Model) parts(b *ModelBuffers, side model.Side, fn PartFunc, write bool) error {
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}

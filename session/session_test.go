@@ -314,7 +314,7 @@ func TestStagesConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		st, err := s.Stages(pipeline.Contiguous(2, 2, 1))
+		st, err := s.Pipeline(pipeline.Contiguous(2, 2, 1))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -130,7 +130,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 	if err := j.agreeReady(err); err != nil {
 		return err
 	}
-	st, err := j.s.Stages(l)
+	st, err := j.s.Pipeline(l)
 	if err != nil {
 		return err
 	}

@@ -332,7 +332,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		t0 := time.Now()
 		reps, err := m.Run(ctx, bufs)
 		if err != nil {
-			for _, ss := range m.Stages.Sessions { // the first stage that aborted, for quiet
+			for _, ss := range m.Pipeline.Sessions { // the first stage that aborted, for quiet
 				if ss != nil {
 					j.noteFailure(ss, err)
 				}
@@ -474,7 +474,7 @@ func fillModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 // poisonModel fills this rank's destination parts and scale tensors with
 // the poison.
 func poisonModel(m *session.Model, b *session.ModelBuffers) error {
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil || si >= len(b.Scale) {
 			continue
 		}
@@ -521,7 +521,7 @@ func checkModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 // tensor it receives in FP8), rank being its rank in t's stage.
 func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayout, rank int) ([]byte, error) {
 	for si, st := range m.Layouts.Stages {
-		ss := m.Stages.Sessions[si]
+		ss := m.Pipeline.Sessions[si]
 		if ss == nil || ss.Rank() != rank || !slices.Contains(st.Tensors, t) {
 			continue
 		}
@@ -542,7 +542,7 @@ func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayou
 // the host bytes of the buffer that holds it (the buffer itself on CPUs;
 // on GPUs a host copy, written back after fn when write is set).
 func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn func(*model.TensorLayout, int, uint64, []byte, model.Part) error, write bool) error {
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -598,7 +598,7 @@ func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn fun
 // every rank of the job the result.
 func modelLocalBW(j *job, m *session.Model) (float64, error) {
 	bw := 0.0
-	if ss := m.Stages.Sessions[0]; ss != nil {
+	if ss := m.Pipeline.Sessions[0]; ss != nil {
 		st := m.Layouts.Stages[0]
 		var gens []int
 		for r := st.Trainers; r < st.Trainers+st.Generators; r++ {
@@ -685,7 +685,7 @@ func (j *job) syncAccounting(m *session.Model, reps []*refit.Report, start, warm
 		for _, n := range p.Full {
 			scratch += n
 		}
-		bound += m.Stages.Sessions[si].Options().StagingBytes
+		bound += m.Pipeline.Sessions[si].Options().StagingBytes
 	}
 	src, dst := m.Layouts.RankBytes(j.rank)
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Sent[reshard.LinkLocal], st.Sent[reshard.LinkSelf],
@@ -823,7 +823,7 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 	if err != nil {
 		return nil, err
 	}
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -909,7 +909,7 @@ func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int)
 		if c == nil {
 			continue
 		}
-		px, err := newPlainExchange(m.Stages.Sessions[si].Memory(), c.Schedule(), m.Stages.Sessions[si].Rank())
+		px, err := newPlainExchange(m.Pipeline.Sessions[si].Memory(), c.Schedule(), m.Pipeline.Sessions[si].Rank())
 		if err != nil {
 			return nil, err
 		}

@@ -27,7 +27,7 @@ func main() {
 	s, err := session.Join(mpi.World(), session.Options{})
 	check(err)
 	defer s.Close()
-	stages, err := s.Stages(pipeline.Contiguous(2, 2, 1)) // communicators {0,1,4} and {2,3,4}
+	stages, err := s.Pipeline(pipeline.Contiguous(2, 2, 1)) // communicators {0,1,4} and {2,3,4}
 	check(err)
 	defer stages.Close()
 	// Meshes are local to each stage's communicator: trainers 0-1, generator 2.
