@@ -132,7 +132,7 @@ type inflight struct {
 	st      *reshard.Round
 	index   int // the round's index in the program
 	pending transport.Pending
-	stage   transport.Buffer // the round's receive staging
+	staging transport.Buffer // the round's receive staging
 }
 
 // hostStep is one step of a HostDriver in progress.
@@ -231,18 +231,18 @@ func (d *hostStep) buf(r reshard.Region) transport.Buffer {
 	return d.full[r.Tensor]
 }
 
-// bufStage names, in a Region the driver checksums, the staging buffer
+// bufStaging names, in a Region the driver checksums, the staging buffer
 // passed to sum.
-const bufStage reshard.BufKind = 255
+const bufStaging reshard.BufKind = 255
 
-// sum returns the CRC-32C of the bytes of regions (a region of bufStage is
-// in stage).
-func (d *hostStep) sum(regs []reshard.Region, stage transport.Buffer) (uint32, error) {
+// sum returns the CRC-32C of the bytes of regions (a region of bufStaging is
+// in staging).
+func (d *hostStep) sum(regs []reshard.Region, staging transport.Buffer) (uint32, error) {
 	crc := tagSeed(d.in.Tag)
 	for _, r := range regs {
 		b := make([]byte, r.At.Bytes())
-		buf := stage
-		if r.Buf != bufStage {
+		buf := staging
+		if r.Buf != bufStaging {
 			buf = d.buf(r)
 		}
 		if err := d.reader.ReadRegion(b, buf, r.At); err != nil {
@@ -287,11 +287,11 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 		return inflight{}, nil
 	}
 	slot := s.Index % 2
-	sendStage, recvStage := h.staging[slot][0], h.staging[slot][1]
+	sendStaging, recvStaging := h.staging[slot][0], h.staging[slot][1]
 	ops := make([]transport.Op, 0, len(s.Sends)+len(s.Recvs))
 	for i := range s.Recvs {
 		w := &s.Recvs[i]
-		ops = append(ops, d.op(w, false, recvStage))
+		ops = append(ops, d.op(w, false, recvStaging))
 		st.Recv[w.Class] += w.Bytes
 		st.Messages += len(w.Parts)
 		if w.Mode == reshard.WireStaged {
@@ -301,17 +301,17 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 	for i := range s.Sends {
 		w := &s.Sends[i]
 		if w.Mode == reshard.WireStaged {
-			off := w.StageOff
+			off := w.StagingOff
 			for _, pt := range w.Parts {
 				if pt.Quant {
-					if err := d.packQuant(sendStage, off, pt.Msg, pt.Regions[0]); err != nil {
+					if err := d.packQuant(sendStaging, off, pt.Msg, pt.Regions[0]); err != nil {
 						return inflight{}, err
 					}
 					off += d.p.Schedule().Messages[pt.Msg].Bytes
 					continue
 				}
 				for _, r := range pt.Regions {
-					if err := h.mem.Pack(sendStage, off, d.buf(r), r.At); err != nil {
+					if err := h.mem.Pack(sendStaging, off, d.buf(r), r.At); err != nil {
 						return inflight{}, err
 					}
 					off += r.At.Bytes()
@@ -323,14 +323,14 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 			if err := h.mem.Sync(); err != nil {
 				return inflight{}, err
 			}
-			off := w.StageOff
+			off := w.StagingOff
 			for _, pt := range w.Parts {
 				n := d.p.Schedule().Messages[pt.Msg].Bytes
 				var crc uint32
 				var err error
 				if pt.Quant {
 					// the FP8 bytes exist only in the staging
-					crc, err = d.sum([]reshard.Region{{Buf: bufStage, At: strided.Desc{Offset: off, Run: n}}}, sendStage)
+					crc, err = d.sum([]reshard.Region{{Buf: bufStaging, At: strided.Desc{Offset: off, Run: n}}}, sendStaging)
 				} else {
 					crc, err = d.sum(pt.Regions, nil)
 				}
@@ -341,7 +341,7 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
 			}
 		}
-		ops = append(ops, d.op(w, true, sendStage))
+		ops = append(ops, d.op(w, true, sendStaging))
 		st.Sent[w.Class] += w.Bytes
 		st.Messages += len(w.Parts)
 	}
@@ -353,18 +353,18 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 		return inflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Index, err)
 	}
 	st.Rounds++
-	return inflight{st: s, pending: pend, stage: recvStage}, nil
+	return inflight{st: s, pending: pend, staging: recvStaging}, nil
 }
 
 // op turns a wire operation into the transport's.
-func (d *hostStep) op(w *reshard.Wire, send bool, stage transport.Buffer) transport.Op {
+func (d *hostStep) op(w *reshard.Wire, send bool, staging transport.Buffer) transport.Op {
 	switch w.Mode {
 	case reshard.WireDirect:
 		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Off: w.Region.At.Offset, Len: w.Bytes}
 	case reshard.WireInPlace:
 		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Len: w.Bytes, InPlace: true, At: w.Region.At}
 	}
-	return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: stage, Off: w.StageOff, Len: w.Bytes}
+	return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: staging, Off: w.StagingOff, Len: w.Bytes}
 }
 
 // complete waits for a posted step, unpacks what it staged and checksums
@@ -403,10 +403,10 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 	for i := range s.Recvs {
 		w := &s.Recvs[i]
 		if w.Mode == reshard.WireStaged {
-			off := w.StageOff
+			off := w.StagingOff
 			for _, pt := range w.Parts {
 				for _, r := range pt.Regions {
-					if err := h.mem.Unpack(d.buf(r), r.At, f.stage, off); err != nil {
+					if err := h.mem.Unpack(d.buf(r), r.At, f.staging, off); err != nil {
 						return err
 					}
 					off += r.At.Bytes()
@@ -475,7 +475,7 @@ func (d *hostStep) copyLocal(cp *reshard.Copy) (uint32, error) {
 			if err := mem.Sync(); err != nil {
 				return 0, err
 			}
-			if crc, err = d.sum([]reshard.Region{{Buf: bufStage, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
+			if crc, err = d.sum([]reshard.Region{{Buf: bufStaging, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
 				return 0, err
 			}
 		}

@@ -76,7 +76,7 @@ const (
 	// (InPlaceTransport).
 	WireInPlace
 	// WireStaged moves bytes packed into, or to be unpacked from, the
-	// round's staging buffer at StageOff.
+	// round's staging buffer at StagingOff.
 	WireStaged
 )
 
@@ -96,14 +96,14 @@ func (m WireMode) String() string {
 // from Peer of Bytes bytes. It carries the messages in Parts, in order
 // (more than one when small messages between the pair coalesce); its bytes
 // are Region itself (WireDirect, WireInPlace) or Parts' regions packed one
-// after another at StageOff of the round's staging (WireStaged).
+// after another at StagingOff of the round's staging (WireStaged).
 type Wire struct {
 	Peer     int
 	Class    LinkClass
 	Bytes    int64
 	Mode     WireMode
 	Region   Region
-	StageOff int64
+	StagingOff int64
 	Parts    []Part
 }
 
@@ -214,7 +214,7 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 				return nil, err
 			}
 			if w.Mode == WireStaged {
-				w.StageOff = staged[dir]
+				w.StagingOff = staged[dir]
 				staged[dir] += w.Bytes
 			}
 			for _, pt := range w.Parts {
@@ -230,7 +230,7 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 		c.noteFull(p, regs)
 		w := c.single(int32(i), m, peer, regs, quant && dir == 0)
 		if w.Mode == WireStaged {
-			w.StageOff = staged[dir]
+			w.StagingOff = staged[dir]
 			staged[dir] += w.Bytes
 		}
 		appendWire(cur, dir, w)
@@ -508,7 +508,7 @@ func (p *Program) WriteTo(w io.Writer) (int64, error) {
 				fmt.Fprintf(ew, "  %s %s %d %s %d bytes %s", list.name, dir, wr.Peer, wr.Class, wr.Bytes, wr.Mode)
 				switch wr.Mode {
 				case WireStaged:
-					fmt.Fprintf(ew, " @%d:", wr.StageOff)
+					fmt.Fprintf(ew, " @%d:", wr.StagingOff)
 					for _, pt := range wr.Parts {
 						q := ""
 						if pt.Quant {

@@ -82,9 +82,9 @@ type Buffers struct {
 	// Full[t] is tensor t's whole-tensor scratch, where the program needs
 	// one.
 	Full []Span
-	// Stage[slot][dir] is the staging of rounds of that parity, for sends
+	// Staging[slot][dir] is the staging of rounds of that parity, for sends
 	// (dir 0) and receives (dir 1).
-	Stage [2][2]Span
+	Staging [2][2]Span
 	// Scratch holds the local copies whose two sides cut their bytes into
 	// regions that do not pair up, packed and unpacked through it.
 	Scratch Span
@@ -92,14 +92,14 @@ type Buffers struct {
 
 // Needs is the memory a program's replay needs beyond the tensor buffers.
 type Needs struct {
-	Stage   [2][2]int64
+	Staging   [2][2]int64
 	Full    []int64
 	Scratch int64
 }
 
 // NeedsOf returns what a program's replay needs.
 func NeedsOf(p *reshard.Program) Needs {
-	n := Needs{Stage: p.Staging, Full: slices.Clone(p.Full)}
+	n := Needs{Staging: p.Staging, Full: slices.Clone(p.Full)}
 	for i := range p.Rounds {
 		var s int64
 		for _, cp := range p.Rounds[i].Copies {
@@ -723,14 +723,14 @@ func (bd *builder) wires(i int) (bool, error) {
 				}
 				addr = a + uint64(w.Region.At.Offset)
 			case reshard.WireStaged:
-				sp := bd.b.Stage[slot][1-dir]
-				if w.StageOff < 0 || w.StageOff+w.Bytes > sp.Len {
+				sp := bd.b.Staging[slot][1-dir]
+				if w.StagingOff < 0 || w.StagingOff+w.Bytes > sp.Len {
 					return false, fmt.Errorf("replay: rank %d, round %d: %s: staging [%d, %d) outside %d bytes",
-						p.Rank, s.Index, op, w.StageOff, w.StageOff+w.Bytes, sp.Len)
+						p.Rank, s.Index, op, w.StagingOff, w.StagingOff+w.Bytes, sp.Len)
 				}
-				addr = sp.Addr + uint64(w.StageOff)
+				addr = sp.Addr + uint64(w.StagingOff)
 				st.Packed += w.Bytes
-				off := w.StageOff
+				off := w.StagingOff
 				for _, pt := range w.Parts {
 					for _, r := range pt.Regions {
 						a, err := bd.region(s.Index, op, r)
@@ -738,14 +738,14 @@ func (bd *builder) wires(i int) (bool, error) {
 							return false, err
 						}
 						n := r.At.Bytes()
-						if off+n > w.StageOff+w.Bytes {
+						if off+n > w.StagingOff+w.Bytes {
 							return false, fmt.Errorf("replay: rank %d, round %d: %s: parts of more than %d bytes", p.Rank, s.Index, op, w.Bytes)
 						}
-						stage := strided.Desc{Offset: off, Run: n}
+						at := strided.Desc{Offset: off, Run: n}
 						if send {
-							packs = append(packs, Copy{Dst: sp.Addr, DstAt: stage, Src: a, SrcAt: r.At})
+							packs = append(packs, Copy{Dst: sp.Addr, DstAt: at, Src: a, SrcAt: r.At})
 						} else {
-							unpacks = append(unpacks, Copy{Dst: a, DstAt: r.At, Src: sp.Addr, SrcAt: stage})
+							unpacks = append(unpacks, Copy{Dst: a, DstAt: r.At, Src: sp.Addr, SrcAt: at})
 						}
 						off += n
 					}

@@ -263,9 +263,9 @@ func selfProgram() *reshard.Program {
 	p.Rounds = []reshard.Round{
 		{Index: 0,
 			Copies: []reshard.Copy{{Bytes: 512, From: []reshard.Region{src(run(3584, 512))}, To: []reshard.Region{dst(run(7680, 512))}}},
-			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StageOff: 0,
+			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StagingOff: 0,
 				Parts: part(src(strided.Desc{Offset: 0, Run: 64, Count: []int64{16}, Stride: []int64{128}}), src(run(2048, 256)))}},
-			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StageOff: 0,
+			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StagingOff: 0,
 				Parts: part(dst(strided.Desc{Offset: 8, Run: 32, Count: []int64{32}, Stride: []int64{64}}), dst(run(6144, 256)))}}},
 		{Index: 1,
 			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: reshard.WireDirect, Region: src(run(2304, 1024)), Parts: part(src(run(2304, 1024)))}},
@@ -274,7 +274,7 @@ func selfProgram() *reshard.Program {
 			// forwards what round 1 received
 			Copies: []reshard.Copy{{Bytes: 64, From: []reshard.Region{dst(run(6144, 64))}, To: []reshard.Region{dst(run(7000, 64))}}},
 			Sends:  []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}},
-			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireStaged, StageOff: 0,
+			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireStaged, StagingOff: 0,
 				Parts: part(dst(strided.Desc{Offset: 5120, Run: 16, Count: []int64{64}, Stride: []int64{16}}))}}},
 	}
 	return p

@@ -117,9 +117,9 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 			return err
 		}
 		needs := replay.NeedsOf(prog)
-		for slot := range needs.Stage {
-			for dir := range needs.Stage[slot] {
-				if bufs.Stage[slot][dir], err = heap.Alloc(needs.Stage[slot][dir]); err != nil {
+		for slot := range needs.Staging {
+			for dir := range needs.Staging[slot] {
+				if bufs.Staging[slot][dir], err = heap.Alloc(needs.Staging[slot][dir]); err != nil {
 					return err
 				}
 			}
