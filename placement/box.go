@@ -94,16 +94,6 @@ func (b Box) Empty() bool {
 	return false
 }
 
-// Contains reports whether the box holds global index idx.
-func (b Box) Contains(idx []int64) bool {
-	for d := range b.Lo {
-		if idx[d] < b.Lo[d] || idx[d] >= b.Hi[d] {
-			return false
-		}
-	}
-	return true
-}
-
 // Equal reports whether two boxes have the same bounds.
 func (b Box) Equal(o Box) bool { return slices.Equal(b.Lo, o.Lo) && slices.Equal(b.Hi, o.Hi) }
 

@@ -50,13 +50,13 @@ func TestChunkNoOverflow(t *testing.T) {
 					if lo < 0 || lo > math.MaxInt64-n {
 						continue
 					}
-					iv, err := Chunk(Interval{lo, lo + n}, k, r)
+					iv, err := chunkOf(Interval{lo, lo + n}, k, r)
 					if err != nil {
-						t.Fatalf("Chunk([%d,%d), %d, %d): %v", lo, lo+n, k, r, err)
+						t.Fatalf("chunkOf([%d,%d), %d, %d): %v", lo, lo+n, k, r, err)
 					}
 					wlo, whi := chunkBig(lo, lo+n, k, r)
 					if iv.Lo != wlo || iv.Hi != whi {
-						t.Fatalf("Chunk([%d,%d), %d, %d) = %v, want [%d:%d)", lo, lo+n, k, r, iv, wlo, whi)
+						t.Fatalf("chunkOf([%d,%d), %d, %d) = %v, want [%d:%d)", lo, lo+n, k, r, iv, wlo, whi)
 					}
 				}
 			}
@@ -64,7 +64,7 @@ func TestChunkNoOverflow(t *testing.T) {
 	}
 }
 
-// TestChunkRejects is issue 17 case 12: Chunk(iv, 0, 0) divided by zero.
+// TestChunkRejects is issue 17 case 12: chunkOf(iv, 0, 0) divided by zero.
 func TestChunkRejects(t *testing.T) {
 	tests := []struct {
 		iv   Interval
@@ -79,9 +79,9 @@ func TestChunkRejects(t *testing.T) {
 		{Interval{math.MinInt64, math.MaxInt64}, 4, 0, "longer than an int64"},
 	}
 	for _, tc := range tests {
-		_, err := Chunk(tc.iv, tc.k, tc.r)
+		_, err := chunkOf(tc.iv, tc.k, tc.r)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Chunk(%v, %d, %d) = %v, want an error containing %q", tc.iv, tc.k, tc.r, err, tc.want)
+			t.Errorf("chunkOf(%v, %d, %d) = %v, want an error containing %q", tc.iv, tc.k, tc.r, err, tc.want)
 		}
 	}
 }
