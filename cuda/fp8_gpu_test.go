@@ -12,7 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"

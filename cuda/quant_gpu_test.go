@@ -11,7 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 )

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 )
 
 func TestExamples(t *testing.T) {

@@ -3,7 +3,7 @@ package mpi_test
 import (
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 )
 

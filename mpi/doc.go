@@ -97,6 +97,6 @@
 // # Launching
 //
 // Programs using this package run under mpirun. Tests use
-// internal/mpitest, which re-executes the test binary under mpirun with the
+// internal/testutil/mpitest, which re-executes the test binary under mpirun with the
 // flags this project needs (see mpitest.Command).
 package mpi

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 )
 

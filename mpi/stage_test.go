@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/pipeline"
 )

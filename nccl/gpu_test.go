@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
-	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/nccl"
 )
 

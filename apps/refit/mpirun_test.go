@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/bounds"
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"

@@ -11,10 +11,10 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/gputest"
-	pat "github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
+	pat "github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/refit/gpu"
