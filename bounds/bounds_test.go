@@ -1,7 +1,9 @@
 package bounds
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/m2n-dev/m2n/hier"
@@ -57,15 +59,13 @@ func TestLocalTermBinds(t *testing.T) {
 	}
 }
 
-func layoutOn(t *testing.T, shape []int64, ms []int, ranks []int, pl string) placement.Layout {
+// bf16 is a bf16 layout of shape over the mesh of meshShape from rank
+// start, with the placements pl.
+func bf16(t *testing.T, shape string, meshShape []int, start int, pl string) placement.Layout {
 	t.Helper()
-	m, err := mesh.New(ms, ranks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, _ := placement.Parse(pl)
-	l, err := placement.NewLayout(shape, placement.BF16, m, ps)
-	if err != nil {
+	m, err := mesh.Interval(meshShape, start)
+	l, err2 := placement.ParseLayout(shape, placement.BF16, m, pl)
+	if err := errors.Join(err, err2); err != nil {
 		t.Fatal(err)
 	}
 	return l
@@ -76,8 +76,8 @@ func layoutOn(t *testing.T, shape []int64, ms []int, ranks []int, pl string) pla
 // with the explicit form.
 func TestFromPlanMatchesUniform(t *testing.T) {
 	shape := []int64{64, 32}
-	src := layoutOn(t, shape, []int{4}, []int{0, 1, 2, 3}, "S0")
-	dst := layoutOn(t, shape, []int{4, 2}, []int{4, 5, 6, 7, 8, 9, 10, 11}, "R,S1")
+	src := bf16(t, placement.FormatShape(shape), []int{4}, 0, "S0")
+	dst := bf16(t, placement.FormatShape(shape), []int{4, 2}, 4, "R,S1")
 	p, err := reshard.NewPlan(src, dst, 12, reshard.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -115,4 +115,102 @@ func TestChoose(t *testing.T) {
 	if c := Choose(one, Fabric{NetBW: 50e9, LocalBW: 900e9}); c.Route != "flat" {
 		t.Errorf("rho 1: %s (%s)", c.Route, c.Why)
 	}
+}
+
+// TestFabricValidate is issue 17 case 9's --latency -1s: the model accepted
+// negative latencies and predicted negative times. Auto now refuses such a
+// fabric, naming the field and the value.
+func TestFabricValidate(t *testing.T) {
+	good := Fabric{NetBW: 50e9, LocalBW: 900e9}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		f    Fabric
+		want string
+	}{
+		{Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: -1}, "latency -1 s, want a non-negative, finite time"},
+		{Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: math.NaN()}, "latency NaN s"},
+		{Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: math.Inf(1)}, "latency +Inf s"},
+		{Fabric{NetBW: 0, LocalBW: 900e9}, "network bandwidth 0 bytes/s, want a positive, finite rate"},
+		{Fabric{NetBW: -5, LocalBW: 900e9}, "network bandwidth -5 bytes/s"},
+		{Fabric{NetBW: 50e9, LocalBW: math.Inf(1)}, "local bandwidth +Inf bytes/s"},
+		{Fabric{NetBW: 50e9, LocalBW: math.NaN()}, "local bandwidth NaN bytes/s"},
+	} {
+		err := tc.f.Validate()
+		var fe *reshard.FieldError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: Validate() = %v, want %q", tc.f, err, tc.want)
+		}
+	}
+	src := bf16(t, "8x4", []int{2}, 0, "S0")
+	dst := bf16(t, "8x4", []int{2}, 2, "S1")
+	p, err := reshard.NewPlan(src, dst, 4, reshard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := reshard.DefaultScheduleOptions
+	if _, err := (Auto{Fabric: Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: -1}}).Schedule([]*reshard.Plan{p}, reshard.Topology{}, opts); err == nil ||
+		!strings.Contains(err.Error(), "latency -1 s") {
+		t.Errorf("Auto with a negative latency: %v", err)
+	}
+	if _, err := (Auto{Fabric: good}).Schedule([]*reshard.Plan{p}, reshard.Topology{Domain: []int{0}}, opts); err == nil || !strings.Contains(err.Error(), "topology") {
+		t.Errorf("Auto with a short topology: %v", err)
+	}
+	s, err := (Auto{Fabric: good}).Schedule([]*reshard.Plan{p}, reshard.Topology{}, opts)
+	if err != nil || s == nil {
+		t.Fatal(err)
+	}
+	c := (Auto{Fabric: good}).Choose([]*reshard.Plan{p}, reshard.Topology{}, opts)
+	for _, b := range c.Bounds {
+		if !(b.Predicted >= 0) {
+			t.Errorf("%s predicts %g s", b.Route, b.Predicted)
+		}
+	}
+	if _, err := Uniform(math.NaN(), 16, 8, 8, 1, 0); err == nil {
+		t.Error("Uniform accepted NaN bytes")
+	}
+	if _, err := Uniform(1e9, 16, 8, 8, 1, math.Inf(1)); err == nil {
+		t.Error("Uniform accepted an infinite chunk")
+	}
+	if err := (Problem{Bytes: -1}).Validate(); err == nil {
+		t.Error("negative bytes accepted")
+	}
+}
+
+// TestFP8AutoSkipsAgbcast: auto leaves agbcast out for a call that
+// converts (and says so), choosing the fastest of the others.
+func TestFP8AutoSkipsAgbcast(t *testing.T) {
+	src := bf16(t, "1024x1024", []int{2}, 0, "S0")
+	dst := bf16(t, "1024x1024", []int{16}, 2, "R").WithDType(placement.FP8E4M3)
+	conv, err := reshard.NewPlan(src, dst, 18, reshard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auto := Auto{Fabric: Fabric{NetBW: 1e9, LocalBW: 1e12}}
+	c := auto.Choose([]*reshard.Plan{conv}, reshard.Topology{}, reshard.DefaultScheduleOptions)
+	if c.Route == "agbcast" || !strings.Contains(c.Why, "agbcast left out") {
+		t.Errorf("auto picked %s for a converting call: %s", c.Route, c.Why)
+	}
+	// the filter: leaving out the winner picks the best of the others.
+	p := ProblemOf([]*reshard.Plan{conv}, reshard.Topology{}, float64(reshard.DefaultScheduleOptions.ChunkBytes))
+	best := Choose(p, auto.Fabric)
+	other := choose(p, auto.Fabric, func(r string) bool { return r != best.Route })
+	for _, b := range other.Bounds {
+		if b.Route != best.Route && b.Predicted < predicted(other.Bounds, other.Route) {
+			t.Errorf("without %s, auto picked %s although %s predicts less", best.Route, other.Route, b.Route)
+		}
+	}
+	if other.Route == best.Route {
+		t.Errorf("the filter left %s in", best.Route)
+	}
+}
+
+func predicted(bs []Bound, route string) float64 {
+	for _, b := range bs {
+		if b.Route == route {
+			return b.Predicted
+		}
+	}
+	return -1
 }

@@ -1,4 +1,0 @@
-package bounds
-
-// ChooseAmong exposes choose to the tests.
-var ChooseAmong = choose
