@@ -140,7 +140,7 @@ func (c *Context) BatchTable(b *Batch) (table []byte, blocks uint64, err error) 
 	if err != nil {
 		return nil, 0, fmt.Errorf("cuda: batch: %w", err)
 	}
-	table, blocks = b.table(func(w int) int { return ks.resident[widthIndex(w)] })
+	table, blocks = b.table(func(w int) int { return ks.copies[widthIndex(w)].resident })
 	return table, blocks, nil
 }
 
@@ -156,7 +156,7 @@ func (l BatchLaunch) Launch(s *Stream) error {
 	}
 	bp := C.m2n_batch_params{items: C.ulonglong(l.Table), count: C.ulonglong(l.Count), blocks: C.ulonglong(l.Blocks)}
 	grid := clampGrid(l.Blocks, maxGridBlocks)
-	return check("cuLaunchKernel", C.m2n_launch_batch(s.ctx.h, ks.batch, C.uint(grid), blockThreads, s.h, &bp))
+	return check("cuLaunchKernel", C.m2n_launch_batch(s.ctx.h, ks.batch.fn, C.uint(grid), blockThreads, s.h, &bp))
 }
 
 // EmulateBatch runs b through the batched kernel's source compiled for the

@@ -4,7 +4,6 @@ package cuda
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -39,19 +38,14 @@ func Load() error {
 }
 
 func open() error {
-	lib, err := dl.Open(dl.Spec{Name: defaultLibrary, Env: "M2N_CUDA_PATH", Candidates: []string{defaultLibrary}})
-	if errors.Is(err, dl.ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
-	}
+	spec := dl.Spec{Name: defaultLibrary, Env: "M2N_CUDA_PATH", Candidates: []string{defaultLibrary}}
+	lib, err := dl.Load("cuda", spec, ErrNotAvailable, unsafe.Pointer(C.m2n_cu_getproc_table()))
 	if err != nil {
-		return fmt.Errorf("cuda: %w", err)
-	}
-	if err := lib.Resolve(unsafe.Pointer(C.m2n_cu_getproc_table())); err != nil {
-		return fmt.Errorf("cuda: not a usable driver: %w", err)
+		return err
 	}
 	C.m2n_cu_getproc()
 	if err := lib.Resolve(unsafe.Pointer(C.m2n_cu_table())); err != nil {
-		return fmt.Errorf("cuda: not a usable driver: %w", err)
+		return fmt.Errorf("cuda: not a usable %s: %w", lib.File, err)
 	}
 	if err := check("cuInit", C.m2n_cuInit()); err != nil {
 		if isCode(err, codeNoDevice) || isCode(err, codeStubLibrary) {

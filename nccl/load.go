@@ -5,7 +5,6 @@ import "C"
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"unsafe"
 
@@ -39,17 +38,9 @@ func Load() error {
 }
 
 func open() error {
-	lib, err := dl.Open(dl.Spec{Name: defaultLibrary, Env: "M2N_NCCL_PATH", Candidates: []string{defaultLibrary}})
-	if errors.Is(err, dl.ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
-	}
-	if err != nil {
-		return fmt.Errorf("nccl: %w", err)
-	}
-	if err := lib.Resolve(unsafe.Pointer(C.m2n_nccl_table())); err != nil {
-		return fmt.Errorf("nccl: not a usable NCCL: %w", err)
-	}
-	return nil
+	spec := dl.Spec{Name: defaultLibrary, Env: "M2N_NCCL_PATH", Candidates: []string{defaultLibrary}}
+	_, err := dl.Load("nccl", spec, ErrNotAvailable, unsafe.Pointer(C.m2n_nccl_table()))
+	return err
 }
 
 // Version returns NCCL's version code: 22803 for 2.28.3.

@@ -53,16 +53,29 @@ func rows(l placement.Layout, rank int, buf []byte, v placement.View, fn func(gl
 		fn(0, v.Offset*elem, 1)
 		return nil
 	}
-	n := shape[nd-1]
-	idx := make([]int64, nd)
-	copy(idx, box.Lo)
-	for {
-		g, off := int64(0), v.Offset
-		for d := 0; d < nd; d++ {
-			g = g*gshape[d] + idx[d]
+	eachRow(box, gshape, func(g int64, idx []int64) {
+		off := v.Offset
+		for d := range nd {
 			off += (idx[d] - box.Lo[d]) * st[d]
 		}
-		fn(g, off*elem, n)
+		fn(g, off*elem, shape[nd-1])
+	})
+	return nil
+}
+
+// eachRow calls fn for every innermost row of a non-empty box of a tensor
+// of shape gshape (at least one dim), in row-major order: the global
+// linear index of the row's first element and its index (fn must not keep
+// it).
+func eachRow(box placement.Box, gshape []int64, fn func(g int64, idx []int64)) {
+	nd := len(gshape)
+	idx := append([]int64(nil), box.Lo...)
+	for {
+		g := int64(0)
+		for d := range nd {
+			g = g*gshape[d] + idx[d]
+		}
+		fn(g, idx)
 		d := nd - 2
 		for ; d >= 0; d-- {
 			idx[d]++
@@ -72,7 +85,7 @@ func rows(l placement.Layout, rank int, buf []byte, v placement.View, fn func(gl
 			idx[d] = box.Lo[d]
 		}
 		if d < 0 {
-			return nil
+			return
 		}
 	}
 }
@@ -296,30 +309,15 @@ func floatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64
 		return out
 	}
 	nd := len(shape)
-	idx := append([]int64(nil), box.Lo...)
 	n := box.Hi[nd-1] - box.Lo[nd-1]
 	pos := int64(0)
-	for {
-		g := int64(0)
-		for d := range nd {
-			g = g*shape[d] + idx[d]
-		}
+	eachRow(box, shape, func(g int64, _ []int64) {
 		for i := int64(0); i < n; i++ {
 			putFloat(dt, g+i, seed, out[pos:pos+elem])
 			pos += elem
 		}
-		d := nd - 2
-		for ; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < box.Hi[d] {
-				break
-			}
-			idx[d] = box.Lo[d]
-		}
-		if d < 0 {
-			return out
-		}
-	}
+	})
+	return out
 }
 
 // fp8Want returns what a destination holding box of an FP8 tensor must
