@@ -1,7 +1,6 @@
 package hier
 
 import (
-	"math"
 	"strings"
 	"testing"
 
@@ -63,23 +62,4 @@ func layoutOfDT(t *testing.T, shape []int64, dt placement.DType, ms []int, ranks
 		t.Fatal(err)
 	}
 	return l
-}
-
-// TestSplitEvenBadBoxes: boxes splitEven cannot cut come back whole
-// instead of indexing out of range, and long dims cut exactly.
-func TestSplitEvenBadBoxes(t *testing.T) {
-	for _, b := range []placement.Box{
-		{Lo: []int64{0, 3}, Hi: []int64{4, 3}},
-		{Lo: []int64{0, 0}, Hi: []int64{4}},
-		{Lo: []int64{5}, Hi: []int64{2}},
-	} {
-		if got := splitEven(b, 4); len(got) != 1 {
-			t.Errorf("splitEven(%v, 4) = %v", b, got)
-		}
-	}
-	b := placement.Box{Lo: []int64{0}, Hi: []int64{math.MaxInt64}}
-	parts := splitEven(b, 3)
-	if len(parts) != 3 || parts[0].Lo[0] != 0 || parts[2].Hi[0] != math.MaxInt64 || parts[1].Lo[0] != math.MaxInt64/3 {
-		t.Errorf("splitEven of [0, MaxInt64) = %v", parts)
-	}
 }
