@@ -22,7 +22,7 @@ import (
 type Program struct {
 	Rank, World int
 	Route       string
-	Rounds       []Round
+	Rounds      []Round
 	// Staging[slot][dir] is the most staging a round of slot (round mod 2)
 	// needs for its sends (dir 0) and its receives (dir 1), in bytes.
 	Staging [2][2]int64
@@ -98,13 +98,13 @@ func (m WireMode) String() string {
 // are Region itself (WireDirect, WireInPlace) or Parts' regions packed one
 // after another at StagingOff of the round's staging (WireStaged).
 type Wire struct {
-	Peer     int
-	Class    LinkClass
-	Bytes    int64
-	Mode     WireMode
-	Region   Region
+	Peer       int
+	Class      LinkClass
+	Bytes      int64
+	Mode       WireMode
+	Region     Region
 	StagingOff int64
-	Parts    []Part
+	Parts      []Part
 }
 
 // Part is one message of a wire operation: the regions the sender reads

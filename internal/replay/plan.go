@@ -92,7 +92,7 @@ type Buffers struct {
 
 // Needs is the memory a program's replay needs beyond the tensor buffers.
 type Needs struct {
-	Staging   [2][2]int64
+	Staging [2][2]int64
 	Full    []int64
 	Scratch int64
 }

@@ -67,7 +67,7 @@ type Replay struct {
 
 	allocated bool
 	needs     replay.Needs
-	staging     [2][2]cuda.Buffer
+	staging   [2][2]cuda.Buffer
 	full      []cuda.Buffer
 	scratch   cuda.Buffer
 	events    []*cuda.Event

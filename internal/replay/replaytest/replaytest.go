@@ -12,8 +12,8 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/internal/replay"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
