@@ -1,10 +1,12 @@
 package pattern
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
@@ -94,15 +96,29 @@ func eachRow(box placement.Box, gshape []int64, fn func(g int64, idx []int64)) {
 // view v places in buf (the zero View: buf is exactly the part). Ranks
 // without a part do nothing.
 func Fill(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := int(l.ElemSize())
-	return rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*int64(elem)]
-		for i := int64(0); i < n; i++ {
-			for k := 0; k < elem; k++ {
-				p[int(i)*elem+k] = Byte(g+i, k, seed)
-			}
-		}
-	})
+	return fill(l, rank, buf, v, func(g int64, out []byte) { putBytes(g, seed, out) })
+}
+
+// putBytes writes element g's bytes of Byte's pattern of tensor seed.
+func putBytes(g int64, seed uint64, out []byte) {
+	for k := range out {
+		out[k] = Byte(g, k, seed)
+	}
+}
+
+// elems calls elemOf for each element of a run of them in out that starts
+// at global element g.
+func elems(g, elem int64, out []byte, elemOf func(g int64, out []byte)) {
+	for i := int64(0); i*elem < int64(len(out)); i++ {
+		elemOf(g+i, out[i*elem:(i+1)*elem])
+	}
+}
+
+// fill writes elemOf's bytes of every element of rank's part of l into
+// buf through the view v.
+func fill(l placement.Layout, rank int, buf []byte, v placement.View, elemOf func(g int64, out []byte)) error {
+	elem := l.ElemSize()
+	return rows(l, rank, buf, v, func(g, off, n int64) { elems(g, elem, buf[off:off+n*elem], elemOf) })
 }
 
 // PoisonPart fills rank's part of l in buf (through the view v) with Poison,
@@ -140,30 +156,32 @@ func (e *MismatchError) Error() string {
 // pattern of tensor seed and returns a *MismatchError naming the first
 // wrong element, or nil.
 func Check(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := int(l.ElemSize())
+	return check(l, rank, buf, v, func(g int64, out []byte) { putBytes(g, seed, out) })
+}
+
+// check compares every element of rank's part of l in buf (through the
+// view v) with elemOf's bytes for it.
+func check(l placement.Layout, rank int, buf []byte, v placement.View, elemOf func(g int64, out []byte)) error {
+	elem := l.ElemSize()
 	shape := l.Shape()
+	var want []byte
 	var first *MismatchError
 	var wrong int64
 	err := rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*int64(elem)]
+		p := buf[off : off+n*elem]
+		want = slices.Grow(want[:0], len(p))[:len(p)]
+		elems(g, elem, want, elemOf)
+		if bytes.Equal(p, want) {
+			return
+		}
 		for i := int64(0); i < n; i++ {
-			bad := false
-			for k := 0; k < elem; k++ {
-				if p[int(i)*elem+k] != Byte(g+i, k, seed) {
-					bad = true
-					break
-				}
-			}
-			if !bad {
+			got, w := p[i*elem:(i+1)*elem], want[i*elem:(i+1)*elem]
+			if bytes.Equal(got, w) {
 				continue
 			}
 			wrong++
 			if first == nil {
-				first = &MismatchError{Rank: rank, Index: unravel(shape, g+i)}
-				for k := 0; k < elem; k++ {
-					first.Want = append(first.Want, Byte(g+i, k, seed))
-				}
-				first.Got = append([]byte(nil), p[int(i)*elem:int(i+1)*elem]...)
+				first = &MismatchError{Rank: rank, Index: unravel(shape, g+i), Want: slices.Clone(w), Got: slices.Clone(got)}
 			}
 		}
 	})
@@ -248,55 +266,21 @@ func putFloat(dt placement.DType, g int64, seed uint64, out []byte) {
 		v := floatF32(g, seed)
 		out[0], out[1], out[2], out[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 	default:
-		for k := range out {
-			out[k] = Byte(g, k, seed)
-		}
+		putBytes(g, seed, out)
 	}
 }
 
 // FillFloats is Fill with finite values (the float pattern above) for bf16 and f32
 // layouts; other dtypes get Fill's bytes.
 func FillFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := l.ElemSize()
 	dt := l.DType()
-	return rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*elem]
-		for i := int64(0); i < n; i++ {
-			putFloat(dt, g+i, seed, p[i*elem:(i+1)*elem])
-		}
-	})
+	return fill(l, rank, buf, v, func(g int64, out []byte) { putFloat(dt, g, seed, out) })
 }
 
 // CheckFloats is Check against FillFloats' values.
 func CheckFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := l.ElemSize()
 	dt := l.DType()
-	shape := l.Shape()
-	want := make([]byte, elem)
-	var first *MismatchError
-	var wrong int64
-	err := rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*elem]
-		for i := int64(0); i < n; i++ {
-			putFloat(dt, g+i, seed, want)
-			got := p[i*elem : (i+1)*elem]
-			if string(got) == string(want) {
-				continue
-			}
-			wrong++
-			if first == nil {
-				first = &MismatchError{Rank: rank, Index: unravel(shape, g+i), Want: append([]byte(nil), want...), Got: append([]byte(nil), got...)}
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	if first != nil {
-		first.Wrong = wrong
-		return first
-	}
-	return nil
+	return check(l, rank, buf, v, func(g int64, out []byte) { putFloat(dt, g, seed, out) })
 }
 
 // floatsBox returns the elements of box of tensor seed (a tensor of the
