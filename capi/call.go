@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
@@ -251,7 +252,7 @@ func routeOf(s string) (reshard.Route, error) {
 		name = "hier"
 	}
 	var balance hier.Balance
-	fabric := hier.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: 20e-6}
+	fabric := bounds.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: 20e-6}
 	for _, kv := range strings.Split(params, ",") {
 		kv = strings.TrimSpace(kv)
 		if kv == "" {
@@ -285,7 +286,7 @@ func routeOf(s string) (reshard.Route, error) {
 			return nil, &reshard.FieldError{Field: "route", Got: strconv.Quote(s), Why: fmt.Sprintf("%s: %v", k, err)}
 		}
 	}
-	r, err := hier.ParseRoute(name, balance, fabric)
+	r, err := bounds.ParseRoute(name, balance, fabric)
 	if err != nil {
 		return nil, &reshard.FieldError{Field: "route", Got: strconv.Quote(s), Why: err.Error()}
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 )
 
 // These tests build the shared library as `make capi` does, then use it as

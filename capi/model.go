@@ -205,7 +205,7 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 	for side := range 2 {
 		me.bufs[side] = map[string]modelBuffer{}
 	}
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -222,7 +222,7 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 		}
 	}
 	me.scales = map[string]modelScale{}
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -284,7 +284,7 @@ type refreshEntry struct {
 func refreshOf(me *modelEntry) []refreshEntry {
 	out := []refreshEntry{}
 	seen := map[string]bool{}
-	for si, ss := range me.m.Stages.Sessions {
+	for si, ss := range me.m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}

@@ -36,7 +36,7 @@ type Batch struct {
 }
 
 // PlanBatch plans copies for one launch. It fails, naming the copy, on a
-// descriptor PlanCopy would refuse (ErrBadStrided).
+// descriptor PlanCopy would refuse (strided.ErrInvalid).
 func PlanBatch(copies []BatchCopy) (*Batch, error) {
 	b := &Batch{}
 	var last *BatchCopy // the previous copy kept, when both its sides are one run
@@ -99,17 +99,14 @@ func oneRun(d strided.Desc) bool {
 // Len returns the number of items the batch launches (after merging).
 func (b *Batch) Len() int { return len(b.plans) }
 
-// Bytes returns the bytes the batch moves.
-func (b *Batch) Bytes() int64 { return b.bytes }
-
-// TableBytes returns the size of the batch's item table in device memory.
-func (b *Batch) TableBytes() int { return len(b.plans) * kernels.BatchItemSize }
+// tableBytes returns the size of the batch's item table in device memory.
+func (b *Batch) tableBytes() int { return len(b.plans) * kernels.BatchItemSize }
 
 // table marshals the item table: each item gets the blocks its own launch
 // would use on a device where resident(width) blocks of that width's copy
 // kernel fit at once. It returns the virtual blocks of the whole batch.
 func (b *Batch) table(resident func(width int) int) ([]byte, uint64) {
-	out := make([]byte, b.TableBytes())
+	out := make([]byte, b.tableBytes())
 	var first uint64
 	for i := range b.plans {
 		p := &b.plans[i]
@@ -143,7 +140,7 @@ func (c *Context) BatchTable(b *Batch) (table []byte, blocks uint64, err error) 
 	if err != nil {
 		return nil, 0, fmt.Errorf("cuda: batch: %w", err)
 	}
-	table, blocks = b.table(func(w int) int { return ks.resident[widthIndex(w)] })
+	table, blocks = b.table(func(w int) int { return ks.copies[widthIndex(w)].resident })
 	return table, blocks, nil
 }
 
@@ -159,7 +156,7 @@ func (l BatchLaunch) Launch(s *Stream) error {
 	}
 	bp := C.m2n_batch_params{items: C.ulonglong(l.Table), count: C.ulonglong(l.Count), blocks: C.ulonglong(l.Blocks)}
 	grid := clampGrid(l.Blocks, maxGridBlocks)
-	return check("cuLaunchKernel", C.m2n_launch_batch(s.ctx.h, ks.batch, C.uint(grid), blockThreads, s.h, &bp))
+	return check("cuLaunchKernel", C.m2n_launch_batch(s.ctx.h, ks.batch.fn, C.uint(grid), blockThreads, s.h, &bp))
 }
 
 // EmulateBatch runs b through the batched kernel's source compiled for the

@@ -61,7 +61,7 @@ func TestBatchOnCPU(t *testing.T) {
 		for i := range srcs {
 			s, d := srcs[i], dsts[i]
 			copies = append(copies, BatchCopy{Dst: addr(dst) + DevicePtr(d.off), DstDesc: d.d, Src: addr(src) + DevicePtr(s.off), SrcDesc: s.d})
-			if err := HostStridedCopy(want[d.off:d.off+d.len], d.d, src[s.off:s.off+s.len], s.d); err != nil {
+			if err := hostCopy(want[d.off:d.off+d.len], d.d, src[s.off:s.off+s.len], s.d); err != nil {
 				t.Fatalf("batch %d copy %d: oracle: %v", bi, i, err)
 			}
 		}
@@ -111,12 +111,12 @@ func TestBatchMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Len() != 4 || b.Bytes() != 100+28+72+56+64+64+16 {
-		t.Fatalf("%d items of %d bytes, want 4 items of 400 bytes", b.Len(), b.Bytes())
+	if b.Len() != 4 || b.bytes != 100+28+72+56+64+64+16 {
+		t.Fatalf("%d items of %d bytes, want 4 items of 400 bytes", b.Len(), b.bytes)
 	}
 	want := make([]byte, 4096)
 	for _, c := range copies {
-		if err := HostStridedCopy(want[c.Dst-d:], c.DstDesc, src[c.Src-s:], c.SrcDesc); err != nil {
+		if err := hostCopy(want[c.Dst-d:], c.DstDesc, src[c.Src-s:], c.SrcDesc); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,7 +126,7 @@ func TestBatchMerge(t *testing.T) {
 	if !bytes.Equal(dst, want) {
 		t.Fatal("merged batch and oracle differ")
 	}
-	if _, err := PlanBatch([]BatchCopy{copies[0], {Dst: d, DstDesc: strided.Desc{Run: 8}, Src: s, SrcDesc: strided.Desc{Run: 9}}}); !errors.Is(err, ErrBadStrided) {
+	if _, err := PlanBatch([]BatchCopy{copies[0], {Dst: d, DstDesc: strided.Desc{Run: 8}, Src: s, SrcDesc: strided.Desc{Run: 9}}}); !errors.Is(err, strided.ErrInvalid) {
 		t.Errorf("a copy of 9 bytes into 8: %v", err)
 	}
 }

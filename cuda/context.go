@@ -7,7 +7,6 @@ import (
 	"errors"
 	"runtime"
 	"sync"
-	"unsafe"
 )
 
 // Context is a retained primary context of one device: the context the CUDA
@@ -54,9 +53,6 @@ func (d Device) PrimaryContext() (*Context, error) {
 // Device returns the context's device.
 func (c *Context) Device() Device { return c.dev }
 
-// Handle returns the CUcontext, for other libraries.
-func (c *Context) Handle() uintptr { return uintptr(unsafe.Pointer(c.h)) }
-
 // Release unloads the kernels loaded into the context and drops this
 // Context's retain of the primary context (cuDevicePrimaryCtxRelease). Memory,
 // streams and events made in it must be freed before. A second call is a
@@ -77,10 +73,10 @@ func (c *Context) Release() error {
 	return errors.Join(errs...)
 }
 
-// SetCurrent makes the context current on the calling OS thread
-// (cuCtxSetCurrent). It is only useful with the goroutine locked to its
-// thread (runtime.LockOSThread); Bind does both.
-func (c *Context) SetCurrent() error {
+// setCurrent makes the context current on the calling OS thread
+// (cuCtxSetCurrent), which is only useful with the goroutine locked to its
+// thread: Bind does both.
+func (c *Context) setCurrent() error {
 	return check("cuCtxSetCurrent", C.m2n_cuCtxSetCurrent(c.h))
 }
 
@@ -90,7 +86,7 @@ func (c *Context) SetCurrent() error {
 // current on it. On error the thread is already unlocked.
 func (c *Context) Bind() (unbind func(), err error) {
 	runtime.LockOSThread()
-	if err := c.SetCurrent(); err != nil {
+	if err := c.setCurrent(); err != nil {
 		runtime.UnlockOSThread()
 		return nil, err
 	}

@@ -9,19 +9,11 @@ import "fmt"
 // CUDA_VISIBLE_DEVICES).
 type Device int
 
-// Attribute is a CUdevice_attribute (cuda.h).
-type Attribute int
-
-// Device attributes used here; any other CUdevice_attribute value works too.
+// The CUdevice_attribute values this package reads (cuda.h).
 const (
-	AttrMaxThreadsPerBlock     Attribute = 1
-	AttrMultiprocessorCount    Attribute = 16
-	AttrPCIBusID               Attribute = 33
-	AttrPCIDeviceID            Attribute = 34
-	AttrMaxThreadsPerSM        Attribute = 39
-	AttrPCIDomainID            Attribute = 50
-	AttrComputeCapabilityMajor Attribute = 75
-	AttrComputeCapabilityMinor Attribute = 76
+	attrMultiprocessorCount    = 16
+	attrComputeCapabilityMajor = 75
+	attrComputeCapabilityMinor = 76
 )
 
 // DeviceCount returns the number of devices the driver sees.
@@ -58,8 +50,8 @@ func (d Device) Name() (string, error) {
 	return C.GoString(&buf[0]), nil
 }
 
-// Attribute returns one device attribute.
-func (d Device) Attribute(a Attribute) (int, error) {
+// attribute returns one device attribute (cuDeviceGetAttribute).
+func (d Device) attribute(a int) (int, error) {
 	var v C.int
 	if err := check("cuDeviceGetAttribute", C.m2n_cuDeviceGetAttribute(&v, C.int(a), C.CUdevice(d))); err != nil {
 		return 0, err
@@ -69,15 +61,15 @@ func (d Device) Attribute(a Attribute) (int, error) {
 
 // MultiprocessorCount returns the number of SMs (132 on an H200).
 func (d Device) MultiprocessorCount() (int, error) {
-	return d.Attribute(AttrMultiprocessorCount)
+	return d.attribute(attrMultiprocessorCount)
 }
 
 // ComputeCapability returns the device's compute capability (9, 0 on Hopper).
 func (d Device) ComputeCapability() (major, minor int, err error) {
-	if major, err = d.Attribute(AttrComputeCapabilityMajor); err != nil {
+	if major, err = d.attribute(attrComputeCapabilityMajor); err != nil {
 		return 0, 0, err
 	}
-	if minor, err = d.Attribute(AttrComputeCapabilityMinor); err != nil {
+	if minor, err = d.attribute(attrComputeCapabilityMinor); err != nil {
 		return 0, 0, err
 	}
 	return major, minor, nil

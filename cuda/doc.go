@@ -48,8 +48,8 @@
 //	// ... download, combine across ranks (fp8.Window.MaxWith), ToScales, upload ...
 //	_ = mem.PackQuantize(g, staging, off, reg, cuda.FP8Window{Blocks: blocks, Values: scaleBuf})
 //
-// Memory is a reshard.QuantMemory with these kernels (QuantAmax, LoadScales,
-// QuantPack), so a call that converts to FP8 in flight (reshard.Spec.Scale)
+// Memory is a transport.QuantMemory with these kernels (QuantAmax, LoadScales,
+// QuantPack), so a call that converts to FP8 in flight (refit.Spec.Scale)
 // on a GPU session quantizes on the device in the pass that packs.
 //
 // Threads: the driver keeps a current context per OS thread and goroutines

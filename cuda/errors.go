@@ -27,28 +27,18 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("cuda: %s: %s: %s", e.Op, e.Name, e.Msg)
 }
 
-// CUresult values that callers may want to branch on (cuda.h).
+// CUresult values this package branches on (cuda.h); callers compare
+// Error.Code with the values cuda.h documents.
 const (
-	CodeInvalidValue   = 1
-	CodeOutOfMemory    = 2
-	CodeNotInitialized = 3
-	CodeStubLibrary    = 34
-	CodeNoDevice       = 100
-	CodeInvalidDevice  = 101
-	CodeInvalidImage   = 200
-	CodeInvalidContext = 201
-	CodeNoBinaryForGPU = 209
-	CodeUnsupportedPTX = 222
-	CodeNotFound       = 500
-	CodeNotReady       = 600
-	CodeIllegalAddress = 700
-	CodeLaunchFailed   = 719
-	CodeNotSupported   = 801
-	CodeUnknown        = 999
+	codeStubLibrary        = 34
+	codeNoDevice           = 100
+	codeNotReady           = 600
+	codeCaptureUnsupported = 900
+	codeCaptureInvalidated = 901
 )
 
-// IsCode reports whether err is, or wraps, an *Error with the given code.
-func IsCode(err error, code int) bool {
+// isCode reports whether err is, or wraps, an *Error with the given code.
+func isCode(err error, code int) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }

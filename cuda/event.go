@@ -43,7 +43,7 @@ func (e *Event) Synchronize() error {
 // Query reports whether the recorded work has completed (cuEventQuery).
 func (e *Event) Query() (bool, error) {
 	r := C.m2n_cuEventQuery(e.ctx.h, e.h)
-	if r == CodeNotReady {
+	if r == codeNotReady {
 		return false, nil
 	}
 	return true, check("cuEventQuery", r)

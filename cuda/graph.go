@@ -84,7 +84,7 @@ func (c *Capture) Abandon() error {
 		return nil
 	}
 	_, err := c.End()
-	if err != nil && (IsCode(err, 900) || IsCode(err, 901)) {
+	if err != nil && (isCode(err, codeCaptureUnsupported) || isCode(err, codeCaptureInvalidated)) {
 		// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED / _INVALIDATED: ended all
 		// the same.
 		return nil

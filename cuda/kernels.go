@@ -19,11 +19,10 @@ import (
 // kernelSet is the strided-copy module loaded into one context.
 type kernelSet struct {
 	mod C.CUmodule
-	fn  [len(widths)]C.CUfunction
-	// resident[i] is how many blocks of fn[i] fit on the device at once.
-	resident [len(widths)]int
+	// copies[i] is the strided copy of elements of widths[i] bytes.
+	copies [len(widths)]kernelFn
 	// batch is the batched kernel (kernels/batch.h).
-	batch C.CUfunction
+	batch kernelFn
 	// quant holds the FP8 kernels (kernels/quant.h) by name.
 	quant map[string]kernelFn
 }
@@ -134,48 +133,46 @@ func (c *Context) loadModule(image []byte) (*kernelSet, error) {
 	if err := check("cuModuleLoadData", C.m2n_cuModuleLoadData(c.h, &mod, unsafe.Pointer(&image[0]))); err != nil {
 		return nil, err
 	}
-	ks := &kernelSet{mod: mod}
-	for i, w := range widths {
-		name := C.CString(fmt.Sprintf("m2n_copy%d", w))
-		err := check("cuModuleGetFunction", C.m2n_cuModuleGetFunction(c.h, &ks.fn[i], mod, name))
-		C.free(unsafe.Pointer(name))
-		if err != nil {
-			C.m2n_cuModuleUnload(c.h, mod)
-			return nil, err
+	ks := &kernelSet{mod: mod, quant: map[string]kernelFn{}}
+	err := func() (err error) {
+		for i, w := range widths {
+			if ks.copies[i], err = c.function(mod, fmt.Sprintf("m2n_copy%d", w)); err != nil {
+				return err
+			}
 		}
-		var n C.int
-		if err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
-			C.m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(c.h, &n, ks.fn[i], blockThreads)); err != nil {
-			C.m2n_cuModuleUnload(c.h, mod)
-			return nil, err
+		if ks.batch, err = c.function(mod, "m2n_batch"); err != nil {
+			return err
 		}
-		ks.resident[i] = max(int(n), 1) * c.sms
-	}
-	bname := C.CString("m2n_batch")
-	err := check("cuModuleGetFunction", C.m2n_cuModuleGetFunction(c.h, &ks.batch, mod, bname))
-	C.free(unsafe.Pointer(bname))
+		for _, name := range quantKernels() {
+			if ks.quant[name], err = c.function(mod, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
 	if err != nil {
 		C.m2n_cuModuleUnload(c.h, mod)
-		return nil, fmt.Errorf("m2n_batch: %w", err)
-	}
-	ks.quant = map[string]kernelFn{}
-	for _, name := range quantKernels() {
-		cname := C.CString(name)
-		var f C.CUfunction
-		err := check("cuModuleGetFunction", C.m2n_cuModuleGetFunction(c.h, &f, mod, cname))
-		C.free(unsafe.Pointer(cname))
-		var n C.int
-		if err == nil {
-			err = check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
-				C.m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(c.h, &n, f, blockThreads))
-		}
-		if err != nil {
-			C.m2n_cuModuleUnload(c.h, mod)
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		ks.quant[name] = kernelFn{fn: f, resident: max(int(n), 1) * c.sms}
+		return nil, err
 	}
 	return ks, nil
+}
+
+// function looks up kernel name in mod and how many of its blocks fit on
+// the device at once.
+func (c *Context) function(mod C.CUmodule, name string) (kernelFn, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var k kernelFn
+	if err := check("cuModuleGetFunction", C.m2n_cuModuleGetFunction(c.h, &k.fn, mod, cname)); err != nil {
+		return kernelFn{}, fmt.Errorf("%s: %w", name, err)
+	}
+	var n C.int
+	if err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+		C.m2n_cuOccupancyMaxActiveBlocksPerMultiprocessor(c.h, &n, k.fn, blockThreads)); err != nil {
+		return kernelFn{}, fmt.Errorf("%s: %w", name, err)
+	}
+	k.resident = max(int(n), 1) * c.sms
+	return k, nil
 }
 
 func (k *kernelSet) unload(c *Context) error {
@@ -228,7 +225,7 @@ func launch(s *Stream, op string, p copyPlan) error {
 	if err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
-	if err := ks.launch(s, p, p.grid(ks.resident[widthIndex(p.width)])); err != nil {
+	if err := ks.launch(s, p, p.grid(ks.copies[widthIndex(p.width)].resident)); err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
 	return nil
@@ -236,7 +233,7 @@ func launch(s *Stream, op string, p copyPlan) error {
 
 func (k *kernelSet) launch(s *Stream, p copyPlan, grid int) error {
 	cp := p.cParams()
-	r := C.m2n_launch_copy(s.ctx.h, k.fn[widthIndex(p.width)], C.uint(grid), blockThreads, s.h, &cp)
+	r := C.m2n_launch_copy(s.ctx.h, k.copies[widthIndex(p.width)].fn, C.uint(grid), blockThreads, s.h, &cp)
 	return check("cuLaunchKernel", r)
 }
 
@@ -244,7 +241,7 @@ func (k *kernelSet) launch(s *Stream, p copyPlan, grid int) error {
 // contiguously (desc.Bytes() bytes). Any alignment works; 16-byte aligned
 // addresses, runs and strides get the fastest kernel. Describing no bytes is
 // a no-op that launches nothing. The buffers must not overlap. Errors wrap
-// ErrBadStrided for a bad descriptor; the first call in a context compiles
+// strided.ErrInvalid for a bad descriptor; the first call in a context compiles
 // the kernels (NVRTC) and may fail with nvrtc.ErrNotAvailable.
 func Pack(s *Stream, dst, src DevicePtr, desc strided.Desc) error {
 	p, err := planCopy(dst, strided.Desc{Run: desc.Bytes()}, src, desc)

@@ -4,7 +4,6 @@ package cuda
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -12,10 +11,10 @@ import (
 	"github.com/m2n-dev/m2n/internal/dl"
 )
 
-// DefaultLibrary is the driver library Load opens unless M2N_CUDA_PATH names
+// defaultLibrary is the driver library Load opens unless M2N_CUDA_PATH names
 // another file. The dynamic loader searches LD_LIBRARY_PATH and the ld.so
 // cache for it (on the GPU machines: /usr/local/nvidia/lib64).
-const DefaultLibrary = "libcuda.so.1"
+const defaultLibrary = "libcuda.so.1"
 
 var load struct {
 	once sync.Once
@@ -39,22 +38,17 @@ func Load() error {
 }
 
 func open() error {
-	lib, err := dl.Open(dl.Spec{Name: DefaultLibrary, Env: "M2N_CUDA_PATH", Candidates: []string{DefaultLibrary}})
-	if errors.Is(err, dl.ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
-	}
+	spec := dl.Spec{Name: defaultLibrary, Env: "M2N_CUDA_PATH", Candidates: []string{defaultLibrary}}
+	lib, err := dl.Load("cuda", spec, ErrNotAvailable, unsafe.Pointer(C.m2n_cu_getproc_table()))
 	if err != nil {
-		return fmt.Errorf("cuda: %w", err)
-	}
-	if err := lib.Resolve(unsafe.Pointer(C.m2n_cu_getproc_table())); err != nil {
-		return fmt.Errorf("cuda: not a usable driver: %w", err)
+		return err
 	}
 	C.m2n_cu_getproc()
 	if err := lib.Resolve(unsafe.Pointer(C.m2n_cu_table())); err != nil {
-		return fmt.Errorf("cuda: not a usable driver: %w", err)
+		return fmt.Errorf("cuda: not a usable %s: %w", lib.File, err)
 	}
 	if err := check("cuInit", C.m2n_cuInit()); err != nil {
-		if IsCode(err, CodeNoDevice) || IsCode(err, CodeStubLibrary) {
+		if isCode(err, codeNoDevice) || isCode(err, codeStubLibrary) {
 			return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 		}
 		return err

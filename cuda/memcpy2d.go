@@ -36,39 +36,3 @@ func Memcpy2DAsync(s *Stream, c Copy2D) error {
 	}
 	return check("cuMemcpy2DAsync", C.m2n_cuMemcpy2DAsync(s.ctx.h, &p, s.h))
 }
-
-// Copy3D is a pitched device-to-device copy of Depth slices of Height rows of
-// Width bytes. A slice is Height rows of Pitch bytes on each side, so
-// SrcHeight and DstHeight (rows per slice, at least Height) set the slice
-// strides: row i of slice k starts at Src + (k*SrcHeight + i)*SrcPitch.
-type Copy3D struct {
-	Dst, Src             DevicePtr
-	DstPitch, SrcPitch   int
-	DstHeight, SrcHeight int
-	Width, Height, Depth int
-}
-
-// Memcpy3DAsync queues c with the copy engines (cuMemcpy3DAsync).
-func Memcpy3DAsync(s *Stream, c Copy3D) error {
-	if c.Width < 0 || c.Height < 0 || c.Depth < 0 || c.DstPitch < c.Width || c.SrcPitch < c.Width ||
-		c.DstHeight < c.Height || c.SrcHeight < c.Height {
-		return fmt.Errorf("cuda: cuMemcpy3DAsync: bad shape %+v", c)
-	}
-	if c.Width == 0 || c.Height == 0 || c.Depth == 0 {
-		return nil
-	}
-	p := C.m2n_memcpy3d{
-		srcMemoryType: C.M2N_CU_MEMORYTYPE_DEVICE,
-		srcDevice:     C.CUdeviceptr(c.Src),
-		srcPitch:      C.size_t(c.SrcPitch),
-		srcHeight:     C.size_t(c.SrcHeight),
-		dstMemoryType: C.M2N_CU_MEMORYTYPE_DEVICE,
-		dstDevice:     C.CUdeviceptr(c.Dst),
-		dstPitch:      C.size_t(c.DstPitch),
-		dstHeight:     C.size_t(c.DstHeight),
-		WidthInBytes:  C.size_t(c.Width),
-		Height:        C.size_t(c.Height),
-		Depth:         C.size_t(c.Depth),
-	}
-	return check("cuMemcpy3DAsync", C.m2n_cuMemcpy3DAsync(s.ctx.h, &p, s.h))
-}

@@ -26,7 +26,7 @@ type FP8Window struct {
 // FP8Region is a source region in device memory: the box Box of the global
 // tensor, its elements (bf16 or f32) in row-major order of Box where At
 // says in Src, as fp8.Region is on the host. At's runs must hold whole rows
-// of Box (every descriptor of reshard.Describe and of a placement.View
+// of Box (every descriptor of strided.Describe and of a placement.View
 // does).
 type FP8Region struct {
 	DType placement.DType
@@ -42,7 +42,7 @@ type FP8Region struct {
 // window starts zeroed (Memset). A NaN or infinity makes its block's value
 // 0x7F800000 or above (an infinite or NaN float32): the kernel reports
 // nothing, so check the downloaded window (fp8.Window.ToScales refuses it)
-// and call FirstNonFinite for the element's index.
+// and read the region back (QuantAmax does) for the element's index.
 func (m *Memory) BlockAmax(g fp8.Grid, amax FP8Window, r FP8Region) error {
 	return m.quant(quantAmax, g, r, amax, nil, 0)
 }
@@ -107,10 +107,10 @@ func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst
 	return nil
 }
 
-// FirstNonFinite reads region r back to the host and returns the
+// firstNonFinite reads region r back to the host and returns the
 // *fp8.NonFiniteError of its first NaN or infinity, or nil: what to report
 // when a BlockAmax window shows a non-finite amax.
-func (m *Memory) FirstNonFinite(g fp8.Grid, r FP8Region) error {
+func (m *Memory) firstNonFinite(g fp8.Grid, r FP8Region) error {
 	host := make([]byte, r.At.Bytes())
 	if err := m.ReadRegion(host, r.Src, r.At); err != nil {
 		return err

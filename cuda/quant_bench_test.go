@@ -7,7 +7,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
-	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 )
 
 var quantBench struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/internal/gputest"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 )
@@ -133,7 +133,7 @@ func TestGPUAmaxNonFinite(t *testing.T) {
 		t.Error("ToScales accepted a NaN amax")
 	}
 	var nf *fp8.NonFiniteError
-	if err := mem.FirstNonFinite(g, reg); !errors.As(err, &nf) || nf.Flat != 150*200+170 {
+	if err := cuda.FirstNonFinite(mem, g, reg); !errors.As(err, &nf) || nf.Flat != 150*200+170 {
 		t.Errorf("FirstNonFinite: %v, want element [150 170]", err)
 	}
 }

@@ -65,7 +65,7 @@ type quantRequest struct {
 
 // planQuant checks a request and plans its launch. An empty box gives a
 // plan with items == 0. The source's runs must hold whole rows of the box
-// (as every descriptor of reshard.Describe and of a placement.View does).
+// (as every descriptor of strided.Describe and of a placement.View does).
 func planQuant(q quantRequest) (quantPlan, error) {
 	g := q.grid
 	var esz uint64
@@ -101,7 +101,7 @@ func planQuant(q quantRequest) (quantPlan, error) {
 	elems := uint64(q.box.Elems())
 	if uint64(q.at.Bytes()) != elems*esz {
 		return quantPlan{}, fmt.Errorf("%w: box %v of %v is %d bytes, the source descriptor %+v describes %d",
-			ErrBadStrided, q.box, q.dtype, elems*esz, q.at, q.at.Bytes())
+			strided.ErrInvalid, q.box, q.dtype, elems*esz, q.at, q.at.Bytes())
 	}
 	p := quantPlan{kind: q.kind, nd: nd, win: uint64(q.win), dst: uint64(q.dst)}
 	shape := g.Shape()
@@ -132,11 +132,11 @@ func planQuant(q quantRequest) (quantPlan, error) {
 	rowBytes := p.rowElems * esz
 	run, dims := normalize(q.at)
 	if run%rowBytes != 0 {
-		return quantPlan{}, fmt.Errorf("%w: source runs of %d bytes do not hold whole box rows of %d bytes", ErrBadStrided, run, rowBytes)
+		return quantPlan{}, fmt.Errorf("%w: source runs of %d bytes do not hold whole box rows of %d bytes", strided.ErrInvalid, run, rowBytes)
 	}
 	dims = splitRun(dims, run, rowBytes)
 	if len(dims) > kernelDims {
-		return quantPlan{}, fmt.Errorf("%w: the source needs %d dimensions, the FP8 kernels take %d", ErrBadStrided, len(dims), kernelDims)
+		return quantPlan{}, fmt.Errorf("%w: the source needs %d dimensions, the FP8 kernels take %d", strided.ErrInvalid, len(dims), kernelDims)
 	}
 	p.src.base = uint64(q.src) + uint64(q.at.Offset)
 	for _, d := range dims {

@@ -9,17 +9,17 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// Memory implements reshard.QuantMemory with the FP8 kernels, so that a
-// call that converts to FP8 in flight (reshard.Spec.Scale) quantizes on the
+// Memory implements transport.QuantMemory with the FP8 kernels, so that a
+// call that converts to FP8 in flight (refit.Spec.Scale) quantizes on the
 // GPU while it packs: the partial amaxes with BlockAmax into a device
 // window read back to the host (where the ranks combine them), the packing
 // with PackQuantize from scales uploaded once per step.
 var _ transport.QuantMemory = (*Memory)(nil)
 
-// QuantAmax implements reshard.QuantMemory: BlockAmax into a zeroed device
+// QuantAmax implements transport.QuantMemory: BlockAmax into a zeroed device
 // window of the blocks r touches, read back and folded into w. A
 // non-finite amax (a NaN or infinity in r) is reported as the
-// *fp8.NonFiniteError of its first element (FirstNonFinite reads r back).
+// *fp8.NonFiniteError of its first element (read back from r).
 // It waits for the stream.
 func (m *Memory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) error {
 	blocks, err := g.Blocks(r.Box)
@@ -50,7 +50,7 @@ func (m *Memory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) er
 	for i := range part.Values {
 		u := binary.LittleEndian.Uint32(host[4*i:])
 		if u&0x7FFFFFFF >= 0x7F800000 {
-			if err := m.FirstNonFinite(g, reg); err != nil {
+			if err := m.firstNonFinite(g, reg); err != nil {
 				return err
 			}
 			return fmt.Errorf("cuda: block %d of %v has amax bits %#08x, but the region reads back finite", i, blocks, u)
@@ -60,7 +60,7 @@ func (m *Memory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) er
 	return w.MaxWith(part)
 }
 
-// LoadScales implements reshard.QuantMemory: the scales uploaded into a
+// LoadScales implements transport.QuantMemory: the scales uploaded into a
 // device window (Scales.Dev, a Buffer of 4 bytes per block).
 func (m *Memory) LoadScales(w fp8.Window) (transport.Scales, error) {
 	s := transport.Scales{Window: w, Dev: Buffer{}}
@@ -83,14 +83,14 @@ func (m *Memory) LoadScales(w fp8.Window) (transport.Scales, error) {
 	return s, nil
 }
 
-// FreeScales implements reshard.QuantMemory.
+// FreeScales implements transport.QuantMemory.
 func (m *Memory) FreeScales(s transport.Scales) {
 	if s.Dev != nil {
 		m.Free(s.Dev)
 	}
 }
 
-// QuantPack implements reshard.QuantMemory: PackQuantize on the stream.
+// QuantPack implements transport.QuantMemory: PackQuantize on the stream.
 func (m *Memory) QuantPack(g fp8.Grid, dst transport.Buffer, off int64, r transport.QuantRegion, s transport.Scales) error {
 	dev, ok := s.Dev.(Buffer)
 	if !ok {

@@ -7,7 +7,7 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// Buffer is device memory as a reshard.Buffer.
+// Buffer is device memory as a transport.Buffer.
 type Buffer struct {
 	Ptr DevicePtr
 	N   int64
@@ -16,7 +16,7 @@ type Buffer struct {
 // Len returns the size in bytes.
 func (b Buffer) Len() int64 { return b.N }
 
-// Memory is reshard.Memory over one GPU: buffers are device memory, and
+// Memory is transport.Memory over one GPU: buffers are device memory, and
 // pack, unpack and copies run as kernels on the Memory's stream. It also
 // implements the conformance suite's HostIO (Upload, Download).
 type Memory struct {
@@ -54,7 +54,7 @@ func deviceBufs(dst, src transport.Buffer) (Buffer, Buffer, error) {
 	return d, s, err
 }
 
-// Alloc implements reshard.Memory; a 0-byte buffer holds no memory.
+// Alloc implements transport.Memory; a 0-byte buffer holds no memory.
 func (m *Memory) Alloc(n int64) (transport.Buffer, error) {
 	if n == 0 {
 		return Buffer{}, nil
@@ -66,7 +66,7 @@ func (m *Memory) Alloc(n int64) (transport.Buffer, error) {
 	return Buffer{Ptr: p, N: n}, nil
 }
 
-// Free implements reshard.Memory.
+// Free implements transport.Memory.
 func (m *Memory) Free(b transport.Buffer) {
 	if d, ok := b.(Buffer); ok && d.Ptr != 0 {
 		_ = m.Ctx.Free(d.Ptr)
@@ -82,7 +82,7 @@ func checkRegion(what string, d strided.Desc, size int64) error {
 	return nil
 }
 
-// Pack implements reshard.Memory.
+// Pack implements transport.Memory.
 func (m *Memory) Pack(dst transport.Buffer, off int64, src transport.Buffer, desc strided.Desc) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
@@ -101,7 +101,7 @@ func (m *Memory) Pack(dst transport.Buffer, off int64, src transport.Buffer, des
 	return Pack(m.Stream, d.Ptr+DevicePtr(off), s.Ptr, sd)
 }
 
-// Unpack implements reshard.Memory.
+// Unpack implements transport.Memory.
 func (m *Memory) Unpack(dst transport.Buffer, desc strided.Desc, src transport.Buffer, off int64) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
@@ -120,7 +120,7 @@ func (m *Memory) Unpack(dst transport.Buffer, desc strided.Desc, src transport.B
 	return Unpack(m.Stream, d.Ptr, dd, s.Ptr+DevicePtr(off))
 }
 
-// Copy implements reshard.Memory.
+// Copy implements transport.Memory.
 func (m *Memory) Copy(dst transport.Buffer, dstDesc strided.Desc, src transport.Buffer, srcDesc strided.Desc) error {
 	d, s, err := deviceBufs(dst, src)
 	if err != nil {
@@ -142,7 +142,7 @@ func (m *Memory) Copy(dst transport.Buffer, dstDesc strided.Desc, src transport.
 	return StridedCopy(m.Stream, d.Ptr, dd, s.Ptr, sd)
 }
 
-// Sync implements reshard.Memory: it waits for the stream.
+// Sync implements transport.Memory: it waits for the stream.
 func (m *Memory) Sync() error { return m.Stream.Synchronize() }
 
 // Upload copies host bytes into a device buffer, after the stream's work.
@@ -175,7 +175,7 @@ func (m *Memory) Download(dst []byte, src transport.Buffer) error {
 	return m.Ctx.CopyDtoH(dst, s.Ptr)
 }
 
-// ReadRegion implements reshard.RegionReader: it packs the region into a
+// ReadRegion implements transport.RegionReader: it packs the region into a
 // temporary device buffer and copies that to dst.
 func (m *Memory) ReadRegion(dst []byte, src transport.Buffer, at strided.Desc) error {
 	if int64(len(dst)) != at.Bytes() {
@@ -195,7 +195,7 @@ func (m *Memory) ReadRegion(dst []byte, src transport.Buffer, at strided.Desc) e
 	return m.Download(dst, tmp)
 }
 
-// AddressRange implements reshard.Addresser: the device addresses a
+// AddressRange implements transport.Addresser: the device addresses a
 // buffer spans.
 func (m *Memory) AddressRange(b transport.Buffer) (lo, hi uintptr, ok bool) {
 	d, isDev := b.(Buffer)

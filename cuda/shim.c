@@ -33,18 +33,13 @@ static struct {
 	CUresult (*cuMemGetInfo)(size_t *, size_t *);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
-	CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
-	CUresult (*cuMemFreeHost)(void *);
 	CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
 	CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 	CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
 	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 	CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
-	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
-	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpy2DAsync)(const m2n_memcpy2d *, CUstream);
-	CUresult (*cuMemcpy3DAsync)(const m2n_memcpy3d *, CUstream);
 	CUresult (*cuStreamCreate)(CUstream *, unsigned int);
 	CUresult (*cuStreamDestroy)(CUstream);
 	CUresult (*cuStreamSynchronize)(CUstream);
@@ -104,18 +99,13 @@ static struct entry entries[] = {
 	E(cuMemGetInfo, M2N_CUDA_ABI, "cuMemGetInfo_v2", NULL),
 	E(cuMemAlloc, M2N_CUDA_ABI, "cuMemAlloc_v2", NULL),
 	E(cuMemFree, M2N_CUDA_ABI, "cuMemFree_v2", NULL),
-	E(cuMemHostAlloc, M2N_CUDA_ABI, "cuMemHostAlloc", NULL),
-	E(cuMemFreeHost, M2N_CUDA_ABI, "cuMemFreeHost", NULL),
 	E(cuMemsetD8, M2N_CUDA_ABI, "cuMemsetD8_v2", NULL),
 	E(cuMemsetD8Async, M2N_CUDA_ABI, "cuMemsetD8Async", NULL),
 	E(cuMemcpyHtoD, M2N_CUDA_ABI, "cuMemcpyHtoD_v2", NULL),
 	E(cuMemcpyDtoH, M2N_CUDA_ABI, "cuMemcpyDtoH_v2", NULL),
 	E(cuMemcpyDtoD, M2N_CUDA_ABI, "cuMemcpyDtoD_v2", NULL),
-	E(cuMemcpyHtoDAsync, M2N_CUDA_ABI, "cuMemcpyHtoDAsync_v2", NULL),
-	E(cuMemcpyDtoHAsync, M2N_CUDA_ABI, "cuMemcpyDtoHAsync_v2", NULL),
 	E(cuMemcpyDtoDAsync, M2N_CUDA_ABI, "cuMemcpyDtoDAsync_v2", NULL),
 	E(cuMemcpy2DAsync, M2N_CUDA_ABI, "cuMemcpy2DAsync_v2", NULL),
-	E(cuMemcpy3DAsync, M2N_CUDA_ABI, "cuMemcpy3DAsync_v2", NULL),
 	E(cuStreamCreate, M2N_CUDA_ABI, "cuStreamCreate", NULL),
 	E(cuStreamDestroy, M2N_CUDA_ABI, "cuStreamDestroy_v2", NULL),
 	E(cuStreamSynchronize, M2N_CUDA_ABI, "cuStreamSynchronize", NULL),
@@ -225,10 +215,6 @@ CUresult m2n_cuCtxSynchronize(CUcontext ctx) { WITH_CTX(fn.cuCtxSynchronize()); 
 CUresult m2n_cuMemGetInfo(CUcontext ctx, size_t *free_, size_t *total) { WITH_CTX(fn.cuMemGetInfo(free_, total)); }
 CUresult m2n_cuMemAlloc(CUcontext ctx, CUdeviceptr *p, size_t n) { WITH_CTX(fn.cuMemAlloc(p, n)); }
 CUresult m2n_cuMemFree(CUcontext ctx, CUdeviceptr p) { WITH_CTX(fn.cuMemFree(p)); }
-CUresult m2n_cuMemHostAlloc(CUcontext ctx, void **p, size_t n, unsigned int flags) {
-	WITH_CTX(fn.cuMemHostAlloc(p, n, flags));
-}
-CUresult m2n_cuMemFreeHost(CUcontext ctx, void *p) { WITH_CTX(fn.cuMemFreeHost(p)); }
 CUresult m2n_cuMemsetD8(CUcontext ctx, CUdeviceptr p, unsigned char v, size_t n) { WITH_CTX(fn.cuMemsetD8(p, v, n)); }
 CUresult m2n_cuMemsetD8Async(CUcontext ctx, CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
 	WITH_CTX(fn.cuMemsetD8Async(p, v, n, s));
@@ -242,17 +228,10 @@ CUresult m2n_cuMemcpyDtoH(CUcontext ctx, void *dst, CUdeviceptr src, size_t n) {
 CUresult m2n_cuMemcpyDtoD(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n) {
 	WITH_CTX(fn.cuMemcpyDtoD(dst, src, n));
 }
-CUresult m2n_cuMemcpyHtoDAsync(CUcontext ctx, CUdeviceptr dst, const void *src, size_t n, CUstream s) {
-	WITH_CTX(fn.cuMemcpyHtoDAsync(dst, src, n, s));
-}
-CUresult m2n_cuMemcpyDtoHAsync(CUcontext ctx, void *dst, CUdeviceptr src, size_t n, CUstream s) {
-	WITH_CTX(fn.cuMemcpyDtoHAsync(dst, src, n, s));
-}
 CUresult m2n_cuMemcpyDtoDAsync(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
 	WITH_CTX(fn.cuMemcpyDtoDAsync(dst, src, n, s));
 }
 CUresult m2n_cuMemcpy2DAsync(CUcontext ctx, const m2n_memcpy2d *p, CUstream s) { WITH_CTX(fn.cuMemcpy2DAsync(p, s)); }
-CUresult m2n_cuMemcpy3DAsync(CUcontext ctx, const m2n_memcpy3d *p, CUstream s) { WITH_CTX(fn.cuMemcpy3DAsync(p, s)); }
 CUresult m2n_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned int flags) { WITH_CTX(fn.cuStreamCreate(s, flags)); }
 CUresult m2n_cuStreamDestroy(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamDestroy(s)); }
 CUresult m2n_cuStreamSynchronize(CUcontext ctx, CUstream s) { WITH_CTX(fn.cuStreamSynchronize(s)); }

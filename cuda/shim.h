@@ -44,35 +44,6 @@ typedef struct {
 	size_t Height;
 } m2n_memcpy2d;
 
-// CUDA_MEMCPY3D (cuda.h, _v2 layout).
-typedef struct {
-	size_t srcXInBytes;
-	size_t srcY;
-	size_t srcZ;
-	size_t srcLOD;
-	int srcMemoryType;
-	const void *srcHost;
-	CUdeviceptr srcDevice;
-	CUarray srcArray;
-	void *reserved0;
-	size_t srcPitch;
-	size_t srcHeight;
-	size_t dstXInBytes;
-	size_t dstY;
-	size_t dstZ;
-	size_t dstLOD;
-	int dstMemoryType;
-	void *dstHost;
-	CUdeviceptr dstDevice;
-	CUarray dstArray;
-	void *reserved1;
-	size_t dstPitch;
-	size_t dstHeight;
-	size_t WidthInBytes;
-	size_t Height;
-	size_t Depth;
-} m2n_memcpy3d;
-
 // Loading (cuda/load.go): internal/dl opens the driver and resolves
 // m2n_cu_getproc_table (cuGetProcAddress_v2, if the driver has it); then
 // m2n_cu_getproc fills the entry points cuGetProcAddress_v2 knows, and
@@ -101,18 +72,13 @@ CUresult m2n_cuCtxSynchronize(CUcontext ctx);
 CUresult m2n_cuMemGetInfo(CUcontext ctx, size_t *free_, size_t *total);
 CUresult m2n_cuMemAlloc(CUcontext ctx, CUdeviceptr *p, size_t n);
 CUresult m2n_cuMemFree(CUcontext ctx, CUdeviceptr p);
-CUresult m2n_cuMemHostAlloc(CUcontext ctx, void **p, size_t n, unsigned int flags);
-CUresult m2n_cuMemFreeHost(CUcontext ctx, void *p);
 CUresult m2n_cuMemsetD8(CUcontext ctx, CUdeviceptr p, unsigned char v, size_t n);
 CUresult m2n_cuMemsetD8Async(CUcontext ctx, CUdeviceptr p, unsigned char v, size_t n, CUstream s);
 CUresult m2n_cuMemcpyHtoD(CUcontext ctx, CUdeviceptr dst, const void *src, size_t n);
 CUresult m2n_cuMemcpyDtoH(CUcontext ctx, void *dst, CUdeviceptr src, size_t n);
 CUresult m2n_cuMemcpyDtoD(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n);
-CUresult m2n_cuMemcpyHtoDAsync(CUcontext ctx, CUdeviceptr dst, const void *src, size_t n, CUstream s);
-CUresult m2n_cuMemcpyDtoHAsync(CUcontext ctx, void *dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult m2n_cuMemcpyDtoDAsync(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult m2n_cuMemcpy2DAsync(CUcontext ctx, const m2n_memcpy2d *p, CUstream s);
-CUresult m2n_cuMemcpy3DAsync(CUcontext ctx, const m2n_memcpy3d *p, CUstream s);
 CUresult m2n_cuStreamCreate(CUcontext ctx, CUstream *s, unsigned int flags);
 CUresult m2n_cuStreamDestroy(CUcontext ctx, CUstream s);
 CUresult m2n_cuStreamSynchronize(CUcontext ctx, CUstream s);

@@ -5,7 +5,6 @@ import "C"
 
 import (
 	"errors"
-	"fmt"
 	"unsafe"
 )
 
@@ -28,9 +27,6 @@ func (c *Context) NewStream() (*Stream, error) {
 	}
 	return &Stream{ctx: c, h: h}, nil
 }
-
-// Context returns the stream's context.
-func (s *Stream) Context() *Context { return s.ctx }
 
 // Handle returns the CUstream (the same value as a cudaStream_t), for NCCL
 // and other libraries.
@@ -56,7 +52,7 @@ func (s *Stream) Synchronize() error {
 // (cuStreamQuery).
 func (s *Stream) Query() (bool, error) {
 	r := C.m2n_cuStreamQuery(s.ctx.h, s.h)
-	if r == CodeNotReady {
+	if r == codeNotReady {
 		return false, nil
 	}
 	return true, check("cuStreamQuery", r)
@@ -74,33 +70,6 @@ func (s *Stream) Memset(p DevicePtr, v byte, n int) error {
 		return nil
 	}
 	return check("cuMemsetD8Async", C.m2n_cuMemsetD8Async(s.ctx.h, C.CUdeviceptr(p), C.uchar(v), C.size_t(n), s.h))
-}
-
-// CopyHtoD queues a copy of src to device memory at dst (cuMemcpyHtoDAsync).
-// src must lie in a HostBuffer and stay untouched until the copy completes.
-func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	if !isPinned(src) {
-		return fmt.Errorf("cuda: cuMemcpyHtoDAsync: source is not pinned memory from HostAlloc")
-	}
-	return check("cuMemcpyHtoDAsync",
-		C.m2n_cuMemcpyHtoDAsync(s.ctx.h, C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), s.h))
-}
-
-// CopyDtoH queues a copy of len(dst) bytes from device memory at src
-// (cuMemcpyDtoHAsync). dst must lie in a HostBuffer and is only complete once
-// the stream has synchronised past the copy.
-func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
-	if len(dst) == 0 {
-		return nil
-	}
-	if !isPinned(dst) {
-		return fmt.Errorf("cuda: cuMemcpyDtoHAsync: destination is not pinned memory from HostAlloc")
-	}
-	return check("cuMemcpyDtoHAsync",
-		C.m2n_cuMemcpyDtoHAsync(s.ctx.h, unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst)), s.h))
 }
 
 // CopyDtoD queues a copy of n bytes between device buffers

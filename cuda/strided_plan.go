@@ -23,9 +23,9 @@ const (
 	// maxGridBlocks caps a launch; the kernels' grid-stride loop does the
 	// rest.
 	maxGridBlocks = 1 << 22
-	// kernelDims is M2N_MAX_DIMS in kernels/params.h: MaxDims outer
+	// kernelDims is M2N_MAX_DIMS in kernels/params.h: maxDims outer
 	// dimensions plus one from splitting runs to a common length.
-	kernelDims = MaxDims + 1
+	kernelDims = maxDims + 1
 )
 
 // widths are the kernels' element sizes, widest first (m2n_copy16 ...).
@@ -95,7 +95,7 @@ func planCopy(dst DevicePtr, dstDesc strided.Desc, src DevicePtr, srcDesc stride
 	}
 	if dstDesc.Bytes() != srcDesc.Bytes() {
 		return copyPlan{}, fmt.Errorf("%w: destination describes %d bytes, source %d",
-			ErrBadStrided, dstDesc.Bytes(), srcDesc.Bytes())
+			strided.ErrInvalid, dstDesc.Bytes(), srcDesc.Bytes())
 	}
 	if err := dstDesc.CheckDisjoint(); err != nil {
 		return copyPlan{}, err

@@ -13,33 +13,6 @@ import (
 	"github.com/m2n-dev/m2n/strided"
 )
 
-func TestHostPackExample(t *testing.T) {
-	// Rows 1..2, columns 1..3 of a 3x4 matrix of bytes.
-	src := []byte{
-		0, 1, 2, 3,
-		4, 5, 6, 7,
-		8, 9, 10, 11,
-	}
-	d := strided.Desc{Offset: 5, Run: 2, Count: []int64{2}, Stride: []int64{4}}
-	got := make([]byte, 4)
-	if err := HostPack(got, src, d); err != nil {
-		t.Fatal(err)
-	}
-	if want := []byte{5, 6, 9, 10}; !bytes.Equal(got, want) {
-		t.Errorf("HostPack = %v, want %v", got, want)
-	}
-	back := make([]byte, 12)
-	if err := HostUnpack(back, d, got); err != nil {
-		t.Fatal(err)
-	}
-	if want := []byte{0, 0, 0, 0, 0, 5, 6, 0, 0, 9, 10, 0}; !bytes.Equal(back, want) {
-		t.Errorf("HostUnpack = %v, want %v", back, want)
-	}
-	if err := HostPack(got, src[:10], d); !errors.Is(err, ErrBadStrided) {
-		t.Errorf("short source: got %v, want ErrBadStrided", err)
-	}
-}
-
 func TestNormalize(t *testing.T) {
 	cases := []struct {
 		d    strided.Desc
@@ -115,11 +88,11 @@ func TestPlanWidth(t *testing.T) {
 
 func TestPlanErrors(t *testing.T) {
 	d := strided.Desc{Run: 4, Count: []int64{3}, Stride: []int64{8}}
-	if _, err := planCopy(0, strided.Desc{Run: 11}, 0, d); !errors.Is(err, ErrBadStrided) {
+	if _, err := planCopy(0, strided.Desc{Run: 11}, 0, d); !errors.Is(err, strided.ErrInvalid) {
 		t.Errorf("size mismatch: got %v", err)
 	}
 	overlap := strided.Desc{Run: 4, Count: []int64{3}, Stride: []int64{2}}
-	if _, err := planCopy(0, overlap, 0, strided.Desc{Run: 12}); !errors.Is(err, ErrBadStrided) {
+	if _, err := planCopy(0, overlap, 0, strided.Desc{Run: 12}); !errors.Is(err, strided.ErrInvalid) {
 		t.Errorf("overlapping destination: got %v", err)
 	}
 	if _, err := planCopy(0, strided.Desc{Run: 12}, 0, overlap); err != nil {
@@ -220,11 +193,11 @@ func TestKernelsOnCPU(t *testing.T) {
 			}
 		}
 		p, err := planCopy(addr(dst), strided.Desc{Run: total}, addr(src), sd)
-		check("Pack", p, err, func(want []byte) error { return HostPack(want, src, sd) })
+		check("Pack", p, err, func(want []byte) error { return hostPack(want, src, sd) })
 		p, err = planCopy(addr(dst), dd, addr(src), strided.Desc{Run: total})
-		check("Unpack", p, err, func(want []byte) error { return HostUnpack(want, dd, src) })
+		check("Unpack", p, err, func(want []byte) error { return hostUnpack(want, dd, src) })
 		p, err = planCopy(addr(dst), dd, addr(src), sd)
-		check("StridedCopy", p, err, func(want []byte) error { return HostStridedCopy(want, dd, src, sd) })
+		check("StridedCopy", p, err, func(want []byte) error { return hostCopy(want, dd, src, sd) })
 		freeSrc()
 		freeDst()
 	}
@@ -237,10 +210,10 @@ func TestKernelsOnCPU(t *testing.T) {
 }
 
 func TestCheckDescKernelDims(t *testing.T) {
-	if err := checkDesc(strided.Desc{Run: 4, Count: make([]int64, MaxDims), Stride: make([]int64, MaxDims)}); err != nil {
-		t.Errorf("%d outer dims: %v", MaxDims, err)
+	if err := checkDesc(strided.Desc{Run: 4, Count: make([]int64, maxDims), Stride: make([]int64, maxDims)}); err != nil {
+		t.Errorf("%d outer dims: %v", maxDims, err)
 	}
-	if err := checkDesc(strided.Desc{Run: 4, Count: make([]int64, MaxDims+1), Stride: make([]int64, MaxDims+1)}); !errors.Is(err, ErrBadStrided) {
-		t.Errorf("%d outer dims: got %v, want ErrBadStrided", MaxDims+1, err)
+	if err := checkDesc(strided.Desc{Run: 4, Count: make([]int64, maxDims+1), Stride: make([]int64, maxDims+1)}); !errors.Is(err, strided.ErrInvalid) {
+		t.Errorf("%d outer dims: got %v, want strided.ErrInvalid", maxDims+1, err)
 	}
 }

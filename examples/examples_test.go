@@ -9,18 +9,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 )
 
 func TestExamples(t *testing.T) {
 	for _, ex := range []struct {
 		name string
 		np   int
+		args []string
 		want string
 	}{
-		{"trainer", 8, "3 steps of 6 tensors checked on every generator rank"},
-		{"stages", 5, "3 steps: the generator holds both stages' layers, checked"},
-		{"gpu", 1, "3 steps on 1 GPU(s), S0 -> S1, and 2 launched after a trainer's event, checked (replay driver)"},
+		{"trainer", 8, nil, "3 steps of 6 tensors checked on every generator rank"},
+		{"stages", 5, nil, "3 steps: the generator holds both stages' layers, checked"},
+		{"model", 8, []string{"../model/testdata/models/qwen3-235b-a22b.config.json"}, "3 steps of the whole model checked on every generator rank"},
+		{"gpu", 1, nil, "3 steps on 1 GPU(s), S0 -> S1, and 2 launched after a trainer's event, checked (replay driver)"},
 	} {
 		t.Run(ex.name, func(t *testing.T) {
 			mpitest.Require(t)
@@ -28,7 +30,7 @@ func TestExamples(t *testing.T) {
 			if out, err := exec.Command("go", "build", "-o", bin, "./"+ex.name).CombinedOutput(); err != nil {
 				t.Fatalf("build: %v\n%s", err, out)
 			}
-			cmd, err := mpitest.Command(ex.np, bin)
+			cmd, err := mpitest.Command(ex.np, append([]string{bin}, ex.args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

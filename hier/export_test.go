@@ -2,4 +2,3 @@ package hier
 
 // BlockOwner exposes blockOwner to the tests.
 var BlockOwner = blockOwner
-var ChooseAmong = choose

@@ -3,14 +3,12 @@ package hier_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
-	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
@@ -65,49 +63,6 @@ func TestFP8Hier(t *testing.T) {
 		}
 	}
 	t.Logf("%d FP8 calls on hier checked byte for byte and scale for scale", runs)
-}
-
-// TestFP8AutoSkipsAgbcast: auto leaves agbcast out for a call that
-// converts (and says so), choosing the fastest of the others.
-func TestFP8AutoSkipsAgbcast(t *testing.T) {
-	src, err := placement.ParseLayout("1024x1024", placement.BF16, mustInterval(t, []int{2}, 0), "S0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := placement.ParseLayout("1024x1024", placement.FP8E4M3, mustInterval(t, []int{16}, 2), "R")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conv, err := reshard.NewPlan(src, dst, 18, reshard.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	auto := hier.Auto{Fabric: hier.Fabric{NetBW: 1e9, LocalBW: 1e12}}
-	c := auto.Choose([]*reshard.Plan{conv}, reshard.Topology{}, reshard.DefaultScheduleOptions)
-	if c.Route == "agbcast" || !strings.Contains(c.Why, "agbcast left out") {
-		t.Errorf("auto picked %s for a converting call: %s", c.Route, c.Why)
-	}
-	// the filter: leaving out the winner picks the best of the others.
-	p := hier.ProblemOf([]*reshard.Plan{conv}, reshard.Topology{}, float64(reshard.DefaultScheduleOptions.ChunkBytes))
-	best := hier.Choose(p, auto.Fabric)
-	other := hier.ChooseAmong(p, auto.Fabric, func(r string) bool { return r != best.Route })
-	for _, b := range other.Bounds {
-		if b.Route != best.Route && b.Predicted < predicted(other.Bounds, other.Route) {
-			t.Errorf("without %s, auto picked %s although %s predicts less", best.Route, other.Route, b.Route)
-		}
-	}
-	if other.Route == best.Route {
-		t.Errorf("the filter left %s in", best.Route)
-	}
-}
-
-func predicted(bs []hier.Bound, route string) float64 {
-	for _, b := range bs {
-		if b.Route == route {
-			return b.Predicted
-		}
-	}
-	return -1
 }
 
 func mustInterval(t *testing.T, shape []int, start int) mesh.Mesh {

@@ -240,7 +240,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 				for _, d := range domains {
 					n = max(n, len(d))
 				}
-				for j, part := range SplitEven(t.Box, n) {
+				for j, part := range t.Box.Split(n) {
 					pieces = append(pieces, piece{t: t, box: part, slot: j, entry: (ci*n + j) % nd})
 				}
 				continue
@@ -312,42 +312,6 @@ func groupByDomain(ranks []int, topo reshard.Topology) [][]int {
 			out = append(out, nil)
 		}
 		out[k] = append(out[k], r)
-	}
-	return out
-}
-
-// SplitEven cuts a nonempty box into n parts of near-equal size along its
-// outermost dim that has at least n indices (or, if none has, into one part
-// per index of its longest dim). Parts are in order; fewer than n come
-// back when the box is too small. A box with no dims or no elements, or
-// n <= 1, comes back whole.
-func SplitEven(b placement.Box, n int) []placement.Box {
-	nd := b.NDim()
-	if n <= 1 || nd == 0 || len(b.Hi) != nd || b.Empty() {
-		return []placement.Box{b}
-	}
-	dim, best := -1, int64(0)
-	for d := 0; d < nd; d++ {
-		ext := b.Hi[d] - b.Lo[d]
-		if ext >= int64(n) {
-			dim = d
-			break
-		}
-		if ext > best {
-			best, dim = ext, d
-		}
-	}
-	ext := b.Hi[dim] - b.Lo[dim]
-	parts := min(int64(n), ext)
-	out := make([]placement.Box, 0, parts)
-	// ext*j/parts without forming ext*j: ext = q*parts + rem.
-	q, rem := ext/parts, ext%parts
-	at := func(j int64) int64 { return b.Lo[dim] + q*j + rem*j/parts }
-	for j := int64(0); j < parts; j++ {
-		lo, hi := at(j), at(j+1)
-		sub := placement.Box{Lo: append([]int64(nil), b.Lo...), Hi: append([]int64(nil), b.Hi...)}
-		sub.Lo[dim], sub.Hi[dim] = lo, hi
-		out = append(out, sub)
 	}
 	return out
 }

@@ -28,7 +28,7 @@
 //
 // Each of l.Stages is one pipeline stage and one communicator: the stage's
 // trainer ranks (local ranks [0, Trainers)) then every generator rank, as
-// package stage arranges them (l.Ranks gives the world ranks). For each
+// package pipeline arranges them (l.Ranks gives the world ranks). For each
 // tensor of a stage, Src and Dst are placement layouts over
 // Tensor.LayoutShape with communicator-local ranks, ready for
 // reshard.NewPlan, and Part gives, for a rank and a side, the buffer that

@@ -8,8 +8,8 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/stage"
 )
 
 // Side is one side of a refit: the trainer sends, the generator receives.
@@ -40,7 +40,7 @@ type Layouts struct {
 	// Ranks places the world: stage s trains on world ranks [s*P, (s+1)*P)
 	// with P = Trainer.StageRanks(), and the generator is the
 	// Generator.Ranks() world ranks after all trainers.
-	Ranks  stage.Layout
+	Ranks  pipeline.Layout
 	Stages []*Stage
 	// FP8 is the scaling mode of the generator's FP8 weights
 	// (NewQuantized); zero when the generator takes the trainer's dtypes.
@@ -57,7 +57,7 @@ type Stage struct {
 	// ride on the last stage.
 	Layers [2]int
 	// Members are the world ranks of the stage's communicator, in
-	// communicator-local rank order (stage.Layout.Members).
+	// communicator-local rank order (pipeline.Layout.Members).
 	Members    []int
 	Trainers   int
 	Generators int
@@ -228,7 +228,7 @@ func NewQuantized(m *Model, tr Trainer, gen Generator, mode fp8.Mode) (*Layouts,
 		return nil, fmt.Errorf("model %s: %w", m.Name, err)
 	}
 	P, G := tr.StageRanks(), gen.Ranks()
-	l := &Layouts{Model: m, Trainer: tr, Generator: gen, Ranks: stage.Contiguous(tr.PP, P, G), FP8: mode}
+	l := &Layouts{Model: m, Trainer: tr, Generator: gen, Ranks: pipeline.Contiguous(tr.PP, P, G), FP8: mode}
 	if err := l.Ranks.Validate(tr.Ranks() + G); err != nil {
 		return nil, err
 	}

@@ -19,28 +19,6 @@ static inline MPI_Comm m2n_comm_self(void) { return MPI_COMM_SELF; }
 static inline MPI_Comm m2n_comm_null(void) { return MPI_COMM_NULL; }
 static inline MPI_Request m2n_request_null(void) { return MPI_REQUEST_NULL; }
 static inline MPI_Datatype m2n_byte(void) { return MPI_BYTE; }
-static inline MPI_Datatype m2n_int64(void) { return MPI_INT64_T; }
-static inline MPI_Datatype m2n_double(void) { return MPI_DOUBLE; }
-
-// m2n_op maps the Go Op values (see op.go) to MPI operations.
-static inline MPI_Op m2n_op(int k) {
-	switch (k) {
-	case 0: return MPI_SUM;
-	case 1: return MPI_MAX;
-	case 2: return MPI_MIN;
-	case 3: return MPI_PROD;
-	case 4: return MPI_BAND;
-	case 5: return MPI_BOR;
-	}
-	return MPI_OP_NULL;
-}
-
-// m2n_allreduce is MPI_Allreduce with op a Go Op value; in_place != 0
-// passes MPI_IN_PLACE for send (which is then ignored).
-static inline int m2n_allreduce(const void *send, void *recv, int count, MPI_Datatype dt, int op, MPI_Comm c,
-	int in_place) {
-	return MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, dt, m2n_op(op), c);
-}
 
 // m2n_allgather is MPI_Allgather on bytes; in_place != 0 passes MPI_IN_PLACE
 // for send (the rank's block of recv is its contribution).
@@ -49,16 +27,6 @@ static inline int m2n_allgather(const void *send, int count, void *recv, MPI_Com
 		return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, count, MPI_BYTE, c);
 	}
 	return MPI_Allgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, c);
-}
-
-// m2n_allgatherv is MPI_Allgatherv on bytes; in_place != 0 passes
-// MPI_IN_PLACE for send (the rank's block of recv is its contribution).
-static inline int m2n_allgatherv(const void *send, int count, void *recv, const int *counts, const int *displs,
-	MPI_Comm c, int in_place) {
-	if (in_place) {
-		return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts, displs, MPI_BYTE, c);
-	}
-	return MPI_Allgatherv(send, count, MPI_BYTE, recv, counts, displs, MPI_BYTE, c);
 }
 
 // m2n_comm_f2c and m2n_comm_c2f convert between a communicator and its

@@ -213,7 +213,3 @@ func (c *Comm) Free() error {
 	live.comms.Add(-1)
 	return nil
 }
-
-// Abort terminates the job with exit code code (MPI_Abort on c); it does
-// not return. See the package-level Abort.
-func (c *Comm) Abort(code int) { Abort(c, code) }

@@ -25,7 +25,7 @@
 //	right, left := (w.Rank()+1)%w.Size(), (w.Rank()+w.Size()-1)%w.Size()
 //	r1, err := w.Irecv(in, left, tag)
 //	r2, err := w.Isend(out, right, tag)
-//	err = mpi.Waitall([]*mpi.Request{r1, r2})
+//	err = errors.Join(r1.Wait(), r2.Wait())
 //
 // # Errors
 //
@@ -48,25 +48,24 @@
 //
 // MPI counts are C ints, so no single call can move 2^31 bytes or more. This
 // package splits instead of using derived datatypes: every []byte passed to
-// Isend, Irecv, Send, Recv and Bcast is cut into pieces of at most 1 GiB,
+// Isend, Irecv and Bcast is cut into pieces of at most 1 GiB,
 // each moved by its own MPI call. For point-to-point operations the pieces
 // are separate messages with the same (peer, tag); MPI delivers messages
 // between two ranks on one communicator and tag in order, and a receiver of
 // exactly len(buf) bytes splits identically, so the pieces match up. One
 // *Request then stands for several MPI requests. Hence a receive must have
 // the sender's exact length, and a nonblocking receive of more than one
-// piece cannot use AnySource or AnyTag. Allgather and Allgatherv take int64
-// counts and displacements: when their total exceeds 1 GiB they run as one
-// chunked Bcast per rank, and when only the displacements exceed it they
-// gather into a packed temporary buffer. Allreduce splits long slices too.
+// piece cannot use AnySource or AnyTag. When Allgather's total exceeds 1
+// GiB it runs as one chunked Bcast per rank; the nonblocking collectives
+// (Iallgather, Iallgatherv) serve small control messages and refuse more.
 //
 // # Memory
 //
 // Blocking calls pass Go memory to C only for the duration of the call, as
 // cgo allows. Nonblocking calls (Isend, Irecv) leave MPI holding the buffer
-// after they return, so the Request pins it with runtime.Pinner until Wait,
-// Test, Waitall or Testall sees it complete, or Cancel withdraws it. Empty buffers are passed to MPI
-// as a nil pointer with count 0.
+// after they return, so the Request pins it with runtime.Pinner until Wait
+// or Test sees it complete, or Cancel withdraws it. Empty buffers are
+// passed to MPI as a nil pointer with count 0.
 //
 // # Threads
 //
@@ -84,15 +83,20 @@
 //     Init (for the main goroutine, in an init function) and make every MPI
 //     call from that goroutine.
 //
-// Blocking calls (Wait, Recv, collectives) hold their OS thread while they
+// Blocking calls (Wait, Bcast, Allgather) hold their OS thread while they
 // block; the Go runtime starts other threads for the remaining goroutines.
 // Values of this package (Comm, Request) are not otherwise synchronized: a
 // Request must not be used from two goroutines at once, and Free must not
 // race with other uses of its Comm.
 //
+// Only what m2n uses is bound: the session bounds every wait, so beyond
+// the set-up collectives (Bcast, Allgather, Split, Dup) the binding offers
+// the nonblocking calls, whose requests it polls (Test) against a
+// deadline.
+//
 // # Launching
 //
 // Programs using this package run under mpirun. Tests use
-// internal/mpitest, which re-executes the test binary under mpirun with the
+// internal/testutil/mpitest, which re-executes the test binary under mpirun with the
 // flags this project needs (see mpitest.Command).
 package mpi

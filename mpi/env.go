@@ -172,13 +172,6 @@ func Failed() error {
 	return nil
 }
 
-// Wtime returns MPI's wall-clock time in seconds since an arbitrary point in
-// the past (MPI_Wtime). Only differences between two calls on the same rank
-// are meaningful.
-func Wtime() float64 {
-	return float64(C.MPI_Wtime())
-}
-
 // Abort asks MPI to terminate every process of c's group (MPI_Abort; in
 // practice OpenMPI ends the whole job) with exit code code. A nil c means
 // the world communicator. Abort does not return: should MPI_Abort ever

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 )
 
@@ -34,10 +34,7 @@ func TestErrorsReturn(t *testing.T) {
 			{"Isend on a split comm", func() error { _, err := sub.Isend([]byte{1}, size, 0); return err }, "MPI_Isend"},
 			{"Isend on a dup", func() error { _, err := dup.Isend(nil, size+5, 0); return err }, "MPI_Isend"},
 			{"Irecv from a rank beyond Size", func() error { _, err := c.Irecv(make([]byte, 1), size, 0); return err }, "MPI_Irecv"},
-			{"Send to a rank beyond Size", func() error { return c.Send([]byte{1}, size, 0) }, "MPI_Send"},
-			{"Recv from a rank beyond Size", func() error { return c.Recv(make([]byte, 1), size, 0) }, "MPI_Recv"},
 			{"Bcast from a root beyond Size", func() error { return c.Bcast([]byte{1}, size) }, "MPI_Bcast"},
-			{"bitwise op on float64", func() error { return c.AllreduceFloat64([]float64{1}, []float64{0}, mpi.BOr) }, "MPI_Allreduce"},
 		}
 		for _, tc := range cases {
 			err := tc.call()
@@ -67,7 +64,6 @@ func TestErrorsReturn(t *testing.T) {
 func TestInvalidArguments(t *testing.T) {
 	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
 		var none *mpi.Comm
-		rank := c.Rank()
 		cases := []struct {
 			name string
 			call func() error
@@ -78,7 +74,7 @@ func TestInvalidArguments(t *testing.T) {
 			{"Isend to a negative rank", func() error { _, err := c.Isend(nil, -3, 0); return err }},
 			{"Isend with a negative tag", func() error { _, err := c.Isend(nil, 0, -2); return err }},
 			{"Irecv from a negative rank", func() error { _, err := c.Irecv(nil, -3, 0); return err }},
-			{"Recv with a negative tag", func() error { return c.Recv(nil, 0, -5) }},
+			{"Irecv with a negative tag", func() error { _, err := c.Irecv(nil, 0, -5); return err }},
 			{"Irecv AnySource over two chunks", func() error {
 				defer mpi.SetChunkBytes(4)()
 				_, err := c.Irecv(make([]byte, 5), mpi.AnySource, 0)
@@ -90,20 +86,6 @@ func TestInvalidArguments(t *testing.T) {
 				return err
 			}},
 			{"Allgather with a short recv", func() error { return c.Allgather([]byte{1, 2}, make([]byte, 3)) }},
-			{"Allgatherv with too few counts", func() error {
-				return c.Allgatherv([]byte{1}, make([]byte, 2), []int64{1}, []int64{0})
-			}},
-			{"Allgatherv with len(send) != counts[rank]", func() error {
-				return c.Allgatherv([]byte{1, 2}, make([]byte, 2), []int64{1, 1}, []int64{0, 1})
-			}},
-			{"Allgatherv with a block outside recv", func() error {
-				return c.Allgatherv([]byte{1}, make([]byte, 2), []int64{1, 1}, []int64{0, 2})
-			}},
-			{"Allgatherv with a negative count", func() error {
-				counts := []int64{1, 1}
-				counts[1-rank] = -1
-				return c.Allgatherv([]byte{1}, make([]byte, 2), counts, []int64{0, 1})
-			}},
 			{"Free world", func() error { return c.Free() }},
 		}
 		for _, tc := range cases {

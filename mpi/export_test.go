@@ -1,5 +1,7 @@
 package mpi
 
+import "github.com/m2n-dev/m2n/strided"
+
 // SetChunkBytes sets the chunk limit to n bytes on the calling rank and
 // returns a function that restores it. Every rank of a job must set the same
 // value before the operations that depend on it.
@@ -24,4 +26,44 @@ func Held() []*Request {
 		out = append(out, r)
 	}
 	return out
+}
+
+// The blocking calls the tests synchronise with, built on the nonblocking
+// ones this package offers (its users bound every wait).
+
+func (c *Comm) Barrier() error {
+	r, err := c.Ibarrier()
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+func (c *Comm) Send(buf []byte, dest, tag int) error {
+	r, err := c.Isend(buf, dest, tag)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+func (c *Comm) Recv(buf []byte, src, tag int) error {
+	r, err := c.Irecv(buf, src, tag)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+var (
+	Waitall = waitall
+	Testall = testall
+)
+
+func (c *Comm) IsendStrided(buf []byte, at strided.Desc, dest, tag int) (*Request, error) {
+	return c.isendStrided(buf, at, dest, tag)
+}
+
+func (c *Comm) IrecvStrided(buf []byte, at strided.Desc, src, tag int) (*Request, error) {
+	return c.irecvStrided(buf, at, src, tag)
 }

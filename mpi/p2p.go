@@ -7,11 +7,11 @@ import "C"
 
 import "unsafe"
 
-// AnySource, passed as the source of Recv or Irecv, matches a message from
+// AnySource, passed as the source of Irecv, matches a message from
 // any rank (MPI_ANY_SOURCE).
 const AnySource = -1
 
-// AnyTag, passed as the tag of Recv or Irecv, matches a message with any tag
+// AnyTag, passed as the tag of Irecv, matches a message with any tag
 // (MPI_ANY_TAG).
 const AnyTag = -1
 
@@ -44,7 +44,7 @@ func tagArg(op string, tag int, wildcard bool) (C.int, error) {
 //
 // A buf longer than the chunk limit (1 GiB) goes as several messages of at
 // most that size with the same (dest, tag); the receiver must post a
-// matching receive of exactly len(buf) bytes with Irecv or Recv, which split
+// matching receive of exactly len(buf) bytes with Irecv, which splits
 // identically. MPI keeps messages between one pair of ranks on one
 // communicator and tag in order, so the pieces cannot cross. An empty buf is
 // one message of 0 bytes.
@@ -127,55 +127,4 @@ func postChunks(op string, buf []byte, start func(p unsafe.Pointer, n C.int, q *
 		return nil, err
 	}
 	return r, nil
-}
-
-// Send sends buf to rank dest of c with tag tag and blocks until buf may be
-// reused (MPI_Send). Long buffers are split as by Isend, and the receiver
-// must receive exactly len(buf) bytes.
-func (c *Comm) Send(buf []byte, dest, tag int) error {
-	const op = "MPI_Send"
-	h, err := c.handle(op)
-	if err != nil {
-		return err
-	}
-	d, err := peerArg(op, dest, false)
-	if err != nil {
-		return err
-	}
-	tg, err := tagArg(op, tag, false)
-	if err != nil {
-		return err
-	}
-	return forChunks(len(buf), func(off, n int) error {
-		return check(op, C.MPI_Send(at(buf, off), C.int(n), C.m2n_byte(), d, tg, h))
-	})
-}
-
-// Recv receives a message of exactly len(buf) bytes from rank src of c with
-// tag tag into buf and blocks until it has arrived (MPI_Recv). Long buffers
-// are received in pieces as Isend sends them. src may be AnySource and tag
-// AnyTag at any length: the later pieces are received from the source and
-// with the tag that the first piece came with.
-func (c *Comm) Recv(buf []byte, src, tag int) error {
-	const op = "MPI_Recv"
-	h, err := c.handle(op)
-	if err != nil {
-		return err
-	}
-	s, err := peerArg(op, src, true)
-	if err != nil {
-		return err
-	}
-	tg, err := tagArg(op, tag, true)
-	if err != nil {
-		return err
-	}
-	return forChunks(len(buf), func(off, n int) error {
-		var st C.MPI_Status
-		if err := check(op, C.MPI_Recv(at(buf, off), C.int(n), C.m2n_byte(), s, tg, h, &st)); err != nil {
-			return err
-		}
-		s, tg = st.MPI_SOURCE, st.MPI_TAG
-		return nil
-	})
 }

@@ -3,7 +3,7 @@ package mpi_test
 import (
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 )
 
@@ -158,59 +158,6 @@ func TestTestall(t *testing.T) {
 		}
 		if err := mpi.Waitall(reqs); err != nil {
 			t.Errorf("Waitall on completed requests: %v", err)
-		}
-	})
-}
-
-// TestSendRecv checks the blocking calls, including wildcard receives of
-// messages that travel in several pieces.
-func TestSendRecv(t *testing.T) {
-	cases := []struct {
-		name  string
-		n     int
-		chunk int
-	}{
-		{name: "empty", n: 0},
-		{name: "small", n: 100},
-		{name: "chunked", n: 10, chunk: 4},
-	}
-	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
-		size, rank := c.Size(), c.Rank()
-		for _, tc := range cases {
-			func() {
-				if tc.chunk > 0 {
-					defer mpi.SetChunkBytes(tc.chunk)()
-				}
-				if rank != 0 {
-					if err := c.Send(pattern(rank, tc.n), 0, 10+rank); err != nil {
-						t.Fatalf("%s: %v", tc.name, err)
-					}
-					return
-				}
-				// Whatever order they come in, each message arrives whole.
-				seen := map[int]bool{}
-				for range size - 1 {
-					buf := make([]byte, tc.n)
-					if err := c.Recv(buf, mpi.AnySource, mpi.AnyTag); err != nil {
-						t.Fatalf("%s: %v", tc.name, err)
-					}
-					from := -1
-					for r := 1; r < size; r++ {
-						if diff(buf, pattern(r, tc.n)) == "" && !seen[r] {
-							from = r
-							break
-						}
-					}
-					if from < 0 {
-						t.Errorf("%s: received %v, which is no whole, unseen message", tc.name, buf)
-						continue
-					}
-					seen[from] = true
-				}
-			}()
-			if err := c.Barrier(); err != nil {
-				t.Fatal(err)
-			}
 		}
 	})
 }

@@ -20,13 +20,12 @@ import (
 // A Request keeps its buffer pinned (runtime.Pinner), because MPI reads or
 // writes it after the call that started the operation has returned. The
 // buffer must not be touched until the request completes, and the request
-// must be completed by Wait, a successful Test, Waitall, a successful
-// Testall or (for a receive) Cancel; completion unpins the buffer. A
+// must be completed by Wait, a successful Test or (for a receive) Cancel; completion unpins the buffer. A
 // Request dropped before it completes (a round given up on a timeout) stays
 // reachable from the package, its buffer pinned for as long as MPI may use
 // it, and counts in Live.
 //
-// A receive (Irecv, IrecvStrided) that completed reports what it received
+// A receive (Irecv, irecvStrided) that completed reports what it received
 // through Status, and a receive still pending can be withdrawn with Cancel.
 //
 // A Request must not be used by two goroutines at once. A nil *Request is
@@ -241,7 +240,7 @@ func (r *Request) Test() (bool, error) {
 // Cancel on a receive that has already completed returns its Status's
 // Cancelled and nil; on a nil Request it returns false and nil.
 //
-// Errors: a Request that is not a receive (Isend, Ibarrier, IsendStrided:
+// Errors: a Request that is not a receive (Isend, Ibarrier, isendStrided:
 // MPI-4 deprecates cancelling sends) returns an error wrapping ErrInvalid
 // and stays pending. If MPI_Cancel fails (an *Error with Op "MPI_Cancel"),
 // r stays pending and must still be completed; an error from the wait is
@@ -269,10 +268,10 @@ func (r *Request) Cancel() (cancelled bool, err error) {
 	return r.st.Cancelled, nil
 }
 
-// Waitall blocks until every request in reqs has completed (one MPI_Waitall
+// waitall blocks until every request in reqs has completed (one MPI_Waitall
 // over all of their MPI requests) and unpins their buffers. Nil entries are
 // skipped. Errors are reported as by Request.Wait.
-func Waitall(reqs []*Request) error {
+func waitall(reqs []*Request) error {
 	hs, st := gather(reqs)
 	if len(hs) == 0 {
 		return nil
@@ -283,11 +282,11 @@ func Waitall(reqs []*Request) error {
 	return statusError("MPI_Waitall", rc, st)
 }
 
-// Testall reports whether every request in reqs has completed, without
+// testall reports whether every request in reqs has completed, without
 // blocking (one MPI_Testall over all of their MPI requests). If so, their
 // buffers are unpinned; if not, no request changes state. Nil entries are
 // skipped. Errors are reported as by Request.Wait, with Op "MPI_Testall".
-func Testall(reqs []*Request) (done bool, err error) {
+func testall(reqs []*Request) (done bool, err error) {
 	hs, st := gather(reqs)
 	if len(hs) == 0 {
 		return true, nil

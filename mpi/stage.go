@@ -3,16 +3,16 @@ package mpi
 import (
 	"fmt"
 
-	"github.com/m2n-dev/m2n/stage"
+	"github.com/m2n-dev/m2n/pipeline"
 )
 
 // SplitStages builds one communicator per pipeline stage from c (whose
 // ranks the layout names): stage s's communicator holds its trainer ranks
-// and every generator rank, ranked in stage.Layout.Members order. It
+// and every generator rank, ranked in pipeline.Layout.Members order. It
 // returns, for this rank, the communicator of each stage it belongs to and
 // nil for the others. Every rank of c must call it (one collective split
 // per stage).
-func (c *Comm) SplitStages(l stage.Layout) ([]*Comm, error) {
+func (c *Comm) SplitStages(l pipeline.Layout) ([]*Comm, error) {
 	if err := l.Validate(c.Size()); err != nil {
 		return nil, err
 	}

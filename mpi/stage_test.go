@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/stage"
+	"github.com/m2n-dev/m2n/pipeline"
 )
 
 // TestSplitStages builds the paper's Example B on 5 real processes: stage
@@ -14,7 +14,7 @@ import (
 // in both.
 func TestSplitStages(t *testing.T) {
 	mpitest.Run(t, 5, func(t mpitest.T, c *mpi.Comm) {
-		l := stage.Contiguous(2, 2, 1)
+		l := pipeline.Contiguous(2, 2, 1)
 		comms, err := c.SplitStages(l)
 		if err != nil {
 			t.Fatal(err)

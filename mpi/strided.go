@@ -34,25 +34,25 @@ import (
 	"github.com/m2n-dev/m2n/strided"
 )
 
-// MaxStridedBytes is the largest region IsendStrided and IrecvStrided move
+// maxStridedBytes is the largest region isendStrided and irecvStrided move
 // in one message (MPI counts are C ints).
-const MaxStridedBytes = math.MaxInt32
+const maxStridedBytes = math.MaxInt32
 
-// IsendStrided sends the region at of buf to dest as one message, with no
+// isendStrided sends the region at of buf to dest as one message, with no
 // copy on this side: MPI reads the runs in place through a derived datatype
 // (a contiguous run inside nested hvectors). The receiver may receive it
-// with Irecv into contiguous memory or with IrecvStrided into any region of
+// with Irecv into contiguous memory or with irecvStrided into any region of
 // the same size. buf stays pinned until the request completes.
 //
-// Errors: a region outside buf, or larger than MaxStridedBytes, wraps
+// Errors: a region outside buf, or larger than maxStridedBytes, wraps
 // ErrInvalid; MPI's errors return an *Error.
-func (c *Comm) IsendStrided(buf []byte, at strided.Desc, dest, tag int) (*Request, error) {
+func (c *Comm) isendStrided(buf []byte, at strided.Desc, dest, tag int) (*Request, error) {
 	return c.strided("MPI_Isend", buf, at, dest, tag)
 }
 
-// IrecvStrided receives one message from src into the region at of buf, in
+// irecvStrided receives one message from src into the region at of buf, in
 // place. The message must hold exactly the region's bytes.
-func (c *Comm) IrecvStrided(buf []byte, at strided.Desc, src, tag int) (*Request, error) {
+func (c *Comm) irecvStrided(buf []byte, at strided.Desc, src, tag int) (*Request, error) {
 	return c.strided("MPI_Irecv", buf, at, src, tag)
 }
 
@@ -72,12 +72,12 @@ func (c *Comm) strided(op string, buf []byte, at strided.Desc, peer, tag int) (*
 	if len(at.Count) != len(at.Stride) {
 		return nil, invalid(op, "%d counts and %d strides", len(at.Count), len(at.Stride))
 	}
-	if at.Run <= 0 || at.Run > MaxStridedBytes || at.Bytes() > MaxStridedBytes {
-		return nil, invalid(op, "a strided region of %d bytes in runs of %d; want 1 to %d", at.Bytes(), at.Run, MaxStridedBytes)
+	if at.Run <= 0 || at.Run > maxStridedBytes || at.Bytes() > maxStridedBytes {
+		return nil, invalid(op, "a strided region of %d bytes in runs of %d; want 1 to %d", at.Bytes(), at.Run, maxStridedBytes)
 	}
 	last := at.Offset
 	for i, n := range at.Count {
-		if n < 1 || n > MaxStridedBytes || at.Stride[i] < 0 {
+		if n < 1 || n > maxStridedBytes || at.Stride[i] < 0 {
 			return nil, invalid(op, "outer dim %d: count %d, stride %d", i, n, at.Stride[i])
 		}
 		last += (n - 1) * at.Stride[i]

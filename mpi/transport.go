@@ -21,7 +21,7 @@ type Transport struct {
 // messages on c.
 //
 // The transport moves strided regions in place with derived datatypes
-// (see IsendStrided), so the executor packs nothing; inPlace false turns
+// (see isendStrided), so the executor packs nothing; inPlace false turns
 // that off, and strided regions then go through the executor's staging.
 func NewTransport(c *Comm, inPlace bool) *Transport { return &Transport{comm: c, inPlace: inPlace} }
 
@@ -30,7 +30,7 @@ func (t *Transport) MaxInPlaceBytes() int64 {
 	if !t.inPlace {
 		return 0
 	}
-	return MaxStridedBytes
+	return maxStridedBytes
 }
 
 // Rank returns this rank in the communicator.
@@ -59,9 +59,9 @@ func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 		if o.InPlace {
 			at := o.At
 			if o.Send {
-				r, err = t.comm.IsendStrided(hb, at, o.Peer, int(o.Tag))
+				r, err = t.comm.isendStrided(hb, at, o.Peer, int(o.Tag))
 			} else {
-				r, err = t.comm.IrecvStrided(hb, at, o.Peer, int(o.Tag))
+				r, err = t.comm.irecvStrided(hb, at, o.Peer, int(o.Tag))
 			}
 			if err != nil {
 				return err
@@ -129,10 +129,10 @@ func (p *pending) Incomplete() []int {
 // buffers pinned, while the job ends.
 func (p *pending) Wait(ctx context.Context) error {
 	if ctx.Done() == nil {
-		return Waitall(p.reqs)
+		return waitall(p.reqs)
 	}
 	for {
-		done, err := Testall(p.reqs)
+		done, err := testall(p.reqs)
 		if err != nil {
 			return err
 		}

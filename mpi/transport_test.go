@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/transport"
 	"github.com/m2n-dev/m2n/transport/transporttest"

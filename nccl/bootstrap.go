@@ -65,30 +65,3 @@ func Bootstrap(b Broadcaster, cfg *Config) (*Comm, error) {
 	}
 	return c, nil
 }
-
-// BootstrapStages creates the NCCL communicator of every pipeline stage this
-// rank belongs to, one stage after another, each bootstrapped over that
-// stage's launcher communicator (see stage.Layout and mpi's SplitStages):
-// stages[s] is this rank's communicator of stage s, or nil when the rank is
-// not in stage s. The result has a communicator where stages has one. Every
-// member of each stage must call it with the same stages in the same order.
-// On error it destroys what it created.
-func BootstrapStages(stages []Broadcaster, cfg *Config) ([]*Comm, error) {
-	out := make([]*Comm, len(stages))
-	for s, b := range stages {
-		if b == nil {
-			continue
-		}
-		c, err := Bootstrap(b, cfg)
-		if err != nil {
-			for _, x := range out {
-				if x != nil {
-					_ = x.Destroy()
-				}
-			}
-			return nil, fmt.Errorf("stage %d: %w", s, err)
-		}
-		out[s] = c
-	}
-	return out, nil
-}

@@ -240,10 +240,6 @@ func (c *Comm) Count() (int, error) { return c.intQuery("ncclCommCount", 0) }
 // UserRank returns this rank's rank (ncclCommUserRank).
 func (c *Comm) UserRank() (int, error) { return c.intQuery("ncclCommUserRank", 1) }
 
-// CuDevice returns the CUDA device ordinal the communicator uses
-// (ncclCommCuDevice).
-func (c *Comm) CuDevice() (int, error) { return c.intQuery("ncclCommCuDevice", 2) }
-
 func (c *Comm) intQuery(op string, which int) (int, error) {
 	h, err := c.handle()
 	if err != nil {
@@ -251,13 +247,10 @@ func (c *Comm) intQuery(op string, which int) (int, error) {
 	}
 	var v C.int
 	err = call(op, nil, func() C.ncclResult_t {
-		switch which {
-		case 0:
+		if which == 0 {
 			return C.m2n_ncclCommCount(h, &v)
-		case 1:
-			return C.m2n_ncclCommUserRank(h, &v)
 		}
-		return C.m2n_ncclCommCuDevice(h, &v)
+		return C.m2n_ncclCommUserRank(h, &v)
 	})
 	return int(v), err
 }

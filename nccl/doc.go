@@ -20,19 +20,17 @@
 //
 // Threads: NCCL keeps a group and its last error per OS thread and picks the
 // device from the thread's current context. Every call here runs on a locked
-// thread with the communicator's Config.Context made current; GroupStart
-// keeps the goroutine locked until GroupEnd.
+// thread with the communicator's Config.Context made current; Group keeps
+// the goroutine locked from the group's start to its end.
 //
 // Non-blocking communicators (Config.NonBlocking) return from InitRank,
-// Split and GroupEnd while NCCL still works: errors matching ErrInProgress
+// Split and Group while NCCL still works: errors matching ErrInProgress
 // say so, and WaitReady polls until done, aborting on its context's end.
 //
-// Replay runs a compiled reshard program's whole step on the GPU's streams
-// (batched copies, memcpys, one group per communicator and round, ordered by
-// events), the host waiting once at the end (RunProgram, a
-// reshard.ProgramRunner) or not at all (Launch after the caller's event,
-// then Wait); ReplayOptions.Graph captures the step as a CUDA graph.
-// Package internal/replay builds its commands and simulates them on the CPU.
+// Transport is the transport.Transport of a rank's GPU over two
+// communicators (network and local traffic, each on a stream of its own);
+// PostGroup posts a prepared GroupOps in one call, for the replay driver
+// (package refit/gpu), which runs a whole step on the streams.
 //
 // Errors are *Error values naming the call, with NCCL's last error message:
 // "nccl: ncclCommInitRankConfig: invalid usage ...: <detail>".

@@ -39,9 +39,11 @@ func call(op string, ctx *cuda.Context, f func() C.ncclResult_t) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if ctx != nil {
-		if err := ctx.SetCurrent(); err != nil {
+		unbind, err := ctx.Bind() // the thread is locked already: Bind nests
+		if err != nil {
 			return fmt.Errorf("nccl: %s: %w", op, err)
 		}
+		defer unbind()
 	}
 	return result(op, nil, f())
 }

@@ -38,9 +38,6 @@ func NewGroupOps(ops []P2P) *GroupOps {
 	return g
 }
 
-// Len returns the number of operations in the group.
-func (g *GroupOps) Len() int { return len(g.ops) }
-
 // PostGroup posts g as one group on stream s, in one call into NCCL; an
 // error names the operation NCCL refused and its peer.
 func (c *Comm) PostGroup(g *GroupOps, s *cuda.Stream) error {
@@ -56,9 +53,11 @@ func (c *Comm) PostGroup(g *GroupOps, s *cuda.Stream) error {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if c.ctx != nil {
-			if err := c.ctx.SetCurrent(); err != nil {
+			unbind, err := c.ctx.Bind() // nested in the lock above
+			if err != nil {
 				return err
 			}
+			defer unbind()
 		}
 		var failed C.int
 		r := C.m2n_nccl_group(h, streamHandle(s), &ops[0], C.int(len(ops)), &failed)

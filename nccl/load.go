@@ -5,17 +5,16 @@ import "C"
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/internal/dl"
 )
 
-// DefaultLibrary is the file Load opens unless M2N_NCCL_PATH names another:
+// defaultLibrary is the file Load opens unless M2N_NCCL_PATH names another:
 // the dynamic loader finds it in the usual places, such as
 // /usr/lib/x86_64-linux-gnu/libnccl.so.2 on the GPU machines.
-const DefaultLibrary = "libnccl.so.2"
+const defaultLibrary = "libnccl.so.2"
 
 // ErrNotAvailable reports that NCCL could not be opened; Load's error wraps
 // it with the reason.
@@ -39,17 +38,9 @@ func Load() error {
 }
 
 func open() error {
-	lib, err := dl.Open(dl.Spec{Name: DefaultLibrary, Env: "M2N_NCCL_PATH", Candidates: []string{DefaultLibrary}})
-	if errors.Is(err, dl.ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
-	}
-	if err != nil {
-		return fmt.Errorf("nccl: %w", err)
-	}
-	if err := lib.Resolve(unsafe.Pointer(C.m2n_nccl_table())); err != nil {
-		return fmt.Errorf("nccl: not a usable NCCL: %w", err)
-	}
-	return nil
+	spec := dl.Spec{Name: defaultLibrary, Env: "M2N_NCCL_PATH", Candidates: []string{defaultLibrary}}
+	_, err := dl.Load("nccl", spec, ErrNotAvailable, unsafe.Pointer(C.m2n_nccl_table()))
+	return err
 }
 
 // Version returns NCCL's version code: 22803 for 2.28.3.

@@ -27,14 +27,11 @@ static struct {
 	ncclResult_t (*ncclCommAbort)(ncclComm_t);
 	ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
 	ncclResult_t (*ncclCommCount)(ncclComm_t, int *);
-	ncclResult_t (*ncclCommCuDevice)(ncclComm_t, int *);
 	ncclResult_t (*ncclCommUserRank)(ncclComm_t, int *);
 	ncclResult_t (*ncclGroupStart)(void);
 	ncclResult_t (*ncclGroupEnd)(void);
 	ncclResult_t (*ncclSend)(const void *, size_t, int, int, ncclComm_t, stream_t);
 	ncclResult_t (*ncclRecv)(void *, size_t, int, int, ncclComm_t, stream_t);
-	ncclResult_t (*ncclBroadcast)(const void *, void *, size_t, int, int, ncclComm_t, stream_t);
-	ncclResult_t (*ncclAllGather)(const void *, void *, size_t, int, ncclComm_t, stream_t);
 } fn;
 
 #define E(f, req) { (void **)&fn.f, { #f, NULL }, !(req) }
@@ -51,14 +48,11 @@ static m2n_dl_sym entries[] = {
 	E(ncclCommAbort, 1),
 	E(ncclCommGetAsyncError, 1),
 	E(ncclCommCount, 1),
-	E(ncclCommCuDevice, 1),
 	E(ncclCommUserRank, 1),
 	E(ncclGroupStart, 1),
 	E(ncclGroupEnd, 1),
 	E(ncclSend, 1),
 	E(ncclRecv, 1),
-	E(ncclBroadcast, 1),
-	E(ncclAllGather, 1),
 };
 
 #undef E
@@ -141,7 +135,6 @@ ncclResult_t m2n_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {
 	return fn.ncclCommGetAsyncError(comm, err);
 }
 ncclResult_t m2n_ncclCommCount(ncclComm_t comm, int *n) { return fn.ncclCommCount(comm, n); }
-ncclResult_t m2n_ncclCommCuDevice(ncclComm_t comm, int *dev) { return fn.ncclCommCuDevice(comm, dev); }
 ncclResult_t m2n_ncclCommUserRank(ncclComm_t comm, int *rank) { return fn.ncclCommUserRank(comm, rank); }
 ncclResult_t m2n_ncclGroupStart(void) { return fn.ncclGroupStart(); }
 ncclResult_t m2n_ncclGroupEnd(void) { return fn.ncclGroupEnd(); }
@@ -150,14 +143,6 @@ ncclResult_t m2n_ncclSend(uintptr_t buf, size_t count, int type, int peer, ncclC
 }
 ncclResult_t m2n_ncclRecv(uintptr_t buf, size_t count, int type, int peer, ncclComm_t comm, uintptr_t stream) {
 	return fn.ncclRecv((void *)buf, count, type, peer, comm, (stream_t)stream);
-}
-ncclResult_t m2n_ncclBroadcast(uintptr_t send, uintptr_t recv, size_t count, int type, int root, ncclComm_t comm,
-	uintptr_t stream) {
-	return fn.ncclBroadcast((const void *)send, (void *)recv, count, type, root, comm, (stream_t)stream);
-}
-ncclResult_t m2n_ncclAllGather(uintptr_t send, uintptr_t recv, size_t count, int type, ncclComm_t comm,
-	uintptr_t stream) {
-	return fn.ncclAllGather((const void *)send, (void *)recv, count, type, comm, (stream_t)stream);
 }
 
 ncclResult_t m2n_nccl_group(ncclComm_t comm, uintptr_t stream, const m2n_nccl_p2p *ops, int n, int *failed) {

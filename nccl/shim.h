@@ -72,17 +72,12 @@ ncclResult_t m2n_ncclCommDestroy(ncclComm_t comm);
 ncclResult_t m2n_ncclCommAbort(ncclComm_t comm);
 ncclResult_t m2n_ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err);
 ncclResult_t m2n_ncclCommCount(ncclComm_t comm, int *n);
-ncclResult_t m2n_ncclCommCuDevice(ncclComm_t comm, int *dev);
 ncclResult_t m2n_ncclCommUserRank(ncclComm_t comm, int *rank);
 ncclResult_t m2n_ncclGroupStart(void);
 ncclResult_t m2n_ncclGroupEnd(void);
 // Buffers and streams travel as integers: device addresses and CUstreams.
 ncclResult_t m2n_ncclSend(uintptr_t buf, size_t count, int type, int peer, ncclComm_t comm, uintptr_t stream);
 ncclResult_t m2n_ncclRecv(uintptr_t buf, size_t count, int type, int peer, ncclComm_t comm, uintptr_t stream);
-ncclResult_t m2n_ncclBroadcast(uintptr_t send, uintptr_t recv, size_t count, int type, int root, ncclComm_t comm,
-	uintptr_t stream);
-ncclResult_t m2n_ncclAllGather(uintptr_t send, uintptr_t recv, size_t count, int type, ncclComm_t comm,
-	uintptr_t stream);
 
 // m2n_nccl_p2p is one send or receive of n bytes at buf with peer.
 typedef struct {

@@ -46,29 +46,3 @@ func TestGPUTransportExchange(t *testing.T) {
 		}
 	}
 }
-
-// single is the launcher communicator of a one-rank job.
-type single struct{}
-
-func (single) Rank() int                        { return 0 }
-func (single) Size() int                        { return 1 }
-func (single) Bcast(buf []byte, root int) error { return nil }
-
-// TestGPUBootstrapStages builds per-stage NCCL communicators from stage
-// communicators (one GPU: one stage of one colocated rank, and a stage this
-// rank is not in) and moves bytes on the one it made.
-func TestGPUBootstrapStages(t *testing.T) {
-	ctx, s := setup(t)
-	comms, err := nccl.BootstrapStages([]nccl.Broadcaster{single{}, nil}, &nccl.Config{Context: ctx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if comms[0] == nil || comms[1] != nil {
-		t.Fatalf("communicators %v, want one for stage 0 only", comms)
-	}
-	defer comms[0].Destroy()
-	if n, err := comms[0].Count(); err != nil || n != 1 {
-		t.Fatalf("stage 0 has %d ranks, %v", n, err)
-	}
-	exercise(t, ctx, s, comms[0], func(err error) error { return err })
-}

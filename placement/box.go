@@ -94,16 +94,6 @@ func (b Box) Empty() bool {
 	return false
 }
 
-// Contains reports whether the box holds global index idx.
-func (b Box) Contains(idx []int64) bool {
-	for d := range b.Lo {
-		if idx[d] < b.Lo[d] || idx[d] >= b.Hi[d] {
-			return false
-		}
-	}
-	return true
-}
-
 // Equal reports whether two boxes have the same bounds.
 func (b Box) Equal(o Box) bool { return slices.Equal(b.Lo, o.Lo) && slices.Equal(b.Hi, o.Hi) }
 
@@ -119,4 +109,40 @@ func (b Box) String() string {
 	}
 	s.WriteString(")")
 	return s.String()
+}
+
+// Split cuts a nonempty box into n parts of near-equal size along its
+// outermost dim that has at least n indices (or, if none has, into one part
+// per index of its longest dim). Parts are in order; fewer than n come
+// back when the box is too small. A box with no dims or no elements, or
+// n <= 1, comes back whole.
+func (b Box) Split(n int) []Box {
+	nd := b.NDim()
+	if n <= 1 || nd == 0 || len(b.Hi) != nd || b.Empty() {
+		return []Box{b}
+	}
+	dim, best := -1, int64(0)
+	for d := 0; d < nd; d++ {
+		ext := b.Hi[d] - b.Lo[d]
+		if ext >= int64(n) {
+			dim = d
+			break
+		}
+		if ext > best {
+			best, dim = ext, d
+		}
+	}
+	ext := b.Hi[dim] - b.Lo[dim]
+	parts := min(int64(n), ext)
+	out := make([]Box, 0, parts)
+	// ext*j/parts without forming ext*j: ext = q*parts + rem.
+	q, rem := ext/parts, ext%parts
+	at := func(j int64) int64 { return b.Lo[dim] + q*j + rem*j/parts }
+	for j := int64(0); j < parts; j++ {
+		lo, hi := at(j), at(j+1)
+		sub := Box{Lo: append([]int64(nil), b.Lo...), Hi: append([]int64(nil), b.Hi...)}
+		sub.Lo[dim], sub.Hi[dim] = lo, hi
+		out = append(out, sub)
+	}
+	return out
 }

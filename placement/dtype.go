@@ -11,7 +11,7 @@ type DType uint8
 
 // The element types m2n knows. The zero DType is invalid.
 const (
-	InvalidDType DType = iota
+	invalidDType DType = iota
 	BF16
 	F16
 	F32
@@ -29,7 +29,7 @@ var dtypeInfo = [...]struct {
 	size  int
 	alias []string
 }{
-	InvalidDType: {"invalid", 0, nil},
+	invalidDType: {"invalid", 0, nil},
 	BF16:         {"bf16", 2, []string{"bfloat16"}},
 	F16:          {"f16", 2, []string{"float16", "fp16", "half"}},
 	F32:          {"f32", 4, []string{"float32", "fp32", "float"}},
@@ -42,7 +42,7 @@ var dtypeInfo = [...]struct {
 	FP8E5M2:      {"fp8e5m2", 1, []string{"float8_e5m2", "e5m2"}},
 }
 
-// Size returns the element size in bytes, 0 for InvalidDType.
+// Size returns the element size in bytes, 0 for invalidDType.
 func (t DType) Size() int {
 	if int(t) >= len(dtypeInfo) {
 		return 0
@@ -51,7 +51,7 @@ func (t DType) Size() int {
 }
 
 // Valid reports whether t is a known element type.
-func (t DType) Valid() bool { return t != InvalidDType && int(t) < len(dtypeInfo) }
+func (t DType) Valid() bool { return t != invalidDType && int(t) < len(dtypeInfo) }
 
 // String returns the short name, such as "bf16".
 func (t DType) String() string {
@@ -88,5 +88,5 @@ func ParseDType(s string) (DType, error) {
 	for _, t := range DTypes() {
 		names = append(names, t.String())
 	}
-	return InvalidDType, fmt.Errorf("unknown dtype %q: want one of %s", s, strings.Join(names, ", "))
+	return invalidDType, fmt.Errorf("unknown dtype %q: want one of %s", s, strings.Join(names, ", "))
 }

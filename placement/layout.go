@@ -75,16 +75,16 @@ func NewLayout(shape []int64, dtype DType, m mesh.Mesh, placements []Placement) 
 		parts:      make([][]Interval, len(shape)),
 	}
 	for a, p := range placements {
-		switch p.Kind {
-		case KindReplicate:
-		case KindShard:
-			if p.Dim < 0 || p.Dim >= len(shape) {
+		switch p.kind {
+		case kindReplicate:
+		case kindShard:
+			if p.dim < 0 || p.dim >= len(shape) {
 				return Layout{}, fmt.Errorf("placement %s on mesh axis %d: shard dim %d is out of range for a %d-dim tensor %s",
-					p, a, p.Dim, len(shape), FormatShape(shape))
+					p, a, p.dim, len(shape), FormatShape(shape))
 			}
-			l.axes[p.Dim] = append(l.axes[p.Dim], a)
+			l.axes[p.dim] = append(l.axes[p.dim], a)
 		default:
-			return Layout{}, fmt.Errorf("placement on mesh axis %d has unknown kind %d", a, p.Kind)
+			return Layout{}, fmt.Errorf("placement on mesh axis %d has unknown kind %d", a, p.kind)
 		}
 	}
 	for d := range shape {
@@ -217,13 +217,9 @@ func (l Layout) Elems() int64 {
 // int64: NewLayout rejects larger shapes.
 func (l Layout) Bytes() int64 { return l.Elems() * l.ElemSize() }
 
-// ShardAxes returns the mesh axes that shard tensor dim d, in mesh-axis
-// order (nil when dim d is not sharded).
-func (l Layout) ShardAxes(d int) []int { return slices.Clone(l.axes[d]) }
-
 // Parts returns the parts tensor dim d is cut into: part j is the interval
-// held by the coordinates whose restriction to ShardAxes(d), read as a
-// row-major index, is j. Parts are in ascending order of Lo; empty parts
+// held by the coordinates whose restriction to the mesh axes that shard
+// dim d (in mesh-axis order), read as a row-major index, is j. Parts are in ascending order of Lo; empty parts
 // are [hi, hi) of their parent interval.
 func (l Layout) Parts(d int) []Interval { return slices.Clone(l.parts[d]) }
 
@@ -243,9 +239,9 @@ func (l Layout) PartIndex(d int, coord []int) int {
 	return j
 }
 
-// LocalBox returns the region of the global tensor that the rank at mesh
+// localBox returns the region of the global tensor that the rank at mesh
 // coordinate coord holds. An empty region has Lo = Hi in some dim.
-func (l Layout) LocalBox(coord []int) Box {
+func (l Layout) localBox(coord []int) Box {
 	b := Box{Lo: make([]int64, len(l.shape)), Hi: make([]int64, len(l.shape))}
 	for d := range l.shape {
 		iv := l.parts[d][l.PartIndex(d, coord)]
@@ -278,7 +274,7 @@ func (l Layout) RankBox(rank int) (Box, bool) {
 	if i < 0 {
 		return Box{}, false
 	}
-	return l.LocalBox(l.mesh.Coord(i, nil)), true
+	return l.localBox(l.mesh.Coord(i, nil)), true
 }
 
 // LocalBytes returns the size in bytes of rank's local buffer, 0 if the mesh
@@ -296,17 +292,11 @@ func (l Layout) LocalBytes(rank int) int64 {
 func (l Layout) Replication() int {
 	r := 1
 	for a, p := range l.placements {
-		if p.Kind == KindReplicate {
+		if p.kind == kindReplicate {
 			r *= l.mesh.Dim(a)
 		}
 	}
 	return r
-}
-
-// Equal reports whether two layouts are identical.
-func (l Layout) Equal(o Layout) bool {
-	return slices.Equal(l.shape, o.shape) && l.dtype == o.dtype && l.mesh.Equal(o.mesh) &&
-		slices.Equal(l.placements, o.placements)
 }
 
 // String renders the layout as "16x8 bf16 on 2x2[4-7] R,S1".

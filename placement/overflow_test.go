@@ -195,3 +195,22 @@ func TestViewSpanOverflow(t *testing.T) {
 		t.Error("Extent one past math.MaxInt64 accepted")
 	}
 }
+
+// TestSplitBadBoxes: boxes Split cannot cut come back whole
+// instead of indexing out of range, and long dims cut exactly.
+func TestSplitBadBoxes(t *testing.T) {
+	for _, b := range []Box{
+		{Lo: []int64{0, 3}, Hi: []int64{4, 3}},
+		{Lo: []int64{0, 0}, Hi: []int64{4}},
+		{Lo: []int64{5}, Hi: []int64{2}},
+	} {
+		if got := b.Split(4); len(got) != 1 {
+			t.Errorf("%v.Split(4) = %v", b, got)
+		}
+	}
+	b := Box{Lo: []int64{0}, Hi: []int64{math.MaxInt64}}
+	parts := b.Split(3)
+	if len(parts) != 3 || parts[0].Lo[0] != 0 || parts[2].Hi[0] != math.MaxInt64 || parts[1].Lo[0] != math.MaxInt64/3 {
+		t.Errorf("[0, MaxInt64).Split(3) = %v", parts)
+	}
+}

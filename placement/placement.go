@@ -7,36 +7,40 @@ import (
 	"strings"
 )
 
-// Kind says how a mesh axis places a tensor.
-type Kind uint8
+// kind says how a mesh axis places a tensor.
+type kind uint8
 
 const (
-	// KindReplicate places a full copy on every coordinate of the axis.
-	KindReplicate Kind = iota
-	// KindShard splits one tensor dim over the axis with torch.chunk.
-	KindShard
+	// kindReplicate places a full copy on every coordinate of the axis.
+	kindReplicate kind = iota
+	// kindShard splits one tensor dim over the axis with torch.chunk.
+	kindShard
 )
 
 // Placement is what one mesh axis does to the tensor: Shard(d) or
-// Replicate(). The zero Placement is Replicate().
+// Replicate(). The zero Placement is Replicate(); Placements compare with
+// ==.
 type Placement struct {
-	Kind Kind
-	Dim  int // the tensor dim a Shard splits; 0 for Replicate
+	kind kind
+	dim  int // the tensor dim a Shard splits; 0 for Replicate
 }
 
 // Shard returns the placement that splits tensor dim d.
-func Shard(d int) Placement { return Placement{Kind: KindShard, Dim: d} }
+func Shard(d int) Placement { return Placement{kind: kindShard, dim: d} }
 
 // Replicate returns the placement that copies the tensor along the axis.
-func Replicate() Placement { return Placement{Kind: KindReplicate} }
+func Replicate() Placement { return Placement{kind: kindReplicate} }
 
 // IsShard reports whether p splits a tensor dim.
-func (p Placement) IsShard() bool { return p.Kind == KindShard }
+func (p Placement) IsShard() bool { return p.kind == kindShard }
+
+// Dim returns the tensor dim a Shard splits, 0 for Replicate.
+func (p Placement) Dim() int { return p.dim }
 
 // String renders the short form: "S0" or "R".
 func (p Placement) String() string {
-	if p.Kind == KindShard {
-		return "S" + strconv.Itoa(p.Dim)
+	if p.kind == kindShard {
+		return "S" + strconv.Itoa(p.dim)
 	}
 	return "R"
 }

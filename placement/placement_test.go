@@ -129,7 +129,7 @@ func TestNewLayoutRejects(t *testing.T) {
 		{"count", []int64{4}, F32, []Placement{Shard(0)}, "1 placements [S0] for a 2-axis mesh 2x2"},
 		{"dim", []int64{4}, F32, []Placement{Shard(0), Shard(1)}, "shard dim 1 is out of range for a 1-dim tensor 4"},
 		{"scalar shard", []int64{}, F32, []Placement{Shard(0), Replicate()}, "out of range for a 0-dim tensor scalar"},
-		{"dtype", []int64{4}, InvalidDType, []Placement{Replicate(), Replicate()}, "invalid dtype"},
+		{"dtype", []int64{4}, invalidDType, []Placement{Replicate(), Replicate()}, "invalid dtype"},
 		{"negative", []int64{4, -1}, F32, []Placement{Replicate(), Replicate()}, "negative dim -1"},
 		{"huge", []int64{1 << 40, 1 << 40}, F32, []Placement{Replicate(), Replicate()}, "1099511627776x1099511627776 of f32 is too large"},
 	}

@@ -57,7 +57,7 @@ func (h *HostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 	if len(bufs) != len(p.Full) {
 		return st, fmt.Errorf("refit: %d buffer pairs for a program of %d tensors", len(bufs), len(p.Full))
 	}
-	if len(p.Steps) == 0 {
+	if len(p.Rounds) == 0 {
 		return st, nil
 	}
 	d := hostStep{h: h, p: p, in: in, bufs: bufs, st: &st}
@@ -71,9 +71,9 @@ func (h *HostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 		return st, err
 	}
 	var queue []inflight
-	for i := range p.Steps {
-		s := &p.Steps[i]
-		for len(queue) > 0 && queue[0].st.Round <= s.Round-2 {
+	for i := range p.Rounds {
+		s := &p.Rounds[i]
+		for len(queue) > 0 && queue[0].st.Index <= s.Index-2 {
 			if err := d.complete(ctx, queue[0]); err != nil {
 				return st, err
 			}
@@ -129,10 +129,10 @@ func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memor
 
 // inflight is a posted round.
 type inflight struct {
-	st      *reshard.Step
+	st      *reshard.Round
 	index   int // the round's index in the program
 	pending transport.Pending
-	stage   transport.Buffer // the round's receive staging
+	staging transport.Buffer // the round's receive staging
 }
 
 // hostStep is one step of a HostDriver in progress.
@@ -155,14 +155,14 @@ func (d *hostStep) progress(i int) {
 		return
 	}
 	if d.byStep == nil {
-		d.byStep = make([]int, len(d.p.Steps))
+		d.byStep = make([]int, len(d.p.Rounds))
 		for _, k := range d.p.Done {
 			if k >= 0 {
 				d.byStep[k]++
 			}
 		}
 	}
-	s := &d.p.Steps[i]
+	s := &d.p.Rounds[i]
 	for _, c := range s.Copies {
 		d.moved += c.Bytes
 	}
@@ -231,18 +231,18 @@ func (d *hostStep) buf(r reshard.Region) transport.Buffer {
 	return d.full[r.Tensor]
 }
 
-// bufStage names, in a Region the driver checksums, the staging buffer
+// bufStaging names, in a Region the driver checksums, the staging buffer
 // passed to sum.
-const bufStage reshard.BufKind = 255
+const bufStaging reshard.BufKind = 255
 
-// sum returns the CRC-32C of the bytes of regions (a region of bufStage is
-// in stage).
-func (d *hostStep) sum(regs []reshard.Region, stage transport.Buffer) (uint32, error) {
+// sum returns the CRC-32C of the bytes of regions (a region of bufStaging is
+// in staging).
+func (d *hostStep) sum(regs []reshard.Region, staging transport.Buffer) (uint32, error) {
 	crc := tagSeed(d.in.Tag)
 	for _, r := range regs {
 		b := make([]byte, r.At.Bytes())
-		buf := stage
-		if r.Buf != bufStage {
+		buf := staging
+		if r.Buf != bufStaging {
 			buf = d.buf(r)
 		}
 		if err := d.reader.ReadRegion(b, buf, r.At); err != nil {
@@ -253,8 +253,8 @@ func (d *hostStep) sum(regs []reshard.Region, stage transport.Buffer) (uint32, e
 	return crc, nil
 }
 
-// start does a step's local copies and posts its operations.
-func (d *hostStep) start(s *reshard.Step) (inflight, error) {
+// start does a round's local copies and posts its operations.
+func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 	h, st := d.h, d.st
 	for i := range s.Copies {
 		cp := &s.Copies[i]
@@ -286,12 +286,12 @@ func (d *hostStep) start(s *reshard.Step) (inflight, error) {
 	if len(s.Sends)+len(s.Recvs) == 0 {
 		return inflight{}, nil
 	}
-	slot := s.Round % 2
-	sendStage, recvStage := h.staging[slot][0], h.staging[slot][1]
+	slot := s.Index % 2
+	sendStaging, recvStaging := h.staging[slot][0], h.staging[slot][1]
 	ops := make([]transport.Op, 0, len(s.Sends)+len(s.Recvs))
 	for i := range s.Recvs {
 		w := &s.Recvs[i]
-		ops = append(ops, d.op(w, false, recvStage))
+		ops = append(ops, d.op(w, false, recvStaging))
 		st.Recv[w.Class] += w.Bytes
 		st.Messages += len(w.Parts)
 		if w.Mode == reshard.WireStaged {
@@ -301,17 +301,17 @@ func (d *hostStep) start(s *reshard.Step) (inflight, error) {
 	for i := range s.Sends {
 		w := &s.Sends[i]
 		if w.Mode == reshard.WireStaged {
-			off := w.StageOff
+			off := w.StagingOff
 			for _, pt := range w.Parts {
 				if pt.Quant {
-					if err := d.packQuant(sendStage, off, pt.Msg, pt.Regions[0]); err != nil {
+					if err := d.packQuant(sendStaging, off, pt.Msg, pt.Regions[0]); err != nil {
 						return inflight{}, err
 					}
 					off += d.p.Schedule().Messages[pt.Msg].Bytes
 					continue
 				}
 				for _, r := range pt.Regions {
-					if err := h.mem.Pack(sendStage, off, d.buf(r), r.At); err != nil {
+					if err := h.mem.Pack(sendStaging, off, d.buf(r), r.At); err != nil {
 						return inflight{}, err
 					}
 					off += r.At.Bytes()
@@ -323,14 +323,14 @@ func (d *hostStep) start(s *reshard.Step) (inflight, error) {
 			if err := h.mem.Sync(); err != nil {
 				return inflight{}, err
 			}
-			off := w.StageOff
+			off := w.StagingOff
 			for _, pt := range w.Parts {
 				n := d.p.Schedule().Messages[pt.Msg].Bytes
 				var crc uint32
 				var err error
 				if pt.Quant {
 					// the FP8 bytes exist only in the staging
-					crc, err = d.sum([]reshard.Region{{Buf: bufStage, At: strided.Desc{Offset: off, Run: n}}}, sendStage)
+					crc, err = d.sum([]reshard.Region{{Buf: bufStaging, At: strided.Desc{Offset: off, Run: n}}}, sendStaging)
 				} else {
 					crc, err = d.sum(pt.Regions, nil)
 				}
@@ -341,7 +341,7 @@ func (d *hostStep) start(s *reshard.Step) (inflight, error) {
 				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
 			}
 		}
-		ops = append(ops, d.op(w, true, sendStage))
+		ops = append(ops, d.op(w, true, sendStaging))
 		st.Sent[w.Class] += w.Bytes
 		st.Messages += len(w.Parts)
 	}
@@ -350,21 +350,21 @@ func (d *hostStep) start(s *reshard.Step) (inflight, error) {
 	}
 	pend, err := h.t.Start(ops)
 	if err != nil {
-		return inflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+		return inflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Index, err)
 	}
 	st.Rounds++
-	return inflight{st: s, pending: pend, stage: recvStage}, nil
+	return inflight{st: s, pending: pend, staging: recvStaging}, nil
 }
 
 // op turns a wire operation into the transport's.
-func (d *hostStep) op(w *reshard.Wire, send bool, stage transport.Buffer) transport.Op {
+func (d *hostStep) op(w *reshard.Wire, send bool, staging transport.Buffer) transport.Op {
 	switch w.Mode {
 	case reshard.WireDirect:
 		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Off: w.Region.At.Offset, Len: w.Bytes}
 	case reshard.WireInPlace:
 		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Len: w.Bytes, InPlace: true, At: w.Region.At}
 	}
-	return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: stage, Off: w.StageOff, Len: w.Bytes}
+	return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: staging, Off: w.StagingOff, Len: w.Bytes}
 }
 
 // complete waits for a posted step, unpacks what it staged and checksums
@@ -379,7 +379,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && h.timeout > 0 && ctx.Err() == nil {
-			te := &TimeoutError{Rank: d.p.Rank, Round: s.Round, After: h.timeout, Peers: s.Peers()}
+			te := &TimeoutError{Rank: d.p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
 			if inc, ok := f.pending.(transport.Incompleter); ok {
 				te.Peers = inc.Incomplete()
 			}
@@ -398,15 +398,15 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 			return cause
 		}
-		return fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Round, err)
+		return fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Index, err)
 	}
 	for i := range s.Recvs {
 		w := &s.Recvs[i]
 		if w.Mode == reshard.WireStaged {
-			off := w.StageOff
+			off := w.StagingOff
 			for _, pt := range w.Parts {
 				for _, r := range pt.Regions {
-					if err := h.mem.Unpack(d.buf(r), r.At, f.stage, off); err != nil {
+					if err := h.mem.Unpack(d.buf(r), r.At, f.staging, off); err != nil {
 						return err
 					}
 					off += r.At.Bytes()
@@ -475,7 +475,7 @@ func (d *hostStep) copyLocal(cp *reshard.Copy) (uint32, error) {
 			if err := mem.Sync(); err != nil {
 				return 0, err
 			}
-			if crc, err = d.sum([]reshard.Region{{Buf: bufStage, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
+			if crc, err = d.sum([]reshard.Region{{Buf: bufStaging, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
 				return 0, err
 			}
 		}

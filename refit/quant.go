@@ -279,28 +279,12 @@ func replicaShare(box placement.Box, rep, count int) placement.Box {
 	if count <= 1 || box.Empty() {
 		return box
 	}
-	nd := len(box.Lo)
-	dim, best := 0, int64(-1)
-	for d := range nd {
-		ext := box.Hi[d] - box.Lo[d]
-		if ext >= int64(count) {
-			dim = d
-			break
-		}
-		if ext > best {
-			best, dim = ext, d
-		}
+	if parts := box.Split(count); rep < len(parts) {
+		return parts[rep]
 	}
-	ext := box.Hi[dim] - box.Lo[dim]
-	parts := min(int64(count), ext)
-	out := placement.Box{Lo: append([]int64(nil), box.Lo...), Hi: append([]int64(nil), box.Hi...)}
-	if int64(rep) >= parts {
-		out.Hi[dim] = out.Lo[dim] // an empty share
-		return out
-	}
-	out.Lo[dim] = box.Lo[dim] + ext*int64(rep)/parts
-	out.Hi[dim] = box.Lo[dim] + ext*int64(rep+1)/parts
-	return out
+	empty := placement.Box{Lo: append([]int64(nil), box.Lo...), Hi: append([]int64(nil), box.Hi...)}
+	empty.Hi[0] = empty.Lo[0] // fewer parts than replicas: an empty share
+	return empty
 }
 
 // quantTensor is what one rank of a call needs to convert one tensor:

@@ -51,8 +51,12 @@ func encodeLayout(l placement.Layout) []byte {
 		put(int64(m.RankAt(i)))
 	}
 	for _, p := range l.Placements() {
-		put(int64(p.Kind))
-		put(int64(p.Dim))
+		kind := int64(0) // Replicate
+		if p.IsShard() {
+			kind = 1
+		}
+		put(kind)
+		put(int64(p.Dim()))
 	}
 	return b
 }

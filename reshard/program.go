@@ -22,7 +22,7 @@ import (
 type Program struct {
 	Rank, World int
 	Route       string
-	Steps       []Step
+	Rounds      []Round
 	// Staging[slot][dir] is the most staging a round of slot (round mod 2)
 	// needs for its sends (dir 0) and its receives (dir 1), in bytes.
 	Staging [2][2]int64
@@ -32,17 +32,17 @@ type Program struct {
 	// Messages counts the schedule messages this rank sends, receives or
 	// copies.
 	Messages int
-	// Done[t] is the index of the step after which this rank has moved
+	// Done[t] is the index in Rounds of the round after which this rank has moved
 	// every byte of tensor t it takes part in (-1: none), for progress.
 	Done []int
 
 	sched *Schedule
 }
 
-// Step is what a rank does in one round of the schedule: its local copies
+// Round is what a rank does in one round of the schedule: its local copies
 // (done first), then its receives and sends, posted together.
-type Step struct {
-	Round        int
+type Round struct {
+	Index        int
 	Copies       []Copy
 	Recvs, Sends []Wire
 }
@@ -76,7 +76,7 @@ const (
 	// (InPlaceTransport).
 	WireInPlace
 	// WireStaged moves bytes packed into, or to be unpacked from, the
-	// round's staging buffer at StageOff.
+	// round's staging buffer at StagingOff.
 	WireStaged
 )
 
@@ -96,15 +96,15 @@ func (m WireMode) String() string {
 // from Peer of Bytes bytes. It carries the messages in Parts, in order
 // (more than one when small messages between the pair coalesce); its bytes
 // are Region itself (WireDirect, WireInPlace) or Parts' regions packed one
-// after another at StageOff of the round's staging (WireStaged).
+// after another at StagingOff of the round's staging (WireStaged).
 type Wire struct {
-	Peer     int
-	Class    LinkClass
-	Bytes    int64
-	Mode     WireMode
-	Region   Region
-	StageOff int64
-	Parts    []Part
+	Peer       int
+	Class      LinkClass
+	Bytes      int64
+	Mode       WireMode
+	Region     Region
+	StagingOff int64
+	Parts      []Part
 }
 
 // Part is one message of a wire operation: the regions the sender reads
@@ -157,18 +157,18 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 		p.Done[t] = -1
 	}
 	// staged[dir] is the staging offset the current round has reached.
-	var step *Step
+	var cur *Round
 	var staged [2]int64
 	done := map[[2]int]bool{} // (peer, dir) coalesced in the current round
 	flush := func() {
-		if step == nil {
+		if cur == nil {
 			return
 		}
-		slot := step.Round % 2
+		slot := cur.Index % 2
 		for dir := range staged {
 			p.Staging[slot][dir] = max(p.Staging[slot][dir], staged[dir])
 		}
-		p.Steps = append(p.Steps, *step)
+		p.Rounds = append(p.Rounds, *cur)
 	}
 	for i := range s.Messages {
 		m := &s.Messages[i]
@@ -176,13 +176,13 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 			continue
 		}
 		p.Messages++
-		if step == nil || step.Round != m.Round {
+		if cur == nil || cur.Index != m.Round {
 			flush()
-			step = &Step{Round: m.Round}
+			cur = &Round{Index: m.Round}
 			staged = [2]int64{}
 			clear(done)
 		}
-		p.Done[m.Tensor] = len(p.Steps)
+		p.Done[m.Tensor] = len(p.Rounds)
 		quant, err := c.quantizes(m)
 		if err != nil {
 			return nil, err
@@ -197,7 +197,7 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 				return nil, err
 			}
 			c.noteFull(p, from, to)
-			step.Copies = append(step.Copies, Copy{Msg: int32(i), Bytes: m.Bytes, From: from, To: to, Quant: quant})
+			cur.Copies = append(cur.Copies, Copy{Msg: int32(i), Bytes: m.Bytes, From: from, To: to, Quant: quant})
 			continue
 		}
 		dir, peer, segs := 0, m.Dst, m.From
@@ -214,13 +214,13 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 				return nil, err
 			}
 			if w.Mode == WireStaged {
-				w.StageOff = staged[dir]
+				w.StagingOff = staged[dir]
 				staged[dir] += w.Bytes
 			}
 			for _, pt := range w.Parts {
 				c.noteFull(p, pt.Regions)
 			}
-			appendWire(step, dir, w)
+			appendWire(cur, dir, w)
 			continue
 		}
 		regs, err := c.regions(m, segs)
@@ -230,16 +230,16 @@ func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
 		c.noteFull(p, regs)
 		w := c.single(int32(i), m, peer, regs, quant && dir == 0)
 		if w.Mode == WireStaged {
-			w.StageOff = staged[dir]
+			w.StagingOff = staged[dir]
 			staged[dir] += w.Bytes
 		}
-		appendWire(step, dir, w)
+		appendWire(cur, dir, w)
 	}
 	flush()
 	return p, nil
 }
 
-func appendWire(st *Step, dir int, w Wire) {
+func appendWire(st *Round, dir int, w Wire) {
 	if dir == 0 {
 		st.Sends = append(st.Sends, w)
 	} else {
@@ -420,8 +420,8 @@ func (c *compiler) single(msg int32, m *Message, peer int, regs []Region, quant 
 // Moved returns what the rank moves in one run of the program: the bytes
 // it sends, receives and copies, and the tensors it takes part in.
 func (p *Program) Moved() (bytes int64, tensors int) {
-	for i := range p.Steps {
-		s := &p.Steps[i]
+	for i := range p.Rounds {
+		s := &p.Rounds[i]
 		for _, cp := range s.Copies {
 			bytes += cp.Bytes
 		}
@@ -439,17 +439,17 @@ func (p *Program) Moved() (bytes int64, tensors int) {
 	return bytes, tensors
 }
 
-// PeersOf returns the distinct peers of step i, sorted, for errors.
-func (p *Program) PeersOf(i int) []int { return p.Steps[i].Peers() }
+// PeersOf returns the distinct peers of Rounds[i], sorted, for errors.
+func (p *Program) PeersOf(i int) []int { return p.Rounds[i].Peers() }
 
-// TensorsOf returns the names of the tensors step i's operations carry,
+// TensorsOf returns the names of the tensors Rounds[i]'s operations carry,
 // for errors.
 func (p *Program) TensorsOf(i int) []string {
 	var out []string
 	if p.sched == nil {
 		return nil
 	}
-	s := &p.Steps[i]
+	s := &p.Rounds[i]
 	for _, list := range [][]Wire{s.Sends, s.Recvs} {
 		for _, w := range list {
 			for _, pt := range w.Parts {
@@ -468,9 +468,9 @@ func (p *Program) Schedule() *Schedule { return p.sched }
 
 // Wires counts the program's send and receive operations.
 func (p *Program) Wires() (sends, recvs int) {
-	for i := range p.Steps {
-		sends += len(p.Steps[i].Sends)
-		recvs += len(p.Steps[i].Recvs)
+	for i := range p.Rounds {
+		sends += len(p.Rounds[i].Sends)
+		recvs += len(p.Rounds[i].Recvs)
 	}
 	return sends, recvs
 }
@@ -479,7 +479,7 @@ func (p *Program) Wires() (sends, recvs int) {
 // golden tests and debugging.
 func (p *Program) WriteTo(w io.Writer) (int64, error) {
 	ew := &countWriter{w: w}
-	fmt.Fprintf(ew, "rank %d of %d, route %s, %d messages, %d steps\n", p.Rank, p.World, p.Route, p.Messages, len(p.Steps))
+	fmt.Fprintf(ew, "rank %d of %d, route %s, %d messages, %d rounds\n", p.Rank, p.World, p.Route, p.Messages, len(p.Rounds))
 	fmt.Fprintf(ew, "staging: even rounds send %d recv %d, odd rounds send %d recv %d\n",
 		p.Staging[0][0], p.Staging[0][1], p.Staging[1][0], p.Staging[1][1])
 	for t, n := range p.Full {
@@ -487,8 +487,8 @@ func (p *Program) WriteTo(w io.Writer) (int64, error) {
 			fmt.Fprintf(ew, "scratch: tensor %s %d bytes\n", p.sched.TensorName(t), n)
 		}
 	}
-	for _, st := range p.Steps {
-		fmt.Fprintf(ew, "round %d\n", st.Round)
+	for _, st := range p.Rounds {
+		fmt.Fprintf(ew, "round %d\n", st.Index)
 		for _, cp := range st.Copies {
 			q := ""
 			if cp.Quant {
@@ -508,7 +508,7 @@ func (p *Program) WriteTo(w io.Writer) (int64, error) {
 				fmt.Fprintf(ew, "  %s %s %d %s %d bytes %s", list.name, dir, wr.Peer, wr.Class, wr.Bytes, wr.Mode)
 				switch wr.Mode {
 				case WireStaged:
-					fmt.Fprintf(ew, " @%d:", wr.StageOff)
+					fmt.Fprintf(ew, " @%d:", wr.StagingOff)
 					for _, pt := range wr.Parts {
 						q := ""
 						if pt.Quant {
@@ -550,8 +550,8 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// Peers returns the sorted distinct peers of the step's wire operations.
-func (st *Step) Peers() []int {
+// Peers returns the sorted distinct peers of the round's wire operations.
+func (st *Round) Peers() []int {
 	var out []int
 	for _, list := range [][]Wire{st.Recvs, st.Sends} {
 		for _, w := range list {

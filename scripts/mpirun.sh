@@ -3,7 +3,7 @@
 # container, CI): more ranks than cores, no core binding, OpenMPI's plain
 # shared-memory transport without the single-copy mechanism that containers
 # forbid. M2N_MPIRUN_FLAGS replaces the options; M2N_MPIRUN the launcher.
-# internal/mpitest/command.go holds the same list for the Go tests.
+# internal/testutil/mpitest/command.go holds the same list for the Go tests.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}

@@ -9,6 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport/netem"
 )
 
 // Prepare prepares a call of the tensors in specs (names, both layouts,
@@ -41,7 +42,7 @@ func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard
 	}
 	tr := s.dev.forTopology(s.base, topo)
 	if s.nic != nil {
-		tr = hier.EmulateOn(tr, topo, s.nic)
+		tr = netem.Wrap(tr, topo, s.nic)
 	}
 	if s.opts.WrapTransport != nil {
 		tr = s.opts.WrapTransport(tr)

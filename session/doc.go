@@ -38,6 +38,6 @@
 // DriverReplay (the default), DriverGraph (the step captured once as a CUDA
 // graph) or DriverHost (rounds driven from the host, which Verify needs).
 //
-// Pipeline stages (Stages) are sessions of their own, one communicator per
+// Pipeline stages (Session.Pipeline) are sessions of their own, one communicator per
 // stage, whose calls run concurrently.
 package session

@@ -8,11 +8,13 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
-	"github.com/m2n-dev/m2n/stage"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -72,9 +74,9 @@ func ExampleSession_Prepare_errors() {
 // Pipeline stages (the paper's Example B): two stages of two trainer
 // ranks and one generator rank, each stage on a communicator of its own,
 // run concurrently every step.
-func ExampleSession_Stages() {
+func ExampleSession_Pipeline() {
 	var s *session.Session // joined over 5 ranks
-	st, err := s.Stages(stage.Contiguous(2, 2, 1))
+	st, err := s.Pipeline(pipeline.Contiguous(2, 2, 1))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -93,5 +95,45 @@ func ExampleSession_Stages() {
 	var bufs [][]refit.TensorBuffers // per stage, this rank's buffers
 	if _, err := call.Run(context.Background(), func(stage int) []refit.TensorBuffers { return bufs[stage] }); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// A whole model every step: its layouts from model.New, one call per
+// pipeline stage prepared at once, this rank's (fused) buffers allocated,
+// filled and checked with package pattern. Errors return rather than exit,
+// so that the deferred Close runs and the other ranks learn of a failure
+// at their next collective (examples/model is this as a program).
+func ExampleSession_PrepareModel() {
+	var s *session.Session // joined over 8 ranks
+	err := func() error {
+		m, err := model.Load("deepseek-v3", model.LoadOptions{Scale: 32, Layers: 2})
+		if err != nil {
+			return err
+		}
+		layouts, err := model.New(m, model.Trainer{PP: 2, EP: 2, DP: 2}, model.Generator{TP: 2, DP: 2})
+		if err != nil {
+			return err
+		}
+		ctx := context.Background()
+		sync, err := s.PrepareModel(ctx, layouts, hier.Hier{})
+		if err != nil {
+			return err
+		}
+		defer sync.Close()
+		bufs, err := sync.Alloc()
+		if err != nil {
+			return err
+		}
+		defer sync.Free(bufs)
+		if err := sync.FillParts(bufs, model.Src, pattern.Fill); err != nil {
+			return err
+		}
+		if _, err := sync.Run(ctx, bufs); err != nil {
+			return err
+		}
+		return sync.ReadParts(bufs, model.Dst, pattern.Check)
+	}()
+	if err != nil {
+		fmt.Println(err)
 	}
 }

@@ -18,9 +18,9 @@ import (
 // place through their views. Run moves one step of the whole model, the
 // stages concurrently.
 type Model struct {
-	Layouts *model.Layouts
-	Stages  *Stages
-	Call    *StagedCall
+	Layouts  *model.Layouts
+	Pipeline *Pipeline
+	Call     *PipelineCall
 	// Specs[s] are stage s's specs with this rank's views (nil where the
 	// rank is not in stage s); Index[s][i] is spec i's index in the
 	// model's tensor list (a piece's: its whole tensor's, model.TensorLayout).
@@ -43,11 +43,11 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 		{Name: "generator", Value: fmt.Sprint(l.Generator)}, {Name: "model tensors", Value: fmt.Sprint(len(l.Model.Tensors))}}, localErr); err != nil {
 		return nil, err
 	}
-	st, err := s.Stages(l.Ranks)
+	st, err := s.Pipeline(l.Ranks)
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Layouts: l, Stages: st, Specs: make([][]refit.Spec, len(l.Stages)), Index: make([][]int, len(l.Stages))}
+	m := &Model{Layouts: l, Pipeline: st, Specs: make([][]refit.Spec, len(l.Stages)), Index: make([][]int, len(l.Stages))}
 	index := map[string]int{}
 	for i, t := range l.Model.Tensors {
 		index[t.Name] = i
@@ -99,7 +99,7 @@ func ScaleName(tensor string) string { return tensor + "_scale_inv" }
 func (m *Model) Alloc() (*ModelBuffers, error) {
 	b := &ModelBuffers{Src: make([]map[string]transport.Buffer, len(m.Specs)), Dst: make([]map[string]transport.Buffer, len(m.Specs)),
 		Scale: make([]map[string]transport.Buffer, len(m.Specs))}
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -138,7 +138,7 @@ func (m *Model) Alloc() (*ModelBuffers, error) {
 
 // Free releases buffers from Alloc.
 func (m *Model) Free(b *ModelBuffers) {
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -156,7 +156,7 @@ func (m *Model) Free(b *ModelBuffers) {
 // Tensors returns stage si's buffers for its call, one TensorBuffers per
 // spec: each tensor's part is its buffer by name (through its view).
 func (m *Model) Tensors(si int, b *ModelBuffers) []refit.TensorBuffers {
-	ss := m.Stages.Sessions[si]
+	ss := m.Pipeline.Sessions[si]
 	if ss == nil {
 		return nil
 	}
@@ -232,5 +232,5 @@ func (m *Model) Total() (bytes int64, tensors int) {
 // Close frees the stages' calls and sessions.
 func (m *Model) Close() error {
 	m.Call.Close()
-	return m.Stages.Close()
+	return m.Pipeline.Close()
 }

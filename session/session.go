@@ -13,6 +13,7 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/netem"
 )
 
 // Device says where a session's tensors live and how they move.
@@ -74,7 +75,7 @@ type Options struct {
 	// unless every tensor of the step arrived everywhere.
 	Verify, Atomic bool
 	// EmulateNetBW, in bytes per second, caps each rank's cross-domain
-	// send and receive rate (hier.Emulate), so that routes' schedules show
+	// send and receive rate (netem.Wrap), so that routes' schedules show
 	// on one machine; 0 is the real network.
 	EmulateNetBW float64
 	// NoInPlace makes the CPU device pack strided regions through staging
@@ -123,8 +124,8 @@ type Session struct {
 	base     transport.Transport
 	rt       *refit.Runtime // the step runtime of the session's calls
 	closed   bool
-	owned    bool      // the device is this session's to close (not a stage's parent's)
-	nic      *hier.NIC // the emulated network interface, shared with this rank's stage sessions
+	owned    bool       // the device is this session's to close (not a stage's parent's)
+	nic      *netem.NIC // the emulated network interface, shared with this rank's stage sessions
 	// of a pipeline stage's session (Stages): the session it was split
 	// from, which a stage's abort aborts too, and the stage's place in it.
 	parent  *Session
@@ -183,7 +184,7 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), owned: true, memcpyMin: memcpyMin}
 	if localErr == nil && opts.EmulateNetBW > 0 {
 		var err error
-		if s.nic, err = hier.NewNIC(opts.EmulateNetBW); err != nil {
+		if s.nic, err = netem.NewNIC(opts.EmulateNetBW); err != nil {
 			localErr = fmt.Errorf("rank %d: %w", comm.Rank(), err)
 		}
 	}

@@ -9,16 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/mpitest"
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
-	"github.com/m2n-dev/m2n/stage"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -115,7 +116,7 @@ func TestPrepareOnceRunEverySteps(t *testing.T) {
 			{Name: "row", Src: layout(t, "48x40", placement.F32, []int{4}, 0, "S0"), Dst: layout(t, "48x40", placement.F32, []int{2, 2}, 4, "R,S1")},
 			{Name: "norm", Src: layout(t, "40", placement.BF16, []int{4}, 0, "R"), Dst: layout(t, "40", placement.BF16, []int{2, 2}, 4, "R,R")},
 		}
-		for _, route := range []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}, hier.Hier{}, hier.Auto{Fabric: hier.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
+		for _, route := range []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}, hier.Hier{}, bounds.Auto{Fabric: bounds.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
 			call, err := s.Prepare(context.Background(), specs, route)
 			if err != nil {
 				t.Fatalf("%s: %v", route.Name(), err)
@@ -320,7 +321,7 @@ func TestStagesConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		st, err := s.Stages(stage.Contiguous(2, 2, 1))
+		st, err := s.Pipeline(pipeline.Contiguous(2, 2, 1))
 		if err != nil {
 			t.Fatal(err)
 		}

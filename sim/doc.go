@@ -1,6 +1,6 @@
 // Package sim is a flow-level simulator of m2n's reshards on a modelled
 // cluster. It runs the schedules the routes build (reshard.Flat,
-// reshard.AllGatherBroadcast, hier.Hier, hier.Auto), for one tensor or a
+// reshard.AllGatherBroadcast, hier.Hier, bounds.Auto), for one tensor or a
 // whole model, at 256 to 4096 GPUs, so that what cannot run here is
 // predicted from the planner's and the routes' own output rather than from
 // a separate formula.
@@ -52,7 +52,7 @@
 //		Schedule: reshard.ScheduleOptions{ChunkBytes: 64 << 20, StagingBytes: 1 << 30}}
 //	rr, _ := sim.SimulateRoute("hier", []sim.Stage{{Plans: []*reshard.Plan{plan}, Topo: topo}}, setup)
 //	rr.Result.Seconds          // the completion time
-//	rr.Bound.Seconds           // the data-movement model's bound (hier.Bounds)
+//	rr.Bound.Seconds           // the data-movement model's bound (bounds.Of)
 //	rr.Result.Critical.Binding // the link the critical path spent the most time on
 //
 // For a whole model, package model lays it out and ModelStages plans it,

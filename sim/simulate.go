@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -11,7 +12,7 @@ import (
 // Stage is one communicator's share of a reshard: the plans of its
 // tensors, over that communicator's ranks. A single reshard is one stage
 // whose communicator is the world; with pipeline parallelism each stage's
-// communicator holds its trainers and every generator (stage.Layout).
+// communicator holds its trainers and every generator (pipeline.Layout).
 type Stage struct {
 	// Name names the stage in reports ("stage 0"); empty uses the route.
 	Name string
@@ -53,8 +54,8 @@ type Setup struct {
 
 // Fabric is the data-movement model's view of the cluster (per-rank
 // bandwidths: a NIC shared by g GPUs gives each NetBW/g).
-func (c Cluster) Fabric() hier.Fabric {
-	return hier.Fabric{NetBW: c.NetBW / float64(max(c.GPUsPerNIC, 1)), LocalBW: c.LocalBW, Latency: c.NetLatency}
+func (c Cluster) Fabric() bounds.Fabric {
+	return bounds.Fabric{NetBW: c.NetBW / float64(max(c.GPUsPerNIC, 1)), LocalBW: c.LocalBW, Latency: c.NetLatency}
 }
 
 // RouteResult is one route's simulation beside the model's bound.
@@ -64,17 +65,17 @@ type RouteResult struct {
 	Route  string `json:"route"`
 	Chosen string `json:"chosen"`
 	Why    string `json:"why,omitempty"`
-	// Bound is the model's bound for the chosen route (hier.Bounds on the
+	// Bound is the model's bound for the chosen route (bounds.Of on the
 	// stages' problem; stages that run one after another add up).
-	Bound    hier.Bound `json:"bound"`
-	Messages int        `json:"messages"`
-	Rounds   int        `json:"rounds"`
-	Result   *Result    `json:"result"`
+	Bound    bounds.Bound `json:"bound"`
+	Messages int          `json:"messages"`
+	Rounds   int          `json:"rounds"`
+	Result   *Result      `json:"result"`
 }
 
 // Routes are the routes SimulateRoute knows besides auto, in the order
 // "all" runs them.
-var Routes = hier.Routes
+var Routes = bounds.Routes
 
 // schedule builds one stage's schedule for a route ("auto" resolved
 // already).
@@ -82,7 +83,7 @@ func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 	if route == "auto" {
 		return nil, fmt.Errorf("sim: auto must be resolved before scheduling")
 	}
-	r, err := hier.ParseRoute(route, s.Balance, s.Cluster.Fabric())
+	r, err := bounds.ParseRoute(route, s.Balance, s.Cluster.Fabric())
 	if err != nil {
 		return nil, err
 	}
@@ -90,31 +91,31 @@ func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 }
 
 // StageProblem is the model's problem for one stage's tensors
-// (hier.ProblemOf).
-func StageProblem(st Stage, chunk float64) hier.Problem {
-	return hier.ProblemOf(st.Plans, st.Topo, chunk)
+// (bounds.ProblemOf).
+func StageProblem(st Stage, chunk float64) bounds.Problem {
+	return bounds.ProblemOf(st.Plans, st.Topo, chunk)
 }
 
 // ConcurrentProblem combines the problems of stages that run at once on
-// disjoint sources and shared destinations (hier.Combine).
-func ConcurrentProblem(ps []hier.Problem) hier.Problem { return hier.Combine(ps...) }
+// disjoint sources and shared destinations (bounds.Combine).
+func ConcurrentProblem(ps []bounds.Problem) bounds.Problem { return bounds.Combine(ps...) }
 
 // Bounds returns every route's bound for the stages: of their combined
 // problem when they run concurrently, the sum of each stage's when they
 // run one after another.
-func Bounds(stages []Stage, s Setup) []hier.Bound {
+func Bounds(stages []Stage, s Setup) []bounds.Bound {
 	f := s.Cluster.Fabric()
 	chunk := float64(s.Schedule.ChunkBytes)
-	var probs []hier.Problem
+	var probs []bounds.Problem
 	for _, st := range stages {
 		probs = append(probs, StageProblem(st, chunk))
 	}
 	if !s.Sequential || len(probs) == 1 {
-		return hier.Bounds(ConcurrentProblem(probs), f)
+		return bounds.Of(ConcurrentProblem(probs), f)
 	}
-	var sum []hier.Bound
+	var sum []bounds.Bound
 	for i, p := range probs {
-		bs := hier.Bounds(p, f)
+		bs := bounds.Of(p, f)
 		if i == 0 {
 			sum = bs
 			continue
@@ -136,7 +137,7 @@ func Bounds(stages []Stage, s Setup) []hier.Bound {
 }
 
 // SimulateRoute schedules a route ("flat", "agbcast", "hier", or "auto",
-// which picks by the model as hier.Auto does) for every stage, runs the
+// which picks by the model as bounds.Auto does) for every stage, runs the
 // stages together on the cluster and returns the result beside the route's
 // bound. Stages are scheduled two at a time (the schedules are large; the
 // simulation itself is one thread).
@@ -153,12 +154,12 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 		return nil, fmt.Errorf("sim: nothing to simulate (no tensors)")
 	}
 	rr := &RouteResult{Route: route, Chosen: route}
-	bounds := Bounds(stages, s)
+	bs := Bounds(stages, s)
 	if route == "auto" {
-		c := hier.Choose(hierProblemForAuto(stages, s), s.Cluster.Fabric())
+		c := bounds.Choose(hierProblemForAuto(stages, s), s.Cluster.Fabric())
 		rr.Chosen, rr.Why = c.Route, c.Why
 	}
-	for _, b := range bounds {
+	for _, b := range bs {
 		if b.Route == rr.Chosen {
 			rr.Bound = b
 		}
@@ -233,9 +234,9 @@ func stageName(st Stage, i int) string {
 }
 
 // hierProblemForAuto is the problem auto decides on: the stages' combined
-// problem (hier.Auto's own rule inside one stage).
-func hierProblemForAuto(stages []Stage, s Setup) hier.Problem {
-	var probs []hier.Problem
+// problem (bounds.Auto's own rule inside one stage).
+func hierProblemForAuto(stages []Stage, s Setup) bounds.Problem {
+	var probs []bounds.Problem
 	for _, st := range stages {
 		probs = append(probs, StageProblem(st, float64(s.Schedule.ChunkBytes)))
 	}

@@ -3,12 +3,12 @@ package sim
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/stage"
 )
 
 // StageTopology is the topology of a pipeline stage's communicator:
-// members[i] is the world rank of local rank i (stage.Layout.Members), and
+// members[i] is the world rank of local rank i (pipeline.Layout.Members), and
 // each keeps its world domain.
 func StageTopology(world reshard.Topology, members []int) reshard.Topology {
 	if world.Domain == nil {
@@ -29,7 +29,7 @@ func StageTopology(world reshard.Topology, members []int) reshard.Topology {
 // the parts' indices. With sequential, each generator rank runs the stages
 // one after another (stage s+1 after its stage s); otherwise the stages run
 // concurrently, each rank running one executor per stage it belongs to.
-func (p *Program) AddStages(l stage.Layout, scheds []*reshard.Schedule, inPlace, sequential bool) ([]int, error) {
+func (p *Program) AddStages(l pipeline.Layout, scheds []*reshard.Schedule, inPlace, sequential bool) ([]int, error) {
 	if len(scheds) != l.Stages() {
 		return nil, fmt.Errorf("sim: %d schedules for %d stages", len(scheds), l.Stages())
 	}

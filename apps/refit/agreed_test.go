@@ -83,7 +83,7 @@ func TestEnvironmentReadsAgreed(t *testing.T) {
 		if info.IsDir() && (info.Name() == ".git" || info.Name() == "testdata" || info.Name() == "examples" || info.Name() == "bench") {
 			return filepath.SkipDir
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.Contains(path, "internal/mpitest") {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.Contains(path, "internal/testutil/mpitest") {
 			return nil
 		}
 		b, err := os.ReadFile(path)

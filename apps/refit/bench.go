@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
@@ -156,7 +156,7 @@ func benchPlain(p *pairRun, rep *runReport) error {
 	}
 	j, s, plan := p.j, p.s, p.plan
 	first := rep.Routes[0]
-	route, err := hier.ParseRoute(strings.TrimPrefix(first.Route, "auto:"), j.set.balance, p.fabric)
+	route, err := bounds.ParseRoute(strings.TrimPrefix(first.Route, "auto:"), j.set.balance, p.fabric)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 )
 
 // app is one part of an mpirun launch: np ranks of refit (or of prog)

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -30,7 +30,7 @@ type pairRun struct {
 	src     placement.Layout
 	dst     placement.Layout
 	plan    *reshard.Plan
-	fabric  hier.Fabric
+	fabric  bounds.Fabric
 	srcBuf  transport.Buffer
 	dstBuf  transport.Buffer
 	dstHost []byte // host copy of the destination buffer, for poison and checks
@@ -188,7 +188,7 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 	rep.Fabric = p.fabric
 	stopHere("prepare")
 	for _, name := range names {
-		route, err := hier.ParseRoute(name, j.set.balance, p.fabric)
+		route, err := bounds.ParseRoute(name, j.set.balance, p.fabric)
 		if err != nil {
 			return nil, err
 		}
@@ -207,11 +207,11 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 			return nil, err
 		}
 		rr.Why = sched.Note
-		bounds := map[string]hier.Bound{}
-		for _, b := range hier.Bounds(hier.FromPlan(p.plan, call.Topology(), float64(opts.ChunkBytes)), p.fabric) {
-			bounds[b.Route] = b
+		byRoute := map[string]bounds.Bound{}
+		for _, b := range bounds.Of(bounds.FromPlan(p.plan, call.Topology(), float64(opts.ChunkBytes)), p.fabric) {
+			byRoute[b.Route] = b
 		}
-		if b, ok := bounds[strings.TrimPrefix(sched.Route, "auto:")]; ok && b.Seconds > 0 {
+		if b, ok := byRoute[strings.TrimPrefix(sched.Route, "auto:")]; ok && b.Seconds > 0 {
 			rr.BoundSec, rr.Binding, rr.Ratio = b.Seconds, b.Binding, rr.MedianSec/b.Seconds
 		}
 		rep.Routes = append(rep.Routes, rr)

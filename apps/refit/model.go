@@ -6,6 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/spf13/cobra"
@@ -49,7 +50,7 @@ Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 			if cmd.CalledAs() == "model" {
 				fmt.Fprintln(cmd.ErrOrStderr(), "refit: \"refit model\" is now \"refit bound\" (refit layouts lays out whole models); the old name will go")
 			}
-			fab := hier.Fabric{Latency: latency}
+			fab := bounds.Fabric{Latency: latency}
 			var err error
 			if fab.NetBW, err = parseRate(netBW); err != nil {
 				return flagError("net-bw", netBW, err)
@@ -61,7 +62,7 @@ Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 			if err != nil {
 				return flagError("chunk-bytes", chunk, err)
 			}
-			var prob hier.Problem
+			var prob bounds.Problem
 			explicit := cmd.Flags().Changed("bytes")
 			layoutForm := pf.shape != ""
 			switch {
@@ -72,7 +73,7 @@ Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 				if err != nil {
 					return flagError("bytes", bytes, err)
 				}
-				if prob, err = hier.Uniform(float64(b), sources, shards, rho, domains, float64(ch)); err != nil {
+				if prob, err = bounds.Uniform(float64(b), sources, shards, rho, domains, float64(ch)); err != nil {
 					return usageError{err}
 				}
 			case layoutForm:
@@ -97,16 +98,16 @@ Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 				if err != nil {
 					return usageError{err}
 				}
-				prob = hier.FromPlan(plan, topo, float64(ch))
+				prob = bounds.FromPlan(plan, topo, float64(ch))
 			default:
 				return usageError{fmt.Errorf("give --bytes --sources --dst-shards --rho (explicit form) or the layout flags --shape ... (layout form)")}
 			}
-			choice := hier.Choose(prob, fab)
+			choice := bounds.Choose(prob, fab)
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
-					Problem hier.Problem `json:"problem"`
-					Fabric  hier.Fabric  `json:"fabric"`
-					hier.Choice
+					Problem bounds.Problem `json:"problem"`
+					Fabric  bounds.Fabric  `json:"fabric"`
+					bounds.Choice
 				}{prob, fab, choice})
 			}
 			return writeModel(cmd.OutOrStdout(), prob, fab, choice)
@@ -131,7 +132,7 @@ Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 	return cmd
 }
 
-func writeModel(w io.Writer, p hier.Problem, fab hier.Fabric, c hier.Choice) error {
+func writeModel(w io.Writer, p bounds.Problem, fab bounds.Fabric, c bounds.Choice) error {
 	ranks := 0
 	for _, d := range p.Domains {
 		ranks += d.Ranks

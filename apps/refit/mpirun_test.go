@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
@@ -89,7 +89,7 @@ func TestConformanceMPI(t *testing.T) {
 			name := fmt.Sprintf("line%d/%s/domains%d", c.Line, c.Arrangement, domains)
 			t.Run(name, func(t *testing.T) {
 				routes := "all,auto"
-				want := append(append([]string(nil), hier.Routes...), "auto")
+				want := append(append([]string(nil), bounds.Routes...), "auto")
 				args := []string{"run", "--check", "--json", "--iters", "1", "--warmup", "0"}
 				if domains > 1 {
 					n := c.Dst.Mesh().Size()

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 )
@@ -62,7 +62,7 @@ type runReport struct {
 	Domains     []int         `json:"domains"`
 	EmulatedBW  float64       `json:"emulated_net_bw,omitempty"`
 	FabricGiven bool          `json:"fabric_given,omitempty"`
-	Fabric      hier.Fabric   `json:"fabric"`
+	Fabric      bounds.Fabric `json:"fabric"`
 	Routes      []routeReport `json:"routes"`
 }
 

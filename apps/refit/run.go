@@ -7,8 +7,8 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/stage"
 	"github.com/spf13/cobra"
 )
 
@@ -130,7 +130,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 	if err := j.agreeReady(err); err != nil {
 		return err
 	}
-	st, err := j.s.Stages(l)
+	st, err := j.s.Pipeline(l)
 	if err != nil {
 		return err
 	}
@@ -199,8 +199,8 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 
 // stageLayout reads the stage layout of --pp-stages and returns it with
 // a function that gives stage s's layouts, local to its communicator.
-func (f *runFlags) stageLayout(world int, set settings) (stage.Layout, func(s int) (placement.Layout, placement.Layout, error), error) {
-	var l stage.Layout
+func (f *runFlags) stageLayout(world int, set settings) (pipeline.Layout, func(s int) (placement.Layout, placement.Layout, error), error) {
+	var l pipeline.Layout
 	shape, err := placement.ParseShape(f.pair.shape)
 	if err != nil {
 		return l, nil, flagError("shape", f.pair.shape, err)
@@ -221,7 +221,7 @@ func (f *runFlags) stageLayout(world int, set settings) (stage.Layout, func(s in
 		return l, nil, flagError("dst-mesh", f.pair.dstMesh, err)
 	}
 	m, g := prodInts(sm), prodInts(dm)
-	l = stage.Contiguous(f.ppStages, m, g)
+	l = pipeline.Contiguous(f.ppStages, m, g)
 	if f.pair.dstRanks != "" {
 		if l.Generators, err = mesh.ParseRanks(f.pair.dstRanks); err != nil {
 			return l, nil, flagError("dst-ranks", f.pair.dstRanks, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/placement"
@@ -90,11 +91,11 @@ func (f *runFlags) routes() ([]string, error) {
 		case r == "all" && f.dstDType != "":
 			out = append(out, "flat", "hier") // agbcast cannot convert in flight
 		case r == "all":
-			out = append(out, hier.Routes...)
-		case slices.Contains(hier.Routes, r) || r == "auto":
+			out = append(out, bounds.Routes...)
+		case slices.Contains(bounds.Routes, r) || r == "auto":
 			out = append(out, r)
 		default:
-			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want %s, auto or all", r, strings.Join(hier.Routes, ", ")))
+			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want %s, auto or all", r, strings.Join(bounds.Routes, ", ")))
 		}
 	}
 	return out, nil
@@ -105,7 +106,7 @@ type settings struct {
 	opts        session.Options
 	balance     hier.Balance
 	fp8         fp8.Mode // --dst-dtype e4m3: the scaling mode; 0 without conversion
-	fabric      hier.Fabric
+	fabric      bounds.Fabric
 	fabricGiven bool // --net-bw or --local-bw was given
 	measure     bool // measure the local bandwidth for the fabric
 }
@@ -218,7 +219,7 @@ func (f *runFlags) settings() (settings, error) {
 	if err != nil || lat < 0 {
 		return s, flagError("latency", f.latency, fmt.Errorf("want a duration of at least 0, like 20us"))
 	}
-	s.fabric = hier.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: lat.Seconds()}
+	s.fabric = bounds.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: lat.Seconds()}
 	if s.opts.EmulateNetBW > 0 {
 		s.fabric.NetBW = s.opts.EmulateNetBW
 		s.measure = true

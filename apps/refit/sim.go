@@ -14,10 +14,10 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/sim"
-	"github.com/m2n-dev/m2n/stage"
 	"github.com/spf13/cobra"
 )
 
@@ -442,7 +442,7 @@ func simStages(f *simFlags, c sim.Cluster) ([]sim.Stage, int, reshard.Topology, 
 			return nil, 0, reshard.Topology{}, src, dst, err
 		}
 		m, g := src.Mesh().Size(), dst.Mesh().Size()
-		l := stage.Contiguous(f.ppStages, m, g)
+		l := pipeline.Contiguous(f.ppStages, m, g)
 		world := f.ppStages*m + g
 		dom := make([]int, world)
 		for r := 0; r < f.ppStages*m; r++ {

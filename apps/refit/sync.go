@@ -13,10 +13,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
@@ -117,28 +117,28 @@ type syncReport struct {
 	// FP8 is the scaling mode of the tensors the generator receives in FP8
 	// (--dst-dtype e4m3), FP8Tensors how many, DstBytes the model's bytes as
 	// the generator holds them (each tensor once, FP8 where converted).
-	FP8        string        `json:"fp8_scale,omitempty"`
-	FP8Tensors int           `json:"fp8_tensors,omitempty"`
-	DstBytes   int64         `json:"dst_bytes"`
-	Routes     []string      `json:"routes"` // per stage
-	Iters      int           `json:"iters"`
-	MedianSec  float64       `json:"median_s"`
-	MinSec     float64       `json:"min_s"`
-	MaxSec     float64       `json:"max_s"`
-	StepsSec   []float64     `json:"steps_s"`
-	GBps       float64       `json:"model_gbps"`
-	Check      string        `json:"check"`
-	Completed  int           `json:"completed"`
-	Failed     []string      `json:"failed,omitempty"`
-	Links      [3]int64      `json:"bytes_by_link"` // network, local, self; sent, summed over ranks
-	Stages     []stageReport `json:"stages"`
-	Slowest    int           `json:"slowest_rank"`
-	Ranks      []syncRank    `json:"ranks"`
-	Fabric     hier.Fabric   `json:"fabric"`
-	EmulatedBW float64       `json:"emulated_net_bw,omitempty"`
-	Bounds     []hier.Bound  `json:"bounds"`
-	Compare    *compareRun   `json:"compare,omitempty"`
-	Baseline   *baselineRun  `json:"baseline,omitempty"`
+	FP8        string         `json:"fp8_scale,omitempty"`
+	FP8Tensors int            `json:"fp8_tensors,omitempty"`
+	DstBytes   int64          `json:"dst_bytes"`
+	Routes     []string       `json:"routes"` // per stage
+	Iters      int            `json:"iters"`
+	MedianSec  float64        `json:"median_s"`
+	MinSec     float64        `json:"min_s"`
+	MaxSec     float64        `json:"max_s"`
+	StepsSec   []float64      `json:"steps_s"`
+	GBps       float64        `json:"model_gbps"`
+	Check      string         `json:"check"`
+	Completed  int            `json:"completed"`
+	Failed     []string       `json:"failed,omitempty"`
+	Links      [3]int64       `json:"bytes_by_link"` // network, local, self; sent, summed over ranks
+	Stages     []stageReport  `json:"stages"`
+	Slowest    int            `json:"slowest_rank"`
+	Ranks      []syncRank     `json:"ranks"`
+	Fabric     bounds.Fabric  `json:"fabric"`
+	EmulatedBW float64        `json:"emulated_net_bw,omitempty"`
+	Bounds     []bounds.Bound `json:"bounds"`
+	Compare    *compareRun    `json:"compare,omitempty"`
+	Baseline   *baselineRun   `json:"baseline,omitempty"`
 }
 
 type stageReport struct {
@@ -259,11 +259,11 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	// the fabric: measured local bandwidth when emulating.
 	fabric := j.set.fabric
-	routeOn := func(f hier.Fabric) (reshard.Route, error) {
+	routeOn := func(f bounds.Fabric) (reshard.Route, error) {
 		if in.route == "auto" {
-			return hier.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
+			return bounds.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
 		}
-		return hier.ParseRoute(in.route, j.set.balance, f)
+		return bounds.ParseRoute(in.route, j.set.balance, f)
 	}
 	route, err := routeOn(fabric)
 	if err != nil {
@@ -332,7 +332,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		t0 := time.Now()
 		reps, err := m.Run(ctx, bufs)
 		if err != nil {
-			for _, ss := range m.Stages.Sessions { // the first stage that aborted, for quiet
+			for _, ss := range m.Pipeline.Sessions { // the first stage that aborted, for quiet
 				if ss != nil {
 					j.noteFailure(ss, err)
 				}
@@ -474,7 +474,7 @@ func fillModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 // poisonModel fills this rank's destination parts and scale tensors with
 // the poison.
 func poisonModel(m *session.Model, b *session.ModelBuffers) error {
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil || si >= len(b.Scale) {
 			continue
 		}
@@ -521,7 +521,7 @@ func checkModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 // tensor it receives in FP8), rank being its rank in t's stage.
 func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayout, rank int) ([]byte, error) {
 	for si, st := range m.Layouts.Stages {
-		ss := m.Stages.Sessions[si]
+		ss := m.Pipeline.Sessions[si]
 		if ss == nil || ss.Rank() != rank || !slices.Contains(st.Tensors, t) {
 			continue
 		}
@@ -542,7 +542,7 @@ func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayou
 // the host bytes of the buffer that holds it (the buffer itself on CPUs;
 // on GPUs a host copy, written back after fn when write is set).
 func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn func(*model.TensorLayout, int, uint64, []byte, model.Part) error, write bool) error {
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -598,7 +598,7 @@ func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn fun
 // every rank of the job the result.
 func modelLocalBW(j *job, m *session.Model) (float64, error) {
 	bw := 0.0
-	if ss := m.Stages.Sessions[0]; ss != nil {
+	if ss := m.Pipeline.Sessions[0]; ss != nil {
 		st := m.Layouts.Stages[0]
 		var gens []int
 		for r := st.Trainers; r < st.Trainers+st.Generators; r++ {
@@ -615,8 +615,8 @@ func modelLocalBW(j *job, m *session.Model) (float64, error) {
 // modelBounds is every route's bound for the whole model: each stage's
 // problem (its tensors together), the stages combined (they run at once
 // into the same generator domains).
-func modelBounds(m *session.Model, f hier.Fabric, chunk float64) []hier.Bound {
-	var probs []hier.Problem
+func modelBounds(m *session.Model, f bounds.Fabric, chunk float64) []bounds.Bound {
+	var probs []bounds.Problem
 	for si, c := range m.Call.Calls {
 		if c == nil {
 			// every rank knows every stage's layouts: plan them here too.
@@ -629,12 +629,12 @@ func modelBounds(m *session.Model, f hier.Fabric, chunk float64) []hier.Bound {
 				}
 				plans = append(plans, p)
 			}
-			probs = append(probs, hier.ProblemOf(plans, stageTopology(m, si), chunk))
+			probs = append(probs, bounds.ProblemOf(plans, stageTopology(m, si), chunk))
 			continue
 		}
-		probs = append(probs, hier.ProblemOf(c.Plans(), c.Topology(), chunk))
+		probs = append(probs, bounds.ProblemOf(c.Plans(), c.Topology(), chunk))
 	}
-	return hier.Bounds(hier.Combine(probs...), f)
+	return bounds.Of(bounds.Combine(probs...), f)
 }
 
 // stageTopology is stage si's topology as a rank outside it sees it: every
@@ -685,7 +685,7 @@ func (j *job) syncAccounting(m *session.Model, reps []*refit.Report, start, warm
 		for _, n := range p.Full {
 			scratch += n
 		}
-		bound += m.Stages.Sessions[si].Options().StagingBytes
+		bound += m.Pipeline.Sessions[si].Options().StagingBytes
 	}
 	src, dst := m.Layouts.RankBytes(j.rank)
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Sent[reshard.LinkLocal], st.Sent[reshard.LinkSelf],
@@ -819,11 +819,11 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 	}()
 	// each tensor's call on the sync's route (auto: the route the model
 	// picks for that tensor alone).
-	r, err := hier.ParseRoute(routeName, j.set.balance, rep.Fabric)
+	r, err := bounds.ParseRoute(routeName, j.set.balance, rep.Fabric)
 	if err != nil {
 		return nil, err
 	}
-	for si, ss := range m.Stages.Sessions {
+	for si, ss := range m.Pipeline.Sessions {
 		if ss == nil {
 			continue
 		}
@@ -909,7 +909,7 @@ func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int)
 		if c == nil {
 			continue
 		}
-		px, err := newPlainExchange(m.Stages.Sessions[si].Memory(), c.Schedule(), m.Stages.Sessions[si].Rank())
+		px, err := newPlainExchange(m.Pipeline.Sessions[si].Memory(), c.Schedule(), m.Pipeline.Sessions[si].Rank())
 		if err != nil {
 			return nil, err
 		}

@@ -103,15 +103,9 @@ func Path() string {
 }
 
 func open() (string, error) {
-	lib, err := dl.Open(spec())
-	if errors.Is(err, dl.ErrNotFound) {
-		return "", fmt.Errorf("%w: %w", ErrNotAvailable, err)
-	}
+	lib, err := dl.Load("nvrtc", spec(), ErrNotAvailable, unsafe.Pointer(C.m2n_nvrtc_table()))
 	if err != nil {
-		return "", fmt.Errorf("nvrtc: %w", err)
-	}
-	if err := lib.Resolve(unsafe.Pointer(C.m2n_nvrtc_table())); err != nil {
-		return "", fmt.Errorf("nvrtc: not a usable NVRTC: %w", err)
+		return "", err
 	}
 	preloadBuiltins(filepath.Dir(lib.File))
 	return lib.File, nil

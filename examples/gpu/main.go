@@ -7,14 +7,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
@@ -22,77 +23,109 @@ import (
 
 func main() {
 	_, err := mpi.Init(mpi.ThreadMultiple)
-	check(err)
-	defer mpi.Finalize()
-	if err := cuda.Load(); err != nil {
-		fmt.Printf("skip: no GPU to use here: %v\n", err)
-		mpi.Finalize()
-		os.Exit(3)
+	if err == nil {
+		if err = cuda.Load(); err != nil {
+			fmt.Printf("skip: no GPU to use here: %v\n", err)
+			mpi.Finalize()
+			os.Exit(3)
+		}
+		err = run()
 	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpu:", err)
+	}
+	mpi.Finalize() // after an abort, it ends the whole job
+	if err != nil {
+		os.Exit(1)
+	}
+}
+
+func run() error {
 	s, err := session.Join(mpi.World(), session.Options{Device: session.GPU})
-	check(err)
-	defer s.Close()
+	if err != nil {
+		return err
+	}
+	defer s.Close() // on an error here, the other ranks' next collective fails naming this rank
 	n := s.Size()
 	ranks, _ := mesh.Interval([]int{n}, 0) // both layouts on every rank: colocated
 	src, err := placement.ParseLayout("2048x4096", placement.BF16, ranks, "S0")
-	check(err)
+	if err != nil {
+		return err
+	}
 	dst, err := placement.ParseLayout("2048x4096", placement.BF16, ranks, "S1")
-	check(err)
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
 	call, err := s.Prepare(ctx, []refit.Spec{{Name: "w", Src: src, Dst: dst}}, hier.Hier{})
-	check(err)
+	if err != nil {
+		return err
+	}
 	mem := s.Memory() // device memory of this rank's GPU
 	host := make([]byte, src.LocalBytes(s.Rank()))
-	check(pattern.Fill(src, s.Rank(), 0, host, placement.View{}))
+	if err := pattern.Fill(src, s.Rank(), 0, host, placement.View{}); err != nil {
+		return err
+	}
 	sb, err := mem.Alloc(int64(len(host)))
-	check(err)
-	check(mem.Upload(sb, host))
+	if err != nil {
+		return err
+	}
+	defer mem.Free(sb)
 	db, err := mem.Alloc(dst.LocalBytes(s.Rank()))
-	check(err)
+	if err != nil {
+		return err
+	}
+	defer mem.Free(db)
+	if err := mem.Upload(sb, host); err != nil {
+		return err
+	}
 	bufs := []refit.TensorBuffers{{Src: sb, Dst: db}}
 	for step := 0; step < 3; step++ {
-		_, err := call.Run(ctx, bufs)
-		check(err)
+		if _, err := call.Run(ctx, bufs); err != nil {
+			return err
+		}
 	}
 	got := make([]byte, db.Len())
-	check(mem.Download(got, db))
-	check(pattern.Check(dst, s.Rank(), 0, got, placement.View{}))
+	if err := errors.Join(mem.Download(got, db), pattern.Check(dst, s.Rank(), 0, got, placement.View{})); err != nil {
+		return err
+	}
 	// Stream-ordered steps: the trainer's stream marks where its optimizer
 	// step wrote the weights, the refit queues after that mark with no host
 	// wait, and the generator's stream waits on the refit's end.
 	gpu := mem.(*cuda.Memory)
-	trainer, err := gpu.Ctx.NewStream()
-	check(err)
-	generator, err := gpu.Ctx.NewStream()
-	check(err)
-	wrote, err := gpu.Ctx.NewEvent(false)
-	check(err)
-	check(gpu.Ctx.Memset(db.(cuda.Buffer).Ptr, 0, int(db.Len())))
-	for step := 0; step < 2; step++ {
-		check(wrote.Record(trainer)) // after the optimizer step
-		done, err := call.Launch(ctx, bufs, wrote)
-		check(err)
-		check(generator.WaitEvent(done.(*cuda.Event))) // the next forward reads the weights after this
-		_, err = call.Wait(ctx)
-		check(err)
+	trainer, err1 := gpu.Ctx.NewStream()
+	generator, err2 := gpu.Ctx.NewStream()
+	wrote, err3 := gpu.Ctx.NewEvent(false)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
 	}
-	check(generator.Synchronize())
-	check(mem.Download(got, db))
-	check(pattern.Check(dst, s.Rank(), 0, got, placement.View{}))
-	check(wrote.Destroy())
-	check(trainer.Destroy())
-	check(generator.Destroy())
-	mem.Free(sb)
-	mem.Free(db)
+	defer func() { _ = errors.Join(wrote.Destroy(), trainer.Destroy(), generator.Destroy()) }()
+	if err := gpu.Ctx.Memset(db.(cuda.Buffer).Ptr, 0, int(db.Len())); err != nil {
+		return err
+	}
+	for step := 0; step < 2; step++ {
+		if err := wrote.Record(trainer); err != nil { // after the optimizer step
+			return err
+		}
+		done, err := call.Launch(ctx, bufs, wrote)
+		if err != nil {
+			return err
+		}
+		if err := generator.WaitEvent(done.(*cuda.Event)); err != nil { // the next forward reads the weights after this
+			return err
+		}
+		if _, err := call.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	if err := errors.Join(generator.Synchronize(), mem.Download(got, db)); err != nil {
+		return err
+	}
+	if err := pattern.Check(dst, s.Rank(), 0, got, placement.View{}); err != nil {
+		return err
+	}
 	if s.Rank() == 0 {
 		fmt.Printf("3 steps on %d GPU(s), S0 -> S1, and 2 launched after a trainer's event, checked (%s driver)\n", n, call.Driver().Name())
 	}
-}
-
-func check(err error) {
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpu: rank %d: %v\n", mpi.World().Rank(), err)
-		mpi.Finalize()
-		os.Exit(1)
-	}
+	return nil
 }

@@ -128,6 +128,26 @@ func Open(s Spec) (*Library, error) {
 	return nil, e
 }
 
+// Load opens the library of s for the binding pkg ("nccl") and resolves
+// table in it, as every binding loads its C library: a library that is
+// not found is an error wrapping unavailable (the binding's
+// ErrNotAvailable, whose text starts with pkg) and ErrNotFound; any other
+// failure names pkg: "nccl: not a usable libnccl.so.2: ... lacks symbol
+// ...".
+func Load(pkg string, s Spec, unavailable error, table unsafe.Pointer) (*Library, error) {
+	lib, err := Open(s)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: %w", unavailable, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pkg, err)
+	}
+	if err := lib.Resolve(table); err != nil {
+		return nil, fmt.Errorf("%s: not a usable %s: %w", pkg, s.Name, err)
+	}
+	return lib, nil
+}
+
 // Handle returns the library's dlopen handle, for a binding's own resolver
 // (CUDA's cuGetProcAddress) to use from C.
 func (l *Library) Handle() unsafe.Pointer { return l.h }

@@ -16,14 +16,11 @@
 //	static const m2n_dl_table table = M2N_DL_TABLE(syms);
 //	const m2n_dl_table *m2n_nccl_table(void) { return &table; }
 //
-// and its Go side opens the library once and resolves the table:
+// and its Go side opens the library once and resolves the table, an
+// error wrapping its ErrNotAvailable where the library is not installed:
 //
-//	lib, err := dl.Open(dl.Spec{Name: "libnccl.so.2", Env: "M2N_NCCL_PATH",
-//		Candidates: []string{"libnccl.so.2"}})
-//	if errors.Is(err, dl.ErrNotFound) {
-//		return fmt.Errorf("%w: %w", ErrNotAvailable, err) // not installed here
-//	}
-//	err = lib.Resolve(unsafe.Pointer(C.m2n_nccl_table()))
+//	spec := dl.Spec{Name: "libnccl.so.2", Env: "M2N_NCCL_PATH", Candidates: []string{"libnccl.so.2"}}
+//	lib, err := dl.Load("nccl", spec, ErrNotAvailable, unsafe.Pointer(C.m2n_nccl_table()))
 //
 // Failures are one *Error type that names the library, the override
 // variable, every file tried with the loader's reason, or the file that

@@ -3,26 +3,26 @@
 // a GPU's streams with no host wait between rounds: batched copies, device
 // memcpys, NCCL groups, and the events that order them across a compute
 // stream and the network and local communicators' streams. It is pure Go:
-// package nccl executes a Plan on real streams (or captures it as a CUDA
+// package refit/gpu executes a Plan on real streams (or captures it as a CUDA
 // graph), and Simulate runs plans of every rank on the CPU in adversarial
 // interleavings, so that the ordering is tested where there is no GPU.
 //
-// The ordering mirrors reshard.Executor, the round-by-round host driver, with
-// events in place of host waits. For each step (round k, staging slot k mod
-// 2), on the compute stream:
+// The ordering mirrors refit.HostDriver, the round-by-round host driver,
+// with events in place of host waits. For each of the program's rounds
+// (round k, staging slot k mod 2), on the compute stream:
 //
-//   - wait for the groups of every posted step of round k-2 or earlier and
+//   - wait for the groups of every posted round k-2 or earlier and
 //     unpack what they staged: their sends have read staging slot k mod 2
 //     and their receives filled it, and a round's forwarding sends read data
 //     received at least two rounds earlier (the schedule guarantees it);
-//   - the step's local copies, in waves: a copy that reads bytes an earlier
+//   - the round's local copies, in waves: a copy that reads bytes an earlier
 //     copy of the wave writes, or writes bytes one reads, starts a new wave
 //     (a launch after it);
 //   - the packs of its staged sends, then an event;
 //
 // and on each communicator's stream, after that event, one group of the
-// step's sends and receives over that communicator, then an event the
-// compute stream waits on when it drains the step. Every stream's work
+// round's sends and receives over that communicator, then an event the
+// compute stream waits on when it drains the round. Every stream's work
 // joins the compute stream by the end, so the compute stream's completion is
 // the step's.
 package replay
@@ -82,9 +82,9 @@ type Buffers struct {
 	// Full[t] is tensor t's whole-tensor scratch, where the program needs
 	// one.
 	Full []Span
-	// Stage[slot][dir] is the staging of rounds of that parity, for sends
+	// Staging[slot][dir] is the staging of rounds of that parity, for sends
 	// (dir 0) and receives (dir 1).
-	Stage [2][2]Span
+	Staging [2][2]Span
 	// Scratch holds the local copies whose two sides cut their bytes into
 	// regions that do not pair up, packed and unpacked through it.
 	Scratch Span
@@ -92,17 +92,17 @@ type Buffers struct {
 
 // Needs is the memory a program's replay needs beyond the tensor buffers.
 type Needs struct {
-	Stage   [2][2]int64
+	Staging [2][2]int64
 	Full    []int64
 	Scratch int64
 }
 
 // NeedsOf returns what a program's replay needs.
 func NeedsOf(p *reshard.Program) Needs {
-	n := Needs{Stage: p.Staging, Full: slices.Clone(p.Full)}
-	for i := range p.Steps {
+	n := Needs{Staging: p.Staging, Full: slices.Clone(p.Full)}
+	for i := range p.Rounds {
 		var s int64
-		for _, cp := range p.Steps[i].Copies {
+		for _, cp := range p.Rounds[i].Copies {
 			if !pairs(cp) {
 				s += cp.Bytes
 			}
@@ -175,8 +175,9 @@ type Cmd struct {
 	Dst, Src uint64
 	Len      int64
 	Ops      []P2P
-	// Step is the index in the program of the step the command belongs to.
-	Step int
+	// Round is the index in the program's Rounds of the round the command
+	// belongs to.
+	Round int
 }
 
 // Plan is one rank's step as stream commands, in the order the host queues
@@ -186,11 +187,11 @@ type Plan struct {
 	Batches [][]Copy
 	// Events is the number of distinct events the commands use.
 	Events int
-	// Done[i] are the events whose completion means step i's groups are
-	// done (one per communicator the step uses; none for a step of local
+	// Done[i] are the events whose completion means round i's groups are
+	// done (one per communicator the round uses; none for a round of local
 	// copies only).
 	Done [][]int
-	// Stats is what the step moves, as reshard.Executor counts it.
+	// Stats is what the step moves, as the host driver counts it.
 	Stats refit.Stats
 }
 
@@ -221,7 +222,7 @@ func Build(p *reshard.Program, b Buffers, opts Options) (*Plan, error) {
 	if opts.MemcpyMin == 0 {
 		opts.MemcpyMin = DefaultMemcpyMin
 	}
-	bd := &builder{p: p, b: b, opts: opts, pl: &Plan{Done: make([][]int, len(p.Steps))}}
+	bd := &builder{p: p, b: b, opts: opts, pl: &Plan{Done: make([][]int, len(p.Rounds))}}
 	if err := bd.build(); err != nil {
 		return nil, err
 	}
@@ -233,7 +234,7 @@ type builder struct {
 	b       Buffers
 	opts    Options
 	pl      *Plan
-	unpacks map[int]int // step -> its unpack batch
+	unpacks map[int]int // round -> its unpack batch
 	stream  Stream      // where launch emits: Compute, or Side
 	side    []sideCopy  // copies on the side stream not joined yet
 }
@@ -256,10 +257,10 @@ func (bd *builder) build() error {
 	p, st := bd.p, &bd.pl.Stats
 	bd.unpacks = map[int]int{}
 	var pending []int
-	for i := range p.Steps {
-		s := &p.Steps[i]
+	for i := range p.Rounds {
+		s := &p.Rounds[i]
 		drained := 0
-		for drained < len(pending) && p.Steps[pending[drained]].Round <= s.Round-2 {
+		for drained < len(pending) && p.Rounds[pending[drained]].Index <= s.Index-2 {
 			drained++
 		}
 		if err := bd.join(i, pending[:drained]); err != nil {
@@ -300,15 +301,15 @@ func (bd *builder) build() error {
 		}
 		if later {
 			fork, done := bd.event(), bd.event()
-			bd.emit(Cmd{Kind: Record, Stream: Compute, Event: fork, Step: i})
-			bd.emit(Cmd{Kind: Wait, Stream: Side, Event: fork, Step: i})
+			bd.emit(Cmd{Kind: Record, Stream: Compute, Event: fork, Round: i})
+			bd.emit(Cmd{Kind: Wait, Stream: Side, Event: fork, Round: i})
 			bd.stream = Side
 			err := bd.copies(i)
 			bd.stream = Compute
 			if err != nil {
 				return err
 			}
-			bd.emit(Cmd{Kind: Record, Stream: Side, Event: done, Step: i})
+			bd.emit(Cmd{Kind: Record, Stream: Side, Event: done, Round: i})
 			bd.side = append(bd.side, sideCopy{done: done, rd: sp.copyRd, wr: sp.copyWr})
 		}
 	}
@@ -316,26 +317,26 @@ func (bd *builder) build() error {
 		bd.drain(i)
 	}
 	for _, sc := range bd.side {
-		bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: sc.done, Step: len(p.Steps) - 1})
+		bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: sc.done, Round: len(p.Rounds) - 1})
 	}
 	bd.side = nil
 	return nil
 }
 
-// join makes the compute stream wait for the side copies whose bytes step
-// i (or the unpacks of the steps it drains) touches: a side copy's writes
-// that the step reads or writes, or its reads that the step writes.
+// join makes the compute stream wait for the side copies whose bytes round
+// i (or the unpacks of the rounds it drains) touches: a side copy's writes
+// that the round reads or writes, or its reads that the round writes.
 func (bd *builder) join(i int, drained []int) error {
 	if len(bd.side) == 0 {
 		return nil
 	}
-	sp, err := bd.stepSpans(i)
+	sp, err := bd.roundSpans(i)
 	if err != nil {
 		return err
 	}
 	unpacked := spans{}
 	for _, d := range drained {
-		dsp, err := bd.stepSpans(d)
+		dsp, err := bd.roundSpans(d)
 		if err != nil {
 			return err
 		}
@@ -354,7 +355,7 @@ func (bd *builder) join(i int, drained []int) error {
 			touched = touched || sp.copyWr.overlaps(v) || sp.recvWr.overlaps(v) || unpacked.overlaps(v)
 		}
 		if touched {
-			bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: sc.done, Step: i})
+			bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: sc.done, Round: i})
 			continue
 		}
 		keep = append(keep, sc)
@@ -363,11 +364,11 @@ func (bd *builder) join(i int, drained []int) error {
 	return nil
 }
 
-// drain makes the compute stream wait for step i's groups and unpacks what
+// drain makes the compute stream wait for round i's groups and unpacks what
 // they staged.
 func (bd *builder) drain(i int) {
 	for _, e := range bd.pl.Done[i] {
-		bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: e, Step: i})
+		bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: e, Round: i})
 	}
 	if k, ok := bd.unpacks[i]; ok {
 		bd.launch(i, k)
@@ -376,7 +377,7 @@ func (bd *builder) drain(i int) {
 
 // launch emits batch k, splitting off as memcpys the items that are one
 // large contiguous run on both sides.
-func (bd *builder) launch(step, k int) {
+func (bd *builder) launch(round, k int) {
 	items := bd.pl.Batches[k]
 	keep := items[:0]
 	var big []Copy
@@ -389,10 +390,10 @@ func (bd *builder) launch(step, k int) {
 	}
 	bd.pl.Batches[k] = keep
 	if len(keep) > 0 {
-		bd.emit(Cmd{Kind: Batch, Stream: bd.stream, Batch: k, Step: step})
+		bd.emit(Cmd{Kind: Batch, Stream: bd.stream, Batch: k, Round: round})
 	}
 	for _, it := range big {
-		bd.emit(Cmd{Kind: Memcpy, Stream: bd.stream, Dst: it.Dst + uint64(it.DstAt.Offset), Src: it.Src + uint64(it.SrcAt.Offset), Len: it.SrcAt.Run, Step: step})
+		bd.emit(Cmd{Kind: Memcpy, Stream: bd.stream, Dst: it.Dst + uint64(it.DstAt.Offset), Src: it.Src + uint64(it.SrcAt.Offset), Len: it.SrcAt.Run, Round: round})
 	}
 }
 
@@ -509,24 +510,24 @@ func span(base uint64, at strided.Desc) ival {
 	return ival{base + uint64(at.Offset), base + uint64(extent(at))}
 }
 
-// stepSpansOf are the bytes of one step: what its copies read and write,
+// roundSpansOf are the bytes of one round: what its copies read and write,
 // what its sends read (directly or through packs) and what its receives
 // write (directly or through unpacks).
-type stepSpansOf struct {
+type roundSpansOf struct {
 	copyRd, copyWr, sendRd, recvWr spans
 }
 
-// stepSpans returns step i's spans.
-func (bd *builder) stepSpans(i int) (stepSpansOf, error) {
-	s := &bd.p.Steps[i]
-	var sp stepSpansOf
+// roundSpans returns round i's spans.
+func (bd *builder) roundSpans(i int) (roundSpansOf, error) {
+	s := &bd.p.Rounds[i]
+	var sp roundSpansOf
 	for _, cp := range s.Copies {
 		for _, side := range []struct {
 			regions []reshard.Region
 			into    *spans
 		}{{cp.From, &sp.copyRd}, {cp.To, &sp.copyWr}} {
 			for _, r := range side.regions {
-				a, err := bd.region(s.Round, "local copy", r)
+				a, err := bd.region(s.Index, "local copy", r)
 				if err != nil {
 					return sp, err
 				}
@@ -549,7 +550,7 @@ func (bd *builder) stepSpans(i int) (stepSpansOf, error) {
 				}
 			}
 			for _, r := range regions {
-				a, err := bd.region(s.Round, fmt.Sprintf("operation with rank %d", w.Peer), r)
+				a, err := bd.region(s.Index, fmt.Sprintf("operation with rank %d", w.Peer), r)
 				if err != nil {
 					return sp, err
 				}
@@ -560,16 +561,16 @@ func (bd *builder) stepSpans(i int) (stepSpansOf, error) {
 	return sp, nil
 }
 
-// copiesAfter reports whether step i's copies may run on the side stream,
+// copiesAfter reports whether round i's copies may run on the side stream,
 // after its packs and groups: it has both, no byte its copies write is a
 // byte its sends read, and no byte its copies read is a byte its receives
-// write. It returns the step's spans.
-func (bd *builder) copiesAfter(i int) (bool, stepSpansOf, error) {
-	s := &bd.p.Steps[i]
+// write. It returns the round's spans.
+func (bd *builder) copiesAfter(i int) (bool, roundSpansOf, error) {
+	s := &bd.p.Rounds[i]
 	if len(s.Copies) == 0 || len(s.Sends)+len(s.Recvs) == 0 {
-		return false, stepSpansOf{}, nil
+		return false, roundSpansOf{}, nil
 	}
-	sp, err := bd.stepSpans(i)
+	sp, err := bd.roundSpans(i)
 	if err != nil {
 		return false, sp, err
 	}
@@ -586,9 +587,9 @@ func (bd *builder) copiesAfter(i int) (bool, stepSpansOf, error) {
 	return true, sp, nil
 }
 
-// copies emits step i's local copies in waves.
+// copies emits round i's local copies in waves.
 func (bd *builder) copies(i int) error {
-	s := &bd.p.Steps[i]
+	s := &bd.p.Rounds[i]
 	if len(s.Copies) == 0 {
 		return nil
 	}
@@ -603,14 +604,14 @@ func (bd *builder) copies(i int) error {
 		from := make([]uint64, len(cp.From))
 		to := make([]uint64, len(cp.To))
 		for k, r := range cp.From {
-			a, err := bd.region(s.Round, "local copy", r)
+			a, err := bd.region(s.Index, "local copy", r)
 			if err != nil {
 				return err
 			}
 			from[k] = a
 		}
 		for k, r := range cp.To {
-			a, err := bd.region(s.Round, "local copy", r)
+			a, err := bd.region(s.Index, "local copy", r)
 			if err != nil {
 				return err
 			}
@@ -632,7 +633,7 @@ func (bd *builder) copies(i int) error {
 		// wrote, so it lands in a later wave).
 		if bd.b.Scratch.Len < int64(scratch)+cp.Bytes {
 			return fmt.Errorf("replay: rank %d, round %d: local copy scratch of %d bytes, the round needs %d",
-				bd.p.Rank, s.Round, bd.b.Scratch.Len, int64(scratch)+cp.Bytes)
+				bd.p.Rank, s.Index, bd.b.Scratch.Len, int64(scratch)+cp.Bytes)
 		}
 		base := bd.b.Scratch.Addr + scratch
 		pack, unpack := op{}, op{}
@@ -653,7 +654,7 @@ func (bd *builder) copies(i int) error {
 			off += r.At.Bytes()
 		}
 		if off != cp.Bytes {
-			return fmt.Errorf("replay: rank %d, round %d: local copy of %d bytes writes %d", bd.p.Rank, s.Round, cp.Bytes, off)
+			return fmt.Errorf("replay: rank %d, round %d: local copy of %d bytes writes %d", bd.p.Rank, s.Index, cp.Bytes, off)
 		}
 		scratch += uint64(cp.Bytes)
 		ops = append(ops, pack, unpack)
@@ -689,11 +690,11 @@ func (bd *builder) copies(i int) error {
 	return nil
 }
 
-// wires emits step i's packs, groups and events, and prepares its unpack
-// batch for the drain. It reports whether the step posted any group.
+// wires emits round i's packs, groups and events, and prepares its unpack
+// batch for the drain. It reports whether the round posted any group.
 func (bd *builder) wires(i int) (bool, error) {
-	p, s, st := bd.p, &bd.p.Steps[i], &bd.pl.Stats
-	slot := s.Round % 2
+	p, s, st := bd.p, &bd.p.Rounds[i], &bd.pl.Stats
+	slot := s.Index % 2
 	var ops [2][]P2P // by communicator: network, local
 	var packs, unpacks []Copy
 	for dir, list := range [][]reshard.Wire{s.Recvs, s.Sends} {
@@ -712,46 +713,46 @@ func (bd *builder) wires(i int) (bool, error) {
 			var addr uint64
 			switch w.Mode {
 			case reshard.WireDirect:
-				a, err := bd.region(s.Round, op, w.Region)
+				a, err := bd.region(s.Index, op, w.Region)
 				if err != nil {
 					return false, err
 				}
 				if w.Region.At.Run != w.Bytes {
 					return false, fmt.Errorf("replay: rank %d, round %d: %s: a direct operation of %d bytes over a region of %d",
-						p.Rank, s.Round, op, w.Bytes, w.Region.At.Run)
+						p.Rank, s.Index, op, w.Bytes, w.Region.At.Run)
 				}
 				addr = a + uint64(w.Region.At.Offset)
 			case reshard.WireStaged:
-				sp := bd.b.Stage[slot][1-dir]
-				if w.StageOff < 0 || w.StageOff+w.Bytes > sp.Len {
+				sp := bd.b.Staging[slot][1-dir]
+				if w.StagingOff < 0 || w.StagingOff+w.Bytes > sp.Len {
 					return false, fmt.Errorf("replay: rank %d, round %d: %s: staging [%d, %d) outside %d bytes",
-						p.Rank, s.Round, op, w.StageOff, w.StageOff+w.Bytes, sp.Len)
+						p.Rank, s.Index, op, w.StagingOff, w.StagingOff+w.Bytes, sp.Len)
 				}
-				addr = sp.Addr + uint64(w.StageOff)
+				addr = sp.Addr + uint64(w.StagingOff)
 				st.Packed += w.Bytes
-				off := w.StageOff
+				off := w.StagingOff
 				for _, pt := range w.Parts {
 					for _, r := range pt.Regions {
-						a, err := bd.region(s.Round, op, r)
+						a, err := bd.region(s.Index, op, r)
 						if err != nil {
 							return false, err
 						}
 						n := r.At.Bytes()
-						if off+n > w.StageOff+w.Bytes {
-							return false, fmt.Errorf("replay: rank %d, round %d: %s: parts of more than %d bytes", p.Rank, s.Round, op, w.Bytes)
+						if off+n > w.StagingOff+w.Bytes {
+							return false, fmt.Errorf("replay: rank %d, round %d: %s: parts of more than %d bytes", p.Rank, s.Index, op, w.Bytes)
 						}
-						stage := strided.Desc{Offset: off, Run: n}
+						at := strided.Desc{Offset: off, Run: n}
 						if send {
-							packs = append(packs, Copy{Dst: sp.Addr, DstAt: stage, Src: a, SrcAt: r.At})
+							packs = append(packs, Copy{Dst: sp.Addr, DstAt: at, Src: a, SrcAt: r.At})
 						} else {
-							unpacks = append(unpacks, Copy{Dst: a, DstAt: r.At, Src: sp.Addr, SrcAt: stage})
+							unpacks = append(unpacks, Copy{Dst: a, DstAt: r.At, Src: sp.Addr, SrcAt: at})
 						}
 						off += n
 					}
 				}
 			default:
 				return false, fmt.Errorf("replay: rank %d, round %d: %s: %s operations cannot be replayed (NCCL moves contiguous bytes only)",
-					p.Rank, s.Round, op, w.Mode)
+					p.Rank, s.Index, op, w.Mode)
 			}
 			if w.Bytes == 0 {
 				continue
@@ -789,7 +790,7 @@ func (bd *builder) wires(i int) (bool, error) {
 		return false, nil
 	}
 	ready := bd.event()
-	bd.emit(Cmd{Kind: Record, Stream: Compute, Event: ready, Step: i})
+	bd.emit(Cmd{Kind: Record, Stream: Compute, Event: ready, Round: i})
 	for c, list := range ops {
 		if len(list) == 0 {
 			continue
@@ -799,9 +800,9 @@ func (bd *builder) wires(i int) (bool, error) {
 			stream = Local
 		}
 		done := bd.event()
-		bd.emit(Cmd{Kind: Wait, Stream: stream, Event: ready, Step: i})
-		bd.emit(Cmd{Kind: Group, Stream: stream, Ops: list, Step: i})
-		bd.emit(Cmd{Kind: Record, Stream: stream, Event: done, Step: i})
+		bd.emit(Cmd{Kind: Wait, Stream: stream, Event: ready, Round: i})
+		bd.emit(Cmd{Kind: Group, Stream: stream, Ops: list, Round: i})
+		bd.emit(Cmd{Kind: Record, Stream: stream, Event: done, Round: i})
 		bd.pl.Done[i] = append(bd.pl.Done[i], done)
 	}
 	return true, nil

@@ -38,7 +38,7 @@ func Simulate(ranks [][]*Plan, mem Memory, r *rand.Rand) error {
 		for pi, p := range plans {
 			for ci := range p.Cmds {
 				c := &p.Cmds[ci]
-				sc := simCmd{plan: p, cmd: c, bound: -1, label: fmt.Sprintf("rank %d run %d cmd %d (%s on %s, step %d)", rank, pi, ci, c.Kind, c.Stream, c.Step)}
+				sc := simCmd{plan: p, cmd: c, bound: -1, label: fmt.Sprintf("rank %d run %d cmd %d (%s on %s, round %d)", rank, pi, ci, c.Kind, c.Stream, c.Round)}
 				switch c.Kind {
 				case Wait:
 					if h, ok := last[c.Event]; ok {

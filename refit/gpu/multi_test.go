@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
@@ -118,7 +119,7 @@ func TestGPUTransportMPI(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, route := range []string{"flat", "agbcast", "hier"} {
-						rt, err := hier.ParseRoute(route, hier.BalanceCount, hier.Fabric{})
+						rt, err := bounds.ParseRoute(route, hier.BalanceCount, bounds.Fabric{})
 						if err != nil {
 							t.Fatal(err)
 						}

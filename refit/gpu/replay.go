@@ -67,7 +67,7 @@ type Replay struct {
 
 	allocated bool
 	needs     replay.Needs
-	stage     [2][2]cuda.Buffer
+	staging   [2][2]cuda.Buffer
 	full      []cuda.Buffer
 	scratch   cuda.Buffer
 	events    []*cuda.Event
@@ -239,14 +239,14 @@ func (r *Replay) Close() error {
 	for _, b := range r.buffers() {
 		errs = append(errs, r.ctx.Free(b.Ptr))
 	}
-	r.full, r.stage, r.scratch, r.allocated = nil, [2][2]cuda.Buffer{}, cuda.Buffer{}, false
+	r.full, r.staging, r.scratch, r.allocated = nil, [2][2]cuda.Buffer{}, cuda.Buffer{}, false
 	errs = append(errs, r.streams[replay.Side].Destroy())
 	return errors.Join(errs...)
 }
 
 func (r *Replay) buffers() []cuda.Buffer {
 	out := append([]cuda.Buffer{r.scratch}, r.full...)
-	for _, s := range r.stage {
+	for _, s := range r.staging {
 		out = append(out, s[:]...)
 	}
 	return out
@@ -281,9 +281,9 @@ func (r *Replay) alloc(n int64) (cuda.Buffer, error) {
 // allocate makes the staging and scratch the program needs.
 func (r *Replay) allocate() error {
 	var err error
-	for slot := range r.stage {
-		for dir := range r.stage[slot] {
-			if r.stage[slot][dir], err = r.alloc(r.needs.Stage[slot][dir]); err != nil {
+	for slot := range r.staging {
+		for dir := range r.staging[slot] {
+			if r.staging[slot][dir], err = r.alloc(r.needs.Staging[slot][dir]); err != nil {
 				return err
 			}
 		}
@@ -358,9 +358,9 @@ func (r *Replay) bind(bufs []refit.TensorBuffers) error {
 	for _, f := range r.full {
 		b.Full = append(b.Full, span(f))
 	}
-	for slot := range r.stage {
-		for dir := range r.stage[slot] {
-			b.Stage[slot][dir] = span(r.stage[slot][dir])
+	for slot := range r.staging {
+		for dir := range r.staging[slot] {
+			b.Staging[slot][dir] = span(r.staging[slot][dir])
 		}
 	}
 	topo, rank := r.t.Topology(), r.t.Rank()
@@ -533,7 +533,7 @@ func (r *Replay) issue(capturing bool) error {
 			err = comm.PostGroup(r.groups[i], s)
 		}
 		if err != nil {
-			return fmt.Errorf("gpu: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, r.prog.Steps[c.Step].Round, c.Kind, c.Stream, err)
+			return fmt.Errorf("gpu: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, r.prog.Rounds[c.Round].Index, c.Kind, c.Stream, err)
 		}
 	}
 	return nil
@@ -624,23 +624,23 @@ func (r *Replay) stuck(i int) int {
 			return i
 		}
 	}
-	return len(r.prog.Steps) - 1
+	return len(r.prog.Rounds) - 1
 }
 
 // stepError names the rank, the round and its peers in a failure of the
 // step.
 func (r *Replay) stepError(next int, err error) error {
-	if len(r.prog.Steps) == 0 {
+	if len(r.prog.Rounds) == 0 {
 		return fmt.Errorf("gpu: rank %d: %w", r.prog.Rank, err)
 	}
 	i := r.stuck(next)
-	return fmt.Errorf("gpu: rank %d, round %d (peers %v): %w", r.prog.Rank, r.prog.Steps[i].Round, r.prog.PeersOf(i), err)
+	return fmt.Errorf("gpu: rank %d, round %d (peers %v): %w", r.prog.Rank, r.prog.Rounds[i].Index, r.prog.PeersOf(i), err)
 }
 
 // timeout is the error of a round that made no progress in time.
 func (r *Replay) timeout(next int) error {
 	i := r.stuck(next)
-	return &refit.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Steps[i].Round, After: r.opts.Timeout,
+	return &refit.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Rounds[i].Index, After: r.opts.Timeout,
 		Peers: r.prog.PeersOf(i), Tensors: r.prog.TensorsOf(i)}
 }
 

@@ -11,10 +11,10 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/gputest"
-	pat "github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
+	pat "github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/refit/gpu"
@@ -260,21 +260,21 @@ func selfProgram() *reshard.Program {
 	part := func(r ...reshard.Region) []reshard.Part { return []reshard.Part{{Regions: r}} }
 	p := &reshard.Program{Rank: 0, World: 1, Route: "self", Full: []int64{0}, Done: []int{3}, Messages: 6}
 	p.Staging = [2][2]int64{{1024 + 256, 1024 + 256}, {0, 1024}}
-	p.Steps = []reshard.Step{
-		{Round: 0,
+	p.Rounds = []reshard.Round{
+		{Index: 0,
 			Copies: []reshard.Copy{{Bytes: 512, From: []reshard.Region{src(run(3584, 512))}, To: []reshard.Region{dst(run(7680, 512))}}},
-			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StageOff: 0,
+			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StagingOff: 0,
 				Parts: part(src(strided.Desc{Offset: 0, Run: 64, Count: []int64{16}, Stride: []int64{128}}), src(run(2048, 256)))}},
-			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StageOff: 0,
+			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StagingOff: 0,
 				Parts: part(dst(strided.Desc{Offset: 8, Run: 32, Count: []int64{32}, Stride: []int64{64}}), dst(run(6144, 256)))}}},
-		{Round: 1,
+		{Index: 1,
 			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: reshard.WireDirect, Region: src(run(2304, 1024)), Parts: part(src(run(2304, 1024)))}},
 			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}}},
-		{Round: 3,
+		{Index: 3,
 			// forwards what round 1 received
 			Copies: []reshard.Copy{{Bytes: 64, From: []reshard.Region{dst(run(6144, 64))}, To: []reshard.Region{dst(run(7000, 64))}}},
 			Sends:  []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}},
-			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireStaged, StageOff: 0,
+			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireStaged, StagingOff: 0,
 				Parts: part(dst(strided.Desc{Offset: 5120, Run: 16, Count: []int64{64}, Stride: []int64{16}}))}}},
 	}
 	return p

@@ -11,7 +11,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/internal/conformance"
-	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"

@@ -12,8 +12,8 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/internal/replay"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
@@ -117,9 +117,9 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 			return err
 		}
 		needs := replay.NeedsOf(prog)
-		for slot := range needs.Stage {
-			for dir := range needs.Stage[slot] {
-				if bufs.Stage[slot][dir], err = heap.Alloc(needs.Stage[slot][dir]); err != nil {
+		for slot := range needs.Staging {
+			for dir := range needs.Staging[slot] {
+				if bufs.Staging[slot][dir], err = heap.Alloc(needs.Staging[slot][dir]); err != nil {
 					return err
 				}
 			}

@@ -1,4 +1,4 @@
-package hier
+package bounds
 
 import (
 	"math"
@@ -6,7 +6,7 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 )
 
-// ProblemOf derives the model's problem for a call of several tensors
+// ProblemOf derives the bounds' problem for a call of several tensors
 // over one communicator: each plan's problem (FromPlan) summed, bytes and
 // domain loads added, the source paths the most any tensor has, and rho
 // the byte-weighted mean of the tensors' replication (rounded), so that

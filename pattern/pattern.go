@@ -1,16 +1,12 @@
-// Package pattern fills tensors with a test pattern of their global element
-// index and checks it: source ranks fill their parts, destinations start
-// poisoned, and after a reshard every destination element must hold its
-// own global index's bytes, so a byte that lands in the wrong place, the
-// wrong tensor or not at all is caught and named. Parts may sit in larger
-// buffers through views (placement.View), as fused weights do.
 package pattern
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
@@ -59,16 +55,29 @@ func rows(l placement.Layout, rank int, buf []byte, v placement.View, fn func(gl
 		fn(0, v.Offset*elem, 1)
 		return nil
 	}
-	n := shape[nd-1]
-	idx := make([]int64, nd)
-	copy(idx, box.Lo)
-	for {
-		g, off := int64(0), v.Offset
-		for d := 0; d < nd; d++ {
-			g = g*gshape[d] + idx[d]
+	eachRow(box, gshape, func(g int64, idx []int64) {
+		off := v.Offset
+		for d := range nd {
 			off += (idx[d] - box.Lo[d]) * st[d]
 		}
-		fn(g, off*elem, n)
+		fn(g, off*elem, shape[nd-1])
+	})
+	return nil
+}
+
+// eachRow calls fn for every innermost row of a non-empty box of a tensor
+// of shape gshape (at least one dim), in row-major order: the global
+// linear index of the row's first element and its index (fn must not keep
+// it).
+func eachRow(box placement.Box, gshape []int64, fn func(g int64, idx []int64)) {
+	nd := len(gshape)
+	idx := append([]int64(nil), box.Lo...)
+	for {
+		g := int64(0)
+		for d := range nd {
+			g = g*gshape[d] + idx[d]
+		}
+		fn(g, idx)
 		d := nd - 2
 		for ; d >= 0; d-- {
 			idx[d]++
@@ -78,7 +87,7 @@ func rows(l placement.Layout, rank int, buf []byte, v placement.View, fn func(gl
 			idx[d] = box.Lo[d]
 		}
 		if d < 0 {
-			return nil
+			return
 		}
 	}
 }
@@ -87,15 +96,29 @@ func rows(l placement.Layout, rank int, buf []byte, v placement.View, fn func(gl
 // view v places in buf (the zero View: buf is exactly the part). Ranks
 // without a part do nothing.
 func Fill(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := int(l.ElemSize())
-	return rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*int64(elem)]
-		for i := int64(0); i < n; i++ {
-			for k := 0; k < elem; k++ {
-				p[int(i)*elem+k] = Byte(g+i, k, seed)
-			}
-		}
-	})
+	return fill(l, rank, buf, v, func(g int64, out []byte) { putBytes(g, seed, out) })
+}
+
+// putBytes writes element g's bytes of Byte's pattern of tensor seed.
+func putBytes(g int64, seed uint64, out []byte) {
+	for k := range out {
+		out[k] = Byte(g, k, seed)
+	}
+}
+
+// elems calls elemOf for each element of a run of them in out that starts
+// at global element g.
+func elems(g, elem int64, out []byte, elemOf func(g int64, out []byte)) {
+	for i := int64(0); i*elem < int64(len(out)); i++ {
+		elemOf(g+i, out[i*elem:(i+1)*elem])
+	}
+}
+
+// fill writes elemOf's bytes of every element of rank's part of l into
+// buf through the view v.
+func fill(l placement.Layout, rank int, buf []byte, v placement.View, elemOf func(g int64, out []byte)) error {
+	elem := l.ElemSize()
+	return rows(l, rank, buf, v, func(g, off, n int64) { elems(g, elem, buf[off:off+n*elem], elemOf) })
 }
 
 // PoisonPart fills rank's part of l in buf (through the view v) with Poison,
@@ -133,30 +156,32 @@ func (e *MismatchError) Error() string {
 // pattern of tensor seed and returns a *MismatchError naming the first
 // wrong element, or nil.
 func Check(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := int(l.ElemSize())
+	return check(l, rank, buf, v, func(g int64, out []byte) { putBytes(g, seed, out) })
+}
+
+// check compares every element of rank's part of l in buf (through the
+// view v) with elemOf's bytes for it.
+func check(l placement.Layout, rank int, buf []byte, v placement.View, elemOf func(g int64, out []byte)) error {
+	elem := l.ElemSize()
 	shape := l.Shape()
+	var want []byte
 	var first *MismatchError
 	var wrong int64
 	err := rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*int64(elem)]
+		p := buf[off : off+n*elem]
+		want = slices.Grow(want[:0], len(p))[:len(p)]
+		elems(g, elem, want, elemOf)
+		if bytes.Equal(p, want) {
+			return
+		}
 		for i := int64(0); i < n; i++ {
-			bad := false
-			for k := 0; k < elem; k++ {
-				if p[int(i)*elem+k] != Byte(g+i, k, seed) {
-					bad = true
-					break
-				}
-			}
-			if !bad {
+			got, w := p[i*elem:(i+1)*elem], want[i*elem:(i+1)*elem]
+			if bytes.Equal(got, w) {
 				continue
 			}
 			wrong++
 			if first == nil {
-				first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i)}
-				for k := 0; k < elem; k++ {
-					first.Want = append(first.Want, Byte(g+i, k, seed))
-				}
-				first.Got = append([]byte(nil), p[int(i)*elem:int(i+1)*elem]...)
+				first = &MismatchError{Rank: rank, Index: unravel(shape, g+i), Want: slices.Clone(w), Got: slices.Clone(got)}
 			}
 		}
 	})
@@ -170,8 +195,8 @@ func Check(l placement.Layout, rank int, seed uint64, buf []byte, v placement.Vi
 	return nil
 }
 
-// Unravel turns a global linear index into a row-major index of shape.
-func Unravel(shape []int64, g int64) []int64 {
+// unravel turns a global linear index into a row-major index of shape.
+func unravel(shape []int64, g int64) []int64 {
 	idx := make([]int64, len(shape))
 	for d := len(shape) - 1; d >= 0; d-- {
 		if shape[d] > 0 {
@@ -182,7 +207,7 @@ func Unravel(shape []int64, g int64) []int64 {
 	return idx
 }
 
-// Floats are the finite test values of a bf16 or f32 tensor, for tensors
+// The float pattern: the finite test values of a bf16 or f32 tensor, for tensors
 // that convert to FP8 (Byte's pattern holds NaNs and infinities, which the
 // quantizer refuses). Element g of the tensor numbered seed gets a random
 // sign and mantissa and an exponent from 2^-16 to 2^8 drawn geometrically
@@ -211,8 +236,8 @@ func floatBits(g int64, seed uint64) (sign, exp, mant uint32, zero bool) {
 	return uint32(x >> 63), 111 + j, uint32(x>>25) & 0x7FFFFF, (x>>48)&0xFF == 0
 }
 
-// FloatBF16 returns the bfloat16 bits of element g of tensor seed.
-func FloatBF16(g int64, seed uint64) uint16 {
+// floatBF16 returns the bfloat16 bits of element g of tensor seed.
+func floatBF16(g int64, seed uint64) uint16 {
 	sign, exp, mant, zero := floatBits(g, seed)
 	if zero {
 		return uint16(sign << 15)
@@ -220,8 +245,8 @@ func FloatBF16(g int64, seed uint64) uint16 {
 	return uint16(sign<<15 | exp<<7 | mant>>16)
 }
 
-// FloatF32 returns the float32 bits of element g of tensor seed.
-func FloatF32(g int64, seed uint64) uint32 {
+// floatF32 returns the float32 bits of element g of tensor seed.
+func floatF32(g int64, seed uint64) uint32 {
 	sign, exp, mant, zero := floatBits(g, seed)
 	if zero {
 		return sign << 31
@@ -235,106 +260,57 @@ func FloatF32(g int64, seed uint64) uint32 {
 func putFloat(dt placement.DType, g int64, seed uint64, out []byte) {
 	switch dt {
 	case placement.BF16:
-		v := FloatBF16(g, seed)
+		v := floatBF16(g, seed)
 		out[0], out[1] = byte(v), byte(v>>8)
 	case placement.F32:
-		v := FloatF32(g, seed)
+		v := floatF32(g, seed)
 		out[0], out[1], out[2], out[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 	default:
-		for k := range out {
-			out[k] = Byte(g, k, seed)
-		}
+		putBytes(g, seed, out)
 	}
 }
 
-// FillFloats is Fill with finite values (see Floats) for bf16 and f32
+// FillFloats is Fill with finite values (the float pattern above) for bf16 and f32
 // layouts; other dtypes get Fill's bytes.
 func FillFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := l.ElemSize()
 	dt := l.DType()
-	return rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*elem]
-		for i := int64(0); i < n; i++ {
-			putFloat(dt, g+i, seed, p[i*elem:(i+1)*elem])
-		}
-	})
+	return fill(l, rank, buf, v, func(g int64, out []byte) { putFloat(dt, g, seed, out) })
 }
 
 // CheckFloats is Check against FillFloats' values.
 func CheckFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placement.View) error {
-	elem := l.ElemSize()
 	dt := l.DType()
-	shape := l.Shape()
-	want := make([]byte, elem)
-	var first *MismatchError
-	var wrong int64
-	err := rows(l, rank, buf, v, func(g, off, n int64) {
-		p := buf[off : off+n*elem]
-		for i := int64(0); i < n; i++ {
-			putFloat(dt, g+i, seed, want)
-			got := p[i*elem : (i+1)*elem]
-			if string(got) == string(want) {
-				continue
-			}
-			wrong++
-			if first == nil {
-				first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i), Want: append([]byte(nil), want...), Got: append([]byte(nil), got...)}
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	if first != nil {
-		first.Wrong = wrong
-		return first
-	}
-	return nil
+	return check(l, rank, buf, v, func(g int64, out []byte) { putFloat(dt, g, seed, out) })
 }
 
-// FloatsBox returns the elements of box of tensor seed (a tensor of the
+// floatsBox returns the elements of box of tensor seed (a tensor of the
 // given global shape in dtype dt, filled as FillFloats fills it), dense
 // and row-major.
-func FloatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64) []byte {
+func floatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64) []byte {
 	elem := int64(dt.Size())
 	out := make([]byte, box.Elems()*elem)
 	if box.Empty() {
 		return out
 	}
 	nd := len(shape)
-	idx := append([]int64(nil), box.Lo...)
 	n := box.Hi[nd-1] - box.Lo[nd-1]
 	pos := int64(0)
-	for {
-		g := int64(0)
-		for d := range nd {
-			g = g*shape[d] + idx[d]
-		}
+	eachRow(box, shape, func(g int64, _ []int64) {
 		for i := int64(0); i < n; i++ {
 			putFloat(dt, g+i, seed, out[pos:pos+elem])
 			pos += elem
 		}
-		d := nd - 2
-		for ; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < box.Hi[d] {
-				break
-			}
-			idx[d] = box.Lo[d]
-		}
-		if d < 0 {
-			return out
-		}
-	}
+	})
+	return out
 }
 
-// FP8Want returns what a destination holding box of an FP8 tensor must
+// fp8Want returns what a destination holding box of an FP8 tensor must
 // receive when the source, a tensor of the given shape in dtype src (bf16
 // or f32), holds FillFloats' values of tensor seed and converts with mode:
 // the E4M3 bytes of box, dense and row-major, and the scales of the blocks
 // box touches (fp8.Grid.Blocks), both those of quantizing the whole tensor
 // at once (fp8.Quantize). It reads only the elements of those blocks.
-func FP8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
+func fp8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
 	g, err := fp8.NewGrid(shape, mode)
 	if err != nil {
 		return nil, fp8.Window{}, err
@@ -354,7 +330,7 @@ func FP8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Bo
 	if err != nil {
 		return nil, fp8.Window{}, err
 	}
-	data := FloatsBox(src, shape, cover, seed)
+	data := floatsBox(src, shape, cover, seed)
 	if err := g.Amax(w, fp8.Dense(src, data, cover)); err != nil {
 		return nil, fp8.Window{}, err
 	}
@@ -415,7 +391,7 @@ func (e *ScaleMismatchError) Error() string {
 
 // CheckFP8 checks rank's part of an FP8 destination layout l (through the
 // view v in buf) and its scale tensor (little-endian float32s over the
-// blocks its box touches) against FP8Want of a src-dtype source filled by
+// blocks its box touches) against fp8Want of a src-dtype source filled by
 // FillFloats with tensor seed: a *MismatchError names the first wrong
 // element (its global index, the E4M3 byte expected and got), a
 // *ScaleMismatchError the first wrong scale.
@@ -424,7 +400,7 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 	if !ok {
 		return nil
 	}
-	want, w, err := FP8Want(src, l.Shape(), mode, box, seed)
+	want, w, err := fp8Want(src, l.Shape(), mode, box, seed)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}
@@ -437,7 +413,7 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 			if buf[off+i] != want[pos+i] {
 				wrong++
 				if first == nil {
-					first = &MismatchError{Rank: rank, Index: Unravel(shape, g+i), Want: []byte{want[pos+i]}, Got: []byte{buf[off+i]}}
+					first = &MismatchError{Rank: rank, Index: unravel(shape, g+i), Want: []byte{want[pos+i]}, Got: []byte{buf[off+i]}}
 				}
 			}
 		}
@@ -460,7 +436,7 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 			continue
 		}
 		if bad == nil {
-			bad = &ScaleMismatchError{Rank: rank, Block: Unravel(w.Blocks.Shape(), int64(i)), Want: x, Got: got}
+			bad = &ScaleMismatchError{Rank: rank, Block: unravel(w.Blocks.Shape(), int64(i)), Want: x, Got: got}
 			for d := range bad.Block {
 				bad.Block[d] += w.Blocks.Lo[d]
 			}

@@ -1,4 +1,4 @@
-package hier
+package bounds
 
 import (
 	"fmt"
@@ -6,11 +6,12 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/units"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
-// Problem is what the aggregate data-movement model needs to know about a
+// Problem is what the bounds need to know about a
 // reshard: the unique bytes, the source injection paths, and per destination
 // domain what it receives and how many ranks share the work.
 type Problem struct {
@@ -42,17 +43,17 @@ type DomainLoad struct {
 	RecvFlat float64
 }
 
-// Fabric is the hardware the model runs on: per-rank bandwidths in bytes
-// per second and a per-message latency in seconds. Bounds and Choose need
-// a fabric that passes Validate; Auto checks it.
+// Fabric is the hardware the bounds assume: per-rank bandwidths in bytes
+// per second and a per-message latency in seconds. Of and Choose need a
+// fabric that passes Validate; Auto checks it.
 type Fabric struct {
 	NetBW, LocalBW float64
 	Latency        float64
 }
 
-// Validate checks that the model can run on f: positive, finite
+// Validate checks that the bounds can use f: positive, finite
 // bandwidths and a non-negative, finite latency. The error names the field
-// and the value; with anything else the model would predict infinite,
+// and the value; with anything else the bounds would predict infinite,
 // negative or NaN times.
 func (f Fabric) Validate() error {
 	for _, bw := range []struct {
@@ -61,7 +62,7 @@ func (f Fabric) Validate() error {
 	}{{"network bandwidth", f.NetBW}, {"local bandwidth", f.LocalBW}} {
 		if !(bw.v > 0) || math.IsInf(bw.v, 0) {
 			return &reshard.FieldError{Field: bw.name, Got: fmt.Sprintf("%g bytes/s", bw.v), Want: "a positive, finite rate",
-				Why: "the model divides bytes by it"}
+				Why: "the bounds divide bytes by it"}
 		}
 	}
 	if !(f.Latency >= 0) || math.IsInf(f.Latency, 0) {
@@ -71,12 +72,12 @@ func (f Fabric) Validate() error {
 	return nil
 }
 
-// Validate checks that p describes a reshard the model can bound:
+// Validate checks that p describes a reshard the bounds can bound:
 // finite, non-negative bytes, copies and chunk, and non-negative counts.
 func (p Problem) Validate() error {
 	finite := func(name string, v float64) error {
 		if !(v >= 0) || math.IsInf(v, 0) {
-			return &reshard.FieldError{Field: name, Got: fmt.Sprintf("%g", v), Want: "a non-negative, finite number of bytes", Why: "the model adds and divides it"}
+			return &reshard.FieldError{Field: name, Got: fmt.Sprintf("%g", v), Want: "a non-negative, finite number of bytes", Why: "the bounds add and divide it"}
 		}
 		return nil
 	}
@@ -132,8 +133,7 @@ func bound(route string, startup float64, terms ...Term) Bound {
 	return b
 }
 
-// Bounds returns the bound of every route, in the order flat, agbcast,
-// hier:
+// Of returns the bound of every route, in the order flat, agbcast, hier:
 //
 //	T_flat    = rho*B / (Ns*BN)             (source injection; also each receiver's bytes / BN)
 //	T_agbcast = B / BN                      (root injection)
@@ -147,8 +147,8 @@ func bound(route string, startup float64, terms ...Term) Bound {
 //
 // The fabric must pass Fabric.Validate and the problem Problem.Validate
 // (Auto checks both); otherwise the times are meaningless (infinite,
-// negative or NaN), though Bounds does not panic.
-func Bounds(p Problem, f Fabric) []Bound {
+// negative or NaN), though Of does not panic.
+func Of(p Problem, f Fabric) []Bound {
 	ns := float64(max(p.Sources, 1))
 	rho := float64(max(p.Rho, 1))
 	B := p.Bytes
@@ -201,7 +201,7 @@ func Uniform(bytes float64, sources, dstShards, rho, domains int, chunk float64)
 	return p, nil
 }
 
-// FromPlan derives the model's problem from a plan and a topology (nil, or
+// FromPlan derives the bounds' problem from a plan and a topology (nil, or
 // naming every rank: see reshard.Topology.Validate): B from
 // the destination shards, Ns from the ranks that send in the plan (with
 // Options.StripeReplicas that is every source replica), and per destination
@@ -294,12 +294,12 @@ type Choice struct {
 
 // Choose picks the route with the smallest predicted time (bound plus
 // startup), preferring the simpler route on a tie: flat, then hier, then
-// agbcast. Like Bounds, it needs a valid fabric and problem (Auto checks).
+// agbcast. Like Of, it needs a valid fabric and problem (Auto checks).
 func Choose(p Problem, f Fabric) Choice { return choose(p, f, nil) }
 
 // choose is Choose among the routes allow accepts (nil: all of them).
 func choose(p Problem, f Fabric, allow func(route string) bool) Choice {
-	bs := Bounds(p, f)
+	bs := Of(p, f)
 	order := map[string]int{"flat": 0, "hier": 1, "agbcast": 2}
 	var best Bound
 	found := false
@@ -320,19 +320,19 @@ func choose(p Problem, f Fabric, allow func(route string) bool) Choice {
 	return Choice{Route: best.Route, Why: why, Bounds: bs}
 }
 
-// Auto is the route auto: it derives the data-movement model's problem
+// Auto is the route auto: it derives the bounds' problem
 // from the plans (summed over tensors) and the topology, picks the route
 // Choose predicts fastest on Fabric, and schedules it. The schedule's Route
 // is "auto:" and the chosen route's name; its Note says why. Schedule
-// returns Fabric.Validate's error for a fabric the model cannot use, and
+// returns Fabric.Validate's error for a fabric the bounds cannot use, and
 // the options', topology's and problem's errors before scheduling.
 type Auto struct {
 	Fabric Fabric
 	// Balance is the leader balance hier uses if auto picks it.
-	Balance Balance
+	Balance hier.Balance
 	// Buckets, when positive, makes auto choose per bucket: the call's
 	// tensors, in order, are grouped into buckets of at most this many
-	// bytes (a larger tensor is a bucket of its own), the model picks each
+	// bytes (a larger tensor is a bucket of its own), the bounds pick each
 	// bucket's route, and every bucket's messages fill the rounds of one
 	// joint schedule (small tensors share rounds and messages, large ones
 	// pipeline). 0 picks one route for the whole call.
@@ -382,7 +382,7 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		return a.scheduleBuckets(plans, topo, opts)
 	}
 	c := a.Choose(plans, topo, opts)
-	var r reshard.Route = Hier{Balance: a.Balance}
+	var r reshard.Route = hier.Hier{Balance: a.Balance}
 	switch c.Route {
 	case "flat":
 		r = reshard.Flat{}
@@ -406,19 +406,19 @@ func (a Auto) route(name string) reshard.BucketRoute {
 	case "agbcast":
 		return reshard.AllGatherBroadcast{}
 	}
-	return Hier{Balance: a.Balance}
+	return hier.Hier{Balance: a.Balance}
 }
 
 // Bucket is a run of a call's tensors that auto schedules on one route.
 type Bucket struct {
 	Tensors []int  // indices into the call's tensors, in order
 	Bytes   int64  // their bytes
-	Choice  Choice // the route the model picked, and why
+	Choice  Choice // the route the bounds picked, and why
 }
 
 // BucketsOf groups the call's tensors, in order, into buckets of at most
 // a.Buckets bytes each (a tensor larger than that alone) and picks each
-// bucket's route with the data-movement model.
+// bucket's route by its bounds.
 func (a Auto) BucketsOf(plans []*reshard.Plan, topo reshard.Topology, opts reshard.ScheduleOptions) []Bucket {
 	var out []Bucket
 	var cur Bucket
@@ -473,7 +473,7 @@ func (a Auto) scheduleBuckets(plans []*reshard.Plan, topo reshard.Topology, opts
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%s for %d", n, count[n]))
 	}
-	s.Note = fmt.Sprintf("%d buckets of at most %d bytes, each on the route the model predicts fastest for it: %s",
+	s.Note = fmt.Sprintf("%d buckets of at most %d bytes, each on the route the bounds predict fastest for it: %s",
 		len(buckets), a.Buckets, strings.Join(parts, ", "))
 	return s, nil
 }
@@ -484,14 +484,14 @@ var Routes = []string{"flat", "agbcast", "hier"}
 
 // ParseRoute returns the route a name stands for: flat, agbcast, hier (with
 // balance) or auto (choosing on fabric, with balance for hier).
-func ParseRoute(name string, balance Balance, fabric Fabric) (reshard.Route, error) {
+func ParseRoute(name string, balance hier.Balance, fabric Fabric) (reshard.Route, error) {
 	switch name {
 	case "flat":
 		return reshard.Flat{}, nil
 	case "agbcast":
 		return reshard.AllGatherBroadcast{}, nil
 	case "hier":
-		return Hier{Balance: balance}, nil
+		return hier.Hier{Balance: balance}, nil
 	case "auto":
 		return Auto{Fabric: fabric, Balance: balance}, nil
 	}

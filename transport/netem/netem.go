@@ -1,4 +1,14 @@
-package hier
+// Package netem emulates a network on one machine, as Linux's netem does
+// for a real interface: Transport wraps any transport.Transport and
+// delays every operation between ranks of different domains as a network
+// interface of a given rate per rank would, so that a route's schedule,
+// and the bound it is measured against, show on CPU ranks of one host.
+//
+//	nic, err := netem.NewNIC(200e6) // 200 MB/s each way, shared by the rank's transports
+//	t := netem.Wrap(inner, topo, nic)
+//
+// A session wraps its transports so when Options.EmulateNetBW is set.
+package netem
 
 import (
 	"context"
@@ -11,20 +21,19 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// Emulated is a reshard.Transport that caps the rate at which one rank
+// Transport is a transport.Transport that caps the rate at which one rank
 // sends to, and receives from, ranks of other domains, as if each rank had
 // a network interface of the given bandwidth, so that the schedule of a
 // route can be measured on one machine. Traffic inside a domain runs at the
-// real speed. The inner transport moves the bytes; Emulated only delays
+// real speed. The inner transport moves the bytes; Transport only delays
 // completion: every cross-domain operation occupies the rank's sending or
 // receiving side for bytes/rate seconds, one after another, and a round
 // completes when its real transfers have and its last emulated operation
 // would have.
-type Emulated struct {
+type Transport struct {
 	inner transport.Transport
 	topo  reshard.Topology
 	nic   *NIC
-	err   error // a rate Emulate was given that ValidateRate refuses
 	now   func() time.Time
 	sleep func(context.Context, time.Duration) error
 }
@@ -41,11 +50,17 @@ type NIC struct {
 	recvFree time.Time
 }
 
-// NewNIC returns an interface of bytesPerSec each way, or ValidateRate's
-// error.
+// MinRate is the slowest network a NIC emulates: 1 byte per second. A
+// slower rate is a mistake (a unit off, or 1e-300), not a network, and its
+// delays would overflow time.Duration.
+const MinRate = 1.0
+
+// NewNIC returns an interface of bytesPerSec each way. A rate that is not
+// finite or is below MinRate is a *reshard.FieldError naming the value.
 func NewNIC(bytesPerSec float64) (*NIC, error) {
-	if err := ValidateRate(bytesPerSec); err != nil {
-		return nil, err
+	if !(bytesPerSec >= MinRate) || math.IsInf(bytesPerSec, 0) {
+		return nil, &reshard.FieldError{Field: "emulated network rate", Got: fmt.Sprintf("%g bytes/s", bytesPerSec),
+			Want: fmt.Sprintf("a finite rate of at least %g byte/s", MinRate), Why: "slower rates make delays no clock can hold"}
 	}
 	return &NIC{rate: bytesPerSec}, nil
 }
@@ -53,44 +68,22 @@ func NewNIC(bytesPerSec float64) (*NIC, error) {
 // Rate returns the interface's rate in bytes per second.
 func (n *NIC) Rate() float64 { return n.rate }
 
-// MinEmulatedRate is the slowest network Emulate emulates: 1 byte per
-// second. A slower rate is a mistake (a unit off, or 1e-300), not a
-// network, and its delays would overflow time.Duration.
-const MinEmulatedRate = 1.0
-
-// ValidateRate checks an emulated network rate in bytes per second: finite
-// and at least MinEmulatedRate. The error names the value.
-func ValidateRate(bytesPerSec float64) error {
-	if !(bytesPerSec >= MinEmulatedRate) || math.IsInf(bytesPerSec, 0) {
-		return &reshard.FieldError{Field: "emulated network rate", Got: fmt.Sprintf("%g bytes/s", bytesPerSec),
-			Want: fmt.Sprintf("a finite rate of at least %g byte/s", MinEmulatedRate), Why: "slower rates make delays no clock can hold"}
-	}
-	return nil
+// Wrap wraps t with nic's network between the domains of topo: every
+// transport of a rank that Wrap wraps with the same nic shares its rate.
+// Start fails, naming the bytes and the rate, when a delay would not fit
+// a time.Duration (about 292 years).
+func Wrap(t transport.Transport, topo reshard.Topology, nic *NIC) *Transport {
+	return &Transport{inner: t, topo: topo, nic: nic, now: time.Now, sleep: sleepCtx}
 }
 
-// NewEmulated wraps t with a network of bytesPerSec per rank and direction
-// between the domains of topo, or returns ValidateRate's error.
-func NewEmulated(t transport.Transport, topo reshard.Topology, bytesPerSec float64) (*Emulated, error) {
-	if err := ValidateRate(bytesPerSec); err != nil {
+// New wraps t with a network interface of its own of bytesPerSec per
+// direction (NewNIC's rate and error) between the domains of topo.
+func New(t transport.Transport, topo reshard.Topology, bytesPerSec float64) (*Transport, error) {
+	nic, err := NewNIC(bytesPerSec)
+	if err != nil {
 		return nil, err
 	}
-	return Emulate(t, topo, bytesPerSec), nil
-}
-
-// Emulate wraps t with a network of bytesPerSec per rank and direction
-// between the domains of topo. A rate ValidateRate refuses makes every
-// Start fail with that error (no round runs undelayed); NewEmulated
-// reports it at once instead. Start also fails, naming the bytes and the
-// rate, when a delay would not fit a time.Duration (about 292 years).
-func Emulate(t transport.Transport, topo reshard.Topology, bytesPerSec float64) *Emulated {
-	return &Emulated{inner: t, topo: topo, nic: &NIC{rate: bytesPerSec}, err: ValidateRate(bytesPerSec), now: time.Now, sleep: sleepCtx}
-}
-
-// EmulateOn wraps t with nic's network between the domains of topo: every
-// transport of a rank that EmulateOn wraps with the same nic shares its
-// rate.
-func EmulateOn(t transport.Transport, topo reshard.Topology, nic *NIC) *Emulated {
-	return &Emulated{inner: t, topo: topo, nic: nic, now: time.Now, sleep: sleepCtx}
+	return Wrap(t, topo, nic), nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -107,17 +100,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Rank implements reshard.Transport.
-func (e *Emulated) Rank() int { return e.inner.Rank() }
+// Rank implements transport.Transport.
+func (e *Transport) Rank() int { return e.inner.Rank() }
 
-// Size implements reshard.Transport.
-func (e *Emulated) Size() int { return e.inner.Size() }
+// Size implements transport.Transport.
+func (e *Transport) Size() int { return e.inner.Size() }
 
-// Abort implements reshard.Transport.
-func (e *Emulated) Abort(reason error) { e.inner.Abort(reason) }
+// Abort implements transport.Transport.
+func (e *Transport) Abort(reason error) { e.inner.Abort(reason) }
 
 // MaxInPlaceBytes forwards the inner transport's in-place support.
-func (e *Emulated) MaxInPlaceBytes() int64 { return transport.MaxInPlace(e.inner) }
+func (e *Transport) MaxInPlaceBytes() int64 { return transport.MaxInPlace(e.inner) }
 
 // Start posts the round on the inner transport and books its cross-domain
 // operations on the emulated interfaces.
@@ -126,10 +119,7 @@ func (e *Emulated) MaxInPlaceBytes() int64 { return transport.MaxInPlace(e.inner
 // fit a time.Duration, counted from now and including what the interface
 // has booked already, is an error naming the bytes and the rate, and
 // nothing is posted.
-func (e *Emulated) Start(ops []transport.Op) (transport.Pending, error) {
-	if e.err != nil {
-		return nil, e.err
-	}
+func (e *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 	nic := e.nic
 	nic.mu.Lock()
 	defer nic.mu.Unlock()
@@ -174,7 +164,7 @@ func (e *Emulated) Start(ops []transport.Op) (transport.Pending, error) {
 type emulatedRound struct {
 	inner transport.Pending
 	until time.Time
-	e     *Emulated
+	e     *Transport
 }
 
 // Wait completes the real transfers, then waits out the emulated time.

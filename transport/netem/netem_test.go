@@ -1,4 +1,4 @@
-package hier
+package netem
 
 import (
 	"context"
@@ -19,9 +19,9 @@ func TestEmulatedRates(t *testing.T) {
 	w := inproc.NewWorld(3)
 	clock := time.Unix(0, 0)
 	var slept [3][]time.Duration
-	emu := make([]*Emulated, 3)
+	emu := make([]*Transport, 3)
 	for r := range emu {
-		emu[r] = Emulate(w.Transport(r), topo, 1e6) // 1 MB/s
+		emu[r] = mustNew(t, w.Transport(r), topo, 1e6) // 1 MB/s
 		emu[r].now = func() time.Time { return clock }
 		r := r
 		emu[r].sleep = func(_ context.Context, d time.Duration) error {

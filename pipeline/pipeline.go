@@ -1,17 +1,17 @@
-// Package stage describes pipeline-parallel refit: with PP > 1 the trainer
+// Package pipeline describes pipeline-parallel refit: with PP > 1 the trainer
 // is cut into stages, and every stage reshards its own layers to the one
 // generator group on a communicator of its own, made of that stage's
 // trainer ranks and all generator ranks. A generator rank belongs to every
 // stage's communicator, and meshes are local to each communicator. With the
 // paper's Example B (two stages of two trainer ranks, one generator rank):
 //
-//	l := stage.Contiguous(2, 2, 1)
+//	l := pipeline.Contiguous(2, 2, 1)
 //	l.Members(0) // [0 1 4]: stage communicator 0, local ranks 0, 1, 2
 //	l.Members(1) // [2 3 4]: stage communicator 1
 //
 // The package is pure; mpi.Comm.SplitStages builds the communicators and
 // nccl.Bootstrap the NCCL ones on top of them.
-package stage
+package pipeline
 
 import (
 	"fmt"

@@ -9,7 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 )
 
-// TestFP8WantIsWholeQuantize: what FP8Want computes from the blocks a box
+// TestFP8WantIsWholeQuantize: what fp8Want computes from the blocks a box
 // touches is, byte for byte and scale for scale, the box of quantizing the
 // whole pattern tensor at once, for random shapes, boxes and modes, in
 // bf16 and f32.
@@ -21,7 +21,7 @@ func TestFP8WantIsWholeQuantize(t *testing.T) {
 		dt := []placement.DType{placement.BF16, placement.F32}[it%2]
 		mode := fp8.Mode(1 + it%3)
 		seed := uint64(it)
-		whole := FloatsBox(dt, shape, placement.Box{Lo: make([]int64, len(shape)), Hi: shape}, seed)
+		whole := floatsBox(dt, shape, placement.Box{Lo: make([]int64, len(shape)), Hi: shape}, seed)
 		q, err := fp8.Quantize(dt, shape, mode, whole)
 		if err != nil {
 			t.Fatal(err)
@@ -31,7 +31,7 @@ func TestFP8WantIsWholeQuantize(t *testing.T) {
 			box.Lo[d] = r.Int64N(n)
 			box.Hi[d] = box.Lo[d] + 1 + r.Int64N(n-box.Lo[d])
 		}
-		want, w, err := FP8Want(dt, shape, mode, box, seed)
+		want, w, err := fp8Want(dt, shape, mode, box, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestFP8WantIsWholeQuantize(t *testing.T) {
 				flat = flat*shape[d] + idx[d]
 			}
 			if want[k] != q.Data[flat] {
-				t.Fatalf("%v %v %v box %v: element %v: FP8Want %#02x, whole tensor %#02x", shape, dt, mode, box, idx, want[k], q.Data[flat])
+				t.Fatalf("%v %v %v box %v: element %v: fp8Want %#02x, whole tensor %#02x", shape, dt, mode, box, idx, want[k], q.Data[flat])
 			}
 			k++
 		})
@@ -66,11 +66,11 @@ func TestFloatsAreFinite(t *testing.T) {
 	zeros := 0
 	exps := map[uint32]bool{}
 	for g := int64(0); g < 1<<16; g++ {
-		b := FloatBF16(g, 3)
+		b := floatBF16(g, 3)
 		if b&0x7F80 == 0x7F80 {
 			t.Fatalf("element %d: bf16 %#04x is not finite", g, b)
 		}
-		f := FloatF32(g, 3)
+		f := floatF32(g, 3)
 		if f&0x7F800000 == 0x7F800000 {
 			t.Fatalf("element %d: f32 %#08x is not finite", g, f)
 		}

@@ -1,4 +1,4 @@
-package hier_test
+package bounds_test
 
 import (
 	"bytes"
@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -54,7 +55,7 @@ func TestAutoBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := reshard.ScheduleOptions{ChunkBytes: 16 << 10, StagingBytes: 1 << 20}
-	auto := hier.Auto{Fabric: hier.Fabric{NetBW: 1e9, LocalBW: 1e10, Latency: 10e-6}, Buckets: 4 << 10}
+	auto := bounds.Auto{Fabric: bounds.Fabric{NetBW: 1e9, LocalBW: 1e10, Latency: 10e-6}, Buckets: 4 << 10}
 	buckets := auto.BucketsOf(plans, topo, opts)
 	routes := map[string]int{}
 	for _, b := range buckets {

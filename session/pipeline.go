@@ -7,9 +7,9 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
-	"github.com/m2n-dev/m2n/stage"
 )
 
 // StageError is an error of one pipeline stage's session. The ranks inside
@@ -29,7 +29,7 @@ func (e *StageError) Error() string {
 func (e *StageError) Unwrap() error { return e.Err }
 
 // Wrap returns err, of stage i's session, as a *StageError (nil for nil).
-func (st *Stages) Wrap(i int, err error) error {
+func (st *Pipeline) Wrap(i int, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -44,23 +44,23 @@ func (s *Session) stageError(err error) error {
 	return &StageError{Stage: s.stage, Rank: s.rank, Members: s.members, Err: err}
 }
 
-// Stages are the sessions of a pipeline-parallel refit (the paper's
+// A Pipeline is the sessions of a pipeline-parallel refit (the paper's
 // Example B): stage s has a communicator of its own, made of stage s's
 // trainer ranks and every generator rank, with meshes local to it. A
 // generator rank is in every stage; a trainer rank in its own. The stages'
 // calls run concurrently, each on its own communicator.
-type Stages struct {
-	Layout stage.Layout
+type Pipeline struct {
+	Layout pipeline.Layout
 	// Sessions[s] is this rank's session of stage s, nil where the rank
 	// is not in stage s.
 	Sessions []*Session
 }
 
-// Stages splits the session into the stages of l (world ranks of l are
+// Pipeline splits the session into the stages of l (world ranks of l are
 // this session's ranks), each a session with this session's options and
 // device (on GPUs one NCCL communicator per stage, bootstrapped stage after
 // stage). Every rank of the session must call it with the same layout.
-func (s *Session) Stages(l stage.Layout) (*Stages, error) {
+func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 	if err := s.agreeLayout(l, localErr); err != nil {
 		return nil, err
 	}
-	st := &Stages{Layout: l, Sessions: make([]*Session, l.Stages())}
+	st := &Pipeline{Layout: l, Sessions: make([]*Session, l.Stages())}
 	err := s.guard("pipeline stage set-up", func() error {
 		comms, err := s.comm.SplitStages(l)
 		if err != nil {
@@ -120,7 +120,7 @@ func (s *Session) Stages(l stage.Layout) (*Stages, error) {
 
 // agreeLayout makes every rank check that all were given the same stage
 // layout (and none failed to validate it) before the blocking split.
-func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
+func (s *Session) agreeLayout(l pipeline.Layout, localErr error) error {
 	err := refit.Agree(refit.WithPhase(context.Background(), "agreement on the stage layout"), s.ctl,
 		[]refit.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}, localErr)
 	return s.fail(err)
@@ -129,8 +129,8 @@ func (s *Session) agreeLayout(l stage.Layout, localErr error) error {
 // Prepare prepares every stage this rank is in: specs(s) returns stage
 // s's specs, with meshes local to stage s's communicator. Stages are
 // prepared one after another in stage order.
-func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []refit.Spec, route reshard.Route) (*StagedCall, error) {
-	sc := &StagedCall{Calls: make([]*refit.Call, len(st.Sessions)), st: st}
+func (st *Pipeline) Prepare(ctx context.Context, specs func(stage int) []refit.Spec, route reshard.Route) (*PipelineCall, error) {
+	sc := &PipelineCall{Calls: make([]*refit.Call, len(st.Sessions)), st: st}
 	for i, s := range st.Sessions {
 		if s == nil {
 			continue
@@ -146,7 +146,7 @@ func (st *Stages) Prepare(ctx context.Context, specs func(stage int) []refit.Spe
 }
 
 // Close closes every stage's session.
-func (st *Stages) Close() error {
+func (st *Pipeline) Close() error {
 	var errs []error
 	for _, s := range st.Sessions {
 		if s != nil {
@@ -156,16 +156,16 @@ func (st *Stages) Close() error {
 	return errors.Join(errs...)
 }
 
-// StagedCall is a call prepared on every stage this rank is in.
-type StagedCall struct {
+// PipelineCall is a call prepared on every stage this rank is in.
+type PipelineCall struct {
 	// Calls[s] is stage s's call, nil where the rank is not in stage s.
 	Calls []*refit.Call
-	st    *Stages // what Prepare made it from, for StageError
+	st    *Pipeline // what Prepare made it from, for StageError
 }
 
 // stageError wraps err of stage i as a *StageError where the call knows
 // its stages.
-func (sc *StagedCall) stageError(i int, err error) error {
+func (sc *PipelineCall) stageError(i int, err error) error {
 	if sc.st == nil {
 		if err == nil {
 			return nil
@@ -178,7 +178,7 @@ func (sc *StagedCall) stageError(i int, err error) error {
 // Run runs every stage's call concurrently, each in a goroutine of its
 // own: bufs(s) returns this rank's buffers of stage s. It returns the
 // reports by stage and the first stage's error (every error, joined).
-func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []refit.TensorBuffers) ([]*refit.Report, error) {
+func (sc *PipelineCall) Run(ctx context.Context, bufs func(stage int) []refit.TensorBuffers) ([]*refit.Report, error) {
 	reps := make([]*refit.Report, len(sc.Calls))
 	errs := make([]error, len(sc.Calls))
 	var wg sync.WaitGroup
@@ -204,7 +204,7 @@ func (sc *StagedCall) Run(ctx context.Context, bufs func(stage int) []refit.Tens
 }
 
 // Close frees every stage's call.
-func (sc *StagedCall) Close() {
+func (sc *PipelineCall) Close() {
 	for _, c := range sc.Calls {
 		if c != nil {
 			c.Close()

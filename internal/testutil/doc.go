@@ -1,0 +1,5 @@
+// Package testutil holds, in its subpackages, what m2n's tests share and
+// its programs never import: mpitest runs a test as a real multi-process
+// MPI job, gputest gives a test a GPU or skips it with the reason. The
+// rest of internal/ is plumbing the library itself runs on.
+package testutil
