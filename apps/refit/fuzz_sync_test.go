@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
 )
 
@@ -85,8 +86,9 @@ func decodeSyncConfig(data []byte) runConfig {
 		"--train", train, "--gen", gen, "--check", "--iters", fmt.Sprint(1 + r.pick(2)), "--warmup", fmt.Sprint(r.pick(2))}
 	routes := []string{"auto", "flat", "hier", "agbcast"}
 	args = append(args, "--route", routes[r.pick(len(routes))])
+	var fp8Mode fp8.Mode
 	if r.pick(4) == 1 {
-		args = append(args, "--dst-dtype", "e4m3")
+		args, fp8Mode = append(args, "--dst-dtype", "e4m3"), fp8.Block
 	}
 	for _, fl := range []string{"--verify", "--atomic"} {
 		if r.pick(3) == 1 {
@@ -100,7 +102,7 @@ func decodeSyncConfig(data []byte) runConfig {
 		args = append(args, "--dst-domain-size", "2")
 	}
 	// the layouts' own verdict, and the ranks they need
-	c.layoutErr = syncLayouts(m.name, scale, layers, train, gen, &c.needWorld)
+	c.layoutErr = syncLayouts(m.name, scale, layers, train, gen, fp8Mode, &c.needWorld)
 	c.world = max(c.needWorld, 2)
 	if r.rare(16) && c.world > 2 {
 		c.world-- // too few ranks: every rank must say how many the layouts need
@@ -120,9 +122,10 @@ func decodeSyncConfig(data []byte) runConfig {
 	return c
 }
 
-// syncLayouts lays the model out as refit sync would, and sets *world to
-// the ranks it needs; the error is the layouts' own refusal.
-func syncLayouts(name string, scale, layers int, train, gen string, world *int) error {
+// syncLayouts lays the model out as refit sync would (an FP8 generator by
+// mode, 0: none), and sets *world to the ranks it needs; the error is the
+// layouts' own refusal.
+func syncLayouts(name string, scale, layers int, train, gen string, mode fp8.Mode, world *int) error {
 	m, err := model.Load(name, model.LoadOptions{Scale: int64(scale), Layers: layers})
 	if err != nil {
 		return err
@@ -135,7 +138,7 @@ func syncLayouts(name string, scale, layers int, train, gen string, world *int) 
 	if err != nil {
 		return err
 	}
-	l, err := model.New(m, tr, g)
+	l, err := model.NewQuantized(m, tr, g, mode)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,8 @@
 // Command model syncs a whole model every step, as RL weight sync does:
-// every tensor of a config.json (named and shaped as transformers names
-// them; scaled down here to fit 8 CPU ranks) from a Megatron-style trainer
-// (tp=2, pp=2, ep=2: ranks 0-3) to a vLLM-style generator (tp=2, dp=2:
-// ranks 4-7), fused weights moved in place through their views, each
-// pipeline stage on a communicator of its own, and every element checked
-// on every generator rank. Run it with: mpirun -np 8 model config.json
+// every tensor of a config.json (scaled down to fit 8 CPU ranks) from a
+// Megatron-style trainer (tp=2, pp=2, ep=2 without expert-TP: ranks 0-3) to
+// a vLLM-style generator (tp=2, dp=2: ranks 4-7), fused weights in place,
+// every element checked. Run it with: mpirun -np 8 model config.json
 package main
 
 import (
@@ -44,10 +42,13 @@ func run(config string) error {
 	if err != nil {
 		return err
 	}
-	trainer, err1 := model.ParseTrainer("tp=2,pp=2,ep=2") // Megatron-Core's names
-	generator, err2 := model.ParseGenerator("tp=2,dp=2")  // vLLM's
-	layouts, err := model.New(m, trainer, generator)      // every tensor's layout on both sides, per stage
-	if err := errors.Join(err1, err2, err); err != nil {
+	trainer, err1 := model.ParseTrainer("tp=2,pp=2,ep=2,etp=1") // Megatron-Core's names
+	generator, err2 := model.ParseGenerator("tp=2,dp=2")        // vLLM's
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	layouts, err := model.New(m, trainer, generator) // every tensor's layout on both sides, per stage
+	if err != nil {
 		return err
 	}
 	ctx := context.Background()
