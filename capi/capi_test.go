@@ -253,6 +253,13 @@ func hasTorch(py string) bool {
 // Python path, bounded to 5 minutes, and returns the combined output.
 func mpirun(t *testing.T, np int, env []string, args ...string) (string, error) {
 	t.Helper()
+	return mpirunWithin(t, 5*time.Minute, np, env, args...)
+}
+
+// mpirunWithin is mpirun bounded to limit (then SIGTERM, and SIGKILL 5 s
+// later).
+func mpirunWithin(t *testing.T, limit time.Duration, np int, env []string, args ...string) (string, error) {
+	t.Helper()
 	cmd, err := mpitest.Command(np, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -268,9 +275,11 @@ func mpirun(t *testing.T, np int, env []string, args ...string) (string, error) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	timer := time.AfterFunc(5*time.Minute, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	timer := time.AfterFunc(limit, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	kill := time.AfterFunc(limit+5*time.Second, func() { _ = cmd.Process.Kill() })
 	err = cmd.Wait()
 	timer.Stop()
+	kill.Stop()
 	return out.String(), err
 }
 
@@ -289,6 +298,7 @@ func TestPython(t *testing.T) {
 		{"test_calls.py", 6, false},
 		{"test_model.py", 6, false},
 		{"test_fp8.py", 4, false},
+		{"test_crossed.py", 4, false},
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks
 	} {
 		t.Run(fmt.Sprintf("%s/np=%d", tc.script, tc.np), func(t *testing.T) {

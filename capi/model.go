@@ -355,9 +355,12 @@ func namedOf(p *C.m2n_named_buffer, n C.int64_t) ([]C.m2n_named_buffer, error) {
 func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *C.m2n_named_buffer, ndst C.int64_t,
 	scale *C.m2n_named_buffer, nscale C.int64_t, stream C.uintptr_t, report *C.m2n_report) (rc C.int) {
 	defer recovered(&rc)
+	if report != nil {
+		*report = C.m2n_report{}
+	}
 	me, err := modelOf(h)
 	if err != nil {
-		return result(err)
+		return result(usedAfterClose(uint64(h), "model", "m2n_model_run", err))
 	}
 	me.se.mu.Lock()
 	defer me.se.mu.Unlock()
@@ -399,7 +402,7 @@ func m2n_model_refuse(h C.m2n_model, why *C.char) (rc C.int) {
 	defer recovered(&rc)
 	me, err := modelOf(h)
 	if err != nil {
-		return result(err)
+		return result(usedAfterClose(uint64(h), "model", "m2n_model_refuse", err))
 	}
 	me.se.mu.Lock()
 	defer me.se.mu.Unlock()
@@ -421,5 +424,6 @@ func m2n_model_close(h C.m2n_model) (rc C.int) {
 	me.se.mu.Lock()
 	defer me.se.mu.Unlock()
 	delete(me.se.models, uint64(h))
+	me.se.closedHandle(uint64(h))
 	return result(me.m.Close())
 }

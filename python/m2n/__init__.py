@@ -17,12 +17,13 @@ another layout) with PyTorch DTensor's layouts, over the m2n C library
 See docs/python.md.
 """
 
-from .errors import (AbortError, AgreementError, ChecksumError, Error, InternalError, InvalidArgument,
-                     TimeoutError, Unavailable, ValidationError)
+from .errors import (AbortError, AgreementError, CallMismatchError, ChecksumError, Error, InternalError,
+                     InvalidArgument, LeftError, TimeoutError, Unavailable, ValidationError)
 from .placement import Layout, Mesh, Replicate, Shard, Tensor
 from .session import Call, Model, Session
 
 __all__ = [
-    "AbortError", "AgreementError", "Call", "ChecksumError", "Error", "InternalError", "InvalidArgument", "Layout",
-    "Mesh", "Model", "Replicate", "Session", "Shard", "Tensor", "TimeoutError", "Unavailable", "ValidationError",
+    "AbortError", "AgreementError", "Call", "CallMismatchError", "ChecksumError", "Error", "InternalError",
+    "InvalidArgument", "Layout", "LeftError", "Mesh", "Model", "Replicate", "Session", "Shard", "Tensor", "TimeoutError",
+    "Unavailable", "ValidationError",
 ]
