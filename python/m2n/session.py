@@ -3,11 +3,16 @@
 import atexit
 import ctypes
 import json
+import numbers
+import os
 import sys
+import threading
+import time
+import traceback
 
 from . import _lib
 from .buffers import buffer, cstr, empty, is_torch
-from .errors import InvalidArgument, check
+from .errors import Error, InvalidArgument, check
 from .placement import Tensor, _side
 
 
@@ -68,14 +73,36 @@ class Session:
                  chunk_bytes=0, staging_bytes=0, coalesce_bytes=0, src_domain_size=0, dst_domain_size=0,
                  emulate_net_bw=0.0):
         lib = _lib.lib()
+        self._h = 0
         if comm is None:
             from mpi4py import MPI
             comm = MPI.COMM_WORLD
         handle = comm.py2f() if hasattr(comm, "py2f") else int(comm)
         o = _lib.Options()
         lib.m2n_options_init(ctypes.byref(o))
+        try:
+            self._options(o, device, timeout, verify, atomic, stripe, chunk_bytes, staging_bytes, coalesce_bytes,
+                          src_domain_size, dst_domain_size, emulate_net_bw)
+        except (TypeError, ValueError, OverflowError) as e:
+            # take part in the others' join, failing it on every rank at
+            # once with this rank's reason, rather than leave them waiting.
+            check(lib.m2n_session_refuse(handle, cstr("m2n.Session: %s" % (e,))))
+            raise  # not reached: the refusal raises ValidationError
+        h = ctypes.c_uint64()
+        check(lib.m2n_session_join(handle, ctypes.byref(o), ctypes.byref(h)))
+        self._h = h.value
+        _open.append(self)
+        r, n = ctypes.c_int32(), ctypes.c_int32()
+        check(lib.m2n_session_rank(self._h, ctypes.byref(r)))
+        check(lib.m2n_session_size(self._h, ctypes.byref(n)))
+        self.rank, self.size = r.value, n.value
+
+    def _options(self, o, device, timeout, verify, atomic, stripe, chunk_bytes, staging_bytes, coalesce_bytes,
+                 src_domain_size, dst_domain_size, emulate_net_bw):
+        """Fills m2n_options o; raises ValueError or TypeError naming a bad
+        argument (the C library checks the values themselves)."""
         dev, _, ordinal = str(device).partition(":")
-        if dev in ("cpu", "host"):
+        if dev in ("cpu", "host") and not ordinal:
             o.device = _lib.DEVICE_CPU
             self.cuda_device = None
         elif dev in ("cuda", "gpu"):
@@ -87,20 +114,22 @@ class Session:
                 o.cuda_device = torch.cuda.current_device()
             self.cuda_device = o.cuda_device if o.cuda_device >= 0 else None
         else:
-            raise InvalidArgument("device %r: want \"cpu\" or \"cuda\" (or \"cuda:N\")" % (device,))
+            raise ValueError("device %r: want \"cpu\" or \"cuda\" (or \"cuda:N\")" % (device,))
         self.device = "cuda" if o.device == _lib.DEVICE_CUDA else "cpu"
+        for name, v in (("timeout", timeout), ("emulate_net_bw", emulate_net_bw)):
+            if v is not None and (not isinstance(v, numbers.Real) or isinstance(v, bool)):
+                raise TypeError("%s %r: want a number of %s" % (name, v, "seconds" if name == "timeout" else
+                                                                  "bytes per second"))
         o.timeout_seconds = float(timeout or 0)
         o.verify, o.atomic, o.stripe = int(bool(verify)), int(bool(atomic)), int(bool(stripe))
+        for name, v in (("chunk_bytes", chunk_bytes), ("staging_bytes", staging_bytes),
+                        ("coalesce_bytes", coalesce_bytes), ("src_domain_size", src_domain_size),
+                        ("dst_domain_size", dst_domain_size)):
+            if not hasattr(v, "__index__") or isinstance(v, bool):
+                raise TypeError("%s %r: want an integer" % (name, v))
         o.chunk_bytes, o.staging_bytes, o.coalesce_bytes = int(chunk_bytes), int(staging_bytes), int(coalesce_bytes)
         o.src_domain_size, o.dst_domain_size = int(src_domain_size), int(dst_domain_size)
         o.emulate_net_bw = float(emulate_net_bw)
-        h = ctypes.c_uint64()
-        check(lib.m2n_session_join(handle, ctypes.byref(o), ctypes.byref(h)))
-        self._h = h.value
-        r, n = ctypes.c_int32(), ctypes.c_int32()
-        check(lib.m2n_session_rank(self._h, ctypes.byref(r)))
-        check(lib.m2n_session_size(self._h, ctypes.byref(n)))
-        self.rank, self.size = r.value, n.value
 
     @property
     def aborted(self):
@@ -159,16 +188,48 @@ class Session:
         return Model(self, h.value)
 
     def close(self):
-        """Closes the session, its calls and models (collective)."""
+        """Closes the session, its calls and models. Every rank closes its
+        session after its last step (or uses `with`); a peer still waiting
+        in, or later entering, a collective this rank never joined raises
+        LeftError naming this rank. A session open at exit is left then
+        (the peers learn that this rank's program ended with it open)."""
         if self._h:
             h, self._h = self._h, 0
+            _forget(self)
             check(_lib.lib().m2n_session_close(h))
+
+    def leave(self, why):
+        """Leaves the session after a failure of this rank's own program
+        (why: what failed), closing it: every peer waiting in, or later
+        entering, a collective this rank never joined raises LeftError at
+        once, naming this rank and why, instead of waiting out the timeout.
+        Not collective. The package calls it itself on an uncaught
+        exception (then ends the job) and at exit; `with` calls it when
+        its block raises."""
+        if self._h:
+            h, self._h = self._h, 0
+            _forget(self)
+            check(_lib.lib().m2n_session_leave(h, cstr(why)))
+
+    def _gone(self):
+        """The C library left this session (a call used after closing it):
+        forget the handle."""
+        self._h = 0
+        _forget(self)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, etype, value, tb):
+        if etype is None:
+            self.close()
+            return
+        global _left_on_error
+        _left_on_error = True
+        try:
+            self.leave(_summary(etype, value, tb))
+        except Error:
+            pass  # the block's exception is the one to report
 
 
 class Call:
@@ -180,11 +241,19 @@ class Call:
         self.names = [t.name for t in tensors]
         self._index = {n: i for i, n in enumerate(self.names)}
         self._h = handle
+        self._closed = 0
 
-    def _handle(self):
-        if not self._h or not self.session._h:
-            raise InvalidArgument("the call (or its session) is closed")
-        return self._h
+    def _handle(self, run=False):
+        if self._h and self.session._h:
+            return self._h
+        if run and self._closed and self.session._h:
+            # the C library leaves the session, naming this rank to the
+            # peers that wait in this step, and raises InvalidArgument.
+            try:
+                check(_lib.lib().m2n_call_run(self._closed, None, 0, 0, None, None))
+            finally:
+                self.session._gone()
+        raise InvalidArgument("the call (or its session) is closed")
 
     def _aligned(self, bufs, what):
         """bufs (a dict by tensor name, a sequence in call order, or None)
@@ -215,7 +284,7 @@ class Call:
         report: completed and failed tensor names, seconds, and bytes by
         link."""
         lib = _lib.lib()
-        h = self._handle()
+        h = self._handle(run=True)
         s = self.session
         srcs, why = self._aligned(src, "source")
         dsts, why2 = self._aligned(dst, "destination")
@@ -272,8 +341,12 @@ class Call:
         return _describe(_lib.lib().m2n_call_describe, self._handle())
 
     def close(self):
+        """Frees the call. Running it afterwards, while its session is open,
+        leaves the session (the peers waiting in that step raise LeftError
+        naming this rank) and raises InvalidArgument."""
         if self._h and self.session._h:
             h, self._h = self._h, 0
+            self._closed = h
             check(_lib.lib().m2n_call_close(h))
         self._h = 0
 
@@ -292,12 +365,18 @@ class Model:
     def __init__(self, session, handle):
         self.session = session
         self._h = handle
+        self._closed = 0
         self.info = _describe(_lib.lib().m2n_model_describe, handle)
 
-    def _handle(self):
-        if not self._h or not self.session._h:
-            raise InvalidArgument("the model (or its session) is closed")
-        return self._h
+    def _handle(self, run=False):
+        if self._h and self.session._h:
+            return self._h
+        if run and self._closed and self.session._h:
+            try:  # as Call._handle: the C library leaves the session
+                check(_lib.lib().m2n_model_run(self._closed, None, 0, None, 0, None, 0, 0, None))
+            finally:
+                self.session._gone()
+        raise InvalidArgument("the model (or its session) is closed")
 
     def buffers(self, side):
         """This rank's buffers on a side ("src" or "dst"): a dict by name of
@@ -324,7 +403,7 @@ class Model:
         Returns the report summed over the stages, with completed and
         failed counts."""
         lib = _lib.lib()
-        h = self._handle()
+        h = self._handle(run=True)
         s = self.session
         kept, named = [], []
         for side, bufs in (("src", src or {}), ("dst", dst or {}), ("scale", scale or {})):
@@ -353,6 +432,7 @@ class Model:
     def close(self):
         if self._h and self.session._h:
             h, self._h = self._h, 0
+            self._closed = h
             check(_lib.lib().m2n_model_close(h))
         self._h = 0
 
@@ -363,11 +443,96 @@ class Model:
         self.close()
 
 
+# The sessions open in this process, and whether one was left because its
+# `with` block raised: an uncaught exception then ends the whole job.
+_open = []
+_left_on_error = False
+
+
+def _forget(session):
+    if session in _open:
+        _open.remove(session)
+
+
+def _world_rank():
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        return mpi.COMM_WORLD.Get_rank() if mpi is not None else None
+    except Exception:
+        return None
+
+
+def _summary(etype, value, tb):
+    """One line for a peer: the exception and where it was raised."""
+    where = ""
+    if tb is not None:
+        frames = traceback.extract_tb(tb)
+        if frames:
+            f = frames[-1]
+            where = " (at %s:%d in %s)" % (os.path.basename(f.filename), f.lineno, f.name)
+    text = "".join(traceback.format_exception_only(etype, value)).strip().replace("\n", " ")
+    return "uncaught %s%s" % (text, where)
+
+
+def _leave_all(why, wait=5.0):
+    """Leaves every open session, giving up after wait seconds (another
+    thread may be inside a step of one, which the library waits for)."""
+    sessions = list(_open)
+
+    def leave():
+        for s in sessions:
+            try:
+                s.leave(why)
+            except Exception:
+                pass
+
+    t = threading.Thread(target=leave, daemon=True)
+    t.start()
+    t.join(wait)
+
+
+_previous_excepthook = sys.excepthook
+
+
+def _excepthook(etype, value, tb):
+    """An uncaught exception with a session open (or left by its `with`
+    block) ends the whole job, as `python -m mpi4py` does: its traceback
+    printed once, with the rank; every open session left, so that the peers
+    waiting in one of its collectives raise LeftError naming this rank and
+    the exception at once; then MPI_Abort after a short grace (for them to
+    report it)."""
+    if not _open and not _left_on_error:
+        _previous_excepthook(etype, value, tb)
+        return
+    rank = _world_rank()
+    if rank is None and _open:
+        rank = _open[0].rank
+    try:
+        sys.stderr.write("m2n: rank %s: uncaught exception with an m2n session open: leaving the session (its peers "
+                         "raise m2n.LeftError naming this rank) and ending the job (MPI_Abort):\n" % rank)
+        _previous_excepthook(etype, value, tb)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        _leave_all(_summary(etype, value, tb))
+        time.sleep(1.0)  # with the library's grace: 2 s for the peers to report it
+    finally:
+        _lib.lib().m2n_abort_job(1)
+
+
+sys.excepthook = _excepthook
+
+
 @atexit.register
-def _end_failed_job():
-    """After an abort, end the job instead of letting mpi4py's MPI_Finalize
-    wait for peers that are gone (Python's atexit runs before it)."""
-    if _lib._lib is not None and _lib._lib.m2n_job_failed():
+def _at_exit():
+    """At exit: leave every session still open (the peers learn that this
+    rank's program ended with it open), and after an abort end the job
+    instead of letting mpi4py's MPI_Finalize wait for peers that are gone
+    (Python's atexit runs before it)."""
+    if _lib._lib is None:
+        return
+    if _open:
+        _leave_all("its program ended with the session open (m2n.Session.close was never called)")
+    if _lib._lib.m2n_job_failed():
         sys.stdout.flush()
         sys.stderr.flush()
         _lib._lib.m2n_abort_job(1)

@@ -210,9 +210,22 @@ def _():
     verify(ts, dst, 5)
 
 
+@case("a session option one rank cannot read fails every rank's join, naming it")
+def _():
+    e = expect(m2n.ValidationError, m2n.Session, comm, device="tpu" if rank == 3 else "cpu")
+    if e is not None:
+        check(e.rank == 3 and "rank 3" in str(e) and "device 'tpu'" in str(e), "error %s (%s)" % (e, e.detail))
+    e = expect(m2n.ValidationError, m2n.Session, comm, timeout="soon" if rank == 1 else 30)
+    if e is not None:
+        check(e.rank == 1 and "timeout 'soon'" in str(e), "error %s (%s)" % (e, e.detail))
+    e = expect(m2n.ValidationError, m2n.Session, comm, timeout=float("nan") if rank == 2 else 30)
+    if e is not None:
+        check(e.rank == 2 and e.field == "timeout_seconds" and "timeout_seconds NaN" in str(e), "error %s (%s)" %
+              (e, e.detail))
+
+
 @case("bad arguments on this rank alone raise at once")
 def _():
-    expect(m2n.InvalidArgument, m2n.Session, comm, device="tpu")
     expect(ValueError, m2n.Shard, -1)
     expect(ValueError, m2n.Mesh, [[0, 1], [2]])
     expect(ValueError, m2n.Layout, trainer, ["P"])
