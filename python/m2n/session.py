@@ -242,6 +242,7 @@ class Call:
         self._index = {n: i for i, n in enumerate(self.names)}
         self._h = handle
         self._closed = 0
+        self._shapes = {}  # (tensor index, side) -> the shape its arrays must have
 
     def _handle(self, run=False):
         if self._h and self.session._h:
@@ -297,7 +298,8 @@ class Call:
         keep = []  # the buffers' dtype strings, alive through the call
         for i, t in enumerate(self.tensors):
             for side, x in (("src", srcs[i]), ("dst", dsts[i]), ("scale", scales[i])):
-                b, why = buffer(x, t.side_dtype(side), _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
+                b, why = buffer(x, t.side_dtype(side), _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device,
+                                shape=self._want_shape(i, side) if x is not None else None)
                 keep.append(b)
                 if why:
                     check(lib.m2n_call_refuse(h, i, _lib.SRC if side == "src" else _lib.DST,
@@ -312,6 +314,25 @@ class Call:
                "failed": [m for i, m in enumerate(self.names) if not done[i]]}
         out.update(_report(rep))
         return out
+
+    def _want_shape(self, i, side):
+        """The shape tensor i's array on a side must have on this rank: its
+        part's local shape (its block grid box for "scale"), or None where
+        a view places the part in a larger buffer or the rank holds none."""
+        key = (i, side)
+        if key not in self._shapes:
+            t = self.tensors[i]
+            try:
+                if side == "scale":
+                    p = t.scale_part(self.session.rank)
+                    self._shapes[key] = None if p is None else p[0]
+                elif t.views[0 if side == "src" else 1] is not None:
+                    self._shapes[key] = None
+                else:
+                    self._shapes[key] = t.local_shape(side, self.session.rank)
+            except Error:
+                self._shapes[key] = None  # the library's buffer check says what is wrong, on every rank
+        return self._shapes[key]
 
     def local_shape(self, name, side):
         """This rank's local shape of a tensor's side, or None."""
@@ -355,6 +376,31 @@ class Call:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _buffer_shapes(b, side):
+    """The shapes an array for a model buffer b (Model.buffers) may have:
+    1-dim of its elements, or the shape of what it holds where that is one
+    array: a scale tensor's block grid box, or the local shape of a buffer
+    that holds one part, dense from its start. None (any shape of its size)
+    for a fused buffer, whose shape the model does not define."""
+    if b is None:
+        return None
+    flat = (b["elems"],)
+    if side == "scale":
+        return [flat, tuple(b["shape"])] if tuple(b["shape"]) != flat else [flat]
+    parts = b.get("parts") or []
+    if len(parts) != 1:
+        return None
+    p = parts[0]
+    local = tuple(p["local_shape"])
+    dense, acc = [], 1
+    for d in reversed(local):
+        dense.insert(0, acc)
+        acc *= d
+    if p["view_offset"] != 0 or acc != b["elems"] or (acc > 0 and list(p["view_strides"]) != dense):
+        return None
+    return [flat, local] if local != flat else [flat]
 
 
 class Model:
@@ -411,7 +457,8 @@ class Model:
             arr = (_lib.NamedBuffer * max(1, len(bufs)))()
             for i, (name, x) in enumerate(bufs.items()):
                 want = listed[name]["dtype"] if name in listed else "u8"
-                b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
+                b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device,
+                                shapes=_buffer_shapes(listed.get(name), side))
                 kept.append(b)
                 if why:
                     what = {"src": "source", "dst": "destination", "scale": "scale"}[side]

@@ -158,7 +158,25 @@ def _():
 def _():
     def mutate(src, dst):
         dst["norm"] = dst["norm"][:-1]
-    names_it(bad_step(4, mutate), 4, "norm", "destination", "too short")
+    names_it(bad_step(4, mutate), 4, "norm", "destination", "has shape (15,)", "this rank's part is (16,)")
+
+
+@case("a source of the right size but transposed on rank 1 (w.T.copy()): ValidationError on every rank, naming "
+      "the tensor, the side, the shape wanted and the shape given")
+def _():
+    def mutate(src, dst):
+        src["embed"] = src["embed"].T.copy()  # (16, 20) for the part (20, 16): same bytes, contiguous
+    names_it(bad_step(1, mutate), 1, "embed", "source", "has shape (16, 20)", "this rank's part is (20, 16)")
+
+
+@case("a destination flattened to the right size on rank 5: ValidationError on every rank, naming it")
+def _():
+    def mutate(src, dst):
+        dst["experts"] = dst["experts"].reshape(-1)
+    e = bad_step(5, mutate)
+    if e is not None:
+        want = "(%s)" % ", ".join(str(d) for d in ts[3].local_shape("dst", 5))
+        names_it(e, 5, "experts", "destination", "has shape (", "this rank's part is " + want)
 
 
 @case("a source for a tensor the call lacks on rank 0: ValidationError on every rank, naming it")
