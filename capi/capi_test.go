@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // library builds libm2n.so (once) and returns its path.
-func library(t *testing.T) string {
+func library(t testing.TB) string {
 	t.Helper()
 	lib.once.Do(func() {
 		if lib.dir, lib.err = os.MkdirTemp("", "m2n-capi-"); lib.err != nil {

@@ -62,6 +62,8 @@ func timeoutOf(t float64) (time.Duration, error) {
 		why = "not a number"
 	case t < 0:
 		why = "negative"
+	case t > 0 && t*1e9 < 1:
+		why = "shorter than a nanosecond, the finest timeout there is"
 	case math.IsInf(t, 1) || t*1e9 >= math.Exp2(63):
 		why = "longer than m2n can wait (a Go time.Duration holds at most 9223372036 s, about 292 years)"
 	}
@@ -69,11 +71,7 @@ func timeoutOf(t float64) (time.Duration, error) {
 		return 0, optionError(&reshard.FieldError{Field: "timeout_seconds", Got: strconv.FormatFloat(t, 'g', -1, 64), Why: why +
 			"; want 0 (the default, 300 s) or a positive number of seconds up to 9223372036"})
 	}
-	d := time.Duration(t * 1e9)
-	if t > 0 && d == 0 {
-		d = 1
-	}
-	return d, nil
+	return time.Duration(t * 1e9), nil
 }
 
 // finiteRate refuses a NaN, infinite or negative rate option.
