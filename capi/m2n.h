@@ -227,7 +227,8 @@ typedef struct m2n_tensor_buffers {
 
 /* What one run did on this rank. */
 typedef struct m2n_report {
-	int64_t completed;    /* tensors that reached every destination rank (verified, with verify) */
+	int64_t completed;    /* tensors that reached every destination rank (verified, with verify); for
+	                         m2n_model_run, the whole model's, every stage's: the same on every rank */
 	int64_t failed;       /* the others */
 	double seconds;       /* the run's time on this rank */
 	int64_t sent_network; /* bytes sent across domains */
@@ -381,8 +382,13 @@ int m2n_model_describe(m2n_model m, char *buf, size_t len, size_t *needed);
  * scale tensors (as m2n_model_describe lists them; each exactly its size;
  * scale may be NULL with nscale 0 for a model without FP8). The buffers are
  * checked first, in one small collective over the whole session: a bad
- * one anywhere is M2N_ERR_VALIDATION on every rank, naming it. stream and
- * report as for m2n_call_run; the report sums the stages. */
+ * one anywhere is M2N_ERR_VALIDATION on every rank, naming it. stream as
+ * for m2n_call_run. The report's completed and failed count the whole
+ * model's tensors, every pipeline stage's (the same on every rank: the
+ * ranks exchange their stages' counts in one more small collective); its
+ * seconds are this rank's slowest stage, its bytes and messages the sums
+ * over the stages this rank is in (a trainer rank's own stage; a
+ * generator rank's every stage). */
 int m2n_model_run(m2n_model m, const m2n_named_buffer *src, int64_t nsrc, const m2n_named_buffer *dst, int64_t ndst,
 	const m2n_named_buffer *scale, int64_t nscale, uintptr_t stream, m2n_report *report);
 /* m2n_call_refuse for a model step: every rank of the session fails with

@@ -19,11 +19,12 @@ See docs/python.md.
 
 from .errors import (AbortError, AgreementError, CallMismatchError, ChecksumError, Error, InternalError,
                      InvalidArgument, LeftError, TimeoutError, Unavailable, ValidationError)
+from .fused import Fused, fuse
 from .placement import Layout, Mesh, Replicate, Shard, Tensor
 from .session import Call, Model, Session
 
 __all__ = [
-    "AbortError", "AgreementError", "Call", "CallMismatchError", "ChecksumError", "Error", "InternalError",
+    "AbortError", "AgreementError", "Call", "CallMismatchError", "ChecksumError", "Error", "Fused", "InternalError",
     "InvalidArgument", "Layout", "LeftError", "Mesh", "Model", "Replicate", "Session", "Shard", "Tensor", "TimeoutError",
-    "Unavailable", "ValidationError",
+    "Unavailable", "ValidationError", "fuse",
 ]

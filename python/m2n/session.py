@@ -425,17 +425,59 @@ class Model:
         raise InvalidArgument("the model (or its session) is closed")
 
     def buffers(self, side):
-        """This rank's buffers on a side ("src" or "dst"): a dict by name of
-        {"dtype", "elems", "bytes", "stage", "tensors", "parts"} (a fused
-        buffer holds several tensors' parts; each part gives the rank's box
-        of its tensor and the view placing it in the buffer). "scale": the
-        scale tensors of the tensors converted to FP8, by name (the
-        tensor's with _scale_inv), each {"tensor", "stage", "bytes",
-        "shape", "offset"} (its box of the block grid), float32."""
+        """This rank's buffers on a side ("src" or "dst"), by name, as the
+        trainer (Megatron-Core) and generator (vLLM) hold them; none on a
+        side the rank is not on. Each is a dict:
+
+        - "name", "stage" (the pipeline stage it belongs to), "dtype",
+          "elems", "bytes": a 1-dim buffer of elems elements (Model.run
+          takes it 1-dim, or for a buffer of one dense part, in that part's
+          local shape);
+        - "tensors": the model tensors whose parts it holds, in order (a
+          fused buffer holds several: Megatron's linear_qkv interleaves each
+          query group's q, k and v heads, vLLM's qkv_proj holds [q; k; v],
+          gate_up_proj and the experts' w13 [gate; up]);
+        - "parts": for each of those tensors, where this rank's part of it
+          sits: "tensor" (its name); "shape" (its global shape, as
+          transformers holds the parameter); "layout_shape" (the row-major
+          reshape of shape that both sides shard, equal to shape for most
+          tensors); "local_shape" and "offset" (this rank's box of
+          layout_shape: the part's shape and its global offset, as DTensor
+          computes them); "view_offset" and "view_strides" (in elements:
+          element (i0, i1, ...) of the part is element view_offset + i0 *
+          view_strides[0] + i1 * view_strides[1] + ... of the buffer).
+          parts(side, arrays) gives those views.
+
+        "scale": the scale tensors of the tensors converted to FP8, by name
+        (the tensor's with _scale_inv), each {"tensor", "stage", "bytes",
+        "shape", "offset" (its box of the tensor's block grid), "dtype":
+        "float32", "elems"}."""
         if side == "scale":
             return {b["name"]: dict(b, dtype="float32", elems=b["bytes"] // 4) for b in self.info["scale"]}
         key = "src" if _side(side) == _lib.SRC else "dst"
         return {b["name"]: b for b in self.info[key]}
+
+    def parts(self, side, arrays):
+        """{tensor name: the view of its part} for this rank's buffers on a
+        side, arrays mapping buffer names to arrays as Model.run takes them
+        (numpy or torch, as from empty()): each view is the strided view of
+        its buffer that a part's "view_offset" and "view_strides" describe,
+        of the part's "local_shape", to fill the sources or read the
+        destinations. A buffer not in arrays is skipped."""
+        out = {}
+        for name, b in self.buffers(side).items():
+            if name not in arrays:
+                continue
+            flat = arrays[name].reshape(-1)
+            for p in b["parts"]:
+                shape, strides, off = tuple(p["local_shape"]), tuple(p["view_strides"]), p["view_offset"]
+                if is_torch(flat):
+                    out[p["tensor"]] = flat.as_strided(shape, strides, flat.storage_offset() + off)
+                else:
+                    from numpy.lib.stride_tricks import as_strided
+                    out[p["tensor"]] = as_strided(flat[off:], shape=shape, strides=tuple(x * flat.itemsize for x in strides),
+                                                  writeable=flat.flags.writeable)
+        return out
 
     def empty(self, side, lib="numpy", device=None):
         """Uninitialised buffers of this rank for a side ("src", "dst" or
@@ -445,9 +487,14 @@ class Model:
     def run(self, src=None, dst=None, stream=None, scale=None):
         """Moves one step of the whole model (collective), every pipeline
         stage at once: src, dst and scale map this rank's buffer names
-        (buffers()) to numpy arrays or torch tensors of exactly their size.
-        Returns the report summed over the stages, with completed and
-        failed counts."""
+        (buffers()) to numpy arrays or torch tensors of exactly their size
+        (1-dim, or a buffer of one dense part in that part's local shape;
+        a fused buffer in any shape of its size). Returns the report:
+        "completed" and "failed" count the whole model's tensors, every
+        stage's, the same on every rank; "seconds" is this rank's slowest
+        stage; the byte and message counts are this rank's, summed over the
+        stages it is in (a trainer rank's own stage, every stage for a
+        generator rank)."""
         lib = _lib.lib()
         h = self._handle(run=True)
         s = self.session

@@ -113,6 +113,57 @@ for route in ("flat", "agbcast", "hier", "auto"):
             verify(ts, dst, step)
         call.close()
 
+@case("fused buffers from m2n.fuse: [q; k; v] by rows on the generator, [gate; up] on both sides, every element")
+def _():
+    q = m2n.Tensor("q", (8, 16), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [R(), S(0)]))
+    k = m2n.Tensor("k", (4, 16), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [R(), S(0)]))
+    v = m2n.Tensor("v", (4, 16), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [R(), S(0)]))
+    gate = m2n.Tensor("gate", (12, 8), "float32", src=(trainer, [S(0)]), dst=(generator, [R(), S(1)]))
+    up = m2n.Tensor("up", (12, 8), "float32", src=(trainer, [S(0)]), dst=(generator, [R(), S(1)]))
+    qkv = m2n.fuse([q, k, v], "dst", rank)                   # vLLM's qkv_proj
+    fc1 = m2n.fuse([gate, up], "src", rank)                  # Megatron's linear_fc1
+    gate_up = m2n.fuse(fc1.tensors, "dst", rank)             # vLLM's gate_up_proj: the views of both sides
+    if rank in generator:
+        check(qkv.shape == (8, 16) and qkv.layout == {"q": (0, 4), "k": (4, 6), "v": (6, 8)}, "qkv %r %s" %
+              (qkv, qkv.layout))
+        check(gate_up.shape == (24, 4), "gate_up %r" % gate_up)
+    else:
+        check(qkv.shape is None and qkv.empty() is None and qkv.buffers(None) == {}, "qkv on a trainer rank %r" % qkv)
+        check(fc1.shape == (12, 8), "fc1 %r" % fc1)
+    every = qkv.tensors + gate_up.tensors
+    call = s.prepare(every, route="hier")
+    seeds = {t.name: 100 + i for i, t in enumerate(every)}
+
+    def want(t, step):
+        p = t.part("dst" if rank in generator else "src", rank)
+        return box(pattern(t.shape, 2 if t.dtype == "bfloat16" else 4, seeds[t.name], step), p[1], p[0])
+
+    for step in range(2):
+        src, dst = {}, {}
+        if rank in trainer:
+            plain = {}
+            for t in qkv.tensors:  # unfused on the trainer: each its own array
+                plain[t.name] = np.ascontiguousarray(want(t, step))
+            buf = fc1.empty()
+            for name, part in fc1.parts(buf).items():
+                part.view(np.uint32)[...] = want(next(t for t in every if t.name == name), step)
+            src = dict(plain, **fc1.buffers(buf))
+        if rank in generator:
+            bq, bg = qkv.empty(), gate_up.empty()
+            raw(bq)[...] = 0xAAAA
+            raw(bg)[...] = 0xAAAAAAAA
+            dst = dict(qkv.buffers(bq), **gate_up.buffers(bg))
+        rep = call.run(src=src, dst=dst)
+        check(rep["completed"] == [t.name for t in every], "report %s" % rep)
+        if rank in generator:
+            for fused, buf in ((qkv, bq), (gate_up, bg)):
+                for name, part in fused.parts(buf).items():
+                    t = next(t for t in every if t.name == name)
+                    bad = int(np.count_nonzero(raw(part) != want(t, step)))
+                    check(bad == 0, "step %d, %s in %r: %d of %d elements wrong" % (step, name, fused, bad, part.size))
+    call.close()
+
+
 call = s.prepare(ts, route="flat")
 
 

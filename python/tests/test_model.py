@@ -47,11 +47,13 @@ def part_view(buf, p):
 
 
 def fill(m, step):
+    """The sources, filled through Model.parts (verify reads through
+    part_view, the test's own)."""
     src = m.empty("src")
-    for name, b in m.buffers("src").items():
-        for p in b["parts"]:
-            g = pattern(p["layout_shape"], src[name].itemsize, seed(p["tensor"]), step)
-            part_view(src[name], p)[...] = box(g, p["offset"], p["local_shape"])
+    parts = {p["tensor"]: p for b in m.buffers("src").values() for p in b["parts"]}
+    for tensor, view in m.parts("src", {k: raw(a) for k, a in src.items()}).items():
+        p = parts[tensor]
+        view[...] = box(pattern(p["layout_shape"], view.itemsize, seed(tensor), step), p["offset"], p["local_shape"])
     return src
 
 
@@ -97,7 +99,10 @@ for name, body, trainer, generator in (("llama", LLAMA, "tp=2,pp=2", "tp=2"),
         for step in range(2):
             dst = poisoned(m)
             rep = m.run(src=fill(m, step), dst=dst)
-            check(rep["failed"] == 0 and rep["completed"] > 0, "report %s" % rep)
+            # the whole model's tensors on every rank, trainer ranks of one
+            # stage included
+            check(rep["failed"] == 0 and rep["completed"] == info["tensors"], "report %s, want %d completed" %
+                  (rep, info["tensors"]))
             verify(m, dst, step)
         # every tensor of the model reached the generator: the two TP ranks'
         # parts together name all of them.
