@@ -65,9 +65,15 @@ class Session:
     over NCCL): torch's current device where torch is imported (call
     torch.cuda.set_device(local_rank) first, as torch programs do), else the
     GPU whose ordinal is the rank's local rank; "cuda:N" picks GPU N. Two
-    ranks of a host on one GPU fail at once, naming them. timeout bounds every wait, in seconds (default
-    300). The other options are m2n_options' (m2n.h). Close it (or use
-    `with`) on every rank: closing is collective."""
+    ranks of a host on one GPU fail at once, naming them. timeout bounds
+    every wait, in seconds (default 300; NaN, infinite, negative or
+    sub-nanosecond values are refused). The other options are
+    m2n_options' (m2n.h). An option this rank cannot read fails every
+    rank's Session(...) at once with a ValidationError naming it. Close it
+    (or use `with`) on every rank after its last step; a rank that leaves
+    early (an uncaught exception, a call used after closing it, a program
+    ending with the session open) is named to its peers, which raise
+    LeftError at their next collective."""
 
     def __init__(self, comm=None, device="cpu", timeout=None, verify=False, atomic=False, stripe=False,
                  chunk_bytes=0, staging_bytes=0, coalesce_bytes=0, src_domain_size=0, dst_domain_size=0,
