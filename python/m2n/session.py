@@ -570,6 +570,8 @@ def _summary(etype, value, tb):
         if frames:
             f = frames[-1]
             where = " (at %s:%d in %s)" % (os.path.basename(f.filename), f.lineno, f.name)
+    if etype is not None and issubclass(etype, SystemExit):
+        return "its program exited (SystemExit(%r))%s" % (getattr(value, "code", None), where)
     text = "".join(traceback.format_exception_only(etype, value)).strip().replace("\n", " ")
     return "uncaught %s%s" % (text, where)
 
@@ -586,8 +588,12 @@ def _leave_all(why, wait=5.0):
             except Exception:
                 pass
 
-    t = threading.Thread(target=leave, daemon=True)
-    t.start()
+    try:
+        t = threading.Thread(target=leave, daemon=True)
+        t.start()
+    except RuntimeError:  # no new threads while the interpreter finalises (Python 3.12+, at exit)
+        leave()
+        return
     t.join(wait)
 
 
