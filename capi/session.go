@@ -152,10 +152,13 @@ func m2n_session_join(comm C.int32_t, o *C.m2n_options, out *C.m2n_session) (rc 
 		return result(invalidf("m2n_session_join: rank %d: MPI was initialised with %v; m2n needs MPI_THREAD_MULTIPLE "+
 			"(mpi4py asks for it unless mpi4py.rc.thread_level says otherwise)", c.Rank(), lvl))
 	}
-	opts, err := optionsOf(o)
-	if err != nil {
-		// fail every rank at once, not this one alone.
-		return result(session.Refuse(c, session.Options{}, fmt.Errorf("%s: %w", rankName(c), err)))
+	opts, optErr := optionsOf(o)
+	if optErr != nil {
+		optErr = fmt.Errorf("%s: %w", rankName(c), optErr)
+	}
+	// fail every rank at once on this rank's bad options, not this one alone.
+	if err := agreeToJoin(c, opts.Timeout, optErr); err != nil {
+		return result(err)
 	}
 	s, err := session.Join(c, opts)
 	if err != nil {
@@ -274,7 +277,7 @@ func m2n_session_refuse(comm C.int32_t, why *C.char) (rc C.int) {
 	if reason == "" {
 		reason = "refused to join"
 	}
-	return result(session.Refuse(c, session.Options{}, fmt.Errorf("%s: %s", rankName(c), reason)))
+	return result(agreeToJoin(c, session.DefaultTimeout, fmt.Errorf("%s: %s", rankName(c), reason)))
 }
 
 // rankName names this rank of c as the messages do: "rank 3", with its

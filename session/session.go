@@ -305,12 +305,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 	if err != nil {
 		return err
 	}
-	// readiness first: a rank that cannot join (Refuse, a bad option) is
-	// named with its reason, not as a rank whose options differ.
-	ctx := refit.WithPhase(context.Background(), "session set-up (Join)")
-	if err = refit.Agree(ctx, arrive, nil, localErr); err == nil {
-		err = refit.Agree(ctx, arrive, s.opts.fields(), nil)
-	}
+	err = refit.Agree(refit.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
 	if cerr := arrive.closeIfHealthy(); err == nil {
 		err = cerr
 	}
