@@ -14,7 +14,13 @@ printed here.
           naming rank 1 and what it did.
   unclosed: rank 1's program ends after a step without closing its
           session; ranks 0 and 2, running another step, raise LeftError
-          naming rank 1 ("its program ended with the session open")."""
+          naming rank 1 ("its program ended with the session open").
+
+In closed and unclosed every rank finishes the first step before rank 1
+leaves (an MPI barrier): a rank still finishing a collective the leaver
+took part in is not disturbed by the leaver itself, but it can be by the
+abort notice of a third rank that already met the leaver's absence (seen
+under load: rank 0, slow to see its last step complete, raised there)."""
 
 import sys
 import time
@@ -64,6 +70,7 @@ elif mode == "closed":
     s = m2n.Session(comm, timeout=120)
     call = s.prepare([t])
     call.run(src=src, dst=dst)
+    comm.Barrier()  # every rank is done with that step (see below)
     if rank == 1:
         call.close()
         try:
@@ -76,6 +83,7 @@ elif mode == "unclosed":
     s = m2n.Session(comm, timeout=120)
     call = s.prepare([t])
     call.run(src=src, dst=dst)
+    comm.Barrier()  # every rank is done with that step (see below)
     if rank == 1:
         print("rank 1: ending without closing the session", flush=True)
     else:
