@@ -39,7 +39,11 @@
  * no pointer into the library's memory is ever handed out, and pointers
  * passed in are only read or written during the call. A handle may be used
  * from any thread; calls on one session (and its calls and models) are
- * serialised by the library.
+ * serialised by the library, in whatever order the threads arrive on each
+ * rank: a step whose call (or step number) differs between ranks returns
+ * M2N_ERR_CALL_MISMATCH on every rank, naming both calls, before a byte
+ * moves, and never delivers another call's data. Threads that must run
+ * concurrently get sessions of their own (one communicator each).
  *
  * Stability: functions and types here keep their meaning; new ones get new
  * names. m2n_options carries its size, so fields may be added at its end.
