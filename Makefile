@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build capi run test vet purecheck fuzz fuzz-refit bench gpu-bins clean
+.PHONY: all deps build capi run test vet purecheck fuzz fuzz-refit fuzz-capi bench gpu-bins clean
 
 all: build
 
@@ -61,6 +61,14 @@ fuzz:
 	$(GO) test ./reshard -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fp8 -run '^$$' -fuzz '^FuzzQuantize$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-refit
+	$(MAKE) fuzz-capi
+
+# fuzz-capi drives the C ABI (capi/testdata/calls.c under mpirun: call
+# orders, threads, options) with configurations the fuzzer decodes, one job
+# of about a second at a time; what fails lands in
+# capi/testdata/fuzz/FuzzCABI, which `make test` replays.
+fuzz-capi: deps
+	$(GO) test ./capi -run '^$$' -fuzz '^FuzzCABI$$' -fuzztime $(FUZZTIME) -parallel 1
 
 # fuzz-refit launches whole `refit run` jobs (at most 8 ranks each, under
 # mpirun) of configurations the fuzzer decodes, one worker at a time: a

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -268,8 +269,11 @@ func routeOf(s string) (reshard.Route, error) {
 			balance, err = hier.ParseBalance(v)
 		case "net_bw", "local_bw", "latency":
 			var f float64
-			if f, err = strconv.ParseFloat(v, 64); err == nil && (f < 0 || (f == 0 && k != "latency")) {
-				err = fmt.Errorf("want a positive number")
+			if f, err = strconv.ParseFloat(v, 64); err == nil && (math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || (f == 0 && k != "latency")) {
+				err = fmt.Errorf("%v: want a positive number", f)
+				if k == "latency" {
+					err = fmt.Errorf("%v: want 0 or a positive number of seconds", f)
+				}
 			}
 			switch k {
 			case "net_bw":
@@ -395,9 +399,12 @@ func syncStream(s *session.Session, stream C.uintptr_t) error {
 //export m2n_call_run
 func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.uintptr_t, report *C.m2n_report, completed *C.uint8_t) (rc C.int) {
 	defer recovered(&rc)
+	if report != nil {
+		*report = C.m2n_report{}
+	}
 	ce, err := callOf(h)
 	if err != nil {
-		return result(err)
+		return result(usedAfterClose(uint64(h), "call", "m2n_call_run", err))
 	}
 	ce.se.mu.Lock()
 	defer ce.se.mu.Unlock()
@@ -485,7 +492,7 @@ func m2n_call_refuse(h C.m2n_call, tensor C.int64_t, side C.int32_t, why *C.char
 	defer recovered(&rc)
 	ce, err := callOf(h)
 	if err != nil {
-		return result(err)
+		return result(usedAfterClose(uint64(h), "call", "m2n_call_refuse", err))
 	}
 	ce.se.mu.Lock()
 	defer ce.se.mu.Unlock()
@@ -557,6 +564,7 @@ func m2n_call_close(h C.m2n_call) (rc C.int) {
 	ce.se.mu.Lock()
 	defer ce.se.mu.Unlock()
 	delete(ce.se.calls, uint64(h))
+	ce.se.closedHandle(uint64(h))
 	ce.c.Close()
 	return C.M2N_OK
 }

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // library builds libm2n.so (once) and returns its path.
-func library(t *testing.T) string {
+func library(t testing.TB) string {
 	t.Helper()
 	lib.once.Do(func() {
 		if lib.dir, lib.err = os.MkdirTemp("", "m2n-capi-"); lib.err != nil {
@@ -253,6 +253,13 @@ func hasTorch(py string) bool {
 // Python path, bounded to 5 minutes, and returns the combined output.
 func mpirun(t *testing.T, np int, env []string, args ...string) (string, error) {
 	t.Helper()
+	return mpirunWithin(t, 5*time.Minute, np, env, args...)
+}
+
+// mpirunWithin is mpirun bounded to limit (then SIGTERM, and SIGKILL 5 s
+// later).
+func mpirunWithin(t *testing.T, limit time.Duration, np int, env []string, args ...string) (string, error) {
+	t.Helper()
 	cmd, err := mpitest.Command(np, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -268,9 +275,11 @@ func mpirun(t *testing.T, np int, env []string, args ...string) (string, error) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	timer := time.AfterFunc(5*time.Minute, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	timer := time.AfterFunc(limit, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	kill := time.AfterFunc(limit+5*time.Second, func() { _ = cmd.Process.Kill() })
 	err = cmd.Wait()
 	timer.Stop()
+	kill.Stop()
 	return out.String(), err
 }
 
@@ -289,6 +298,7 @@ func TestPython(t *testing.T) {
 		{"test_calls.py", 6, false},
 		{"test_model.py", 6, false},
 		{"test_fp8.py", 4, false},
+		{"test_crossed.py", 4, false},
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks
 	} {
 		t.Run(fmt.Sprintf("%s/np=%d", tc.script, tc.np), func(t *testing.T) {
@@ -355,6 +365,66 @@ func TestPythonExamples(t *testing.T) {
 			if err != nil || !strings.Contains(out, ex.want) {
 				t.Fatalf("%v\n%s", err, out)
 			}
+		})
+	}
+}
+
+// TestPythonLeft runs test_left.py: a rank whose Python code raises with
+// a session open (at top level, and inside `with m2n.Session`), a rank
+// that runs a call after closing it, and a rank whose program ends with
+// its session open. In each the other ranks, waiting in a step, raise
+// m2n.LeftError at once naming that rank and why (their sessions wait up
+// to 120 s, so waiting it out would show), the raising rank's traceback
+// is printed once with its rank, and the job ends non-zero within seconds.
+func TestPythonLeft(t *testing.T) {
+	py := python(t)
+	mpitest.Require(t)
+	library(t) // built before the clock starts
+	for _, tc := range []struct {
+		mode  string
+		cause string
+		once  []string // printed exactly once
+	}{
+		{"raise", "uncaught ZeroDivisionError: division by zero (at test_left.py:", []string{"\nZeroDivisionError: division by zero\n", "m2n: rank 1: uncaught exception with an m2n session open"}},
+		{"with", "uncaught ZeroDivisionError: division by zero (at test_left.py:", []string{"\nZeroDivisionError: division by zero\n", "m2n: rank 1: uncaught exception with an m2n session open"}},
+		{"closed", "m2n_call_run on call handle", []string{"rank 1: InvalidArgument: rank 1: m2n_call_run on call handle"}},
+		{"unclosed", "its program ended with the session open", nil},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			start := time.Now()
+			out, err := mpirunWithin(t, 100*time.Second, 3, nil, py, filepath.Join("..", "python", "tests", "test_left.py"), tc.mode)
+			el := time.Since(start)
+			if err == nil {
+				t.Errorf("the job exited 0; want non-zero (a rank failed)")
+			}
+			if el > 45*time.Second {
+				t.Errorf("the job took %v to end; want seconds (the sessions' timeout is 120 s)", el.Round(time.Millisecond))
+			}
+			for _, r := range []int{0, 2} {
+				want := fmt.Sprintf("rank %d: LeftError after ", r)
+				line := ""
+				for _, l := range strings.Split(out, "\n") {
+					// mpirun may join two ranks' lines into one
+					if i := strings.Index(l, want); i >= 0 {
+						line = l[i:]
+					}
+				}
+				if !strings.Contains(line, "rank 1 left the session: "+tc.cause) {
+					t.Errorf("rank %d did not raise LeftError naming rank 1 and %q", r, tc.cause)
+				}
+				if !strings.Contains(out, fmt.Sprintf("rank %d: detail rank=1 cause=", r)) {
+					t.Errorf("rank %d's LeftError does not say rank 1 in its detail", r)
+				}
+			}
+			for _, w := range tc.once {
+				if n := strings.Count(out, w); n != 1 {
+					t.Errorf("%q printed %d times, want once", w, n)
+				}
+			}
+			if t.Failed() {
+				t.Logf("%v\n%s", err, out)
+			}
+			t.Logf("ended in %v", el.Round(time.Millisecond))
 		})
 	}
 }

@@ -114,12 +114,16 @@ func codeOf(err error) int {
 		cs *refit.ChecksumError
 		to *refit.TimeoutError
 		ab *refit.AbortError
+		cm *refit.CallMismatchError
+		le *refit.LeftError
 		ae *argError
 		ie *internalError
 	)
 	switch {
 	case errors.As(err, &ie):
 		return C.M2N_ERR_INTERNAL
+	case errors.As(err, &cm):
+		return C.M2N_ERR_CALL_MISMATCH
 	case errors.As(err, &ag):
 		return C.M2N_ERR_AGREEMENT
 	case errors.As(err, &ve):
@@ -128,6 +132,8 @@ func codeOf(err error) int {
 		return C.M2N_ERR_CHECKSUM
 	case errors.As(err, &to):
 		return C.M2N_ERR_TIMEOUT
+	case errors.As(err, &le):
+		return C.M2N_ERR_LEFT
 	case errors.As(err, &ab):
 		return C.M2N_ERR_ABORT
 	case errors.As(err, &ae):
@@ -140,15 +146,17 @@ func codeOf(err error) int {
 
 // kindNames are the Go error types the detail's "kind" and "chain" name.
 var kindNames = map[int]string{
-	C.M2N_ERR_INVALID:     "InvalidArgument",
-	C.M2N_ERR_VALIDATION:  "ValidationError",
-	C.M2N_ERR_AGREEMENT:   "AgreementError",
-	C.M2N_ERR_CHECKSUM:    "ChecksumError",
-	C.M2N_ERR_TIMEOUT:     "TimeoutError",
-	C.M2N_ERR_ABORT:       "AbortError",
-	C.M2N_ERR_UNAVAILABLE: "Unavailable",
-	C.M2N_ERR_OTHER:       "Error",
-	C.M2N_ERR_INTERNAL:    "InternalError",
+	C.M2N_ERR_INVALID:       "InvalidArgument",
+	C.M2N_ERR_VALIDATION:    "ValidationError",
+	C.M2N_ERR_AGREEMENT:     "AgreementError",
+	C.M2N_ERR_CHECKSUM:      "ChecksumError",
+	C.M2N_ERR_TIMEOUT:       "TimeoutError",
+	C.M2N_ERR_ABORT:         "AbortError",
+	C.M2N_ERR_UNAVAILABLE:   "Unavailable",
+	C.M2N_ERR_OTHER:         "Error",
+	C.M2N_ERR_INTERNAL:      "InternalError",
+	C.M2N_ERR_CALL_MISMATCH: "CallMismatchError",
+	C.M2N_ERR_LEFT:          "LeftError",
 }
 
 // detailOf describes err for m2n_last_error_detail: its kind, the m2n
@@ -182,6 +190,22 @@ func detailOf(code int, err error) map[string]any {
 			setOnce(d, "phase", e.Phase)
 		case *refit.AbortError:
 			setOnce(d, "rank", e.Rank)
+		case *refit.CallMismatchError:
+			setOnce(d, "rank", e.Rank)
+			setOnce(d, "call", e.Call)
+			setOnce(d, "step", e.Step)
+			setOnce(d, "want", e.Want)
+			setOnce(d, "want_step", e.WantStep)
+			setOnce(d, "differing", e.Differing)
+		case *refit.LeftError:
+			// the rank that left, not the one that aborted on hearing it
+			d["rank"] = e.Rank
+			setOnce(d, "phase", e.Phase)
+			cause := e.CauseText
+			if e.Cause != nil {
+				cause = e.Cause.Error()
+			}
+			setOnce(d, "cause", cause)
 		case *refit.BufferError:
 			d["rank"] = e.Rank
 			setOnce(d, "tensor", e.Tensor)

@@ -39,7 +39,11 @@
  * no pointer into the library's memory is ever handed out, and pointers
  * passed in are only read or written during the call. A handle may be used
  * from any thread; calls on one session (and its calls and models) are
- * serialised by the library.
+ * serialised by the library, in whatever order the threads arrive on each
+ * rank: a step whose call (or step number) differs between ranks returns
+ * M2N_ERR_CALL_MISMATCH on every rank, naming both calls, before a byte
+ * moves, and never delivers another call's data. Threads that must run
+ * concurrently get sessions of their own (one communicator each).
  *
  * Stability: functions and types here keep their meaning; new ones get new
  * names. m2n_options carries its size, so fields may be added at its end.
@@ -55,15 +59,18 @@ extern "C" {
 #endif
 
 /* The interface version this header describes; m2n_abi_version returns the
- * library's. */
-#define M2N_ABI_VERSION 1
+ * library's. 2 added M2N_ERR_CALL_MISMATCH, M2N_ERR_LEFT,
+ * m2n_session_leave and m2n_session_refuse. */
+#define M2N_ABI_VERSION 2
 
 /* Result codes. */
 enum {
 	M2N_OK = 0,
 	/* A bad argument found on this rank alone, before any collective: a
 	 * null pointer, an unknown or closed handle, a struct of another size,
-	 * MPI not initialised. Other ranks are not told. */
+	 * MPI not initialised. Other ranks are not told, except that running a
+	 * call or model this rank closed while its session is open leaves the
+	 * session, which they are (m2n_call_close). */
 	M2N_ERR_INVALID = 1,
 	/* Inputs that cannot work (a bad shape, placement, dtype, buffer or
 	 * view), agreed by every rank: each returns the lowest failing rank's
@@ -90,7 +97,22 @@ enum {
 	M2N_ERR_OTHER = 8,
 	/* A bug in m2n, caught at the boundary (a Go panic); the message says
 	 * where. */
-	M2N_ERR_INTERNAL = 9
+	M2N_ERR_INTERNAL = 9,
+	/* Ranks ran different calls of the session at once, or different steps
+	 * of one call (a rank that ran call a where another ran call b, or two
+	 * threads whose calls interleave differently on two ranks): every rank
+	 * returns it, naming the first rank that differs, the call and step it
+	 * began, and the call and step rank 0 began (Go's
+	 * refit.CallMismatchError), before a byte moves: no destination
+	 * changed, no step was counted, and the session stays usable. Detail:
+	 * "call", "step", "want", "want_step", "differing". */
+	M2N_ERR_CALL_MISMATCH = 10,
+	/* A peer left the session (m2n_session_close, or m2n_session_leave after
+	 * a failure of its own program) before a collective this rank waits
+	 * in, which it will never join (refit.LeftError, naming it and why):
+	 * the session aborted, as with M2N_ERR_ABORT. Detail: "rank" (the rank
+	 * that left), "cause", "phase". */
+	M2N_ERR_LEFT = 11
 };
 
 /* Handles. 0 is never a handle. */
@@ -209,7 +231,8 @@ typedef struct m2n_tensor_buffers {
 
 /* What one run did on this rank. */
 typedef struct m2n_report {
-	int64_t completed;    /* tensors that reached every destination rank (verified, with verify) */
+	int64_t completed;    /* tensors that reached every destination rank (verified, with verify); for
+	                         m2n_model_run, the whole model's, every stage's: the same on every rank */
 	int64_t failed;       /* the others */
 	double seconds;       /* the run's time on this rank */
 	int64_t sent_network; /* bytes sent across domains */
@@ -261,10 +284,27 @@ int m2n_session_rank(m2n_session s, int32_t *rank);
 int m2n_session_size(m2n_session s, int32_t *size);
 /* Whether the session aborted (M2N_ERR_TIMEOUT or M2N_ERR_ABORT). */
 int m2n_session_aborted(m2n_session s, int32_t *aborted);
-/* Closes the session and its calls and models (collective after a normal
- * run; after an abort it frees nothing a peer might touch, and does not
- * return the abort again). */
+/* Closes the session and its calls and models (after an abort it frees
+ * nothing a peer might touch, and does not return the abort again). Every
+ * rank closes its session after its last step; a peer still waiting in, or
+ * later entering, a collective this rank never joined fails at once with
+ * M2N_ERR_LEFT naming this rank ("closed the session"). */
 int m2n_session_close(m2n_session s);
+/* Leaves the session after a failure of this rank's own program: closes
+ * it as m2n_session_close does, and every peer that waits in, or later
+ * enters, a collective this rank never joined fails at once with
+ * M2N_ERR_LEFT naming this rank and why (a NUL-terminated reason; NULL:
+ * "its program failed"), instead of waiting out the timeout. Not
+ * collective; it waits for another thread's call on the session to end
+ * first. The Python package calls it for every open session on an uncaught
+ * exception and at exit. */
+int m2n_session_leave(m2n_session s, const char *why);
+/* Takes part in m2n_session_join of the other ranks of the communicator
+ * (Fortran handle comm) for a rank that cannot join, for a reason only it
+ * can tell (an option its program could not read, say): every rank's join
+ * fails at once with M2N_ERR_VALIDATION naming this rank and why. Returns
+ * that error. */
+int m2n_session_refuse(int32_t comm, const char *why);
 
 /* This rank's part of one side of a tensor, as DTensor computes it,
  * without a session: held is 1 if rank is in the side's mesh; shape and
@@ -310,7 +350,11 @@ int m2n_call_tensors(m2n_call c, int64_t *n);
 /* The call's schedule as JSON: "route" (as chosen; auto says what it
  * picked), "note", "fingerprint", "rounds", "messages", "tensors". */
 int m2n_call_describe(m2n_call c, char *buf, size_t len, size_t *needed);
-/* Frees the call's staging. */
+/* Frees the call's staging. Every rank closes the call (or its session).
+ * Running (or refusing) a call this rank closed, while its session is open,
+ * returns M2N_ERR_INVALID and leaves the session (m2n_session_leave): the
+ * peers waiting in that step fail at once with M2N_ERR_LEFT naming this
+ * rank and why, rather than wait out the timeout. */
 int m2n_call_close(m2n_call c);
 
 /* Prepares a whole model (collective over the session): model is a
@@ -342,8 +386,13 @@ int m2n_model_describe(m2n_model m, char *buf, size_t len, size_t *needed);
  * scale tensors (as m2n_model_describe lists them; each exactly its size;
  * scale may be NULL with nscale 0 for a model without FP8). The buffers are
  * checked first, in one small collective over the whole session: a bad
- * one anywhere is M2N_ERR_VALIDATION on every rank, naming it. stream and
- * report as for m2n_call_run; the report sums the stages. */
+ * one anywhere is M2N_ERR_VALIDATION on every rank, naming it. stream as
+ * for m2n_call_run. The report's completed and failed count the whole
+ * model's tensors, every pipeline stage's (the same on every rank: the
+ * ranks exchange their stages' counts in one more small collective); its
+ * seconds are this rank's slowest stage, its bytes and messages the sums
+ * over the stages this rank is in (a trainer rank's own stage; a
+ * generator rank's every stage). */
 int m2n_model_run(m2n_model m, const m2n_named_buffer *src, int64_t nsrc, const m2n_named_buffer *dst, int64_t ndst,
 	const m2n_named_buffer *scale, int64_t nscale, uintptr_t stream, m2n_report *report);
 /* m2n_call_refuse for a model step: every rank of the session fails with

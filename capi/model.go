@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -423,9 +424,12 @@ func namedOf(p *C.m2n_named_buffer, n C.int64_t) ([]C.m2n_named_buffer, error) {
 func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *C.m2n_named_buffer, ndst C.int64_t,
 	scale *C.m2n_named_buffer, nscale C.int64_t, stream C.uintptr_t, report *C.m2n_report) (rc C.int) {
 	defer recovered(&rc)
+	if report != nil {
+		*report = C.m2n_report{}
+	}
 	me, err := modelOf(h)
 	if err != nil {
-		return result(err)
+		return result(usedAfterClose(uint64(h), "model", "m2n_model_run", err))
 	}
 	me.se.mu.Lock()
 	defer me.se.mu.Unlock()
@@ -459,7 +463,52 @@ func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *
 	}
 	reps, err := me.m.Run(ctx, mb)
 	fillReport(report, reps)
+	completed, cerr := me.modelCompleted(ctx, reps)
+	if err == nil {
+		err = cerr
+	}
+	if report != nil && cerr == nil {
+		report.completed = C.int64_t(completed)
+		every := 0
+		for _, st := range me.m.Layouts.Stages {
+			every += len(st.Tensors)
+		}
+		report.failed = C.int64_t(every - completed)
+	}
 	return result(err)
+}
+
+// modelCompleted counts the model's tensors that completed in every stage,
+// the same on every rank: each rank reports the stages it is in (a trainer
+// rank its own, a generator rank every one), in one small exchange over
+// the whole session, and each stage counts once (a failed exchange aborts
+// the session, as any collective of it does).
+func (me *modelEntry) modelCompleted(ctx context.Context, reps []*refit.Report) (int, error) {
+	stages := len(me.m.Layouts.Stages)
+	mine := make([]byte, 8*stages)
+	for si := range stages {
+		v := int64(-1) // not in this stage, or no report
+		if si < len(reps) && reps[si] != nil {
+			v = int64(len(reps[si].Completed))
+		}
+		binary.LittleEndian.PutUint64(mine[8*si:], uint64(v))
+	}
+	all, err := refit.Exchange(refit.WithPhase(ctx, "model completion count"), me.se.s.Collective(), mine)
+	if err != nil {
+		return 0, err // the session aborted (the exchange is bounded, and ends on a peer's notice)
+	}
+	total := 0
+	for si := range stages {
+		for _, b := range all {
+			if len(b) == 8*stages {
+				if v := int64(binary.LittleEndian.Uint64(b[8*si:])); v >= 0 {
+					total += int(v)
+					break
+				}
+			}
+		}
+	}
+	return total, nil
 }
 
 //export m2n_model_refuse
@@ -467,7 +516,7 @@ func m2n_model_refuse(h C.m2n_model, why *C.char) (rc C.int) {
 	defer recovered(&rc)
 	me, err := modelOf(h)
 	if err != nil {
-		return result(err)
+		return result(usedAfterClose(uint64(h), "model", "m2n_model_refuse", err))
 	}
 	me.se.mu.Lock()
 	defer me.se.mu.Unlock()
@@ -489,5 +538,6 @@ func m2n_model_close(h C.m2n_model) (rc C.int) {
 	me.se.mu.Lock()
 	defer me.se.mu.Unlock()
 	delete(me.se.models, uint64(h))
+	me.se.closedHandle(uint64(h))
 	return result(me.m.Close())
 }

@@ -4,7 +4,7 @@ the prototypes of its functions, and how the library is found."""
 import ctypes
 import os
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # Result codes (m2n.h).
 OK = 0
@@ -17,6 +17,8 @@ ERR_ABORT = 6
 ERR_UNAVAILABLE = 7
 ERR_OTHER = 8
 ERR_INTERNAL = 9
+ERR_CALL_MISMATCH = 10
+ERR_LEFT = 11
 
 DEVICE_CPU = 0
 DEVICE_CUDA = 1
@@ -125,6 +127,8 @@ _PROTOTYPES = {
     "m2n_session_size": (_int, [_u64, c_int32_p]),
     "m2n_session_aborted": (_int, [_u64, c_int32_p]),
     "m2n_session_close": (_int, [_u64]),
+    "m2n_session_leave": (_int, [_u64, ctypes.c_char_p]),
+    "m2n_session_refuse": (_int, [ctypes.c_int32, ctypes.c_char_p]),
     "m2n_tensor_part": (_int, [ctypes.POINTER(Tensor), ctypes.c_int32, ctypes.c_int32, c_int32_p, c_int64_p, c_int64_p,
                                c_int64_p]),
     "m2n_tensor_scale": (_int, [ctypes.POINTER(Tensor), ctypes.c_int32, c_int32_p, c_int64_p, c_int64_p, c_int64_p]),

@@ -24,10 +24,18 @@ def describe(x):
                 bool(x.flags.writeable), None)
     raise TypeError("%s: want a numpy array or a torch tensor" % type(x).__name__)
 
-def buffer(x, want, side, device, cuda_device):
+def shape_of(x):
+    """x's shape as a tuple of ints."""
+    return tuple(int(d) for d in x.shape)
+
+
+def buffer(x, want, side, device, cuda_device, shape=None, shapes=None):
     """The m2n_buffer for x (None: no buffer) and the reason this rank must
     refuse the step, if any. want is the tensor's dtype, device the
-    session's ("cpu" or "cuda"), cuda_device its GPU ordinal (or None)."""
+    session's ("cpu" or "cuda"), cuda_device its GPU ordinal (or None).
+    shape, if not None, is the shape x must have (this rank's part, for a
+    dense part); shapes, if not None, a list of shapes x may have, any one
+    of them (a model's buffer)."""
     b = _lib.Buffer()
     if x is None:
         return b, None
@@ -35,6 +43,14 @@ def buffer(x, want, side, device, cuda_device):
         ptr, nbytes, memory, dtype, contiguous, writeable, index = describe(x)
     except TypeError as e:
         return b, str(e)
+    got = shape_of(x)
+    if shape is not None and got != tuple(shape) and not (tuple(shape) == () and got == (1,)):
+        # (a 0-dim part may come as one element: numpy.ascontiguousarray makes it so)
+        return b, ("has shape %s, but this rank's part is %s (a transposed or reshaped array of the same size is "
+                   "refused: pass the part as DTensor's to_local() holds it, or describe a larger buffer with a view)" %
+                   (_fmt(got), _fmt(shape)))
+    if shapes is not None and got not in [tuple(sh) for sh in shapes]:
+        return b, "has shape %s, want %s" % (_fmt(got), " or ".join(_fmt(sh) for sh in shapes))
     if not contiguous:
         strides = tuple(x.stride()) if is_torch(x) else tuple(x.strides)
         return b, ("is not contiguous (shape %s, strides %s): m2n moves dense row-major buffers; pass a contiguous "
@@ -52,6 +68,10 @@ def buffer(x, want, side, device, cuda_device):
     b.memory = memory
     b.dtype = dtype.encode()
     return b, None
+
+def _fmt(shape):
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
 
 def empty(dtype, elems, lib="numpy", device=None):
     """An uninitialised 1-dim array of elems elements of an m2n dtype, from

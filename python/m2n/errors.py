@@ -57,6 +57,33 @@ class TimeoutError(AbortError):  # noqa: A001 (m2n.TimeoutError, as Go's reshard
     for; phase): the session aborted."""
 
 
+class LeftError(AbortError):
+    """A peer left the session (closed it, or its program failed: an
+    uncaught exception, a call used after closing it, a program that ended
+    with the session open) before a collective this rank waits in, which it
+    will never join: names that rank (e.rank, in the session's numbering)
+    and why (detail: cause, phase). The session aborted."""
+
+
+class CallMismatchError(Error):
+    """Ranks ran different calls of the session at once, or different steps
+    of one call (a rank that ran call a where another ran call b; two
+    threads whose calls the ranks serialised in different orders): every
+    rank raises it before a byte moves, naming the first rank that differs
+    (e.rank), the call and step it began (e.call, e.step) and rank 0's
+    (e.want, e.want_step). No destination changed and no step counted; the
+    session stays usable. Every rank must run a session's calls in the same
+    order, one step each."""
+
+    def __init__(self, message, detail=None):
+        super().__init__(message, detail)
+        self.call = self.detail.get("call")
+        self.step = self.detail.get("step")
+        self.want = self.detail.get("want")
+        self.want_step = self.detail.get("want_step")
+        self.differing = self.detail.get("differing")
+
+
 class Unavailable(Error):
     """A CUDA session where there is no CUDA driver, GPU or NCCL."""
 
@@ -74,6 +101,8 @@ _BY_CODE = {
     _lib.ERR_ABORT: AbortError,
     _lib.ERR_UNAVAILABLE: Unavailable,
     _lib.ERR_INTERNAL: InternalError,
+    _lib.ERR_CALL_MISMATCH: CallMismatchError,
+    _lib.ERR_LEFT: LeftError,
 }
 
 

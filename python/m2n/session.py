@@ -3,11 +3,16 @@
 import atexit
 import ctypes
 import json
+import numbers
+import os
 import sys
+import threading
+import time
+import traceback
 
 from . import _lib
 from .buffers import buffer, cstr, empty, is_torch
-from .errors import InvalidArgument, check
+from .errors import Error, InvalidArgument, check
 from .placement import Tensor, _side
 
 
@@ -60,22 +65,50 @@ class Session:
     over NCCL): torch's current device where torch is imported (call
     torch.cuda.set_device(local_rank) first, as torch programs do), else the
     GPU whose ordinal is the rank's local rank; "cuda:N" picks GPU N. Two
-    ranks of a host on one GPU fail at once, naming them. timeout bounds every wait, in seconds (default
-    300). The other options are m2n_options' (m2n.h). Close it (or use
-    `with`) on every rank: closing is collective."""
+    ranks of a host on one GPU fail at once, naming them. timeout bounds
+    every wait, in seconds (default 300; NaN, infinite, negative or
+    sub-nanosecond values are refused). The other options are
+    m2n_options' (m2n.h). An option this rank cannot read fails every
+    rank's Session(...) at once with a ValidationError naming it. Close it
+    (or use `with`) on every rank after its last step; a rank that leaves
+    early (an uncaught exception, a call used after closing it, a program
+    ending with the session open) is named to its peers, which raise
+    LeftError at their next collective."""
 
     def __init__(self, comm=None, device="cpu", timeout=None, verify=False, atomic=False, stripe=False,
                  chunk_bytes=0, staging_bytes=0, coalesce_bytes=0, src_domain_size=0, dst_domain_size=0,
                  emulate_net_bw=0.0):
         lib = _lib.lib()
+        self._h = 0
         if comm is None:
             from mpi4py import MPI
             comm = MPI.COMM_WORLD
         handle = comm.py2f() if hasattr(comm, "py2f") else int(comm)
         o = _lib.Options()
         lib.m2n_options_init(ctypes.byref(o))
+        try:
+            self._options(o, device, timeout, verify, atomic, stripe, chunk_bytes, staging_bytes, coalesce_bytes,
+                          src_domain_size, dst_domain_size, emulate_net_bw)
+        except (TypeError, ValueError, OverflowError) as e:
+            # take part in the others' join, failing it on every rank at
+            # once with this rank's reason, rather than leave them waiting.
+            check(lib.m2n_session_refuse(handle, cstr("m2n.Session: %s" % (e,))))
+            raise  # not reached: the refusal raises ValidationError
+        h = ctypes.c_uint64()
+        check(lib.m2n_session_join(handle, ctypes.byref(o), ctypes.byref(h)))
+        self._h = h.value
+        _open.append(self)
+        r, n = ctypes.c_int32(), ctypes.c_int32()
+        check(lib.m2n_session_rank(self._h, ctypes.byref(r)))
+        check(lib.m2n_session_size(self._h, ctypes.byref(n)))
+        self.rank, self.size = r.value, n.value
+
+    def _options(self, o, device, timeout, verify, atomic, stripe, chunk_bytes, staging_bytes, coalesce_bytes,
+                 src_domain_size, dst_domain_size, emulate_net_bw):
+        """Fills m2n_options o; raises ValueError or TypeError naming a bad
+        argument (the C library checks the values themselves)."""
         dev, _, ordinal = str(device).partition(":")
-        if dev in ("cpu", "host"):
+        if dev in ("cpu", "host") and not ordinal:
             o.device = _lib.DEVICE_CPU
             self.cuda_device = None
         elif dev in ("cuda", "gpu"):
@@ -87,20 +120,22 @@ class Session:
                 o.cuda_device = torch.cuda.current_device()
             self.cuda_device = o.cuda_device if o.cuda_device >= 0 else None
         else:
-            raise InvalidArgument("device %r: want \"cpu\" or \"cuda\" (or \"cuda:N\")" % (device,))
+            raise ValueError("device %r: want \"cpu\" or \"cuda\" (or \"cuda:N\")" % (device,))
         self.device = "cuda" if o.device == _lib.DEVICE_CUDA else "cpu"
+        for name, v in (("timeout", timeout), ("emulate_net_bw", emulate_net_bw)):
+            if v is not None and (not isinstance(v, numbers.Real) or isinstance(v, bool)):
+                raise TypeError("%s %r: want a number of %s" % (name, v, "seconds" if name == "timeout" else
+                                                                  "bytes per second"))
         o.timeout_seconds = float(timeout or 0)
         o.verify, o.atomic, o.stripe = int(bool(verify)), int(bool(atomic)), int(bool(stripe))
+        for name, v in (("chunk_bytes", chunk_bytes), ("staging_bytes", staging_bytes),
+                        ("coalesce_bytes", coalesce_bytes), ("src_domain_size", src_domain_size),
+                        ("dst_domain_size", dst_domain_size)):
+            if not hasattr(v, "__index__") or isinstance(v, bool):
+                raise TypeError("%s %r: want an integer" % (name, v))
         o.chunk_bytes, o.staging_bytes, o.coalesce_bytes = int(chunk_bytes), int(staging_bytes), int(coalesce_bytes)
         o.src_domain_size, o.dst_domain_size = int(src_domain_size), int(dst_domain_size)
         o.emulate_net_bw = float(emulate_net_bw)
-        h = ctypes.c_uint64()
-        check(lib.m2n_session_join(handle, ctypes.byref(o), ctypes.byref(h)))
-        self._h = h.value
-        r, n = ctypes.c_int32(), ctypes.c_int32()
-        check(lib.m2n_session_rank(self._h, ctypes.byref(r)))
-        check(lib.m2n_session_size(self._h, ctypes.byref(n)))
-        self.rank, self.size = r.value, n.value
 
     @property
     def aborted(self):
@@ -171,16 +206,48 @@ class Session:
         return Model(self, h.value)
 
     def close(self):
-        """Closes the session, its calls and models (collective)."""
+        """Closes the session, its calls and models. Every rank closes its
+        session after its last step (or uses `with`); a peer still waiting
+        in, or later entering, a collective this rank never joined raises
+        LeftError naming this rank. A session open at exit is left then
+        (the peers learn that this rank's program ended with it open)."""
         if self._h:
             h, self._h = self._h, 0
+            _forget(self)
             check(_lib.lib().m2n_session_close(h))
+
+    def leave(self, why):
+        """Leaves the session after a failure of this rank's own program
+        (why: what failed), closing it: every peer waiting in, or later
+        entering, a collective this rank never joined raises LeftError at
+        once, naming this rank and why, instead of waiting out the timeout.
+        Not collective. The package calls it itself on an uncaught
+        exception (then ends the job) and at exit; `with` calls it when
+        its block raises."""
+        if self._h:
+            h, self._h = self._h, 0
+            _forget(self)
+            check(_lib.lib().m2n_session_leave(h, cstr(why)))
+
+    def _gone(self):
+        """The C library left this session (a call used after closing it):
+        forget the handle."""
+        self._h = 0
+        _forget(self)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, etype, value, tb):
+        if etype is None:
+            self.close()
+            return
+        global _left_on_error
+        _left_on_error = True
+        try:
+            self.leave(_summary(etype, value, tb))
+        except Error:
+            pass  # the block's exception is the one to report
 
 
 class Call:
@@ -192,11 +259,20 @@ class Call:
         self.names = [t.name for t in tensors]
         self._index = {n: i for i, n in enumerate(self.names)}
         self._h = handle
+        self._closed = 0
+        self._shapes = {}  # (tensor index, side) -> the shape its arrays must have
 
-    def _handle(self):
-        if not self._h or not self.session._h:
-            raise InvalidArgument("the call (or its session) is closed")
-        return self._h
+    def _handle(self, run=False):
+        if self._h and self.session._h:
+            return self._h
+        if run and self._closed and self.session._h:
+            # the C library leaves the session, naming this rank to the
+            # peers that wait in this step, and raises InvalidArgument.
+            try:
+                check(_lib.lib().m2n_call_run(self._closed, None, 0, 0, None, None))
+            finally:
+                self.session._gone()
+        raise InvalidArgument("the call (or its session) is closed")
 
     def _aligned(self, bufs, what):
         """bufs (a dict by tensor name, a sequence in call order, or None)
@@ -227,7 +303,7 @@ class Call:
         report: completed and failed tensor names, seconds, and bytes by
         link."""
         lib = _lib.lib()
-        h = self._handle()
+        h = self._handle(run=True)
         s = self.session
         srcs, why = self._aligned(src, "source")
         dsts, why2 = self._aligned(dst, "destination")
@@ -240,7 +316,8 @@ class Call:
         keep = []  # the buffers' dtype strings, alive through the call
         for i, t in enumerate(self.tensors):
             for side, x in (("src", srcs[i]), ("dst", dsts[i]), ("scale", scales[i])):
-                b, why = buffer(x, t.side_dtype(side), _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
+                b, why = buffer(x, t.side_dtype(side), _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device,
+                                shape=self._want_shape(i, side) if x is not None else None)
                 keep.append(b)
                 if why:
                     check(lib.m2n_call_refuse(h, i, _lib.SRC if side == "src" else _lib.DST,
@@ -255,6 +332,25 @@ class Call:
                "failed": [m for i, m in enumerate(self.names) if not done[i]]}
         out.update(_report(rep))
         return out
+
+    def _want_shape(self, i, side):
+        """The shape tensor i's array on a side must have on this rank: its
+        part's local shape (its block grid box for "scale"), or None where
+        a view places the part in a larger buffer or the rank holds none."""
+        key = (i, side)
+        if key not in self._shapes:
+            t = self.tensors[i]
+            try:
+                if side == "scale":
+                    p = t.scale_part(self.session.rank)
+                    self._shapes[key] = None if p is None else p[0]
+                elif t.views[0 if side == "src" else 1] is not None:
+                    self._shapes[key] = None
+                else:
+                    self._shapes[key] = t.local_shape(side, self.session.rank)
+            except Error:
+                self._shapes[key] = None  # the library's buffer check says what is wrong, on every rank
+        return self._shapes[key]
 
     def local_shape(self, name, side):
         """This rank's local shape of a tensor's side, or None."""
@@ -284,8 +380,12 @@ class Call:
         return _describe(_lib.lib().m2n_call_describe, self._handle())
 
     def close(self):
+        """Frees the call. Running it afterwards, while its session is open,
+        leaves the session (the peers waiting in that step raise LeftError
+        naming this rank) and raises InvalidArgument."""
         if self._h and self.session._h:
             h, self._h = self._h, 0
+            self._closed = h
             check(_lib.lib().m2n_call_close(h))
         self._h = 0
 
@@ -296,6 +396,31 @@ class Call:
         self.close()
 
 
+def _buffer_shapes(b, side):
+    """The shapes an array for a model buffer b (Model.buffers) may have:
+    1-dim of its elements, or the shape of what it holds where that is one
+    array: a scale tensor's block grid box, or the local shape of a buffer
+    that holds one part, dense from its start. None (any shape of its size)
+    for a fused buffer, whose shape the model does not define."""
+    if b is None:
+        return None
+    flat = (b["elems"],)
+    if side == "scale":
+        return [flat, tuple(b["shape"])] if tuple(b["shape"]) != flat else [flat]
+    parts = b.get("parts") or []
+    if len(parts) != 1:
+        return None
+    p = parts[0]
+    local = tuple(p["local_shape"])
+    dense, acc = [], 1
+    for d in reversed(local):
+        dense.insert(0, acc)
+        acc *= d
+    if p["view_offset"] != 0 or acc != b["elems"] or (acc > 0 and list(p["view_strides"]) != dense):
+        return None
+    return [flat, local] if local != flat else [flat]
+
+
 class Model:
     """A whole model prepared on a session (Session.prepare_model): one call
     per pipeline stage, fused weights moved in place. info describes it;
@@ -304,25 +429,73 @@ class Model:
     def __init__(self, session, handle):
         self.session = session
         self._h = handle
+        self._closed = 0
         self.info = _describe(_lib.lib().m2n_model_describe, handle)
 
-    def _handle(self):
-        if not self._h or not self.session._h:
-            raise InvalidArgument("the model (or its session) is closed")
-        return self._h
+    def _handle(self, run=False):
+        if self._h and self.session._h:
+            return self._h
+        if run and self._closed and self.session._h:
+            try:  # as Call._handle: the C library leaves the session
+                check(_lib.lib().m2n_model_run(self._closed, None, 0, None, 0, None, 0, 0, None))
+            finally:
+                self.session._gone()
+        raise InvalidArgument("the model (or its session) is closed")
 
     def buffers(self, side):
-        """This rank's buffers on a side ("src" or "dst"): a dict by name of
-        {"dtype", "elems", "bytes", "stage", "tensors", "parts"} (a fused
-        buffer holds several tensors' parts; each part gives the rank's box
-        of its tensor and the view placing it in the buffer). "scale": the
-        scale tensors of the tensors converted to FP8, by name (the
-        tensor's with _scale_inv), each {"tensor", "stage", "bytes",
-        "shape", "offset"} (its box of the block grid), float32."""
+        """This rank's buffers on a side ("src" or "dst"), by name, as the
+        trainer (Megatron-Core) and generator (vLLM) hold them; none on a
+        side the rank is not on. Each is a dict:
+
+        - "name", "stage" (the pipeline stage it belongs to), "dtype",
+          "elems", "bytes": a 1-dim buffer of elems elements (Model.run
+          takes it 1-dim, or for a buffer of one dense part, in that part's
+          local shape);
+        - "tensors": the model tensors whose parts it holds, in order (a
+          fused buffer holds several: Megatron's linear_qkv interleaves each
+          query group's q, k and v heads, vLLM's qkv_proj holds [q; k; v],
+          gate_up_proj and the experts' w13 [gate; up]);
+        - "parts": for each of those tensors, where this rank's part of it
+          sits: "tensor" (its name); "shape" (its global shape, as
+          transformers holds the parameter); "layout_shape" (the row-major
+          reshape of shape that both sides shard, equal to shape for most
+          tensors); "local_shape" and "offset" (this rank's box of
+          layout_shape: the part's shape and its global offset, as DTensor
+          computes them); "view_offset" and "view_strides" (in elements:
+          element (i0, i1, ...) of the part is element view_offset + i0 *
+          view_strides[0] + i1 * view_strides[1] + ... of the buffer).
+          parts(side, arrays) gives those views.
+
+        "scale": the scale tensors of the tensors converted to FP8, by name
+        (the tensor's with _scale_inv), each {"tensor", "stage", "bytes",
+        "shape", "offset" (its box of the tensor's block grid), "dtype":
+        "float32", "elems"}."""
         if side == "scale":
             return {b["name"]: dict(b, dtype="float32", elems=b["bytes"] // 4) for b in self.info["scale"]}
         key = "src" if _side(side) == _lib.SRC else "dst"
         return {b["name"]: b for b in self.info[key]}
+
+    def parts(self, side, arrays):
+        """{tensor name: the view of its part} for this rank's buffers on a
+        side, arrays mapping buffer names to arrays as Model.run takes them
+        (numpy or torch, as from empty()): each view is the strided view of
+        its buffer that a part's "view_offset" and "view_strides" describe,
+        of the part's "local_shape", to fill the sources or read the
+        destinations. A buffer not in arrays is skipped."""
+        out = {}
+        for name, b in self.buffers(side).items():
+            if name not in arrays:
+                continue
+            flat = arrays[name].reshape(-1)
+            for p in b["parts"]:
+                shape, strides, off = tuple(p["local_shape"]), tuple(p["view_strides"]), p["view_offset"]
+                if is_torch(flat):
+                    out[p["tensor"]] = flat.as_strided(shape, strides, flat.storage_offset() + off)
+                else:
+                    from numpy.lib.stride_tricks import as_strided
+                    out[p["tensor"]] = as_strided(flat[off:], shape=shape, strides=tuple(x * flat.itemsize for x in strides),
+                                                  writeable=flat.flags.writeable)
+        return out
 
     def empty(self, side, lib="numpy", device=None):
         """Uninitialised buffers of this rank for a side ("src", "dst" or
@@ -332,11 +505,16 @@ class Model:
     def run(self, src=None, dst=None, stream=None, scale=None):
         """Moves one step of the whole model (collective), every pipeline
         stage at once: src, dst and scale map this rank's buffer names
-        (buffers()) to numpy arrays or torch tensors of exactly their size.
-        Returns the report summed over the stages, with completed and
-        failed counts."""
+        (buffers()) to numpy arrays or torch tensors of exactly their size
+        (1-dim, or a buffer of one dense part in that part's local shape;
+        a fused buffer in any shape of its size). Returns the report:
+        "completed" and "failed" count the whole model's tensors, every
+        stage's, the same on every rank; "seconds" is this rank's slowest
+        stage; the byte and message counts are this rank's, summed over the
+        stages it is in (a trainer rank's own stage, every stage for a
+        generator rank)."""
         lib = _lib.lib()
-        h = self._handle()
+        h = self._handle(run=True)
         s = self.session
         kept, named = [], []
         for side, bufs in (("src", src or {}), ("dst", dst or {}), ("scale", scale or {})):
@@ -344,7 +522,8 @@ class Model:
             arr = (_lib.NamedBuffer * max(1, len(bufs)))()
             for i, (name, x) in enumerate(bufs.items()):
                 want = listed[name]["dtype"] if name in listed else "u8"
-                b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device)
+                b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device,
+                                shapes=_buffer_shapes(listed.get(name), side))
                 kept.append(b)
                 if why:
                     what = {"src": "source", "dst": "destination", "scale": "scale"}[side]
@@ -396,6 +575,7 @@ class Model:
     def close(self):
         if self._h and self.session._h:
             h, self._h = self._h, 0
+            self._closed = h
             check(_lib.lib().m2n_model_close(h))
         self._h = 0
 
@@ -454,11 +634,102 @@ def _as_torch(buf, like):
     return torch.from_numpy(buf).to(like.device)
 
 
+# The sessions open in this process, and whether one was left because its
+# `with` block raised: an uncaught exception then ends the whole job.
+_open = []
+_left_on_error = False
+
+
+def _forget(session):
+    if session in _open:
+        _open.remove(session)
+
+
+def _world_rank():
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        return mpi.COMM_WORLD.Get_rank() if mpi is not None else None
+    except Exception:
+        return None
+
+
+def _summary(etype, value, tb):
+    """One line for a peer: the exception and where it was raised."""
+    where = ""
+    if tb is not None:
+        frames = traceback.extract_tb(tb)
+        if frames:
+            f = frames[-1]
+            where = " (at %s:%d in %s)" % (os.path.basename(f.filename), f.lineno, f.name)
+    if etype is not None and issubclass(etype, SystemExit):
+        return "its program exited (SystemExit(%r))%s" % (getattr(value, "code", None), where)
+    text = "".join(traceback.format_exception_only(etype, value)).strip().replace("\n", " ")
+    return "uncaught %s%s" % (text, where)
+
+
+def _leave_all(why, wait=5.0):
+    """Leaves every open session, giving up after wait seconds (another
+    thread may be inside a step of one, which the library waits for)."""
+    sessions = list(_open)
+
+    def leave():
+        for s in sessions:
+            try:
+                s.leave(why)
+            except Exception:
+                pass
+
+    try:
+        t = threading.Thread(target=leave, daemon=True)
+        t.start()
+    except RuntimeError:  # no new threads while the interpreter finalises (Python 3.12+, at exit)
+        leave()
+        return
+    t.join(wait)
+
+
+_previous_excepthook = sys.excepthook
+
+
+def _excepthook(etype, value, tb):
+    """An uncaught exception with a session open (or left by its `with`
+    block) ends the whole job, as `python -m mpi4py` does: its traceback
+    printed once, with the rank; every open session left, so that the peers
+    waiting in one of its collectives raise LeftError naming this rank and
+    the exception at once; then MPI_Abort after a short grace (for them to
+    report it)."""
+    if not _open and not _left_on_error:
+        _previous_excepthook(etype, value, tb)
+        return
+    rank = _world_rank()
+    if rank is None and _open:
+        rank = _open[0].rank
+    try:
+        sys.stderr.write("m2n: rank %s: uncaught exception with an m2n session open: leaving the session (its peers "
+                         "raise m2n.LeftError naming this rank) and ending the job (MPI_Abort):\n" % rank)
+        _previous_excepthook(etype, value, tb)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        _leave_all(_summary(etype, value, tb))
+        time.sleep(1.0)  # with the library's grace: 2 s for the peers to report it
+    finally:
+        _lib.lib().m2n_abort_job(1)
+
+
+sys.excepthook = _excepthook
+
+
 @atexit.register
-def _end_failed_job():
-    """After an abort, end the job instead of letting mpi4py's MPI_Finalize
-    wait for peers that are gone (Python's atexit runs before it)."""
-    if _lib._lib is not None and _lib._lib.m2n_job_failed():
+def _at_exit():
+    """At exit: leave every session still open (the peers learn that this
+    rank's program ended with it open), and after an abort end the job
+    instead of letting mpi4py's MPI_Finalize wait for peers that are gone
+    (Python's atexit runs before it)."""
+    if _lib._lib is None:
+        return
+    if _open:
+        _leave_all("its program ended with the session open (m2n.Session.close was never called)")
+    if _lib._lib.m2n_job_failed():
         sys.stdout.flush()
         sys.stderr.flush()
         _lib._lib.m2n_abort_job(1)

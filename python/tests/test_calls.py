@@ -113,6 +113,57 @@ for route in ("flat", "agbcast", "hier", "auto"):
             verify(ts, dst, step)
         call.close()
 
+@case("fused buffers from m2n.fuse: [q; k; v] by rows on the generator, [gate; up] on both sides, every element")
+def _():
+    q = m2n.Tensor("q", (8, 16), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [R(), S(0)]))
+    k = m2n.Tensor("k", (4, 16), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [R(), S(0)]))
+    v = m2n.Tensor("v", (4, 16), "bfloat16", src=(trainer, [S(0)]), dst=(generator, [R(), S(0)]))
+    gate = m2n.Tensor("gate", (12, 8), "float32", src=(trainer, [S(0)]), dst=(generator, [R(), S(1)]))
+    up = m2n.Tensor("up", (12, 8), "float32", src=(trainer, [S(0)]), dst=(generator, [R(), S(1)]))
+    qkv = m2n.fuse([q, k, v], "dst", rank)                   # vLLM's qkv_proj
+    fc1 = m2n.fuse([gate, up], "src", rank)                  # Megatron's linear_fc1
+    gate_up = m2n.fuse(fc1.tensors, "dst", rank)             # vLLM's gate_up_proj: the views of both sides
+    if rank in generator:
+        check(qkv.shape == (8, 16) and qkv.layout == {"q": (0, 4), "k": (4, 6), "v": (6, 8)}, "qkv %r %s" %
+              (qkv, qkv.layout))
+        check(gate_up.shape == (24, 4), "gate_up %r" % gate_up)
+    else:
+        check(qkv.shape is None and qkv.empty() is None and qkv.buffers(None) == {}, "qkv on a trainer rank %r" % qkv)
+        check(fc1.shape == (12, 8), "fc1 %r" % fc1)
+    every = qkv.tensors + gate_up.tensors
+    call = s.prepare(every, route="hier")
+    seeds = {t.name: 100 + i for i, t in enumerate(every)}
+
+    def want(t, step):
+        p = t.part("dst" if rank in generator else "src", rank)
+        return box(pattern(t.shape, 2 if t.dtype == "bfloat16" else 4, seeds[t.name], step), p[1], p[0])
+
+    for step in range(2):
+        src, dst = {}, {}
+        if rank in trainer:
+            plain = {}
+            for t in qkv.tensors:  # unfused on the trainer: each its own array
+                plain[t.name] = np.ascontiguousarray(want(t, step))
+            buf = fc1.empty()
+            for name, part in fc1.parts(buf).items():
+                part.view(np.uint32)[...] = want(next(t for t in every if t.name == name), step)
+            src = dict(plain, **fc1.buffers(buf))
+        if rank in generator:
+            bq, bg = qkv.empty(), gate_up.empty()
+            raw(bq)[...] = 0xAAAA
+            raw(bg)[...] = 0xAAAAAAAA
+            dst = dict(qkv.buffers(bq), **gate_up.buffers(bg))
+        rep = call.run(src=src, dst=dst)
+        check(rep["completed"] == [t.name for t in every], "report %s" % rep)
+        if rank in generator:
+            for fused, buf in ((qkv, bq), (gate_up, bg)):
+                for name, part in fused.parts(buf).items():
+                    t = next(t for t in every if t.name == name)
+                    bad = int(np.count_nonzero(raw(part) != want(t, step)))
+                    check(bad == 0, "step %d, %s in %r: %d of %d elements wrong" % (step, name, fused, bad, part.size))
+    call.close()
+
+
 call = s.prepare(ts, route="flat")
 
 
@@ -158,7 +209,25 @@ def _():
 def _():
     def mutate(src, dst):
         dst["norm"] = dst["norm"][:-1]
-    names_it(bad_step(4, mutate), 4, "norm", "destination", "too short")
+    names_it(bad_step(4, mutate), 4, "norm", "destination", "has shape (15,)", "this rank's part is (16,)")
+
+
+@case("a source of the right size but transposed on rank 1 (w.T.copy()): ValidationError on every rank, naming "
+      "the tensor, the side, the shape wanted and the shape given")
+def _():
+    def mutate(src, dst):
+        src["embed"] = src["embed"].T.copy()  # (16, 20) for the part (20, 16): same bytes, contiguous
+    names_it(bad_step(1, mutate), 1, "embed", "source", "has shape (16, 20)", "this rank's part is (20, 16)")
+
+
+@case("a destination flattened to the right size on rank 5: ValidationError on every rank, naming it")
+def _():
+    def mutate(src, dst):
+        dst["experts"] = dst["experts"].reshape(-1)
+    e = bad_step(5, mutate)
+    if e is not None:
+        want = "(%s)" % ", ".join(str(d) for d in ts[3].local_shape("dst", 5))
+        names_it(e, 5, "experts", "destination", "has shape (", "this rank's part is " + want)
 
 
 @case("a source for a tensor the call lacks on rank 0: ValidationError on every rank, naming it")
@@ -210,9 +279,22 @@ def _():
     verify(ts, dst, 5)
 
 
+@case("a session option one rank cannot read fails every rank's join, naming it")
+def _():
+    e = expect(m2n.ValidationError, m2n.Session, comm, device="tpu" if rank == 3 else "cpu")
+    if e is not None:
+        check(e.rank == 3 and "rank 3" in str(e) and "device 'tpu'" in str(e), "error %s (%s)" % (e, e.detail))
+    e = expect(m2n.ValidationError, m2n.Session, comm, timeout="soon" if rank == 1 else 30)
+    if e is not None:
+        check(e.rank == 1 and "timeout 'soon'" in str(e), "error %s (%s)" % (e, e.detail))
+    e = expect(m2n.ValidationError, m2n.Session, comm, timeout=float("nan") if rank == 2 else 30)
+    if e is not None:
+        check(e.rank == 2 and e.field == "timeout_seconds" and "timeout_seconds NaN" in str(e), "error %s (%s)" %
+              (e, e.detail))
+
+
 @case("bad arguments on this rank alone raise at once")
 def _():
-    expect(m2n.InvalidArgument, m2n.Session, comm, device="tpu")
     expect(ValueError, m2n.Shard, -1)
     expect(ValueError, m2n.Mesh, [[0, 1], [2]])
     expect(ValueError, m2n.Layout, trainer, ["P"])

@@ -130,6 +130,20 @@ def _():
         check(e.rank == bad and "not contiguous" in str(e) and "w1" in str(e), "error %s" % e)
 
 
+@case("a torch tensor of the right size but transposed on rank %d: ValidationError on every rank, naming the shapes" % bad)
+def _():
+    src, dst = sources(0), destinations()
+    side = "dst" if "w1" in dst else "src"
+    bufs = dst if side == "dst" else src
+    want = tuple(bufs["w1"].shape)
+    if rank == bad:
+        bufs["w1"] = bufs["w1"].T.contiguous()
+    e = expect(m2n.ValidationError, call.run, src=src, dst=dst)
+    if e is not None and rank == bad:
+        check(e.rank == bad and "w1" in str(e) and "has shape (%d, %d)" % (want[1], want[0]) in str(e) and
+              "this rank's part is (%d, %d)" % want in str(e), "error %s" % e)
+
+
 @case("a torch tensor of another dtype on rank 0: ValidationError on every rank")
 def _():
     src, dst = sources(0), destinations()
