@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/internal/mpitest"
+	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 )
 
 // These tests run testdata/calls.c, which interleaves several calls of one
