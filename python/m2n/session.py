@@ -476,12 +476,16 @@ class Model:
         return {b["name"]: b for b in self.info[key]}
 
     def parts(self, side, arrays):
-        """{tensor name: the view of its part} for this rank's buffers on a
-        side, arrays mapping buffer names to arrays as Model.run takes them
-        (numpy or torch, as from empty()): each view is the strided view of
-        its buffer that a part's "view_offset" and "view_strides" describe,
-        of the part's "local_shape", to fill the sources or read the
-        destinations. A buffer not in arrays is skipped."""
+        """{entry: the view of its part} for this rank's buffers on a side,
+        arrays mapping buffer names to arrays as Model.run takes them (numpy
+        or torch, as from empty()): each view is the strided view of its
+        buffer that a part's "view_offset" and "view_strides" describe, of
+        the part's "local_shape", to fill the sources or read the
+        destinations. A part's "entry" is its tensor's name, or, for a piece
+        of a tensor that a framework splits otherwise than torch.chunk
+        (vocabulary padding, uneven expert parallelism), "name[lo:hi]": a
+        rank may hold several pieces of one tensor. A buffer not in arrays
+        is skipped."""
         out = {}
         for name, b in self.buffers(side).items():
             if name not in arrays:
@@ -490,10 +494,10 @@ class Model:
             for p in b["parts"]:
                 shape, strides, off = tuple(p["local_shape"]), tuple(p["view_strides"]), p["view_offset"]
                 if is_torch(flat):
-                    out[p["tensor"]] = flat.as_strided(shape, strides, flat.storage_offset() + off)
+                    out[p["entry"]] = flat.as_strided(shape, strides, flat.storage_offset() + off)
                 else:
                     from numpy.lib.stride_tricks import as_strided
-                    out[p["tensor"]] = as_strided(flat[off:], shape=shape, strides=tuple(x * flat.itemsize for x in strides),
+                    out[p["entry"]] = as_strided(flat[off:], shape=shape, strides=tuple(x * flat.itemsize for x in strides),
                                                   writeable=flat.flags.writeable)
         return out
 

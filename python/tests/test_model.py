@@ -50,10 +50,10 @@ def fill(m, step):
     """The sources, filled through Model.parts (verify reads through
     part_view, the test's own)."""
     src = m.empty("src")
-    parts = {p["tensor"]: p for b in m.buffers("src").values() for p in b["parts"]}
-    for tensor, view in m.parts("src", {k: raw(a) for k, a in src.items()}).items():
-        p = parts[tensor]
-        view[...] = box(pattern(p["layout_shape"], view.itemsize, seed(tensor), step), p["offset"], p["local_shape"])
+    parts = {p["entry"]: p for b in m.buffers("src").values() for p in b["parts"]}
+    for entry, view in m.parts("src", {k: raw(a) for k, a in src.items()}).items():
+        p = parts[entry]
+        view[...] = box(pattern(p["layout_shape"], view.itemsize, seed(p["tensor"]), step), p["offset"], p["local_shape"])
     return src
 
 
