@@ -320,6 +320,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	var slowRank int
 	var warm usage
 	var warmPeak int64
+	checkMsg := "" // this rank's first wrong element, in any step
 	for it := 0; it < f.run.warmup+f.run.iters; it++ {
 		if f.run.check || it == 0 {
 			if err := poisonModel(m, bufs); err != nil {
@@ -370,6 +371,16 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			warmPeak = peakRSS()
 		}
 		last = reps
+		// --check checks every step, the warm-up included, as refit run
+		// does: the destinations are poisoned before each, so a byte
+		// wrong in one step fails the check even where a later step
+		// would have overwritten it.
+		if f.run.check && checkMsg == "" {
+			if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
+				checkMsg = fmt.Sprintf("%v, in %s", err, stepName(it, f.run.warmup))
+				j.log.Error().Err(err).Str("when", stepName(it, f.run.warmup)).Msg("check failed")
+			}
+		}
 	}
 	if bar != nil {
 		_ = bar.Finish()
@@ -388,13 +399,6 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	if err := j.syncAccounting(m, last, start, warm, warmPeak, rep); err != nil {
 		return err
-	}
-	checkMsg := ""
-	if f.run.check {
-		if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
-			checkMsg = err.Error()
-			j.log.Error().Err(err).Msg("check failed")
-		}
 	}
 	first, err := firstMessage(j.s, checkMsg)
 	if err != nil {
@@ -433,6 +437,14 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		return jobError{fmt.Errorf("check failed: %s", strings.TrimPrefix(rep.Check, "FAILED: "))}
 	}
 	return nil
+}
+
+// stepName names step it of a run whose first warmup steps warm up.
+func stepName(it, warmup int) string {
+	if it < warmup {
+		return fmt.Sprintf("warm-up step %d", it)
+	}
+	return fmt.Sprintf("step %d", it-warmup)
 }
 
 // progress returns rank 0's progress bar over steps of the model (nil
