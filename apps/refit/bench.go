@@ -182,7 +182,7 @@ func benchPlain(p *pairRun, rep *runReport) error {
 		}
 		return maxOver(s, time.Since(t0).Seconds())
 	}
-	var plainT, reshardT []float64
+	var plainT, reshardT timings
 	iters := first.Iters
 	for it := 0; it < iters+1; it++ {
 		pt, err := timeIt(exchange)
@@ -197,10 +197,11 @@ func benchPlain(p *pairRun, rep *runReport) error {
 			return err
 		}
 		if it > 0 { // the first pair warms up
-			plainT, reshardT = append(plainT, pt), append(reshardT, rt)
+			plainT.add(pt)
+			reshardT.add(rt)
 		}
 	}
-	pm, rm := median(plainT), median(reshardT)
+	pm, rm := plainT.median(), reshardT.median()
 	pr := plainReport{Baseline: "plain exchange over the same transport, one contiguous message per pair", MedianSec: pm,
 		ReshardRoute: first.Route, ReshardSec: rm, Ratio: pm / rm}
 	if pm > 0 {
@@ -209,19 +210,7 @@ func benchPlain(p *pairRun, rep *runReport) error {
 	rep.Routes = append(rep.Routes, routeReport{Route: "plain", Iters: iters, MedianSec: pm, TensorGBps: pr.TensorGBps,
 		Check: "not checked", Extra: pr})
 	if j.rank == 0 {
-		j.log.Debug().Floats64("plain", plainT).Floats64("reshard", reshardT).Msg("bench samples")
+		j.log.Debug().Floats64("plain", plainT.first()).Floats64("reshard", reshardT.first()).Msg("bench samples")
 	}
 	return nil
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 0 {
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
 }

@@ -29,3 +29,65 @@ func TestSyncChecksEveryStep(t *testing.T) {
 		})
 	}
 }
+
+// TestAbsurdCounts is 23.5: counts whose sum overflows (or that no run
+// could finish) are refused naming the flags, on every SPMD command that
+// takes them, once, instead of every rank printing "slices.Min: empty
+// list".
+func TestAbsurdCounts(t *testing.T) {
+	for _, args := range [][]string{
+		runArgs("--iters", "9223372036854775807", "--warmup", "1", "--timeout", "20s"),
+		{"sync", "--model", "llama-3.1-70b", "--scale", "32", "--layers", "2", "--train", "tp=1,pp=2", "--gen", "tp=2",
+			"--iters", "9223372036854775807", "--warmup", "1", "--timeout", "20s"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			o := launch(t, 20*time.Second+margin, nil, app{np: 4, args: args})
+			oneMessage(t, o, 20*time.Second+margin, "--iters 9223372036854775807 --warmup 1: want at most 1099511627776 iterations in all")
+		})
+	}
+}
+
+// TestTimingsBounded is 23.12's memory: a summary of a billion
+// iterations' times keeps a bounded reservoir, adds without allocating
+// once it is full, and keeps an exact count, min and max and a median
+// within the reservoir's error.
+func TestTimingsBounded(t *testing.T) {
+	var tm timings
+	const n = 3_000_000
+	for i := range n {
+		tm.add(float64(i % 1000))
+	}
+	if len(tm.sample) != keepSamples || len(tm.head) != keepHead || tm.count() != n {
+		t.Fatalf("kept %d samples and %d in order of %d", len(tm.sample), len(tm.head), tm.count())
+	}
+	if tm.min != 0 || tm.max != 999 || tm.mean() != 499.5 {
+		t.Errorf("min %g, max %g, mean %g", tm.min, tm.max, tm.mean())
+	}
+	if m := tm.median(); m < 470 || m > 530 {
+		t.Errorf("median %g of a uniform 0..999", m)
+	}
+	if a := testing.AllocsPerRun(1000, func() { tm.add(1) }); a != 0 {
+		t.Errorf("add allocates %v times a call", a)
+	}
+	var empty timings
+	if empty.median() != 0 || empty.mean() != 0 {
+		t.Errorf("an empty summary has median %g, mean %g", empty.median(), empty.mean())
+	}
+}
+
+// TestProgressWhereWatched is 26 and 23.12's progress: under a launcher
+// whose output goes to files (OpenMPI gives every rank's stdout a
+// pseudo-terminal even then) no progress bar is drawn into them; a long
+// job logs a progress line every tenth instead.
+func TestProgressWhereWatched(t *testing.T) {
+	o := launch(t, 2*time.Minute, nil, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b", "--scale", "32", "--layers", "2",
+		"--train", "tp=1,pp=2", "--gen", "tp=2", "--iters", "2", "--check"}})
+	if o.code != 0 || strings.Contains(o.stdout+o.stderr, "█") || !strings.Contains(o.stdout, "check passed") {
+		t.Errorf("want a passed check and no progress bar in redirected output:\n%v", o)
+	}
+	o = launch(t, 5*time.Minute, nil, app{np: 2, args: []string{"run", "--shape", "8x8", "--src-mesh", "1", "--src-placements", "S0",
+		"--dst-mesh", "1", "--dst-placements", "S1", "--iters", "20000", "--warmup", "0"}})
+	if o.code != 0 || strings.Contains(o.stdout+o.stderr, "█") || !strings.Contains(o.stderr, `route flat: iterations: 90%`) {
+		t.Errorf("want progress lines (10%% to 90%%) and no bar:\n%v", o)
+	}
+}

@@ -229,10 +229,12 @@ func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 	}
 	bufs := p.buffers()
 	mem := s.Memory()
-	var times []float64
+	var times timings
 	var st refit.Stats
 	checkMsg := "" // this rank's first wrong element, in any iteration
 	ctx := context.Background()
+	bar := j.newProgress(fmt.Sprintf("route %s: iterations", sched.Route), int64(f.warmup+f.iters), "iterations", f.asJSON || f.noProgress)
+	defer bar.finish()
 	for it := 0; it < f.warmup+f.iters; it++ {
 		if p.dstHost != nil && (f.check || it == 0) {
 			for i := range p.dstHost {
@@ -266,7 +268,7 @@ func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 			return rr, err
 		}
 		if it >= f.warmup {
-			times = append(times, slowest)
+			times.add(slowest)
 		}
 		st = rep.Stats
 		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", slowest).Msg("iteration")
@@ -275,9 +277,9 @@ func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 				return rr, err
 			}
 		}
+		bar.set(int64(it + 1))
 	}
-	rr.MedianSec = median(times)
-	rr.MinSec, rr.MaxSec = slices.Min(times), slices.Max(times)
+	rr.MedianSec, rr.MinSec, rr.MaxSec = times.median(), times.min, times.max
 	if rr.MedianSec > 0 {
 		rr.TensorGBps = float64(p.src.Bytes()) / rr.MedianSec / 1e9
 	}

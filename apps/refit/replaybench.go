@@ -135,8 +135,13 @@ func runReplayBench(out io.Writer, f *replayBenchFlags) (err error) {
 		}
 		drivers = append(drivers, dv)
 	}
-	if f.iters < 1 || f.bigIters < 1 {
-		return usageError{fmt.Errorf("--iters and --big-iters must be at least 1")}
+	for _, c := range []struct {
+		flag string
+		n    int
+	}{{"iters", f.iters}, {"big-iters", f.bigIters}} {
+		if c.n < 1 || c.n > maxIterations {
+			return flagError(c.flag, fmt.Sprint(c.n), fmt.Errorf("want 1 to %d timed calls", maxIterations))
+		}
 	}
 	if _, err := mpi.Init(mpi.ThreadMultiple); err != nil {
 		return err
@@ -280,17 +285,17 @@ func (b *replayBench) timeDriver(c *benchCase, d refit.DriverKind) ([]benchRow, 
 	var rows []benchRow
 	{
 		warm := max(3, min(c.iters/10, 100))
-		times := make([]float64, 0, c.iters)
+		var times timings
 		for it := 0; it < warm+c.iters; it++ {
 			t0 := time.Now()
 			if _, err := call.Run(ctx, c.bufs); err != nil {
 				return nil, fmt.Errorf("%s on the %s driver: %w", c.name, d, err)
 			}
 			if it >= warm {
-				times = append(times, time.Since(t0).Seconds())
+				times.add(time.Since(t0).Seconds())
 			}
 		}
-		row := benchRow{Case: c.name, Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes, Sec: median(times),
+		row := benchRow{Case: c.name, Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes, Sec: times.median(),
 			Bound: c.bound, BoundSec: c.boundAt}
 		row.Goal, row.Met = c.goal(d, row.Sec)
 		if err := c.poison(); err != nil {
@@ -325,14 +330,14 @@ func (b *replayBench) timeDriver(c *benchCase, d refit.DriverKind) ([]benchRow, 
 // the host time of queuing a device memcpy of the same bytes.
 func (b *replayBench) timeLaunches(call *refit.Call, c *benchCase, d refit.DriverKind, warm int) (benchRow, error) {
 	ctx := context.Background()
-	times := make([]float64, 0, c.iters)
+	var times timings
 	for it := 0; it < warm+c.iters; it++ {
 		t0 := time.Now()
 		if _, err := call.Launch(ctx, c.bufs, nil); err != nil {
 			return benchRow{}, fmt.Errorf("%s, Launch on the %s driver: %w", c.name, d, err)
 		}
 		if it >= warm {
-			times = append(times, time.Since(t0).Seconds())
+			times.add(time.Since(t0).Seconds())
 		}
 		if _, err := call.Wait(ctx); err != nil {
 			return benchRow{}, fmt.Errorf("%s, Wait on the %s driver: %w", c.name, d, err)
@@ -343,7 +348,7 @@ func (b *replayBench) timeLaunches(call *refit.Call, c *benchCase, d refit.Drive
 		return benchRow{}, err
 	}
 	return benchRow{Case: c.name + ", Launch (host)", Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes,
-		Sec: median(times), Bound: "memcpy enqueue " + fmtSec(enq), BoundSec: enq}, nil
+		Sec: times.median(), Bound: "memcpy enqueue " + fmtSec(enq), BoundSec: enq}, nil
 }
 
 // timeFreshCopy is timeCopy on two buffers of n bytes allocated for it.
@@ -374,7 +379,7 @@ func (b *replayBench) buf(n int64) (transport.Buffer, error) {
 // warm-ups): with the stream synchronize after each if synced, else
 // queuing alone (the synchronize follows untimed).
 func (b *replayBench) timeCopy(dst, src transport.Buffer, n int64, iters int, synced bool) (float64, error) {
-	times := make([]float64, 0, iters)
+	var times timings
 	warm := max(3, min(iters/10, 100))
 	for it := 0; it < iters+warm; it++ {
 		t0 := time.Now()
@@ -395,10 +400,10 @@ func (b *replayBench) timeCopy(dst, src transport.Buffer, n int64, iters int, sy
 			el = time.Since(t0)
 		}
 		if it >= warm {
-			times = append(times, el.Seconds())
+			times.add(el.Seconds())
 		}
 	}
-	return median(times), nil
+	return times.median(), nil
 }
 
 // fill sets every byte of buf to v.

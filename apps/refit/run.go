@@ -55,7 +55,9 @@ out.
 Every rank must be started with the same flags: the ranks agree on them
 first, and a rank with other flags, or flags that do not parse, fails every
 rank at once with a message naming it. Every wait is bounded by --timeout;
-a rank that gives up names the ranks it waited for and stops the others.`,
+a rank that gives up names the ranks it waited for and stops the others.
+
+` + progressHelp,
 		Example: `  mpirun -np 8 refit run --shape 4096x4096 --dtype bf16 --src-mesh 4 --src-placements S0 \
       --dst-mesh 2x2 --dst-placements R,S1 --route all --check
   mpirun -np 20 refit run --shape 2048x4096 --dtype bf16 --src-mesh 4 --src-placements S0 \

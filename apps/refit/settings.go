@@ -49,7 +49,8 @@ type runFlags struct {
 	fp8Scale  string
 	driver    string
 
-	cmd *cobra.Command // the command whose flags these are
+	cmd        *cobra.Command // the command whose flags these are
+	noProgress bool           // no progress display (soak's many short runs)
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
@@ -138,6 +139,23 @@ func parseCount(s string, min int) (int, error) {
 		return 0, fmt.Errorf("want at least %d", min)
 	}
 	return n, nil
+}
+
+// maxIterations bounds --iters plus --warmup: at a microsecond a step,
+// 2^40 steps take twelve days; more is a typo (and 2^63 overflows).
+const maxIterations = 1 << 40
+
+// checkCounts refuses iteration counts a job cannot run: no timed
+// iteration, a negative warm-up, or more than maxIterations in all
+// (iters + warmup would overflow an int long before the steps end).
+func checkCounts(iters, warmup int) error {
+	switch {
+	case iters < 1 || warmup < 0:
+		return usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration and no negative warm-up", iters, warmup)}
+	case iters > maxIterations || warmup > maxIterations-iters:
+		return usageError{fmt.Errorf("--iters %d --warmup %d: want at most %d iterations in all (2^40; at a microsecond each, twelve days)", iters, warmup, maxIterations)}
+	}
+	return nil
 }
 
 // maxTimeout bounds --timeout: a wait longer than a day is a typo.
@@ -236,8 +254,8 @@ func (f *runFlags) settings() (settings, error) {
 		}
 		s.measure = false
 	}
-	if f.iters < 1 || f.warmup < 0 {
-		return s, usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration and no negative warm-up", f.iters, f.warmup)}
+	if err := checkCounts(f.iters, f.warmup); err != nil {
+		return s, err
 	}
 	if f.ppStages < 0 {
 		return s, flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))

@@ -101,7 +101,7 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	if err := j.agreeReady(inputErr); err != nil {
 		return err
 	}
-	f.iters, f.warmup, f.check = 1, 0, true
+	f.iters, f.warmup, f.check, f.noProgress = 1, 0, true, true
 	warm := min(count, 50)
 	var first, last usage
 	t0 := time.Now()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -21,9 +22,7 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 )
 
 // syncFlags are the flags of `refit sync`: a model and two parallel
@@ -59,8 +58,8 @@ the stages run at once.
 
 Source ranks fill every tensor with a pattern of its global index; with
 --check every element of every tensor on every destination is compared,
-and the first wrong tensor, rank and index are named. On a terminal rank 0
-shows the progress of its part (tensors, bytes, rate, time left); at the
+and the first wrong tensor, rank and index are named. Rank 0 shows the
+progress of its part (bytes, rate, time left; see Progress below); at the
 end the report gives the time per step, bytes per link class, per stage and
 per route, the slowest rank, which tensors completed, and each rank's peak
 memory beside its share of the model plus its staging.
@@ -71,7 +70,9 @@ run on CPU ranks. --compare also moves the model one call per tensor (how
 the released NCCL M2N is driven) and prints both times against the whole
 model's bound from the data-movement model; --baseline times a plain
 exchange of the same bytes between the same pairs, interleaved, and gives
-the overhead per step beyond moving the bytes.`,
+the overhead per step beyond moving the bytes.
+
+` + progressHelp,
 		Example: `  scripts/mpirun.sh -np 8 bin/refit sync --model deepseek-v3 --scale 64 --layers 4 \
       --train tp=1,pp=2,ep=2,dp=2 --gen tp=2,dp=2 --check
   scripts/mpirun.sh -np 12 bin/refit sync --model qwen3-235b-a22b --scale 16 --train tp=2,pp=2,ep=2 \
@@ -125,7 +126,7 @@ type syncReport struct {
 	MedianSec  float64       `json:"median_s"`
 	MinSec     float64       `json:"min_s"`
 	MaxSec     float64       `json:"max_s"`
-	StepsSec   []float64     `json:"steps_s"`
+	StepsSec   []float64     `json:"steps_s"` // the first 1024 timed steps
 	GBps       float64       `json:"model_gbps"`
 	Check      string        `json:"check"`
 	Completed  int           `json:"completed"`
@@ -313,9 +314,9 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		rep.Routes = append(rep.Routes, "")
 		rep.Stages = append(rep.Stages, stageReport{Stage: si, Tensors: len(l.Stages[si].Tensors)})
 	}
-	bar := j.progress(m, f.run.warmup+f.run.iters, f.run.asJSON)
-	var times []float64
-	var stageTimes [][]float64
+	bar, stepStarts := j.syncProgress(m, f.run.warmup+f.run.iters, f.run.asJSON)
+	var times timings
+	stageTimes := make([]timings, len(l.Stages))
 	var last []*refit.Report
 	var slowRank int
 	var warm usage
@@ -330,6 +331,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		if err := j.barrier(); err != nil {
 			return err
 		}
+		stepStarts(it)
 		t0 := time.Now()
 		reps, err := m.Run(ctx, bufs)
 		if err != nil {
@@ -361,8 +363,10 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			return err
 		}
 		if it >= f.run.warmup {
-			times = append(times, slowest)
-			stageTimes = append(stageTimes, per)
+			times.add(slowest)
+			for si, x := range per {
+				stageTimes[si].add(x)
+			}
 		}
 		if it == f.run.warmup {
 			if warm, err = measureUsage(); err != nil {
@@ -382,20 +386,13 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			}
 		}
 	}
-	if bar != nil {
-		_ = bar.Finish()
-		fmt.Fprintln(os.Stderr)
-	}
-	rep.StepsSec = times
-	rep.MedianSec, rep.MinSec, rep.MaxSec = median(times), slices.Min(times), slices.Max(times)
+	bar.finish()
+	rep.StepsSec = times.first()
+	rep.MedianSec, rep.MinSec, rep.MaxSec = times.median(), times.min, times.max
 	rep.GBps = float64(l.Model.Bytes()) / rep.MedianSec / 1e9
 	rep.Slowest = slowRank
 	for si := range rep.Stages {
-		var v []float64
-		for _, st := range stageTimes {
-			v = append(v, st[si])
-		}
-		rep.Stages[si].MedianSec = median(v)
+		rep.Stages[si].MedianSec = stageTimes[si].median()
 	}
 	if err := j.syncAccounting(m, last, start, warm, warmPeak, rep); err != nil {
 		return err
@@ -447,28 +444,23 @@ func stepName(it, warmup int) string {
 	return fmt.Sprintf("step %d", it-warmup)
 }
 
-// progress returns rank 0's progress bar over steps of the model (nil
-// when stderr is not a terminal or the report is JSON).
-func (j *job) progress(m *session.Model, steps int, asJSON bool) *progressbar.ProgressBar {
-	// under mpirun, a rank's stdout is a pseudo-terminal when mpirun's
-	// is (OpenMPI forwards it so); its stderr a pipe.
-	tty := term.IsTerminal(int(os.Stdout.Fd())) || term.IsTerminal(int(os.Stderr.Fd()))
-	if j.rank != 0 || asJSON || !tty {
-		return nil
-	}
+// syncProgress returns rank 0's progress over steps of the model, by
+// bytes (by steps where the bytes of all steps overflow), and the
+// function that starts step it.
+func (j *job) syncProgress(m *session.Model, steps int, asJSON bool) (*progress, func(it int)) {
 	bytes, tensors := m.Total()
-	bar := progressbar.NewOptions64(bytes*int64(steps), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowBytes(true),
-		progressbar.OptionSetDescription(fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, steps)),
-		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond))
-	var done int64
-	m.OnProgress(func(b int64, t int) {
-		if b > done {
-			_ = bar.Add64(b - done)
-			done = b
-		}
-		bar.Describe(fmt.Sprintf("rank 0: %d of %d tensors this step", t%max(tensors, 1), tensors))
-	})
-	return bar
+	what := fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, steps)
+	if bytes <= 0 || int64(steps) > math.MaxInt64/bytes {
+		p := j.newProgress(what, int64(steps), "steps", asJSON)
+		return p, func(it int) { p.set(int64(it)) }
+	}
+	p := j.newProgress(what, bytes*int64(steps), "bytes", asJSON)
+	if p == nil {
+		return nil, func(int) {}
+	}
+	var base int64
+	m.OnProgress(func(b int64, _ int) { p.set(base + b) })
+	return p, func(it int) { base = int64(it) * bytes; p.set(base) }
 }
 
 // fillModel writes every tensor's pattern (its global index in the model)
@@ -847,7 +839,7 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			calls[si] = append(calls[si], c)
 		}
 	}
-	var times []float64
+	var times timings
 	for it := 0; it < iters+1; it++ {
 		if err := j.barrier(); err != nil {
 			return nil, err
@@ -886,10 +878,10 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 			return nil, err
 		}
 		if it > 0 {
-			times = append(times, slow)
+			times.add(slow)
 		}
 	}
-	cr := &compareRun{PerTensorSec: median(times), BatchedSec: rep.MedianSec}
+	cr := &compareRun{PerTensorSec: times.median(), BatchedSec: rep.MedianSec}
 	cr.Speedup = cr.PerTensorSec / cr.BatchedSec
 	// the bound of the route the sync ran; for auto, the least bound of
 	// any route.
@@ -958,7 +950,7 @@ func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int)
 		}
 		return maxOver(j.s, time.Since(t0).Seconds())
 	}
-	var plainT, stepT []float64
+	var plainT, stepT timings
 	for it := 0; it < iters+1; it++ {
 		pt, err := timeIt(plainAll)
 		if err != nil {
@@ -969,10 +961,11 @@ func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int)
 			return nil, err
 		}
 		if it > 0 {
-			plainT, stepT = append(plainT, pt), append(stepT, st)
+			plainT.add(pt)
+			stepT.add(st)
 		}
 	}
-	br := &baselineRun{PlainSec: median(plainT), StepSec: median(stepT)}
+	br := &baselineRun{PlainSec: plainT.median(), StepSec: stepT.median()}
 	br.OverheadSec = br.StepSec - br.PlainSec
 	return br, nil
 }
