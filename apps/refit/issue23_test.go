@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +91,44 @@ func TestProgressWhereWatched(t *testing.T) {
 		"--dst-mesh", "1", "--dst-placements", "S1", "--iters", "20000", "--warmup", "0"}})
 	if o.code != 0 || strings.Contains(o.stdout+o.stderr, "█") || !strings.Contains(o.stderr, `route flat: iterations: 90%`) {
 		t.Errorf("want progress lines (10%% to 90%%) and no bar:\n%v", o)
+	}
+}
+
+// TestSyncMemoryCheck is 23.7: refit sync compares the model's buffers,
+// staging and scratch of every rank with the memory it has before
+// anything is mapped, as refit run does: a 1 TiB tensor on three ranks of
+// one host, and a model whose hidden size is 10^12 (petabytes per rank,
+// once blamed on chunks "too small" for its schedule), fail at once with
+// one message naming the rank, the need and what is available.
+func TestSyncMemoryCheck(t *testing.T) {
+	dir := t.TempDir()
+	list := filepath.Join(dir, "w1t.json")
+	if err := os.WriteFile(list, []byte(`[{"name": "w", "shape": [1048576, 524288], "dtype": "bf16"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile("../../model/testdata/models/llama-3.1-70b.config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.json")
+	if err := os.WriteFile(huge, []byte(strings.Replace(string(cfg), `"hidden_size": 8192`, `"hidden_size": 1000000000000`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"1TiB", []string{"--model", list}, `rank 0, tensor "model w1t (1 tensors)": needs 1099`},
+		{"hidden1e12", []string{"--model", huge, "--layers", "1"}, `tensor "model huge (12 tensors)": needs 7219`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"sync", "--train", "tp=1", "--gen", "tp=1,dp=2", "--timeout", "30s"}, tc.args...)
+			o := launch(t, 30*time.Second+margin, nil, app{np: 3, args: args})
+			msg := oneMessage(t, o, 30*time.Second+margin, tc.want, "of host memory: buffers", "are available (")
+			if strings.Contains(msg, "chunk") {
+				t.Errorf("blamed on the chunks: %s", msg)
+			}
+		})
 	}
 }

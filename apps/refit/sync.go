@@ -270,6 +270,9 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := j.checkModelMemory(l, in.route); err != nil {
+		return err
+	}
 	m, err := j.s.PrepareModel(ctx, l, route)
 	if err != nil {
 		return err
@@ -434,6 +437,52 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		return jobError{fmt.Errorf("check failed: %s", strings.TrimPrefix(rep.Check, "FAILED: "))}
 	}
 	return nil
+}
+
+// checkModelMemory makes every rank compare what the model will take of
+// its memory with what it has, before anything is planned or mapped
+// (session.CheckMemory, as refit run's buffers do): its buffers of every
+// stage (fused ones whole), their scale tensors, the staging bound of
+// each stage it is in (and agbcast's whole-tensor scratch), the atomic
+// shadows, host copies on GPUs, and the plans and schedules of its stages
+// (session.CallFootprint). A model too large for the ranks fails here on
+// every rank, naming the rank, what it needs and what is available,
+// instead of mapping terabytes or failing later on a symptom (a schedule
+// with too many messages).
+func (j *job) checkModelMemory(l *model.Layouts, route string) error {
+	src, dst := l.RankBytes(j.rank)
+	opts := j.s.Options()
+	fp := session.Footprint{Tensor: fmt.Sprintf("model %s (%d tensors)", l.Model.Name, len(l.Model.Tensors)), Buffers: addSat(src, dst)}
+	if opts.Device == session.GPU {
+		fp.HostCopies = fp.Buffers // eachPart's host copies, to fill and check
+	}
+	if opts.Atomic {
+		fp.Staging = addSat(fp.Staging, dst)
+	}
+	if j.set.measure {
+		fp.Buffers = addSat(fp.Buffers, 16<<20) // localBandwidth's two buffers
+	}
+	for _, st := range l.Stages {
+		r := st.LocalRank(j.rank)
+		if r < 0 {
+			continue
+		}
+		fp.Staging = addSat(fp.Staging, opts.StagingBytes)
+		var specs []refit.Spec
+		for _, t := range st.Tensors {
+			sp := refit.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
+			specs = append(specs, sp)
+			if n, err := sp.ScaleBytes(r); err == nil && t.Scale != 0 && t.Dst.Mesh().Contains(r) {
+				fp.Buffers = addSat(fp.Buffers, n)
+			}
+			if route == "agbcast" {
+				fp.Staging = addSat(fp.Staging, t.Src.Bytes())
+			}
+		}
+		c := j.s.CallFootprint(specs)
+		fp.Plan, fp.Schedule = addSat(fp.Plan, c.Plan), addSat(fp.Schedule, c.Schedule)
+	}
+	return j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp)
 }
 
 // stepName names step it of a run whose first warmup steps warm up.
