@@ -123,6 +123,7 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 		return err
 	}
 	deadline := time.Now().Add(c.timeout)
+	last, lateOnce := time.Now(), false
 	for spin := 0; ; spin++ {
 		c.mu.Lock()
 		done, err := req.Test()
@@ -144,9 +145,27 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 			}
 			return c.abort(ctx.Err())
 		}
-		if time.Now().After(deadline) {
+		// time this process did not run (stopped by SIGSTOP or a
+		// debugger, or starved) is not time spent waiting for the
+		// others: a rank that resumes must not blame the peers that
+		// waited for it.
+		now := time.Now()
+		if gap := now.Sub(last); gap >= c.timeout {
 			c.keepRequest(req)
+			return c.abort(&stoppedError{rank: c.rank, gap: gap, timeout: c.timeout})
+		} else if gap > frozenGap {
+			deadline = deadline.Add(gap)
+		}
+		last = now
+		if now.After(deadline) {
 			missing, elsewhere := c.rollCall(seq)
+			if len(missing) == 0 && len(elsewhere) == 0 && !lateOnce {
+				// every rank answered from this collective: the late
+				// ones have just arrived, and it is completing.
+				lateOnce, deadline, last = true, time.Now().Add(min(max(c.timeout/4, 200*time.Millisecond), 2*time.Second)), time.Now()
+				continue
+			}
+			c.keepRequest(req)
 			te := &refit.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
 			if len(missing) == 0 && len(elsewhere) > 0 {
 				te.Peers = elsewhere
@@ -157,6 +176,27 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 		backoff(spin)
 	}
 }
+
+// stoppedError is the cause of an abort by a rank whose process did not
+// run for as long as the timeout (SIGSTOP, a debugger, a starved host):
+// its peers have given up waiting for it, so it names itself rather than
+// the peers it was waiting for.
+type stoppedError struct {
+	rank         int
+	gap, timeout time.Duration
+}
+
+func (e *stoppedError) Error() string {
+	return fmt.Sprintf("rank %d: %s %v (SIGSTOP, a debugger or a starved host), as long as the %v timeout: its peers gave up waiting for it",
+		e.rank, stoppedMark, e.gap.Round(time.Millisecond), e.timeout)
+}
+
+// stoppedMark is in every stoppedError's text (standing reads it).
+const stoppedMark = "this process was stopped for"
+
+// frozenGap is a pause between two polls of a wait (which poll every
+// millisecond at most) that only a process that was not running makes.
+const frozenGap = 250 * time.Millisecond
 
 // backoff sleeps a little longer the longer a wait lasts: spin first
 // (control messages take microseconds), then up to 1 ms.
@@ -338,15 +378,22 @@ func (c *control) watch(ctx context.Context) (context.Context, func()) {
 		defer close(stopped)
 		t := time.NewTicker(time.Millisecond)
 		defer t.Stop()
+		last := time.Now()
 		for {
 			select {
 			case <-done:
 				return
-			case <-t.C:
+			case now := <-t.C:
+				// a peer's notice first: when it came, the peers know.
 				if err := c.poll(); err != nil {
 					cancel(err)
 					return
 				}
+				if gap := now.Sub(last); gap >= c.timeout {
+					cancel(c.abort(&stoppedError{rank: c.rank, gap: gap, timeout: c.timeout}))
+					return
+				}
+				last = now
 			}
 		}
 	}()

@@ -35,6 +35,14 @@ func (p *pairRun) checkIteration(it, warmup int) (string, error) {
 	if err == nil {
 		return "", nil
 	}
+	// named with the world rank: a pipeline stage's is local to its
+	// communicator.
+	switch e := err.(type) {
+	case *pattern.MismatchError:
+		e.Rank = jobRank
+	case *pattern.ScaleMismatchError:
+		e.Rank = jobRank
+	}
 	when := fmt.Sprintf("iteration %d", it-warmup)
 	if it < warmup {
 		when = fmt.Sprintf("warm-up iteration %d", it)

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -131,4 +134,101 @@ func TestSyncMemoryCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStoppedForTheTimeout is 23.8's stopped rank: rank 1 stopped
+// (SIGSTOP) for about exactly the timeout, then resumed, must not make
+// the job blame healthy ranks or name none: time a rank was stopped is
+// not time it waited, and a collective that every rank reaches late
+// completes. The job passes, or fails with one message naming rank 1:
+// as the rank the others waited for, or as the rank that was stopped.
+func TestStoppedForTheTimeout(t *testing.T) {
+	const timeout = 3 * time.Second
+	for _, stop := range []time.Duration{timeout, timeout + 300*time.Millisecond, timeout + 600*time.Millisecond} {
+		t.Run(stop.String(), func(t *testing.T) {
+			mark := marker(t)
+			defer reap(mark)
+			r := start(t, []string{mark}, app{np: 4, args: runArgs("--iters", "20000", "--check", "--timeout", timeout.String())})
+			pid := rankProcess(t, mark, 1, 30*time.Second)
+			time.Sleep(3 * time.Second) // past MPI_Init, into the steps
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(stop)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			o := r.wait(t, 3*time.Minute)
+			noCrash(t, o)
+			if o.code == 0 {
+				if !strings.Contains(o.stdout, "check passed") {
+					t.Errorf("exit 0 without a passed check:\n%v", o)
+				}
+				return
+			}
+			msg := oneMessage(t, o, 3*time.Minute)
+			if !strings.Contains(msg, "waiting for ranks [1]") && !strings.Contains(msg, "rank 1: this process was stopped for") {
+				t.Errorf("the message does not name rank 1 as the stopped one: %s", msg)
+			}
+		})
+	}
+}
+
+// TestInterrupted is 23.8's interruption: SIGINT or SIGTERM to mpirun
+// (which sends SIGTERM to every rank) ends the job saying so once, where
+// it used to end in a second printing nothing; and a launcher tearing
+// down a job because one rank ended (the same SIGTERM) adds no word of
+// refit's to the launcher's own.
+func TestInterrupted(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			mark := marker(t)
+			defer reap(mark)
+			r := start(t, []string{mark}, app{np: 4, args: runArgs("--iters", "1000000", "--timeout", "20s")})
+			rankProcess(t, mark, 3, 30*time.Second)
+			time.Sleep(time.Second)
+			if err := r.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			o := r.wait(t, 30*time.Second)
+			oneMessage(t, o, 30*time.Second, "interrupted (terminated, from the launcher")
+		})
+	}
+	o := launch(t, 30*time.Second, []string{"M2N_FAULT_KILL=2:3"}, app{np: 4, args: runArgs("--iters", "100", "--timeout", "20s")})
+	if msgs := messages(o); len(msgs) > 1 || strings.Contains(o.stderr, "interrupted") {
+		t.Errorf("a killed rank's teardown is reported as an interruption:\n%v", o)
+	}
+}
+
+// TestInitOnce is 23.8's start-up: where MPI_Init does not finish, one
+// rank of the host says so, once, however many give up at the same time
+// (ranks 2 to 7 share a turn: six copies of the message before); and a
+// timeout shorter than start-up is refused naming it, instead of the
+// launcher hint.
+func TestInitOnce(t *testing.T) {
+	o := launch(t, 3*time.Second+minInitBound+margin, nil, app{np: 2, prog: "sleep", args: []string{"60"}},
+		app{np: 6, args: runArgs("--timeout", "3s")})
+	oneMessage(t, o, 3*time.Second+minInitBound+margin, "MPI_Init did not finish in 3s")
+	o = launch(t, time.Minute, nil, app{np: 4, args: runArgs("--timeout", "50ms")})
+	oneMessage(t, o, time.Minute, `--timeout "50ms": MPI start-up alone took`, "longer than the timeout")
+}
+
+// TestProcessStopped: the finalize bound names a stopped launcher (23.8:
+// SIGSTOP to mpirun held every rank in MPI_Finalize).
+func TestProcessStopped(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	if got := processStopped(pid, "the launcher"); got != "" {
+		t.Errorf("a running process is %q", got)
+	}
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	want := fmt.Sprintf("the launcher (sleep, pid %d) is stopped", pid)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if processStopped(pid, "the launcher") == want {
+			return
+		}
+	}
+	t.Errorf("a stopped process is %q, want %q", processStopped(pid, "the launcher"), want)
 }

@@ -84,8 +84,12 @@ func describe(err error) string {
 // aborted, ends the job instead: mpi.MarkFailed).
 func finish(err *error) {
 	var pe printedError
+	if *err != nil {
+		jobFailing.Store(true)
+	}
 	if *err != nil && !errors.As(*err, &pe) {
 		if !agreed(*err) || jobRank <= 0 {
+			spoke()
 			fmt.Fprintf(os.Stderr, "refit: %s\n", describe(*err))
 		}
 		*err = printedError{*err}

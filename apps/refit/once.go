@@ -21,8 +21,10 @@ import (
 //     stopped because of its notice stay quiet, and of the ranks that gave
 //     up together (all waiting in one collective for one stopped rank) the
 //     lowest speaks (session.FirstToAbort);
-//   - a failure before MPI is up (MPI_Init that never returns) by the
-//     first rank whose turn comes (initTurn): ranks cannot talk yet.
+//   - a failure before MPI is up (MPI_Init that never returns), or once
+//     MPI_Finalize hangs, or when the launcher interrupts the job, by the
+//     first rank of a host whose turn comes (initTurn, sayOnce): ranks
+//     cannot talk over MPI then.
 
 // abortGrace is how long a rank that gave up on its own waits for the
 // abort notices of lower ranks that gave up too before it prints: well
@@ -34,6 +36,9 @@ const abortGrace = 400 * time.Millisecond
 // of the session it failed in prints the cause: err is an abort, and the
 // first rank to abort (session.FirstToAbort) is another.
 func (j *job) quiet(err error) bool {
+	if err != nil {
+		jobFailing.Store(true)
+	}
 	var ab *refit.AbortError
 	if j == nil || !errors.As(err, &ab) {
 		return false
@@ -116,7 +121,13 @@ func finalize(failed bool) {
 		if failed {
 			os.Exit(1)
 		}
-		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Finalize did not finish in %v: a peer is gone or stuck; ending the job\n", jobRank, jobTimeout)
+		// one rank of a host speaks: a stopped launcher holds every
+		// rank here, and none of them can end the others.
+		cause := launcherStopped()
+		if cause == "" {
+			cause = "a peer is gone or stuck"
+		}
+		sayOnce("finalize", fmt.Sprintf("rank %d: MPI_Finalize did not finish in %v: %s; ending the job", jobRank, jobTimeout, cause))
 		os.Exit(4)
 	})
 	defer t.Stop()

@@ -78,7 +78,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.verify, "verify", false, "checksum (CRC-32C) every message on both sides and compare across ranks; a mismatch fails the call naming the tensor, box and ranks")
 	fs.BoolVar(&f.atomic, "atomic", false, "receive into shadow buffers and copy them in only when every tensor arrived (and verified) everywhere: a failed call leaves destinations untouched")
 	fs.StringVar(&f.driver, "driver", "", "with --device cuda, what runs each step: replay (the whole step queued on the GPU's streams, one host wait; the default without --verify, or M2N_GPU_DRIVER), graph (the same captured once as a CUDA graph) or host (round by round from the host, as --verify does)")
-	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
+	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, which gets at least 3s and must take less than the timeout; set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
 	fs.StringVar(&f.dstDType, "dst-dtype", "", "convert in flight: e4m3 (float8_e4m3fn) makes the destination FP8, quantized while packing from a bf16 or f32 source, with its float32 scales (weight_scale_inv) delivered beside it (default: the source's dtype)")
 	fs.StringVar(&f.fp8Scale, "fp8-scale", "", "with --dst-dtype e4m3, which elements share a scale: block (128x128 over the last two dims, DeepSeek-V3's format), row or tensor (default block)")
 	fs.IntVar(&f.ppStages, "pp-stages", 0, "pipeline stages: stage s trains on world ranks [s*M, (s+1)*M) and reshards to the generator (--dst-ranks, world ranks; default after the trainers) on a communicator of its own; stages run concurrently")
@@ -107,8 +107,9 @@ type settings struct {
 	balance     hier.Balance
 	fp8         fp8.Mode // --dst-dtype e4m3: the scaling mode; 0 without conversion
 	fabric      hier.Fabric
-	fabricGiven bool // --net-bw or --local-bw was given
-	measure     bool // measure the local bandwidth for the fabric
+	fabricGiven bool   // --net-bw or --local-bw was given
+	measure     bool   // measure the local bandwidth for the fabric
+	timeoutFrom source // where the timeout came from, for errors
 }
 
 // source is a setting's text and where it came from, for errors.
@@ -169,7 +170,9 @@ func (f *runFlags) settings() (settings, error) {
 	if s.opts.Device, err = session.ParseDevice(f.device); err != nil {
 		return s, flagError("device", f.device, fmt.Errorf("want cpu or cuda"))
 	}
+	s.timeoutFrom = source{session.DefaultTimeout.String(), "the default --timeout"}
 	if src := flagOrEnv("timeout", f.timeout, "M2N_TIMEOUT"); src.value != "" {
+		s.timeoutFrom = src
 		d, err := time.ParseDuration(src.value)
 		switch {
 		case err != nil:

@@ -560,11 +560,13 @@ func checkModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
 		default:
 			err = pattern.Check(t.Dst, rank, seed, buf, v.View)
 		}
+		// named with the world rank: the stage's is local to its
+		// communicator.
 		switch e := err.(type) {
 		case *pattern.MismatchError:
-			e.Tensor = t.Name
+			e.Tensor, e.Rank = t.Name, jobRank
 		case *pattern.ScaleMismatchError:
-			e.Tensor = t.Name
+			e.Tensor, e.Rank = t.Name, jobRank
 		}
 		return err
 	}, false)
