@@ -232,3 +232,28 @@ func TestProcessStopped(t *testing.T) {
 	}
 	t.Errorf("a stopped process is %q, want %q", processStopped(pid, "the launcher"), want)
 }
+
+// TestCheckBoundedByProgress is 23.9's check: a destination whose fill,
+// poison and check take longer than --timeout (1 GiB on one rank, 2 s)
+// no longer makes the others time out waiting for it: that local work
+// runs while every rank takes part in a progress collective every
+// quarter of the timeout.
+func TestCheckBoundedByProgress(t *testing.T) {
+	o := launch(t, 3*time.Minute, nil, app{np: 3, args: []string{"run", "--shape", "32768x16384", "--dtype", "bf16", "--src-mesh", "2",
+		"--src-placements", "S0", "--dst-mesh", "1", "--dst-placements", "R", "--check", "--iters", "1", "--warmup", "0", "--timeout", "2s"}})
+	if o.code != 0 || !strings.Contains(o.stdout, "check passed") {
+		t.Errorf("a valid job failed its bound while one rank checked:\n%v", o)
+	}
+}
+
+// TestEmulationTimeout is 23.9's emulated rate: a rate at which a round
+// cannot cross within the timeout is refused at once, naming the rate,
+// the timeout and the busiest round, in refit run and refit sync (world
+// ranks), where healthy ranks were blamed.
+func TestEmulationTimeout(t *testing.T) {
+	o := launch(t, 3*time.Second+margin, nil, app{np: 4, args: runArgs("--emulate-net-bw", "1kB/s", "--dst-domain-size", "1", "--timeout", "3s")})
+	oneMessage(t, o, 3*time.Second+margin, `--emulate-net-bw "1kB/s": rank 0 moves 8 KiB over the network in round 0`, `--timeout "3s" bounds every round`)
+	o = launch(t, 3*time.Second+margin, nil, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b", "--scale", "32", "--layers", "2",
+		"--train", "tp=1,pp=2", "--gen", "tp=2", "--dst-domain-size", "1", "--emulate-net-bw", "1kB/s", "--timeout", "3s"}})
+	oneMessage(t, o, 3*time.Second+margin, `--emulate-net-bw "1kB/s": rank `, `--timeout "3s" bounds every round`)
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -34,6 +35,7 @@ type pairRun struct {
 	srcBuf  transport.Buffer
 	dstBuf  transport.Buffer
 	dstHost []byte // host copy of the destination buffer, for poison and checks
+	members []int  // the world ranks of s's ranks (nil: s is the world's)
 	// scale is the FP8 scaling mode when the tensor converts (--dst-dtype
 	// e4m3); the destination's scale tensor is then scaleBuf, scaleHost
 	// its host copy.
@@ -60,7 +62,11 @@ func (j *job) newPairRun(s *session.Session, src, dst placement.Layout, seed uin
 	}
 	p.plan = plan
 	if localErr == nil {
-		localErr = p.allocate(rank)
+		localErr = inSteps(s, "buffer set-up (filling the sources)", func() error { return p.allocate(rank) })
+		if ab := (*refit.AbortError)(nil); errors.As(localErr, &ab) {
+			p.close()
+			return nil, localErr
+		}
 	}
 	// every rank learns whether any could not set its buffers up.
 	if err := s.Agree(context.Background(), nil, localErr); err != nil {
@@ -198,6 +204,10 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 		}
 		rep.Domains = call.Topology().Domain
 		sched := call.Schedule()
+		if err := j.checkEmulation(s, sched, p.members); err != nil {
+			call.Close()
+			return nil, err
+		}
 		if sched.Note != "" && j.rank == 0 {
 			j.log.Info().Str("route", sched.Route).Msg(sched.Note)
 		}
@@ -228,7 +238,6 @@ func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 		rr.Driver = call.Driver().Name()
 	}
 	bufs := p.buffers()
-	mem := s.Memory()
 	var times timings
 	var st refit.Stats
 	checkMsg := "" // this rank's first wrong element, in any iteration
@@ -236,20 +245,9 @@ func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 	bar := j.newProgress(fmt.Sprintf("route %s: iterations", sched.Route), int64(f.warmup+f.iters), "iterations", f.asJSON || f.noProgress)
 	defer bar.finish()
 	for it := 0; it < f.warmup+f.iters; it++ {
-		if p.dstHost != nil && (f.check || it == 0) {
-			for i := range p.dstHost {
-				p.dstHost[i] = pattern.Poison
-			}
-			if err := mem.Upload(p.dstBuf, p.dstHost[:p.dstBuf.Len()]); err != nil {
+		if f.check || it == 0 {
+			if err := inSteps(s, "poison of the destinations", p.poison); err != nil {
 				return rr, err
-			}
-			if len(p.scaleHost) > 0 {
-				for i := range p.scaleHost {
-					p.scaleHost[i] = pattern.Poison
-				}
-				if err := mem.Upload(p.scaleBuf, p.scaleHost); err != nil {
-					return rr, err
-				}
 			}
 		}
 		if err := s.Barrier(ctx); err != nil {
@@ -272,8 +270,14 @@ func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 		}
 		st = rep.Stats
 		j.log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", slowest).Msg("iteration")
-		if checkMsg == "" && f.check && p.dstHost != nil {
-			if checkMsg, err = p.checkIteration(it, f.warmup); err != nil {
+		if f.check {
+			err := inSteps(s, "check (comparing every destination element)", func() (err error) {
+				if checkMsg == "" && p.dstHost != nil {
+					checkMsg, err = p.checkIteration(it, f.warmup)
+				}
+				return err
+			})
+			if err != nil {
 				return rr, err
 			}
 		}
@@ -311,6 +315,34 @@ func (p *pairRun) measure(call *refit.Call, f *runFlags) (routeReport, error) {
 		rr.Check = "FAILED: " + first
 	}
 	return rr, nil
+}
+
+// poison fills this rank's destination and scale tensor with the poison.
+func (p *pairRun) poison() error {
+	if p.dstHost == nil {
+		return nil
+	}
+	mem := p.s.Memory()
+	fillBytes(p.dstHost, pattern.Poison)
+	if err := mem.Upload(p.dstBuf, p.dstHost[:p.dstBuf.Len()]); err != nil {
+		return err
+	}
+	if len(p.scaleHost) > 0 {
+		fillBytes(p.scaleHost, pattern.Poison)
+		return mem.Upload(p.scaleBuf, p.scaleHost)
+	}
+	return nil
+}
+
+// fillBytes sets every byte of b to v, copying in doubling runs.
+func fillBytes(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for n := 1; n < len(b); n *= 2 {
+		copy(b[n:], b[:n])
+	}
 }
 
 // measureLocal measures the local-fabric bandwidth per rank among the

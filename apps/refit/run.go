@@ -159,6 +159,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 					return err
 				}
 				defer p.close()
+				p.members = l.Members(s)
 				rep, err := p.runRoutes(f)
 				if err != nil {
 					return f.explainSchedule(err, p.plan, schedOf(ss.Options()))

@@ -110,6 +110,7 @@ type settings struct {
 	fabricGiven bool   // --net-bw or --local-bw was given
 	measure     bool   // measure the local bandwidth for the fabric
 	timeoutFrom source // where the timeout came from, for errors
+	emulateFrom source // where the emulated rate came from
 }
 
 // source is a setting's text and where it came from, for errors.
@@ -221,6 +222,7 @@ func (f *runFlags) settings() (settings, error) {
 		}
 	}
 	if src := flagOrEnv("emulate-net-bw", f.emulate, "M2N_EMULATE_NET_BW"); src.value != "" {
+		s.emulateFrom = src
 		if s.opts.EmulateNetBW, err = parseRate(src.value); err != nil {
 			return s, src.bad(err)
 		}

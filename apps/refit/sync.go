@@ -293,12 +293,21 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			}
 		}
 	}
+	var emuErr error
+	for si, c := range m.Call.Calls {
+		if c != nil && emuErr == nil {
+			emuErr = j.checkEmulation(m.Stages.Sessions[si], c.Schedule(), l.Stages[si].Members)
+		}
+	}
+	if err := j.agreeReady(emuErr); err != nil {
+		return err
+	}
 	bufs, err := m.Alloc()
 	if err != nil {
 		return err
 	}
 	defer m.Free(bufs)
-	if err := fillModel(m, bufs, j.set.fp8 != 0); err != nil {
+	if err := inSteps(j.s, "model set-up (filling the sources)", func() error { return fillModel(m, bufs, j.set.fp8 != 0) }); err != nil {
 		return err
 	}
 	rep := &syncReport{Model: l.Model.Name, Trainer: l.Trainer.String(), Generator: fmt.Sprint(l.Generator), World: j.world,
@@ -327,7 +336,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	checkMsg := "" // this rank's first wrong element, in any step
 	for it := 0; it < f.run.warmup+f.run.iters; it++ {
 		if f.run.check || it == 0 {
-			if err := poisonModel(m, bufs); err != nil {
+			if err := inSteps(j.s, "poison of the destinations", func() error { return poisonModel(m, bufs) }); err != nil {
 				return err
 			}
 		}
@@ -382,10 +391,19 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		// does: the destinations are poisoned before each, so a byte
 		// wrong in one step fails the check even where a later step
 		// would have overwritten it.
-		if f.run.check && checkMsg == "" {
-			if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
-				checkMsg = fmt.Sprintf("%v, in %s", err, stepName(it, f.run.warmup))
-				j.log.Error().Err(err).Str("when", stepName(it, f.run.warmup)).Msg("check failed")
+		if f.run.check {
+			err := inSteps(j.s, "check (comparing every destination element)", func() error {
+				if checkMsg != "" {
+					return nil
+				}
+				if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
+					checkMsg = fmt.Sprintf("%v, in %s", err, stepName(it, f.run.warmup))
+					j.log.Error().Err(err).Str("when", stepName(it, f.run.warmup)).Msg("check failed")
+				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
 	}
