@@ -257,3 +257,41 @@ func TestEmulationTimeout(t *testing.T) {
 		"--train", "tp=1,pp=2", "--gen", "tp=2", "--dst-domain-size", "1", "--emulate-net-bw", "1kB/s", "--timeout", "3s"}})
 	oneMessage(t, o, 3*time.Second+margin, `--emulate-net-bw "1kB/s": rank `, `--timeout "3s" bounds every round`)
 }
+
+// TestEnvironmentNamed is 23.11: a variable that does not parse, on one
+// rank or on all, is named with its value (and the rank), once; a
+// session option that differs between ranks names the variable that set
+// it; --driver graph on CPUs is refused once.
+func TestEnvironmentNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		oneRank bool
+		env     string
+		args    []string
+		want    string
+	}{
+		{"log level on one rank", true, "M2N_LOG_LEVEL=shouty", nil, `rank 3: M2N_LOG_LEVEL "shouty": want trace`},
+		{"in-place on one rank", true, "M2N_MPI_INPLACE=0", nil, "rank 3 has in-place strided moves off true, rank 0 has false (ranks differing from rank 0: [3]); M2N_MPI_INPLACE sets it"},
+		{"pack batch", false, "M2N_PACK_BATCH=garbage", nil, `rank 0: M2N_PACK_BATCH "garbage": want a whole number from 1 to 8`},
+		{"gpu driver", false, "M2N_GPU_DRIVER=warp", nil, `rank 0: M2N_GPU_DRIVER "warp": want host, replay or graph`},
+		{"memcpy min", false, "M2N_MEMCPY_MIN=lots", nil, `rank 0: M2N_MEMCPY_MIN "lots": want a whole number of bytes`},
+		{"graph on cpu", false, "", []string{"--driver", "graph"}, `--driver "graph": the replay and graph drivers move GPU calls`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := runArgs(append([]string{"--iters", "1", "--timeout", "20s"}, tc.args...)...)
+			var o outcome
+			switch {
+			case tc.oneRank:
+				o = launch(t, 20*time.Second+margin, nil, app{np: 3, args: args}, app{np: 1, env: []string{tc.env}, args: args})
+			case tc.env != "":
+				o = launch(t, 20*time.Second+margin, []string{tc.env}, app{np: 4, args: args})
+			default:
+				o = launch(t, 20*time.Second+margin, nil, app{np: 4, args: args})
+			}
+			msg := oneMessage(t, o, 20*time.Second+margin, tc.want)
+			if strings.HasSuffix(msg, ": ") || strings.Contains(msg, "rank 0: rank 0") {
+				t.Errorf("a message with a dangling colon or a doubled rank: %q", msg)
+			}
+		})
+	}
+}

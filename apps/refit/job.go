@@ -53,7 +53,7 @@ func startJob(f *runFlags) (*job, error) {
 	jobRank, jobTimeout = j.rank, timeout
 	log, err := newLogger(f.logLevel, j.rank)
 	if err != nil && flagErr == nil {
-		flagErr = usageError{err}
+		flagErr = err
 	}
 	j.log = log
 	set.opts.Agree = agreedFields(f.cmd)
@@ -68,6 +68,12 @@ func startJob(f *runFlags) (*job, error) {
 	if flagErr != nil {
 		opts := set.opts
 		opts.Device = session.CPU
+		// the variables Join reads itself must not fail this rank's
+		// options too (unresolved, they would differ from the others'
+		// and hide flagErr behind "ranks disagree: chunk bytes 0").
+		for _, v := range sessionVars {
+			_ = os.Unsetenv(v)
+		}
 		err := session.Refuse(world, opts, flagErr)
 		var ab *refit.AbortError
 		if errors.As(err, &ab) {
@@ -77,10 +83,17 @@ func startJob(f *runFlags) (*job, error) {
 	}
 	stopHere("join")
 	if j.s, err = session.Join(world, set.opts); err != nil {
+		var ve *refit.ValidationError
+		if errors.As(err, &ve) {
+			return j, refused{err} // a rank's input: named with its rank
+		}
 		return j, err
 	}
 	return j, nil
 }
+
+// sessionVars are the variables session.Join reads and checks itself.
+var sessionVars = []string{"M2N_GPU_DRIVER", "M2N_MEMCPY_MIN"}
 
 // processStart is when this process started, near enough (its Go
 // initialisation).

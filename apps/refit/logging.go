@@ -15,15 +15,13 @@ import (
 // and srun collect). The level comes from the flag, else M2N_LOG_LEVEL,
 // else info.
 func newLogger(level string, rank int) (zerolog.Logger, error) {
-	if level == "" {
-		level = os.Getenv("M2N_LOG_LEVEL")
+	src := flagOrEnv("log-level", level, "M2N_LOG_LEVEL")
+	if src.value == "" {
+		src.value = "info"
 	}
-	if level == "" {
-		level = "info"
-	}
-	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
-	if err != nil {
-		return zerolog.Nop(), fmt.Errorf("log level %q: want trace, debug, info, warn, error or disabled", level)
+	lvl, err := zerolog.ParseLevel(strings.ToLower(src.value))
+	if err != nil || lvl == zerolog.NoLevel {
+		return zerolog.Nop(), src.bad(fmt.Errorf("want trace, debug, info, warn, error or disabled"))
 	}
 	var log zerolog.Logger
 	if term.IsTerminal(int(os.Stderr.Fd())) {

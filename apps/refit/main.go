@@ -60,7 +60,12 @@ func describe(err error) string {
 	var ve *refit.ValidationError
 	var ab *refit.AbortError
 	var se *session.StageError
+	var ae *refit.AgreementError
 	switch {
+	case errors.As(err, &ae) && optionSources[ae.Field] != "":
+		return fmt.Sprintf("%v; %s sets it", err, optionSources[ae.Field])
+	case errors.As(err, &rf) && errors.As(err, &ve) && strings.HasPrefix(ve.Msg, fmt.Sprintf("rank %d: ", ve.Rank)):
+		return ve.Msg
 	case errors.As(err, &rf) && errors.As(err, &ve):
 		return fmt.Sprintf("rank %d: %s", ve.Rank, ve.Msg)
 	case errors.As(err, &se) && errors.As(se.Err, &ab) && ab.Rank == se.Rank:
@@ -73,6 +78,16 @@ func describe(err error) string {
 		return fmt.Sprintf("rank %d: stopping: %v", jobRank, err)
 	}
 	return err.Error()
+}
+
+// optionSources names what sets each session option that ranks agree on
+// at Join, for its agreement errors (the session names the option).
+var optionSources = map[string]string{
+	"device": "--device", "timeout": "--timeout or M2N_TIMEOUT", "chunk bytes": "--chunk-bytes or M2N_CHUNK_BYTES",
+	"staging bytes": "--staging-bytes or M2N_STAGING_BYTES", "coalesce bytes": "--coalesce-bytes or M2N_COALESCE_BYTES",
+	"domain sizes":     "--src-domain-size, --dst-domain-size or M2N_SRC_DOMAIN_SIZE, M2N_DST_DOMAIN_SIZE",
+	"replica striping": "--stripe", "verify": "--verify", "atomic": "--atomic",
+	"emulated network rate": "--emulate-net-bw or M2N_EMULATE_NET_BW", "in-place strided moves off": "M2N_MPI_INPLACE",
 }
 
 // finish ends an MPI job: the error is printed before MPI is finalized, so

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
@@ -21,6 +22,12 @@ func (f *runFlags) checkOptions(o session.Options) error {
 	chunk := flagOrEnv("chunk-bytes", f.chunk, "M2N_CHUNK_BYTES")
 	staging := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES")
 	switch {
+	case strings.HasPrefix(fe.Field, "M2N_"): // a variable Join reads itself
+		why := fe.Why
+		if fe.Want != "" {
+			why = "want " + fe.Want
+		}
+		return source{fe.Got, fe.Field}.bad(errors.New(why))
 	case fe.Field == "chunk bytes" && chunk.value != "":
 		return chunk.bad(fe)
 	case fe.Field == "staging bytes" && staging.value != "":

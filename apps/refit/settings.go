@@ -230,6 +230,19 @@ func (f *runFlags) settings() (settings, error) {
 			return s, src.bad(fmt.Errorf("want at least 1kB/s"))
 		}
 	}
+	if v := getenv("M2N_PACK_BATCH"); v != "" {
+		// read by the GPU pack kernels (cuda), which ignore a value
+		// they cannot use: refused here, on every device.
+		if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 8 {
+			return s, usageError{fmt.Errorf("M2N_PACK_BATCH %q: want a whole number from 1 to 8 (regions each pack kernel launch takes)", v)}
+		}
+	}
+	if v := getenv("M2N_MEMCPY_MIN"); v != "" {
+		// Join reads it too, and would name the rank twice.
+		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			return s, usageError{fmt.Errorf("M2N_MEMCPY_MIN %q: want a whole number of bytes (the GPU replay's smallest copy done as a memcpy)", v)}
+		}
+	}
 	switch v := getenv("M2N_MPI_INPLACE"); v {
 	case "", "1":
 	case "0":
