@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -293,5 +294,29 @@ func TestEnvironmentNamed(t *testing.T) {
 				t.Errorf("a message with a dangling colon or a doubled rank: %q", msg)
 			}
 		})
+	}
+}
+
+// TestSyncAutoPreparesOnce is 26.3: refit sync --route auto under an
+// emulated network measures the generator's local bandwidth first and
+// prepares the model once, on the fabric it measured; it used to prepare
+// it twice and never close the second. Once the model is closed, every
+// rank holds no more MPI communicators or requests than before it.
+func TestSyncAutoPreparesOnce(t *testing.T) {
+	o := launch(t, 2*time.Minute, nil, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b", "--scale", "32", "--layers", "2",
+		"--train", "tp=1,pp=2", "--gen", "tp=2", "--dst-domain-size", "2", "--emulate-net-bw", "200MB/s", "--route", "auto",
+		"--iters", "1", "--check", "--json"}})
+	var rep syncReport
+	if err := json.Unmarshal([]byte(o.stdout), &rep); err != nil || o.code != 0 {
+		t.Fatalf("%v: %v", err, o)
+	}
+	if !strings.Contains(o.stdout, `"mpi_comms_requests_leaked"`) || rep.Check != "passed" || !(rep.Fabric.LocalBW > 0) {
+		t.Fatalf("check %s, local bandwidth %g, leak accounting in the report %v", rep.Check, rep.Fabric.LocalBW,
+			strings.Contains(o.stdout, `"mpi_comms_requests_leaked"`))
+	}
+	for _, r := range rep.Ranks {
+		if r.Leaked != [2]int64{} {
+			t.Errorf("rank %d holds %d more communicators and %d more requests once the model is closed", r.Rank, r.Leaked[0], r.Leaked[1])
+		}
 	}
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/pattern"
+	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
@@ -171,6 +173,9 @@ type syncRank struct {
 	Heap          [2]int64 `json:"heap"`
 	Goroutines    [2]int64 `json:"goroutines"`
 	PeakAfterWarm int64    `json:"rss_peak_first_step"`
+	// Leaked is what the rank holds once the model is closed beyond what
+	// it held before: MPI communicators and pending requests (both 0).
+	Leaked [2]int64 `json:"mpi_comms_requests_leaked"`
 }
 
 type compareRun struct {
@@ -266,33 +271,35 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		}
 		return hier.ParseRoute(in.route, j.set.balance, f)
 	}
-	route, err := routeOn(fabric)
-	if err != nil {
+	if err := j.checkModelMemory(l, in.route); err != nil {
 		return err
 	}
-	if err := j.checkModelMemory(l, in.route); err != nil {
+	if j.set.measure {
+		// auto chooses on the local bandwidth measured here, before the
+		// model is prepared (once).
+		if fabric.LocalBW, err = j.generatorLocalBW(l); err != nil {
+			return err
+		}
+	}
+	route, err := routeOn(fabric)
+	if err != nil {
 		return err
 	}
 	m, err := j.s.PrepareModel(ctx, l, route)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	if j.set.measure {
-		if fabric.LocalBW, err = modelLocalBW(j, m); err != nil {
-			return err
-		}
-		if in.route == "auto" {
-			// auto chooses on the fabric measured here.
+	var bufs *session.ModelBuffers
+	release := func() { // the model and its buffers, once
+		if m != nil {
+			if bufs != nil {
+				m.Free(bufs)
+			}
 			m.Close()
-			if route, err = routeOn(fabric); err != nil {
-				return err
-			}
-			if m, err = j.s.PrepareModel(ctx, l, route); err != nil {
-				return err
-			}
+			m = nil
 		}
 	}
+	defer release()
 	var emuErr error
 	for si, c := range m.Call.Calls {
 		if c != nil && emuErr == nil {
@@ -302,11 +309,9 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if err := j.agreeReady(emuErr); err != nil {
 		return err
 	}
-	bufs, err := m.Alloc()
-	if err != nil {
+	if bufs, err = m.Alloc(); err != nil {
 		return err
 	}
-	defer m.Free(bufs)
 	if err := inSteps(j.s, "model set-up (filling the sources)", func() error { return fillModel(m, bufs, j.set.fp8 != 0) }); err != nil {
 		return err
 	}
@@ -440,6 +445,11 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		if rep.Baseline, err = j.syncBaseline(m, bufs, f.run.iters); err != nil {
 			return err
 		}
+	}
+	// what the job holds once the model is closed: what it held before.
+	release()
+	if err := j.leakedAfterClose(start, rep); err != nil {
+		return err
 	}
 	if j.rank == 0 {
 		if f.run.asJSON {
@@ -666,23 +676,51 @@ func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn fun
 	return nil
 }
 
-// modelLocalBW measures the local bandwidth among the generator ranks over
-// stage 0's transport (every stage holds every generator rank), and gives
-// every rank of the job the result.
-func modelLocalBW(j *job, m *session.Model) (float64, error) {
-	bw := 0.0
-	if ss := m.Stages.Sessions[0]; ss != nil {
-		st := m.Layouts.Stages[0]
-		var gens []int
-		for r := st.Trainers; r < st.Trainers+st.Generators; r++ {
-			gens = append(gens, r)
-		}
-		var err error
-		if bw, err = localBandwidth(ss, m.Call.Calls[0], gens); err != nil {
-			return 0, err
-		}
+// generatorLocalBW measures the local bandwidth among the generator
+// ranks (localBandwidth) over a probe call of the world session whose
+// destinations are the generator's ranks (so its domains are the model's
+// generator domains); every rank of the job takes part and learns it.
+func (j *job) generatorLocalBW(l *model.Layouts) (float64, error) {
+	first, err := mesh.Interval([]int{1}, 0)
+	if err != nil {
+		return 0, err
 	}
-	return maxOver(j.s, bw)
+	gens, err := mesh.Interval([]int{l.Generator.Ranks()}, l.Trainer.Ranks())
+	if err != nil {
+		return 0, err
+	}
+	src, err := placement.ParseLayout("1", placement.F32, first, "R")
+	if err != nil {
+		return 0, err
+	}
+	dst, err := placement.ParseLayout("1", placement.F32, gens, "R")
+	if err != nil {
+		return 0, err
+	}
+	call, err := j.s.Prepare(context.Background(), []refit.Spec{{Name: "local-bandwidth probe", Src: src, Dst: dst}}, reshard.Flat{})
+	if err != nil {
+		return 0, err
+	}
+	defer call.Close()
+	return localBandwidth(j.s, call, gens.Ranks())
+}
+
+// leakedAfterClose gathers what each rank still holds once the model is
+// closed beyond what it held before it (MPI communicators and pending
+// requests): a job must give back what it made.
+func (j *job) leakedAfterClose(start usage, rep *syncReport) error {
+	now, err := measureUsage()
+	if err != nil {
+		return err
+	}
+	all, err := gatherInt64s(j.s, []int64{now.comms - start.comms, now.requests - start.requests})
+	if err != nil {
+		return err
+	}
+	for r := range rep.Ranks {
+		rep.Ranks[r].Leaked = [2]int64{all[2*r], all[2*r+1]}
+	}
+	return nil
 }
 
 // modelBounds is every route's bound for the whole model: each stage's
