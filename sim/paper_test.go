@@ -9,6 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/units"
 )
 
 // paperLayer is the paper's single-layer experiment: a 7168 MB bf16 expert
@@ -137,8 +138,8 @@ func ExampleSimulateRoute() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("%-7s %s (bound %s), critical path bound by %s\n", route, FormatSeconds(rr.Result.Seconds),
-			FormatSeconds(rr.Bound.Seconds), rr.Result.Critical.Binding)
+		fmt.Printf("%-7s %s (bound %s), critical path bound by %s\n", route, units.FormatSeconds(rr.Result.Seconds),
+			units.FormatSeconds(rr.Bound.Seconds), rr.Result.Critical.Binding)
 	}
 	// Output:
 	// flat    335.5 us (bound 335.5 us), critical path bound by nic-out r0

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -271,7 +272,7 @@ func plotRho(reps []simReport, f *plotFlags) (*plot.Plot, error) {
 	p := plot.New()
 	r0 := reps[0]
 	p.Title.Text = fmt.Sprintf("%s -> %s; %s (NIC %s, local %s)", shortLayout(r0.Source), rhoLayout(r0.Destination),
-		r0.Cluster.Name, formatRate(r0.Cluster.NetBW), formatRate(r0.Cluster.LocalBW))
+		r0.Cluster.Name, units.FormatRate(r0.Cluster.NetBW), units.FormatRate(r0.Cluster.LocalBW))
 	p.X.Label.Text = "destination replication rho"
 	p.Y.Label.Text = "time"
 	p.Y.Scale = plot.LogScale{}

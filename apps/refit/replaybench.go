@@ -24,6 +24,7 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -216,7 +217,7 @@ func writeBenchRows(out io.Writer, rows []benchRow) error {
 		if r.BoundSec > 0 && r.Sec > 0 {
 			vs = fmt.Sprintf("%.1f%%", 100*r.BoundSec/r.Sec)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t\n", r.Case, r.Driver, r.Tensors, formatBytes(r.Bytes),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t\n", r.Case, r.Driver, r.Tensors, units.FormatBytes(r.Bytes),
 			fmtSec(r.Sec), fmtSec(r.Sec/float64(max(r.Tensors, 1))), float64(r.Bytes)/r.Sec/1e9, r.Bound, vs, r.Goal, r.Met)
 	}
 	if err := tw.Flush(); err != nil {
@@ -370,7 +371,7 @@ func (b *replayBench) timeFreshCopy(n int64, iters int, synced bool) (float64, e
 func (b *replayBench) buf(n int64) (transport.Buffer, error) {
 	x, err := b.mem.Alloc(n)
 	if err != nil {
-		return nil, fmt.Errorf("replay-bench: %s of device memory: %w", formatBytes(n), err)
+		return nil, fmt.Errorf("replay-bench: %s of device memory: %w", units.FormatBytes(n), err)
 	}
 	return x, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/units"
 )
 
 // routeReport is what one route did, as rank 0 prints it.
@@ -134,20 +135,20 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 	if rep.FP8Scale != "" {
 		fmt.Fprintf(w, "converted to FP8 in flight: one float32 scale per %s (weight_scale_inv, beside each destination part)\n", rep.FP8Scale)
 	}
-	fmt.Fprintf(w, "world %d, %s, fingerprint %s, chunk %s, staging %s\n", rep.World, formatBytes(rep.Bytes),
-		rep.Fingerprint, formatBytes(rep.ChunkBytes), formatBytes(rep.Staging))
+	fmt.Fprintf(w, "world %d, %s, fingerprint %s, chunk %s, staging %s\n", rep.World, units.FormatBytes(rep.Bytes),
+		rep.Fingerprint, units.FormatBytes(rep.ChunkBytes), units.FormatBytes(rep.Staging))
 	if rep.EmulatedBW > 0 {
 		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
-			formatRate(rep.EmulatedBW), formatRate(rep.Fabric.NetBW), formatRate(rep.Fabric.LocalBW))
+			units.FormatRate(rep.EmulatedBW), units.FormatRate(rep.Fabric.NetBW), units.FormatRate(rep.Fabric.LocalBW))
 	} else if rep.FabricGiven {
-		fmt.Fprintf(w, "model fabric: network %s, local %s per rank\n", formatRate(rep.Fabric.NetBW), formatRate(rep.Fabric.LocalBW))
+		fmt.Fprintf(w, "model fabric: network %s, local %s per rank\n", units.FormatRate(rep.Fabric.NetBW), units.FormatRate(rep.Fabric.LocalBW))
 	}
 	for _, rr := range rep.Routes {
 		if pr, ok := rr.Extra.(plainReport); ok {
 			fmt.Fprintf(w, "\nbaseline, %s: %s per iteration (median of %d), %.2f GB/s of tensor\n", pr.Baseline,
-				formatSeconds(pr.MedianSec), rr.Iters, pr.TensorGBps)
+				units.FormatSeconds(pr.MedianSec), rr.Iters, pr.TensorGBps)
 			fmt.Fprintf(w, "reshard (%s) interleaved with it: %s per iteration; the reshard reaches %.0f%% of the plain exchange's bandwidth\n",
-				pr.ReshardRoute, formatSeconds(pr.ReshardSec), 100*pr.Ratio)
+				pr.ReshardRoute, units.FormatSeconds(pr.ReshardSec), 100*pr.Ratio)
 			continue
 		}
 		driver := ""
@@ -155,13 +156,13 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 			driver = ", " + rr.Driver + " driver"
 		}
 		fmt.Fprintf(w, "\nroute %s: %s per iteration (median of %d; min %s, max %s), %.2f GB/s of tensor, %d rounds%s; check %s\n",
-			rr.Route, formatSeconds(rr.MedianSec), rr.Iters, formatSeconds(rr.MinSec), formatSeconds(rr.MaxSec),
+			rr.Route, units.FormatSeconds(rr.MedianSec), rr.Iters, units.FormatSeconds(rr.MinSec), units.FormatSeconds(rr.MaxSec),
 			rr.TensorGBps, rr.Rounds, driver, rr.Check)
 		if rr.Why != "" {
 			fmt.Fprintf(w, "  auto: %s\n", rr.Why)
 		}
 		if rr.BoundSec > 0 && (rep.EmulatedBW > 0 || rep.FabricGiven) {
-			fmt.Fprintf(w, "  model bound %s (%s binds): time is %.2fx the bound\n", formatSeconds(rr.BoundSec), rr.Binding, rr.Ratio)
+			fmt.Fprintf(w, "  model bound %s (%s binds): time is %.2fx the bound\n", units.FormatSeconds(rr.BoundSec), rr.Binding, rr.Ratio)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "rank\trole\tdomain\tsent\treceived\tnetwork out\tnetwork in\tlocal out\tlocal in\tself copy\tpacked\t")
@@ -169,9 +170,9 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 			if t.Role == "idle" && t.Sent+t.Recv+t.Copied == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Rank, t.Role, t.Domain, formatBytes(t.Sent), formatBytes(t.Recv),
-				formatBytes(t.SentNetwork), formatBytes(t.RecvNetwork), formatBytes(t.SentLocal), formatBytes(t.RecvLocal),
-				formatBytes(t.Copied), formatBytes(t.Packed))
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Rank, t.Role, t.Domain, units.FormatBytes(t.Sent), units.FormatBytes(t.Recv),
+				units.FormatBytes(t.SentNetwork), units.FormatBytes(t.RecvNetwork), units.FormatBytes(t.SentLocal), units.FormatBytes(t.RecvLocal),
+				units.FormatBytes(t.Copied), units.FormatBytes(t.Packed))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -194,7 +195,7 @@ func (f *runFlags) settings() (settings, error) {
 		if src.value == "" {
 			continue
 		}
-		n, err := parseBytes(src.value)
+		n, err := units.ParseBytes(src.value)
 		if err != nil {
 			return s, src.bad(err)
 		}
@@ -223,7 +224,7 @@ func (f *runFlags) settings() (settings, error) {
 	}
 	if src := flagOrEnv("emulate-net-bw", f.emulate, "M2N_EMULATE_NET_BW"); src.value != "" {
 		s.emulateFrom = src
-		if s.opts.EmulateNetBW, err = parseRate(src.value); err != nil {
+		if s.opts.EmulateNetBW, err = units.ParseRate(src.value); err != nil {
 			return s, src.bad(err)
 		}
 		if s.opts.EmulateNetBW < 1e3 {
@@ -261,13 +262,13 @@ func (f *runFlags) settings() (settings, error) {
 	}
 	if src := flagOrEnv("net-bw", f.netBW, "M2N_NET_BW"); src.value != "" {
 		s.fabricGiven = true
-		if s.fabric.NetBW, err = parseRate(src.value); err != nil {
+		if s.fabric.NetBW, err = units.ParseRate(src.value); err != nil {
 			return s, src.bad(err)
 		}
 	}
 	if src := flagOrEnv("local-bw", f.localBW, "M2N_LOCAL_BW"); src.value != "" {
 		s.fabricGiven = true
-		if s.fabric.LocalBW, err = parseRate(src.value); err != nil {
+		if s.fabric.LocalBW, err = units.ParseRate(src.value); err != nil {
 			return s, src.bad(err)
 		}
 		s.measure = false
@@ -376,7 +377,7 @@ func agreedFields(cmd *cobra.Command) []refit.Field {
 // or the CPU default, for defaults that follow it (sync's bucket size).
 func (f *runFlags) settingsStaging() int64 {
 	if src := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES"); src.value != "" {
-		if n, err := parseBytes(src.value); err == nil {
+		if n, err := units.ParseBytes(src.value); err == nil {
 			return n
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/sim"
 	"github.com/m2n-dev/m2n/stage"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -240,16 +241,16 @@ func (f *simFlags) clusterFromFlags() (sim.Cluster, error) {
 		flag, value string
 		set         func(string) error
 	}{
-		{"net-bw", f.netBW, func(v string) (err error) { c.NetBW, err = sim.ParseRate(v); return }},
-		{"local-bw", f.localBW, func(v string) (err error) { c.LocalBW, err = sim.ParseRate(v); return }},
-		{"latency", f.latency, func(v string) (err error) { c.NetLatency, err = sim.ParseSeconds(v); return }},
-		{"local-latency", f.localLt, func(v string) (err error) { c.LocalLatency, err = sim.ParseSeconds(v); return }},
+		{"net-bw", f.netBW, func(v string) (err error) { c.NetBW, err = units.ParseRate(v); return }},
+		{"local-bw", f.localBW, func(v string) (err error) { c.LocalBW, err = units.ParseRate(v); return }},
+		{"latency", f.latency, func(v string) (err error) { c.NetLatency, err = units.ParseSeconds(v); return }},
+		{"local-latency", f.localLt, func(v string) (err error) { c.LocalLatency, err = units.ParseSeconds(v); return }},
 		{"copy-bw", f.copyBW, func(v string) (err error) {
 			if v == "0" || v == "free" {
 				c.CopyBW = 0
 				return nil
 			}
-			c.CopyBW, err = sim.ParseRate(v)
+			c.CopyBW, err = units.ParseRate(v)
 			return
 		}},
 	} {
@@ -503,10 +504,10 @@ func runSim(out io.Writer, f *simFlags) error {
 		return err
 	}
 	var opts reshard.ScheduleOptions
-	if opts.ChunkBytes, err = parseBytes(f.chunk); err != nil {
+	if opts.ChunkBytes, err = units.ParseBytes(f.chunk); err != nil {
 		return flagError("chunk-bytes", f.chunk, err)
 	}
-	if opts.StagingBytes, err = parseBytes(f.staging); err != nil {
+	if opts.StagingBytes, err = units.ParseBytes(f.staging); err != nil {
 		return flagError("staging-bytes", f.staging, err)
 	}
 	if err := opts.Validate(); err != nil {
@@ -558,7 +559,7 @@ func runSim(out io.Writer, f *simFlags) error {
 			}
 		}
 	}
-	coalesce, err := parseBytes(f.coalesce)
+	coalesce, err := units.ParseBytes(f.coalesce)
 	if err != nil {
 		return flagError("coalesce-bytes", f.coalesce, err)
 	}
@@ -672,14 +673,14 @@ func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
 		}
 		stages = fmt.Sprintf(", %d pipeline stages (%s)", rep.Stages, how)
 	}
-	what := fmt.Sprintf("%s (%s)", formatBytes(rep.Bytes), decimalBytes(rep.Bytes))
+	what := fmt.Sprintf("%s (%s)", units.FormatBytes(rep.Bytes), decimalBytes(rep.Bytes))
 	if rep.Model != "" {
-		what = fmt.Sprintf("model %s, %s (%s)", rep.Model, formatBytes(rep.Bytes), decimalBytes(rep.Bytes))
+		what = fmt.Sprintf("model %s, %s (%s)", rep.Model, units.FormatBytes(rep.Bytes), decimalBytes(rep.Bytes))
 	} else if rep.Stages > 1 {
 		what += " per stage"
 	}
-	fmt.Fprintf(w, "world %d, %s, chunk %s, staging %s, coalescing up to %s%s\n", rep.World, what, formatBytes(rep.ChunkBytes),
-		formatBytes(rep.StagingBytes), formatBytes(rep.CoalesceBytes), stages)
+	fmt.Fprintf(w, "world %d, %s, chunk %s, staging %s, coalescing up to %s%s\n", rep.World, what, units.FormatBytes(rep.ChunkBytes),
+		units.FormatBytes(rep.StagingBytes), units.FormatBytes(rep.CoalesceBytes), stages)
 	fmt.Fprintf(w, "cluster %s\n", rep.Cluster)
 	if note, ok := sim.PresetNotes[rep.Cluster.Name]; ok {
 		fmt.Fprintf(w, "  (%s)\n", note)
@@ -694,8 +695,8 @@ func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
 			if r.BoundSeconds > 0 {
 				mb = r.MeasuredSec / r.BoundSeconds
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%s\t%.2f\t%s\n", r.Route, formatSeconds(r.MeasuredSec), formatSeconds(r.Seconds), r.SimOverMeas,
-				formatSeconds(r.BoundSeconds), mb, r.BindingLink)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%s\t%.2f\t%s\n", r.Route, units.FormatSeconds(r.MeasuredSec), units.FormatSeconds(r.Seconds), r.SimOverMeas,
+				units.FormatSeconds(r.BoundSeconds), mb, r.BindingLink)
 		}
 		return tw.Flush()
 	}
@@ -711,7 +712,7 @@ func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
 				shares = append(shares, fmt.Sprintf("%s %.0f%%", s.Kind, 100*s.Seconds/r.Seconds))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\n", name, formatSeconds(r.Seconds), formatSeconds(r.BoundSeconds), r.Ratio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\n", name, units.FormatSeconds(r.Seconds), units.FormatSeconds(r.BoundSeconds), r.Ratio,
 			r.BindingLink, strings.Join(shares, ", "), r.BoundBinding)
 	}
 	if err := tw.Flush(); err != nil {
@@ -730,12 +731,12 @@ func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
 		fmt.Fprintf(w, "\n%s: %d messages, %d rounds; link use: %s\n", r.Route, r.Messages, r.Rounds, strings.Join(cls, "; "))
 		if f.perStage && len(r.Parts) > 1 {
 			for _, p := range r.Parts {
-				fmt.Fprintf(w, "  %s: %s (%d messages)\n", p.Name, formatSeconds(p.Seconds), p.Messages)
+				fmt.Fprintf(w, "  %s: %s (%d messages)\n", p.Name, units.FormatSeconds(p.Seconds), p.Messages)
 			}
 		}
 		if f.perTensor {
 			for _, t := range r.Tensors {
-				fmt.Fprintf(w, "  tensor %s: done at %s\n", t.Name, formatSeconds(t.Seconds))
+				fmt.Fprintf(w, "  tensor %s: done at %s\n", t.Name, units.FormatSeconds(t.Seconds))
 			}
 		}
 		if len(r.Critical) > 0 {
@@ -751,16 +752,16 @@ func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
 func formatStep(s sim.Step) string {
 	switch s.Kind {
 	case "transfer":
-		return fmt.Sprintf("%10s -> %10s  transfer  message %d of %s, round %d: rank %d -> %d, %s, bound by %s", formatSeconds(s.From),
-			formatSeconds(s.To), s.Message, s.Part, s.Round, s.Src, s.Dst, formatBytes(s.Bytes), s.Link)
+		return fmt.Sprintf("%10s -> %10s  transfer  message %d of %s, round %d: rank %d -> %d, %s, bound by %s", units.FormatSeconds(s.From),
+			units.FormatSeconds(s.To), s.Message, s.Part, s.Round, s.Src, s.Dst, units.FormatBytes(s.Bytes), s.Link)
 	case "latency":
-		return fmt.Sprintf("%10s -> %10s  latency   message %d: rank %d -> %d", formatSeconds(s.From), formatSeconds(s.To), s.Message, s.Src, s.Dst)
+		return fmt.Sprintf("%10s -> %10s  latency   message %d: rank %d -> %d", units.FormatSeconds(s.From), units.FormatSeconds(s.To), s.Message, s.Src, s.Dst)
 	case "post":
-		return fmt.Sprintf("%10s               post      rank %d posts round %d of %s", formatSeconds(s.From), s.Rank, s.Round, s.Part)
+		return fmt.Sprintf("%10s               post      rank %d posts round %d of %s", units.FormatSeconds(s.From), s.Rank, s.Round, s.Part)
 	case "compute":
-		return fmt.Sprintf("%10s -> %10s  compute   rank %d copies, packs or unpacks", formatSeconds(s.From), formatSeconds(s.To), s.Rank)
+		return fmt.Sprintf("%10s -> %10s  compute   rank %d copies, packs or unpacks", units.FormatSeconds(s.From), units.FormatSeconds(s.To), s.Rank)
 	}
-	return fmt.Sprintf("%10s               %s  rank %d (%s)", formatSeconds(s.From), s.Kind, s.Rank, s.Part)
+	return fmt.Sprintf("%10s               %s  rank %d (%s)", units.FormatSeconds(s.From), s.Kind, s.Rank, s.Part)
 }
 
 // dstDomainOr returns --dst-domain-size, or the cluster's domain size.
@@ -772,15 +773,4 @@ func dstDomainOr(f *simFlags, c sim.Cluster) int {
 }
 
 // decimalBytes renders a byte count with a decimal unit: "7.168 GB".
-func decimalBytes(n int64) string {
-	f := float64(n)
-	for _, u := range []struct {
-		name string
-		mult float64
-	}{{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}} {
-		if f >= u.mult {
-			return fmt.Sprintf("%.4g %s", f/u.mult, u.name)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
-}
+func decimalBytes(n int64) string { return units.FormatDecimalBytes(float64(n), 4) }

@@ -14,6 +14,7 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -176,12 +177,12 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 		v := all[r*len(mine):]
 		maxGrowth = max(maxGrowth, v[1]-v[0])
 		maxHeap = max(maxHeap, v[9]-v[8])
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r, formatBytes(v[0]), formatBytes(v[1]),
-			formatBytes(v[8]), formatBytes(v[9]), v[2], v[3], v[4], v[5], v[6], v[7])
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r, units.FormatBytes(v[0]), units.FormatBytes(v[1]),
+			units.FormatBytes(v[8]), units.FormatBytes(v[9]), v[2], v[3], v[4], v[5], v[6], v[7])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nlargest growth: RSS %s, live Go heap %s\n", formatBytes(maxGrowth), formatBytes(maxHeap))
+	fmt.Fprintf(out, "\nlargest growth: RSS %s, live Go heap %s\n", units.FormatBytes(maxGrowth), units.FormatBytes(maxHeap))
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/units"
 )
 
 // inSteps runs this rank's local work (filling, poisoning or checking its
@@ -114,6 +115,6 @@ func (j *job) checkEmulation(s *session.Session, sched *reshard.Schedule, member
 	}
 	return jobError{usageError{fmt.Errorf("%s %q: rank %d moves %s over the network in round %d of the %s schedule, %v at that rate, "+
 		"and %s %q bounds every round: raise the timeout or the rate, or lower --chunk-bytes", j.set.emulateFrom.name, j.set.emulateFrom.value,
-		rank, formatBytes(bytes), round, sched.Route, time.Duration(sec*float64(time.Second)).Round(time.Millisecond),
+		rank, units.FormatBytes(bytes), round, sched.Route, time.Duration(sec*float64(time.Second)).Round(time.Millisecond),
 		j.set.timeoutFrom.name, j.set.timeoutFrom.value)}}
 }

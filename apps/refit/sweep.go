@@ -12,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -199,12 +200,12 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 }
 
 func writeSweep(w io.Writer, src placement.Layout, tp int, emulate float64, rows []sweepRow) error {
-	fmt.Fprintf(w, "source %v; destination DP rho x TP %d [R, S1]; emulated network %s per rank\n\n", src, tp, formatRate(emulate))
+	fmt.Fprintf(w, "source %v; destination DP rho x TP %d [R, S1]; emulated network %s per rank\n\n", src, tp, units.FormatRate(emulate))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rho\tdomains\troute\ttime\tbound\ttime/bound\tbinding term\tcheck\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.2f\t%s\t%s\t\n", r.Rho, r.Domains, r.Route, formatSeconds(r.MedianSec),
-			formatSeconds(r.BoundSec), r.Ratio, r.Binding, r.Check)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.2f\t%s\t%s\t\n", r.Rho, r.Domains, r.Route, units.FormatSeconds(r.MedianSec),
+			units.FormatSeconds(r.BoundSec), r.Ratio, r.Binding, r.Check)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
