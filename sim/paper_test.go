@@ -9,6 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/units"
 )
 
@@ -132,7 +133,7 @@ func ExampleSimulateRoute() {
 	cluster, _ := ParseCluster("custom:gpus=8,net=50GB/s,local=450GB/s")
 	setup := Setup{Cluster: cluster, World: 16, Topo: topo, Options: Options{Bins: -1},
 		Schedule: reshard.ScheduleOptions{ChunkBytes: 4 << 20, StagingBytes: 64 << 20}}
-	for _, route := range Routes {
+	for _, route := range routespec.Names {
 		rr, err := SimulateRoute(route, []Stage{{Plans: []*reshard.Plan{plan}, Topo: topo}}, setup)
 		if err != nil {
 			fmt.Println(err)

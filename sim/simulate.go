@@ -6,6 +6,7 @@ import (
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 )
 
 // Stage is one communicator's share of a reshard: the plans of its
@@ -72,17 +73,13 @@ type RouteResult struct {
 	Result   *Result    `json:"result"`
 }
 
-// Routes are the routes SimulateRoute knows besides auto, in the order
-// "all" runs them.
-var Routes = hier.Routes
-
 // schedule builds one stage's schedule for a route ("auto" resolved
 // already).
 func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 	if route == "auto" {
 		return nil, fmt.Errorf("sim: auto must be resolved before scheduling")
 	}
-	r, err := hier.ParseRoute(route, s.Balance, s.Cluster.Fabric())
+	r, err := routespec.Parse(route, routespec.Options{Balance: s.Balance, Fabric: s.Cluster.Fabric()})
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
 	"github.com/spf13/cobra"
@@ -156,7 +156,7 @@ func benchPlain(p *pairRun, rep *runReport) error {
 	}
 	j, s, plan := p.j, p.s, p.plan
 	first := rep.Routes[0]
-	route, err := hier.ParseRoute(strings.TrimPrefix(first.Route, "auto:"), j.set.balance, p.fabric)
+	route, err := routespec.Parse(strings.TrimPrefix(first.Route, "auto:"), j.set.routeOpts(p.fabric))
 	if err != nil {
 		return err
 	}

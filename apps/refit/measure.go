@@ -16,6 +16,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -194,7 +195,7 @@ func (p *pairRun) runRoutes(f *runFlags) (*runReport, error) {
 	rep.Fabric = p.fabric
 	stopHere("prepare")
 	for _, name := range names {
-		route, err := hier.ParseRoute(name, j.set.balance, p.fabric)
+		route, err := routespec.Parse(name, j.set.routeOpts(p.fabric))
 		if err != nil {
 			return nil, err
 		}

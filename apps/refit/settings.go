@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
@@ -86,20 +86,17 @@ func (f *runFlags) register(cmd *cobra.Command) {
 }
 
 func (f *runFlags) routes() ([]string, error) {
-	var out []string
-	for _, r := range strings.Split(f.route, ",") {
-		switch {
-		case r == "all" && f.dstDType != "":
-			out = append(out, "flat", "hier") // agbcast cannot convert in flight
-		case r == "all":
-			out = append(out, hier.Routes...)
-		case slices.Contains(hier.Routes, r) || r == "auto":
-			out = append(out, r)
-		default:
-			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want %s, auto or all", r, strings.Join(hier.Routes, ", ")))
-		}
+	out, err := routespec.List(f.route, f.dstDType != "")
+	if err != nil {
+		return nil, flagError("route", f.route, err)
 	}
 	return out, nil
+}
+
+// routeOpts are what the flags say of routes beyond their names, on
+// fabric.
+func (s settings) routeOpts(fabric hier.Fabric) routespec.Options {
+	return routespec.Options{Balance: s.balance, Fabric: fabric}
 }
 
 // settings are what the flags and the environment resolve to.
@@ -255,7 +252,8 @@ func (f *runFlags) settings() (settings, error) {
 	if err != nil || lat < 0 {
 		return s, flagError("latency", f.latency, fmt.Errorf("want a duration of at least 0, like 20us"))
 	}
-	s.fabric = hier.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: lat.Seconds()}
+	s.fabric = routespec.DefaultFabric()
+	s.fabric.Latency = lat.Seconds()
 	if s.opts.EmulateNetBW > 0 {
 		s.fabric.NetBW = s.opts.EmulateNetBW
 		s.measure = true

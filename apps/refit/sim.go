@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/sim"
 	"github.com/m2n-dev/m2n/stage"
 	"github.com/m2n-dev/m2n/units"
@@ -216,17 +216,9 @@ type simRouteJS struct {
 }
 
 func (f *simFlags) routes() ([]string, error) {
-	var out []string
-	for _, r := range strings.Split(f.route, ",") {
-		r = strings.TrimSpace(r)
-		switch {
-		case r == "all":
-			out = append(out, sim.Routes...)
-		case slices.Contains(sim.Routes, r) || r == "auto":
-			out = append(out, r)
-		default:
-			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want flat, agbcast, hier, auto or all", r))
-		}
+	out, err := routespec.List(f.route, false)
+	if err != nil {
+		return nil, flagError("route", f.route, err)
 	}
 	return out, nil
 }

@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
@@ -113,7 +113,7 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 			}
 		}
 		c := cases[i%len(cases)]
-		f.route = hier.Routes[(i/len(cases))%len(hier.Routes)]
+		f.route = routespec.Names[(i/len(cases))%len(routespec.Names)]
 		rep, err := func() (*runReport, error) {
 			p, err := j.newPairRun(j.s, c.Src, c.Dst, uint64(i))
 			if err != nil {
@@ -168,7 +168,7 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 		}{count, el.Seconds(), rows})
 	}
 	fmt.Fprintf(out, "%d checked reshards (%d layout pairs x 3 arrangements, routes %s in turn) in %v, %.1f ms each\n",
-		count, len(cases)/3, strings.Join(hier.Routes, ", "), el.Round(time.Millisecond), float64(el.Milliseconds())/float64(count))
+		count, len(cases)/3, strings.Join(routespec.Names, ", "), el.Round(time.Millisecond), float64(el.Milliseconds())/float64(count))
 	fmt.Fprintf(out, "per rank after reshard %d and after reshard %d:\n\n", warm, count)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rank\tRSS\tRSS after\tGo heap\theap after\tgoroutines\tafter\tpending requests\tafter\tcommunicators\tafter\t")

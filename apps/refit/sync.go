@@ -22,6 +22,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
 	"github.com/m2n-dev/m2n/units"
@@ -267,10 +268,11 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	// the fabric: measured local bandwidth when emulating.
 	fabric := j.set.fabric
 	routeOn := func(f hier.Fabric) (reshard.Route, error) {
+		o := j.set.routeOpts(f)
 		if in.route == "auto" {
-			return hier.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
+			o.Buckets = in.buckets
 		}
-		return hier.ParseRoute(in.route, j.set.balance, f)
+		return routespec.Parse(in.route, o)
 	}
 	if err := j.checkModelMemory(l, in.route); err != nil {
 		return err
@@ -931,7 +933,7 @@ func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters 
 	}()
 	// each tensor's call on the sync's route (auto: the route the model
 	// picks for that tensor alone).
-	r, err := hier.ParseRoute(routeName, j.set.balance, rep.Fabric)
+	r, err := routespec.Parse(routeName, j.set.routeOpts(rep.Fabric))
 	if err != nil {
 		return nil, err
 	}
