@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
 )
@@ -61,47 +61,9 @@ DeepSeek's multi-token-prediction layer (on the last stage).`,
   refit layouts --model llama-3.1-70b --scale 32 --train tp=2,pp=2,dp=2 --gen tp=8`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if spec == "" {
-				return usageError{fmt.Errorf("--model is required: a built-in model (%s), a config.json or a tensor list", strings.Join(model.Builtins(), ", "))}
-			}
-			if _, err := model.Load(spec, model.LoadOptions{}); err != nil {
-				return flagError("model", spec, err)
-			}
-			if scale < 1 {
-				return flagError("scale", fmt.Sprint(scale), fmt.Errorf("want at least 1"))
-			}
-			if layers < 0 {
-				return flagError("layers", fmt.Sprint(layers), fmt.Errorf("want at least 1 (0 keeps them all)"))
-			}
-			if mtp {
-				if _, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: true}}); err != nil {
-					return usageError{fmt.Errorf("--mtp: %w", err)}
-				}
-			}
-			if layers > 0 {
-				if _, err := model.Load(spec, model.LoadOptions{Layers: layers}); err != nil {
-					return flagError("layers", fmt.Sprint(layers), err)
-				}
-			}
-			m, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: mtp}, Scale: int64(scale), Layers: layers})
+			l, err := modelLayouts(modelspec.Spec{Model: spec, Train: train, Gen: gen, Scale: int64(scale), Layers: layers, MTP: mtp})
 			if err != nil {
-				return flagError("scale", fmt.Sprint(scale), err)
-			}
-			tr, err := model.ParseTrainer(train)
-			if err != nil {
-				return flagError("train", train, err)
-			}
-			g, err := model.ParseGenerator(gen)
-			if err != nil {
-				return flagError("gen", gen, err)
-			}
-			l, err := model.New(m, tr, g)
-			if err != nil {
-				var se *model.SplitError
-				if errors.As(err, &se) && se.Side == model.Dst {
-					return flagError("gen", gen, err)
-				}
-				return flagError("train", train, err)
+				return err
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(layoutsJSON(l))

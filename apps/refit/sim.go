@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/routespec"
@@ -342,32 +342,11 @@ func simModelStages(f *simFlags, c sim.Cluster) ([]sim.Stage, int, reshard.Topol
 	if f.train == "" || f.gen == "" || f.model == "" {
 		return nil, 0, topo, nil, usageError{fmt.Errorf("the model form needs --model, --train and --gen (e.g. --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16)")}
 	}
-	if f.scale < 1 {
-		return nil, 0, topo, nil, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
-	}
-	if f.layers < 0 {
-		return nil, 0, topo, nil, flagError("layers", fmt.Sprint(f.layers), fmt.Errorf("want at least 1 (0 keeps them all)"))
-	}
-	m, err := model.Load(f.model, model.LoadOptions{Options: model.Options{MTP: f.mtp}, Scale: int64(f.scale), Layers: f.layers})
+	l, err := modelLayouts(modelspec.Spec{Model: f.model, Train: f.train, Gen: f.gen, Scale: int64(f.scale), Layers: f.layers, MTP: f.mtp})
 	if err != nil {
-		return nil, 0, topo, nil, flagError("model", f.model, err)
+		return nil, 0, topo, nil, err
 	}
-	tr, err := model.ParseTrainer(f.train)
-	if err != nil {
-		return nil, 0, topo, nil, flagError("train", f.train, err)
-	}
-	g, err := model.ParseGenerator(f.gen)
-	if err != nil {
-		return nil, 0, topo, nil, flagError("gen", f.gen, err)
-	}
-	l, err := model.New(m, tr, g)
-	if err != nil {
-		var se *model.SplitError
-		if errors.As(err, &se) && se.Side == model.Dst {
-			return nil, 0, topo, nil, flagError("gen", f.gen, err)
-		}
-		return nil, 0, topo, nil, flagError("train", f.train, err)
-	}
+	tr, g := l.Trainer, l.Generator
 	srcSize, dstSize, err := f.domainSizes(c)
 	if err != nil {
 		return nil, 0, topo, nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/m2n-dev/m2n/internal/pattern"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -221,27 +222,10 @@ func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
 			return in, flagError("bucket-bytes", f.buckets, err)
 		}
 	}
-	if f.scale < 1 {
-		return in, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
+	if in.layouts, err = modelLayouts(modelspec.Spec{Model: f.model, Train: f.train, Gen: f.gen, Scale: f.scale, Layers: f.layers, MTP: f.mtp, FP8: mode}); err != nil {
+		return in, err
 	}
-	if f.layers < 0 {
-		return in, flagError("layers", fmt.Sprint(f.layers), fmt.Errorf("want 0 (all) or more"))
-	}
-	m, err := model.Load(f.model, model.LoadOptions{Options: model.Options{MTP: f.mtp}, Scale: f.scale, Layers: f.layers})
-	if err != nil {
-		return in, flagError("model", f.model, err)
-	}
-	tr, err := model.ParseTrainer(f.train)
-	if err != nil {
-		return in, flagError("train", f.train, err)
-	}
-	gen, err := model.ParseGenerator(f.gen)
-	if err != nil {
-		return in, flagError("gen", f.gen, err)
-	}
-	if in.layouts, err = model.NewQuantized(m, tr, gen, mode); err != nil {
-		return in, usageError{err}
-	}
+	tr, gen := in.layouts.Trainer, in.layouts.Generator
 	if w := in.layouts.World(); w != world {
 		return in, usageError{fmt.Errorf("--train %s --gen %s need %d ranks (trainer %d, generator %d); this job has %d (mpirun -np %d)",
 			f.train, f.gen, w, tr.Ranks(), gen.Ranks(), world, w)}
