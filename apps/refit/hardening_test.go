@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/perf"
 )
 
 // The adversarial cases of issue 17, each as the issue ran it where it can
@@ -225,7 +226,7 @@ func TestIssue17EmulatedRate(t *testing.T) {
 	o := launch(t, 5*time.Minute, []string{"M2N_EMULATE_NET_BW=1e-300"}, app{np: 4, args: runArgs("--dst-domain-size", "1", "--iters", "1")})
 	oneMessage(t, o, 5*time.Minute, `M2N_EMULATE_NET_BW "1e-300": want at least 1kB/s`)
 	o = launch(t, 5*time.Minute, []string{"M2N_EMULATE_NET_BW=100MB/s"}, app{np: 4, args: runArgs("--dst-domain-size", "1", "--iters", "1", "--json", "--check")})
-	var rep runReport
+	var rep perf.RunReport
 	if err := json.Unmarshal([]byte(o.stdout), &rep); err != nil || o.code != 0 {
 		t.Fatalf("%v: %v", err, o)
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/m2n-dev/m2n/perf"
 )
 
 // The CLI items of issues 23 and 26, each as the issue ran it where it can
@@ -50,34 +52,6 @@ func TestAbsurdCounts(t *testing.T) {
 			o := launch(t, 20*time.Second+margin, nil, app{np: 4, args: args})
 			oneMessage(t, o, 20*time.Second+margin, "--iters 9223372036854775807 --warmup 1: want at most 1099511627776 iterations in all")
 		})
-	}
-}
-
-// TestTimingsBounded is 23.12's memory: a summary of a billion
-// iterations' times keeps a bounded reservoir, adds without allocating
-// once it is full, and keeps an exact count, min and max and a median
-// within the reservoir's error.
-func TestTimingsBounded(t *testing.T) {
-	var tm timings
-	const n = 3_000_000
-	for i := range n {
-		tm.add(float64(i % 1000))
-	}
-	if len(tm.sample) != keepSamples || len(tm.head) != keepHead || tm.count() != n {
-		t.Fatalf("kept %d samples and %d in order of %d", len(tm.sample), len(tm.head), tm.count())
-	}
-	if tm.min != 0 || tm.max != 999 || tm.mean() != 499.5 {
-		t.Errorf("min %g, max %g, mean %g", tm.min, tm.max, tm.mean())
-	}
-	if m := tm.median(); m < 470 || m > 530 {
-		t.Errorf("median %g of a uniform 0..999", m)
-	}
-	if a := testing.AllocsPerRun(1000, func() { tm.add(1) }); a != 0 {
-		t.Errorf("add allocates %v times a call", a)
-	}
-	var empty timings
-	if empty.median() != 0 || empty.mean() != 0 {
-		t.Errorf("an empty summary has median %g, mean %g", empty.median(), empty.mean())
 	}
 }
 
@@ -306,7 +280,7 @@ func TestSyncAutoPreparesOnce(t *testing.T) {
 	o := launch(t, 2*time.Minute, nil, app{np: 4, args: []string{"sync", "--model", "llama-3.1-70b", "--scale", "32", "--layers", "2",
 		"--train", "tp=1,pp=2", "--gen", "tp=2", "--dst-domain-size", "2", "--emulate-net-bw", "200MB/s", "--route", "auto",
 		"--iters", "1", "--check", "--json"}})
-	var rep syncReport
+	var rep perf.SyncReport
 	if err := json.Unmarshal([]byte(o.stdout), &rep); err != nil || o.code != 0 {
 		t.Fatalf("%v: %v", err, o)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
@@ -51,7 +52,8 @@ func agreed(err error) bool {
 	var ce *refit.ChecksumError
 	var rf refused
 	var me *session.MemoryError
-	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
+	var pa perf.Agreed
+	return errors.As(err, &pa) || errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
 }
 
 // describe renders a job's error for this rank's stderr.

@@ -18,6 +18,7 @@ import (
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/refit/gpu"
@@ -286,17 +287,17 @@ func (b *replayBench) timeDriver(c *benchCase, d refit.DriverKind) ([]benchRow, 
 	var rows []benchRow
 	{
 		warm := max(3, min(c.iters/10, 100))
-		var times timings
+		var times perf.Timings
 		for it := 0; it < warm+c.iters; it++ {
 			t0 := time.Now()
 			if _, err := call.Run(ctx, c.bufs); err != nil {
 				return nil, fmt.Errorf("%s on the %s driver: %w", c.name, d, err)
 			}
 			if it >= warm {
-				times.add(time.Since(t0).Seconds())
+				times.Add(time.Since(t0).Seconds())
 			}
 		}
-		row := benchRow{Case: c.name, Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes, Sec: times.median(),
+		row := benchRow{Case: c.name, Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes, Sec: times.Median(),
 			Bound: c.bound, BoundSec: c.boundAt}
 		row.Goal, row.Met = c.goal(d, row.Sec)
 		if err := c.poison(); err != nil {
@@ -331,14 +332,14 @@ func (b *replayBench) timeDriver(c *benchCase, d refit.DriverKind) ([]benchRow, 
 // the host time of queuing a device memcpy of the same bytes.
 func (b *replayBench) timeLaunches(call *refit.Call, c *benchCase, d refit.DriverKind, warm int) (benchRow, error) {
 	ctx := context.Background()
-	var times timings
+	var times perf.Timings
 	for it := 0; it < warm+c.iters; it++ {
 		t0 := time.Now()
 		if _, err := call.Launch(ctx, c.bufs, nil); err != nil {
 			return benchRow{}, fmt.Errorf("%s, Launch on the %s driver: %w", c.name, d, err)
 		}
 		if it >= warm {
-			times.add(time.Since(t0).Seconds())
+			times.Add(time.Since(t0).Seconds())
 		}
 		if _, err := call.Wait(ctx); err != nil {
 			return benchRow{}, fmt.Errorf("%s, Wait on the %s driver: %w", c.name, d, err)
@@ -349,7 +350,7 @@ func (b *replayBench) timeLaunches(call *refit.Call, c *benchCase, d refit.Drive
 		return benchRow{}, err
 	}
 	return benchRow{Case: c.name + ", Launch (host)", Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes,
-		Sec: times.median(), Bound: "memcpy enqueue " + fmtSec(enq), BoundSec: enq}, nil
+		Sec: times.Median(), Bound: "memcpy enqueue " + fmtSec(enq), BoundSec: enq}, nil
 }
 
 // timeFreshCopy is timeCopy on two buffers of n bytes allocated for it.
@@ -380,7 +381,7 @@ func (b *replayBench) buf(n int64) (transport.Buffer, error) {
 // warm-ups): with the stream synchronize after each if synced, else
 // queuing alone (the synchronize follows untimed).
 func (b *replayBench) timeCopy(dst, src transport.Buffer, n int64, iters int, synced bool) (float64, error) {
-	var times timings
+	var times perf.Timings
 	warm := max(3, min(iters/10, 100))
 	for it := 0; it < iters+warm; it++ {
 		t0 := time.Now()
@@ -401,10 +402,10 @@ func (b *replayBench) timeCopy(dst, src transport.Buffer, n int64, iters int, sy
 			el = time.Since(t0)
 		}
 		if it >= warm {
-			times.add(el.Seconds())
+			times.Add(el.Seconds())
 		}
 	}
-	return times.median(), nil
+	return times.Median(), nil
 }
 
 // fill sets every byte of buf to v.

@@ -9,73 +9,25 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/units"
 )
 
-// routeReport is what one route did, as rank 0 prints it.
-type routeReport struct {
-	Route      string        `json:"route"`
-	Driver     string        `json:"driver,omitempty"` // on GPUs: replay, graph or host
-	Why        string        `json:"why,omitempty"`
-	Iters      int           `json:"iters"`
-	MedianSec  float64       `json:"median_s"`
-	MinSec     float64       `json:"min_s"`
-	MaxSec     float64       `json:"max_s"`
-	TensorGBps float64       `json:"tensor_gbps"`
-	BoundSec   float64       `json:"bound_s,omitempty"`
-	Binding    string        `json:"binding,omitempty"`
-	Ratio      float64       `json:"time_over_bound,omitempty"`
-	Check      string        `json:"check"`
-	Rounds     int           `json:"rounds"`
-	Ranks      []rankTraffic `json:"ranks,omitempty"`
-	Extra      any           `json:"extra,omitempty"`
+func printReport(out io.Writer, asJSON bool, rep *perf.RunReport) error {
+	return printJSONOr(out, asJSON, rep, func() error { return writeRunReport(out, rep) })
 }
 
-// rankTraffic is one rank's bytes in one iteration.
-type rankTraffic struct {
-	Rank        int    `json:"rank"`
-	Role        string `json:"role"`
-	Domain      int    `json:"domain"`
-	Sent        int64  `json:"sent"`
-	Recv        int64  `json:"recv"`
-	SentNetwork int64  `json:"sent_network"`
-	RecvNetwork int64  `json:"recv_network"`
-	SentLocal   int64  `json:"sent_local"`
-	RecvLocal   int64  `json:"recv_local"`
-	Copied      int64  `json:"copied"`
-	Packed      int64  `json:"packed"`
-}
-
-type runReport struct {
-	Stage       *int          `json:"stage,omitempty"`
-	Members     []int         `json:"stage_world_ranks,omitempty"`
-	World       int           `json:"world"`
-	Source      string        `json:"source"`
-	Destination string        `json:"destination"`
-	FP8Scale    string        `json:"fp8_scale,omitempty"` // the scaling mode when the destination is FP8
-	Bytes       int64         `json:"bytes"`
-	Fingerprint string        `json:"fingerprint"`
-	ChunkBytes  int64         `json:"chunk_bytes"`
-	Staging     int64         `json:"staging_bytes"`
-	Domains     []int         `json:"domains"`
-	EmulatedBW  float64       `json:"emulated_net_bw,omitempty"`
-	FabricGiven bool          `json:"fabric_given,omitempty"`
-	Fabric      hier.Fabric   `json:"fabric"`
-	Routes      []routeReport `json:"routes"`
-}
-
-func printReport(out io.Writer, asJSON bool, rep *runReport) error {
+// printJSONOr prints v as one JSON object with asJSON, else its text.
+func printJSONOr(out io.Writer, asJSON bool, v any, text func() error) error {
 	if asJSON {
-		return json.NewEncoder(out).Encode(rep)
+		return json.NewEncoder(out).Encode(v)
 	}
-	return writeRunReport(out, rep)
+	return text()
 }
 
 // checkFailures turns failed checks into the job's error.
-func checkFailures(reps []*runReport) error {
+func checkFailures(reps []*perf.RunReport) error {
 	var failed []string
 	for _, rep := range reps {
 		for _, rr := range rep.Routes {
@@ -96,7 +48,7 @@ func checkFailures(reps []*runReport) error {
 
 // gatherReports collects every rank's reports on every rank, ordered by
 // stage, over the bounded collective coll.
-func gatherReports(coll refit.Collective, mine []*runReport) ([]*runReport, error) {
+func gatherReports(coll refit.Collective, mine []*perf.RunReport) ([]*perf.RunReport, error) {
 	payload, err := json.Marshal(mine)
 	if err != nil {
 		return nil, err
@@ -105,9 +57,9 @@ func gatherReports(coll refit.Collective, mine []*runReport) ([]*runReport, erro
 	if err != nil {
 		return nil, err
 	}
-	var all []*runReport
+	var all []*perf.RunReport
 	for _, b := range blobs {
-		var reps []*runReport
+		var reps []*perf.RunReport
 		if err := json.Unmarshal(b, &reps); err != nil {
 			return nil, err
 		}
@@ -117,20 +69,7 @@ func gatherReports(coll refit.Collective, mine []*runReport) ([]*runReport, erro
 	return all, nil
 }
 
-func role(src, dst placement.Layout, r int) string {
-	s, d := src.Mesh().Contains(r), dst.Mesh().Contains(r)
-	switch {
-	case s && d:
-		return "src+dst"
-	case s:
-		return "src"
-	case d:
-		return "dst"
-	}
-	return "idle"
-}
-
-func writeRunReport(w io.Writer, rep *runReport) error {
+func writeRunReport(w io.Writer, rep *perf.RunReport) error {
 	fmt.Fprintf(w, "source:      %s\ndestination: %s\n", rep.Source, rep.Destination)
 	if rep.FP8Scale != "" {
 		fmt.Fprintf(w, "converted to FP8 in flight: one float32 scale per %s (weight_scale_inv, beside each destination part)\n", rep.FP8Scale)
@@ -144,7 +83,7 @@ func writeRunReport(w io.Writer, rep *runReport) error {
 		fmt.Fprintf(w, "model fabric: network %s, local %s per rank\n", units.FormatRate(rep.Fabric.NetBW), units.FormatRate(rep.Fabric.LocalBW))
 	}
 	for _, rr := range rep.Routes {
-		if pr, ok := rr.Extra.(plainReport); ok {
+		if pr, ok := rr.Extra.(perf.PlainReport); ok {
 			fmt.Fprintf(w, "\nbaseline, %s: %s per iteration (median of %d), %.2f GB/s of tensor\n", pr.Baseline,
 				units.FormatSeconds(pr.MedianSec), rr.Iters, pr.TensorGBps)
 			fmt.Fprintf(w, "reshard (%s) interleaved with it: %s per iteration; the reshard reaches %.0f%% of the plain exchange's bandwidth\n",

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/stage"
 	"github.com/spf13/cobra"
@@ -75,7 +76,7 @@ a rank that gives up names the ranks it waited for and stops the others.
 
 // runJob runs `refit run`; extra, if not nil, runs after the routes on every
 // rank and may add to the report (refit bench adds its baseline).
-func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) error) (err error) {
+func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *perf.RunReport) error) (err error) {
 	j, err := startJob(f)
 	defer j.end(&err)
 	if err != nil {
@@ -92,17 +93,17 @@ func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) e
 	if err := j.agreeReady(err); err != nil {
 		return err
 	}
-	p, err := j.newPairRun(j.s, src, dst, 0)
+	p, err := j.newPair(j.s, src, dst, 0)
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	rep, err := p.runRoutes(f)
+	defer p.Close()
+	rep, err := j.runRoutes(p, f, nil)
 	if err != nil {
-		return f.explainSchedule(err, p.plan, schedOf(p.s.Options()))
+		return err
 	}
 	if extra != nil {
-		if err := extra(p, rep); err != nil {
+		if err := extra(j, p, rep); err != nil {
 			return err
 		}
 	}
@@ -111,7 +112,7 @@ func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) e
 			return err
 		}
 	}
-	return checkFailures([]*runReport{rep})
+	return checkFailures([]*perf.RunReport{rep})
 }
 
 // agreeReady makes every rank learn whether any rank's input failed after
@@ -138,7 +139,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 	}
 	defer st.Close()
 	var mu sync.Mutex
-	var mine []*runReport
+	var mine []*perf.RunReport
 	errs := make([]error, l.Stages())
 	var wg sync.WaitGroup
 	for s, ss := range st.Sessions {
@@ -154,15 +155,14 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 				if err != nil {
 					return err
 				}
-				p, err := j.newPairRun(ss, src, dst, uint64(s))
+				p, err := j.newPair(ss, src, dst, uint64(s))
 				if err != nil {
 					return err
 				}
-				defer p.close()
-				p.members = l.Members(s)
-				rep, err := p.runRoutes(f)
+				defer p.Close()
+				rep, err := j.runRoutes(p, f, l.Members(s))
 				if err != nil {
-					return f.explainSchedule(err, p.plan, schedOf(ss.Options()))
+					return err
 				}
 				stageNo := s
 				rep.Stage = &stageNo

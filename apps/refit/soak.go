@@ -4,15 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"runtime"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/m2n-dev/m2n/internal/conformance"
-	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
@@ -68,30 +65,6 @@ func soakCases(count, world int) ([]conformance.Case, error) {
 	return cases, nil
 }
 
-// usage is one rank's footprint at one moment.
-type usage struct {
-	rss        int64
-	heap       int64 // live Go heap after a collection
-	goroutines int64
-	requests   int64
-	comms      int64
-}
-
-func measureUsage() (usage, error) {
-	runtime.GC()
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return usage{}, err
-	}
-	fs := strings.Fields(string(b))
-	pages, _ := strconv.ParseInt(fs[1], 10, 64)
-	req, comms := mpi.Live()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return usage{rss: pages * int64(os.Getpagesize()), heap: int64(ms.HeapAlloc), goroutines: int64(runtime.NumGoroutine()),
-		requests: req, comms: comms}, nil
-}
-
 func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	j, err := startJob(f)
 	defer j.end(&err)
@@ -104,43 +77,43 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	}
 	f.iters, f.warmup, f.check, f.noProgress = 1, 0, true, true
 	warm := min(count, 50)
-	var first, last usage
+	var first, last perf.Usage
 	t0 := time.Now()
 	for i := 0; i < count; i++ {
 		if i == warm {
-			if first, err = measureUsage(); err != nil {
+			if first, err = perf.MeasureUsage(); err != nil {
 				return err
 			}
 		}
 		c := cases[i%len(cases)]
 		f.route = routespec.Names[(i/len(cases))%len(routespec.Names)]
-		rep, err := func() (*runReport, error) {
-			p, err := j.newPairRun(j.s, c.Src, c.Dst, uint64(i))
+		rep, err := func() (*perf.RunReport, error) {
+			p, err := j.newPair(j.s, c.Src, c.Dst, uint64(i))
 			if err != nil {
 				return nil, err
 			}
-			defer p.close()
-			return p.runRoutes(f)
+			defer p.Close()
+			return j.runRoutes(p, f, nil)
 		}()
 		if err != nil {
 			return err
 		}
-		if err := checkFailures([]*runReport{rep}); err != nil {
+		if err := checkFailures([]*perf.RunReport{rep}); err != nil {
 			return fmt.Errorf("reshard %d (%v, %s): %w", i, c, f.route, err)
 		}
 		if j.rank == 0 && every > 0 && (i+1)%every == 0 {
 			j.log.Info().Int("done", i+1).Int("of", count).Dur("elapsed", time.Since(t0)).Msg("soak progress")
 		}
 	}
-	if last, err = measureUsage(); err != nil {
+	if last, err = perf.MeasureUsage(); err != nil {
 		return err
 	}
 	if count <= warm {
 		first = last
 	}
-	mine := []int64{first.rss, last.rss, first.goroutines, last.goroutines, first.requests, last.requests, first.comms, last.comms,
-		first.heap, last.heap}
-	all, err := gatherInt64s(j.s, mine)
+	mine := []int64{first.RSS, last.RSS, first.Goroutines, last.Goroutines, first.Requests, last.Requests, first.Comms, last.Comms,
+		first.Heap, last.Heap}
+	all, err := perf.Gather(j.s, "report gathering", mine)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/units"
@@ -162,14 +163,14 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 			if err != nil {
 				return err
 			}
-			rep, err := func() (*runReport, error) {
+			rep, err := func() (*perf.RunReport, error) {
 				defer s.Close()
-				p, err := j.newPairRun(s, src, dst, 0)
+				p, err := j.newPair(s, src, dst, 0)
 				if err != nil {
 					return nil, err
 				}
-				defer p.close()
-				return p.runRoutes(f)
+				defer p.Close()
+				return j.runRoutes(p, f, nil)
 			}()
 			if err != nil {
 				return err

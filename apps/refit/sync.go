@@ -1,31 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/internal/pattern"
-	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/modelspec"
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/refit"
-	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
-	"github.com/m2n-dev/m2n/transport"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
@@ -111,91 +100,6 @@ the overhead per step beyond moving the bytes.
 	return cmd
 }
 
-// syncReport is what rank 0 prints.
-type syncReport struct {
-	Model     string `json:"model"`
-	Trainer   string `json:"trainer"`
-	Generator string `json:"generator"`
-	World     int    `json:"world"`
-	Tensors   int    `json:"tensors"`
-	Params    int64  `json:"params"`
-	Bytes     int64  `json:"bytes"`
-	// FP8 is the scaling mode of the tensors the generator receives in FP8
-	// (--dst-dtype e4m3), FP8Tensors how many, DstBytes the model's bytes as
-	// the generator holds them (each tensor once, FP8 where converted).
-	FP8        string        `json:"fp8_scale,omitempty"`
-	FP8Tensors int           `json:"fp8_tensors,omitempty"`
-	DstBytes   int64         `json:"dst_bytes"`
-	Routes     []string      `json:"routes"` // per stage
-	Iters      int           `json:"iters"`
-	MedianSec  float64       `json:"median_s"`
-	MinSec     float64       `json:"min_s"`
-	MaxSec     float64       `json:"max_s"`
-	StepsSec   []float64     `json:"steps_s"` // the first 1024 timed steps
-	GBps       float64       `json:"model_gbps"`
-	Check      string        `json:"check"`
-	Completed  int           `json:"completed"`
-	Failed     []string      `json:"failed,omitempty"`
-	Links      [3]int64      `json:"bytes_by_link"` // network, local, self; sent, summed over ranks
-	Stages     []stageReport `json:"stages"`
-	Slowest    int           `json:"slowest_rank"`
-	Ranks      []syncRank    `json:"ranks"`
-	Fabric     hier.Fabric   `json:"fabric"`
-	EmulatedBW float64       `json:"emulated_net_bw,omitempty"`
-	Bounds     []hier.Bound  `json:"bounds"`
-	Compare    *compareRun   `json:"compare,omitempty"`
-	Baseline   *baselineRun  `json:"baseline,omitempty"`
-}
-
-type stageReport struct {
-	Stage     int     `json:"stage"`
-	Route     string  `json:"route"`
-	Tensors   int     `json:"tensors"`
-	Bytes     int64   `json:"bytes"`
-	Rounds    int     `json:"rounds"`
-	MedianSec float64 `json:"median_s"` // the stage call's time, slowest rank
-}
-
-// syncRank is one rank's footprint.
-type syncRank struct {
-	Rank    int    `json:"rank"`
-	Role    string `json:"role"`
-	Share   int64  `json:"share_bytes"`   // its part of the model, both sides
-	Staging int64  `json:"staging_bytes"` // what its programs stage, every stage
-	Scratch int64  `json:"scratch_bytes"` // whole-tensor scratch (agbcast)
-	Bound   int64  `json:"staging_bound"` // the staging option, per stage it is in
-	Base    int64  `json:"rss_start"`     // resident memory after joining, before the model
-	Peak    int64  `json:"rss_peak"`
-	Sent    int64  `json:"sent"`
-	Recv    int64  `json:"recv"`
-	// MPI requests pending and communicators held, live Go heap and
-	// goroutines, after the first timed step and after the last: a long
-	// run must keep them flat.
-	Requests      [2]int64 `json:"mpi_requests"`
-	Comms         [2]int64 `json:"mpi_comms"`
-	Heap          [2]int64 `json:"heap"`
-	Goroutines    [2]int64 `json:"goroutines"`
-	PeakAfterWarm int64    `json:"rss_peak_first_step"`
-	// Leaked is what the rank holds once the model is closed beyond what
-	// it held before: MPI communicators and pending requests (both 0).
-	Leaked [2]int64 `json:"mpi_comms_requests_leaked"`
-}
-
-type compareRun struct {
-	PerTensorSec float64 `json:"per_tensor_median_s"`
-	BatchedSec   float64 `json:"batched_median_s"`
-	BoundSec     float64 `json:"bound_s"`
-	BoundRoute   string  `json:"bound_route"`
-	Speedup      float64 `json:"batched_speedup"`
-	OverBound    float64 `json:"batched_over_bound"`
-}
-
-type baselineRun struct {
-	PlainSec    float64 `json:"plain_median_s"`
-	StepSec     float64 `json:"step_median_s"`
-	OverheadSec float64 `json:"overhead_per_step_s"`
-}
-
 // syncInput is what sync's own flags resolve to.
 type syncInput struct {
 	layouts *model.Layouts
@@ -243,36 +147,11 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if err := j.agreeReady(inputErr); err != nil {
 		return err
 	}
-	l := in.layouts
-	ctx := context.Background()
-	start, err := measureUsage()
+	start, err := perf.MeasureUsage()
 	if err != nil {
 		return err
 	}
-	// the fabric: measured local bandwidth when emulating.
-	fabric := j.set.fabric
-	routeOn := func(f hier.Fabric) (reshard.Route, error) {
-		o := j.set.routeOpts(f)
-		if in.route == "auto" {
-			o.Buckets = in.buckets
-		}
-		return routespec.Parse(in.route, o)
-	}
-	if err := j.checkModelMemory(l, in.route); err != nil {
-		return err
-	}
-	if j.set.measure {
-		// auto chooses on the local bandwidth measured here, before the
-		// model is prepared (once).
-		if fabric.LocalBW, err = j.generatorLocalBW(l); err != nil {
-			return err
-		}
-	}
-	route, err := routeOn(fabric)
-	if err != nil {
-		return err
-	}
-	m, err := j.s.PrepareModel(ctx, l, route)
+	m, fabric, err := j.prepareModel(in)
 	if err != nil {
 		return err
 	}
@@ -287,164 +166,26 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		}
 	}
 	defer release()
-	var emuErr error
-	for si, c := range m.Call.Calls {
-		if c != nil && emuErr == nil {
-			emuErr = j.checkEmulation(m.Stages.Sessions[si], c.Schedule(), l.Stages[si].Members)
-		}
-	}
-	if err := j.agreeReady(emuErr); err != nil {
-		return err
-	}
 	if bufs, err = m.Alloc(); err != nil {
 		return err
 	}
-	if err := inSteps(j.s, "model set-up (filling the sources)", func() error { return fillModel(m, bufs, j.set.fp8 != 0) }); err != nil {
+	if err := perf.FillModel(j.s, m, bufs, j.set.fp8 != 0); err != nil {
 		return err
 	}
-	rep := &syncReport{Model: l.Model.Name, Trainer: l.Trainer.String(), Generator: fmt.Sprint(l.Generator), World: j.world,
-		Tensors: len(l.Model.Tensors), Params: l.Model.Params(), Bytes: l.Model.Bytes(), Iters: f.run.iters, Fabric: fabric,
-		EmulatedBW: j.set.opts.EmulateNetBW}
-	for _, st := range l.Stages {
-		for _, t := range st.Tensors {
-			rep.DstBytes += t.Dst.Bytes()
-			if t.Scale != 0 {
-				rep.FP8Tensors++
-				rep.FP8 = t.Scale.String()
-			}
-		}
-	}
-	for si := range l.Stages {
-		rep.Routes = append(rep.Routes, "")
-		rep.Stages = append(rep.Stages, stageReport{Stage: si, Tensors: len(l.Stages[si].Tensors)})
-	}
-	bar, stepStarts := j.syncProgress(m, f.run.warmup+f.run.iters, f.run.asJSON)
-	var times timings
-	stageTimes := make([]timings, len(l.Stages))
-	var last []*refit.Report
-	var slowRank int
-	var warm usage
-	var warmPeak int64
-	checkMsg := "" // this rank's first wrong element, in any step
-	for it := 0; it < f.run.warmup+f.run.iters; it++ {
-		if f.run.check || it == 0 {
-			if err := inSteps(j.s, "poison of the destinations", func() error { return poisonModel(m, bufs) }); err != nil {
-				return err
-			}
-		}
-		if err := j.barrier(); err != nil {
-			return err
-		}
-		stepStarts(it)
-		t0 := time.Now()
-		reps, err := m.Run(ctx, bufs)
-		if err != nil {
-			for _, ss := range m.Stages.Sessions { // the first stage that aborted, for quiet
-				if ss != nil {
-					j.noteFailure(ss, err)
-				}
-			}
-			return err
-		}
-		el := time.Since(t0).Seconds()
-		all, err := gatherInt64s(j.s, []int64{int64(el * 1e9)})
-		if err != nil {
-			return err
-		}
-		slowest := 0.0
-		for r, v := range all {
-			if s := float64(v) / 1e9; s > slowest {
-				slowest, slowRank = s, r
-			}
-		}
-		per := make([]float64, len(l.Stages))
-		for si, r := range reps {
-			if r != nil {
-				per[si] = r.Seconds
-			}
-		}
-		if per, err = maxOverEach(j.s, per); err != nil {
-			return err
-		}
-		if it >= f.run.warmup {
-			times.add(slowest)
-			for si, x := range per {
-				stageTimes[si].add(x)
-			}
-		}
-		if it == f.run.warmup {
-			if warm, err = measureUsage(); err != nil {
-				return err
-			}
-			warmPeak = peakRSS()
-		}
-		last = reps
-		// --check checks every step, the warm-up included, as refit run
-		// does: the destinations are poisoned before each, so a byte
-		// wrong in one step fails the check even where a later step
-		// would have overwritten it.
-		if f.run.check {
-			err := inSteps(j.s, "check (comparing every destination element)", func() error {
-				if checkMsg != "" {
-					return nil
-				}
-				if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
-					checkMsg = fmt.Sprintf("%v, in %s", err, stepName(it, f.run.warmup))
-					j.log.Error().Err(err).Str("when", stepName(it, f.run.warmup)).Msg("check failed")
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-	}
-	bar.finish()
-	rep.StepsSec = times.first()
-	rep.MedianSec, rep.MinSec, rep.MaxSec = times.median(), times.min, times.max
-	rep.GBps = float64(l.Model.Bytes()) / rep.MedianSec / 1e9
-	rep.Slowest = slowRank
-	for si := range rep.Stages {
-		rep.Stages[si].MedianSec = stageTimes[si].median()
-	}
-	if err := j.syncAccounting(m, last, start, warm, warmPeak, rep); err != nil {
-		return err
-	}
-	first, err := firstMessage(j.s, checkMsg)
+	rep, err := j.syncSteps(in.layouts, m, bufs, start, fabric, f)
 	if err != nil {
 		return err
 	}
-	switch {
-	case !f.run.check:
-		rep.Check = "not checked"
-	case first == "":
-		rep.Check = "passed"
-	default:
-		rep.Check = "FAILED: " + first
-	}
-	rep.Bounds = modelBounds(m, fabric, float64(j.set.opts.ChunkBytes))
-	if f.compare {
-		if rep.Compare, err = j.comparePerTensor(m, bufs, f.run.iters, in.route, rep); err != nil {
-			return err
-		}
-	}
-	if f.baseline {
-		if rep.Baseline, err = j.syncBaseline(m, bufs, f.run.iters); err != nil {
-			return err
-		}
+	if err := j.syncExtras(m, bufs, in, rep, f); err != nil {
+		return err
 	}
 	// what the job holds once the model is closed: what it held before.
 	release()
-	if err := j.leakedAfterClose(start, rep); err != nil {
+	if err := perf.Leaked(j.s, start, rep); err != nil {
 		return err
 	}
 	if j.rank == 0 {
-		if f.run.asJSON {
-			err = json.NewEncoder(out).Encode(rep)
-		} else {
-			err = writeSyncReport(out, rep)
-		}
-		if err != nil {
+		if err := printJSONOr(out, f.run.asJSON, rep, func() error { return writeSyncReport(out, rep) }); err != nil {
 			return err
 		}
 	}
@@ -454,617 +195,86 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	return nil
 }
 
-// checkModelMemory makes every rank compare what the model will take of
-// its memory with what it has, before anything is planned or mapped
-// (session.CheckMemory, as refit run's buffers do): its buffers of every
-// stage (fused ones whole), their scale tensors, the staging bound of
-// each stage it is in (and agbcast's whole-tensor scratch), the atomic
-// shadows, host copies on GPUs, and the plans and schedules of its stages
-// (session.CallFootprint). A model too large for the ranks fails here on
-// every rank, naming the rank, what it needs and what is available,
-// instead of mapping terabytes or failing later on a symptom (a schedule
-// with too many messages).
-func (j *job) checkModelMemory(l *model.Layouts, route string) error {
-	src, dst := l.RankBytes(j.rank)
-	opts := j.s.Options()
-	fp := session.Footprint{Tensor: fmt.Sprintf("model %s (%d tensors)", l.Model.Name, len(l.Model.Tensors)), Buffers: addSat(src, dst)}
-	if opts.Device == session.GPU {
-		fp.HostCopies = fp.Buffers // eachPart's host copies, to fill and check
+// prepareModel checks the model's memory on every rank, measures the
+// generator's local bandwidth when emulating (auto chooses on it), and
+// prepares the model once, refusing schedules the emulated network cannot
+// carry within the timeout. It returns the model and the fabric.
+func (j *job) prepareModel(in syncInput) (*session.Model, hier.Fabric, error) {
+	l, fabric := in.layouts, j.set.fabric
+	fp := j.s.ModelFootprint(l, in.route == "agbcast")
+	if j.set.measure {
+		fp.Buffers += 16 << 20 // LocalBandwidth's two buffers
 	}
-	if opts.Atomic {
-		fp.Staging = addSat(fp.Staging, dst)
+	if err := j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
+		return nil, fabric, err
 	}
 	if j.set.measure {
-		fp.Buffers = addSat(fp.Buffers, 16<<20) // localBandwidth's two buffers
-	}
-	for _, st := range l.Stages {
-		r := st.LocalRank(j.rank)
-		if r < 0 {
-			continue
-		}
-		fp.Staging = addSat(fp.Staging, opts.StagingBytes)
-		var specs []refit.Spec
-		for _, t := range st.Tensors {
-			sp := refit.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
-			specs = append(specs, sp)
-			if n, err := sp.ScaleBytes(r); err == nil && t.Scale != 0 && t.Dst.Mesh().Contains(r) {
-				fp.Buffers = addSat(fp.Buffers, n)
-			}
-			if route == "agbcast" {
-				fp.Staging = addSat(fp.Staging, t.Src.Bytes())
-			}
-		}
-		c := j.s.CallFootprint(specs)
-		fp.Plan, fp.Schedule = addSat(fp.Plan, c.Plan), addSat(fp.Schedule, c.Schedule)
-	}
-	return j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp)
-}
-
-// stepName names step it of a run whose first warmup steps warm up.
-func stepName(it, warmup int) string {
-	if it < warmup {
-		return fmt.Sprintf("warm-up step %d", it)
-	}
-	return fmt.Sprintf("step %d", it-warmup)
-}
-
-// syncProgress returns rank 0's progress over steps of the model, by
-// bytes (by steps where the bytes of all steps overflow), and the
-// function that starts step it.
-func (j *job) syncProgress(m *session.Model, steps int, asJSON bool) (*progress, func(it int)) {
-	bytes, tensors := m.Total()
-	what := fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, steps)
-	if bytes <= 0 || int64(steps) > math.MaxInt64/bytes {
-		p := j.newProgress(what, int64(steps), "steps", asJSON)
-		return p, func(it int) { p.set(int64(it)) }
-	}
-	p := j.newProgress(what, bytes*int64(steps), "bytes", asJSON)
-	if p == nil {
-		return nil, func(int) {}
-	}
-	var base int64
-	m.OnProgress(func(b int64, _ int) { p.set(base + b) })
-	return p, func(it int) { base = int64(it) * bytes; p.set(base) }
-}
-
-// fillModel writes every tensor's pattern (its global index in the model)
-// into this rank's source parts, through their views: finite values
-// (pattern.FillFloats) when the model converts to FP8.
-func fillModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
-	return eachPart(m, b, model.Src, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
-		if floats {
-			return pattern.FillFloats(t.Src, rank, seed, buf, v.View)
-		}
-		return pattern.Fill(t.Src, rank, seed, buf, v.View)
-	}, true)
-}
-
-// poisonModel fills this rank's destination parts and scale tensors with
-// the poison.
-func poisonModel(m *session.Model, b *session.ModelBuffers) error {
-	for si, ss := range m.Stages.Sessions {
-		if ss == nil || si >= len(b.Scale) {
-			continue
-		}
-		for _, x := range b.Scale[si] {
-			h := bytes.Repeat([]byte{pattern.Poison}, int(x.Len()))
-			if err := ss.Memory().Upload(x, h); err != nil {
-				return err
-			}
-		}
-	}
-	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, _ uint64, buf []byte, v model.Part) error {
-		return pattern.PoisonPart(t.Dst, rank, buf, v.View)
-	}, true)
-}
-
-// checkModel checks every element of this rank's destination parts (and
-// the scale tensor of every part it receives in FP8, against quantizing
-// the whole tensor at once); the first wrong one is named with its tensor.
-func checkModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
-	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
 		var err error
-		switch {
-		case t.Scale != 0:
-			var scales []byte
-			if scales, err = modelScales(m, b, t, rank); err == nil {
-				err = pattern.CheckFP8(t.Src.DType(), t.Dst, t.Scale, rank, seed, buf, v.View, scales)
-			}
-		case floats:
-			err = pattern.CheckFloats(t.Dst, rank, seed, buf, v.View)
-		default:
-			err = pattern.Check(t.Dst, rank, seed, buf, v.View)
+		if fabric.LocalBW, err = perf.GeneratorLocalBandwidth(j.s, l); err != nil {
+			return nil, fabric, err
 		}
-		// named with the world rank: the stage's is local to its
-		// communicator.
-		switch e := err.(type) {
-		case *pattern.MismatchError:
-			e.Tensor, e.Rank = t.Name, jobRank
-		case *pattern.ScaleMismatchError:
-			e.Tensor, e.Rank = t.Name, jobRank
+	}
+	o := j.set.routeOpts(fabric)
+	if in.route == "auto" {
+		o.Buckets = in.buckets
+	}
+	route, err := routespec.Parse(in.route, o)
+	if err != nil {
+		return nil, fabric, err
+	}
+	m, err := j.s.PrepareModel(context.Background(), l, route)
+	if err != nil {
+		return nil, fabric, err
+	}
+	var emuErr error
+	for si := range m.StageCount() {
+		if c := m.StageCall(si); c != nil && emuErr == nil {
+			emuErr = j.checkEmulation(m.Session(si), c.Schedule(), l.Stages[si].Members)
 		}
-		return err
-	}, false)
+	}
+	if err := j.agreeReady(emuErr); err != nil {
+		m.Close()
+		return nil, fabric, err
+	}
+	return m, fabric, nil
 }
 
-// modelScales returns the host bytes of this rank's scale tensor of t (a
-// tensor it receives in FP8), rank being its rank in t's stage.
-func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayout, rank int) ([]byte, error) {
-	for si, st := range m.Layouts.Stages {
-		ss := m.Stages.Sessions[si]
-		if ss == nil || ss.Rank() != rank || !slices.Contains(st.Tensors, t) {
-			continue
-		}
-		x := b.Scale[si][t.Name]
-		if x == nil {
-			return nil, fmt.Errorf("rank %d: no scale buffer for %s", rank, t.Name)
-		}
-		if hb, ok := x.(transport.HostBuffer); ok {
-			return hb, nil
-		}
-		h := make([]byte, x.Len())
-		return h, ss.Memory().Download(h, x)
-	}
-	return nil, fmt.Errorf("rank %d: tensor %s is in none of this rank's stages", rank, t.Name)
+// syncSteps runs the model's steps (perf.Sync) with rank 0's progress.
+func (j *job) syncSteps(l *model.Layouts, m *session.Model, b *session.ModelBuffers, start perf.Usage, fabric hier.Fabric, f *syncFlags) (*perf.SyncReport, error) {
+	_, tensors := m.Total()
+	var bar *progress
+	defer func() { bar.finish() }()
+	return perf.Sync(j.s, l, m, b, start, fabric, perf.SyncConfig{Warmup: f.run.warmup, Iters: f.run.iters, Check: f.run.check,
+		Floats: j.set.fp8 != 0, WorldRank: j.rank, Log: j.log, Failed: j.noteFailure,
+		Progress: func(done, total int64, unit string) {
+			if bar == nil {
+				bar = j.newProgress(fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, f.run.warmup+f.run.iters), total, unit, f.run.asJSON)
+			}
+			bar.set(done)
+		}})
 }
 
-// eachPart calls fn for every tensor part this rank holds on side, with
-// the host bytes of the buffer that holds it (the buffer itself on CPUs;
-// on GPUs a host copy, written back after fn when write is set).
-func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn func(*model.TensorLayout, int, uint64, []byte, model.Part) error, write bool) error {
-	for si, ss := range m.Stages.Sessions {
-		if ss == nil {
-			continue
+// syncExtras runs what --compare and --baseline ask for.
+func (j *job) syncExtras(m *session.Model, b *session.ModelBuffers, in syncInput, rep *perf.SyncReport, f *syncFlags) error {
+	var err error
+	if f.compare {
+		// each tensor's call on the sync's route (auto: the route the
+		// model picks for that tensor alone).
+		route, perr := routespec.Parse(in.route, j.set.routeOpts(rep.Fabric))
+		if perr != nil {
+			return perr
 		}
-		bufs := b.Src[si]
-		if side == model.Dst {
-			bufs = b.Dst[si]
-		}
-		host := map[string][]byte{}
-		get := func(name string) ([]byte, error) {
-			if h, ok := host[name]; ok {
-				return h, nil
-			}
-			x := bufs[name]
-			if hb, ok := x.(transport.HostBuffer); ok {
-				host[name] = hb
-				return hb, nil
-			}
-			h := make([]byte, x.Len())
-			if err := ss.Memory().Download(h, x); err != nil {
-				return nil, err
-			}
-			host[name] = h
-			return h, nil
-		}
-		for i, t := range m.Layouts.Stages[si].Tensors {
-			p, ok := t.Part(side, ss.Rank())
-			if !ok {
-				continue
-			}
-			h, err := get(p.Buffer)
-			if err != nil {
-				return err
-			}
-			if err := fn(t, ss.Rank(), uint64(m.Index[si][i]), h, p); err != nil {
-				return fmt.Errorf("stage %d: %w", si, err)
-			}
-		}
-		if write {
-			for name, h := range host {
-				if _, ok := bufs[name].(transport.HostBuffer); !ok {
-					if err := ss.Memory().Upload(bufs[name], h); err != nil {
-						return err
-					}
-				}
-			}
+		if rep.Compare, err = perf.ComparePerTensor(j.s, m, b, f.run.iters, route, in.route, rep); err != nil {
+			return err
 		}
 	}
-	return nil
+	if f.baseline {
+		rep.Baseline, err = perf.SyncBaseline(j.s, m, b, f.run.iters)
+	}
+	return err
 }
 
-// generatorLocalBW measures the local bandwidth among the generator
-// ranks (localBandwidth) over a probe call of the world session whose
-// destinations are the generator's ranks (so its domains are the model's
-// generator domains); every rank of the job takes part and learns it.
-func (j *job) generatorLocalBW(l *model.Layouts) (float64, error) {
-	first, err := mesh.Interval([]int{1}, 0)
-	if err != nil {
-		return 0, err
-	}
-	gens, err := mesh.Interval([]int{l.Generator.Ranks()}, l.Trainer.Ranks())
-	if err != nil {
-		return 0, err
-	}
-	src, err := placement.ParseLayout("1", placement.F32, first, "R")
-	if err != nil {
-		return 0, err
-	}
-	dst, err := placement.ParseLayout("1", placement.F32, gens, "R")
-	if err != nil {
-		return 0, err
-	}
-	call, err := j.s.Prepare(context.Background(), []refit.Spec{{Name: "local-bandwidth probe", Src: src, Dst: dst}}, reshard.Flat{})
-	if err != nil {
-		return 0, err
-	}
-	defer call.Close()
-	return localBandwidth(j.s, call, gens.Ranks())
-}
-
-// leakedAfterClose gathers what each rank still holds once the model is
-// closed beyond what it held before it (MPI communicators and pending
-// requests): a job must give back what it made.
-func (j *job) leakedAfterClose(start usage, rep *syncReport) error {
-	now, err := measureUsage()
-	if err != nil {
-		return err
-	}
-	all, err := gatherInt64s(j.s, []int64{now.comms - start.comms, now.requests - start.requests})
-	if err != nil {
-		return err
-	}
-	for r := range rep.Ranks {
-		rep.Ranks[r].Leaked = [2]int64{all[2*r], all[2*r+1]}
-	}
-	return nil
-}
-
-// modelBounds is every route's bound for the whole model: each stage's
-// problem (its tensors together), the stages combined (they run at once
-// into the same generator domains).
-func modelBounds(m *session.Model, f hier.Fabric, chunk float64) []hier.Bound {
-	var probs []hier.Problem
-	for si, c := range m.Call.Calls {
-		if c == nil {
-			// every rank knows every stage's layouts: plan them here too.
-			st := m.Layouts.Stages[si]
-			var plans []*reshard.Plan
-			for _, t := range st.Tensors {
-				p, err := reshard.NewPlan(t.Src, t.Dst, len(st.Members), reshard.Options{})
-				if err != nil {
-					return nil
-				}
-				plans = append(plans, p)
-			}
-			probs = append(probs, hier.ProblemOf(plans, stageTopology(m, si), chunk))
-			continue
-		}
-		probs = append(probs, hier.ProblemOf(c.Plans(), c.Topology(), chunk))
-	}
-	return hier.Bounds(hier.Combine(probs...), f)
-}
-
-// stageTopology is stage si's topology as a rank outside it sees it: every
-// rank knows the layouts; the domains are the generator's, taken from the
-// stage this rank is in.
-func stageTopology(m *session.Model, si int) reshard.Topology {
-	for sj, c := range m.Call.Calls {
-		if c == nil {
-			continue
-		}
-		// the generator ranks sit at the same local ranks in every stage.
-		mine, theirs := m.Layouts.Stages[sj], m.Layouts.Stages[si]
-		topo := c.Topology()
-		dom := make([]int, len(theirs.Members))
-		for r := range dom {
-			if r < theirs.Trainers {
-				dom[r] = -1 - r // a trainer domain of its own
-				continue
-			}
-			dom[r] = topo.Domain[mine.Trainers+r-theirs.Trainers]
-		}
-		return reshard.Topology{Domain: dom}
-	}
-	return reshard.Topology{}
-}
-
-// syncAccounting fills the report's bytes by link class and stage, the
-// stages' routes, and every rank's memory and handles.
-func (j *job) syncAccounting(m *session.Model, reps []*refit.Report, start, warm usage, warmPeak int64, rep *syncReport) error {
-	end, err := measureUsage()
-	if err != nil {
-		return err
-	}
-	var st refit.Stats
-	stageBytes := make([]int64, len(m.Layouts.Stages))
-	stageRounds := make([]int64, len(m.Layouts.Stages))
-	var staging, scratch, bound int64
-	for si, r := range reps {
-		if r == nil {
-			continue
-		}
-		st.Add(r.Stats)
-		stageBytes[si] = r.Stats.Sent[reshard.LinkNetwork] + r.Stats.Sent[reshard.LinkLocal] + r.Stats.Sent[reshard.LinkSelf]
-		c := m.Call.Calls[si]
-		p := c.Program()
-		stageRounds[si] = int64(c.Schedule().Rounds)
-		staging += max(p.Staging[0][0], p.Staging[1][0]) + max(p.Staging[0][1], p.Staging[1][1])
-		for _, n := range p.Full {
-			scratch += n
-		}
-		bound += m.Stages.Sessions[si].Options().StagingBytes
-	}
-	src, dst := m.Layouts.RankBytes(j.rank)
-	mine := []int64{st.Sent[reshard.LinkNetwork], st.Sent[reshard.LinkLocal], st.Sent[reshard.LinkSelf],
-		src + dst, staging, scratch, bound, start.rss, peakRSS(), st.Sent[0] + st.Sent[1], st.Recv[0] + st.Recv[1],
-		warm.requests, end.requests, warm.comms, end.comms, warm.heap, end.heap, warm.goroutines, end.goroutines, warmPeak}
-	mine = append(mine, stageBytes...)
-	mine = append(mine, stageRounds...)
-	all, err := gatherInt64s(j.s, mine)
-	if err != nil {
-		return err
-	}
-	n := len(mine)
-	ns := len(m.Layouts.Stages)
-	for r := 0; r < j.world; r++ {
-		v := all[r*n:]
-		for c := 0; c < 3; c++ {
-			rep.Links[c] += v[c]
-		}
-		role := "generator"
-		if srcB, _ := m.Layouts.RankBytes(r); srcB > 0 {
-			role = "trainer"
-		}
-		rep.Ranks = append(rep.Ranks, syncRank{Rank: r, Role: role, Share: v[3], Staging: v[4], Scratch: v[5], Bound: v[6],
-			Base: v[7], Peak: v[8], Sent: v[9], Recv: v[10], Requests: [2]int64{v[11], v[12]}, Comms: [2]int64{v[13], v[14]},
-			Heap: [2]int64{v[15], v[16]}, Goroutines: [2]int64{v[17], v[18]}, PeakAfterWarm: v[19]})
-		const fixed = 20
-		for si := 0; si < ns; si++ {
-			rep.Stages[si].Bytes += v[fixed+si]
-			rep.Stages[si].Rounds = max(rep.Stages[si].Rounds, int(v[fixed+ns+si]))
-		}
-	}
-	for si, c := range m.Call.Calls {
-		if c != nil {
-			rep.Routes[si] = c.Schedule().Route
-		}
-	}
-	// every rank knows its own stages' routes; take each stage's from a
-	// rank in it (the generators are in all).
-	routes, err := refit.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(rep.Routes, ",")))
-	if err != nil {
-		return err
-	}
-	for _, b := range routes {
-		for si, r := range strings.Split(string(b), ",") {
-			if r != "" && si < len(rep.Routes) {
-				rep.Routes[si] = r
-			}
-		}
-	}
-	for si := range rep.Stages {
-		rep.Stages[si].Route = rep.Routes[si]
-	}
-	// each stage's completed and failed tensors, from a rank in it (every
-	// rank of a stage agreed on them).
-	var lists []string
-	for si := range m.Layouts.Stages {
-		r := reps[si]
-		if r == nil {
-			lists = append(lists, "")
-			continue
-		}
-		lists = append(lists, fmt.Sprintf("%d:%s", len(r.Completed), strings.Join(r.Failed, "|")))
-	}
-	got, err := refit.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(lists, ",")))
-	if err != nil {
-		return err
-	}
-	per := make([]string, len(m.Layouts.Stages))
-	for _, b := range got {
-		for si, x := range strings.Split(string(b), ",") {
-			if x != "" && si < len(per) {
-				per[si] = x
-			}
-		}
-	}
-	for _, x := range per {
-		n, failed, _ := strings.Cut(x, ":")
-		k, _ := strconv.Atoi(n)
-		rep.Completed += k
-		if failed != "" {
-			rep.Failed = append(rep.Failed, strings.Split(failed, "|")...)
-		}
-	}
-	return nil
-}
-
-// peakRSS reads this process's peak resident memory (VmHWM).
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
-}
-
-// maxOverEach returns, element by element, the largest of every rank's v.
-func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
-	out := make([]float64, len(v))
-	for i, x := range v {
-		m, err := maxOver(s, x)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = m
-	}
-	return out, nil
-}
-
-// comparePerTensor moves the model one call per tensor (every tensor of a
-// stage prepared once as a call of its own, run one after another each
-// step, the stages at once) and compares it with the batched call and
-// the whole model's bound.
-func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, routeName string, rep *syncReport) (*compareRun, error) {
-	ctx := context.Background()
-	calls := make([][]*refit.Call, len(m.Specs))
-	defer func() {
-		for _, cs := range calls {
-			for _, c := range cs {
-				c.Close()
-			}
-		}
-	}()
-	// each tensor's call on the sync's route (auto: the route the model
-	// picks for that tensor alone).
-	r, err := routespec.Parse(routeName, j.set.routeOpts(rep.Fabric))
-	if err != nil {
-		return nil, err
-	}
-	for si, ss := range m.Stages.Sessions {
-		if ss == nil {
-			continue
-		}
-		for _, sp := range m.Specs[si] {
-			c, err := ss.Prepare(ctx, []refit.Spec{sp}, r)
-			if err != nil {
-				return nil, err
-			}
-			calls[si] = append(calls[si], c)
-		}
-	}
-	var times timings
-	for it := 0; it < iters+1; it++ {
-		if err := j.barrier(); err != nil {
-			return nil, err
-		}
-		t0 := time.Now()
-		errs := make([]error, len(calls))
-		done := make(chan int, len(calls))
-		n := 0
-		for si, cs := range calls {
-			if len(cs) == 0 {
-				continue
-			}
-			n++
-			tb := m.Tensors(si, b)
-			go func() {
-				defer endOnPanic()
-				for i, c := range cs {
-					if _, err := c.Run(ctx, tb[i:i+1]); err != nil {
-						errs[si] = fmt.Errorf("stage %d, tensor %s: %w", si, m.Specs[si][i].Name, err)
-						break
-					}
-				}
-				done <- si
-			}()
-		}
-		for ; n > 0; n-- {
-			<-done
-		}
-		for _, e := range errs {
-			if e != nil {
-				return nil, e
-			}
-		}
-		slow, err := maxOver(j.s, time.Since(t0).Seconds())
-		if err != nil {
-			return nil, err
-		}
-		if it > 0 {
-			times.add(slow)
-		}
-	}
-	cr := &compareRun{PerTensorSec: times.median(), BatchedSec: rep.MedianSec}
-	cr.Speedup = cr.PerTensorSec / cr.BatchedSec
-	// the bound of the route the sync ran; for auto, the least bound of
-	// any route.
-	for _, bd := range rep.Bounds {
-		if bd.Route == routeName || (routeName == "auto" && (cr.BoundSec == 0 || bd.Seconds < cr.BoundSec)) {
-			cr.BoundSec, cr.BoundRoute = bd.Seconds, bd.Route
-		}
-	}
-	if cr.BoundSec > 0 {
-		cr.OverBound = cr.BatchedSec / cr.BoundSec
-	}
-	return cr, nil
-}
-
-// syncBaseline times a plain exchange of the model's bytes (every stage's
-// pairs at once, one contiguous message per pair over the stage's
-// transport), interleaved with steps of the model, and returns the
-// overhead per step beyond moving the bytes.
-func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int) (*baselineRun, error) {
-	pxs := make([]*plainExchange, len(m.Call.Calls))
-	defer func() {
-		for _, px := range pxs {
-			if px != nil {
-				px.free()
-			}
-		}
-	}()
-	for si, c := range m.Call.Calls {
-		if c == nil {
-			continue
-		}
-		px, err := newPlainExchange(m.Stages.Sessions[si].Memory(), c.Schedule(), m.Stages.Sessions[si].Rank())
-		if err != nil {
-			return nil, err
-		}
-		pxs[si] = px
-	}
-	plainAll := func() error {
-		errs := make(chan error, len(pxs))
-		n := 0
-		for si, px := range pxs {
-			if px == nil {
-				continue
-			}
-			n++
-			go func() {
-				defer endOnPanic()
-				errs <- px.run(m.Call.Calls[si].Transport(), j.s.Options().Timeout)
-			}()
-		}
-		var first error
-		for ; n > 0; n-- {
-			if err := <-errs; err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-	timeIt := func(fn func() error) (float64, error) {
-		if err := j.barrier(); err != nil {
-			return 0, err
-		}
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			return 0, err
-		}
-		return maxOver(j.s, time.Since(t0).Seconds())
-	}
-	var plainT, stepT timings
-	for it := 0; it < iters+1; it++ {
-		pt, err := timeIt(plainAll)
-		if err != nil {
-			return nil, err
-		}
-		st, err := timeIt(func() error { _, err := m.Run(context.Background(), b); return err })
-		if err != nil {
-			return nil, err
-		}
-		if it > 0 {
-			plainT.add(pt)
-			stepT.add(st)
-		}
-	}
-	br := &baselineRun{PlainSec: plainT.median(), StepSec: stepT.median()}
-	br.OverheadSec = br.StepSec - br.PlainSec
-	return br, nil
-}
-
-func writeSyncReport(w io.Writer, r *syncReport) error {
+func writeSyncReport(w io.Writer, r *perf.SyncReport) error {
 	fmt.Fprintf(w, "model %s: %d tensors, %d parameters, %s\n", r.Model, r.Tensors, r.Params, units.FormatBytes(r.Bytes))
 	fmt.Fprintf(w, "trainer %s -> generator %s, world %d\n", r.Trainer, r.Generator, r.World)
 	if r.FP8Tensors > 0 {

@@ -1,21 +1,22 @@
-package main
+package perf
 
 import "sort"
 
-// keepSamples is how many samples a timings keeps for its median: exact
+// keepSamples is how many samples a Timings keeps for its median: exact
 // up to that many, a uniform sample of them beyond.
 const keepSamples = 4096
 
-// keepHead is how many of the first samples a timings keeps in order, for
+// keepHead is how many of the first samples a Timings keeps in order, for
 // reports that list them (refit sync's steps_s).
 const keepHead = 1024
 
-// timings summarises per-iteration times in bounded memory, however many
+// Timings summarises per-iteration times in bounded memory, however many
 // iterations run: the count, min, max and mean exactly, the median
 // exactly up to keepSamples samples and from a uniform reservoir of them
 // beyond, and the first keepHead samples in order. The zero value is
-// empty; add is allocation-free once the reservoir is full.
-type timings struct {
+// empty; Add is allocation-free once the reservoir is full. Every rank
+// that adds the same times summarises them alike.
+type Timings struct {
 	n        int64
 	min, max float64
 	sum      float64
@@ -24,8 +25,8 @@ type timings struct {
 	rng      uint64
 }
 
-// add records one iteration's time.
-func (t *timings) add(x float64) {
+// Add records one iteration's time.
+func (t *Timings) Add(x float64) {
 	if t.n == 0 || x < t.min {
 		t.min = x
 	}
@@ -49,26 +50,32 @@ func (t *timings) add(x float64) {
 	}
 }
 
-// count returns how many times were added.
-func (t *timings) count() int64 { return t.n }
+// Count returns how many times were added.
+func (t *Timings) Count() int64 { return t.n }
 
-// median returns the median of the times (of the reservoir beyond
+// Min returns the least time, 0 for none.
+func (t *Timings) Min() float64 { return t.min }
+
+// Max returns the greatest time, 0 for none.
+func (t *Timings) Max() float64 { return t.max }
+
+// Median returns the median of the times (of the reservoir beyond
 // keepSamples), 0 for none.
-func (t *timings) median() float64 { return median(t.sample) }
+func (t *Timings) Median() float64 { return Median(t.sample) }
 
-// mean returns the mean, 0 for none.
-func (t *timings) mean() float64 {
+// Mean returns the mean, 0 for none.
+func (t *Timings) Mean() float64 {
 	if t.n == 0 {
 		return 0
 	}
 	return t.sum / float64(t.n)
 }
 
-// first returns the first keepHead times, in order.
-func (t *timings) first() []float64 { return append([]float64(nil), t.head...) }
+// First returns the first keepHead (1024) times, in order.
+func (t *Timings) First() []float64 { return append([]float64(nil), t.head...) }
 
-// median returns the median of v, 0 for none.
-func median(v []float64) float64 {
+// Median returns the median of v, 0 for none.
+func Median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	if len(s) == 0 {
