@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/cuda"
-	"github.com/m2n-dev/m2n/internal/packbench"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
@@ -41,11 +41,11 @@ no launcher.`,
 			}
 			defer ctx.Release()
 			name, _ := dev.Name()
-			res, err := cuda.BenchPackUnpack(ctx, cuda.BenchOptions{TotalBytes: int(n), Iters: iters})
+			res, err := perf.PackUnpack(ctx, perf.PackOptions{TotalBytes: int(n), Iters: iters})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, units.FormatBytes(n), iters, packbench.Format(res))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, units.FormatBytes(n), iters, perf.FormatPack(res))
 			return nil
 		},
 	}

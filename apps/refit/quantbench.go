@@ -5,6 +5,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
@@ -56,12 +57,12 @@ GPU memory and no launcher.`,
 			}
 			defer ctx.Release()
 			name, _ := dev.Name()
-			res, err := cuda.BenchQuantize(ctx, cuda.QuantBenchOptions{TotalBytes: int(n), Mode: m, Iters: iters})
+			res, err := perf.Quantize(ctx, perf.QuantOptions{TotalBytes: int(n), Mode: m, Iters: iters})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s of bf16 per operation, %v scaling, median of %d\n%s",
-				name, units.FormatBytes(n), m, iters, cuda.FormatQuantBench(res))
+				name, units.FormatBytes(n), m, iters, perf.FormatQuant(res))
 			return nil
 		},
 	}

@@ -1,4 +1,4 @@
-package cuda
+package perf
 
 import (
 	"encoding/binary"
@@ -10,14 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 )
 
-// QuantBenchOptions configures BenchQuantize. Zero fields take the
+// QuantOptions configures Quantize. Zero fields take the
 // defaults.
-type QuantBenchOptions struct {
+type QuantOptions struct {
 	RowBytes   []int    // bf16 row widths of the strided source; default 256 B, 4 KiB, 64 KiB
 	TotalBytes int      // bf16 bytes each operation reads; default 1 GiB
 	Mode       fp8.Mode // default fp8.Block
@@ -25,8 +26,8 @@ type QuantBenchOptions struct {
 	Warmup     int      // untimed iterations first; default 3
 }
 
-// QuantBenchResult is one operation at one row width.
-type QuantBenchResult struct {
+// QuantResult is one operation at one row width.
+type QuantResult struct {
 	RowBytes int
 	Op       string // copy, pack, amax, quant-pack, convert, pack+convert
 	Bytes    int64  // bf16 input bytes
@@ -35,7 +36,7 @@ type QuantBenchResult struct {
 	VsPack   float64 // pack's median over this one's: 1 = as fast as packing the bf16 bytes
 }
 
-// BenchQuantize measures the FP8 kernels against packing alone, at the same
+// Quantize measures the FP8 kernels against packing alone, at the same
 // input bytes, for each row width: the source holds TotalBytes of bf16 in
 // rows of RowBytes, each 2*RowBytes after the previous (a box of half the
 // columns of a matrix, as a reshard from rows to columns sends), quantized
@@ -52,7 +53,7 @@ type QuantBenchResult struct {
 // Each operation is timed with events on one stream, Warmup times untimed
 // then Iters times, and the median reported (pack+convert is the sum of
 // the medians). It needs about 4.5*TotalBytes of device memory.
-func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult, err error) {
+func Quantize(ctx *cuda.Context, opt QuantOptions) (res []QuantResult, err error) {
 	if len(opt.RowBytes) == 0 {
 		opt.RowBytes = []int{256, 4 << 10, 64 << 10}
 	}
@@ -69,26 +70,26 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 		opt.Warmup = 3
 	}
 	total := opt.TotalBytes
-	mem, err := NewMemory(ctx)
+	mem, err := cuda.NewMemory(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, mem.Close()) }()
-	var bufs []Buffer
+	var bufs []cuda.Buffer
 	defer func() {
 		for _, b := range bufs {
 			mem.Free(b)
 		}
 	}()
-	get := func(sizes ...int) ([]Buffer, error) {
-		var out []Buffer
+	get := func(sizes ...int) ([]cuda.Buffer, error) {
+		var out []cuda.Buffer
 		for _, n := range sizes {
 			b, err := mem.Alloc(int64(n))
 			if err != nil {
 				return nil, err
 			}
-			bufs = append(bufs, b.(Buffer))
-			out = append(out, b.(Buffer))
+			bufs = append(bufs, b.(cuda.Buffer))
+			out = append(out, b.(cuda.Buffer))
 		}
 		return out, nil
 	}
@@ -103,10 +104,10 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 	for i := 0; i < len(pattern); i += 2 {
 		binary.LittleEndian.PutUint16(pattern[i:], uint16(math.Float32bits(float32(r.NormFloat64()*0.02))>>16))
 	}
-	for _, b := range []Buffer{srcBuf, packed, other} {
+	for _, b := range []cuda.Buffer{srcBuf, packed, other} {
 		for off := int64(0); off < b.N; off += int64(len(pattern)) {
 			n := min(int64(len(pattern)), b.N-off)
-			if err := ctx.CopyHtoD(b.Ptr+DevicePtr(off), pattern[:n]); err != nil {
+			if err := ctx.CopyHtoD(b.Ptr+cuda.DevicePtr(off), pattern[:n]); err != nil {
 				return nil, err
 			}
 		}
@@ -137,7 +138,7 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 			if err := end.Synchronize(); err != nil {
 				return 0, err
 			}
-			d, err := ElapsedTime(start, end)
+			d, err := cuda.ElapsedTime(start, end)
 			if err != nil {
 				return 0, err
 			}
@@ -151,7 +152,7 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 
 	for _, row := range opt.RowBytes {
 		if row <= 0 || row%2 != 0 || total%row != 0 {
-			return res, fmt.Errorf("cuda: BenchQuantize: row %d B does not divide %d into bf16 rows", row, total)
+			return res, fmt.Errorf("perf: Quantize: row %d B does not divide %d into bf16 rows", row, total)
 		}
 		rows, cols := int64(total/row), int64(row/2)
 		shape := []int64{rows, 2 * cols}
@@ -171,9 +172,9 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 			return res, err
 		}
 		win, awin, cwin := wins[0], wins[1], wins[2]
-		w := FP8Window{Blocks: blocks, Values: win}
+		w := cuda.FP8Window{Blocks: blocks, Values: win}
 		desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
-		reg := FP8Region{DType: placement.BF16, Src: srcBuf, At: desc, Box: box}
+		reg := cuda.FP8Region{DType: placement.BF16, Src: srcBuf, At: desc, Box: box}
 		// The scales, as a reshard would compute them: amaxes on the
 		// device, scales on the host.
 		if err := s.Memset(win.Ptr, 0, int(win.N)); err != nil {
@@ -203,8 +204,8 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 		if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
 			return res, err
 		}
-		creg := FP8Region{DType: placement.BF16, Src: packed, At: strided.Desc{Run: int64(total)}, Box: placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}}
-		cw := FP8Window{Blocks: cblocks, Values: cwin}
+		creg := cuda.FP8Region{DType: placement.BF16, Src: packed, At: strided.Desc{Run: int64(total)}, Box: placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}}
+		cw := cuda.FP8Window{Blocks: cblocks, Values: cwin}
 
 		ops := []struct {
 			name string
@@ -216,7 +217,7 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 				if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
 					return err
 				}
-				return mem.BlockAmax(g, FP8Window{Blocks: blocks, Values: awin}, reg)
+				return mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: awin}, reg)
 			}},
 			{"quant-pack", func() error { return mem.PackQuantize(g, e4m3, 0, reg, w) }},
 			{"convert", func() error { return mem.PackQuantize(gc, e4m3, 0, creg, cw) }},
@@ -225,23 +226,23 @@ func BenchQuantize(ctx *Context, opt QuantBenchOptions) (res []QuantBenchResult,
 		for _, op := range ops {
 			d, err := timeOp(op.run)
 			if err != nil {
-				return res, fmt.Errorf("cuda: BenchQuantize: %s, rows of %d B: %w", op.name, row, err)
+				return res, fmt.Errorf("perf: Quantize: %s, rows of %d B: %w", op.name, row, err)
 			}
 			times[op.name] = d
 		}
 		times["pack+convert"] = times["pack"] + times["convert"]
 		for _, name := range []string{"copy", "pack", "amax", "quant-pack", "convert", "pack+convert"} {
 			d := times[name]
-			res = append(res, QuantBenchResult{RowBytes: row, Op: name, Bytes: int64(total), Median: d,
+			res = append(res, QuantResult{RowBytes: row, Op: name, Bytes: int64(total), Median: d,
 				GBps: float64(total) / d.Seconds() / 1e9, VsPack: times["pack"].Seconds() / d.Seconds()})
 		}
 	}
 	return res, nil
 }
 
-// FormatQuantBench renders results as a table, one line per row width and
+// FormatQuant renders results as a table, one line per row width and
 // op.
-func FormatQuantBench(res []QuantBenchResult) string {
+func FormatQuant(res []QuantResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%8s  %-12s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
 	for _, r := range res {

@@ -1,24 +1,26 @@
-package cuda
+package perf
 
 import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/strided"
 )
 
-// BenchOptions configures BenchPackUnpack. Zero fields take the defaults.
-type BenchOptions struct {
+// PackOptions configures PackUnpack. Zero fields take the defaults.
+type PackOptions struct {
 	RowBytes   []int // run widths; default 256 B, 4 KiB, 64 KiB
 	TotalBytes int   // bytes moved per operation; default 1 GiB
 	Iters      int   // timed iterations, the median is reported; default 20
 	Warmup     int   // untimed iterations first; default 3
 }
 
-// BenchResult is one operation at one row width.
-type BenchResult struct {
+// PackResult is one operation at one row width.
+type PackResult struct {
 	RowBytes int
 	Op       string // "copy" (plain device-to-device), "pack", "unpack", "memcpy2d"
 	Bytes    int64
@@ -27,14 +29,14 @@ type BenchResult struct {
 	VsCopy   float64 // GBps over the plain copy's GBps at the same size
 }
 
-// BenchPackUnpack measures Pack and Unpack against a plain device-to-device
+// PackUnpack measures cuda.Pack and cuda.Unpack against a plain device-to-device
 // copy of the same number of bytes (cuMemcpyDtoDAsync), and cuMemcpy2DAsync
 // doing the pack, for each row width: the strided side has TotalBytes in
 // rows of RowBytes, each row 2*RowBytes after the previous (source pitch
 // twice the row). Each operation is timed with events on one stream, Warmup
 // times untimed then Iters times, and the median reported. It needs
 // 4*TotalBytes of device memory.
-func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err error) {
+func PackUnpack(ctx *cuda.Context, opt PackOptions) (res []PackResult, err error) {
 	if len(opt.RowBytes) == 0 {
 		opt.RowBytes = []int{256, 4 << 10, 64 << 10}
 	}
@@ -48,7 +50,7 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 		opt.Warmup = 3
 	}
 	total := opt.TotalBytes
-	free := func(p DevicePtr) { err = errors.Join(err, ctx.Free(p)) }
+	free := func(p cuda.DevicePtr) { err = errors.Join(err, ctx.Free(p)) }
 	srcBuf, err := ctx.Alloc(2 * total)
 	if err != nil {
 		return nil, err
@@ -64,7 +66,7 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 		return nil, err
 	}
 	defer free(other)
-	for _, p := range []DevicePtr{srcBuf, packed, other} {
+	for _, p := range []cuda.DevicePtr{srcBuf, packed, other} {
 		if err := ctx.Memset(p, 0x5a, total); err != nil {
 			return nil, err
 		}
@@ -100,7 +102,7 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 			if err := end.Synchronize(); err != nil {
 				return 0, err
 			}
-			d, err := ElapsedTime(start, end)
+			d, err := cuda.ElapsedTime(start, end)
 			if err != nil {
 				return 0, err
 			}
@@ -114,7 +116,7 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 
 	for _, row := range opt.RowBytes {
 		if row <= 0 || total%row != 0 {
-			return res, fmt.Errorf("cuda: BenchPackUnpack: row %d does not divide %d", row, total)
+			return res, fmt.Errorf("perf: PackUnpack: row %d does not divide %d", row, total)
 		}
 		rows := total / row
 		desc := strided.Desc{Run: int64(row), Count: []int64{int64(rows)}, Stride: []int64{2 * int64(row)}}
@@ -123,19 +125,19 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 			run  func() error
 		}{
 			{"copy", func() error { return s.CopyDtoD(other, packed, total) }},
-			{"pack", func() error { return Pack(s, packed, srcBuf, desc) }},
-			{"unpack", func() error { return Unpack(s, srcBuf, desc, packed) }},
+			{"pack", func() error { return cuda.Pack(s, packed, srcBuf, desc) }},
+			{"unpack", func() error { return cuda.Unpack(s, srcBuf, desc, packed) }},
 			{"memcpy2d", func() error {
-				return Memcpy2DAsync(s, Copy2D{Dst: packed, Src: srcBuf, DstPitch: row, SrcPitch: 2 * row, Width: row, Height: rows})
+				return cuda.Memcpy2DAsync(s, cuda.Copy2D{Dst: packed, Src: srcBuf, DstPitch: row, SrcPitch: 2 * row, Width: row, Height: rows})
 			}},
 		}
 		var copyGBps float64
 		for _, op := range ops {
 			d, err := timeOp(op.run)
 			if err != nil {
-				return res, fmt.Errorf("cuda: BenchPackUnpack: %s, rows of %d B: %w", op.name, row, err)
+				return res, fmt.Errorf("perf: PackUnpack: %s, rows of %d B: %w", op.name, row, err)
 			}
-			r := BenchResult{RowBytes: row, Op: op.name, Bytes: int64(total), Median: d,
+			r := PackResult{RowBytes: row, Op: op.name, Bytes: int64(total), Median: d,
 				GBps: float64(total) / d.Seconds() / 1e9}
 			if op.name == "copy" {
 				copyGBps = r.GBps
@@ -145,4 +147,18 @@ func BenchPackUnpack(ctx *Context, opt BenchOptions) (res []BenchResult, err err
 		}
 	}
 	return res, nil
+}
+
+// FormatPack renders res as a table with a header line and one line per result,
+// in the order given: the row width, the op, the bytes moved, the median
+// time (to 0.1 µs), the bandwidth in decimal GB/s and the bandwidth as a
+// percentage of the plain copy's at the same width.
+func FormatPack(res []PackResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%8s  %-8s  %10s  %10s  %9s  %7s\n", "row", "op", "bytes", "median", "GB/s", "vs copy")
+	for _, r := range res {
+		fmt.Fprintf(&b, "%8d  %-8s  %10d  %10s  %9.1f  %6.1f%%\n",
+			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsCopy)
+	}
+	return b.String()
 }
