@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/faults"
 	"github.com/m2n-dev/m2n/perf"
 )
 
@@ -50,7 +51,7 @@ func TestIssue17ItersWarmupAgreed(t *testing.T) {
 func TestIssue17CorruptNegative(t *testing.T) {
 	o := launch(t, 5*time.Second+margin, []string{"M2N_FAULT_CORRUPT=2:-1"}, app{np: 4, args: runArgs("--check", "--timeout", "5s")})
 	oneMessage(t, o, 5*time.Second+margin, `M2N_FAULT_CORRUPT "2:-1": want rank or rank:n`)
-	for _, at := range stopPoints {
+	for _, at := range faults.Points {
 		t.Run("panic-"+at, func(t *testing.T) {
 			o := launch(t, 5*time.Second+margin, []string{"M2N_FAULT_PANIC=2:" + at}, app{np: 4, args: runArgs("--check", "--iters", "2", "--timeout", "5s")})
 			oneMessage(t, o, 5*time.Second+margin, "rank 2: internal error: panicking on purpose before "+at+" (M2N_FAULT_PANIC)")

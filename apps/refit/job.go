@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/m2n-dev/m2n/faults"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
@@ -58,8 +59,8 @@ func startJob(f *runFlags) (*job, error) {
 	j.log = log
 	set.opts.Agree = agreedFields(f.cmd)
 	if flagErr == nil {
-		if at, ok, ferr := faults(j.rank); ferr != nil {
-			flagErr = ferr
+		if at, ok, ferr := faults.Transport(j.rank); ferr != nil {
+			flagErr = usageError{ferr}
 		} else if ok {
 			set.opts.WrapTransport = at
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/m2n-dev/m2n/faults"
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
@@ -17,20 +18,20 @@ import (
 // the environment asks of this rank (perf.NewPair): the source filled
 // with the pattern of tensor seed.
 func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64) (*perf.Pair, error) {
-	faults := perf.NoFaults
-	if i, ok, _ := faultAt("M2N_FAULT_NAN", jobRank); ok {
-		faults.NaN = int64(i)
+	inject := perf.NoFaults
+	if i, ok, _ := faults.At("M2N_FAULT_NAN", jobRank); ok {
+		inject.NaN = int64(i)
 	}
-	_, faults.ShortDst, _ = faultAt("M2N_FAULT_SHORT_DST", jobRank)
-	if b, ok, _ := faultAt("M2N_FAULT_CORRUPT", jobRank); ok {
-		faults.Corrupt = b
+	_, inject.ShortDst, _ = faults.At("M2N_FAULT_SHORT_DST", jobRank)
+	if b, ok, _ := faults.At("M2N_FAULT_CORRUPT", jobRank); ok {
+		inject.Corrupt = b
 	}
 	extra := int64(0)
 	if j.set.measure {
 		extra = 16 << 20 // LocalBandwidth's two buffers
 	}
 	return perf.NewPair(s, perf.PairConfig{Src: src, Dst: dst, Seed: seed, Scale: j.set.fp8, Stripe: j.set.opts.Stripe,
-		ExtraBuffers: extra, WorldRank: j.rank, Faults: faults, Log: j.log})
+		ExtraBuffers: extra, WorldRank: j.rank, Faults: inject, Log: j.log})
 }
 
 // runRoutes prepares and measures every route of the flags on pair p
@@ -87,3 +88,6 @@ func (j *job) checkEmulation(s *session.Session, sched *reshard.Schedule, member
 		rank, units.FormatBytes(bytes), round, sched.Route, time.Duration(sec*float64(time.Second)).Round(time.Millisecond),
 		j.set.timeoutFrom.name, j.set.timeoutFrom.value)}}
 }
+
+// stopHere is this rank's fault point where (faults.StopHere: test-only).
+func stopHere(where string) { faults.StopHere(jobRank, where) }
