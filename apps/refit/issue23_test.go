@@ -2,15 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/perf"
 )
 
@@ -179,33 +178,11 @@ func TestInterrupted(t *testing.T) {
 // timeout shorter than start-up is refused naming it, instead of the
 // launcher hint.
 func TestInitOnce(t *testing.T) {
-	o := launch(t, 3*time.Second+minInitBound+margin, nil, app{np: 2, prog: "sleep", args: []string{"60"}},
+	o := launch(t, 3*time.Second+launcher.MinInitBound+margin, nil, app{np: 2, prog: "sleep", args: []string{"60"}},
 		app{np: 6, args: runArgs("--timeout", "3s")})
-	oneMessage(t, o, 3*time.Second+minInitBound+margin, "MPI_Init did not finish in 3s")
+	oneMessage(t, o, 3*time.Second+launcher.MinInitBound+margin, "MPI_Init did not finish in 3s")
 	o = launch(t, time.Minute, nil, app{np: 4, args: runArgs("--timeout", "50ms")})
 	oneMessage(t, o, time.Minute, `--timeout "50ms": MPI start-up alone took`, "longer than the timeout")
-}
-
-// TestProcessStopped: the finalize bound names a stopped launcher (23.8:
-// SIGSTOP to mpirun held every rank in MPI_Finalize).
-func TestProcessStopped(t *testing.T) {
-	cmd := exec.Command("sleep", "30")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	pid := cmd.Process.Pid
-	if got := processStopped(pid, "the launcher"); got != "" {
-		t.Errorf("a running process is %q", got)
-	}
-	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	want := fmt.Sprintf("the launcher (sleep, pid %d) is stopped", pid)
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if processStopped(pid, "the launcher") == want {
-			return
-		}
-	}
-	t.Errorf("a stopped process is %q, want %q", processStopped(pid, "the launcher"), want)
 }
 
 // TestCheckBoundedByProgress is 23.9's check: a destination whose fill,

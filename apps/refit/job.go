@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/faults"
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
@@ -40,11 +41,11 @@ func startJob(f *runFlags) (*job, error) {
 	if timeout == 0 {
 		timeout = session.DefaultTimeout
 	}
-	onInterrupt()
-	if err := initMPI(timeout); err != nil {
+	launcher.OnInterrupt(func() int { return jobRank })
+	if err := launcher.Init(timeout, jobRank); err != nil {
 		return nil, err
 	}
-	if took := time.Since(processStart); took > timeout && flagErr == nil {
+	if took := time.Since(launcher.Started); took > timeout && flagErr == nil {
 		// every wait of the job is bounded by the timeout: a job whose
 		// start-up alone outlasts it cannot run.
 		flagErr = set.timeoutFrom.bad(fmt.Errorf("MPI start-up alone took %v here, longer than the timeout, which bounds every wait of the job: give a longer one", took.Round(time.Millisecond)))
@@ -96,34 +97,6 @@ func startJob(f *runFlags) (*job, error) {
 // sessionVars are the variables session.Join reads and checks itself.
 var sessionVars = []string{"M2N_GPU_DRIVER", "M2N_MEMCPY_MIN"}
 
-// processStart is when this process started, near enough (its Go
-// initialisation).
-var processStart = time.Now()
-
-// minInitBound is the least time MPI_Init is given: start-up takes a
-// launcher some hundreds of milliseconds, seconds on a loaded host,
-// whatever the timeout says; a start-up that takes longer than the
-// timeout is refused once MPI is up (startJob), naming the timeout.
-const minInitBound = 3 * time.Second
-
-// initMPI starts MPI, bounded by the timeout (at least minInitBound): a
-// rank whose peers are not MPI programs would wait in MPI_Init forever.
-// Past the bound (and its turn, initTurn) one rank of a host says so
-// (sayOnce) and every rank ends.
-func initMPI(timeout time.Duration) error {
-	bound := max(timeout, minInitBound)
-	guard := time.AfterFunc(bound+initTurn(jobRank), func() {
-		sayOnce("init", fmt.Sprintf("rank %d: MPI_Init did not finish in %v: every process of the job must be a refit job of the same command, "+
-			"started by one launcher; if they are, start-up takes longer than that here (a loaded host?): raise --timeout", jobRank, bound))
-		os.Exit(4)
-	})
-	_, err := mpi.Init(mpi.ThreadMultiple)
-	if !guard.Stop() {
-		select {} // the guard gave up first: it speaks and ends the process
-	}
-	return err
-}
-
 // refused is the error every rank returns when a rank's input was bad:
 // the agreed *reshard.ValidationError carrying that rank's usage error.
 type refused struct{ err error }
@@ -145,7 +118,7 @@ func (j *job) end(err *error) {
 		}
 	}()
 	if *err != nil {
-		jobFailing.Store(true)
+		launcher.Failing.Store(true)
 	}
 	if j == nil {
 		return
@@ -184,7 +157,7 @@ func endOnPanic() {
 }
 
 func internalError(p any) {
-	spoke()
+	launcher.Spoke()
 	fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
 	if os.Getenv("M2N_LOG_LEVEL") == "debug" {
 		os.Stderr.Write(debug.Stack())

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
@@ -19,19 +20,7 @@ import (
 
 // jobRank is this process's rank in an MPI job: from the launcher's
 // environment at start-up, then from MPI; -1 outside a launcher.
-var jobRank = launcherRank()
-
-// launcherRank reads the rank mpirun or srun gave this process, before MPI
-// is initialised.
-func launcherRank() int {
-	for _, k := range []string{"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"} {
-		var r int
-		if _, err := fmt.Sscan(os.Getenv(k), &r); err == nil {
-			return r
-		}
-	}
-	return -1
-}
+var jobRank = launcher.Rank()
 
 // jobError is a failure every rank of the job knows about (a failed check
 // is agreed on collectively): only rank 0 prints it.
@@ -102,17 +91,17 @@ var optionSources = map[string]string{
 func finish(err *error) {
 	var pe printedError
 	if *err != nil {
-		jobFailing.Store(true)
+		launcher.Failing.Store(true)
 	}
 	if *err != nil && !errors.As(*err, &pe) {
 		if !agreed(*err) || jobRank <= 0 {
-			spoke()
+			launcher.Spoke()
 			fmt.Fprintf(os.Stderr, "refit: %s\n", describe(*err))
 		}
 		*err = printedError{*err}
 	}
 	stopHere("finalize")
-	finalize(*err != nil)
+	launcher.Finalize(jobTimeout, jobRank, *err != nil)
 }
 
 func (e jobError) Error() string { return e.err.Error() }
@@ -176,6 +165,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 }
 
 func main() {
+	launcher.Program = "refit"
 	defer func() { // a panic outside a job's end (job.end recovers those)
 		if p := recover(); p != nil {
 			internalError(p)

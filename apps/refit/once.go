@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"time"
 
-	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -23,7 +21,7 @@ import (
 //     lowest speaks (session.FirstToAbort);
 //   - a failure before MPI is up (MPI_Init that never returns), or once
 //     MPI_Finalize hangs, or when the launcher interrupts the job, by the
-//     first rank of a host whose turn comes (initTurn, sayOnce): ranks
+//     first rank of a host whose turn comes (launcher.Turn, launcher.SayOnce): ranks
 //     cannot talk over MPI then.
 
 // abortGrace is how long a rank that gave up on its own waits for the
@@ -37,7 +35,7 @@ const abortGrace = 400 * time.Millisecond
 // first rank to abort (session.FirstToAbort) is another.
 func (j *job) quiet(err error) bool {
 	if err != nil {
-		jobFailing.Store(true)
+		launcher.Failing.Store(true)
 	}
 	var ab *refit.AbortError
 	if j == nil || !errors.As(err, &ab) {
@@ -86,15 +84,6 @@ func (j *job) noteFailure(s *session.Session, err error) {
 	}
 }
 
-// initTurn is how much longer than the timeout rank r waits for MPI_Init
-// before it gives up and says so: ranks cannot talk before MPI is up, so
-// they take turns (rank 0, then rank 1, then every other rank), and the
-// first to give up ends the job (the launcher stops the others, about a
-// second after one exits) before the next one's turn comes.
-func initTurn(r int) time.Duration {
-	return time.Duration(min(max(r, 0), 2)) * 1500 * time.Millisecond
-}
-
 // jobTimeout is the job's bound on every wait, once startJob has read it.
 var jobTimeout = session.DefaultTimeout
 
@@ -109,27 +98,4 @@ func (j *job) closingBarrier() error {
 		return printedError{err}
 	}
 	return err
-}
-
-// finalize finishes MPI, bounded: MPI_Finalize waits for every rank, so a
-// rank stopped after the closing barrier would hold the job forever. Past
-// the timeout (and this rank's turn, initTurn) the rank says so and exits;
-// in a job that failed already (failed), whose cause is printed, it exits
-// without a word.
-func finalize(failed bool) {
-	t := time.AfterFunc(jobTimeout+initTurn(jobRank), func() {
-		if failed {
-			os.Exit(1)
-		}
-		// one rank of a host speaks: a stopped launcher holds every
-		// rank here, and none of them can end the others.
-		cause := launcherStopped()
-		if cause == "" {
-			cause = "a peer is gone or stuck"
-		}
-		sayOnce("finalize", fmt.Sprintf("rank %d: MPI_Finalize did not finish in %v: %s; ending the job", jobRank, jobTimeout, cause))
-		os.Exit(4)
-	})
-	defer t.Stop()
-	_ = mpi.Finalize()
 }

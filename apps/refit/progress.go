@@ -5,16 +5,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/rs/zerolog"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
-
-// launched says whether a launcher (mpirun, srun) started this process:
-// it forwards the ranks' output through pipes (and, under OpenMPI, a
-// pseudo-terminal for stdout when its own is one), so a terminal seen
-// from a rank is not proof that a person watches it.
-var launched = launcherRank() >= 0
 
 // progressHelp is the rule, for --help.
 const progressHelp = `Progress: rank 0 draws a progress bar on stderr only where a person
@@ -47,7 +42,7 @@ func (j *job) newProgress(what string, total int64, unit string, asJSON bool) *p
 		return nil
 	}
 	p := &progress{log: j.log, what: what, unit: unit, total: total, start: time.Now()}
-	if !launched && term.IsTerminal(int(os.Stderr.Fd())) {
+	if !launcher.Launched && term.IsTerminal(int(os.Stderr.Fd())) {
 		opts := []progressbar.Option{progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(what),
 			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100 * time.Millisecond)}
 		if unit == "bytes" {

@@ -1,4 +1,14 @@
-package main
+// Package launcher is what a process of an SPMD job can know and do about
+// its launcher (mpirun, srun) where MPI cannot help: its rank before MPI
+// starts (Rank), MPI_Init and MPI_Finalize bounded so that no rank waits
+// forever (Init, Finalize), one message per host for events that ranks
+// cannot agree on over MPI (SayOnce), and a word when the launcher
+// interrupts the job (OnInterrupt).
+//
+//	launcher.OnInterrupt(func() int { return rank })
+//	if err := launcher.Init(timeout, launch.Rank()); err != nil { ... }
+//	defer launcher.Finalize(timeout, rank, failed)
+package launcher
 
 import (
 	"fmt"
@@ -20,9 +30,10 @@ import (
 // one rank alone can create. Markers of launchers that have ended are
 // removed by the next claim.
 
-// jobFailing is set once this rank knows its job failed (its error is
-// being reported, by it or by another rank).
-var jobFailing atomic.Bool
+// Failing is set once this rank knows its job failed (its error is
+// being reported, by it or by another rank): an interruption then is the
+// launcher ending the job, not the user.
+var Failing atomic.Bool
 
 // claimHost claims event what for this rank among the ranks of its host
 // and job, and reports whether this rank was first.
@@ -46,8 +57,8 @@ func claimHost(what string) bool {
 	return f.Close() == nil
 }
 
-// claimedHost reports whether a rank of this host and job claimed what.
-func claimedHost(what string) bool {
+// claimed reports whether a rank of this host and job claimed what.
+func claimed(what string) bool {
 	_, err := os.Stat(filepath.Join(os.TempDir(), fmt.Sprintf("m2n-refit-%d", os.Getuid()), hostKey()+"-"+what))
 	return err == nil
 }
@@ -57,7 +68,7 @@ func claimedHost(what string) bool {
 // a job of its own.
 func hostKey() string {
 	pid := os.Getppid()
-	if !launched {
+	if !Launched {
 		pid = os.Getpid()
 	}
 	return fmt.Sprintf("%d-%s", pid, startTime(pid))
@@ -80,36 +91,37 @@ func startTime(pid int) string {
 	return "0"
 }
 
-// sayOnce prints "refit: msg" on stderr unless another rank of this job on
+// SayOnce prints "program: msg" on stderr unless another rank of this job on
 // this host said something for the event what first; it reports whether
 // it printed. Job-ending messages are marked as spoken, so that a
 // launcher tearing the job down after them is not taken for an
 // interruption.
-func sayOnce(what, msg string) bool {
+func SayOnce(what, msg string) bool {
 	if !claimHost(what) {
 		return false
 	}
-	spoke()
-	fmt.Fprintf(os.Stderr, "refit: %s\n", msg)
+	Spoke()
+	fmt.Fprintf(os.Stderr, "%s: %s\n", Program, msg)
 	return true
 }
 
-// spoke marks that a rank of this host reported the end of the job.
-func spoke() { claimHost("spoke") }
+// Spoke marks that a rank of this host reported the end of the job (a
+// program calls it before it prints a job-ending message of its own).
+func Spoke() { claimHost("spoke") }
 
-// launcherStopped describes this process's parent when it is stopped
+// LauncherStopped describes this process's parent when it is stopped
 // (SIGSTOP, a debugger, ^Z of mpirun in a shell): the launcher that must
 // take part in MPI_Finalize cannot; "" when it runs or there is none.
-func launcherStopped() string {
-	if !launched {
+func LauncherStopped() string {
+	if !Launched {
 		return ""
 	}
-	return processStopped(os.Getppid(), "the launcher")
+	return ProcessStopped(os.Getppid(), "the launcher")
 }
 
-// processStopped describes process pid, as what, when it is stopped; ""
+// ProcessStopped describes process pid, as what, when it is stopped; ""
 // when it runs or cannot be read.
-func processStopped(pid int, what string) string {
+func ProcessStopped(pid int, what string) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return ""
@@ -131,10 +143,12 @@ func processStopped(pid int, what string) string {
 // and SIGTERM), and a terminal's ^C of a rank started alone.
 var interruptions = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
-// onInterrupt makes an interrupted job say so once (one rank per host),
-// then end: without it a ^C of mpirun ended every rank in a second with
-// no word.
-func onInterrupt() {
+// OnInterrupt makes an interrupted job say so once (one rank per host:
+// "interrupted (terminated, from the launcher mpirun); ending the job"),
+// then end with 128 + the signal: without it a ^C of mpirun ended every
+// rank in a second with no word. rank gives this process's rank for the
+// message.
+func OnInterrupt(rank func() int) {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, interruptions...)
 	go func() {
@@ -143,8 +157,8 @@ func onInterrupt() {
 		// that knows the job failed, whose host reported the failure, or
 		// whose peers are going, is quiet.
 		time.Sleep(300 * time.Millisecond)
-		if !jobFailing.Load() && !claimedHost("spoke") && (!launched || localRanksAlive()) {
-			sayOnce("interrupted", fmt.Sprintf("rank %d: interrupted (%v%s); ending the job", jobRank, sig, fromLauncher()))
+		if !Failing.Load() && !claimed("spoke") && (!Launched || localRanksAlive()) {
+			SayOnce("interrupted", fmt.Sprintf("rank %d: interrupted (%v%s); ending the job", rank(), sig, fromLauncher()))
 		}
 		code := 128
 		if s, ok := sig.(syscall.Signal); ok {
@@ -178,7 +192,7 @@ func localRanksAlive() bool {
 // fromLauncher says where an interruption came from: the launcher, when
 // one started this process.
 func fromLauncher() string {
-	if !launched {
+	if !Launched {
 		return ""
 	}
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(os.Getppid()) + "/comm"); err == nil {
