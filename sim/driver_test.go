@@ -57,6 +57,15 @@ func TestSimulatePaperLayer(t *testing.T) {
 	if a := rep.Routes[3]; a.Chosen != "hier" || a.Why == "" {
 		t.Errorf("auto chose %s: %s", a.Chosen, a.Why)
 	}
+	var text strings.Builder
+	if err := rep.WriteText(&text, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"cluster gb200-nvl72", "auto:hier", "8.96 ms", "auto: ", "link use:"} {
+		if !strings.Contains(text.String(), w) {
+			t.Errorf("the text lacks %q:\n%s", w, text.String())
+		}
+	}
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(rep); err != nil {
 		t.Fatal(err)

@@ -183,7 +183,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 			return st.Wrap(s, e)
 		}
 	}
-	all, err := gatherReports(j.s.Collective(), mine)
+	all, err := perf.GatherReports(j.s.Collective(), mine)
 	if err != nil {
 		return err
 	}

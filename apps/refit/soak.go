@@ -1,17 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/routespec"
-	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -111,51 +107,10 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	if count <= warm {
 		first = last
 	}
-	mine := []int64{first.RSS, last.RSS, first.Goroutines, last.Goroutines, first.Requests, last.Requests, first.Comms, last.Comms,
-		first.Heap, last.Heap}
-	all, err := perf.Gather(j.s, "report gathering", mine)
-	if err != nil {
+	rep, err := perf.GatherSoak(j.s, first, last)
+	if err != nil || j.rank != 0 {
 		return err
 	}
-	if j.rank != 0 {
-		return nil
-	}
-	el := time.Since(t0)
-	if f.asJSON {
-		type rankUse struct {
-			Rank                              int
-			RSS, RSSAfter, Heap, HeapAfter    int64
-			Goroutines, GoroutinesAfter       int64
-			Requests, RequestsAfter           int64
-			Communicators, CommunicatorsAfter int64
-		}
-		var rows []rankUse
-		for r := 0; r < j.world; r++ {
-			v := all[r*len(mine):]
-			rows = append(rows, rankUse{r, v[0], v[1], v[8], v[9], v[2], v[3], v[4], v[5], v[6], v[7]})
-		}
-		return json.NewEncoder(out).Encode(struct {
-			Count   int
-			Seconds float64
-			Ranks   []rankUse
-		}{count, el.Seconds(), rows})
-	}
-	fmt.Fprintf(out, "%d checked reshards (%d layout pairs x 3 arrangements, routes %s in turn) in %v, %.1f ms each\n",
-		count, len(cases)/3, strings.Join(routespec.Names, ", "), el.Round(time.Millisecond), float64(el.Milliseconds())/float64(count))
-	fmt.Fprintf(out, "per rank after reshard %d and after reshard %d:\n\n", warm, count)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rank\tRSS\tRSS after\tGo heap\theap after\tgoroutines\tafter\tpending requests\tafter\tcommunicators\tafter\t")
-	var maxGrowth, maxHeap int64
-	for r := 0; r < j.world; r++ {
-		v := all[r*len(mine):]
-		maxGrowth = max(maxGrowth, v[1]-v[0])
-		maxHeap = max(maxHeap, v[9]-v[8])
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r, units.FormatBytes(v[0]), units.FormatBytes(v[1]),
-			units.FormatBytes(v[8]), units.FormatBytes(v[9]), v[2], v[3], v[4], v[5], v[6], v[7])
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\nlargest growth: RSS %s, live Go heap %s\n", units.FormatBytes(maxGrowth), units.FormatBytes(maxHeap))
-	return nil
+	rep.Count, rep.Seconds, rep.Pairs, rep.Warm = count, time.Since(t0).Seconds(), len(cases)/3, warm
+	return printJSONOr(out, f.asJSON, rep, func() error { return rep.WriteText(out) })
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
@@ -185,7 +184,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		return err
 	}
 	if j.rank == 0 {
-		if err := printJSONOr(out, f.run.asJSON, rep, func() error { return writeSyncReport(out, rep) }); err != nil {
+		if err := printJSONOr(out, f.run.asJSON, rep, func() error { return rep.WriteText(out) }); err != nil {
 			return err
 		}
 	}
@@ -272,56 +271,4 @@ func (j *job) syncExtras(m *session.Model, b *session.ModelBuffers, in syncInput
 		rep.Baseline, err = perf.SyncBaseline(j.s, m, b, f.run.iters)
 	}
 	return err
-}
-
-func writeSyncReport(w io.Writer, r *perf.SyncReport) error {
-	fmt.Fprintf(w, "model %s: %d tensors, %d parameters, %s\n", r.Model, r.Tensors, r.Params, units.FormatBytes(r.Bytes))
-	fmt.Fprintf(w, "trainer %s -> generator %s, world %d\n", r.Trainer, r.Generator, r.World)
-	if r.FP8Tensors > 0 {
-		fmt.Fprintf(w, "generator in FP8: %d tensors (every 2-D and 3-D bf16 weight) as e4m3 with %s scales, the others as they are: %s as the generator holds it\n",
-			r.FP8Tensors, r.FP8, units.FormatBytes(r.DstBytes))
-	}
-	if r.EmulatedBW > 0 {
-		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
-			units.FormatRate(r.EmulatedBW), units.FormatRate(r.Fabric.NetBW), units.FormatRate(r.Fabric.LocalBW))
-	}
-	fmt.Fprintf(w, "\n%s per step (median of %d; min %s, max %s), %.2f GB/s of model; slowest rank %d; check %s; %d tensors completed\n",
-		units.FormatSeconds(r.MedianSec), r.Iters, units.FormatSeconds(r.MinSec), units.FormatSeconds(r.MaxSec), r.GBps, r.Slowest, r.Check, r.Completed)
-	if len(r.Failed) > 0 {
-		fmt.Fprintf(w, "failed: %v\n", r.Failed)
-	}
-	fmt.Fprintf(w, "bytes sent, all ranks: network %s, local %s, self copy %s\n", units.FormatBytes(r.Links[0]), units.FormatBytes(r.Links[1]), units.FormatBytes(r.Links[2]))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\nstage\troute\ttensors\tbytes\trounds\ttime\t")
-	for _, s := range r.Stages {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t\n", s.Stage, s.Route, s.Tensors, units.FormatBytes(s.Bytes), s.Rounds, units.FormatSeconds(s.MedianSec))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rank\trole\tshare\tstaging\tscratch\tstaging bound\tRSS start\tpeak RSS\tpeak - start\tshare+staging+scratch\tpeak after step 1\tGo heap step 1 -> end\tMPI requests\tgoroutines\t")
-	for _, x := range r.Ranks {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s -> %s\t%d -> %d\t%d -> %d\t\n", x.Rank, x.Role, units.FormatBytes(x.Share), units.FormatBytes(x.Staging),
-			units.FormatBytes(x.Scratch), units.FormatBytes(x.Bound), units.FormatBytes(x.Base), units.FormatBytes(x.Peak), units.FormatBytes(x.Peak-x.Base),
-			units.FormatBytes(x.Share+x.Staging+x.Scratch), units.FormatBytes(x.PeakAfterWarm), units.FormatBytes(x.Heap[0]), units.FormatBytes(x.Heap[1]),
-			x.Requests[0], x.Requests[1], x.Goroutines[0], x.Goroutines[1])
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	for _, b := range r.Bounds {
-		fmt.Fprintf(w, "bound %-8s %s (%s binds)\n", b.Route, units.FormatSeconds(b.Seconds), b.Binding)
-	}
-	if c := r.Compare; c != nil {
-		fmt.Fprintf(w, "\none call per tensor: %s per step; one batched call: %s (%.2fx faster); whole-model bound (%s) %s: batched is %.2fx the bound\n",
-			units.FormatSeconds(c.PerTensorSec), units.FormatSeconds(c.BatchedSec), c.Speedup, c.BoundRoute, units.FormatSeconds(c.BoundSec), c.OverBound)
-	}
-	if b := r.Baseline; b != nil {
-		fmt.Fprintf(w, "\nplain exchange of the same bytes: %s per step; sync %s; overhead %s per step\n",
-			units.FormatSeconds(b.PlainSec), units.FormatSeconds(b.StepSec), units.FormatSeconds(b.OverheadSec))
-	}
-	return nil
 }
