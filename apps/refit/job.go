@@ -48,7 +48,7 @@ func startJob(f *runFlags) (*job, error) {
 	if took := time.Since(launcher.Started); took > timeout && flagErr == nil {
 		// every wait of the job is bounded by the timeout: a job whose
 		// start-up alone outlasts it cannot run.
-		flagErr = set.timeoutFrom.bad(fmt.Errorf("MPI start-up alone took %v here, longer than the timeout, which bounds every wait of the job: give a longer one", took.Round(time.Millisecond)))
+		flagErr = bad(set.Timeout, fmt.Errorf("MPI start-up alone took %v here, longer than the timeout, which bounds every wait of the job: give a longer one", took.Round(time.Millisecond)))
 	}
 	world := mpi.World()
 	j := &job{flags: f, rank: world.Rank(), world: world.Size(), set: set}

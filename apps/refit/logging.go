@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/envopts"
 	"github.com/rs/zerolog"
 	"golang.org/x/term"
 )
@@ -15,13 +16,16 @@ import (
 // and srun collect). The level comes from the flag, else M2N_LOG_LEVEL,
 // else info.
 func newLogger(level string, rank int) (zerolog.Logger, error) {
-	src := flagOrEnv("log-level", level, "M2N_LOG_LEVEL")
-	if src.value == "" {
-		src.value = "info"
+	src := envopts.Source{Value: level, Name: "--log-level"}
+	if level == "" {
+		src = envopts.Env("log-level")
 	}
-	lvl, err := zerolog.ParseLevel(strings.ToLower(src.value))
+	if src.Value == "" {
+		src.Value = "info"
+	}
+	lvl, err := zerolog.ParseLevel(strings.ToLower(src.Value))
 	if err != nil || lvl == zerolog.NoLevel {
-		return zerolog.Nop(), src.bad(fmt.Errorf("want trace, debug, info, warn, error or disabled"))
+		return zerolog.Nop(), bad(src, fmt.Errorf("want trace, debug, info, warn, error or disabled"))
 	}
 	var log zerolog.Logger
 	if term.IsTerminal(int(os.Stderr.Fd())) {

@@ -27,7 +27,7 @@ func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64
 		inject.Corrupt = b
 	}
 	extra := int64(0)
-	if j.set.measure {
+	if j.set.MeasureLocal {
 		extra = 16 << 20 // LocalBandwidth's two buffers
 	}
 	return perf.NewPair(s, perf.PairConfig{Src: src, Dst: dst, Seed: seed, Scale: j.set.fp8, Stripe: j.set.opts.Stripe,
@@ -48,8 +48,8 @@ func (j *job) runRoutes(p *perf.Pair, f *runFlags, members []int) (*perf.RunRepo
 			b.finish()
 		}
 	}()
-	rep, err := p.RunRoutes(perf.RoutesConfig{Routes: names, Route: j.set.routeOpts(j.set.fabric), MeasureLocal: j.set.measure,
-		FabricGiven: j.set.fabricGiven, BeforePrepare: func() { stopHere("prepare") },
+	rep, err := p.RunRoutes(perf.RoutesConfig{Routes: names, Route: j.set.routeOpts(j.set.Fabric), MeasureLocal: j.set.MeasureLocal,
+		FabricGiven: j.set.FabricGiven, BeforePrepare: func() { stopHere("prepare") },
 		Prepared: func(c *refit.Call) error { return j.checkEmulation(s, c.Schedule(), members) },
 		Measure: perf.MeasureConfig{Warmup: f.warmup, Iters: f.iters, Check: f.check, Atomic: f.atomic, AtReport: func() { stopHere("report") },
 			Progress: func(route string, done, total int64) {
@@ -84,9 +84,9 @@ func (j *job) checkEmulation(s *session.Session, sched *reshard.Schedule, member
 		rank = members[rank]
 	}
 	return jobError{usageError{fmt.Errorf("%s %q: rank %d moves %s over the network in round %d of the %s schedule, %v at that rate, "+
-		"and %s %q bounds every round: raise the timeout or the rate, or lower --chunk-bytes", j.set.emulateFrom.name, j.set.emulateFrom.value,
+		"and %s %q bounds every round: raise the timeout or the rate, or lower --chunk-bytes", j.set.Emulate.Name, j.set.Emulate.Value,
 		rank, units.FormatBytes(bytes), round, sched.Route, time.Duration(sec*float64(time.Second)).Round(time.Millisecond),
-		j.set.timeoutFrom.name, j.set.timeoutFrom.value)}}
+		j.set.Timeout.Name, j.set.Timeout.Value)}}
 }
 
 // stopHere is this rank's fault point where (faults.StopHere: test-only).

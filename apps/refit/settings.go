@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 
+	"github.com/m2n-dev/m2n/envopts"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/placement"
@@ -96,50 +95,31 @@ func (f *runFlags) routes() ([]string, error) {
 // routeOpts are what the flags say of routes beyond their names, on
 // fabric.
 func (s settings) routeOpts(fabric hier.Fabric) routespec.Options {
-	return routespec.Options{Balance: s.balance, Fabric: fabric}
+	return routespec.Options{Balance: s.Balance, Fabric: fabric}
 }
 
 // settings are what the flags and the environment resolve to.
 type settings struct {
-	opts        session.Options
-	balance     hier.Balance
-	fp8         fp8.Mode // --dst-dtype e4m3: the scaling mode; 0 without conversion
-	fabric      hier.Fabric
-	fabricGiven bool   // --net-bw or --local-bw was given
-	measure     bool   // measure the local bandwidth for the fabric
-	timeoutFrom source // where the timeout came from, for errors
-	emulateFrom source // where the emulated rate came from
+	envopts.Settings
+	opts session.Options // Settings.Options with the flags' own
+	fp8  fp8.Mode        // --dst-dtype e4m3: the scaling mode; 0 without conversion
 }
 
-// source is a setting's text and where it came from, for errors.
-type source struct{ value, name string }
-
-// flagOrEnv returns the flag's value, else the environment variable's,
-// with the name to blame in errors.
-func flagOrEnv(flag, value, env string) source {
-	if value != "" {
-		return source{value, "--" + flag}
+// lookup finds a setting (package envopts): the flag's value, else the
+// environment variable's, with the name to blame in errors.
+func (f *runFlags) lookup(key string) envopts.Source {
+	flags := map[string]*string{"timeout": &f.timeout, "chunk-bytes": &f.chunk, "staging-bytes": &f.staging, "coalesce-bytes": &f.coalesce,
+		"balance": &f.balance, "src-domain-size": &f.srcDomain, "dst-domain-size": &f.dstDomain, "emulate-net-bw": &f.emulate,
+		"net-bw": &f.netBW, "local-bw": &f.localBW, "latency": &f.latency}
+	if v, ok := flags[key]; ok && *v != "" {
+		return envopts.Source{Value: *v, Name: "--" + key}
 	}
-	return source{getenv(env), env}
+	return envopts.Env(key)
 }
 
 // bad reports a setting whose value cannot be used, naming where it came
 // from: a flag or an environment variable.
-func (s source) bad(err error) error {
-	return usageError{fmt.Errorf("%s %q: %w", s.name, s.value, err)}
-}
-
-// parseCount reads a whole number of at least min, with nothing after it.
-func parseCount(s string, min int) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("want a whole number")
-	}
-	if n < min {
-		return 0, fmt.Errorf("want at least %d", min)
-	}
-	return n, nil
-}
+func bad(s envopts.Source, err error) error { return usageError{s.Bad(err)} }
 
 // maxIterations bounds --iters plus --warmup: at a microsecond a step,
 // 2^40 steps take twelve days; more is a typo (and 2^63 overflows).
@@ -158,118 +138,19 @@ func checkCounts(iters, warmup int) error {
 	return nil
 }
 
-// maxTimeout bounds --timeout: a wait longer than a day is a typo.
-const maxTimeout = 24 * time.Hour
-
-// settings resolves the flags and the environment; every error names the
-// flag or the variable and its value.
+// settings resolves the flags and the environment (envopts.Resolve, and
+// the flags only run jobs take); every error names the flag or the
+// variable and its value.
 func (f *runFlags) settings() (settings, error) {
 	var s settings
 	var err error
+	s.Settings, err = envopts.Resolve(f.lookup)
+	s.opts = s.Settings.Options // as far as it resolved: a refusing rank joins with them
+	if err != nil {
+		return s, usageError{err}
+	}
 	if s.opts.Device, err = session.ParseDevice(f.device); err != nil {
 		return s, flagError("device", f.device, fmt.Errorf("want cpu or cuda"))
-	}
-	s.timeoutFrom = source{session.DefaultTimeout.String(), "the default --timeout"}
-	if src := flagOrEnv("timeout", f.timeout, "M2N_TIMEOUT"); src.value != "" {
-		s.timeoutFrom = src
-		d, err := time.ParseDuration(src.value)
-		switch {
-		case err != nil:
-			return s, src.bad(fmt.Errorf("want a duration from 1ms to %v, like 30s or 5m", maxTimeout))
-		case d < time.Millisecond:
-			return s, src.bad(fmt.Errorf("want at least 1ms: every wait of the job is bounded by it"))
-		case d > maxTimeout:
-			return s, src.bad(fmt.Errorf("want at most %v", maxTimeout))
-		}
-		s.opts.Timeout = d
-	}
-	for _, x := range []struct {
-		flag, value, env string
-		dst              *int64
-	}{{"chunk-bytes", f.chunk, "M2N_CHUNK_BYTES", &s.opts.ChunkBytes}, {"staging-bytes", f.staging, "M2N_STAGING_BYTES", &s.opts.StagingBytes},
-		{"coalesce-bytes", f.coalesce, "M2N_COALESCE_BYTES", &s.opts.CoalesceBytes}} {
-		src := flagOrEnv(x.flag, x.value, x.env)
-		if src.value == "" {
-			continue
-		}
-		n, err := units.ParseBytes(src.value)
-		if err != nil {
-			return s, src.bad(err)
-		}
-		if n == 0 && x.flag == "coalesce-bytes" {
-			n = -1 // off
-		} else if n == 0 {
-			return s, src.bad(fmt.Errorf("want a positive size"))
-		}
-		*x.dst = n
-	}
-	src := flagOrEnv("balance", f.balance, "M2N_BALANCE")
-	if s.balance, err = hier.ParseBalance(src.value); err != nil {
-		return s, src.bad(err)
-	}
-	for _, x := range []struct {
-		flag, value, env string
-		dst              *int
-	}{{"src-domain-size", f.srcDomain, "M2N_SRC_DOMAIN_SIZE", &s.opts.Domains.Src}, {"dst-domain-size", f.dstDomain, "M2N_DST_DOMAIN_SIZE", &s.opts.Domains.Dst}} {
-		src := flagOrEnv(x.flag, x.value, x.env)
-		if src.value == "" {
-			continue
-		}
-		if *x.dst, err = parseCount(src.value, 1); err != nil {
-			return s, src.bad(fmt.Errorf("%w ranks per domain", err))
-		}
-	}
-	if src := flagOrEnv("emulate-net-bw", f.emulate, "M2N_EMULATE_NET_BW"); src.value != "" {
-		s.emulateFrom = src
-		if s.opts.EmulateNetBW, err = units.ParseRate(src.value); err != nil {
-			return s, src.bad(err)
-		}
-		if s.opts.EmulateNetBW < 1e3 {
-			return s, src.bad(fmt.Errorf("want at least 1kB/s"))
-		}
-	}
-	if v := getenv("M2N_PACK_BATCH"); v != "" {
-		// read by the GPU pack kernels (cuda), which ignore a value
-		// they cannot use: refused here, on every device.
-		if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 8 {
-			return s, usageError{fmt.Errorf("M2N_PACK_BATCH %q: want a whole number from 1 to 8 (regions each pack kernel launch takes)", v)}
-		}
-	}
-	if v := getenv("M2N_MEMCPY_MIN"); v != "" {
-		// Join reads it too, and would name the rank twice.
-		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
-			return s, usageError{fmt.Errorf("M2N_MEMCPY_MIN %q: want a whole number of bytes (the GPU replay's smallest copy done as a memcpy)", v)}
-		}
-	}
-	switch v := getenv("M2N_MPI_INPLACE"); v {
-	case "", "1":
-	case "0":
-		s.opts.NoInPlace = true
-	default:
-		return s, usageError{fmt.Errorf("M2N_MPI_INPLACE %q: want 0 (stage strided regions) or 1 (move them in place, the default)", v)}
-	}
-	lat, err := time.ParseDuration(f.latency)
-	if err != nil || lat < 0 {
-		return s, flagError("latency", f.latency, fmt.Errorf("want a duration of at least 0, like 20us"))
-	}
-	s.fabric = routespec.DefaultFabric()
-	s.fabric.Latency = lat.Seconds()
-	if s.opts.EmulateNetBW > 0 {
-		s.fabric.NetBW = s.opts.EmulateNetBW
-		s.measure = true
-	}
-	if src := flagOrEnv("net-bw", f.netBW, "M2N_NET_BW"); src.value != "" {
-		s.fabricGiven = true
-		if s.fabric.NetBW, err = units.ParseRate(src.value); err != nil {
-			return s, src.bad(err)
-		}
-	}
-	if src := flagOrEnv("local-bw", f.localBW, "M2N_LOCAL_BW"); src.value != "" {
-		s.fabricGiven = true
-		if s.fabric.LocalBW, err = units.ParseRate(src.value); err != nil {
-			return s, src.bad(err)
-		}
-		s.measure = false
 	}
 	if err := checkCounts(f.iters, f.warmup); err != nil {
 		return s, err
@@ -374,8 +255,8 @@ func agreedFields(cmd *cobra.Command) []refit.Field {
 // settingsStaging is the staging bytes the flags or the environment give,
 // or the CPU default, for defaults that follow it (sync's bucket size).
 func (f *runFlags) settingsStaging() int64 {
-	if src := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES"); src.value != "" {
-		if n, err := units.ParseBytes(src.value); err == nil {
+	if src := f.lookup("staging-bytes"); src.Value != "" {
+		if n, err := units.ParseBytes(src.Value); err == nil {
 			return n
 		}
 	}

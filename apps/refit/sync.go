@@ -199,15 +199,15 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 // prepares the model once, refusing schedules the emulated network cannot
 // carry within the timeout. It returns the model and the fabric.
 func (j *job) prepareModel(in syncInput) (*session.Model, hier.Fabric, error) {
-	l, fabric := in.layouts, j.set.fabric
+	l, fabric := in.layouts, j.set.Fabric
 	fp := j.s.ModelFootprint(l, in.route == "agbcast")
-	if j.set.measure {
+	if j.set.MeasureLocal {
 		fp.Buffers += 16 << 20 // LocalBandwidth's two buffers
 	}
 	if err := j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
 		return nil, fabric, err
 	}
-	if j.set.measure {
+	if j.set.MeasureLocal {
 		var err error
 		if fabric.LocalBW, err = perf.GeneratorLocalBandwidth(j.s, l); err != nil {
 			return nil, fabric, err
