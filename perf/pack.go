@@ -76,43 +76,12 @@ func PackUnpack(ctx *cuda.Context, opt PackOptions) (res []PackResult, err error
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, s.Destroy()) }()
-	start, err := ctx.NewEvent(true)
+	t, err := newEventTimer(ctx, s, opt.Warmup, opt.Iters)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, start.Destroy()) }()
-	end, err := ctx.NewEvent(true)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, end.Destroy()) }()
-
-	timeOp := func(op func() error) (time.Duration, error) {
-		var ts []time.Duration
-		for i := range opt.Warmup + opt.Iters {
-			if err := start.Record(s); err != nil {
-				return 0, err
-			}
-			if err := op(); err != nil {
-				return 0, err
-			}
-			if err := end.Record(s); err != nil {
-				return 0, err
-			}
-			if err := end.Synchronize(); err != nil {
-				return 0, err
-			}
-			d, err := cuda.ElapsedTime(start, end)
-			if err != nil {
-				return 0, err
-			}
-			if i >= opt.Warmup {
-				ts = append(ts, d)
-			}
-		}
-		slices.Sort(ts)
-		return ts[len(ts)/2], nil
-	}
+	defer func() { err = errors.Join(err, t.close()) }()
+	timeOp := t.time
 
 	for _, row := range opt.RowBytes {
 		if row <= 0 || total%row != 0 {
@@ -161,4 +130,54 @@ func FormatPack(res []PackResult) string {
 			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsCopy)
 	}
 	return b.String()
+}
+
+// eventTimer times operations on a stream with a pair of events: warmup
+// times untimed, then iters times, the median returned.
+type eventTimer struct {
+	s             *cuda.Stream
+	start, end    *cuda.Event
+	warmup, iters int
+}
+
+func newEventTimer(ctx *cuda.Context, s *cuda.Stream, warmup, iters int) (*eventTimer, error) {
+	t := &eventTimer{s: s, warmup: warmup, iters: iters}
+	var err error
+	if t.start, err = ctx.NewEvent(true); err != nil {
+		return nil, err
+	}
+	if t.end, err = ctx.NewEvent(true); err != nil {
+		return nil, errors.Join(err, t.start.Destroy())
+	}
+	return t, nil
+}
+
+func (t *eventTimer) close() error { return errors.Join(t.start.Destroy(), t.end.Destroy()) }
+
+// time returns op's median time.
+func (t *eventTimer) time(op func() error) (time.Duration, error) {
+	var ts []time.Duration
+	for i := range t.warmup + t.iters {
+		if err := t.start.Record(t.s); err != nil {
+			return 0, err
+		}
+		if err := op(); err != nil {
+			return 0, err
+		}
+		if err := t.end.Record(t.s); err != nil {
+			return 0, err
+		}
+		if err := t.end.Synchronize(); err != nil {
+			return 0, err
+		}
+		d, err := cuda.ElapsedTime(t.start, t.end)
+		if err != nil {
+			return 0, err
+		}
+		if i >= t.warmup {
+			ts = append(ts, d)
+		}
+	}
+	slices.Sort(ts)
+	return ts[len(ts)/2], nil
 }

@@ -1,12 +1,12 @@
 package perf
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 
@@ -57,185 +57,179 @@ func Quantize(ctx *cuda.Context, opt QuantOptions) (res []QuantResult, err error
 	if len(opt.RowBytes) == 0 {
 		opt.RowBytes = []int{256, 4 << 10, 64 << 10}
 	}
-	if opt.TotalBytes == 0 {
-		opt.TotalBytes = 1 << 30
-	}
-	if opt.Mode == 0 {
-		opt.Mode = fp8.Block
-	}
-	if opt.Iters == 0 {
-		opt.Iters = 20
-	}
-	if opt.Warmup == 0 {
-		opt.Warmup = 3
-	}
-	total := opt.TotalBytes
+	opt.TotalBytes = cmp.Or(opt.TotalBytes, 1<<30)
+	opt.Mode = cmp.Or(opt.Mode, fp8.Block)
+	opt.Iters, opt.Warmup = cmp.Or(opt.Iters, 20), cmp.Or(opt.Warmup, 3)
 	mem, err := cuda.NewMemory(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, mem.Close()) }()
-	var bufs []cuda.Buffer
-	defer func() {
-		for _, b := range bufs {
-			mem.Free(b)
-		}
-	}()
-	get := func(sizes ...int) ([]cuda.Buffer, error) {
-		var out []cuda.Buffer
-		for _, n := range sizes {
-			b, err := mem.Alloc(int64(n))
-			if err != nil {
-				return nil, err
-			}
-			bufs = append(bufs, b.(cuda.Buffer))
-			out = append(out, b.(cuda.Buffer))
-		}
-		return out, nil
+	q := &quantBench{ctx: ctx, mem: mem, opt: opt}
+	defer q.free()
+	if err := q.buffers(); err != nil {
+		return nil, err
 	}
-	big, err := get(2*total, total, total, total/2)
+	t, err := newEventTimer(ctx, mem.Stream, opt.Warmup, opt.Iters)
 	if err != nil {
 		return nil, err
 	}
-	srcBuf, packed, other, e4m3 := big[0], big[1], big[2], big[3]
-	// Random normal bf16 values, 1 MiB of them repeated.
+	defer func() { err = errors.Join(err, t.close()) }()
+	for _, row := range opt.RowBytes {
+		r, err := q.row(t, row)
+		if err != nil {
+			return res, err
+		}
+		res = append(res, r...)
+	}
+	return res, nil
+}
+
+// quantBench is Quantize's buffers.
+type quantBench struct {
+	ctx                         *cuda.Context
+	mem                         *cuda.Memory
+	opt                         QuantOptions
+	bufs                        []cuda.Buffer
+	srcBuf, packed, other, e4m3 cuda.Buffer
+}
+
+func (q *quantBench) get(sizes ...int) ([]cuda.Buffer, error) {
+	var out []cuda.Buffer
+	for _, n := range sizes {
+		b, err := q.mem.Alloc(int64(n))
+		if err != nil {
+			return nil, err
+		}
+		q.bufs = append(q.bufs, b.(cuda.Buffer))
+		out = append(out, b.(cuda.Buffer))
+	}
+	return out, nil
+}
+
+func (q *quantBench) free() {
+	for _, b := range q.bufs {
+		q.mem.Free(b)
+	}
+}
+
+// buffers allocates the strided source, the packed buffer, a copy target
+// and the E4M3 output, the first three filled with random normal bf16
+// values (1 MiB of them, repeated).
+func (q *quantBench) buffers() error {
+	total := q.opt.TotalBytes
+	big, err := q.get(2*total, total, total, total/2)
+	if err != nil {
+		return err
+	}
+	q.srcBuf, q.packed, q.other, q.e4m3 = big[0], big[1], big[2], big[3]
 	pattern := make([]byte, 1<<20)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < len(pattern); i += 2 {
 		binary.LittleEndian.PutUint16(pattern[i:], uint16(math.Float32bits(float32(r.NormFloat64()*0.02))>>16))
 	}
-	for _, b := range []cuda.Buffer{srcBuf, packed, other} {
+	for _, b := range []cuda.Buffer{q.srcBuf, q.packed, q.other} {
 		for off := int64(0); off < b.N; off += int64(len(pattern)) {
 			n := min(int64(len(pattern)), b.N-off)
-			if err := ctx.CopyHtoD(b.Ptr+cuda.DevicePtr(off), pattern[:n]); err != nil {
-				return nil, err
+			if err := q.ctx.CopyHtoD(b.Ptr+cuda.DevicePtr(off), pattern[:n]); err != nil {
+				return err
 			}
 		}
 	}
-	s := mem.Stream
-	start, err := ctx.NewEvent(true)
+	return nil
+}
+
+// scales writes win's scales as a reshard computes them: amaxes on the
+// device, scales on the host.
+func (q *quantBench) scales(g fp8.Grid, w cuda.FP8Window, reg cuda.FP8Region) error {
+	win := w.Values
+	if err := q.mem.Stream.Memset(win.Ptr, 0, int(win.N)); err != nil {
+		return err
+	}
+	if err := q.mem.BlockAmax(g, w, reg); err != nil {
+		return err
+	}
+	host := fp8.Window{Blocks: w.Blocks, Values: make([]float32, w.Blocks.Elems())}
+	raw := make([]byte, win.N)
+	if err := q.mem.Download(raw, win); err != nil {
+		return err
+	}
+	for i := range host.Values {
+		host.Values[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	if err := host.ToScales(); err != nil {
+		return err
+	}
+	for i, v := range host.Values {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+	}
+	return q.mem.Upload(win, raw)
+}
+
+// row times every op at one row width.
+func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
+	total, mode, s, mem := q.opt.TotalBytes, q.opt.Mode, q.mem.Stream, q.mem
+	if row <= 0 || row%2 != 0 || total%row != 0 {
+		return nil, fmt.Errorf("perf: Quantize: row %d B does not divide %d into bf16 rows", row, total)
+	}
+	rows, cols := int64(total/row), int64(row/2)
+	g, err := fp8.NewGrid([]int64{rows, 2 * cols}, mode)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, start.Destroy()) }()
-	end, err := ctx.NewEvent(true)
+	box := placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}
+	blocks, _ := g.Blocks(box)
+	gc, err := fp8.NewGrid([]int64{rows, cols}, mode)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, end.Destroy()) }()
-	timeOp := func(op func() error) (time.Duration, error) {
-		var ts []time.Duration
-		for i := range opt.Warmup + opt.Iters {
-			if err := start.Record(s); err != nil {
-				return 0, err
-			}
-			if err := op(); err != nil {
-				return 0, err
-			}
-			if err := end.Record(s); err != nil {
-				return 0, err
-			}
-			if err := end.Synchronize(); err != nil {
-				return 0, err
-			}
-			d, err := cuda.ElapsedTime(start, end)
-			if err != nil {
-				return 0, err
-			}
-			if i >= opt.Warmup {
-				ts = append(ts, d)
-			}
-		}
-		slices.Sort(ts)
-		return ts[len(ts)/2], nil
+	cblocks := gc.All()
+	wins, err := q.get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()))
+	if err != nil {
+		return nil, err
 	}
-
-	for _, row := range opt.RowBytes {
-		if row <= 0 || row%2 != 0 || total%row != 0 {
-			return res, fmt.Errorf("perf: Quantize: row %d B does not divide %d into bf16 rows", row, total)
-		}
-		rows, cols := int64(total/row), int64(row/2)
-		shape := []int64{rows, 2 * cols}
-		g, err := fp8.NewGrid(shape, opt.Mode)
-		if err != nil {
-			return res, err
-		}
-		box := placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}
-		blocks, _ := g.Blocks(box)
-		gc, err := fp8.NewGrid([]int64{rows, cols}, opt.Mode)
-		if err != nil {
-			return res, err
-		}
-		cblocks := gc.All()
-		wins, err := get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()))
-		if err != nil {
-			return res, err
-		}
-		win, awin, cwin := wins[0], wins[1], wins[2]
-		w := cuda.FP8Window{Blocks: blocks, Values: win}
-		desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
-		reg := cuda.FP8Region{DType: placement.BF16, Src: srcBuf, At: desc, Box: box}
-		// The scales, as a reshard would compute them: amaxes on the
-		// device, scales on the host.
-		if err := s.Memset(win.Ptr, 0, int(win.N)); err != nil {
-			return res, err
-		}
-		if err := mem.BlockAmax(g, w, reg); err != nil {
-			return res, err
-		}
-		host := fp8.Window{Blocks: blocks, Values: make([]float32, blocks.Elems())}
-		raw := make([]byte, win.N)
-		if err := mem.Download(raw, win); err != nil {
-			return res, err
-		}
-		for i := range host.Values {
-			host.Values[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-		}
-		if err := host.ToScales(); err != nil {
-			return res, err
-		}
-		for i, v := range host.Values {
-			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
-		}
-		if err := mem.Upload(win, raw); err != nil {
-			return res, err
-		}
-		// The received bf16, contiguous: [rows, cols] of its own grid.
-		if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
-			return res, err
-		}
-		creg := cuda.FP8Region{DType: placement.BF16, Src: packed, At: strided.Desc{Run: int64(total)}, Box: placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}}
-		cw := cuda.FP8Window{Blocks: cblocks, Values: cwin}
-
-		ops := []struct {
-			name string
-			run  func() error
-		}{
-			{"copy", func() error { return s.CopyDtoD(other.Ptr, packed.Ptr, total) }},
-			{"pack", func() error { return mem.Pack(packed, 0, srcBuf, desc) }},
-			{"amax", func() error {
-				if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
-					return err
-				}
-				return mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: awin}, reg)
-			}},
-			{"quant-pack", func() error { return mem.PackQuantize(g, e4m3, 0, reg, w) }},
-			{"convert", func() error { return mem.PackQuantize(gc, e4m3, 0, creg, cw) }},
-		}
-		times := map[string]time.Duration{}
-		for _, op := range ops {
-			d, err := timeOp(op.run)
-			if err != nil {
-				return res, fmt.Errorf("perf: Quantize: %s, rows of %d B: %w", op.name, row, err)
+	win, awin, cwin := wins[0], wins[1], wins[2]
+	w := cuda.FP8Window{Blocks: blocks, Values: win}
+	desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
+	reg := cuda.FP8Region{DType: placement.BF16, Src: q.srcBuf, At: desc, Box: box}
+	if err := q.scales(g, w, reg); err != nil {
+		return nil, err
+	}
+	// The received bf16, contiguous: [rows, cols] of its own grid.
+	if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
+		return nil, err
+	}
+	creg := cuda.FP8Region{DType: placement.BF16, Src: q.packed, At: strided.Desc{Run: int64(total)}, Box: box}
+	cw := cuda.FP8Window{Blocks: cblocks, Values: cwin}
+	ops := []struct {
+		name string
+		run  func() error
+	}{
+		{"copy", func() error { return s.CopyDtoD(q.other.Ptr, q.packed.Ptr, total) }},
+		{"pack", func() error { return mem.Pack(q.packed, 0, q.srcBuf, desc) }},
+		{"amax", func() error {
+			if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
+				return err
 			}
-			times[op.name] = d
+			return mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: awin}, reg)
+		}},
+		{"quant-pack", func() error { return mem.PackQuantize(g, q.e4m3, 0, reg, w) }},
+		{"convert", func() error { return mem.PackQuantize(gc, q.e4m3, 0, creg, cw) }},
+	}
+	times := map[string]time.Duration{}
+	for _, op := range ops {
+		d, err := t.time(op.run)
+		if err != nil {
+			return nil, fmt.Errorf("perf: Quantize: %s, rows of %d B: %w", op.name, row, err)
 		}
-		times["pack+convert"] = times["pack"] + times["convert"]
-		for _, name := range []string{"copy", "pack", "amax", "quant-pack", "convert", "pack+convert"} {
-			d := times[name]
-			res = append(res, QuantResult{RowBytes: row, Op: name, Bytes: int64(total), Median: d,
-				GBps: float64(total) / d.Seconds() / 1e9, VsPack: times["pack"].Seconds() / d.Seconds()})
-		}
+		times[op.name] = d
+	}
+	times["pack+convert"] = times["pack"] + times["convert"]
+	var res []QuantResult
+	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "convert", "pack+convert"} {
+		d := times[name]
+		res = append(res, QuantResult{RowBytes: row, Op: name, Bytes: int64(total), Median: d,
+			GBps: float64(total) / d.Seconds() / 1e9, VsPack: times["pack"].Seconds() / d.Seconds()})
 	}
 	return res, nil
 }
