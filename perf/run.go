@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/m2n-dev/m2n/fp8"
@@ -378,4 +379,48 @@ func TimeAll(s *session.Session, fn func() error) (float64, error) {
 	}
 	sec, _, err := MaxOver(s, time.Since(t0).Seconds())
 	return sec, err
+}
+
+// RunStages runs run for every pipeline stage of st this rank is in, on
+// the stage's session, all at once, and gathers every stage's report
+// (from the stage's rank 0, marked with the stage and its world ranks) on
+// every rank of world, ordered by stage. A stage's error is returned
+// wrapped by st.Wrap (naming the stage, its ranks mapped to world ranks),
+// after failed (when set) heard of it.
+func RunStages(world *session.Session, st *session.Stages, run func(s int, ss *session.Session) (*RunReport, error), failed func(*session.Session, error)) ([]*RunReport, error) {
+	var mu sync.Mutex
+	var mine []*RunReport
+	errs := make([]error, len(st.Sessions))
+	var wg sync.WaitGroup
+	for s, ss := range st.Sessions {
+		if ss == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer recovered()
+			rep, err := run(s, ss)
+			if errs[s] = err; err != nil {
+				return
+			}
+			stageNo := s
+			rep.Stage, rep.Members = &stageNo, st.Layout.Members(s)
+			if ss.Rank() == 0 {
+				mu.Lock()
+				mine = append(mine, rep)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for s, e := range errs {
+		if e != nil {
+			if failed != nil {
+				failed(st.Sessions[s], e)
+			}
+			return nil, st.Wrap(s, e)
+		}
+	}
+	return GatherReports(world.Collective(), mine)
 }

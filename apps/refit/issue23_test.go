@@ -29,11 +29,25 @@ func TestSyncChecksEveryStep(t *testing.T) {
 	for _, extra := range [][]string{nil, {"--dst-dtype", "e4m3"}} {
 		t.Run(strings.Join(append([]string{"bf16"}, extra...), " "), func(t *testing.T) {
 			o := launch(t, 2*time.Minute, []string{"M2N_FAULT_WIRE=5"}, app{np: 8, args: append(append([]string(nil), syncDSV3...), extra...)})
-			oneMessage(t, o, 2*time.Minute, "check failed: ", "in warm-up step 0")
+			// world rank 5 is rank 3 of stage 0's communicator: 23.8's
+			// check failures name world ranks.
+			oneMessage(t, o, 2*time.Minute, "check failed: ", "rank 5: element", "in warm-up step 0")
 			if strings.Contains(o.stdout, "check passed") {
 				t.Errorf("check passed with a byte flipped on the wire:\n%s", o.stdout)
 			}
 		})
+	}
+}
+
+// TestStageChecksNameWorldRanks is 23.8's check failures in --pp-stages
+// runs: the generator, world rank 4, is rank 2 of each stage's
+// communicator, and the failure names rank 4.
+func TestStageChecksNameWorldRanks(t *testing.T) {
+	o := launch(t, time.Minute, []string{"M2N_FAULT_CORRUPT=4:3"}, app{np: 5, args: []string{"run", "--pp-stages", "2", "--shape", "8x6",
+		"--dtype", "f32", "--src-mesh", "2", "--src-placements", "S0", "--dst-mesh", "1", "--dst-placements", "R", "--check", "--iters", "1", "--warmup", "0"}})
+	msg := oneMessage(t, o, time.Minute, "check failed on route flat of stage 0: rank 4: element", "route flat of stage 1: rank 4: element")
+	if strings.Contains(msg, "rank 2:") {
+		t.Errorf("a stage-local rank is named: %s", msg)
 	}
 }
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/stage"
 	"github.com/spf13/cobra"
 )
@@ -138,52 +138,18 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 		return err
 	}
 	defer st.Close()
-	var mu sync.Mutex
-	var mine []*perf.RunReport
-	errs := make([]error, l.Stages())
-	var wg sync.WaitGroup
-	for s, ss := range st.Sessions {
-		if ss == nil {
-			continue
+	all, err := perf.RunStages(j.s, st, func(s int, ss *session.Session) (*perf.RunReport, error) {
+		src, dst, err := perStage(s)
+		if err != nil {
+			return nil, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer endOnPanic()
-			errs[s] = func() error {
-				src, dst, err := perStage(s)
-				if err != nil {
-					return err
-				}
-				p, err := j.newPair(ss, src, dst, uint64(s))
-				if err != nil {
-					return err
-				}
-				defer p.Close()
-				rep, err := j.runRoutes(p, f, l.Members(s))
-				if err != nil {
-					return err
-				}
-				stageNo := s
-				rep.Stage = &stageNo
-				rep.Members = l.Members(s)
-				if ss.Rank() == 0 {
-					mu.Lock()
-					mine = append(mine, rep)
-					mu.Unlock()
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
-	for s, e := range errs {
-		if e != nil {
-			j.noteFailure(st.Sessions[s], e)
-			return st.Wrap(s, e)
+		p, err := j.newPair(ss, src, dst, uint64(s))
+		if err != nil {
+			return nil, err
 		}
-	}
-	all, err := perf.GatherReports(j.s.Collective(), mine)
+		defer p.Close()
+		return j.runRoutes(p, f, l.Members(s))
+	}, j.noteFailure)
 	if err != nil {
 		return err
 	}
