@@ -3,9 +3,9 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -173,7 +173,7 @@ func (c Config) stages(rep *Report) ([]Stage, int, reshard.Topology, error) {
 	case p.PPStages > 0:
 		return stagedProblem(p, srcSize, dstSize, popts, rep)
 	}
-	world := maxRank(p.Src.Mesh(), p.Dst.Mesh()) + 1
+	world := slices.Max(append(p.Src.Mesh().Ranks(), p.Dst.Mesh().Ranks()...)) + 1
 	if p.World != 0 {
 		if p.World < world {
 			return nil, 0, reshard.Topology{}, &ConfigError{"world", fmt.Sprint(p.World), fmt.Errorf("the meshes reach rank %d", world-1)}
@@ -247,14 +247,4 @@ func modelProblem(l *model.Layouts, srcSize, dstSize int, popts reshard.Options,
 	}
 	rep.DstDomains = (g + dstSize - 1) / dstSize
 	return stages, t + g, topo, nil
-}
-
-func maxRank(ms ...mesh.Mesh) int {
-	hi := -1
-	for _, m := range ms {
-		for i := 0; i < m.Size(); i++ {
-			hi = max(hi, m.RankAt(i))
-		}
-	}
-	return hi
 }
