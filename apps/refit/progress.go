@@ -16,11 +16,17 @@ const progressHelp = `Progress: rank 0 draws a progress bar on stderr only where
 watches it, when stderr is a terminal and no launcher (mpirun, srun)
 started the process (a launcher forwards output through pipes, and
 OpenMPI through a pseudo-terminal even when it writes to a file);
-elsewhere it logs a progress line at every tenth of the job once the job
-has run for 2 s, so that short jobs stay quiet. --json turns both off.`
+elsewhere it logs a progress line at every tenth of the job, and at least
+every 30 s, once the job has run for 2 s, so that short jobs stay quiet.
+--json turns both off.`
 
-// progressQuiet is how long a job runs before it logs progress lines.
-const progressQuiet = 2 * time.Second
+// progressQuiet is how long a job runs before it logs progress lines,
+// and progressEvery the longest it goes without one after that (a tenth
+// of a billion iterations takes hours).
+const (
+	progressQuiet = 2 * time.Second
+	progressEvery = 30 * time.Second
+)
 
 // progress shows how far a job of total units is, on rank 0, by the rule
 // of progressHelp. A nil *progress shows nothing.
@@ -31,7 +37,8 @@ type progress struct {
 	unit  string
 	total int64
 	start time.Time
-	tenth int64 // the last tenth logged
+	tenth int64     // the last tenth logged
+	last  time.Time // when the last line was logged
 }
 
 // newProgress returns rank 0's progress over total units (named unit in
@@ -64,10 +71,10 @@ func (p *progress) set(done int64) {
 		return
 	}
 	tenth := 10 * done / p.total
-	if tenth <= p.tenth || time.Since(p.start) < progressQuiet {
+	if time.Since(p.start) < progressQuiet || (tenth <= p.tenth && time.Since(p.last) < progressEvery) {
 		return
 	}
-	p.tenth = tenth
+	p.tenth, p.last = tenth, time.Now()
 	p.log.Info().Int64("done", done).Int64("of", p.total).Str("unit", p.unit).Dur("elapsed", time.Since(p.start)).
 		Msg(fmt.Sprintf("%s: %d%%", p.what, 10*tenth))
 }
