@@ -38,10 +38,16 @@ const outOfStep = " (the ranks named are in another collective: their calls are 
 
 // standing ranks what an abort's cause says, lowest first: a timeout that
 // names ranks that never answered, then any other failure, then a timeout
-// that names ranks busy elsewhere.
+// that names ranks busy elsewhere, then a rank's own report that it was
+// stopped (stoppedError).
 func standing(cause error) int {
 	var te *refit.TimeoutError
 	switch {
+	case strings.Contains(cause.Error(), stoppedMark):
+		// a rank that was stopped as long as the timeout says least:
+		// the peers that gave up on it name it (the mark is in the text,
+		// which is what crosses ranks).
+		return 3
 	case !errors.As(cause, &te):
 		return 1
 	case strings.HasSuffix(te.Phase, outOfStep):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/refit"
@@ -165,6 +166,12 @@ func (s *Session) fail(err error) error {
 	}
 	var ab *refit.AbortError
 	own := !errors.As(err, &ab) // this rank's own failure, not a peer's notice
+	var te *refit.TimeoutError
+	if at, d := pauses.last(); own && errors.As(err, &te) && te.Rank == s.rank && d >= s.opts.Timeout/2 && time.Since(at) <= 2*s.opts.Timeout {
+		// its round timed out because this process did not run: the
+		// peers it names waited for it, not it for them.
+		err = &stoppedError{rank: s.rank, gap: d, timeout: s.opts.Timeout}
+	}
 	err = s.ctl.abort(err)
 	if s.dev != nil {
 		s.dev.abort(s.base)

@@ -48,6 +48,10 @@ type control struct {
 	lBuf    []byte
 	left    map[int]leftRank // peers that closed their session, by rank
 	keep    []*mpi.Request   // sends that may never complete (to peers that are gone)
+	// frozenAt and frozenFor are the last pause a wait of this rank saw
+	// (noteGap): roll-call answers report it.
+	frozenAt  time.Time
+	frozenFor time.Duration
 }
 
 // leftRank is a peer's leave notice: the collectives it entered before it
@@ -58,6 +62,7 @@ type leftRank struct {
 }
 
 func newControl(comm *mpi.Comm, timeout time.Duration) (*control, error) {
+	pauses.start()
 	c := &control{comm: comm, rank: comm.Rank(), size: comm.Size(), timeout: timeout,
 		noteBuf: make([]byte, noticeBytes), qBuf: make([]byte, 16), lBuf: make([]byte, noticeBytes), left: map[int]leftRank{}}
 	var err error
@@ -141,7 +146,18 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 		return err
 	}
 	deadline := time.Now().Add(c.timeout)
+	last, lateOnce := time.Now(), false
 	for spin := 0; ; spin++ {
+		// time this process did not run (stopped by SIGSTOP or a
+		// debugger, or starved) is not time spent waiting for the
+		// others: a rank that resumes must not blame the peers that
+		// waited for it (and it tells them, noteGap).
+		now := time.Now()
+		if gap := now.Sub(last); gap > frozenGap {
+			deadline = deadline.Add(gap)
+			c.noteGap(now, gap)
+		}
+		last = now
 		c.mu.Lock()
 		done, err := req.Test()
 		c.mu.Unlock()
@@ -170,8 +186,20 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 			return c.abort(ctx.Err())
 		}
 		if time.Now().After(deadline) {
+			missing, elsewhere, stopped := c.rollCall(seq)
+			if len(stopped) > 0 {
+				// the ranks that did not run for as long as the timeout
+				// are the cause, wherever they answer from.
+				c.keepRequest(req)
+				return c.abort(&refit.TimeoutError{Rank: c.rank, Phase: phase + wereStopped, After: c.timeout, Peers: stopped})
+			}
+			if len(missing) == 0 && len(elsewhere) == 0 && !lateOnce {
+				// every rank answered from this collective: the late
+				// ones have just arrived, and it is completing.
+				lateOnce, deadline, last = true, time.Now().Add(min(max(c.timeout/4, 200*time.Millisecond), 2*time.Second)), time.Now()
+				continue
+			}
 			c.keepRequest(req)
-			missing, elsewhere := c.rollCall(seq)
 			te := &refit.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
 			if len(missing) == 0 && len(elsewhere) > 0 {
 				te.Peers = elsewhere
@@ -182,6 +210,99 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 		backoff(spin)
 	}
 }
+
+// stoppedError is the cause of an abort by a rank whose process did not
+// run for as long as the timeout while it moved data (SIGSTOP, a
+// debugger, a starved host; watch sees it): the round it was in has timed
+// out and its peers have given up waiting for it, so it names itself
+// rather than the peers it was waiting for. (A collective's wait does
+// not count such a pause at all.)
+type stoppedError struct {
+	rank         int
+	gap, timeout time.Duration
+}
+
+func (e *stoppedError) Error() string {
+	return fmt.Sprintf("rank %d: %s %v (SIGSTOP, a debugger or a starved host), as long as the %v timeout: its peers gave up waiting for it",
+		e.rank, stoppedMark, e.gap.Round(time.Millisecond), e.timeout)
+}
+
+// stoppedMark is in every stoppedError's text (standing reads it).
+const stoppedMark = "this process was stopped for"
+
+// wereStopped ends the phase of a timeout whose peers reported at roll
+// call that they had not run for as long as the timeout.
+const wereStopped = " (the ranks named were stopped: they did not run for as long as the timeout)"
+
+// noteGap records a pause of gap that a wait of this rank saw end at now.
+func (c *control) noteGap(now time.Time, gap time.Duration) {
+	c.mu.Lock()
+	c.frozenAt, c.frozenFor = now, gap
+	c.mu.Unlock()
+}
+
+// recentGap is the longest pause this process made that ended within the
+// last two timeouts (a roll call's asker waits for one), as this rank's
+// waits saw it (noteGap) or the process's pause watch (pauses) did, else
+// 0; the caller holds c.mu.
+func (c *control) recentGap() time.Duration {
+	gap := time.Duration(0)
+	if time.Since(c.frozenAt) <= 2*c.timeout {
+		gap = c.frozenFor
+	}
+	if at, d := pauses.last(); time.Since(at) <= 2*c.timeout {
+		gap = max(gap, d)
+	}
+	return gap
+}
+
+// pauses watches this process for pauses (a process stopped by SIGSTOP or
+// a debugger, or starved, outside any wait of a session: filling or
+// checking its buffers, say), from the first Join on: one goroutine for
+// the life of the process, ticking every 50 ms.
+var pauses pauseWatch
+
+type pauseWatch struct {
+	once sync.Once
+	mu   sync.Mutex
+	at   time.Time     // when the last pause ended
+	d    time.Duration // how long it was
+	tick time.Time     // the last tick
+}
+
+func (p *pauseWatch) start() {
+	p.once.Do(func() {
+		go func() {
+			const tick = 50 * time.Millisecond
+			t := time.NewTicker(tick)
+			last := time.Now()
+			for now := range t.C {
+				p.mu.Lock()
+				if gap := now.Sub(last); gap > frozenGap {
+					p.at, p.d = now, gap
+				}
+				p.tick, last = now, now
+				p.mu.Unlock()
+			}
+		}()
+	})
+}
+
+// last returns when the last pause ended and how long it was: one that
+// has just ended, before the watch ticked again, counts too.
+func (p *pauseWatch) last() (time.Time, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if gap := now.Sub(p.tick); !p.tick.IsZero() && gap > frozenGap && gap > p.d {
+		return now, gap
+	}
+	return p.at, p.d
+}
+
+// frozenGap is a pause between two polls of a wait (which poll every
+// millisecond at most) that only a process that was not running makes.
+const frozenGap = 250 * time.Millisecond
 
 // backoff sleeps a little longer the longer a wait lasts: spin first
 // (control messages take microseconds), then up to 1 ms.
@@ -215,6 +336,7 @@ func (c *control) poll() error {
 			from := int(binary.LittleEndian.Uint64(c.qBuf))
 			ans := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
 			ans = binary.LittleEndian.AppendUint64(ans, c.seq)
+			ans = binary.LittleEndian.AppendUint64(ans, uint64(c.recentGap()))
 			if r, err := c.comm.Isend(ans, from, tagAnswer); err == nil {
 				c.keep = append(c.keep, r)
 			}
@@ -256,7 +378,7 @@ func trimZeros(b []byte) []byte {
 // grace for the answers: the ranks that do not answer never arrived (gone,
 // stopped, or busy outside the library); those that answer with another
 // collective are out of step.
-func (c *control) rollCall(seq uint64) (missing, elsewhere []int) {
+func (c *control) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
 	grace := min(max(c.timeout/4, 200*time.Millisecond), 2*time.Second)
 	q := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
 	c.mu.Lock()
@@ -272,7 +394,8 @@ func (c *control) rollCall(seq uint64) (missing, elsewhere []int) {
 	answered := make([]bool, c.size)
 	answered[c.rank] = true
 	at := make([]uint64, c.size)
-	buf := make([]byte, 16)
+	paused := make([]time.Duration, c.size)
+	buf := make([]byte, 24)
 	var req *mpi.Request
 	end := time.Now().Add(grace)
 	for spin := 0; time.Now().Before(end); spin++ {
@@ -287,6 +410,7 @@ func (c *control) rollCall(seq uint64) (missing, elsewhere []int) {
 			if r >= 0 && r < c.size {
 				answered[r] = true
 				at[r] = binary.LittleEndian.Uint64(buf[8:])
+				paused[r] = time.Duration(binary.LittleEndian.Uint64(buf[16:]))
 			}
 			req = nil
 			if !slices.Contains(answered, false) {
@@ -304,11 +428,13 @@ func (c *control) rollCall(seq uint64) (missing, elsewhere []int) {
 		switch {
 		case !ok:
 			missing = append(missing, r)
+		case r != c.rank && paused[r] >= c.timeout/2:
+			stopped = append(stopped, r)
 		case r != c.rank && at[r] != seq:
 			elsewhere = append(elsewhere, r)
 		}
 	}
-	return missing, elsewhere
+	return missing, elsewhere, stopped
 }
 
 // abort ends the session on this rank because of err: every peer gets a
@@ -372,13 +498,24 @@ func (c *control) watch(ctx context.Context) (context.Context, func()) {
 		defer close(stopped)
 		t := time.NewTicker(time.Millisecond)
 		defer t.Stop()
+		last := time.Now()
 		for {
 			select {
 			case <-done:
 				return
-			case <-t.C:
+			case now := <-t.C:
+				gap := now.Sub(last)
+				if gap > frozenGap {
+					c.noteGap(now, gap) // before poll answers a roll call
+				}
+				last = now
+				// a peer's notice first: when it came, the peers know.
 				if err := c.poll(); err != nil {
 					cancel(err)
+					return
+				}
+				if gap >= c.timeout {
+					cancel(c.abort(&stoppedError{rank: c.rank, gap: gap, timeout: c.timeout}))
 					return
 				}
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -233,4 +235,247 @@ func (m *Model) Total() (bytes int64, tensors int) {
 func (m *Model) Close() error {
 	m.Call.Close()
 	return m.Pipeline.Close()
+}
+
+// The methods below are what programs read of a prepared model: the
+// fields above stay for the C ABI, which reads them today, but a program
+// should not need to reach into Stages or Call.
+
+// StageCount returns the model's pipeline stages (every rank knows them
+// all, whether or not it is in them).
+func (m *Model) StageCount() int { return len(m.Layouts.Stages) }
+
+// Session returns this rank's session of stage si (its communicator:
+// ranks local to the stage), or nil where the rank is not in the stage.
+func (m *Model) Session(si int) *Session { return m.Pipeline.Sessions[si] }
+
+// StageCall returns stage si's prepared call, or nil where this rank is
+// not in the stage.
+func (m *Model) StageCall(si int) *refit.Call { return m.Call.Calls[si] }
+
+// StageSpecs returns stage si's specs with this rank's views (nil where
+// the rank is not in the stage), in the stage's tensor order.
+func (m *Model) StageSpecs(si int) []refit.Spec { return m.Specs[si] }
+
+// Routes returns the route each stage's call runs (its schedule's route:
+// "auto:hier" where auto chose), "" for the stages this rank is not in.
+func (m *Model) Routes() []string {
+	out := make([]string, m.StageCount())
+	for si, c := range m.Call.Calls {
+		if c != nil {
+			out[si] = c.Schedule().Route
+		}
+	}
+	return out
+}
+
+// ModelPart is one tensor part this rank holds, on one side of one
+// stage, with the host bytes of the buffer that holds it: Part.View places
+// the part in Bytes. Index is the tensor's index in the model's tensor
+// list (a seed for test patterns). Scale, on the destination side of a
+// tensor the generator receives in FP8, is the host bytes of the part's
+// scale tensor.
+type ModelPart struct {
+	Stage, Rank int // Rank is the stage's (local to its communicator)
+	Tensor      *model.TensorLayout
+	Index       int
+	Part        model.Part
+	Bytes       []byte
+	Scale       []byte
+}
+
+// EachPart calls fn for every tensor part this rank holds on side, stage
+// by stage, with the host bytes of its buffer: the buffer itself on CPUs;
+// on GPUs a copy downloaded once per buffer, uploaded back after fn for
+// every part of the stage when write is set (fn must then only write its
+// own part's bytes: fused buffers hold several). It stops at the first
+// error, naming the stage.
+func (m *Model) EachPart(b *ModelBuffers, side model.Side, write bool, fn func(ModelPart) error) error {
+	for si, ss := range m.Pipeline.Sessions {
+		if ss == nil {
+			continue
+		}
+		bufs, scales := b.Src[si], map[string]transport.Buffer(nil)
+		if side == model.Dst {
+			bufs = b.Dst[si]
+			if si < len(b.Scale) {
+				scales = b.Scale[si]
+			}
+		}
+		host := map[string]hostCopy{} // by buffer name, or scale: and the tensor's
+		for i, t := range m.Layouts.Stages[si].Tensors {
+			p, ok := t.Part(side, ss.Rank())
+			if !ok {
+				continue
+			}
+			h, err := hostBytes(ss, p.Buffer, bufs[p.Buffer], host)
+			if err != nil {
+				return fmt.Errorf("stage %d: %w", si, err)
+			}
+			mp := ModelPart{Stage: si, Rank: ss.Rank(), Tensor: t, Index: m.Index[si][i], Part: p, Bytes: h}
+			if x := scales[t.Name]; x != nil {
+				if mp.Scale, err = hostBytes(ss, "scale:"+t.Name, x, host); err != nil {
+					return fmt.Errorf("stage %d: %w", si, err)
+				}
+			}
+			if err := fn(mp); err != nil {
+				return fmt.Errorf("stage %d: %w", si, err)
+			}
+		}
+		if write {
+			for _, h := range host {
+				if _, ok := h.buf.(transport.HostBuffer); !ok {
+					if err := ss.Memory().Upload(h.buf, h.bytes); err != nil {
+						return fmt.Errorf("stage %d: %w", si, err)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// hostCopy is a buffer and its host bytes.
+type hostCopy struct {
+	buf   transport.Buffer
+	bytes []byte
+}
+
+// hostBytes returns the host bytes of x, named key: x itself in host
+// memory, else a copy downloaded once (kept in host).
+func hostBytes(s *Session, key string, x transport.Buffer, host map[string]hostCopy) ([]byte, error) {
+	if h, ok := host[key]; ok {
+		return h.bytes, nil
+	}
+	if x == nil {
+		return nil, fmt.Errorf("rank %d: no buffer %s", s.rank, key)
+	}
+	h := hostCopy{buf: x}
+	if hb, ok := x.(transport.HostBuffer); ok {
+		h.bytes = hb
+	} else {
+		h.bytes = make([]byte, x.Len())
+		if err := s.Memory().Download(h.bytes, x); err != nil {
+			return nil, err
+		}
+	}
+	host[key] = h
+	return h.bytes, nil
+}
+
+// ModelMemory is what a rank's calls of a model hold beside its buffers,
+// over the stages it is in: the staging its programs allocate (the
+// larger of the two in-flight rounds' slots, sends and receives), the
+// whole-tensor scratch (agbcast) and the staging bound of each stage
+// (Options.StagingBytes).
+type ModelMemory struct {
+	Staging, Scratch, Bound int64
+}
+
+// Memory returns what this rank's calls of the model hold (ModelMemory).
+func (m *Model) Memory() ModelMemory {
+	var mm ModelMemory
+	for si, c := range m.Call.Calls {
+		if c == nil {
+			continue
+		}
+		p := c.Program()
+		mm.Staging += max(p.Staging[0][0], p.Staging[1][0]) + max(p.Staging[0][1], p.Staging[1][1])
+		for _, n := range p.Full {
+			mm.Scratch += n
+		}
+		mm.Bound += m.Pipeline.Sessions[si].Options().StagingBytes
+	}
+	return mm
+}
+
+// Bounds returns every route's data-movement bound for the whole model
+// (hier.Bounds): each stage's tensors as one problem, the stages combined
+// (they run at once into the same generator domains). Every rank returns
+// the same: the stages a rank is not in are planned here from their
+// layouts, on the generator domains of a stage it is in. It returns nil
+// where a stage does not plan.
+func (m *Model) Bounds(f bounds.Fabric, chunk float64) []bounds.Bound {
+	var probs []bounds.Problem
+	for si, c := range m.Call.Calls {
+		if c != nil {
+			probs = append(probs, bounds.ProblemOf(c.Plans(), c.Topology(), chunk))
+			continue
+		}
+		st := m.Layouts.Stages[si]
+		var plans []*reshard.Plan
+		for _, t := range st.Tensors {
+			p, err := reshard.NewPlan(t.Src, t.Dst, len(st.Members), reshard.Options{})
+			if err != nil {
+				return nil
+			}
+			plans = append(plans, p)
+		}
+		probs = append(probs, bounds.ProblemOf(plans, m.stageTopology(si), chunk))
+	}
+	return bounds.Of(bounds.Combine(probs...), f)
+}
+
+// stageTopology is stage si's topology as a rank outside it sees it: the
+// generator's domains, taken from a stage this rank is in (the generator
+// ranks sit at the same local ranks in every stage), and a domain of its
+// own for each trainer rank.
+func (m *Model) stageTopology(si int) reshard.Topology {
+	for sj, c := range m.Call.Calls {
+		if c == nil {
+			continue
+		}
+		mine, theirs := m.Layouts.Stages[sj], m.Layouts.Stages[si]
+		topo := c.Topology()
+		dom := make([]int, len(theirs.Members))
+		for r := range dom {
+			if r < theirs.Trainers {
+				dom[r] = -1 - r
+				continue
+			}
+			dom[r] = topo.Domain[mine.Trainers+r-theirs.Trainers]
+		}
+		return reshard.Topology{Domain: dom}
+	}
+	return reshard.Topology{}
+}
+
+// ModelFootprint estimates what a model of layouts l will take of this
+// rank's memory beside what the session holds, before anything is
+// prepared, for CheckMemory: its buffers of every stage it is in (fused
+// ones whole) and their FP8 scale tensors, the staging bound of each of
+// those stages (and, with scratch, each stage's whole tensors, as agbcast
+// gathers them), atomic shadows, host copies on GPUs (to fill and check
+// the buffers from the host), and the stages' plans and schedules
+// (CallFootprint).
+func (s *Session) ModelFootprint(l *model.Layouts, scratch bool) Footprint {
+	src, dst := l.RankBytes(s.rank)
+	fp := Footprint{Tensor: fmt.Sprintf("model %s (%d tensors)", l.Model.Name, len(l.Model.Tensors)), Buffers: checked.SatSum(src, dst)}
+	if s.opts.Device == GPU {
+		fp.HostCopies = fp.Buffers
+	}
+	if s.opts.Atomic {
+		fp.Staging = checked.SatSum(fp.Staging, dst)
+	}
+	for _, st := range l.Stages {
+		r := st.LocalRank(s.rank)
+		if r < 0 {
+			continue
+		}
+		fp.Staging = checked.SatSum(fp.Staging, s.opts.StagingBytes)
+		var specs []refit.Spec
+		for _, t := range st.Tensors {
+			sp := refit.Spec{Name: t.Name, Src: t.Src, Dst: t.Dst, Scale: t.Scale}
+			specs = append(specs, sp)
+			if n, err := sp.ScaleBytes(r); err == nil && t.Scale != 0 && t.Dst.Mesh().Contains(r) {
+				fp.Buffers = checked.SatSum(fp.Buffers, n)
+			}
+			if scratch {
+				fp.Staging = checked.SatSum(fp.Staging, t.Src.Bytes())
+			}
+		}
+		c := s.CallFootprint(specs)
+		fp.Plan, fp.Schedule = checked.SatSum(fp.Plan, c.Plan), checked.SatSum(fp.Schedule, c.Schedule)
+	}
+	return fp
 }

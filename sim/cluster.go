@@ -5,9 +5,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/units"
 )
 
 // Cluster is the hardware a simulation runs on: domains of DomainGPUs GPUs
@@ -81,7 +81,7 @@ func PresetNames() []string {
 // with overrides ("hgx-h200:net=25GB/s,copy=0"), or "custom:" with at least
 // gpus, net and local ("custom:gpus=16,net=50GB/s,local=900GB/s"). Keys:
 // gpus, net, local, net-latency, local-latency, copy, gpus-per-nic; rates
-// like 50GB/s (decimal) or 40GiB/s, latencies as Go durations (5us) or
+// like 50GB/s (decimal), 40GiB/s or 400Gbps (bits: package units), latencies as Go durations (5us) or
 // seconds. Errors name the key and the value.
 func ParseCluster(spec string) (Cluster, error) {
 	spec = strings.TrimSpace(spec)
@@ -124,19 +124,19 @@ func (c *Cluster) set(k, v string) error {
 			c.GPUsPerNIC = n
 		}
 	case "net":
-		c.NetBW, err = ParseRate(v)
+		c.NetBW, err = units.ParseRate(v)
 	case "local":
-		c.LocalBW, err = ParseRate(v)
+		c.LocalBW, err = units.ParseRate(v)
 	case "copy":
 		if v == "0" || v == "free" {
 			c.CopyBW = 0
 		} else {
-			c.CopyBW, err = ParseRate(v)
+			c.CopyBW, err = units.ParseRate(v)
 		}
 	case "net-latency":
-		c.NetLatency, err = ParseSeconds(v)
+		c.NetLatency, err = units.ParseSeconds(v)
 	case "local-latency":
-		c.LocalLatency, err = ParseSeconds(v)
+		c.LocalLatency, err = units.ParseSeconds(v)
 	default:
 		return fmt.Errorf("unknown key %q: want gpus, net, local, net-latency, local-latency, copy or gpus-per-nic", k)
 	}
@@ -168,15 +168,15 @@ func (c Cluster) Validate() error {
 // String renders the cluster in ParseCluster's custom form.
 func (c Cluster) String() string {
 	return fmt.Sprintf("%s: %d GPUs per domain, network %s per NIC (%d GPU(s) each) + %s per message, local %s + %s per message, copy %s",
-		c.Name, c.DomainGPUs, FormatRate(c.NetBW), c.GPUsPerNIC, FormatSeconds(c.NetLatency), FormatRate(c.LocalBW),
-		FormatSeconds(c.LocalLatency), copyString(c.CopyBW))
+		c.Name, c.DomainGPUs, units.FormatRate(c.NetBW), c.GPUsPerNIC, units.FormatSeconds(c.NetLatency), units.FormatRate(c.LocalBW),
+		units.FormatSeconds(c.LocalLatency), copyString(c.CopyBW))
 }
 
 func copyString(bw float64) string {
 	if bw == 0 {
 		return "free"
 	}
-	return FormatRate(bw)
+	return units.FormatRate(bw)
 }
 
 // Placement maps a communicator's ranks onto GPUs of the cluster: the domain
@@ -237,68 +237,4 @@ func Place(c Cluster, topo reshard.Topology, world int) (Placement, error) {
 	}
 	p.Nics = next
 	return p, nil
-}
-
-// ParseRate reads a bandwidth such as "50GB/s", "900 GB/s", "40GiB/s" or a
-// bare number of bytes per second. GB is decimal, GiB binary.
-func ParseRate(s string) (float64, error) {
-	t := strings.TrimSpace(s)
-	low := strings.ToLower(t)
-	if strings.HasSuffix(low, "/s") {
-		t, low = t[:len(t)-2], low[:len(low)-2]
-	}
-	mult := 1.0
-	for _, u := range []struct {
-		suffix string
-		mult   float64
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"b", 1}} {
-		if strings.HasSuffix(low, u.suffix) {
-			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
-		return 0, fmt.Errorf("bandwidth %q: want a positive rate like 50GB/s", s)
-	}
-	return v * mult, nil
-}
-
-// ParseSeconds reads a latency as a Go duration ("5us", "1.5ms") or a
-// number of seconds ("5e-6").
-func ParseSeconds(s string) (float64, error) {
-	if d, err := time.ParseDuration(strings.TrimSpace(s)); err == nil && d >= 0 {
-		return d.Seconds(), nil
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("latency %q: want a duration like 5us or seconds like 5e-6", s)
-	}
-	return v, nil
-}
-
-// FormatRate renders bytes per second with a decimal unit: "50 GB/s".
-func FormatRate(bps float64) string {
-	for _, u := range []struct {
-		name string
-		mult float64
-	}{{"TB/s", 1e12}, {"GB/s", 1e9}, {"MB/s", 1e6}, {"kB/s", 1e3}} {
-		if bps >= u.mult {
-			return fmt.Sprintf("%.4g %s", bps/u.mult, u.name)
-		}
-	}
-	return fmt.Sprintf("%.4g B/s", bps)
-}
-
-// FormatSeconds renders seconds in s, ms or us with 4 significant digits.
-func FormatSeconds(s float64) string {
-	switch {
-	case s == 0:
-		return "0 s"
-	case s >= 1:
-		return fmt.Sprintf("%.4g s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.4g ms", s*1e3)
-	}
-	return fmt.Sprintf("%.4g us", s*1e6)
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
+	"github.com/m2n-dev/m2n/units"
 )
 
 // paperLayer is the paper's single-layer experiment: a 7168 MB bf16 expert
@@ -131,14 +133,14 @@ func ExampleSimulateRoute() {
 	cluster, _ := ParseCluster("custom:gpus=8,net=50GB/s,local=450GB/s")
 	setup := Setup{Cluster: cluster, World: 16, Topo: topo, Options: Options{Bins: -1},
 		Schedule: reshard.ScheduleOptions{ChunkBytes: 4 << 20, StagingBytes: 64 << 20}}
-	for _, route := range Routes {
+	for _, route := range routespec.Names {
 		rr, err := SimulateRoute(route, []Stage{{Plans: []*reshard.Plan{plan}, Topo: topo}}, setup)
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("%-7s %s (bound %s), critical path bound by %s\n", route, FormatSeconds(rr.Result.Seconds),
-			FormatSeconds(rr.Bound.Seconds), rr.Result.Critical.Binding)
+		fmt.Printf("%-7s %s (bound %s), critical path bound by %s\n", route, units.FormatSeconds(rr.Result.Seconds),
+			units.FormatSeconds(rr.Bound.Seconds), rr.Result.Critical.Binding)
 	}
 	// Output:
 	// flat    335.5 us (bound 335.5 us), critical path bound by nic-out r0

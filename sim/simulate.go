@@ -7,12 +7,13 @@ import (
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 )
 
 // Stage is one communicator's share of a reshard: the plans of its
 // tensors, over that communicator's ranks. A single reshard is one stage
 // whose communicator is the world; with pipeline parallelism each stage's
-// communicator holds its trainers and every generator (pipeline.Layout).
+// communicator holds its trainers and every generator (stage.Layout).
 type Stage struct {
 	// Name names the stage in reports ("stage 0"); empty uses the route.
 	Name string
@@ -65,7 +66,7 @@ type RouteResult struct {
 	Route  string `json:"route"`
 	Chosen string `json:"chosen"`
 	Why    string `json:"why,omitempty"`
-	// Bound is the model's bound for the chosen route (bounds.Of on the
+	// Bound is the model's bound for the chosen route (hier.Bounds on the
 	// stages' problem; stages that run one after another add up).
 	Bound    bounds.Bound `json:"bound"`
 	Messages int          `json:"messages"`
@@ -73,17 +74,13 @@ type RouteResult struct {
 	Result   *Result      `json:"result"`
 }
 
-// Routes are the routes SimulateRoute knows besides auto, in the order
-// "all" runs them.
-var Routes = bounds.Routes
-
 // schedule builds one stage's schedule for a route ("auto" resolved
 // already).
 func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 	if route == "auto" {
 		return nil, fmt.Errorf("sim: auto must be resolved before scheduling")
 	}
-	r, err := bounds.ParseRoute(route, s.Balance, s.Cluster.Fabric())
+	r, err := routespec.Parse(route, routespec.Options{Balance: s.Balance, Fabric: s.Cluster.Fabric()})
 	if err != nil {
 		return nil, err
 	}
@@ -154,12 +151,12 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 		return nil, fmt.Errorf("sim: nothing to simulate (no tensors)")
 	}
 	rr := &RouteResult{Route: route, Chosen: route}
-	bs := Bounds(stages, s)
+	routeBounds := Bounds(stages, s)
 	if route == "auto" {
 		c := bounds.Choose(hierProblemForAuto(stages, s), s.Cluster.Fabric())
 		rr.Chosen, rr.Why = c.Route, c.Why
 	}
-	for _, b := range bs {
+	for _, b := range routeBounds {
 		if b.Route == rr.Chosen {
 			rr.Bound = b
 		}

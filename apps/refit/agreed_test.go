@@ -67,12 +67,13 @@ func TestEnvironmentReadsAgreed(t *testing.T) {
 		"M2N_MPITEST":   "the test harness's own variables",
 	}
 	perRank := map[string]string{
-		"OMPI_COMM_WORLD_RANK": "the launcher's rank, read before MPI starts",
-		"PMIX_RANK":            "the launcher's rank",
-		"PMI_RANK":             "the launcher's rank",
-		"SLURM_PROCID":         "the launcher's rank",
-		"CUDA_HOME":            "where this host's CUDA toolkit lives (NVRTC's search path)",
-		"CUDA_PATH":            "where this host's CUDA toolkit lives (NVRTC's search path)",
+		"OMPI_COMM_WORLD_RANK":       "the launcher's rank, read before MPI starts",
+		"OMPI_COMM_WORLD_LOCAL_SIZE": "the launcher's count of ranks on this host, read when it interrupts the job",
+		"PMIX_RANK":                  "the launcher's rank",
+		"PMI_RANK":                   "the launcher's rank",
+		"SLURM_PROCID":               "the launcher's rank",
+		"CUDA_HOME":                  "where this host's CUDA toolkit lives (NVRTC's search path)",
+		"CUDA_PATH":                  "where this host's CUDA toolkit lives (NVRTC's search path)",
 	}
 	name := regexp.MustCompile(`"((?:M2N|CUDA|OMPI|PMIX|PMI|SLURM|NCCL|NVIDIA)_[A-Z0-9_]*)"`)
 	found := map[string]string{}

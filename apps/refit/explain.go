@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/m2n-dev/m2n/envopts"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -20,13 +21,13 @@ func (f *runFlags) explainSchedule(err error, plan *reshard.Plan, opts reshard.S
 	if err == nil || !errors.As(err, &fe) || !strings.HasSuffix(fe.Field, " schedule") {
 		return err
 	}
-	chunk := flagOrEnv("chunk-bytes", f.chunk, "M2N_CHUNK_BYTES")
-	staging := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES")
-	from := func(s source, flag string) string {
-		if s.value == "" {
-			return fmt.Sprintf("the default; --%s or %s sets it", flag, s.name)
+	chunk := f.lookup("chunk-bytes")
+	staging := f.lookup("staging-bytes")
+	from := func(s envopts.Source, flag string) string {
+		if s.Value == "" {
+			return fmt.Sprintf("the default; --%s or %s sets it", flag, s.Name)
 		}
-		return "from " + s.name
+		return "from " + s.Name
 	}
 	msg := fmt.Sprintf("chunk bytes %d (%s), staging bytes %d (%s)", opts.ChunkBytes, from(chunk, "chunk-bytes"),
 		opts.StagingBytes, from(staging, "staging-bytes"))

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
@@ -65,7 +66,7 @@ func TestFP8ConformanceMPI(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", c, err, stdout, stderr)
 				}
-				var rep runReport
+				var rep perf.RunReport
 				if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 					t.Fatalf("%v: %v\n%s", c, err, stdout)
 				}
@@ -117,7 +118,7 @@ func TestFP8Sync(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
-	var rep syncReport
+	var rep perf.SyncReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, stdout)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/faults"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
 )
@@ -111,7 +112,7 @@ func decodeSyncConfig(data []byte) runConfig {
 	case r.rare(12) && c.world > 1:
 		c.stopRank = r.pick(c.world)
 		c.timeout = 3 * time.Second
-		c.env = append(c.env, fmt.Sprintf("M2N_FAULT_STOP=%d:%s", c.stopRank, stopPoints[r.pick(len(stopPoints))]))
+		c.env = append(c.env, fmt.Sprintf("M2N_FAULT_STOP=%d:%s", c.stopRank, faults.Points[r.pick(len(faults.Points))]))
 	case r.rare(8) && c.layoutErr == nil:
 		// a generator rank: the trainer's ranks come first
 		c.corrupt = c.world - 1 - r.pick(c.world-trainerRanks(train))

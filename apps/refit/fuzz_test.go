@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/m2n-dev/m2n/faults"
 )
 
 // FuzzRunConfig launches whole `refit run` jobs (at most 8 ranks) of
@@ -296,7 +298,7 @@ func decodeConfig(data []byte) runConfig {
 	case r.rare(12) && c.world > 1:
 		c.stopRank = r.pick(c.world)
 		c.timeout = 3 * time.Second
-		c.env = append(c.env, fmt.Sprintf("M2N_FAULT_STOP=%d:%s", c.stopRank, stopPoints[r.pick(len(stopPoints))]))
+		c.env = append(c.env, fmt.Sprintf("M2N_FAULT_STOP=%d:%s", c.stopRank, faults.Points[r.pick(len(faults.Points))]))
 	case r.rare(12) && err == nil:
 		ranks := dst.Mesh().Ranks()
 		c.corrupt = ranks[r.pick(len(ranks))]

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/faults"
+	"github.com/m2n-dev/m2n/perf"
 )
 
 // The adversarial cases of issue 17, each as the issue ran it where it can
@@ -49,7 +51,7 @@ func TestIssue17ItersWarmupAgreed(t *testing.T) {
 func TestIssue17CorruptNegative(t *testing.T) {
 	o := launch(t, 5*time.Second+margin, []string{"M2N_FAULT_CORRUPT=2:-1"}, app{np: 4, args: runArgs("--check", "--timeout", "5s")})
 	oneMessage(t, o, 5*time.Second+margin, `M2N_FAULT_CORRUPT "2:-1": want rank or rank:n`)
-	for _, at := range stopPoints {
+	for _, at := range faults.Points {
 		t.Run("panic-"+at, func(t *testing.T) {
 			o := launch(t, 5*time.Second+margin, []string{"M2N_FAULT_PANIC=2:" + at}, app{np: 4, args: runArgs("--check", "--iters", "2", "--timeout", "5s")})
 			oneMessage(t, o, 5*time.Second+margin, "rank 2: internal error: panicking on purpose before "+at+" (M2N_FAULT_PANIC)")
@@ -225,7 +227,7 @@ func TestIssue17EmulatedRate(t *testing.T) {
 	o := launch(t, 5*time.Minute, []string{"M2N_EMULATE_NET_BW=1e-300"}, app{np: 4, args: runArgs("--dst-domain-size", "1", "--iters", "1")})
 	oneMessage(t, o, 5*time.Minute, `M2N_EMULATE_NET_BW "1e-300": want at least 1kB/s`)
 	o = launch(t, 5*time.Minute, []string{"M2N_EMULATE_NET_BW=100MB/s"}, app{np: 4, args: runArgs("--dst-domain-size", "1", "--iters", "1", "--json", "--check")})
-	var rep runReport
+	var rep perf.RunReport
 	if err := json.Unmarshal([]byte(o.stdout), &rep); err != nil || o.code != 0 {
 		t.Fatalf("%v: %v", err, o)
 	}

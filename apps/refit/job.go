@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/m2n-dev/m2n/faults"
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
@@ -39,27 +41,27 @@ func startJob(f *runFlags) (*job, error) {
 	if timeout == 0 {
 		timeout = session.DefaultTimeout
 	}
-	guard := time.AfterFunc(timeout+initTurn(jobRank), func() {
-		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Init did not finish in %v: is every process of the job a refit job of the same command, started by one launcher?\n", jobRank, timeout)
-		os.Exit(4)
-	})
-	_, err := mpi.Init(mpi.ThreadMultiple)
-	guard.Stop()
-	if err != nil {
+	launcher.OnInterrupt(func() int { return jobRank })
+	if err := launcher.Init(timeout, jobRank); err != nil {
 		return nil, err
+	}
+	if took := time.Since(launcher.Started); took > timeout && flagErr == nil {
+		// every wait of the job is bounded by the timeout: a job whose
+		// start-up alone outlasts it cannot run.
+		flagErr = bad(set.Timeout, fmt.Errorf("MPI start-up alone took %v here, longer than the timeout, which bounds every wait of the job: give a longer one", took.Round(time.Millisecond)))
 	}
 	world := mpi.World()
 	j := &job{flags: f, rank: world.Rank(), world: world.Size(), set: set}
 	jobRank, jobTimeout = j.rank, timeout
 	log, err := newLogger(f.logLevel, j.rank)
 	if err != nil && flagErr == nil {
-		flagErr = usageError{err}
+		flagErr = err
 	}
 	j.log = log
 	set.opts.Agree = agreedFields(f.cmd)
 	if flagErr == nil {
-		if at, ok, ferr := faults(j.rank); ferr != nil {
-			flagErr = ferr
+		if at, ok, ferr := faults.Transport(j.rank); ferr != nil {
+			flagErr = usageError{ferr}
 		} else if ok {
 			set.opts.WrapTransport = at
 		}
@@ -68,6 +70,12 @@ func startJob(f *runFlags) (*job, error) {
 	if flagErr != nil {
 		opts := set.opts
 		opts.Device = session.CPU
+		// the variables Join reads itself must not fail this rank's
+		// options too (unresolved, they would differ from the others'
+		// and hide flagErr behind "ranks disagree: chunk bytes 0").
+		for _, v := range sessionVars {
+			_ = os.Unsetenv(v)
+		}
 		err := session.Refuse(world, opts, flagErr)
 		var ab *refit.AbortError
 		if errors.As(err, &ab) {
@@ -77,10 +85,17 @@ func startJob(f *runFlags) (*job, error) {
 	}
 	stopHere("join")
 	if j.s, err = session.Join(world, set.opts); err != nil {
+		var ve *refit.ValidationError
+		if errors.As(err, &ve) {
+			return j, refused{err} // a rank's input: named with its rank
+		}
 		return j, err
 	}
 	return j, nil
 }
+
+// sessionVars are the variables session.Join reads and checks itself.
+var sessionVars = []string{"M2N_GPU_DRIVER", "M2N_MEMCPY_MIN"}
 
 // refused is the error every rank returns when a rank's input was bad:
 // the agreed *reshard.ValidationError carrying that rank's usage error.
@@ -102,6 +117,9 @@ func (j *job) end(err *error) {
 			internalError(p)
 		}
 	}()
+	if *err != nil {
+		launcher.Failing.Store(true)
+	}
 	if j == nil {
 		return
 	}
@@ -139,6 +157,7 @@ func endOnPanic() {
 }
 
 func internalError(p any) {
+	launcher.Spoke()
 	fmt.Fprintf(os.Stderr, "refit: rank %d: internal error: %v; ending the job\n", jobRank, p)
 	if os.Getenv("M2N_LOG_LEVEL") == "debug" {
 		os.Stderr.Write(debug.Stack())

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
 )
@@ -76,67 +76,13 @@ all as JSON, --parts with every rank's buffers and parts.`,
   refit layouts --model llama-3.1-70b --scale 32 --train tp=2,pp=2,dp=2 --gen tp=8`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if spec == "" {
-				return usageError{fmt.Errorf("--model is required: a built-in model (%s), a config.json or a tensor list", strings.Join(model.Builtins(), ", "))}
-			}
 			mode, err := layoutsFP8(dstDType, fp8Scale)
 			if err != nil {
 				return err
 			}
-			// Check the model with one layer where --layers cuts it, so that a
-			// config of any layer count costs only what is kept.
-			probe := model.LoadOptions{}
-			if layers > 0 {
-				probe.Layers = 1
-			}
-			if _, err := model.Load(spec, probe); err != nil {
-				if layers > 0 {
-					if _, plain := model.Load(spec, model.LoadOptions{}); plain == nil {
-						return flagError("layers", fmt.Sprint(layers), err)
-					}
-				}
-				return flagError("model", spec, err)
-			}
-			if scale < 1 {
-				return flagError("scale", fmt.Sprint(scale), fmt.Errorf("want at least 1"))
-			}
-			if layers < 0 {
-				return flagError("layers", fmt.Sprint(layers), fmt.Errorf("want at least 1 (0 keeps them all)"))
-			}
-			if mtp {
-				if _, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: true}, Layers: probe.Layers}); err != nil {
-					return usageError{fmt.Errorf("--mtp: %w", err)}
-				}
-			}
-			if layers > 0 {
-				if _, err := model.Load(spec, model.LoadOptions{Layers: layers}); err != nil {
-					return flagError("layers", fmt.Sprint(layers), err)
-				}
-			}
-			m, err := model.Load(spec, model.LoadOptions{Options: model.Options{MTP: mtp}, Scale: int64(scale), Layers: layers})
+			l, err := modelLayouts(modelspec.Spec{Model: spec, Train: train, Gen: gen, Scale: int64(scale), Layers: layers, MTP: mtp, FP8: mode})
 			if err != nil {
-				return flagError("scale", fmt.Sprint(scale), err)
-			}
-			tr, err := model.ParseTrainer(train)
-			if err != nil {
-				return flagError("train", train, err)
-			}
-			g, err := model.ParseGenerator(gen)
-			if err != nil {
-				return flagError("gen", gen, err)
-			}
-			l, err := model.NewQuantized(m, tr, g, mode)
-			if err != nil {
-				var se *model.SplitError
-				switch {
-				case errors.As(err, &se) && se.Side == model.Dst:
-					return flagError("gen", gen, err)
-				case mode != 0 && strings.Contains(err.Error(), "--fp8-scale"):
-					return flagError("fp8-scale", mode.String(), err)
-				case mode != 0 && strings.Contains(err.Error(), "e4m3"):
-					return flagError("dst-dtype", dstDType, err)
-				}
-				return flagError("train", train, err)
+				return err
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(layoutsJSON(l, parts))

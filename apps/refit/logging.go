@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/envopts"
 	"github.com/rs/zerolog"
 	"golang.org/x/term"
 )
@@ -15,15 +16,16 @@ import (
 // and srun collect). The level comes from the flag, else M2N_LOG_LEVEL,
 // else info.
 func newLogger(level string, rank int) (zerolog.Logger, error) {
+	src := envopts.Source{Value: level, Name: "--log-level"}
 	if level == "" {
-		level = os.Getenv("M2N_LOG_LEVEL")
+		src = envopts.Env("log-level")
 	}
-	if level == "" {
-		level = "info"
+	if src.Value == "" {
+		src.Value = "info"
 	}
-	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
-	if err != nil {
-		return zerolog.Nop(), fmt.Errorf("log level %q: want trace, debug, info, warn, error or disabled", level)
+	lvl, err := zerolog.ParseLevel(strings.ToLower(src.Value))
+	if err != nil || lvl == zerolog.NoLevel {
+		return zerolog.Nop(), bad(src, fmt.Errorf("want trace, debug, info, warn, error or disabled"))
 	}
 	var log zerolog.Logger
 	if term.IsTerminal(int(os.Stderr.Fd())) {

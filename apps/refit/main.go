@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/m2n-dev/m2n/launcher"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
@@ -18,19 +20,7 @@ import (
 
 // jobRank is this process's rank in an MPI job: from the launcher's
 // environment at start-up, then from MPI; -1 outside a launcher.
-var jobRank = launcherRank()
-
-// launcherRank reads the rank mpirun or srun gave this process, before MPI
-// is initialised.
-func launcherRank() int {
-	for _, k := range []string{"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"} {
-		var r int
-		if _, err := fmt.Sscan(os.Getenv(k), &r); err == nil {
-			return r
-		}
-	}
-	return -1
-}
+var jobRank = launcher.Rank()
 
 // jobError is a failure every rank of the job knows about (a failed check
 // is agreed on collectively): only rank 0 prints it.
@@ -51,7 +41,8 @@ func agreed(err error) bool {
 	var ce *refit.ChecksumError
 	var rf refused
 	var me *session.MemoryError
-	return errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
+	var pa perf.Agreed
+	return errors.As(err, &pa) || errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
 }
 
 // describe renders a job's error for this rank's stderr.
@@ -60,7 +51,12 @@ func describe(err error) string {
 	var ve *refit.ValidationError
 	var ab *refit.AbortError
 	var se *session.StageError
+	var ae *refit.AgreementError
 	switch {
+	case errors.As(err, &ae) && optionSources[ae.Field] != "":
+		return fmt.Sprintf("%v; %s sets it", err, optionSources[ae.Field])
+	case errors.As(err, &rf) && errors.As(err, &ve) && strings.HasPrefix(ve.Msg, fmt.Sprintf("rank %d: ", ve.Rank)):
+		return ve.Msg
 	case errors.As(err, &rf) && errors.As(err, &ve):
 		return fmt.Sprintf("rank %d: %s", ve.Rank, ve.Msg)
 	case errors.As(err, &se) && errors.As(se.Err, &ab) && ab.Rank == se.Rank:
@@ -75,6 +71,16 @@ func describe(err error) string {
 	return err.Error()
 }
 
+// optionSources names what sets each session option that ranks agree on
+// at Join, for its agreement errors (the session names the option).
+var optionSources = map[string]string{
+	"device": "--device", "timeout": "--timeout or M2N_TIMEOUT", "chunk bytes": "--chunk-bytes or M2N_CHUNK_BYTES",
+	"staging bytes": "--staging-bytes or M2N_STAGING_BYTES", "coalesce bytes": "--coalesce-bytes or M2N_COALESCE_BYTES",
+	"domain sizes":     "--src-domain-size, --dst-domain-size or M2N_SRC_DOMAIN_SIZE, M2N_DST_DOMAIN_SIZE",
+	"replica striping": "--stripe", "verify": "--verify", "atomic": "--atomic",
+	"emulated network rate": "--emulate-net-bw or M2N_EMULATE_NET_BW", "in-place strided moves off": "M2N_MPI_INPLACE",
+}
+
 // finish ends an MPI job: the error is printed before MPI is finalized, so
 // that the message is out before any rank exits (the launcher may kill the
 // others as soon as one exits non-zero): once by rank 0 for an error every
@@ -84,14 +90,18 @@ func describe(err error) string {
 // aborted, ends the job instead: mpi.MarkFailed).
 func finish(err *error) {
 	var pe printedError
+	if *err != nil {
+		launcher.Failing.Store(true)
+	}
 	if *err != nil && !errors.As(*err, &pe) {
 		if !agreed(*err) || jobRank <= 0 {
+			launcher.Spoke()
 			fmt.Fprintf(os.Stderr, "refit: %s\n", describe(*err))
 		}
 		*err = printedError{*err}
 	}
 	stopHere("finalize")
-	finalize(*err != nil)
+	launcher.Finalize(jobTimeout, jobRank, *err != nil)
 }
 
 func (e jobError) Error() string { return e.err.Error() }
@@ -155,6 +165,7 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 }
 
 func main() {
+	launcher.Program = "refit"
 	defer func() { // a panic outside a job's end (job.end recovers those)
 		if p := recover(); p != nil {
 			internalError(p)

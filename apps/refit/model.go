@@ -9,6 +9,7 @@ import (
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -39,7 +40,8 @@ replicas; the domain count adds startup and tail, not bandwidth.
 Explicit form: --bytes --sources --dst-shards --rho [--domains].
 Layout form: the refit plan flags (--shape --dtype --src-* --dst-*) with
 --dst-domain-size; B, Ns, K and rho come from the layouts.
-Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
+Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s, or in bits
+like 400Gbps (= 50GB/s).`,
 		Example: `  # the paper's single-layer experiment
   refit bound --bytes 7168MB --sources 16 --dst-shards 8 --rho 2 --domains 1 --net-bw 50GB/s --local-bw 900GB/s
   # the same from layouts: 16 EP ranks to TP8 x DP2 in one NVLink domain
@@ -52,13 +54,13 @@ Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 			}
 			fab := bounds.Fabric{Latency: latency}
 			var err error
-			if fab.NetBW, err = parseRate(netBW); err != nil {
+			if fab.NetBW, err = units.ParseRate(netBW); err != nil {
 				return flagError("net-bw", netBW, err)
 			}
-			if fab.LocalBW, err = parseRate(localBW); err != nil {
+			if fab.LocalBW, err = units.ParseRate(localBW); err != nil {
 				return flagError("local-bw", localBW, err)
 			}
-			ch, err := parseBytes(chunk)
+			ch, err := units.ParseBytes(chunk)
 			if err != nil {
 				return flagError("chunk-bytes", chunk, err)
 			}
@@ -69,7 +71,7 @@ Sizes: MB and GB are decimal, MiB and GiB binary; rates like 50GB/s.`,
 			case explicit && layoutForm:
 				return usageError{fmt.Errorf("give either --bytes (explicit form) or --shape (layout form), not both")}
 			case explicit:
-				b, err := parseBytes(bytes)
+				b, err := units.ParseBytes(bytes)
 				if err != nil {
 					return flagError("bytes", bytes, err)
 				}
@@ -138,7 +140,7 @@ func writeModel(w io.Writer, p bounds.Problem, fab bounds.Fabric, c bounds.Choic
 		ranks += d.Ranks
 	}
 	fmt.Fprintf(w, "B = %s (%.0f bytes), Ns = %d, rho = %d, %d destination ranks in %d domain(s); BN = %s, BL = %s\n\n",
-		formatDecimal(p.Bytes), p.Bytes, p.Sources, p.Rho, ranks, len(p.Domains), formatRate(fab.NetBW), formatRate(fab.LocalBW))
+		formatDecimal(p.Bytes), p.Bytes, p.Sources, p.Rho, ranks, len(p.Domains), units.FormatRate(fab.NetBW), units.FormatRate(fab.LocalBW))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "route\tbound\tbinding term\tother terms\tpredicted with startup")
 	for _, b := range c.Bounds {
@@ -165,14 +167,4 @@ func writeModel(w io.Writer, p bounds.Problem, fab bounds.Fabric, c bounds.Choic
 func formatMs(s float64) string { return fmt.Sprintf("%.2f ms", s*1e3) }
 
 // formatDecimal renders bytes with decimal units (7168 MB).
-func formatDecimal(b float64) string {
-	for _, u := range []struct {
-		name string
-		mult float64
-	}{{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}} {
-		if b >= u.mult {
-			return fmt.Sprintf("%.6g %s", b/u.mult, u.name)
-		}
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
+func formatDecimal(b float64) string { return units.FormatDecimalBytes(b, 6) }

@@ -15,6 +15,7 @@ import (
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
@@ -108,7 +109,7 @@ func TestConformanceMPI(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", c, err, stdout, stderr)
 				}
-				var rep runReport
+				var rep perf.RunReport
 				if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 					t.Fatalf("%v: %v\n%s", c, err, stdout)
 				}
@@ -144,18 +145,18 @@ func TestTrafficAccounting(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
-	var rep runReport
+	var rep perf.RunReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, stdout)
 	}
-	routes := map[string]routeReport{}
+	routes := map[string]perf.RouteReport{}
 	for _, r := range rep.Routes {
 		if r.Check != "passed" {
 			t.Fatalf("route %s: check %s", r.Route, r.Check)
 		}
 		routes[r.Route] = r
 	}
-	sum := func(rr routeReport, pick func(rankTraffic) bool, val func(rankTraffic) int64) int64 {
+	sum := func(rr perf.RouteReport, pick func(perf.RankTraffic) bool, val func(perf.RankTraffic) int64) int64 {
 		var n int64
 		for _, x := range rr.Ranks {
 			if pick(x) {
@@ -164,8 +165,8 @@ func TestTrafficAccounting(t *testing.T) {
 		}
 		return n
 	}
-	isSrc := func(x rankTraffic) bool { return x.Role == "src" }
-	netOut := func(x rankTraffic) int64 { return x.SentNetwork }
+	isSrc := func(x perf.RankTraffic) bool { return x.Role == "src" }
+	netOut := func(x perf.RankTraffic) int64 { return x.SentNetwork }
 	if got := sum(routes["hier"], isSrc, netOut); got != B {
 		t.Errorf("hier: sources inject %d bytes, want B = %d", got, B)
 	}
@@ -307,7 +308,7 @@ func TestSyncModels(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
-			var rep syncReport
+			var rep perf.SyncReport
 			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 				t.Fatalf("%v\n%s", err, stdout)
 			}

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"time"
 
-	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -21,8 +19,10 @@ import (
 //     stopped because of its notice stay quiet, and of the ranks that gave
 //     up together (all waiting in one collective for one stopped rank) the
 //     lowest speaks (session.FirstToAbort);
-//   - a failure before MPI is up (MPI_Init that never returns) by the
-//     first rank whose turn comes (initTurn): ranks cannot talk yet.
+//   - a failure before MPI is up (MPI_Init that never returns), or once
+//     MPI_Finalize hangs, or when the launcher interrupts the job, by the
+//     first rank of a host whose turn comes (launcher.Turn, launcher.SayOnce): ranks
+//     cannot talk over MPI then.
 
 // abortGrace is how long a rank that gave up on its own waits for the
 // abort notices of lower ranks that gave up too before it prints: well
@@ -34,6 +34,9 @@ const abortGrace = 400 * time.Millisecond
 // of the session it failed in prints the cause: err is an abort, and the
 // first rank to abort (session.FirstToAbort) is another.
 func (j *job) quiet(err error) bool {
+	if err != nil {
+		launcher.Failing.Store(true)
+	}
 	var ab *refit.AbortError
 	if j == nil || !errors.As(err, &ab) {
 		return false
@@ -81,15 +84,6 @@ func (j *job) noteFailure(s *session.Session, err error) {
 	}
 }
 
-// initTurn is how much longer than the timeout rank r waits for MPI_Init
-// before it gives up and says so: ranks cannot talk before MPI is up, so
-// they take turns (rank 0, then rank 1, then every other rank), and the
-// first to give up ends the job (the launcher stops the others, about a
-// second after one exits) before the next one's turn comes.
-func initTurn(r int) time.Duration {
-	return time.Duration(min(max(r, 0), 2)) * 1500 * time.Millisecond
-}
-
 // jobTimeout is the job's bound on every wait, once startJob has read it.
 var jobTimeout = session.DefaultTimeout
 
@@ -104,21 +98,4 @@ func (j *job) closingBarrier() error {
 		return printedError{err}
 	}
 	return err
-}
-
-// finalize finishes MPI, bounded: MPI_Finalize waits for every rank, so a
-// rank stopped after the closing barrier would hold the job forever. Past
-// the timeout (and this rank's turn, initTurn) the rank says so and exits;
-// in a job that failed already (failed), whose cause is printed, it exits
-// without a word.
-func finalize(failed bool) {
-	t := time.AfterFunc(jobTimeout+initTurn(jobRank), func() {
-		if failed {
-			os.Exit(1)
-		}
-		fmt.Fprintf(os.Stderr, "refit: rank %d: MPI_Finalize did not finish in %v: a peer is gone or stuck; ending the job\n", jobRank, jobTimeout)
-		os.Exit(4)
-	})
-	defer t.Stop()
-	_ = mpi.Finalize()
 }

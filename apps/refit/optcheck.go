@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/m2n-dev/m2n/envopts"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -18,16 +20,22 @@ func (f *runFlags) checkOptions(o session.Options) error {
 	if err == nil || !errors.As(err, &fe) {
 		return err
 	}
-	chunk := flagOrEnv("chunk-bytes", f.chunk, "M2N_CHUNK_BYTES")
-	staging := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES")
+	chunk := f.lookup("chunk-bytes")
+	staging := f.lookup("staging-bytes")
 	switch {
-	case fe.Field == "chunk bytes" && chunk.value != "":
-		return chunk.bad(fe)
-	case fe.Field == "staging bytes" && staging.value != "":
-		return staging.bad(fe)
-	case fe.Field == "staging bytes" && chunk.value != "":
+	case strings.HasPrefix(fe.Field, "M2N_"): // a variable Join reads itself
+		why := fe.Why
+		if fe.Want != "" {
+			why = "want " + fe.Want
+		}
+		return bad(envopts.Source{Value: fe.Got, Name: fe.Field}, errors.New(why))
+	case fe.Field == "chunk bytes" && chunk.Value != "":
+		return bad(chunk, fe)
+	case fe.Field == "staging bytes" && staging.Value != "":
+		return bad(staging, fe)
+	case fe.Field == "staging bytes" && chunk.Value != "":
 		// the chunk given does not fit the default staging.
-		return chunk.bad(fmt.Errorf("%w (the default staging bytes; set --staging-bytes or M2N_STAGING_BYTES to at least 8 x chunk)", fe))
+		return bad(chunk, fmt.Errorf("%w (the default staging bytes; set --staging-bytes or M2N_STAGING_BYTES to at least 8 x chunk)", fe))
 	}
 	return usageError{err}
 }

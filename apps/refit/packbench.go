@@ -4,7 +4,8 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/cuda"
-	"github.com/m2n-dev/m2n/internal/packbench"
+	"github.com/m2n-dev/m2n/perf"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -23,7 +24,7 @@ event-timed launches after a warm-up. It needs 4x --bytes of GPU memory and
 no launcher.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := parseBytes(total)
+			n, err := units.ParseBytes(total)
 			if err != nil || n < 64<<10 {
 				return flagError("bytes", total, fmt.Errorf("want a size of at least 64KiB"))
 			}
@@ -40,11 +41,11 @@ no launcher.`,
 			}
 			defer ctx.Release()
 			name, _ := dev.Name()
-			res, err := cuda.BenchPackUnpack(ctx, cuda.BenchOptions{TotalBytes: int(n), Iters: iters})
+			res, err := perf.PackUnpack(ctx, perf.PackOptions{TotalBytes: int(n), Iters: iters})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, formatBytes(n), iters, packbench.Format(res))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, units.FormatBytes(n), iters, perf.FormatPack(res))
 			return nil
 		},
 	}

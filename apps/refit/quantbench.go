@@ -5,6 +5,8 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/perf"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
@@ -34,7 +36,7 @@ bytes; the goal for quant-pack is 90% or more). Each figure is the median of
 GPU memory and no launcher.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := parseBytes(total)
+			n, err := units.ParseBytes(total)
 			if err != nil || n < 64<<10 || n%(64<<10) != 0 {
 				return flagError("bytes", total, fmt.Errorf("want a multiple of 64KiB"))
 			}
@@ -55,12 +57,12 @@ GPU memory and no launcher.`,
 			}
 			defer ctx.Release()
 			name, _ := dev.Name()
-			res, err := cuda.BenchQuantize(ctx, cuda.QuantBenchOptions{TotalBytes: int(n), Mode: m, Iters: iters})
+			res, err := perf.Quantize(ctx, perf.QuantOptions{TotalBytes: int(n), Mode: m, Iters: iters})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s of bf16 per operation, %v scaling, median of %d\n%s",
-				name, formatBytes(n), m, iters, cuda.FormatQuantBench(res))
+				name, units.FormatBytes(n), m, iters, perf.FormatQuant(res))
 			return nil
 		},
 	}

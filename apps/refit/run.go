@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
 )
 
@@ -55,7 +56,9 @@ out.
 Every rank must be started with the same flags: the ranks agree on them
 first, and a rank with other flags, or flags that do not parse, fails every
 rank at once with a message naming it. Every wait is bounded by --timeout;
-a rank that gives up names the ranks it waited for and stops the others.`,
+a rank that gives up names the ranks it waited for and stops the others.
+
+` + progressHelp,
 		Example: `  mpirun -np 8 refit run --shape 4096x4096 --dtype bf16 --src-mesh 4 --src-placements S0 \
       --dst-mesh 2x2 --dst-placements R,S1 --route all --check
   mpirun -np 20 refit run --shape 2048x4096 --dtype bf16 --src-mesh 4 --src-placements S0 \
@@ -73,7 +76,7 @@ a rank that gives up names the ranks it waited for and stops the others.`,
 
 // runJob runs `refit run`; extra, if not nil, runs after the routes on every
 // rank and may add to the report (refit bench adds its baseline).
-func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) error) (err error) {
+func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *perf.RunReport) error) (err error) {
 	j, err := startJob(f)
 	defer j.end(&err)
 	if err != nil {
@@ -90,17 +93,17 @@ func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) e
 	if err := j.agreeReady(err); err != nil {
 		return err
 	}
-	p, err := j.newPairRun(j.s, src, dst, 0)
+	p, err := j.newPair(j.s, src, dst, 0)
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	rep, err := p.runRoutes(f)
+	defer p.Close()
+	rep, err := j.runRoutes(p, f, nil)
 	if err != nil {
-		return f.explainSchedule(err, p.plan, schedOf(p.s.Options()))
+		return err
 	}
 	if extra != nil {
-		if err := extra(p, rep); err != nil {
+		if err := extra(j, p, rep); err != nil {
 			return err
 		}
 	}
@@ -109,7 +112,7 @@ func runJob(out io.Writer, f *runFlags, extra func(p *pairRun, rep *runReport) e
 			return err
 		}
 	}
-	return checkFailures([]*runReport{rep})
+	return checkFailures([]*perf.RunReport{rep})
 }
 
 // agreeReady makes every rank learn whether any rank's input failed after
@@ -135,52 +138,18 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 		return err
 	}
 	defer st.Close()
-	var mu sync.Mutex
-	var mine []*runReport
-	errs := make([]error, l.Stages())
-	var wg sync.WaitGroup
-	for s, ss := range st.Sessions {
-		if ss == nil {
-			continue
+	all, err := perf.RunStages(j.s, st, func(s int, ss *session.Session) (*perf.RunReport, error) {
+		src, dst, err := perStage(s)
+		if err != nil {
+			return nil, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer endOnPanic()
-			errs[s] = func() error {
-				src, dst, err := perStage(s)
-				if err != nil {
-					return err
-				}
-				p, err := j.newPairRun(ss, src, dst, uint64(s))
-				if err != nil {
-					return err
-				}
-				defer p.close()
-				rep, err := p.runRoutes(f)
-				if err != nil {
-					return f.explainSchedule(err, p.plan, schedOf(ss.Options()))
-				}
-				stageNo := s
-				rep.Stage = &stageNo
-				rep.Members = l.Members(s)
-				if ss.Rank() == 0 {
-					mu.Lock()
-					mine = append(mine, rep)
-					mu.Unlock()
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
-	for s, e := range errs {
-		if e != nil {
-			j.noteFailure(st.Sessions[s], e)
-			return st.Wrap(s, e)
+		p, err := j.newPair(ss, src, dst, uint64(s))
+		if err != nil {
+			return nil, err
 		}
-	}
-	all, err := gatherReports(j.s.Collective(), mine)
+		defer p.Close()
+		return j.runRoutes(p, f, l.Members(s))
+	}, j.noteFailure)
 	if err != nil {
 		return err
 	}

@@ -3,19 +3,18 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/envopts"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -50,7 +49,8 @@ type runFlags struct {
 	fp8Scale  string
 	driver    string
 
-	cmd *cobra.Command // the command whose flags these are
+	cmd        *cobra.Command // the command whose flags these are
+	noProgress bool           // no progress display (soak's many short runs)
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
@@ -78,167 +78,82 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.verify, "verify", false, "checksum (CRC-32C) every message on both sides and compare across ranks; a mismatch fails the call naming the tensor, box and ranks")
 	fs.BoolVar(&f.atomic, "atomic", false, "receive into shadow buffers and copy them in only when every tensor arrived (and verified) everywhere: a failed call leaves destinations untouched")
 	fs.StringVar(&f.driver, "driver", "", "with --device cuda, what runs each step: replay (the whole step queued on the GPU's streams, one host wait; the default without --verify, or M2N_GPU_DRIVER), graph (the same captured once as a CUDA graph) or host (round by round from the host, as --verify does)")
-	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
+	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, which gets at least 3s and must take less than the timeout; set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
 	fs.StringVar(&f.dstDType, "dst-dtype", "", "convert in flight: e4m3 (float8_e4m3fn) makes the destination FP8, quantized while packing from a bf16 or f32 source, with its float32 scales (weight_scale_inv) delivered beside it (default: the source's dtype)")
 	fs.StringVar(&f.fp8Scale, "fp8-scale", "", "with --dst-dtype e4m3, which elements share a scale: block (128x128 over the last two dims, DeepSeek-V3's format), row or tensor (default block)")
 	fs.IntVar(&f.ppStages, "pp-stages", 0, "pipeline stages: stage s trains on world ranks [s*M, (s+1)*M) and reshards to the generator (--dst-ranks, world ranks; default after the trainers) on a communicator of its own; stages run concurrently")
 }
 
 func (f *runFlags) routes() ([]string, error) {
-	var out []string
-	for _, r := range strings.Split(f.route, ",") {
-		switch {
-		case r == "all" && f.dstDType != "":
-			out = append(out, "flat", "hier") // agbcast cannot convert in flight
-		case r == "all":
-			out = append(out, bounds.Routes...)
-		case slices.Contains(bounds.Routes, r) || r == "auto":
-			out = append(out, r)
-		default:
-			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want %s, auto or all", r, strings.Join(bounds.Routes, ", ")))
-		}
+	out, err := routespec.List(f.route, f.dstDType != "")
+	if err != nil {
+		return nil, flagError("route", f.route, err)
 	}
 	return out, nil
 }
 
-// settings are what the flags and the environment resolve to.
-type settings struct {
-	opts        session.Options
-	balance     hier.Balance
-	fp8         fp8.Mode // --dst-dtype e4m3: the scaling mode; 0 without conversion
-	fabric      bounds.Fabric
-	fabricGiven bool // --net-bw or --local-bw was given
-	measure     bool // measure the local bandwidth for the fabric
+// routeOpts are what the flags say of routes beyond their names, on
+// fabric.
+func (s settings) routeOpts(fabric bounds.Fabric) routespec.Options {
+	return routespec.Options{Balance: s.Balance, Fabric: fabric}
 }
 
-// source is a setting's text and where it came from, for errors.
-type source struct{ value, name string }
+// settings are what the flags and the environment resolve to.
+type settings struct {
+	envopts.Settings
+	opts session.Options // Settings.Options with the flags' own
+	fp8  fp8.Mode        // --dst-dtype e4m3: the scaling mode; 0 without conversion
+}
 
-// flagOrEnv returns the flag's value, else the environment variable's,
-// with the name to blame in errors.
-func flagOrEnv(flag, value, env string) source {
-	if value != "" {
-		return source{value, "--" + flag}
+// lookup finds a setting (package envopts): the flag's value, else the
+// environment variable's, with the name to blame in errors.
+func (f *runFlags) lookup(key string) envopts.Source {
+	flags := map[string]*string{"timeout": &f.timeout, "chunk-bytes": &f.chunk, "staging-bytes": &f.staging, "coalesce-bytes": &f.coalesce,
+		"balance": &f.balance, "src-domain-size": &f.srcDomain, "dst-domain-size": &f.dstDomain, "emulate-net-bw": &f.emulate,
+		"net-bw": &f.netBW, "local-bw": &f.localBW, "latency": &f.latency}
+	if v, ok := flags[key]; ok && *v != "" {
+		return envopts.Source{Value: *v, Name: "--" + key}
 	}
-	return source{getenv(env), env}
+	return envopts.Env(key)
 }
 
 // bad reports a setting whose value cannot be used, naming where it came
 // from: a flag or an environment variable.
-func (s source) bad(err error) error {
-	return usageError{fmt.Errorf("%s %q: %w", s.name, s.value, err)}
+func bad(s envopts.Source, err error) error { return usageError{s.Bad(err)} }
+
+// maxIterations bounds --iters plus --warmup: at a microsecond a step,
+// 2^40 steps take twelve days; more is a typo (and 2^63 overflows).
+const maxIterations = 1 << 40
+
+// checkCounts refuses iteration counts a job cannot run: no timed
+// iteration, a negative warm-up, or more than maxIterations in all
+// (iters + warmup would overflow an int long before the steps end).
+func checkCounts(iters, warmup int) error {
+	switch {
+	case iters < 1 || warmup < 0:
+		return usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration and no negative warm-up", iters, warmup)}
+	case iters > maxIterations || warmup > maxIterations-iters:
+		return usageError{fmt.Errorf("--iters %d --warmup %d: want at most %d iterations in all (2^40; at a microsecond each, twelve days)", iters, warmup, maxIterations)}
+	}
+	return nil
 }
 
-// parseCount reads a whole number of at least min, with nothing after it.
-func parseCount(s string, min int) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("want a whole number")
-	}
-	if n < min {
-		return 0, fmt.Errorf("want at least %d", min)
-	}
-	return n, nil
-}
-
-// maxTimeout bounds --timeout: a wait longer than a day is a typo.
-const maxTimeout = 24 * time.Hour
-
-// settings resolves the flags and the environment; every error names the
-// flag or the variable and its value.
+// settings resolves the flags and the environment (envopts.Resolve, and
+// the flags only run jobs take); every error names the flag or the
+// variable and its value.
 func (f *runFlags) settings() (settings, error) {
 	var s settings
 	var err error
+	s.Settings, err = envopts.Resolve(f.lookup)
+	s.opts = s.Settings.Options // as far as it resolved: a refusing rank joins with them
+	if err != nil {
+		return s, usageError{err}
+	}
 	if s.opts.Device, err = session.ParseDevice(f.device); err != nil {
 		return s, flagError("device", f.device, fmt.Errorf("want cpu or cuda"))
 	}
-	if src := flagOrEnv("timeout", f.timeout, "M2N_TIMEOUT"); src.value != "" {
-		d, err := time.ParseDuration(src.value)
-		switch {
-		case err != nil:
-			return s, src.bad(fmt.Errorf("want a duration from 1ms to %v, like 30s or 5m", maxTimeout))
-		case d < time.Millisecond:
-			return s, src.bad(fmt.Errorf("want at least 1ms: every wait of the job is bounded by it"))
-		case d > maxTimeout:
-			return s, src.bad(fmt.Errorf("want at most %v", maxTimeout))
-		}
-		s.opts.Timeout = d
-	}
-	for _, x := range []struct {
-		flag, value, env string
-		dst              *int64
-	}{{"chunk-bytes", f.chunk, "M2N_CHUNK_BYTES", &s.opts.ChunkBytes}, {"staging-bytes", f.staging, "M2N_STAGING_BYTES", &s.opts.StagingBytes},
-		{"coalesce-bytes", f.coalesce, "M2N_COALESCE_BYTES", &s.opts.CoalesceBytes}} {
-		src := flagOrEnv(x.flag, x.value, x.env)
-		if src.value == "" {
-			continue
-		}
-		n, err := parseBytes(src.value)
-		if err != nil {
-			return s, src.bad(err)
-		}
-		if n == 0 && x.flag == "coalesce-bytes" {
-			n = -1 // off
-		} else if n == 0 {
-			return s, src.bad(fmt.Errorf("want a positive size"))
-		}
-		*x.dst = n
-	}
-	src := flagOrEnv("balance", f.balance, "M2N_BALANCE")
-	if s.balance, err = hier.ParseBalance(src.value); err != nil {
-		return s, src.bad(err)
-	}
-	for _, x := range []struct {
-		flag, value, env string
-		dst              *int
-	}{{"src-domain-size", f.srcDomain, "M2N_SRC_DOMAIN_SIZE", &s.opts.Domains.Src}, {"dst-domain-size", f.dstDomain, "M2N_DST_DOMAIN_SIZE", &s.opts.Domains.Dst}} {
-		src := flagOrEnv(x.flag, x.value, x.env)
-		if src.value == "" {
-			continue
-		}
-		if *x.dst, err = parseCount(src.value, 1); err != nil {
-			return s, src.bad(fmt.Errorf("%w ranks per domain", err))
-		}
-	}
-	if src := flagOrEnv("emulate-net-bw", f.emulate, "M2N_EMULATE_NET_BW"); src.value != "" {
-		if s.opts.EmulateNetBW, err = parseRate(src.value); err != nil {
-			return s, src.bad(err)
-		}
-		if s.opts.EmulateNetBW < 1e3 {
-			return s, src.bad(fmt.Errorf("want at least 1kB/s"))
-		}
-	}
-	switch v := getenv("M2N_MPI_INPLACE"); v {
-	case "", "1":
-	case "0":
-		s.opts.NoInPlace = true
-	default:
-		return s, usageError{fmt.Errorf("M2N_MPI_INPLACE %q: want 0 (stage strided regions) or 1 (move them in place, the default)", v)}
-	}
-	lat, err := time.ParseDuration(f.latency)
-	if err != nil || lat < 0 {
-		return s, flagError("latency", f.latency, fmt.Errorf("want a duration of at least 0, like 20us"))
-	}
-	s.fabric = bounds.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: lat.Seconds()}
-	if s.opts.EmulateNetBW > 0 {
-		s.fabric.NetBW = s.opts.EmulateNetBW
-		s.measure = true
-	}
-	if src := flagOrEnv("net-bw", f.netBW, "M2N_NET_BW"); src.value != "" {
-		s.fabricGiven = true
-		if s.fabric.NetBW, err = parseRate(src.value); err != nil {
-			return s, src.bad(err)
-		}
-	}
-	if src := flagOrEnv("local-bw", f.localBW, "M2N_LOCAL_BW"); src.value != "" {
-		s.fabricGiven = true
-		if s.fabric.LocalBW, err = parseRate(src.value); err != nil {
-			return s, src.bad(err)
-		}
-		s.measure = false
-	}
-	if f.iters < 1 || f.warmup < 0 {
-		return s, usageError{fmt.Errorf("--iters %d --warmup %d: want at least one timed iteration and no negative warm-up", f.iters, f.warmup)}
+	if err := checkCounts(f.iters, f.warmup); err != nil {
+		return s, err
 	}
 	if f.ppStages < 0 {
 		return s, flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))
@@ -340,8 +255,8 @@ func agreedFields(cmd *cobra.Command) []refit.Field {
 // settingsStaging is the staging bytes the flags or the environment give,
 // or the CPU default, for defaults that follow it (sync's bucket size).
 func (f *runFlags) settingsStaging() int64 {
-	if src := flagOrEnv("staging-bytes", f.staging, "M2N_STAGING_BYTES"); src.value != "" {
-		if n, err := parseBytes(src.value); err == nil {
+	if src := f.lookup("staging-bytes"); src.Value != "" {
+		if n, err := units.ParseBytes(src.Value); err == nil {
 			return n
 		}
 	}

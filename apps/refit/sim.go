@@ -1,35 +1,26 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
-	"github.com/m2n-dev/m2n/pipeline"
-	"github.com/m2n-dev/m2n/placement"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/modelspec"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/sim"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
 
 // simFlags are the flags of `refit sim`: the layout, domain and route flags
 // of `refit run`, and the cluster.
 type simFlags struct {
-	shape, dtype     string
-	srcMesh, srcPl   string
-	dstMesh, dstPl   string
-	srcRanks         string
-	dstRanks         string
-	world            int
+	pair             pairFlags
 	route            string
 	chunk, staging   string
 	coalesce         string
@@ -122,15 +113,9 @@ each stage's and each tensor's completion.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.shape, "shape", "", "global tensor shape, e.g. 7168x2048 (scalar for 0 dims)")
-	fs.StringVar(&f.dtype, "dtype", "bf16", "element type: bf16 f16 f32 f64 i8 u8 i32 i64 fp8e4m3 fp8e5m2")
-	fs.StringVar(&f.srcMesh, "src-mesh", "", "source mesh shape, e.g. 4 or 2x2")
-	fs.StringVar(&f.srcPl, "src-placements", "", "source placements, one per mesh axis, e.g. S0 or S0,R")
-	fs.StringVar(&f.dstMesh, "dst-mesh", "", "destination mesh shape, e.g. 2x2")
-	fs.StringVar(&f.dstPl, "dst-placements", "", "destination placements, e.g. R,S1")
-	fs.StringVar(&f.srcRanks, "src-ranks", "", "source ranks in mesh order (default 0..M-1)")
-	fs.StringVar(&f.dstRanks, "dst-ranks", "", "destination ranks in mesh order (default M..M+N-1)")
-	fs.IntVar(&f.world, "world", 0, "communicator size (default: the highest rank + 1)")
+	f.pair.register(fs)
+	_ = fs.Set("dtype", "bf16")
+	fs.Lookup("dtype").DefValue = "bf16"
 	fs.StringVar(&f.route, "route", "all", "route: flat, agbcast, hier, auto, or all (flat, agbcast and hier); a comma list works too")
 	fs.StringVar(&f.chunk, "chunk-bytes", "64MiB", "largest message and pipeline chunk (refit run's GPU default)")
 	fs.StringVar(&f.staging, "staging-bytes", "1GiB", "staging memory per rank, at least 8 chunks (refit run's GPU default)")
@@ -164,68 +149,10 @@ each stage's and each tensor's completion.`,
 	return cmd
 }
 
-// simReport is what `refit sim --json` prints.
-type simReport struct {
-	Model         string      `json:"model,omitempty"`
-	Source        string      `json:"source"`
-	Destination   string      `json:"destination"`
-	World         int         `json:"world"`
-	Bytes         int64       `json:"bytes"`
-	Rho           int         `json:"rho"`
-	DstDomains    int         `json:"dst_domains"`
-	Stages        int         `json:"stages"`
-	Sequential    bool        `json:"sequential_stages,omitempty"`
-	Cluster       sim.Cluster `json:"cluster"`
-	ChunkBytes    int64       `json:"chunk_bytes"`
-	StagingBytes  int64       `json:"staging_bytes"`
-	Balance       string      `json:"balance"`
-	CoalesceBytes int64       `json:"coalesce_bytes"`
-	InPlace       bool        `json:"in_place,omitempty"`
-	Domains       []int       `json:"domains"`
-	// Measured names the refit run report the simulation was compared
-	// with (--measured).
-	Measured string       `json:"measured,omitempty"`
-	Routes   []simRouteJS `json:"routes"`
-}
-
-// simRouteJS is one route of a simReport.
-type simRouteJS struct {
-	Route        string             `json:"route"`
-	Chosen       string             `json:"chosen"`
-	Why          string             `json:"why,omitempty"`
-	Seconds      float64            `json:"seconds"`
-	MeasuredSec  float64            `json:"measured_s,omitempty"`
-	SimOverMeas  float64            `json:"sim_over_measured,omitempty"`
-	BoundSeconds float64            `json:"bound_s"`
-	BoundBinding string             `json:"bound_binding"`
-	Predicted    float64            `json:"bound_with_startup_s"`
-	Ratio        float64            `json:"sim_over_bound"`
-	BindingLink  string             `json:"binding_link"`
-	BindingSec   float64            `json:"binding_link_seconds"`
-	Shares       []sim.Share        `json:"critical_path_shares"`
-	Messages     int                `json:"messages"`
-	Rounds       int                `json:"rounds"`
-	Classes      []sim.ClassUsage   `json:"link_classes"`
-	Busiest      []sim.LinkUsage    `json:"busiest_links"`
-	Parts        []sim.PartResult   `json:"stages"`
-	Tensors      []sim.TensorResult `json:"tensors,omitempty"`
-	Critical     []sim.Step         `json:"critical_path,omitempty"`
-	Series       *sim.Series        `json:"series,omitempty"`
-	Stats        sim.Stats          `json:"stats"`
-}
-
 func (f *simFlags) routes() ([]string, error) {
-	var out []string
-	for _, r := range strings.Split(f.route, ",") {
-		r = strings.TrimSpace(r)
-		switch {
-		case r == "all":
-			out = append(out, sim.Routes...)
-		case slices.Contains(sim.Routes, r) || r == "auto":
-			out = append(out, r)
-		default:
-			return nil, flagError("route", f.route, fmt.Errorf("unknown route %q: want flat, agbcast, hier, auto or all", r))
-		}
+	out, err := routespec.List(f.route, false)
+	if err != nil {
+		return nil, flagError("route", f.route, err)
 	}
 	return out, nil
 }
@@ -240,16 +167,16 @@ func (f *simFlags) clusterFromFlags() (sim.Cluster, error) {
 		flag, value string
 		set         func(string) error
 	}{
-		{"net-bw", f.netBW, func(v string) (err error) { c.NetBW, err = sim.ParseRate(v); return }},
-		{"local-bw", f.localBW, func(v string) (err error) { c.LocalBW, err = sim.ParseRate(v); return }},
-		{"latency", f.latency, func(v string) (err error) { c.NetLatency, err = sim.ParseSeconds(v); return }},
-		{"local-latency", f.localLt, func(v string) (err error) { c.LocalLatency, err = sim.ParseSeconds(v); return }},
+		{"net-bw", f.netBW, func(v string) (err error) { c.NetBW, err = units.ParseRate(v); return }},
+		{"local-bw", f.localBW, func(v string) (err error) { c.LocalBW, err = units.ParseRate(v); return }},
+		{"latency", f.latency, func(v string) (err error) { c.NetLatency, err = units.ParseSeconds(v); return }},
+		{"local-latency", f.localLt, func(v string) (err error) { c.LocalLatency, err = units.ParseSeconds(v); return }},
 		{"copy-bw", f.copyBW, func(v string) (err error) {
 			if v == "0" || v == "free" {
 				c.CopyBW = 0
 				return nil
 			}
-			c.CopyBW, err = sim.ParseRate(v)
+			c.CopyBW, err = units.ParseRate(v)
 			return
 		}},
 	} {
@@ -266,521 +193,145 @@ func (f *simFlags) clusterFromFlags() (sim.Cluster, error) {
 	return c, nil
 }
 
-// simLayout parses one side's layout from the sim flags.
-func simLayout(shape []int64, dt placement.DType, side, meshSpec, plSpec, ranksSpec string, start int) (placement.Layout, error) {
-	if meshSpec == "" || plSpec == "" {
-		return placement.Layout{}, usageError{fmt.Errorf("--%s-mesh and --%s-placements are required (e.g. --%s-mesh 4x2 --%s-placements S0,R)", side, side, side, side)}
-	}
-	ms, err := mesh.ParseShape(meshSpec)
-	if err != nil {
-		return placement.Layout{}, flagError(side+"-mesh", meshSpec, err)
-	}
-	ps, err := placement.Parse(plSpec)
-	if err != nil {
-		return placement.Layout{}, flagError(side+"-placements", plSpec, err)
-	}
-	var m mesh.Mesh
-	if ranksSpec == "" {
-		if m, err = mesh.Interval(ms, start); err != nil {
-			return placement.Layout{}, flagError(side+"-mesh", meshSpec, err)
-		}
-	} else {
-		ranks, err := mesh.ParseRanks(ranksSpec)
-		if err != nil {
-			return placement.Layout{}, flagError(side+"-ranks", ranksSpec, err)
-		}
-		if m, err = mesh.New(ms, ranks); err != nil {
-			return placement.Layout{}, flagError(side+"-ranks", ranksSpec, err)
-		}
-	}
-	l, err := placement.NewLayout(shape, dt, m, ps)
-	if err != nil {
-		return placement.Layout{}, flagError(side+"-placements", plSpec, err)
-	}
-	return l, nil
-}
-
-// measuredRun is the part of a `refit run --json` report that --measured
-// reads.
-type measuredRun struct {
-	Stage       *int    `json:"stage"`
-	World       int     `json:"world"`
-	Source      string  `json:"source"`
-	Destination string  `json:"destination"`
-	ChunkBytes  int64   `json:"chunk_bytes"`
-	Staging     int64   `json:"staging_bytes"`
-	Domains     []int   `json:"domains"`
-	EmulatedBW  float64 `json:"emulated_net_bw"`
-	Fabric      struct {
-		NetBW, LocalBW, Latency float64
-	} `json:"fabric"`
-	Routes []struct {
-		Route     string  `json:"route"`
-		MedianSec float64 `json:"median_s"`
-	} `json:"routes"`
-}
-
-// loadMeasured reads a refit run --json report.
-func loadMeasured(path string) (*measuredRun, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, flagError("measured", path, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var m measuredRun
-	if err := dec.Decode(&m); err != nil {
-		return nil, flagError("measured", path, fmt.Errorf("not a refit run --json report: %w", err))
-	}
-	if dec.More() || m.Stage != nil {
-		return nil, flagError("measured", path, fmt.Errorf("a report of pipeline stages (refit run --pp-stages): compare one communicator's run"))
-	}
-	if m.World < 1 || len(m.Domains) != m.World || len(m.Routes) == 0 {
-		return nil, flagError("measured", path, fmt.Errorf("the report has world %d, %d domains and %d routes", m.World, len(m.Domains), len(m.Routes)))
-	}
-	return &m, nil
-}
-
-// simModelStages builds the model form's stages: the model package lays
-// the model out from the trainer to the generator, one stage per pipeline
-// stage, trainers on world ranks [0, T) and the generator after them, each
-// side in domains of its domain size.
-func simModelStages(f *simFlags, c sim.Cluster) ([]sim.Stage, int, reshard.Topology, *model.Layouts, error) {
-	var topo reshard.Topology
-	if f.train == "" || f.gen == "" || f.model == "" {
-		return nil, 0, topo, nil, usageError{fmt.Errorf("the model form needs --model, --train and --gen (e.g. --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16)")}
-	}
-	if f.scale < 1 {
-		return nil, 0, topo, nil, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
-	}
-	if f.layers < 0 {
-		return nil, 0, topo, nil, flagError("layers", fmt.Sprint(f.layers), fmt.Errorf("want at least 1 (0 keeps them all)"))
-	}
-	m, err := model.Load(f.model, model.LoadOptions{Options: model.Options{MTP: f.mtp}, Scale: int64(f.scale), Layers: f.layers})
-	if err != nil {
-		return nil, 0, topo, nil, flagError("model", f.model, err)
-	}
-	tr, err := model.ParseTrainer(f.train)
-	if err != nil {
-		return nil, 0, topo, nil, flagError("train", f.train, err)
-	}
-	g, err := model.ParseGenerator(f.gen)
-	if err != nil {
-		return nil, 0, topo, nil, flagError("gen", f.gen, err)
-	}
-	l, err := model.New(m, tr, g)
-	if err != nil {
-		var se *model.SplitError
-		if errors.As(err, &se) && se.Side == model.Dst {
-			return nil, 0, topo, nil, flagError("gen", f.gen, err)
-		}
-		return nil, 0, topo, nil, flagError("train", f.train, err)
-	}
-	srcSize, dstSize, err := f.domainSizes(c)
-	if err != nil {
-		return nil, 0, topo, nil, err
-	}
-	world := tr.Ranks() + g.Ranks()
-	if topo, err = sim.SideDomains(tr.Ranks(), g.Ranks(), srcSize, dstSize); err != nil {
-		return nil, 0, topo, nil, usageError{err}
-	}
-	stages, err := sim.ModelStages(l, topo, reshard.Options{StripeReplicas: f.stripe})
-	if err != nil {
-		return nil, 0, topo, nil, usageError{err}
-	}
-	return stages, world, topo, l, nil
-}
-
-// domainSizes returns the source and destination domain sizes: the flags,
-// or the cluster's GPUs per domain.
-func (f *simFlags) domainSizes(c sim.Cluster) (int, int, error) {
-	srcSize, dstSize := f.srcDomain, f.dstDomain
-	for _, x := range []struct {
-		flag string
-		v    *int
-	}{{"src-domain-size", &srcSize}, {"dst-domain-size", &dstSize}} {
-		switch {
-		case *x.v < 0:
-			return 0, 0, flagError(x.flag, fmt.Sprint(*x.v), fmt.Errorf("want a positive number of ranks"))
-		case *x.v == 0:
-			*x.v = c.DomainGPUs
-		case *x.v > c.DomainGPUs:
-			return 0, 0, flagError(x.flag, fmt.Sprint(*x.v), fmt.Errorf("a %s domain has %d GPUs", c.Name, c.DomainGPUs))
-		}
-	}
-	return srcSize, dstSize, nil
-}
-
-// simStages builds the stages of a single-tensor simulation and the world
-// topology.
-func simStages(f *simFlags, c sim.Cluster) ([]sim.Stage, int, reshard.Topology, placement.Layout, placement.Layout, error) {
-	var src, dst placement.Layout
-	if f.shape == "" {
-		return nil, 0, reshard.Topology{}, src, dst, usageError{fmt.Errorf("--shape is required (e.g. --shape 7168x2048), or --model")}
-	}
-	shape, err := placement.ParseShape(f.shape)
-	if err != nil {
-		return nil, 0, reshard.Topology{}, src, dst, flagError("shape", f.shape, err)
-	}
-	dt, err := placement.ParseDType(f.dtype)
-	if err != nil {
-		return nil, 0, reshard.Topology{}, src, dst, flagError("dtype", f.dtype, err)
-	}
-	srcSize, dstSize, err := f.domainSizes(c)
-	if err != nil {
-		return nil, 0, reshard.Topology{}, src, dst, err
-	}
-	popts := reshard.Options{StripeReplicas: f.stripe}
-	if f.ppStages > 0 {
-		if f.srcRanks != "" || f.dstRanks != "" {
-			return nil, 0, reshard.Topology{}, src, dst, usageError{fmt.Errorf("--pp-stages places the trainers and the generator itself; drop --src-ranks and --dst-ranks")}
-		}
-		// stage-local layouts: sources [0, M), destinations [M, M+N).
-		if src, err = simLayout(shape, dt, "src", f.srcMesh, f.srcPl, "", 0); err != nil {
-			return nil, 0, reshard.Topology{}, src, dst, err
-		}
-		if dst, err = simLayout(shape, dt, "dst", f.dstMesh, f.dstPl, "", src.Mesh().Size()); err != nil {
-			return nil, 0, reshard.Topology{}, src, dst, err
-		}
-		m, g := src.Mesh().Size(), dst.Mesh().Size()
-		l := pipeline.Contiguous(f.ppStages, m, g)
-		world := f.ppStages*m + g
-		dom := make([]int, world)
-		for r := 0; r < f.ppStages*m; r++ {
-			dom[r] = r / srcSize
-		}
-		off := (f.ppStages*m + srcSize - 1) / srcSize
-		for i := 0; i < g; i++ {
-			dom[f.ppStages*m+i] = off + i/dstSize
-		}
-		topo := reshard.Topology{Domain: dom}
-		var stages []sim.Stage
-		for s := 0; s < f.ppStages; s++ {
-			members := l.Members(s)
-			plan, err := reshard.NewPlan(src, dst, len(members), popts)
-			if err != nil {
-				return nil, 0, topo, src, dst, usageError{err}
-			}
-			stages = append(stages, sim.Stage{Name: fmt.Sprintf("stage %d", s), Plans: []*reshard.Plan{plan}, Members: members,
-				Topo: sim.StageTopology(topo, members)})
-		}
-		return stages, world, topo, src, dst, nil
-	}
-	if src, err = simLayout(shape, dt, "src", f.srcMesh, f.srcPl, f.srcRanks, 0); err != nil {
-		return nil, 0, reshard.Topology{}, src, dst, err
-	}
-	if dst, err = simLayout(shape, dt, "dst", f.dstMesh, f.dstPl, f.dstRanks, src.Mesh().Size()); err != nil {
-		return nil, 0, reshard.Topology{}, src, dst, err
-	}
-	world := maxRank(src.Mesh(), dst.Mesh()) + 1
-	if f.world != 0 {
-		if f.world < world {
-			return nil, 0, reshard.Topology{}, src, dst, flagError("world", fmt.Sprint(f.world), fmt.Errorf("the meshes reach rank %d", world-1))
-		}
-		world = f.world
-	}
-	plan, err := reshard.NewPlan(src, dst, world, popts)
-	if err != nil {
-		return nil, 0, reshard.Topology{}, src, dst, usageError{err}
-	}
-	host := make([]int, world)
-	for r := range host {
-		host[r] = r
-	}
-	topo, err := hier.Domains(host, src, dst, hier.DomainSizes{Src: srcSize, Dst: dstSize})
-	if err != nil {
-		return nil, 0, topo, src, dst, usageError{err}
-	}
-	return []sim.Stage{{Plans: []*reshard.Plan{plan}, Topo: topo}}, world, topo, src, dst, nil
-}
-
 func runSim(out io.Writer, f *simFlags) error {
-	routes, err := f.routes()
+	c, meas, err := f.config()
 	if err != nil {
 		return err
 	}
-	c, err := f.clusterFromFlags()
-	if err != nil {
-		return err
-	}
-	var opts reshard.ScheduleOptions
-	if opts.ChunkBytes, err = parseBytes(f.chunk); err != nil {
-		return flagError("chunk-bytes", f.chunk, err)
-	}
-	if opts.StagingBytes, err = parseBytes(f.staging); err != nil {
-		return flagError("staging-bytes", f.staging, err)
-	}
-	if err := opts.Validate(); err != nil {
+	rep, err := sim.Simulate(c)
+	var ce *sim.ConfigError
+	switch {
+	case errors.As(err, &ce) && ce.Setting == "measured":
+		return flagError("measured", f.measured, ce.Err)
+	case errors.As(err, &ce):
+		return flagError(ce.Setting, ce.Value, ce.Err)
+	case err != nil:
 		return usageError{err}
 	}
-	balance, err := hier.ParseBalance(f.balance)
-	if err != nil {
-		return flagError("balance", f.balance, err)
-	}
-
-	if f.ppStages < 0 {
-		return flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))
-	}
-	if f.critical < 0 || f.bins < 0 {
-		return usageError{fmt.Errorf("--critical %d --bins %d: want counts >= 0", f.critical, f.bins)}
-	}
-	var meas *measuredRun
-	if f.measured != "" {
-		if meas, err = loadMeasured(f.measured); err != nil {
-			return err
-		}
-		if f.ppStages > 0 || f.model != "" {
-			return usageError{fmt.Errorf("--measured compares one communicator's run: drop --pp-stages and --model")}
-		}
-		opts.ChunkBytes, opts.StagingBytes = meas.ChunkBytes, meas.Staging
-		if !f.changed("route") {
-			routes = routes[:0]
-			for _, r := range meas.Routes {
-				routes = append(routes, r.Route)
-			}
-		}
-		if meas.EmulatedBW > 0 && !f.changed("cluster") {
-			per := map[int]int{}
-			most := 0
-			for _, d := range meas.Domains {
-				per[d]++
-				most = max(most, per[d])
-			}
-			c = sim.Cluster{Name: "emulated", DomainGPUs: most, NetBW: meas.EmulatedBW, GPUsPerNIC: 1, LocalBW: meas.Fabric.LocalBW,
-				NetLatency: meas.Fabric.Latency, LocalLatency: meas.Fabric.Latency}
-			if !f.changed("in-place") {
-				f.inPlace = true
-			}
-			if !f.changed("coalesce-bytes") {
-				f.coalesce = "64KiB" // refit run's CPU default (the report does not record it)
-			}
-			if err := c.Validate(); err != nil {
-				return flagError("measured", f.measured, err)
-			}
-		}
-	}
-	coalesce, err := parseBytes(f.coalesce)
-	if err != nil {
-		return flagError("coalesce-bytes", f.coalesce, err)
-	}
-	rep := simReport{Cluster: c, ChunkBytes: opts.ChunkBytes, StagingBytes: opts.StagingBytes, Balance: balance.String(), CoalesceBytes: coalesce,
-		InPlace: f.inPlace, Sequential: f.sequential}
-	var stages []sim.Stage
-	var world int
-	var topo reshard.Topology
-	if f.model != "" || f.train != "" || f.gen != "" {
-		if f.shape != "" {
-			return usageError{fmt.Errorf("give either --model (with --train and --gen) or the layout flags (--shape ...), not both")}
-		}
-		var l *model.Layouts
-		if stages, world, topo, l, err = simModelStages(f, c); err != nil {
-			return err
-		}
-		rep.Model = l.Model.Name
-		rep.Source, rep.Destination = "trainer "+l.Trainer.String(), "generator "+l.Generator.String()
-		rep.Bytes = l.Model.Bytes()
-		for _, st := range stages {
-			for _, p := range st.Plans {
-				rep.Rho = max(rep.Rho, p.Dst().Replication())
-			}
-		}
-		rep.DstDomains = (l.Generator.Ranks() + dstDomainOr(f, c) - 1) / dstDomainOr(f, c)
-	} else {
-		var src, dst placement.Layout
-		if stages, world, topo, src, dst, err = simStages(f, c); err != nil {
-			return err
-		}
-		rep.Source, rep.Destination, rep.Bytes, rep.Rho = src.String(), dst.String(), src.Bytes(), dst.Replication()
-		rep.DstDomains = hier.DomainCount(stages[0].Topo, dst)
-	}
 	if meas != nil {
-		if meas.World != world {
-			return flagError("measured", f.measured, fmt.Errorf("the run had %d ranks, these layouts need %d (pass --world %d)", meas.World, world, meas.World))
-		}
-		if meas.Source != rep.Source || meas.Destination != rep.Destination {
-			return flagError("measured", f.measured, fmt.Errorf("the run moved %s to %s, the flags say %s to %s", meas.Source, meas.Destination, rep.Source, rep.Destination))
-		}
-		topo = reshard.Topology{Domain: meas.Domains}
-		stages[0].Topo = topo
-		rep.DstDomains = hier.DomainCount(topo, stages[0].Plans[0].Dst())
 		rep.Measured = f.measured
 	}
-	rep.World, rep.Stages, rep.Domains = world, len(stages), topo.Domain
-	bins := f.bins
-	if bins == 0 {
-		bins = -1
-	}
-	setup := sim.Setup{Cluster: c, World: world, Topo: topo, Schedule: opts, Balance: balance, InPlace: f.inPlace,
-		CoalesceBytes: coalesce, Sequential: f.sequential, Options: sim.Options{Bins: bins}}
-	if _, err := sim.Place(c, topo, world); err != nil {
-		return usageError{fmt.Errorf("%w (see --src-domain-size, --dst-domain-size, --cluster)", err)}
-	}
-	for _, route := range routes {
-		rr, err := sim.SimulateRoute(route, stages, setup)
-		if err != nil {
-			return err
-		}
-		res := rr.Result
-		js := simRouteJS{Route: route, Chosen: rr.Chosen, Why: rr.Why, Seconds: res.Seconds, BoundSeconds: rr.Bound.Seconds,
-			BoundBinding: rr.Bound.Binding, Predicted: rr.Bound.Predicted, Ratio: rr.Ratio(), BindingLink: res.Critical.Binding,
-			BindingSec: res.Critical.BindingSeconds, Shares: res.Critical.Shares, Messages: rr.Messages, Rounds: rr.Rounds,
-			Classes: res.Classes, Busiest: res.Busiest, Parts: res.Parts, Stats: res.Stats}
-		if f.asJSON || f.jsonOut != "" {
-			js.Series = res.Series
-		}
-		if meas != nil {
-			for _, mr := range meas.Routes {
-				if mr.Route == route && mr.MedianSec > 0 {
-					js.MeasuredSec, js.SimOverMeas = mr.MedianSec, res.Seconds/mr.MedianSec
-				}
-			}
-		}
-		if f.perTensor {
-			js.Tensors = res.Tensors
-		}
-		if f.critical > 0 {
-			steps := res.Critical.Steps
-			js.Critical = steps[max(0, len(steps)-f.critical):]
-		}
-		rep.Routes = append(rep.Routes, js)
-	}
 	if f.jsonOut != "" {
-		fh, err := os.OpenFile(f.jsonOut, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return flagError("json-out", f.jsonOut, err)
-		}
-		err = json.NewEncoder(fh).Encode(rep)
-		if cerr := fh.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := appendJSON(f.jsonOut, rep); err != nil {
 			return flagError("json-out", f.jsonOut, err)
 		}
 	}
-	if f.asJSON {
-		return json.NewEncoder(out).Encode(rep)
-	}
-	return writeSim(out, &rep, f)
+	return printJSONOr(out, f.asJSON, rep, func() error { return rep.WriteText(out, f.perStage) })
 }
 
-func writeSim(w io.Writer, rep *simReport, f *simFlags) error {
-	fmt.Fprintf(w, "source:      %s\ndestination: %s\n", rep.Source, rep.Destination)
-	stages := ""
-	if rep.Stages > 1 {
-		how := "concurrent"
-		if rep.Sequential {
-			how = "one after another"
-		}
-		stages = fmt.Sprintf(", %d pipeline stages (%s)", rep.Stages, how)
-	}
-	what := fmt.Sprintf("%s (%s)", formatBytes(rep.Bytes), decimalBytes(rep.Bytes))
-	if rep.Model != "" {
-		what = fmt.Sprintf("model %s, %s (%s)", rep.Model, formatBytes(rep.Bytes), decimalBytes(rep.Bytes))
-	} else if rep.Stages > 1 {
-		what += " per stage"
-	}
-	fmt.Fprintf(w, "world %d, %s, chunk %s, staging %s, coalescing up to %s%s\n", rep.World, what, formatBytes(rep.ChunkBytes),
-		formatBytes(rep.StagingBytes), formatBytes(rep.CoalesceBytes), stages)
-	fmt.Fprintf(w, "cluster %s\n", rep.Cluster)
-	if note, ok := sim.PresetNotes[rep.Cluster.Name]; ok {
-		fmt.Fprintf(w, "  (%s)\n", note)
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if rep.Measured != "" {
-		fmt.Fprintf(w, "measured: %s\n\n", rep.Measured)
-		fmt.Fprintln(tw, "route\tmeasured\tsimulated\tsim/measured\tbound\tmeasured/bound\tbinding link (critical path)")
-		for _, r := range rep.Routes {
-			mb := 0.0
-			if r.BoundSeconds > 0 {
-				mb = r.MeasuredSec / r.BoundSeconds
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%s\t%.2f\t%s\n", r.Route, formatSeconds(r.MeasuredSec), formatSeconds(r.Seconds), r.SimOverMeas,
-				formatSeconds(r.BoundSeconds), mb, r.BindingLink)
-		}
-		return tw.Flush()
-	}
-	fmt.Fprintln(tw, "route\tsimulated\tbound\tsim/bound\tbinding link (critical path)\tcritical path\tbound's binding term")
-	for _, r := range rep.Routes {
-		name := r.Route
-		if r.Chosen != r.Route {
-			name = r.Route + ":" + r.Chosen
-		}
-		var shares []string
-		for _, s := range r.Shares {
-			if r.Seconds > 0 && s.Seconds/r.Seconds >= 0.005 {
-				shares = append(shares, fmt.Sprintf("%s %.0f%%", s.Kind, 100*s.Seconds/r.Seconds))
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\t%s\n", name, formatSeconds(r.Seconds), formatSeconds(r.BoundSeconds), r.Ratio,
-			r.BindingLink, strings.Join(shares, ", "), r.BoundBinding)
-	}
-	if err := tw.Flush(); err != nil {
+// appendJSON appends v as one JSON object to the file at path.
+func appendJSON(path string, v any) error {
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
 		return err
 	}
-	for _, r := range rep.Routes {
-		if r.Why != "" {
-			fmt.Fprintf(w, "\nauto: %s\n", r.Why)
-		}
+	err = json.NewEncoder(fh).Encode(v)
+	if cerr := fh.Close(); err == nil {
+		err = cerr
 	}
-	for _, r := range rep.Routes {
-		var cls []string
-		for _, c := range r.Classes {
-			cls = append(cls, fmt.Sprintf("%s %s %.0f%% mean (%d links, max %.0f%%)", c.Class, c.Dir, 100*c.MeanUtil, c.Links, 100*c.MaxUtil))
-		}
-		fmt.Fprintf(w, "\n%s: %d messages, %d rounds; link use: %s\n", r.Route, r.Messages, r.Rounds, strings.Join(cls, "; "))
-		if f.perStage && len(r.Parts) > 1 {
-			for _, p := range r.Parts {
-				fmt.Fprintf(w, "  %s: %s (%d messages)\n", p.Name, formatSeconds(p.Seconds), p.Messages)
-			}
-		}
-		if f.perTensor {
-			for _, t := range r.Tensors {
-				fmt.Fprintf(w, "  tensor %s: done at %s\n", t.Name, formatSeconds(t.Seconds))
-			}
-		}
-		if len(r.Critical) > 0 {
-			fmt.Fprintf(w, "  critical path, last %d steps:\n", len(r.Critical))
-			for _, s := range r.Critical {
-				fmt.Fprintf(w, "    %s\n", formatStep(s))
-			}
-		}
-	}
-	return nil
+	return err
 }
 
-func formatStep(s sim.Step) string {
-	switch s.Kind {
-	case "transfer":
-		return fmt.Sprintf("%10s -> %10s  transfer  message %d of %s, round %d: rank %d -> %d, %s, bound by %s", formatSeconds(s.From),
-			formatSeconds(s.To), s.Message, s.Part, s.Round, s.Src, s.Dst, formatBytes(s.Bytes), s.Link)
-	case "latency":
-		return fmt.Sprintf("%10s -> %10s  latency   message %d: rank %d -> %d", formatSeconds(s.From), formatSeconds(s.To), s.Message, s.Src, s.Dst)
-	case "post":
-		return fmt.Sprintf("%10s               post      rank %d posts round %d of %s", formatSeconds(s.From), s.Rank, s.Round, s.Part)
-	case "compute":
-		return fmt.Sprintf("%10s -> %10s  compute   rank %d copies, packs or unpacks", formatSeconds(s.From), formatSeconds(s.To), s.Rank)
+// config resolves the flags into a simulation (sim.Config), and the
+// measured run it compares with, if any.
+func (f *simFlags) config() (sim.Config, *sim.Measured, error) {
+	var c sim.Config
+	var err error
+	if c.Routes, err = f.routes(); err != nil {
+		return c, nil, err
 	}
-	return fmt.Sprintf("%10s               %s  rank %d (%s)", formatSeconds(s.From), s.Kind, s.Rank, s.Part)
-}
-
-// dstDomainOr returns --dst-domain-size, or the cluster's domain size.
-func dstDomainOr(f *simFlags, c sim.Cluster) int {
-	if f.dstDomain > 0 {
-		return f.dstDomain
+	if c.Cluster, err = f.clusterFromFlags(); err != nil {
+		return c, nil, err
 	}
-	return c.DomainGPUs
-}
-
-// decimalBytes renders a byte count with a decimal unit: "7.168 GB".
-func decimalBytes(n int64) string {
-	f := float64(n)
-	for _, u := range []struct {
-		name string
-		mult float64
-	}{{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}} {
-		if f >= u.mult {
-			return fmt.Sprintf("%.4g %s", f/u.mult, u.name)
+	for _, x := range []struct {
+		flag, v string
+		dst     *int64
+	}{{"chunk-bytes", f.chunk, &c.Schedule.ChunkBytes}, {"staging-bytes", f.staging, &c.Schedule.StagingBytes}} {
+		if *x.dst, err = units.ParseBytes(x.v); err != nil {
+			return c, nil, flagError(x.flag, x.v, err)
 		}
 	}
-	return fmt.Sprintf("%d B", n)
+	if c.Balance, err = hier.ParseBalance(f.balance); err != nil {
+		return c, nil, flagError("balance", f.balance, err)
+	}
+	meas, err := f.measuredRun(&c)
+	if err != nil {
+		return c, nil, err
+	}
+	if c.CoalesceBytes, err = units.ParseBytes(f.coalesce); err != nil {
+		return c, nil, flagError("coalesce-bytes", f.coalesce, err)
+	}
+	c.InPlace, c.Sequential, c.Bins, c.Critical, c.PerTensor = f.inPlace, f.sequential, f.bins, f.critical, f.perTensor
+	c.Series = f.asJSON || f.jsonOut != ""
+	if c.Critical < 0 || c.Bins < 0 {
+		return c, nil, usageError{fmt.Errorf("--critical %d --bins %d: want counts >= 0", f.critical, f.bins)}
+	}
+	c.Problem, err = f.problem()
+	c.Measured = meas
+	return c, meas, err
+}
+
+// measuredRun reads --measured and takes the run's chunking, routes and
+// (when it emulated the network) cluster where the flags leave them.
+func (f *simFlags) measuredRun(c *sim.Config) (*sim.Measured, error) {
+	if f.measured == "" {
+		return nil, nil
+	}
+	fh, err := os.Open(f.measured)
+	if err != nil {
+		return nil, flagError("measured", f.measured, err)
+	}
+	defer fh.Close()
+	m, err := sim.ReadMeasured(fh)
+	if err != nil {
+		return nil, flagError("measured", f.measured, err)
+	}
+	if f.ppStages > 0 || f.model != "" {
+		return nil, usageError{fmt.Errorf("--measured compares one communicator's run: drop --pp-stages and --model")}
+	}
+	c.Schedule.ChunkBytes, c.Schedule.StagingBytes = m.ChunkBytes, m.Staging
+	if !f.changed("route") {
+		c.Routes = c.Routes[:0]
+		for _, r := range m.Routes {
+			c.Routes = append(c.Routes, r.Route)
+		}
+	}
+	if emu, ok := m.Cluster(); ok && !f.changed("cluster") {
+		c.Cluster = emu
+		if !f.changed("in-place") {
+			f.inPlace = true
+		}
+		if !f.changed("coalesce-bytes") {
+			f.coalesce = "64KiB" // refit run's CPU default (the report does not record it)
+		}
+		if err := c.Cluster.Validate(); err != nil {
+			return nil, flagError("measured", f.measured, err)
+		}
+	}
+	return m, nil
+}
+
+// problem reads the layout flags, or the model flags.
+func (f *simFlags) problem() (sim.Problem, error) {
+	p := sim.Problem{SrcDomain: f.srcDomain, DstDomain: f.dstDomain, Stripe: f.stripe, PPStages: f.ppStages, World: f.pair.world}
+	if f.model != "" || f.train != "" || f.gen != "" {
+		if f.pair.shape != "" {
+			return p, usageError{fmt.Errorf("give either --model (with --train and --gen) or the layout flags (--shape ...), not both")}
+		}
+		if f.train == "" || f.gen == "" || f.model == "" {
+			return p, usageError{fmt.Errorf("the model form needs --model, --train and --gen (e.g. --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16)")}
+		}
+		var err error
+		p.Model, err = modelLayouts(modelspec.Spec{Model: f.model, Train: f.train, Gen: f.gen, Scale: int64(f.scale), Layers: f.layers, MTP: f.mtp})
+		return p, err
+	}
+	if f.pair.shape == "" {
+		return p, usageError{fmt.Errorf("--shape is required (e.g. --shape 7168x2048), or --model")}
+	}
+	if f.ppStages > 0 && (f.pair.srcRanks != "" || f.pair.dstRanks != "") {
+		return p, usageError{fmt.Errorf("--pp-stages places the trainers and the generator itself; drop --src-ranks and --dst-ranks")}
+	}
+	var err error
+	p.Src, p.Dst, _, err = f.pair.layouts()
+	return p, err
 }

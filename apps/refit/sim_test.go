@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/m2n-dev/m2n/sim"
 )
 
 // paperArgs is the paper's single layer at rho 8 on GB200, zero latency
@@ -22,7 +24,7 @@ func TestSimPaperLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep simReport
+	var rep sim.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("refit sim --json: %v\n%s", err, out)
 	}

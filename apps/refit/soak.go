@@ -1,19 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"runtime"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/internal/conformance"
-	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/perf"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/spf13/cobra"
 )
 
@@ -67,30 +61,6 @@ func soakCases(count, world int) ([]conformance.Case, error) {
 	return cases, nil
 }
 
-// usage is one rank's footprint at one moment.
-type usage struct {
-	rss        int64
-	heap       int64 // live Go heap after a collection
-	goroutines int64
-	requests   int64
-	comms      int64
-}
-
-func measureUsage() (usage, error) {
-	runtime.GC()
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return usage{}, err
-	}
-	fs := strings.Fields(string(b))
-	pages, _ := strconv.ParseInt(fs[1], 10, 64)
-	req, comms := mpi.Live()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return usage{rss: pages * int64(os.Getpagesize()), heap: int64(ms.HeapAlloc), goroutines: int64(runtime.NumGoroutine()),
-		requests: req, comms: comms}, nil
-}
-
 func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	j, err := startJob(f)
 	defer j.end(&err)
@@ -101,87 +71,46 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	if err := j.agreeReady(inputErr); err != nil {
 		return err
 	}
-	f.iters, f.warmup, f.check = 1, 0, true
+	f.iters, f.warmup, f.check, f.noProgress = 1, 0, true, true
 	warm := min(count, 50)
-	var first, last usage
+	var first, last perf.Usage
 	t0 := time.Now()
 	for i := 0; i < count; i++ {
 		if i == warm {
-			if first, err = measureUsage(); err != nil {
+			if first, err = perf.MeasureUsage(); err != nil {
 				return err
 			}
 		}
 		c := cases[i%len(cases)]
-		f.route = bounds.Routes[(i/len(cases))%len(bounds.Routes)]
-		rep, err := func() (*runReport, error) {
-			p, err := j.newPairRun(j.s, c.Src, c.Dst, uint64(i))
+		f.route = routespec.Names[(i/len(cases))%len(routespec.Names)]
+		rep, err := func() (*perf.RunReport, error) {
+			p, err := j.newPair(j.s, c.Src, c.Dst, uint64(i))
 			if err != nil {
 				return nil, err
 			}
-			defer p.close()
-			return p.runRoutes(f)
+			defer p.Close()
+			return j.runRoutes(p, f, nil)
 		}()
 		if err != nil {
 			return err
 		}
-		if err := checkFailures([]*runReport{rep}); err != nil {
+		if err := checkFailures([]*perf.RunReport{rep}); err != nil {
 			return fmt.Errorf("reshard %d (%v, %s): %w", i, c, f.route, err)
 		}
 		if j.rank == 0 && every > 0 && (i+1)%every == 0 {
 			j.log.Info().Int("done", i+1).Int("of", count).Dur("elapsed", time.Since(t0)).Msg("soak progress")
 		}
 	}
-	if last, err = measureUsage(); err != nil {
+	if last, err = perf.MeasureUsage(); err != nil {
 		return err
 	}
 	if count <= warm {
 		first = last
 	}
-	mine := []int64{first.rss, last.rss, first.goroutines, last.goroutines, first.requests, last.requests, first.comms, last.comms,
-		first.heap, last.heap}
-	all, err := gatherInt64s(j.s, mine)
-	if err != nil {
+	rep, err := perf.GatherSoak(j.s, first, last)
+	if err != nil || j.rank != 0 {
 		return err
 	}
-	if j.rank != 0 {
-		return nil
-	}
-	el := time.Since(t0)
-	if f.asJSON {
-		type rankUse struct {
-			Rank                              int
-			RSS, RSSAfter, Heap, HeapAfter    int64
-			Goroutines, GoroutinesAfter       int64
-			Requests, RequestsAfter           int64
-			Communicators, CommunicatorsAfter int64
-		}
-		var rows []rankUse
-		for r := 0; r < j.world; r++ {
-			v := all[r*len(mine):]
-			rows = append(rows, rankUse{r, v[0], v[1], v[8], v[9], v[2], v[3], v[4], v[5], v[6], v[7]})
-		}
-		return json.NewEncoder(out).Encode(struct {
-			Count   int
-			Seconds float64
-			Ranks   []rankUse
-		}{count, el.Seconds(), rows})
-	}
-	fmt.Fprintf(out, "%d checked reshards (%d layout pairs x 3 arrangements, routes %s in turn) in %v, %.1f ms each\n",
-		count, len(cases)/3, strings.Join(bounds.Routes, ", "), el.Round(time.Millisecond), float64(el.Milliseconds())/float64(count))
-	fmt.Fprintf(out, "per rank after reshard %d and after reshard %d:\n\n", warm, count)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rank\tRSS\tRSS after\tGo heap\theap after\tgoroutines\tafter\tpending requests\tafter\tcommunicators\tafter\t")
-	var maxGrowth, maxHeap int64
-	for r := 0; r < j.world; r++ {
-		v := all[r*len(mine):]
-		maxGrowth = max(maxGrowth, v[1]-v[0])
-		maxHeap = max(maxHeap, v[9]-v[8])
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r, formatBytes(v[0]), formatBytes(v[1]),
-			formatBytes(v[8]), formatBytes(v[9]), v[2], v[3], v[4], v[5], v[6], v[7])
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\nlargest growth: RSS %s, live Go heap %s\n", formatBytes(maxGrowth), formatBytes(maxHeap))
-	return nil
+	rep.Count, rep.Seconds, rep.Pairs, rep.Warm = count, time.Since(t0).Seconds(), len(cases)/3, warm
+	return printJSONOr(out, f.asJSON, rep, func() error { return rep.WriteText(out) })
 }

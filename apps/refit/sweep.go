@@ -1,15 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
-	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/spf13/cobra"
@@ -60,18 +58,6 @@ and over agbcast.`,
 		_ = fs.MarkHidden(hide)
 	}
 	return cmd
-}
-
-// sweepRow is one configuration's result for one route.
-type sweepRow struct {
-	Rho       int     `json:"rho"`
-	Domains   int     `json:"domains"`
-	Route     string  `json:"route"`
-	MedianSec float64 `json:"median_s"`
-	BoundSec  float64 `json:"bound_s"`
-	Ratio     float64 `json:"time_over_bound"`
-	Binding   string  `json:"binding"`
-	Check     string  `json:"check"`
 }
 
 func parseInts(flag, s string) ([]int, error) {
@@ -141,16 +127,10 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 		return err
 	}
 	shape, dt, rhos, doms := sw.shape, sw.dt, sw.rhos, sw.doms
-	var rows []sweepRow
-	srcMesh, _ := mesh.Interval([]int{sources}, 0)
-	src, err := placement.NewLayout(shape, dt, srcMesh, []placement.Placement{placement.Shard(0)})
-	if err != nil {
-		return usageError{err}
-	}
+	rep := perf.SweepReport{Shape: placement.FormatShape(shape), DType: dt.String(), Sources: sources, TP: tp, NetBW: j.set.opts.EmulateNetBW}
 	for _, rho := range rhos {
 		for _, nd := range doms {
-			dstMesh, _ := mesh.Interval([]int{rho, tp}, sources)
-			dst, err := placement.NewLayout(shape, dt, dstMesh, []placement.Placement{placement.Replicate(), placement.Shard(1)})
+			src, dst, err := perf.SweepLayouts(shape, dt, sources, tp, rho)
 			if err != nil {
 				return usageError{err}
 			}
@@ -161,22 +141,19 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 			if err != nil {
 				return err
 			}
-			rep, err := func() (*runReport, error) {
+			rr, err := func() (*perf.RunReport, error) {
 				defer s.Close()
-				p, err := j.newPairRun(s, src, dst, 0)
+				p, err := j.newPair(s, src, dst, 0)
 				if err != nil {
 					return nil, err
 				}
-				defer p.close()
-				return p.runRoutes(f)
+				defer p.Close()
+				return j.runRoutes(p, f, nil)
 			}()
 			if err != nil {
 				return err
 			}
-			for _, rr := range rep.Routes {
-				rows = append(rows, sweepRow{Rho: rho, Domains: nd, Route: rr.Route, MedianSec: rr.MedianSec,
-					BoundSec: rr.BoundSec, Ratio: rr.Ratio, Binding: rr.Binding, Check: rr.Check})
-			}
+			rep.Add(rho, nd, rr)
 			if j.rank == 0 {
 				j.log.Info().Int("rho", rho).Int("domains", nd).Msg("configuration done")
 			}
@@ -185,57 +162,5 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 	if j.rank != 0 {
 		return nil
 	}
-	if f.asJSON {
-		return json.NewEncoder(out).Encode(struct {
-			Shape   string     `json:"shape"`
-			DType   string     `json:"dtype"`
-			Sources int        `json:"sources"`
-			TP      int        `json:"tp"`
-			NetBW   float64    `json:"emulated_net_bw"`
-			Rows    []sweepRow `json:"rows"`
-		}{placement.FormatShape(shape), dt.String(), sources, tp, j.set.opts.EmulateNetBW, rows})
-	}
-	return writeSweep(out, src, tp, j.set.opts.EmulateNetBW, rows)
-}
-
-func writeSweep(w io.Writer, src placement.Layout, tp int, emulate float64, rows []sweepRow) error {
-	fmt.Fprintf(w, "source %v; destination DP rho x TP %d [R, S1]; emulated network %s per rank\n\n", src, tp, formatRate(emulate))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rho\tdomains\troute\ttime\tbound\ttime/bound\tbinding term\tcheck\t")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%.2f\t%s\t%s\t\n", r.Rho, r.Domains, r.Route, formatSeconds(r.MedianSec),
-			formatSeconds(r.BoundSec), r.Ratio, r.Binding, r.Check)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rho\tdomains\thier/bound\thier vs flat\tgoal 0.8*rho\thier vs agbcast\t")
-	type key struct{ rho, d int }
-	by := map[key]map[string]sweepRow{}
-	var order []key
-	for _, r := range rows {
-		k := key{r.Rho, r.Domains}
-		if by[k] == nil {
-			by[k] = map[string]sweepRow{}
-			order = append(order, k)
-		}
-		by[k][r.Route] = r
-	}
-	for _, k := range order {
-		h, ok := by[k]["hier"]
-		if !ok {
-			continue
-		}
-		fl, ag := by[k]["flat"], by[k]["agbcast"]
-		speed := func(o sweepRow) string {
-			if o.MedianSec == 0 || h.MedianSec == 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%.2fx", o.MedianSec/h.MedianSec)
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%.2f\t%s\t%.1fx\t%s\t\n", k.rho, k.d, h.Ratio, speed(fl), 0.8*float64(k.rho), speed(ag))
-	}
-	return tw.Flush()
+	return printJSONOr(out, f.asJSON, &rep, func() error { return rep.WriteText(out) })
 }

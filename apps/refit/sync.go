@@ -1,29 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
-	"github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/modelspec"
+	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/refit"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
-	"github.com/m2n-dev/m2n/transport"
-	"github.com/schollz/progressbar/v3"
+	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 )
 
 // syncFlags are the flags of `refit sync`: a model and two parallel
@@ -59,8 +51,8 @@ the stages run at once.
 
 Source ranks fill every tensor with a pattern of its global index; with
 --check every element of every tensor on every destination is compared,
-and the first wrong tensor, rank and index are named. On a terminal rank 0
-shows the progress of its part (tensors, bytes, rate, time left); at the
+and the first wrong tensor, rank and index are named. Rank 0 shows the
+progress of its part (bytes, rate, time left; see Progress below); at the
 end the report gives the time per step, bytes per link class, per stage and
 per route, the slowest rank, which tensors completed, and each rank's peak
 memory beside its share of the model plus its staging.
@@ -71,7 +63,9 @@ run on CPU ranks. --compare also moves the model one call per tensor (how
 the released NCCL M2N is driven) and prints both times against the whole
 model's bound from the data-movement model; --baseline times a plain
 exchange of the same bytes between the same pairs, interleaved, and gives
-the overhead per step beyond moving the bytes.`,
+the overhead per step beyond moving the bytes.
+
+` + progressHelp,
 		Example: `  scripts/mpirun.sh -np 8 bin/refit sync --model deepseek-v3 --scale 64 --layers 4 \
       --train tp=1,pp=2,ep=2,dp=2 --gen tp=2,dp=2 --check
   scripts/mpirun.sh -np 12 bin/refit sync --model qwen3-235b-a22b --scale 16 --train tp=2,pp=2,ep=2 \
@@ -105,88 +99,6 @@ the overhead per step beyond moving the bytes.`,
 	return cmd
 }
 
-// syncReport is what rank 0 prints.
-type syncReport struct {
-	Model     string `json:"model"`
-	Trainer   string `json:"trainer"`
-	Generator string `json:"generator"`
-	World     int    `json:"world"`
-	Tensors   int    `json:"tensors"`
-	Params    int64  `json:"params"`
-	Bytes     int64  `json:"bytes"`
-	// FP8 is the scaling mode of the tensors the generator receives in FP8
-	// (--dst-dtype e4m3), FP8Tensors how many, DstBytes the model's bytes as
-	// the generator holds them (each tensor once, FP8 where converted).
-	FP8        string         `json:"fp8_scale,omitempty"`
-	FP8Tensors int            `json:"fp8_tensors,omitempty"`
-	DstBytes   int64          `json:"dst_bytes"`
-	Routes     []string       `json:"routes"` // per stage
-	Iters      int            `json:"iters"`
-	MedianSec  float64        `json:"median_s"`
-	MinSec     float64        `json:"min_s"`
-	MaxSec     float64        `json:"max_s"`
-	StepsSec   []float64      `json:"steps_s"`
-	GBps       float64        `json:"model_gbps"`
-	Check      string         `json:"check"`
-	Completed  int            `json:"completed"`
-	Failed     []string       `json:"failed,omitempty"`
-	Links      [3]int64       `json:"bytes_by_link"` // network, local, self; sent, summed over ranks
-	Stages     []stageReport  `json:"stages"`
-	Slowest    int            `json:"slowest_rank"`
-	Ranks      []syncRank     `json:"ranks"`
-	Fabric     bounds.Fabric  `json:"fabric"`
-	EmulatedBW float64        `json:"emulated_net_bw,omitempty"`
-	Bounds     []bounds.Bound `json:"bounds"`
-	Compare    *compareRun    `json:"compare,omitempty"`
-	Baseline   *baselineRun   `json:"baseline,omitempty"`
-}
-
-type stageReport struct {
-	Stage     int     `json:"stage"`
-	Route     string  `json:"route"`
-	Tensors   int     `json:"tensors"`
-	Bytes     int64   `json:"bytes"`
-	Rounds    int     `json:"rounds"`
-	MedianSec float64 `json:"median_s"` // the stage call's time, slowest rank
-}
-
-// syncRank is one rank's footprint.
-type syncRank struct {
-	Rank    int    `json:"rank"`
-	Role    string `json:"role"`
-	Share   int64  `json:"share_bytes"`   // its part of the model, both sides
-	Staging int64  `json:"staging_bytes"` // what its programs stage, every stage
-	Scratch int64  `json:"scratch_bytes"` // whole-tensor scratch (agbcast)
-	Bound   int64  `json:"staging_bound"` // the staging option, per stage it is in
-	Base    int64  `json:"rss_start"`     // resident memory after joining, before the model
-	Peak    int64  `json:"rss_peak"`
-	Sent    int64  `json:"sent"`
-	Recv    int64  `json:"recv"`
-	// MPI requests pending and communicators held, live Go heap and
-	// goroutines, after the first timed step and after the last: a long
-	// run must keep them flat.
-	Requests      [2]int64 `json:"mpi_requests"`
-	Comms         [2]int64 `json:"mpi_comms"`
-	Heap          [2]int64 `json:"heap"`
-	Goroutines    [2]int64 `json:"goroutines"`
-	PeakAfterWarm int64    `json:"rss_peak_first_step"`
-}
-
-type compareRun struct {
-	PerTensorSec float64 `json:"per_tensor_median_s"`
-	BatchedSec   float64 `json:"batched_median_s"`
-	BoundSec     float64 `json:"bound_s"`
-	BoundRoute   string  `json:"bound_route"`
-	Speedup      float64 `json:"batched_speedup"`
-	OverBound    float64 `json:"batched_over_bound"`
-}
-
-type baselineRun struct {
-	PlainSec    float64 `json:"plain_median_s"`
-	StepSec     float64 `json:"step_median_s"`
-	OverheadSec float64 `json:"overhead_per_step_s"`
-}
-
 // syncInput is what sync's own flags resolve to.
 type syncInput struct {
 	layouts *model.Layouts
@@ -209,31 +121,14 @@ func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
 	in.route = routes[0]
 	in.buckets = f.run.settingsStaging()
 	if f.buckets != "" {
-		if in.buckets, err = parseBytes(f.buckets); err != nil {
+		if in.buckets, err = units.ParseBytes(f.buckets); err != nil {
 			return in, flagError("bucket-bytes", f.buckets, err)
 		}
 	}
-	if f.scale < 1 {
-		return in, flagError("scale", fmt.Sprint(f.scale), fmt.Errorf("want at least 1"))
+	if in.layouts, err = modelLayouts(modelspec.Spec{Model: f.model, Train: f.train, Gen: f.gen, Scale: f.scale, Layers: f.layers, MTP: f.mtp, FP8: mode}); err != nil {
+		return in, err
 	}
-	if f.layers < 0 {
-		return in, flagError("layers", fmt.Sprint(f.layers), fmt.Errorf("want 0 (all) or more"))
-	}
-	m, err := model.Load(f.model, model.LoadOptions{Options: model.Options{MTP: f.mtp}, Scale: f.scale, Layers: f.layers})
-	if err != nil {
-		return in, flagError("model", f.model, err)
-	}
-	tr, err := model.ParseTrainer(f.train)
-	if err != nil {
-		return in, flagError("train", f.train, err)
-	}
-	gen, err := model.ParseGenerator(f.gen)
-	if err != nil {
-		return in, flagError("gen", f.gen, err)
-	}
-	if in.layouts, err = model.NewQuantized(m, tr, gen, mode); err != nil {
-		return in, usageError{err}
-	}
+	tr, gen := in.layouts.Trainer, in.layouts.Generator
 	if w := in.layouts.World(); w != world {
 		return in, usageError{fmt.Errorf("--train %s --gen %s need %d ranks (trainer %d, generator %d); this job has %d (mpirun -np %d)",
 			f.train, f.gen, w, tr.Ranks(), gen.Ranks(), world, w)}
@@ -251,181 +146,45 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if err := j.agreeReady(inputErr); err != nil {
 		return err
 	}
-	l := in.layouts
-	ctx := context.Background()
-	start, err := measureUsage()
+	start, err := perf.MeasureUsage()
 	if err != nil {
 		return err
 	}
-	// the fabric: measured local bandwidth when emulating.
-	fabric := j.set.fabric
-	routeOn := func(f bounds.Fabric) (reshard.Route, error) {
-		if in.route == "auto" {
-			return bounds.Auto{Fabric: f, Balance: j.set.balance, Buckets: in.buckets}, nil
-		}
-		return bounds.ParseRoute(in.route, j.set.balance, f)
-	}
-	route, err := routeOn(fabric)
+	m, fabric, err := j.prepareModel(in)
 	if err != nil {
 		return err
 	}
-	m, err := j.s.PrepareModel(ctx, l, route)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	if j.set.measure {
-		if fabric.LocalBW, err = modelLocalBW(j, m); err != nil {
-			return err
-		}
-		if in.route == "auto" {
-			// auto chooses on the fabric measured here.
+	var bufs *session.ModelBuffers
+	release := func() { // the model and its buffers, once
+		if m != nil {
+			if bufs != nil {
+				m.Free(bufs)
+			}
 			m.Close()
-			if route, err = routeOn(fabric); err != nil {
-				return err
-			}
-			if m, err = j.s.PrepareModel(ctx, l, route); err != nil {
-				return err
-			}
+			m = nil
 		}
 	}
-	bufs, err := m.Alloc()
+	defer release()
+	if bufs, err = m.Alloc(); err != nil {
+		return err
+	}
+	if err := perf.FillModel(j.s, m, bufs, j.set.fp8 != 0); err != nil {
+		return err
+	}
+	rep, err := j.syncSteps(in.layouts, m, bufs, start, fabric, f)
 	if err != nil {
 		return err
 	}
-	defer m.Free(bufs)
-	if err := fillModel(m, bufs, j.set.fp8 != 0); err != nil {
+	if err := j.syncExtras(m, bufs, in, rep, f); err != nil {
 		return err
 	}
-	rep := &syncReport{Model: l.Model.Name, Trainer: l.Trainer.String(), Generator: fmt.Sprint(l.Generator), World: j.world,
-		Tensors: len(l.Model.Tensors), Params: l.Model.Params(), Bytes: l.Model.Bytes(), Iters: f.run.iters, Fabric: fabric,
-		EmulatedBW: j.set.opts.EmulateNetBW}
-	for _, st := range l.Stages {
-		for _, t := range st.Tensors {
-			rep.DstBytes += t.Dst.Bytes()
-			if t.Scale != 0 {
-				rep.FP8Tensors++
-				rep.FP8 = t.Scale.String()
-			}
-		}
-	}
-	for si := range l.Stages {
-		rep.Routes = append(rep.Routes, "")
-		rep.Stages = append(rep.Stages, stageReport{Stage: si, Tensors: len(l.Stages[si].Tensors)})
-	}
-	bar := j.progress(m, f.run.warmup+f.run.iters, f.run.asJSON)
-	var times []float64
-	var stageTimes [][]float64
-	var last []*refit.Report
-	var slowRank int
-	var warm usage
-	var warmPeak int64
-	for it := 0; it < f.run.warmup+f.run.iters; it++ {
-		if f.run.check || it == 0 {
-			if err := poisonModel(m, bufs); err != nil {
-				return err
-			}
-		}
-		if err := j.barrier(); err != nil {
-			return err
-		}
-		t0 := time.Now()
-		reps, err := m.Run(ctx, bufs)
-		if err != nil {
-			for _, ss := range m.Pipeline.Sessions { // the first stage that aborted, for quiet
-				if ss != nil {
-					j.noteFailure(ss, err)
-				}
-			}
-			return err
-		}
-		el := time.Since(t0).Seconds()
-		all, err := gatherInt64s(j.s, []int64{int64(el * 1e9)})
-		if err != nil {
-			return err
-		}
-		slowest := 0.0
-		for r, v := range all {
-			if s := float64(v) / 1e9; s > slowest {
-				slowest, slowRank = s, r
-			}
-		}
-		per := make([]float64, len(l.Stages))
-		for si, r := range reps {
-			if r != nil {
-				per[si] = r.Seconds
-			}
-		}
-		if per, err = maxOverEach(j.s, per); err != nil {
-			return err
-		}
-		if it >= f.run.warmup {
-			times = append(times, slowest)
-			stageTimes = append(stageTimes, per)
-		}
-		if it == f.run.warmup {
-			if warm, err = measureUsage(); err != nil {
-				return err
-			}
-			warmPeak = peakRSS()
-		}
-		last = reps
-	}
-	if bar != nil {
-		_ = bar.Finish()
-		fmt.Fprintln(os.Stderr)
-	}
-	rep.StepsSec = times
-	rep.MedianSec, rep.MinSec, rep.MaxSec = median(times), slices.Min(times), slices.Max(times)
-	rep.GBps = float64(l.Model.Bytes()) / rep.MedianSec / 1e9
-	rep.Slowest = slowRank
-	for si := range rep.Stages {
-		var v []float64
-		for _, st := range stageTimes {
-			v = append(v, st[si])
-		}
-		rep.Stages[si].MedianSec = median(v)
-	}
-	if err := j.syncAccounting(m, last, start, warm, warmPeak, rep); err != nil {
+	// what the job holds once the model is closed: what it held before.
+	release()
+	if err := perf.Leaked(j.s, start, rep); err != nil {
 		return err
-	}
-	checkMsg := ""
-	if f.run.check {
-		if err := checkModel(m, bufs, j.set.fp8 != 0); err != nil {
-			checkMsg = err.Error()
-			j.log.Error().Err(err).Msg("check failed")
-		}
-	}
-	first, err := firstMessage(j.s, checkMsg)
-	if err != nil {
-		return err
-	}
-	switch {
-	case !f.run.check:
-		rep.Check = "not checked"
-	case first == "":
-		rep.Check = "passed"
-	default:
-		rep.Check = "FAILED: " + first
-	}
-	rep.Bounds = modelBounds(m, fabric, float64(j.set.opts.ChunkBytes))
-	if f.compare {
-		if rep.Compare, err = j.comparePerTensor(m, bufs, f.run.iters, in.route, rep); err != nil {
-			return err
-		}
-	}
-	if f.baseline {
-		if rep.Baseline, err = j.syncBaseline(m, bufs, f.run.iters); err != nil {
-			return err
-		}
 	}
 	if j.rank == 0 {
-		if f.run.asJSON {
-			err = json.NewEncoder(out).Encode(rep)
-		} else {
-			err = writeSyncReport(out, rep)
-		}
-		if err != nil {
+		if err := printJSONOr(out, f.run.asJSON, rep, func() error { return rep.WriteText(out) }); err != nil {
 			return err
 		}
 	}
@@ -435,584 +194,81 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	return nil
 }
 
-// progress returns rank 0's progress bar over steps of the model (nil
-// when stderr is not a terminal or the report is JSON).
-func (j *job) progress(m *session.Model, steps int, asJSON bool) *progressbar.ProgressBar {
-	// under mpirun, a rank's stdout is a pseudo-terminal when mpirun's
-	// is (OpenMPI forwards it so); its stderr a pipe.
-	tty := term.IsTerminal(int(os.Stdout.Fd())) || term.IsTerminal(int(os.Stderr.Fd()))
-	if j.rank != 0 || asJSON || !tty {
-		return nil
+// prepareModel checks the model's memory on every rank, measures the
+// generator's local bandwidth when emulating (auto chooses on it), and
+// prepares the model once, refusing schedules the emulated network cannot
+// carry within the timeout. It returns the model and the fabric.
+func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) {
+	l, fabric := in.layouts, j.set.Fabric
+	fp := j.s.ModelFootprint(l, in.route == "agbcast")
+	if j.set.MeasureLocal {
+		fp.Buffers += 16 << 20 // LocalBandwidth's two buffers
 	}
-	bytes, tensors := m.Total()
-	bar := progressbar.NewOptions64(bytes*int64(steps), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowBytes(true),
-		progressbar.OptionSetDescription(fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, steps)),
-		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond))
-	var done int64
-	m.OnProgress(func(b int64, t int) {
-		if b > done {
-			_ = bar.Add64(b - done)
-			done = b
-		}
-		bar.Describe(fmt.Sprintf("rank 0: %d of %d tensors this step", t%max(tensors, 1), tensors))
-	})
-	return bar
-}
-
-// fillModel writes every tensor's pattern (its global index in the model)
-// into this rank's source parts, through their views: finite values
-// (pattern.FillFloats) when the model converts to FP8.
-func fillModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
-	return eachPart(m, b, model.Src, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
-		if floats {
-			return pattern.FillFloats(t.Src, rank, seed, buf, v.View)
-		}
-		return pattern.Fill(t.Src, rank, seed, buf, v.View)
-	}, true)
-}
-
-// poisonModel fills this rank's destination parts and scale tensors with
-// the poison.
-func poisonModel(m *session.Model, b *session.ModelBuffers) error {
-	for si, ss := range m.Pipeline.Sessions {
-		if ss == nil || si >= len(b.Scale) {
-			continue
-		}
-		for _, x := range b.Scale[si] {
-			h := bytes.Repeat([]byte{pattern.Poison}, int(x.Len()))
-			if err := ss.Memory().Upload(x, h); err != nil {
-				return err
-			}
-		}
+	if err := j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
+		return nil, fabric, err
 	}
-	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, _ uint64, buf []byte, v model.Part) error {
-		return pattern.PoisonPart(t.Dst, rank, buf, v.View)
-	}, true)
-}
-
-// checkModel checks every element of this rank's destination parts (and
-// the scale tensor of every part it receives in FP8, against quantizing
-// the whole tensor at once); the first wrong one is named with its tensor.
-func checkModel(m *session.Model, b *session.ModelBuffers, floats bool) error {
-	return eachPart(m, b, model.Dst, func(t *model.TensorLayout, rank int, seed uint64, buf []byte, v model.Part) error {
+	if j.set.MeasureLocal {
 		var err error
-		switch {
-		case t.Scale != 0:
-			var scales []byte
-			if scales, err = modelScales(m, b, t, rank); err == nil {
-				err = pattern.CheckFP8(t.Src.DType(), t.Dst, t.Scale, rank, seed, buf, v.View, scales)
-			}
-		case floats:
-			err = pattern.CheckFloats(t.Dst, rank, seed, buf, v.View)
-		default:
-			err = pattern.Check(t.Dst, rank, seed, buf, v.View)
-		}
-		switch e := err.(type) {
-		case *pattern.MismatchError:
-			e.Tensor = t.Name
-		case *pattern.ScaleMismatchError:
-			e.Tensor = t.Name
-		}
-		return err
-	}, false)
-}
-
-// modelScales returns the host bytes of this rank's scale tensor of t (a
-// tensor it receives in FP8), rank being its rank in t's stage.
-func modelScales(m *session.Model, b *session.ModelBuffers, t *model.TensorLayout, rank int) ([]byte, error) {
-	for si, st := range m.Layouts.Stages {
-		ss := m.Pipeline.Sessions[si]
-		if ss == nil || ss.Rank() != rank || !slices.Contains(st.Tensors, t) {
-			continue
-		}
-		x := b.Scale[si][t.Name]
-		if x == nil {
-			return nil, fmt.Errorf("rank %d: no scale buffer for %s", rank, t.Name)
-		}
-		if hb, ok := x.(transport.HostBuffer); ok {
-			return hb, nil
-		}
-		h := make([]byte, x.Len())
-		return h, ss.Memory().Download(h, x)
-	}
-	return nil, fmt.Errorf("rank %d: tensor %s is in none of this rank's stages", rank, t.Name)
-}
-
-// eachPart calls fn for every tensor part this rank holds on side, with
-// the host bytes of the buffer that holds it (the buffer itself on CPUs;
-// on GPUs a host copy, written back after fn when write is set).
-func eachPart(m *session.Model, b *session.ModelBuffers, side model.Side, fn func(*model.TensorLayout, int, uint64, []byte, model.Part) error, write bool) error {
-	for si, ss := range m.Pipeline.Sessions {
-		if ss == nil {
-			continue
-		}
-		bufs := b.Src[si]
-		if side == model.Dst {
-			bufs = b.Dst[si]
-		}
-		host := map[string][]byte{}
-		get := func(name string) ([]byte, error) {
-			if h, ok := host[name]; ok {
-				return h, nil
-			}
-			x := bufs[name]
-			if hb, ok := x.(transport.HostBuffer); ok {
-				host[name] = hb
-				return hb, nil
-			}
-			h := make([]byte, x.Len())
-			if err := ss.Memory().Download(h, x); err != nil {
-				return nil, err
-			}
-			host[name] = h
-			return h, nil
-		}
-		for i, t := range m.Layouts.Stages[si].Tensors {
-			p, ok := t.Part(side, ss.Rank())
-			if !ok {
-				continue
-			}
-			h, err := get(p.Buffer)
-			if err != nil {
-				return err
-			}
-			if err := fn(t, ss.Rank(), uint64(m.Index[si][i]), h, p); err != nil {
-				return fmt.Errorf("stage %d: %w", si, err)
-			}
-		}
-		if write {
-			for name, h := range host {
-				if _, ok := bufs[name].(transport.HostBuffer); !ok {
-					if err := ss.Memory().Upload(bufs[name], h); err != nil {
-						return err
-					}
-				}
-			}
+		if fabric.LocalBW, err = perf.GeneratorLocalBandwidth(j.s, l); err != nil {
+			return nil, fabric, err
 		}
 	}
-	return nil
-}
-
-// modelLocalBW measures the local bandwidth among the generator ranks over
-// stage 0's transport (every stage holds every generator rank), and gives
-// every rank of the job the result.
-func modelLocalBW(j *job, m *session.Model) (float64, error) {
-	bw := 0.0
-	if ss := m.Pipeline.Sessions[0]; ss != nil {
-		st := m.Layouts.Stages[0]
-		var gens []int
-		for r := st.Trainers; r < st.Trainers+st.Generators; r++ {
-			gens = append(gens, r)
-		}
-		var err error
-		if bw, err = localBandwidth(ss, m.Call.Calls[0], gens); err != nil {
-			return 0, err
-		}
+	o := j.set.routeOpts(fabric)
+	if in.route == "auto" {
+		o.Buckets = in.buckets
 	}
-	return maxOver(j.s, bw)
-}
-
-// modelBounds is every route's bound for the whole model: each stage's
-// problem (its tensors together), the stages combined (they run at once
-// into the same generator domains).
-func modelBounds(m *session.Model, f bounds.Fabric, chunk float64) []bounds.Bound {
-	var probs []bounds.Problem
-	for si, c := range m.Call.Calls {
-		if c == nil {
-			// every rank knows every stage's layouts: plan them here too.
-			st := m.Layouts.Stages[si]
-			var plans []*reshard.Plan
-			for _, t := range st.Tensors {
-				p, err := reshard.NewPlan(t.Src, t.Dst, len(st.Members), reshard.Options{})
-				if err != nil {
-					return nil
-				}
-				plans = append(plans, p)
-			}
-			probs = append(probs, bounds.ProblemOf(plans, stageTopology(m, si), chunk))
-			continue
-		}
-		probs = append(probs, bounds.ProblemOf(c.Plans(), c.Topology(), chunk))
-	}
-	return bounds.Of(bounds.Combine(probs...), f)
-}
-
-// stageTopology is stage si's topology as a rank outside it sees it: every
-// rank knows the layouts; the domains are the generator's, taken from the
-// stage this rank is in.
-func stageTopology(m *session.Model, si int) reshard.Topology {
-	for sj, c := range m.Call.Calls {
-		if c == nil {
-			continue
-		}
-		// the generator ranks sit at the same local ranks in every stage.
-		mine, theirs := m.Layouts.Stages[sj], m.Layouts.Stages[si]
-		topo := c.Topology()
-		dom := make([]int, len(theirs.Members))
-		for r := range dom {
-			if r < theirs.Trainers {
-				dom[r] = -1 - r // a trainer domain of its own
-				continue
-			}
-			dom[r] = topo.Domain[mine.Trainers+r-theirs.Trainers]
-		}
-		return reshard.Topology{Domain: dom}
-	}
-	return reshard.Topology{}
-}
-
-// syncAccounting fills the report's bytes by link class and stage, the
-// stages' routes, and every rank's memory and handles.
-func (j *job) syncAccounting(m *session.Model, reps []*refit.Report, start, warm usage, warmPeak int64, rep *syncReport) error {
-	end, err := measureUsage()
+	route, err := routespec.Parse(in.route, o)
 	if err != nil {
-		return err
+		return nil, fabric, err
 	}
-	var st refit.Stats
-	stageBytes := make([]int64, len(m.Layouts.Stages))
-	stageRounds := make([]int64, len(m.Layouts.Stages))
-	var staging, scratch, bound int64
-	for si, r := range reps {
-		if r == nil {
-			continue
-		}
-		st.Add(r.Stats)
-		stageBytes[si] = r.Stats.Sent[reshard.LinkNetwork] + r.Stats.Sent[reshard.LinkLocal] + r.Stats.Sent[reshard.LinkSelf]
-		c := m.Call.Calls[si]
-		p := c.Program()
-		stageRounds[si] = int64(c.Schedule().Rounds)
-		staging += max(p.Staging[0][0], p.Staging[1][0]) + max(p.Staging[0][1], p.Staging[1][1])
-		for _, n := range p.Full {
-			scratch += n
-		}
-		bound += m.Pipeline.Sessions[si].Options().StagingBytes
-	}
-	src, dst := m.Layouts.RankBytes(j.rank)
-	mine := []int64{st.Sent[reshard.LinkNetwork], st.Sent[reshard.LinkLocal], st.Sent[reshard.LinkSelf],
-		src + dst, staging, scratch, bound, start.rss, peakRSS(), st.Sent[0] + st.Sent[1], st.Recv[0] + st.Recv[1],
-		warm.requests, end.requests, warm.comms, end.comms, warm.heap, end.heap, warm.goroutines, end.goroutines, warmPeak}
-	mine = append(mine, stageBytes...)
-	mine = append(mine, stageRounds...)
-	all, err := gatherInt64s(j.s, mine)
+	m, err := j.s.PrepareModel(context.Background(), l, route)
 	if err != nil {
-		return err
+		return nil, fabric, err
 	}
-	n := len(mine)
-	ns := len(m.Layouts.Stages)
-	for r := 0; r < j.world; r++ {
-		v := all[r*n:]
-		for c := 0; c < 3; c++ {
-			rep.Links[c] += v[c]
-		}
-		role := "generator"
-		if srcB, _ := m.Layouts.RankBytes(r); srcB > 0 {
-			role = "trainer"
-		}
-		rep.Ranks = append(rep.Ranks, syncRank{Rank: r, Role: role, Share: v[3], Staging: v[4], Scratch: v[5], Bound: v[6],
-			Base: v[7], Peak: v[8], Sent: v[9], Recv: v[10], Requests: [2]int64{v[11], v[12]}, Comms: [2]int64{v[13], v[14]},
-			Heap: [2]int64{v[15], v[16]}, Goroutines: [2]int64{v[17], v[18]}, PeakAfterWarm: v[19]})
-		const fixed = 20
-		for si := 0; si < ns; si++ {
-			rep.Stages[si].Bytes += v[fixed+si]
-			rep.Stages[si].Rounds = max(rep.Stages[si].Rounds, int(v[fixed+ns+si]))
+	var emuErr error
+	for si := range m.StageCount() {
+		if c := m.StageCall(si); c != nil && emuErr == nil {
+			emuErr = j.checkEmulation(m.Session(si), c.Schedule(), l.Stages[si].Members)
 		}
 	}
-	for si, c := range m.Call.Calls {
-		if c != nil {
-			rep.Routes[si] = c.Schedule().Route
-		}
+	if err := j.agreeReady(emuErr); err != nil {
+		m.Close()
+		return nil, fabric, err
 	}
-	// every rank knows its own stages' routes; take each stage's from a
-	// rank in it (the generators are in all).
-	routes, err := refit.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(rep.Routes, ",")))
-	if err != nil {
-		return err
-	}
-	for _, b := range routes {
-		for si, r := range strings.Split(string(b), ",") {
-			if r != "" && si < len(rep.Routes) {
-				rep.Routes[si] = r
-			}
-		}
-	}
-	for si := range rep.Stages {
-		rep.Stages[si].Route = rep.Routes[si]
-	}
-	// each stage's completed and failed tensors, from a rank in it (every
-	// rank of a stage agreed on them).
-	var lists []string
-	for si := range m.Layouts.Stages {
-		r := reps[si]
-		if r == nil {
-			lists = append(lists, "")
-			continue
-		}
-		lists = append(lists, fmt.Sprintf("%d:%s", len(r.Completed), strings.Join(r.Failed, "|")))
-	}
-	got, err := refit.Exchange(context.Background(), j.s.Collective(), []byte(strings.Join(lists, ",")))
-	if err != nil {
-		return err
-	}
-	per := make([]string, len(m.Layouts.Stages))
-	for _, b := range got {
-		for si, x := range strings.Split(string(b), ",") {
-			if x != "" && si < len(per) {
-				per[si] = x
-			}
-		}
-	}
-	for _, x := range per {
-		n, failed, _ := strings.Cut(x, ":")
-		k, _ := strconv.Atoi(n)
-		rep.Completed += k
-		if failed != "" {
-			rep.Failed = append(rep.Failed, strings.Split(failed, "|")...)
-		}
-	}
-	return nil
+	return m, fabric, nil
 }
 
-// peakRSS reads this process's peak resident memory (VmHWM).
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
+// syncSteps runs the model's steps (perf.Sync) with rank 0's progress.
+func (j *job) syncSteps(l *model.Layouts, m *session.Model, b *session.ModelBuffers, start perf.Usage, fabric bounds.Fabric, f *syncFlags) (*perf.SyncReport, error) {
+	_, tensors := m.Total()
+	var bar *progress
+	defer func() { bar.finish() }()
+	return perf.Sync(j.s, l, m, b, start, fabric, perf.SyncConfig{Warmup: f.run.warmup, Iters: f.run.iters, Check: f.run.check,
+		Floats: j.set.fp8 != 0, WorldRank: j.rank, Log: j.log, Failed: j.noteFailure,
+		Progress: func(done, total int64, unit string) {
+			if bar == nil {
+				bar = j.newProgress(fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, f.run.warmup+f.run.iters), total, unit, f.run.asJSON)
 			}
-		}
-	}
-	return 0
+			bar.set(done)
+		}})
 }
 
-// maxOverEach returns, element by element, the largest of every rank's v.
-func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
-	out := make([]float64, len(v))
-	for i, x := range v {
-		m, err := maxOver(s, x)
-		if err != nil {
-			return nil, err
+// syncExtras runs what --compare and --baseline ask for.
+func (j *job) syncExtras(m *session.Model, b *session.ModelBuffers, in syncInput, rep *perf.SyncReport, f *syncFlags) error {
+	var err error
+	if f.compare {
+		// each tensor's call on the sync's route (auto: the route the
+		// model picks for that tensor alone).
+		route, perr := routespec.Parse(in.route, j.set.routeOpts(rep.Fabric))
+		if perr != nil {
+			return perr
 		}
-		out[i] = m
-	}
-	return out, nil
-}
-
-// comparePerTensor moves the model one call per tensor (every tensor of a
-// stage prepared once as a call of its own, run one after another each
-// step, the stages at once) and compares it with the batched call and
-// the whole model's bound.
-func (j *job) comparePerTensor(m *session.Model, b *session.ModelBuffers, iters int, routeName string, rep *syncReport) (*compareRun, error) {
-	ctx := context.Background()
-	calls := make([][]*refit.Call, len(m.Specs))
-	defer func() {
-		for _, cs := range calls {
-			for _, c := range cs {
-				c.Close()
-			}
-		}
-	}()
-	// each tensor's call on the sync's route (auto: the route the model
-	// picks for that tensor alone).
-	r, err := bounds.ParseRoute(routeName, j.set.balance, rep.Fabric)
-	if err != nil {
-		return nil, err
-	}
-	for si, ss := range m.Pipeline.Sessions {
-		if ss == nil {
-			continue
-		}
-		for _, sp := range m.Specs[si] {
-			c, err := ss.Prepare(ctx, []refit.Spec{sp}, r)
-			if err != nil {
-				return nil, err
-			}
-			calls[si] = append(calls[si], c)
+		if rep.Compare, err = perf.ComparePerTensor(j.s, m, b, f.run.iters, route, in.route, rep); err != nil {
+			return err
 		}
 	}
-	var times []float64
-	for it := 0; it < iters+1; it++ {
-		if err := j.barrier(); err != nil {
-			return nil, err
-		}
-		t0 := time.Now()
-		errs := make([]error, len(calls))
-		done := make(chan int, len(calls))
-		n := 0
-		for si, cs := range calls {
-			if len(cs) == 0 {
-				continue
-			}
-			n++
-			tb := m.Tensors(si, b)
-			go func() {
-				defer endOnPanic()
-				for i, c := range cs {
-					if _, err := c.Run(ctx, tb[i:i+1]); err != nil {
-						errs[si] = fmt.Errorf("stage %d, tensor %s: %w", si, m.Specs[si][i].Name, err)
-						break
-					}
-				}
-				done <- si
-			}()
-		}
-		for ; n > 0; n-- {
-			<-done
-		}
-		for _, e := range errs {
-			if e != nil {
-				return nil, e
-			}
-		}
-		slow, err := maxOver(j.s, time.Since(t0).Seconds())
-		if err != nil {
-			return nil, err
-		}
-		if it > 0 {
-			times = append(times, slow)
-		}
+	if f.baseline {
+		rep.Baseline, err = perf.SyncBaseline(j.s, m, b, f.run.iters)
 	}
-	cr := &compareRun{PerTensorSec: median(times), BatchedSec: rep.MedianSec}
-	cr.Speedup = cr.PerTensorSec / cr.BatchedSec
-	// the bound of the route the sync ran; for auto, the least bound of
-	// any route.
-	for _, bd := range rep.Bounds {
-		if bd.Route == routeName || (routeName == "auto" && (cr.BoundSec == 0 || bd.Seconds < cr.BoundSec)) {
-			cr.BoundSec, cr.BoundRoute = bd.Seconds, bd.Route
-		}
-	}
-	if cr.BoundSec > 0 {
-		cr.OverBound = cr.BatchedSec / cr.BoundSec
-	}
-	return cr, nil
-}
-
-// syncBaseline times a plain exchange of the model's bytes (every stage's
-// pairs at once, one contiguous message per pair over the stage's
-// transport), interleaved with steps of the model, and returns the
-// overhead per step beyond moving the bytes.
-func (j *job) syncBaseline(m *session.Model, b *session.ModelBuffers, iters int) (*baselineRun, error) {
-	pxs := make([]*plainExchange, len(m.Call.Calls))
-	defer func() {
-		for _, px := range pxs {
-			if px != nil {
-				px.free()
-			}
-		}
-	}()
-	for si, c := range m.Call.Calls {
-		if c == nil {
-			continue
-		}
-		px, err := newPlainExchange(m.Pipeline.Sessions[si].Memory(), c.Schedule(), m.Pipeline.Sessions[si].Rank())
-		if err != nil {
-			return nil, err
-		}
-		pxs[si] = px
-	}
-	plainAll := func() error {
-		errs := make(chan error, len(pxs))
-		n := 0
-		for si, px := range pxs {
-			if px == nil {
-				continue
-			}
-			n++
-			go func() {
-				defer endOnPanic()
-				errs <- px.run(m.Call.Calls[si].Transport(), j.s.Options().Timeout)
-			}()
-		}
-		var first error
-		for ; n > 0; n-- {
-			if err := <-errs; err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-	timeIt := func(fn func() error) (float64, error) {
-		if err := j.barrier(); err != nil {
-			return 0, err
-		}
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			return 0, err
-		}
-		return maxOver(j.s, time.Since(t0).Seconds())
-	}
-	var plainT, stepT []float64
-	for it := 0; it < iters+1; it++ {
-		pt, err := timeIt(plainAll)
-		if err != nil {
-			return nil, err
-		}
-		st, err := timeIt(func() error { _, err := m.Run(context.Background(), b); return err })
-		if err != nil {
-			return nil, err
-		}
-		if it > 0 {
-			plainT, stepT = append(plainT, pt), append(stepT, st)
-		}
-	}
-	br := &baselineRun{PlainSec: median(plainT), StepSec: median(stepT)}
-	br.OverheadSec = br.StepSec - br.PlainSec
-	return br, nil
-}
-
-func writeSyncReport(w io.Writer, r *syncReport) error {
-	fmt.Fprintf(w, "model %s: %d tensors, %d parameters, %s\n", r.Model, r.Tensors, r.Params, formatBytes(r.Bytes))
-	fmt.Fprintf(w, "trainer %s -> generator %s, world %d\n", r.Trainer, r.Generator, r.World)
-	if r.FP8Tensors > 0 {
-		fmt.Fprintf(w, "generator in FP8: %d tensors (the linear and expert weights of the decoder layers, as vLLM's Fp8Config quantizes them) as e4m3 with %s scales, the others as they are: %s as the generator holds it\n",
-			r.FP8Tensors, r.FP8, formatBytes(r.DstBytes))
-	}
-	if r.EmulatedBW > 0 {
-		fmt.Fprintf(w, "emulated network %s per rank between domains; model fabric: network %s, local %s (measured)\n",
-			formatRate(r.EmulatedBW), formatRate(r.Fabric.NetBW), formatRate(r.Fabric.LocalBW))
-	}
-	fmt.Fprintf(w, "\n%s per step (median of %d; min %s, max %s), %.2f GB/s of model; slowest rank %d; check %s; %d tensors completed\n",
-		formatSeconds(r.MedianSec), r.Iters, formatSeconds(r.MinSec), formatSeconds(r.MaxSec), r.GBps, r.Slowest, r.Check, r.Completed)
-	if len(r.Failed) > 0 {
-		fmt.Fprintf(w, "failed: %v\n", r.Failed)
-	}
-	fmt.Fprintf(w, "bytes sent, all ranks: network %s, local %s, self copy %s\n", formatBytes(r.Links[0]), formatBytes(r.Links[1]), formatBytes(r.Links[2]))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\nstage\troute\ttensors\tbytes\trounds\ttime\t")
-	for _, s := range r.Stages {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t\n", s.Stage, s.Route, s.Tensors, formatBytes(s.Bytes), s.Rounds, formatSeconds(s.MedianSec))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rank\trole\tshare\tstaging\tscratch\tstaging bound\tRSS start\tpeak RSS\tpeak - start\tshare+staging+scratch\tpeak after step 1\tGo heap step 1 -> end\tMPI requests\tgoroutines\t")
-	for _, x := range r.Ranks {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s -> %s\t%d -> %d\t%d -> %d\t\n", x.Rank, x.Role, formatBytes(x.Share), formatBytes(x.Staging),
-			formatBytes(x.Scratch), formatBytes(x.Bound), formatBytes(x.Base), formatBytes(x.Peak), formatBytes(x.Peak-x.Base),
-			formatBytes(x.Share+x.Staging+x.Scratch), formatBytes(x.PeakAfterWarm), formatBytes(x.Heap[0]), formatBytes(x.Heap[1]),
-			x.Requests[0], x.Requests[1], x.Goroutines[0], x.Goroutines[1])
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	for _, b := range r.Bounds {
-		fmt.Fprintf(w, "bound %-8s %s (%s binds)\n", b.Route, formatSeconds(b.Seconds), b.Binding)
-	}
-	if c := r.Compare; c != nil {
-		fmt.Fprintf(w, "\none call per tensor: %s per step; one batched call: %s (%.2fx faster); whole-model bound (%s) %s: batched is %.2fx the bound\n",
-			formatSeconds(c.PerTensorSec), formatSeconds(c.BatchedSec), c.Speedup, c.BoundRoute, formatSeconds(c.BoundSec), c.OverBound)
-	}
-	if b := r.Baseline; b != nil {
-		fmt.Fprintf(w, "\nplain exchange of the same bytes: %s per step; sync %s; overhead %s per step\n",
-			formatSeconds(b.PlainSec), formatSeconds(b.StepSec), formatSeconds(b.OverheadSec))
-	}
-	return nil
+	return err
 }

@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/m2n-dev/m2n/perf"
 )
 
 // entries returns how many entries a sync moves: its tensors, pieces
 // counted one by one (the stages' counts).
-func entries(rep syncReport) int {
+func entries(rep perf.SyncReport) int {
 	n := 0
 	for _, s := range rep.Stages {
 		n += s.Tensors
@@ -68,7 +70,7 @@ func TestSyncArchitectures(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 				}
-				var rep syncReport
+				var rep perf.SyncReport
 				if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 					t.Fatalf("%v\n%s", err, stdout)
 				}

@@ -1,4 +1,4 @@
-package main
+package faults
 
 import (
 	"fmt"
@@ -26,46 +26,45 @@ import (
 //
 // The stopped process stays stopped until a signal ends it (the launcher's
 // SIGKILL when the job ends) or SIGCONT resumes it.
-const stopVar = "M2N_FAULT_STOP"
+const StopVar = "M2N_FAULT_STOP"
 
-var stopPoints = []string{"join", "prepare", "step", "report", "end", "finalize"}
+// Points are the points StopHere knows, in the order a job passes them.
+var Points = []string{"join", "prepare", "step", "report", "end", "finalize"}
 
 // M2N_FAULT_PANIC=r:where makes rank r panic at one of the same points,
 // to show that a panic on one rank, while the others wait in a
 // collective, is printed once and ends the job (job.end) rather than
 // hanging it in MPI_Finalize.
-const panicVar = "M2N_FAULT_PANIC"
+const PanicVar = "M2N_FAULT_PANIC"
 
-// stopFault reads M2N_FAULT_STOP: the rank and the point, ok false when it
-// is unset. A value that does not parse is an error naming the variable.
-func stopFault() (rank int, where string, ok bool, err error) { return pointFault(stopVar) }
-
-// pointFault reads a switch of the form rank:point.
-func pointFault(env string) (rank int, where string, ok bool, err error) {
-	v := getenv(env)
+// Point reads a switch of the form rank:point (StopVar, PanicVar): the
+// rank and the point, ok false when it is unset. A value that does not
+// parse is an error naming the variable.
+func Point(env string) (rank int, where string, ok bool, err error) {
+	v := strings.TrimSpace(os.Getenv(env))
 	if v == "" {
 		return 0, "", false, nil
 	}
 	r, w, _ := strings.Cut(v, ":")
 	rank, err = strconv.Atoi(r)
-	if err != nil || rank < 0 || !slices.Contains(stopPoints, w) {
-		return 0, "", false, usageError{fmt.Errorf("%s %q: want rank:point with a rank of at least 0 and a point among %s",
-			env, v, strings.Join(stopPoints, ", "))}
+	if err != nil || rank < 0 || !slices.Contains(Points, w) {
+		return 0, "", false, fmt.Errorf("%s %q: want rank:point with a rank of at least 0 and a point among %s",
+			env, v, strings.Join(Points, ", "))
 	}
 	return rank, w, true, nil
 }
 
-// stopHere stops this process if M2N_FAULT_STOP names this rank and
-// point, and panics if M2N_FAULT_PANIC does.
-func stopHere(where string) {
-	if r, w, ok, _ := pointFault(panicVar); ok && r == jobRank && w == where {
-		panic(fmt.Sprintf("panicking on purpose before %s (%s)", where, panicVar))
+// StopHere stops this process (rank) if M2N_FAULT_STOP names rank and
+// point where, and panics if M2N_FAULT_PANIC does.
+func StopHere(rank int, where string) {
+	if r, w, ok, _ := Point(PanicVar); ok && r == rank && w == where {
+		panic(fmt.Sprintf("panicking on purpose before %s (%s)", where, PanicVar))
 	}
-	r, w, ok, _ := stopFault()
-	if !ok || r != jobRank || w != where {
+	r, w, ok, _ := Point(StopVar)
+	if !ok || r != rank || w != where {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "refit: rank %d: %s: stopping (SIGSTOP) before %s\n", jobRank, stopVar, where)
+	fmt.Fprintf(os.Stderr, "refit: rank %d: %s: stopping (SIGSTOP) before %s\n", rank, StopVar, where)
 	// to this thread, so that it stops on the way out of the call: sent to
 	// the process, another thread may take the signal, and this one could
 	// run on for a while first on a busy machine.
@@ -79,13 +78,14 @@ func stopHere(where string) {
 // starts.
 type stopper struct {
 	transport.Transport
+	rank int
 	done bool
 }
 
 func (s *stopper) Start(ops []transport.Op) (transport.Pending, error) {
 	if !s.done {
 		s.done = true
-		stopHere("step")
+		StopHere(s.rank, "step")
 	}
 	return s.Transport.Start(ops)
 }

@@ -1,4 +1,4 @@
-package main
+package faults
 
 import (
 	"context"
@@ -11,7 +11,13 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// The test-only fault switches. Each names a rank, "rank" or "rank:n":
+// Package faults reads m2n's test-only fault switches, environment
+// variables that make one rank of a job misbehave on purpose, so that
+// tests can prove every failure is caught, bounded and named, and builds
+// the transports and stops they ask for. A program reads them once per
+// rank (Transport, At, StopHere); nothing reads them in production.
+//
+// Each switch names a rank, "rank" or "rank:n":
 //
 //	M2N_FAULT_KILL=r:n     rank r kills itself (SIGKILL) when it starts round n
 //	M2N_FAULT_HANG=r:n     rank r stops for good at round n (alive, stuck)
@@ -19,14 +25,14 @@ import (
 //	M2N_FAULT_CORRUPT=r:b  rank r flips byte b of its destination before --check
 //	M2N_FAULT_SHORT_DST=r  rank r's destination buffer is one byte short
 //	M2N_FAULT_NAN=r:i      rank r makes element i of its source part a NaN
-//	M2N_FAULT_STOP=r:where rank r stops its process (SIGSTOP) at a point (faultstop.go)
+//	M2N_FAULT_STOP=r:where rank r stops its process (SIGSTOP) at a point
 //	M2N_FAULT_PANIC=r:where rank r panics at one of those points
-var faultVars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST", "M2N_FAULT_NAN"}
+var vars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST", "M2N_FAULT_NAN"}
 
-// faultAt reads a fault switch: whether it names this rank, and n (0 if
-// absent). A value that does not parse is an error naming the variable.
-func faultAt(env string, rank int) (int, bool, error) {
-	v := getenv(env)
+// At reads a fault switch: whether it names rank, and n (0 if absent). A
+// value that does not parse is an error naming the variable.
+func At(env string, rank int) (int, bool, error) {
+	v := strings.TrimSpace(os.Getenv(env))
 	if v == "" {
 		return 0, false, nil
 	}
@@ -37,31 +43,31 @@ func faultAt(env string, rank int) (int, bool, error) {
 		k, err = strconv.Atoi(n)
 	}
 	if err != nil || rr < 0 || k < 0 {
-		return 0, false, usageError{fmt.Errorf("%s %q: want rank or rank:n with whole numbers of at least 0", env, v)}
+		return 0, false, fmt.Errorf("%s %q: want rank or rank:n with whole numbers of at least 0", env, v)
 	}
 	return k, rr == rank, nil
 }
 
-// faults returns the transport wrapper the fault switches ask of this
-// rank, if any.
-func faults(rank int) (func(transport.Transport) transport.Transport, bool, error) {
-	for _, v := range faultVars {
-		if _, _, err := faultAt(v, rank); err != nil {
+// Transport returns the transport wrapper the fault switches ask of rank,
+// if any (ok false: none), or the first switch that does not parse.
+func Transport(rank int) (wrap func(transport.Transport) transport.Transport, ok bool, err error) {
+	for _, v := range vars {
+		if _, _, err := At(v, rank); err != nil {
 			return nil, false, err
 		}
 	}
-	pr, pw, doPanic, err := pointFault(panicVar)
+	pr, pw, doPanic, err := Point(PanicVar)
 	if err != nil {
 		return nil, false, err
 	}
-	sr, sw, doStop, err := stopFault()
+	sr, sw, doStop, err := Point(StopVar)
 	if err != nil {
 		return nil, false, err
 	}
 	doStop = doStop && sr == rank && sw == "step" || doPanic && pr == rank && pw == "step"
-	kill, doKill, _ := faultAt("M2N_FAULT_KILL", rank)
-	hang, doHang, _ := faultAt("M2N_FAULT_HANG", rank)
-	_, doWire, _ := faultAt("M2N_FAULT_WIRE", rank)
+	kill, doKill, _ := At("M2N_FAULT_KILL", rank)
+	hang, doHang, _ := At("M2N_FAULT_HANG", rank)
+	_, doWire, _ := At("M2N_FAULT_WIRE", rank)
 	if !doKill && !doHang && !doWire && !doStop {
 		return nil, false, nil
 	}
@@ -76,7 +82,7 @@ func faults(rank int) (func(transport.Transport) transport.Transport, bool, erro
 			t = &wireFault{Transport: t}
 		}
 		if doStop {
-			t = &stopper{Transport: t}
+			t = &stopper{Transport: t, rank: rank}
 		}
 		return t
 	}, true, nil

@@ -1,0 +1,80 @@
+package perf
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+
+	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/session"
+)
+
+// Gather gathers v from every rank of s in the named phase (timeouts name
+// it), rank r's at r*len(v), over the session's bounded collective.
+func Gather(s *session.Session, phase string, v []int64) ([]int64, error) {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
+	}
+	all := make([]byte, len(b)*s.Size())
+	if err := s.Collective().Allgather(refit.WithPhase(context.Background(), phase), b, all); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(all)/8)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(all[8*i:]))
+	}
+	return out, nil
+}
+
+// MaxOver returns the largest x of every rank of s, and the lowest rank
+// that has it.
+func MaxOver(s *session.Session, x float64) (float64, int, error) {
+	all, err := Gather(s, "iteration timing", []int64{int64(math.Float64bits(x))})
+	if err != nil {
+		return 0, 0, err
+	}
+	m, at := math.Inf(-1), 0
+	for r, v := range all {
+		if f := math.Float64frombits(uint64(v)); f > m {
+			m, at = f, r
+		}
+	}
+	return m, at, nil
+}
+
+// MaxOverEach returns, element by element, the largest of every rank's v
+// (every rank passes as many).
+func MaxOverEach(s *session.Session, v []float64) ([]float64, error) {
+	bits := make([]int64, len(v))
+	for i, x := range v {
+		bits[i] = int64(math.Float64bits(x))
+	}
+	all, err := Gather(s, "iteration timing", bits)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(v))
+	for i := range out {
+		out[i] = math.Inf(-1)
+		for r := 0; r < s.Size(); r++ {
+			out[i] = max(out[i], math.Float64frombits(uint64(all[r*len(v)+i])))
+		}
+	}
+	return out, nil
+}
+
+// FirstMessage gathers every rank's message and returns the lowest
+// rank's that is not empty ("" when all are).
+func FirstMessage(s *session.Session, msg string) (string, error) {
+	blobs, err := refit.Exchange(refit.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
+	if err != nil {
+		return "", err
+	}
+	for _, b := range blobs {
+		if len(b) > 0 {
+			return string(b), nil
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,247 @@
+package perf
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
+)
+
+// QuantOptions configures Quantize. Zero fields take the
+// defaults.
+type QuantOptions struct {
+	RowBytes   []int    // bf16 row widths of the strided source; default 256 B, 4 KiB, 64 KiB
+	TotalBytes int      // bf16 bytes each operation reads; default 1 GiB
+	Mode       fp8.Mode // default fp8.Block
+	Iters      int      // timed iterations, the median is reported; default 20
+	Warmup     int      // untimed iterations first; default 3
+}
+
+// QuantResult is one operation at one row width.
+type QuantResult struct {
+	RowBytes int
+	Op       string // copy, pack, amax, quant-pack, convert, pack+convert
+	Bytes    int64  // bf16 input bytes
+	Median   time.Duration
+	GBps     float64 // Bytes / Median, decimal GB/s of bf16 input
+	VsPack   float64 // pack's median over this one's: 1 = as fast as packing the bf16 bytes
+}
+
+// Quantize measures the FP8 kernels against packing alone, at the same
+// input bytes, for each row width: the source holds TotalBytes of bf16 in
+// rows of RowBytes, each 2*RowBytes after the previous (a box of half the
+// columns of a matrix, as a reshard from rows to columns sends), quantized
+// over the matrix's blocks (Mode).
+//
+//	copy          a plain device-to-device copy of the input bytes
+//	pack          the bf16 pack kernel: what a bf16 reshard stages
+//	amax          BlockAmax of the box: the pass before quantizing
+//	quant-pack    PackQuantize of the box: packing straight into E4M3
+//	convert       PackQuantize of a contiguous bf16 buffer: the separate
+//	              pass a generator makes over bf16 it received
+//	pack+convert  pack then convert: the convert-after pipeline
+//
+// Each operation is timed with events on one stream, Warmup times untimed
+// then Iters times, and the median reported (pack+convert is the sum of
+// the medians). It needs about 4.5*TotalBytes of device memory.
+func Quantize(ctx *cuda.Context, opt QuantOptions) (res []QuantResult, err error) {
+	if len(opt.RowBytes) == 0 {
+		opt.RowBytes = []int{256, 4 << 10, 64 << 10}
+	}
+	opt.TotalBytes = cmp.Or(opt.TotalBytes, 1<<30)
+	opt.Mode = cmp.Or(opt.Mode, fp8.Block)
+	opt.Iters, opt.Warmup = cmp.Or(opt.Iters, 20), cmp.Or(opt.Warmup, 3)
+	mem, err := cuda.NewMemory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, mem.Close()) }()
+	q := &quantBench{ctx: ctx, mem: mem, opt: opt}
+	defer q.free()
+	if err := q.buffers(); err != nil {
+		return nil, err
+	}
+	t, err := newEventTimer(ctx, mem.Stream, opt.Warmup, opt.Iters)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, t.close()) }()
+	for _, row := range opt.RowBytes {
+		r, err := q.row(t, row)
+		if err != nil {
+			return res, err
+		}
+		res = append(res, r...)
+	}
+	return res, nil
+}
+
+// quantBench is Quantize's buffers.
+type quantBench struct {
+	ctx                         *cuda.Context
+	mem                         *cuda.Memory
+	opt                         QuantOptions
+	bufs                        []cuda.Buffer
+	srcBuf, packed, other, e4m3 cuda.Buffer
+}
+
+func (q *quantBench) get(sizes ...int) ([]cuda.Buffer, error) {
+	var out []cuda.Buffer
+	for _, n := range sizes {
+		b, err := q.mem.Alloc(int64(n))
+		if err != nil {
+			return nil, err
+		}
+		q.bufs = append(q.bufs, b.(cuda.Buffer))
+		out = append(out, b.(cuda.Buffer))
+	}
+	return out, nil
+}
+
+func (q *quantBench) free() {
+	for _, b := range q.bufs {
+		q.mem.Free(b)
+	}
+}
+
+// buffers allocates the strided source, the packed buffer, a copy target
+// and the E4M3 output, the first three filled with random normal bf16
+// values (1 MiB of them, repeated).
+func (q *quantBench) buffers() error {
+	total := q.opt.TotalBytes
+	big, err := q.get(2*total, total, total, total/2)
+	if err != nil {
+		return err
+	}
+	q.srcBuf, q.packed, q.other, q.e4m3 = big[0], big[1], big[2], big[3]
+	pattern := make([]byte, 1<<20)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < len(pattern); i += 2 {
+		binary.LittleEndian.PutUint16(pattern[i:], uint16(math.Float32bits(float32(r.NormFloat64()*0.02))>>16))
+	}
+	for _, b := range []cuda.Buffer{q.srcBuf, q.packed, q.other} {
+		for off := int64(0); off < b.N; off += int64(len(pattern)) {
+			n := min(int64(len(pattern)), b.N-off)
+			if err := q.ctx.CopyHtoD(b.Ptr+cuda.DevicePtr(off), pattern[:n]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scales writes win's scales as a reshard computes them: amaxes on the
+// device, scales on the host.
+func (q *quantBench) scales(g fp8.Grid, w cuda.FP8Window, reg cuda.FP8Region) error {
+	win := w.Values
+	if err := q.mem.Stream.Memset(win.Ptr, 0, int(win.N)); err != nil {
+		return err
+	}
+	if err := q.mem.BlockAmax(g, w, reg); err != nil {
+		return err
+	}
+	host := fp8.Window{Blocks: w.Blocks, Values: make([]float32, w.Blocks.Elems())}
+	raw := make([]byte, win.N)
+	if err := q.mem.Download(raw, win); err != nil {
+		return err
+	}
+	for i := range host.Values {
+		host.Values[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	if err := host.ToScales(); err != nil {
+		return err
+	}
+	for i, v := range host.Values {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+	}
+	return q.mem.Upload(win, raw)
+}
+
+// row times every op at one row width.
+func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
+	total, mode, s, mem := q.opt.TotalBytes, q.opt.Mode, q.mem.Stream, q.mem
+	if row <= 0 || row%2 != 0 || total%row != 0 {
+		return nil, fmt.Errorf("perf: Quantize: row %d B does not divide %d into bf16 rows", row, total)
+	}
+	rows, cols := int64(total/row), int64(row/2)
+	g, err := fp8.NewGrid([]int64{rows, 2 * cols}, mode)
+	if err != nil {
+		return nil, err
+	}
+	box := placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols}}
+	blocks, _ := g.Blocks(box)
+	gc, err := fp8.NewGrid([]int64{rows, cols}, mode)
+	if err != nil {
+		return nil, err
+	}
+	cblocks := gc.All()
+	wins, err := q.get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()))
+	if err != nil {
+		return nil, err
+	}
+	win, awin, cwin := wins[0], wins[1], wins[2]
+	w := cuda.FP8Window{Blocks: blocks, Values: win}
+	desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
+	reg := cuda.FP8Region{DType: placement.BF16, Src: q.srcBuf, At: desc, Box: box}
+	if err := q.scales(g, w, reg); err != nil {
+		return nil, err
+	}
+	// The received bf16, contiguous: [rows, cols] of its own grid.
+	if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
+		return nil, err
+	}
+	creg := cuda.FP8Region{DType: placement.BF16, Src: q.packed, At: strided.Desc{Run: int64(total)}, Box: box}
+	cw := cuda.FP8Window{Blocks: cblocks, Values: cwin}
+	ops := []struct {
+		name string
+		run  func() error
+	}{
+		{"copy", func() error { return s.CopyDtoD(q.other.Ptr, q.packed.Ptr, total) }},
+		{"pack", func() error { return mem.Pack(q.packed, 0, q.srcBuf, desc) }},
+		{"amax", func() error {
+			if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
+				return err
+			}
+			return mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: awin}, reg)
+		}},
+		{"quant-pack", func() error { return mem.PackQuantize(g, q.e4m3, 0, reg, w) }},
+		{"convert", func() error { return mem.PackQuantize(gc, q.e4m3, 0, creg, cw) }},
+	}
+	times := map[string]time.Duration{}
+	for _, op := range ops {
+		d, err := t.time(op.run)
+		if err != nil {
+			return nil, fmt.Errorf("perf: Quantize: %s, rows of %d B: %w", op.name, row, err)
+		}
+		times[op.name] = d
+	}
+	times["pack+convert"] = times["pack"] + times["convert"]
+	var res []QuantResult
+	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "convert", "pack+convert"} {
+		d := times[name]
+		res = append(res, QuantResult{RowBytes: row, Op: name, Bytes: int64(total), Median: d,
+			GBps: float64(total) / d.Seconds() / 1e9, VsPack: times["pack"].Seconds() / d.Seconds()})
+	}
+	return res, nil
+}
+
+// FormatQuant renders results as a table, one line per row width and
+// op.
+func FormatQuant(res []QuantResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%8s  %-12s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
+	for _, r := range res {
+		fmt.Fprintf(&b, "%8d  %-12s  %10d  %10s  %9.1f  %7.1f%%\n",
+			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsPack)
+	}
+	return b.String()
+}

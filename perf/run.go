@@ -1,0 +1,426 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
+	"github.com/m2n-dev/m2n/session"
+)
+
+// RunReport is what a pair's routes did (refit run --json prints it):
+// the layouts, the sizes and fabric, and one RouteReport per route, with
+// every rank's traffic.
+type RunReport struct {
+	Stage       *int          `json:"stage,omitempty"`
+	Members     []int         `json:"stage_world_ranks,omitempty"`
+	World       int           `json:"world"`
+	Source      string        `json:"source"`
+	Destination string        `json:"destination"`
+	FP8Scale    string        `json:"fp8_scale,omitempty"` // the scaling mode when the destination is FP8
+	Bytes       int64         `json:"bytes"`
+	Fingerprint string        `json:"fingerprint"`
+	ChunkBytes  int64         `json:"chunk_bytes"`
+	Staging     int64         `json:"staging_bytes"`
+	Domains     []int         `json:"domains"`
+	EmulatedBW  float64       `json:"emulated_net_bw,omitempty"`
+	FabricGiven bool          `json:"fabric_given,omitempty"`
+	Fabric      bounds.Fabric `json:"fabric"`
+	Routes      []RouteReport `json:"routes"`
+}
+
+// RouteReport is what one route did.
+type RouteReport struct {
+	Route      string        `json:"route"`
+	Driver     string        `json:"driver,omitempty"` // on GPUs: replay, graph or host
+	Why        string        `json:"why,omitempty"`
+	Iters      int           `json:"iters"`
+	MedianSec  float64       `json:"median_s"`
+	MinSec     float64       `json:"min_s"`
+	MaxSec     float64       `json:"max_s"`
+	TensorGBps float64       `json:"tensor_gbps"`
+	BoundSec   float64       `json:"bound_s,omitempty"`
+	Binding    string        `json:"binding,omitempty"`
+	Ratio      float64       `json:"time_over_bound,omitempty"`
+	Check      string        `json:"check"` // "passed", "not checked", or "FAILED: " and the first wrong element
+	Rounds     int           `json:"rounds"`
+	Ranks      []RankTraffic `json:"ranks,omitempty"`
+	Extra      any           `json:"extra,omitempty"` // PlainReport for the plain exchange
+}
+
+// RankTraffic is one rank's bytes in one iteration.
+type RankTraffic struct {
+	Rank        int    `json:"rank"`
+	Role        string `json:"role"`
+	Domain      int    `json:"domain"`
+	Sent        int64  `json:"sent"`
+	Recv        int64  `json:"recv"`
+	SentNetwork int64  `json:"sent_network"`
+	RecvNetwork int64  `json:"recv_network"`
+	SentLocal   int64  `json:"sent_local"`
+	RecvLocal   int64  `json:"recv_local"`
+	Copied      int64  `json:"copied"`
+	Packed      int64  `json:"packed"`
+}
+
+// PlainReport is the plain exchange BenchPlain measures beside a route.
+type PlainReport struct {
+	Baseline     string  `json:"baseline"`
+	MedianSec    float64 `json:"median_s"`
+	TensorGBps   float64 `json:"tensor_gbps"`
+	ReshardRoute string  `json:"reshard_route"`
+	ReshardSec   float64 `json:"reshard_median_s"`
+	Ratio        float64 `json:"reshard_over_plain_bandwidth"`
+}
+
+// MeasureConfig says how to time a call: Warmup untimed iterations, then
+// Iters timed ones (every iteration's time is the slowest rank's);
+// Check poisons the destinations before every iteration and checks every
+// element after (InSteps); Atomic checks, after a failed call, that every
+// destination is untouched. Progress, when set, hears of every iteration
+// done (done of total: Warmup+Iters) of route; AtReport runs before the
+// traffic is gathered (a program's test hooks).
+type MeasureConfig struct {
+	Warmup, Iters int
+	Check, Atomic bool
+	Progress      func(route string, done, total int64)
+	AtReport      func()
+}
+
+// Measure runs one prepared call of the pair Warmup+Iters times and
+// reports it: times, checks and every rank's traffic.
+func (p *Pair) Measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
+	s := p.s
+	sched := call.Schedule()
+	rr := RouteReport{Route: sched.Route, Iters: c.Iters, Rounds: sched.Rounds}
+	if s.Options().Device == session.GPU {
+		rr.Driver = call.Driver().Name()
+	}
+	var times Timings
+	var st refit.Stats
+	checkMsg := "" // this rank's first wrong element, in any iteration
+	for it := 0; it < c.Warmup+c.Iters; it++ {
+		sec, stats, err := p.iteration(call, c, it == 0)
+		if err != nil {
+			return rr, err
+		}
+		if it >= c.Warmup {
+			times.Add(sec)
+		}
+		st = stats
+		p.cfg.Log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", sec).Msg("iteration")
+		if c.Check {
+			if err := InSteps(s, "check (comparing every destination element)", func() (err error) {
+				if checkMsg == "" {
+					checkMsg, err = p.Check(IterationName(it, c.Warmup, "iteration"))
+				}
+				return err
+			}); err != nil {
+				return rr, err
+			}
+		}
+		if c.Progress != nil {
+			c.Progress(sched.Route, int64(it+1), int64(c.Warmup+c.Iters))
+		}
+	}
+	rr.MedianSec, rr.MinSec, rr.MaxSec = times.Median(), times.Min(), times.Max()
+	if rr.MedianSec > 0 {
+		rr.TensorGBps = float64(p.cfg.Src.Bytes()) / rr.MedianSec / 1e9
+	}
+	if c.AtReport != nil {
+		c.AtReport()
+	}
+	var err error
+	if rr.Ranks, err = p.traffic(call.Topology(), st); err != nil {
+		return rr, err
+	}
+	first, err := FirstMessage(s, checkMsg)
+	rr.Check = checkResult(c.Check, first)
+	return rr, err
+}
+
+// iteration runs the call once (the destinations poisoned first when
+// checking, and at the first iteration), and returns the slowest rank's
+// time.
+func (p *Pair) iteration(call *refit.Call, c MeasureConfig, first bool) (float64, refit.Stats, error) {
+	s, ctx := p.s, context.Background()
+	if c.Check || first {
+		if err := InSteps(s, "poison of the destinations", p.Poison); err != nil {
+			return 0, refit.Stats{}, err
+		}
+	}
+	if err := s.Barrier(ctx); err != nil {
+		return 0, refit.Stats{}, err
+	}
+	t0 := time.Now()
+	rep, err := call.Run(ctx, p.Buffers())
+	if err != nil {
+		if c.Atomic {
+			err = p.CheckUntouched(err)
+		}
+		return 0, refit.Stats{}, err
+	}
+	sec, _, err := MaxOver(s, time.Since(t0).Seconds())
+	return sec, rep.Stats, err
+}
+
+// traffic gathers every rank's bytes of its last iteration.
+func (p *Pair) traffic(topo reshard.Topology, st refit.Stats) ([]RankTraffic, error) {
+	mine := []int64{st.Sent[reshard.LinkNetwork], st.Recv[reshard.LinkNetwork], st.Sent[reshard.LinkLocal],
+		st.Recv[reshard.LinkLocal], st.Sent[reshard.LinkSelf], st.Packed}
+	all, err := Gather(p.s, "report gathering", mine)
+	if err != nil {
+		return nil, err
+	}
+	var out []RankTraffic
+	for r := 0; r < p.s.Size(); r++ {
+		v := all[r*len(mine):]
+		t := RankTraffic{Rank: r, Role: Role(p.cfg.Src, p.cfg.Dst, r), Domain: topo.Domain[r], SentNetwork: v[0], RecvNetwork: v[1],
+			SentLocal: v[2], RecvLocal: v[3], Copied: v[4], Packed: v[5]}
+		t.Sent, t.Recv = t.SentNetwork+t.SentLocal, t.RecvNetwork+t.RecvLocal
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// checkResult is a report's check: "not checked", "passed", or "FAILED: "
+// and the first rank's first wrong element.
+func checkResult(checked bool, first string) string {
+	switch {
+	case !checked:
+		return "not checked"
+	case first == "":
+		return "passed"
+	}
+	return "FAILED: " + first
+}
+
+// IterationName names iteration it of a run whose first warmup
+// iterations warm up: "iteration 3", "warm-up iteration 0" (unit
+// "step" for a model's).
+func IterationName(it, warmup int, unit string) string {
+	if it < warmup {
+		return fmt.Sprintf("warm-up %s %d", unit, it)
+	}
+	return fmt.Sprintf("%s %d", unit, it-warmup)
+}
+
+// Role names rank r's part in a reshard: src, dst, src+dst or idle.
+func Role(src, dst placement.Layout, r int) string {
+	s, d := src.Mesh().Contains(r), dst.Mesh().Contains(r)
+	switch {
+	case s && d:
+		return "src+dst"
+	case s:
+		return "src"
+	case d:
+		return "dst"
+	}
+	return "idle"
+}
+
+// RoutesConfig says how to run a pair's routes: by name (routespec.List),
+// with Route's settings, each measured by Measure. With MeasureLocal the
+// fabric's local bandwidth is measured first (LocalBandwidth, over the
+// calls' own transport: an emulated network caps only the traffic between
+// domains). BeforePrepare, when set, runs before the first route is
+// prepared, and Prepared sees every prepared call before it runs and may
+// refuse it.
+type RoutesConfig struct {
+	Routes        []string
+	Route         routespec.Options
+	MeasureLocal  bool
+	FabricGiven   bool
+	Measure       MeasureConfig
+	BeforePrepare func()
+	Prepared      func(*refit.Call) error
+}
+
+// RunRoutes prepares and measures every route of c on the pair, and
+// returns the report, with each route's bound from the data-movement
+// model (every rank's copy holds every rank's traffic).
+func (p *Pair) RunRoutes(c RoutesConfig) (*RunReport, error) {
+	s := p.s
+	opts := s.Options()
+	rep := &RunReport{World: s.Size(), Source: p.cfg.Src.String(), Destination: p.cfg.Dst.String(), Bytes: p.cfg.Src.Bytes(),
+		Fingerprint: fmt.Sprintf("%016x", p.plan.Fingerprint()), ChunkBytes: opts.ChunkBytes, Staging: opts.StagingBytes,
+		EmulatedBW: opts.EmulateNetBW, FabricGiven: c.FabricGiven, Fabric: c.Route.Fabric}
+	if p.scale != 0 {
+		rep.FP8Scale = map[fp8.Mode]string{fp8.Block: "128x128 block", fp8.Row: "row", fp8.Tensor: "matrix"}[p.scale]
+	}
+	if c.MeasureLocal {
+		bw, err := p.localBandwidth()
+		if err != nil {
+			return nil, err
+		}
+		rep.Fabric.LocalBW = bw
+	}
+	c.Route.Fabric = rep.Fabric
+	if c.BeforePrepare != nil {
+		c.BeforePrepare()
+	}
+	for _, name := range c.Routes {
+		rr, topo, err := p.runRoute(name, c)
+		if err != nil {
+			return nil, err
+		}
+		rep.Domains = topo.Domain
+		byRoute := map[string]bounds.Bound{}
+		for _, b := range bounds.Of(bounds.FromPlan(p.plan, topo, float64(opts.ChunkBytes)), rep.Fabric) {
+			byRoute[b.Route] = b
+		}
+		if b, ok := byRoute[strings.TrimPrefix(rr.Route, "auto:")]; ok && b.Seconds > 0 {
+			rr.BoundSec, rr.Binding, rr.Ratio = b.Seconds, b.Binding, rr.MedianSec/b.Seconds
+		}
+		rep.Routes = append(rep.Routes, rr)
+	}
+	return rep, nil
+}
+
+// runRoute prepares route name on the pair and measures it.
+func (p *Pair) runRoute(name string, c RoutesConfig) (RouteReport, reshard.Topology, error) {
+	route, err := routespec.Parse(name, c.Route)
+	if err != nil {
+		return RouteReport{}, reshard.Topology{}, err
+	}
+	call, err := p.s.Prepare(context.Background(), p.Specs(), route)
+	if err != nil {
+		return RouteReport{}, reshard.Topology{}, err
+	}
+	defer call.Close()
+	if c.Prepared != nil {
+		if err := c.Prepared(call); err != nil {
+			return RouteReport{}, reshard.Topology{}, err
+		}
+	}
+	sched := call.Schedule()
+	if sched.Note != "" && p.s.Rank() == 0 {
+		p.cfg.Log.Info().Str("route", sched.Route).Msg(sched.Note)
+	}
+	rr, err := p.Measure(call, c.Measure)
+	rr.Why = sched.Note
+	return rr, call.Topology(), err
+}
+
+// localBandwidth measures the local-fabric bandwidth among the pair's
+// destination ranks over a flat call's transport.
+func (p *Pair) localBandwidth() (float64, error) {
+	call, err := p.s.Prepare(context.Background(), p.Specs(), reshard.Flat{})
+	if err != nil {
+		return 0, err
+	}
+	defer call.Close()
+	bw, err := LocalBandwidth(p.s, call, p.cfg.Dst.Mesh().Ranks())
+	p.cfg.Log.Debug().Float64("local_bw", bw).Msg("measured local bandwidth")
+	return bw, err
+}
+
+// BenchPlain times a plain exchange of the bytes route moves between
+// every pair of ranks (PlainExchange: one contiguous message per pair)
+// over the same transport, interleaved with iters calls of the route on
+// the pair (the first of each warms up), and returns the comparison as a
+// RouteReport named "plain" (Extra: a PlainReport).
+func (p *Pair) BenchPlain(route reshard.Route, name string, iters int) (RouteReport, error) {
+	s := p.s
+	call, err := s.Prepare(context.Background(), p.Specs(), route)
+	if err != nil {
+		return RouteReport{}, err
+	}
+	defer call.Close()
+	px, err := NewPlainExchange(s.Memory(), call.Schedule(), s.Rank())
+	if err != nil {
+		return RouteReport{}, err
+	}
+	defer px.Free()
+	exchange := func() error { return px.Run(call.Transport(), s.Options().Timeout) }
+	reshardOnce := func() error { _, err := call.Run(context.Background(), p.Buffers()); return err }
+	var plainT, reshardT Timings
+	for it := 0; it < iters+1; it++ {
+		pt, err := TimeAll(s, exchange)
+		if err != nil {
+			return RouteReport{}, err
+		}
+		rt, err := TimeAll(s, reshardOnce)
+		if err != nil {
+			return RouteReport{}, err
+		}
+		if it > 0 { // the first pair warms up
+			plainT.Add(pt)
+			reshardT.Add(rt)
+		}
+	}
+	pm, rm := plainT.Median(), reshardT.Median()
+	pr := PlainReport{Baseline: "plain exchange over the same transport, one contiguous message per pair", MedianSec: pm,
+		ReshardRoute: name, ReshardSec: rm, Ratio: pm / rm}
+	if pm > 0 {
+		pr.TensorGBps = float64(p.plan.Src().Bytes()) / pm / 1e9
+	}
+	p.cfg.Log.Debug().Floats64("plain", plainT.First()).Floats64("reshard", reshardT.First()).Msg("bench samples")
+	return RouteReport{Route: "plain", Iters: iters, MedianSec: pm, TensorGBps: pr.TensorGBps, Check: "not checked", Extra: pr}, nil
+}
+
+// TimeAll runs fn on every rank of s after a barrier and returns the
+// slowest rank's time.
+func TimeAll(s *session.Session, fn func() error) (float64, error) {
+	if err := s.Barrier(context.Background()); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	sec, _, err := MaxOver(s, time.Since(t0).Seconds())
+	return sec, err
+}
+
+// RunStages runs run for every pipeline stage of st this rank is in, on
+// the stage's session, all at once, and gathers every stage's report
+// (from the stage's rank 0, marked with the stage and its world ranks) on
+// every rank of world, ordered by stage. A stage's error is returned
+// wrapped by st.Wrap (naming the stage, its ranks mapped to world ranks),
+// after failed (when set) heard of it.
+func RunStages(world *session.Session, st *session.Pipeline, run func(s int, ss *session.Session) (*RunReport, error), failed func(*session.Session, error)) ([]*RunReport, error) {
+	var mu sync.Mutex
+	var mine []*RunReport
+	errs := make([]error, len(st.Sessions))
+	var wg sync.WaitGroup
+	for s, ss := range st.Sessions {
+		if ss == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer recovered()
+			rep, err := run(s, ss)
+			if errs[s] = err; err != nil {
+				return
+			}
+			stageNo := s
+			rep.Stage, rep.Members = &stageNo, st.Layout.Members(s)
+			if ss.Rank() == 0 {
+				mu.Lock()
+				mine = append(mine, rep)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for s, e := range errs {
+		if e != nil {
+			if failed != nil {
+				failed(st.Sessions[s], e)
+			}
+			return nil, st.Wrap(s, e)
+		}
+	}
+	return GatherReports(world.Collective(), mine)
+}
