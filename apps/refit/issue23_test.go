@@ -88,13 +88,13 @@ func TestProgressWhereWatched(t *testing.T) {
 // TestSyncMemoryCheck is 23.7: refit sync compares the model's buffers,
 // staging and scratch of every rank with the memory it has before
 // anything is mapped, as refit run does: a 1 TiB tensor on three ranks of
-// one host, and a model whose hidden size is 10^12 (petabytes per rank,
+// one host, and a model whose hidden size is 10^11 (petabytes per rank,
 // once blamed on chunks "too small" for its schedule), fail at once with
 // one message naming the rank, the need and what is available.
 func TestSyncMemoryCheck(t *testing.T) {
 	dir := t.TempDir()
 	list := filepath.Join(dir, "w1t.json")
-	if err := os.WriteFile(list, []byte(`[{"name": "w", "shape": [1048576, 524288], "dtype": "bf16"}]`), 0o644); err != nil {
+	if err := os.WriteFile(list, []byte(`[{"name": "model.embed_tokens.weight", "shape": [1048576, 524288], "dtype": "bf16"}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := os.ReadFile("../../model/testdata/models/llama-3.1-70b.config.json")
@@ -102,7 +102,7 @@ func TestSyncMemoryCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	huge := filepath.Join(dir, "huge.json")
-	if err := os.WriteFile(huge, []byte(strings.Replace(string(cfg), `"hidden_size": 8192`, `"hidden_size": 1000000000000`, 1)), 0o644); err != nil {
+	if err := os.WriteFile(huge, []byte(strings.Replace(string(cfg), `"hidden_size": 8192`, `"hidden_size": 100000000000`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -111,7 +111,7 @@ func TestSyncMemoryCheck(t *testing.T) {
 		want string
 	}{
 		{"1TiB", []string{"--model", list}, `rank 0, tensor "model w1t (1 tensors)": needs 1099`},
-		{"hidden1e12", []string{"--model", huge, "--layers", "1"}, `tensor "model huge (12 tensors)": needs 7219`},
+		{"hidden1e11", []string{"--model", huge, "--layers", "1"}, `tensor "model huge (12 tensors)": needs 72`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"sync", "--train", "tp=1", "--gen", "tp=1,dp=2", "--timeout", "30s"}, tc.args...)
