@@ -18,6 +18,7 @@ import (
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 )
 
 // argError is a bad argument found on this rank alone (M2N_ERR_INVALID),
@@ -211,7 +212,7 @@ func detailOf(code int, err error) map[string]any {
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "side", e.Side)
 			setOnce(d, "field", e.Side+" buffer")
-		case *reshard.ViewError:
+		case *program.ViewError:
 			d["rank"] = e.Rank
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "side", e.Side)

@@ -60,7 +60,7 @@ func ParseBalance(s string) (Balance, error) {
 //
 // The messages are counted before any box is cut into chunks: more than
 // reshard.MaxMessages is an error naming the count, as is a schedule that
-// needs reshard.MaxRounds rounds or more.
+// needs reshard.maxRounds rounds or more.
 type Hier struct {
 	// Balance says how the replicas of a shard share its contributions.
 	Balance Balance
@@ -94,7 +94,7 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	// refuse an absurd plan before deriving chains from it.
 	var transfers int64
 	for _, ti := range tensors {
-		transfers += int64(plans[ti].Len()) // at most MaxTransfers each
+		transfers += int64(plans[ti].Len()) // at most maxTransfers each
 	}
 	if transfers > reshard.MaxMessages {
 		return b.Expect(transfers)

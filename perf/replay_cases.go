@@ -11,7 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
-	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -168,7 +168,7 @@ func (b *Replay) expert() ([]ReplayRow, error) {
 	defer b.mem.Free(padded)
 	strided := &benchCase{name: "expert, padded destination rows", iters: b.opt.BigIters, bytes: n, bound: bound, boundAt: copySec,
 		goal:  func(refit.DriverKind, float64) (string, string) { return "", "" },
-		specs: []refit.Spec{{Name: "experts.gate_up_proj", Src: l, Dst: l, Views: reshard.TensorViews{Dst: v}}},
+		specs: []refit.Spec{{Name: "experts.gate_up_proj", Src: l, Dst: l, Views: program.TensorViews{Dst: v}}},
 		bufs:  []refit.TensorBuffers{{Src: src, Dst: padded}}}
 	strided.poison = func() error { return b.fill(padded, pattern.Poison) }
 	strided.check = func() error { return b.checkBig(l, padded, v) }
@@ -310,7 +310,7 @@ func (b *Replay) model(name string) ([]ReplayRow, error) {
 		sp, _ := t.Part(model.Src, 0)
 		dp, _ := t.Part(model.Dst, 1)
 		parts = append(parts, part{t, dst, sp, dp})
-		c.specs = append(c.specs, refit.Spec{Name: t.Name, Src: t.Src, Dst: dst, Views: reshard.TensorViews{Src: sp.View, Dst: dp.View}})
+		c.specs = append(c.specs, refit.Spec{Name: t.Name, Src: t.Src, Dst: dst, Views: program.TensorViews{Src: sp.View, Dst: dp.View}})
 		c.bufs = append(c.bufs, refit.TensorBuffers{Src: bufs[0][sp.Buffer], Dst: bufs[1][dp.Buffer]})
 		c.bytes += t.Src.Bytes()
 	}

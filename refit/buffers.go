@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -24,10 +25,10 @@ type partNeed struct {
 
 // partNeeds derives, once, what this rank's buffers must be for the
 // schedule's tensors under views (nil: dense).
-func partNeeds(s *reshard.Schedule, rank int, views []reshard.TensorViews) ([][2]partNeed, error) {
+func partNeeds(s *reshard.Schedule, rank int, views []program.TensorViews) ([][2]partNeed, error) {
 	out := make([][2]partNeed, len(s.Plans))
 	for i, p := range s.Plans {
-		var tv reshard.TensorViews
+		var tv program.TensorViews
 		if i < len(views) {
 			tv = views[i]
 		}
@@ -46,7 +47,7 @@ func partNeeds(s *reshard.Schedule, rank int, views []reshard.TensorViews) ([][2
 			if !n.exact {
 				ext, err := v.Extent(box.Shape())
 				if err != nil {
-					return nil, &BufferError{Rank: rank, Tensor: s.TensorName(i), Side: reshard.SideName(side), Why: err.Error(), Got: -1}
+					return nil, &BufferError{Rank: rank, Tensor: s.TensorName(i), Side: program.SideName(side), Why: err.Error(), Got: -1}
 				}
 				n.want = ext * l.ElemSize()
 			}
@@ -67,7 +68,7 @@ func checkBuffers(s *reshard.Schedule, rank int, needs [][2]partNeed, bufs []Ten
 	for i := range needs {
 		for side, b := range []transport.Buffer{bufs[i].Src, bufs[i].Dst} {
 			n := needs[i][side]
-			name := reshard.SideName(side)
+			name := program.SideName(side)
 			switch {
 			case n.in && b == nil:
 				return &BufferError{Rank: rank, Tensor: s.TensorName(i), Side: name, Why: "is missing (the rank is in the mesh)", Want: n.want, Got: -1}
@@ -163,7 +164,7 @@ func checkAliasing(mem transport.Memory, rank int, specs []Spec, needs [][2]part
 				last += (c - 1) * n.at.Stride[k]
 			}
 			parts = append(parts, part{base: base, lo: base + uintptr(n.at.Offset), hi: base + uintptr(last+n.at.Run), at: n.at,
-				what: fmt.Sprintf("the %s part of tensor %q", reshard.SideName(side), specs[i].Name)})
+				what: fmt.Sprintf("the %s part of tensor %q", program.SideName(side), specs[i].Name)})
 		}
 		if i < len(scales) && scales[i] > 0 && bufs[i].Scale != nil {
 			if base, _, ok := ad.AddressRange(bufs[i].Scale); ok {

@@ -8,6 +8,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -48,7 +49,7 @@ type Collective interface {
 type Spec struct {
 	Name     string
 	Src, Dst placement.Layout
-	Views    reshard.TensorViews
+	Views    program.TensorViews
 	Scale    fp8.Mode
 }
 
@@ -96,7 +97,7 @@ type Target struct {
 	// calls whose steps the host need not see (no Verify, no tensor
 	// converted to FP8); every other call, and every call without Device,
 	// runs on the HostDriver.
-	Device func(p *reshard.Program) (Driver, error)
+	Device func(p *program.Program) (Driver, error)
 }
 
 // Call is a refit prepared once on a group of ranks and run every step:
@@ -112,7 +113,7 @@ type Call struct {
 	specs       []Spec
 	plans       []*reshard.Plan
 	sched       *reshard.Schedule
-	prog        *reshard.Program
+	prog        *program.Program
 	fingerprint uint64
 	topo        reshard.Topology
 	tr          transport.Transport
@@ -194,11 +195,11 @@ func (c *Call) compile(route reshard.Route) error {
 	if len(c.specs) == 0 {
 		c.sched = reshard.EmptySchedule(route.Name(), c.world)
 		var err error
-		c.prog, err = reshard.Compile(c.sched, c.rank, reshard.CompileOptions{})
+		c.prog, err = program.Compile(c.sched, c.rank, program.CompileOptions{})
 		return err
 	}
 	names := make([]string, len(c.specs))
-	views := make([]reshard.TensorViews, len(c.specs))
+	views := make([]program.TensorViews, len(c.specs))
 	for i, s := range c.specs {
 		names[i], views[i] = s.Name, s.Views
 	}
@@ -209,7 +210,7 @@ func (c *Call) compile(route reshard.Route) error {
 	sched.TensorNames = names
 	c.sched = sched
 	c.fingerprint = reshard.ScheduleFingerprint(sched, c.topo, c.opts.CoalesceBytes)
-	if c.prog, err = reshard.Compile(sched, c.rank, reshard.CompileOptions{Views: views, MaxInPlace: transport.MaxInPlace(c.tr), CoalesceBytes: c.opts.CoalesceBytes}); err != nil {
+	if c.prog, err = program.Compile(sched, c.rank, program.CompileOptions{Views: views, MaxInPlace: transport.MaxInPlace(c.tr), CoalesceBytes: c.opts.CoalesceBytes}); err != nil {
 		return err
 	}
 	if c.needs, err = partNeeds(sched, c.rank, views); err != nil {
@@ -260,10 +261,10 @@ func validateSpecs(rank, world int, specs []Spec, route reshard.Route, topo resh
 			}
 			box, ok := l.RankBox(rank)
 			if !ok {
-				return nil, &reshard.ViewError{Rank: rank, Tensor: s.Name, Side: reshard.SideName(side), View: v, Why: "is given but the rank holds no part on this side"}
+				return nil, &program.ViewError{Rank: rank, Tensor: s.Name, Side: program.SideName(side), View: v, Why: "is given but the rank holds no part on this side"}
 			}
 			if err := v.Validate(box.Shape()); err != nil {
-				return nil, &reshard.ViewError{Rank: rank, Tensor: s.Name, Side: reshard.SideName(side), View: v, Why: err.Error()}
+				return nil, &program.ViewError{Rank: rank, Tensor: s.Name, Side: program.SideName(side), View: v, Why: err.Error()}
 			}
 		}
 	}
@@ -291,7 +292,7 @@ func (c *Call) Plans() []*reshard.Plan { return c.plans }
 func (c *Call) Schedule() *reshard.Schedule { return c.sched }
 
 // Program returns this rank's compiled program.
-func (c *Call) Program() *reshard.Program { return c.prog }
+func (c *Call) Program() *program.Program { return c.prog }
 
 // Fingerprint returns the fingerprint of the schedule every rank agreed on.
 func (c *Call) Fingerprint() uint64 { return c.fingerprint }

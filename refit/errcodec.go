@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 )
 
 // wireError is an error as it crosses ranks: its text, and the fields of
@@ -16,7 +17,7 @@ type wireError struct {
 	Rank      int                 `json:"rank,omitempty"`
 	Buffer    *BufferError        `json:"buffer,omitempty"`
 	Field     *reshard.FieldError `json:"field,omitempty"`
-	View      *reshard.ViewError  `json:"view,omitempty"`
+	View      *program.ViewError  `json:"view,omitempty"`
 	Checksum  *ChecksumError      `json:"checksum,omitempty"`
 	Timeout   *TimeoutError       `json:"timeout,omitempty"`
 	Agreement *AgreementError     `json:"agreement,omitempty"`
@@ -35,7 +36,7 @@ func toWire(err error) *wireError {
 		cs *ChecksumError
 		to *TimeoutError
 		bu *BufferError
-		vi *reshard.ViewError
+		vi *program.ViewError
 		fi *reshard.FieldError
 		nf *NonFiniteError
 		le *LeftError

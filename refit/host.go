@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -22,7 +23,7 @@ import (
 // its staging and scratch between steps; Close frees them. It is not safe
 // for concurrent use (the runtime runs one step at a time).
 type HostDriver struct {
-	prog    *reshard.Program
+	prog    *program.Program
 	t       transport.Transport
 	mem     transport.Memory
 	timeout time.Duration
@@ -37,7 +38,7 @@ type HostDriver struct {
 // timeout bounds every wait for a round (0: none), and a round that times
 // out fails the step with a *TimeoutError naming the peers still owed
 // (the caller must then abort the transport).
-func NewHostDriver(p *reshard.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (*HostDriver, error) {
+func NewHostDriver(p *program.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (*HostDriver, error) {
 	if t.Rank() != p.Rank || t.Size() != p.World {
 		return nil, fmt.Errorf("refit: program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
 	}
@@ -115,7 +116,7 @@ func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memor
 	if err := checkBuffers(s, t.Rank(), needs, bufs); err != nil {
 		return Stats{}, err
 	}
-	p, err := reshard.Compile(s, t.Rank(), reshard.CompileOptions{MaxInPlace: transport.MaxInPlace(t)})
+	p, err := program.Compile(s, t.Rank(), program.CompileOptions{MaxInPlace: transport.MaxInPlace(t)})
 	if err != nil {
 		return Stats{}, err
 	}
@@ -129,7 +130,7 @@ func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memor
 
 // inflight is a posted round.
 type inflight struct {
-	st      *reshard.Round
+	st      *program.Round
 	index   int // the round's index in the program
 	pending transport.Pending
 	staging transport.Buffer // the round's receive staging
@@ -138,7 +139,7 @@ type inflight struct {
 // hostStep is one step of a HostDriver in progress.
 type hostStep struct {
 	h      *HostDriver
-	p      *reshard.Program
+	p      *program.Program
 	in     StepInput
 	bufs   []TensorBuffers
 	st     *Stats
@@ -166,7 +167,7 @@ func (d *hostStep) progress(i int) {
 	for _, c := range s.Copies {
 		d.moved += c.Bytes
 	}
-	for _, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
+	for _, list := range [][]program.Wire{s.Sends, s.Recvs} {
 		for _, w := range list {
 			d.moved += w.Bytes
 		}
@@ -221,7 +222,7 @@ func (d *hostStep) prepare() error {
 	return nil
 }
 
-func (d *hostStep) buf(r reshard.Region) transport.Buffer {
+func (d *hostStep) buf(r program.Region) transport.Buffer {
 	switch r.Buf {
 	case reshard.BufSrc:
 		return d.bufs[r.Tensor].Src
@@ -237,7 +238,7 @@ const bufStaging reshard.BufKind = 255
 
 // sum returns the CRC-32C of the bytes of regions (a region of bufStaging is
 // in staging).
-func (d *hostStep) sum(regs []reshard.Region, staging transport.Buffer) (uint32, error) {
+func (d *hostStep) sum(regs []program.Region, staging transport.Buffer) (uint32, error) {
 	crc := tagSeed(d.in.Tag)
 	for _, r := range regs {
 		b := make([]byte, r.At.Bytes())
@@ -254,7 +255,7 @@ func (d *hostStep) sum(regs []reshard.Region, staging transport.Buffer) (uint32,
 }
 
 // start does a round's local copies and posts its operations.
-func (d *hostStep) start(s *reshard.Round) (inflight, error) {
+func (d *hostStep) start(s *program.Round) (inflight, error) {
 	h, st := d.h, d.st
 	for i := range s.Copies {
 		cp := &s.Copies[i]
@@ -294,13 +295,13 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 		ops = append(ops, d.op(w, false, recvStaging))
 		st.Recv[w.Class] += w.Bytes
 		st.Messages += len(w.Parts)
-		if w.Mode == reshard.WireStaged {
+		if w.Mode == program.WireStaged {
 			st.Packed += w.Bytes
 		}
 	}
 	for i := range s.Sends {
 		w := &s.Sends[i]
-		if w.Mode == reshard.WireStaged {
+		if w.Mode == program.WireStaged {
 			off := w.StagingOff
 			for _, pt := range w.Parts {
 				if pt.Quant {
@@ -330,7 +331,7 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 				var err error
 				if pt.Quant {
 					// the FP8 bytes exist only in the staging
-					crc, err = d.sum([]reshard.Region{{Buf: bufStaging, At: strided.Desc{Offset: off, Run: n}}}, sendStaging)
+					crc, err = d.sum([]program.Region{{Buf: bufStaging, At: strided.Desc{Offset: off, Run: n}}}, sendStaging)
 				} else {
 					crc, err = d.sum(pt.Regions, nil)
 				}
@@ -357,11 +358,11 @@ func (d *hostStep) start(s *reshard.Round) (inflight, error) {
 }
 
 // op turns a wire operation into the transport's.
-func (d *hostStep) op(w *reshard.Wire, send bool, staging transport.Buffer) transport.Op {
+func (d *hostStep) op(w *program.Wire, send bool, staging transport.Buffer) transport.Op {
 	switch w.Mode {
-	case reshard.WireDirect:
+	case program.WireDirect:
 		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Off: w.Region.At.Offset, Len: w.Bytes}
-	case reshard.WireInPlace:
+	case program.WireInPlace:
 		return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: d.buf(w.Region), Len: w.Bytes, InPlace: true, At: w.Region.At}
 	}
 	return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: staging, Off: w.StagingOff, Len: w.Bytes}
@@ -383,7 +384,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 			if inc, ok := f.pending.(transport.Incompleter); ok {
 				te.Peers = inc.Incomplete()
 			}
-			for _, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
+			for _, list := range [][]program.Wire{s.Sends, s.Recvs} {
 				for _, w := range list {
 					for _, pt := range w.Parts {
 						t := d.p.Schedule().TensorName(int(d.p.Schedule().Messages[pt.Msg].Tensor))
@@ -402,7 +403,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 	}
 	for i := range s.Recvs {
 		w := &s.Recvs[i]
-		if w.Mode == reshard.WireStaged {
+		if w.Mode == program.WireStaged {
 			off := w.StagingOff
 			for _, pt := range w.Parts {
 				for _, r := range pt.Regions {
@@ -414,7 +415,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 			}
 		}
 		if d.in.Verify {
-			if w.Mode == reshard.WireStaged {
+			if w.Mode == program.WireStaged {
 				if err := h.mem.Sync(); err != nil {
 					return err
 				}
@@ -452,7 +453,7 @@ func (h *HostDriver) Close() error {
 
 // copyLocal performs a message from this rank to itself. For a converting
 // copy under Verify it returns the CRC-32C of the FP8 bytes it made.
-func (d *hostStep) copyLocal(cp *reshard.Copy) (uint32, error) {
+func (d *hostStep) copyLocal(cp *program.Copy) (uint32, error) {
 	mem := d.h.mem
 	if cp.Quant && len(cp.To) == 1 && cp.To[0].At.Contiguous() && !d.in.Verify {
 		// quantize straight into the destination
@@ -475,7 +476,7 @@ func (d *hostStep) copyLocal(cp *reshard.Copy) (uint32, error) {
 			if err := mem.Sync(); err != nil {
 				return 0, err
 			}
-			if crc, err = d.sum([]reshard.Region{{Buf: bufStaging, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
+			if crc, err = d.sum([]program.Region{{Buf: bufStaging, At: strided.Desc{Run: cp.Bytes}}}, tmp); err != nil {
 				return 0, err
 			}
 		}
@@ -501,7 +502,7 @@ func (d *hostStep) copyLocal(cp *reshard.Copy) (uint32, error) {
 // packQuant quantizes the source region r of converting message msg (its
 // box) into dst at off, with the tensor's scales from the step's
 // Quant.
-func (d *hostStep) packQuant(dst transport.Buffer, off int64, msg int32, r reshard.Region) error {
+func (d *hostStep) packQuant(dst transport.Buffer, off int64, msg int32, r program.Region) error {
 	m := &d.p.Schedule().Messages[msg]
 	name := d.p.Schedule().TensorName(int(r.Tensor))
 	qm, ok := d.h.mem.(transport.QuantMemory)

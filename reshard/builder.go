@@ -40,7 +40,7 @@ import (
 // per message flat from a thousand to a million messages.
 //
 // Add never panics on bad input: a message naming a rank outside the
-// communicator, a negative size, a round at or past MaxRounds, or more
+// communicator, a negative size, a round at or past maxRounds, or more
 // than MaxMessages messages make the Builder fail; Err reports the first
 // such error and every route checks it before returning a schedule.
 type Builder struct {
@@ -49,7 +49,7 @@ type Builder struct {
 	use      []rankUsage // per rank
 	maxRound int
 	err      error
-	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the MaxRounds error
+	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the maxRounds error
 	hints    map[uint64]*pairHint
 }
 
@@ -136,7 +136,7 @@ func (b *Builder) Err() error { return b.err }
 // larger than the budget gets a round to itself.
 //
 // A message Add cannot place makes the Builder fail (see Err): Src or Dst
-// outside the communicator, negative Bytes, a round at or past MaxRounds,
+// outside the communicator, negative Bytes, a round at or past maxRounds,
 // or more than MaxMessages messages. Add then returns max(after, 0).
 func (b *Builder) Add(m Message, after int) int {
 	r := max(after, 0)
@@ -158,7 +158,7 @@ func (b *Builder) Add(m Message, after int) int {
 		return r
 	}
 	m.Class = b.topo.Class(m.Src, m.Dst)
-	if m.Src != m.Dst && r < MaxRounds {
+	if m.Src != m.Dst && r < maxRounds {
 		su := b.list(0, m.Class, m.Src)
 		du := b.list(1, m.Class, m.Dst)
 		from := r
@@ -168,12 +168,12 @@ func (b *Builder) Add(m Message, after int) int {
 		h.learn(from, r, m.Bytes)
 		b.totals[0][m.Class][m.Src] = checked.SatSum(b.totals[0][m.Class][m.Src], m.Bytes)
 		b.totals[1][m.Class][m.Dst] = checked.SatSum(b.totals[1][m.Class][m.Dst], m.Bytes)
-		if r < MaxRounds && m.Bytes > 0 {
+		if r < maxRounds && m.Bytes > 0 {
 			su.add(r, m.Bytes)
 			du.add(r, m.Bytes)
 		}
 	}
-	if r >= MaxRounds {
+	if r >= maxRounds {
 		b.err = b.tooManyRounds(m, r)
 		return max(after, 0)
 	}
@@ -187,7 +187,7 @@ func (b *Builder) Add(m Message, after int) int {
 }
 
 // place returns the first round at or after r in which n more bytes fit
-// both the sender's list su and the receiver's list du (MaxRounds or more
+// both the sender's list su and the receiver's list du (maxRounds or more
 // if none does). A round fits when its usage is zero or at most budget-n.
 func (b *Builder) place(su, du *usage, r int, n int64) int {
 	budget := b.s.RoundBytes
@@ -195,7 +195,7 @@ func (b *Builder) place(su, du *usage, r int, n int64) int {
 	if n <= budget {
 		limit = budget - n
 	}
-	for r < MaxRounds {
+	for r < maxRounds {
 		r = su.find(r, limit)
 		if r2 := du.find(r, limit); r2 != r {
 			r = r2
@@ -299,7 +299,7 @@ func (b *Builder) list(dir int, c LinkClass, rank int) *usage {
 // (is below the budget): every round before it is full in every direction
 // and class.
 func (b *Builder) open(rank int) int {
-	o := MaxRounds
+	o := maxRounds
 	for dir := range b.use[rank] {
 		for _, u := range b.use[rank][dir] {
 			if u == nil {
@@ -322,8 +322,8 @@ func (b *Builder) tooManyRounds(m Message, r int) error {
 			}
 		}
 	}
-	need := most / (MaxRounds / 2)
-	if most%(MaxRounds/2) != 0 {
+	need := most / (maxRounds / 2)
+	if most%(maxRounds/2) != 0 {
 		need++
 	}
 	need = max(need, b.s.RoundBytes+1)
@@ -333,7 +333,7 @@ func (b *Builder) tooManyRounds(m Message, r int) error {
 		hint = "larger staging bytes and chunk bytes"
 	}
 	return &FieldError{Field: b.s.Route + " schedule", Got: fmt.Sprintf("message %d (%d bytes, rank %d to rank %d) in round %d", len(b.s.Messages), m.Bytes, m.Src, m.Dst, r),
-		Want: fmt.Sprintf("rounds below %d", MaxRounds),
+		Want: fmt.Sprintf("rounds below %d", maxRounds),
 		Why: fmt.Sprintf("a rank moves at most %d bytes a round each way over each link class (staging / 8) and the busiest moves %d bytes: use %s",
 			b.s.RoundBytes, most, hint)}
 }

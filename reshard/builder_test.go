@@ -167,12 +167,12 @@ func TestUsageTree(t *testing.T) {
 		ref := map[int]int64{}
 		// clusters of touched rounds at random places, some full runs.
 		for c := 0; c < 30; c++ {
-			base := rng.IntN(MaxRounds - 10000)
+			base := rng.IntN(maxRounds - 10000)
 			if c%5 == 0 {
-				base = MaxRounds - 1 - rng.IntN(9000) // near the end
+				base = maxRounds - 1 - rng.IntN(9000) // near the end
 			}
 			length := 1 + rng.IntN(9000)
-			for r := base; r < min(base+length, MaxRounds); r++ {
+			for r := base; r < min(base+length, maxRounds); r++ {
 				n := int64(budget)
 				if rng.IntN(8) == 0 {
 					n = 1 + rng.Int64N(budget)
@@ -182,12 +182,12 @@ func TestUsageTree(t *testing.T) {
 			}
 		}
 		firstRef := func(r int, limit int64) int {
-			for ; r < MaxRounds; r++ {
+			for ; r < maxRounds; r++ {
 				if ref[r] <= limit {
 					return r
 				}
 			}
-			return MaxRounds
+			return maxRounds
 		}
 		for q := 0; q < 3000; q++ {
 			var r int
@@ -199,7 +199,7 @@ func TestUsageTree(t *testing.T) {
 			} else if q%4 == 1 {
 				r = 0 // searches from the start set and use the fronts
 			} else {
-				r = rng.IntN(MaxRounds)
+				r = rng.IntN(maxRounds)
 			}
 			limit := rng.Int64N(budget + 2)
 			want := firstRef(r, limit)
@@ -209,7 +209,7 @@ func TestUsageTree(t *testing.T) {
 			if got := u.find(r, limit); got != want {
 				t.Fatalf("trial %d: find(%d, %d) = %d, want %d", trial, r, limit, got, want)
 			}
-			if q%3 == 0 && want < MaxRounds { // charge the answer, as Add does
+			if q%3 == 0 && want < maxRounds { // charge the answer, as Add does
 				u.add(want, 1)
 				ref[want]++
 			}
@@ -220,11 +220,11 @@ func TestUsageTree(t *testing.T) {
 	}
 	// a list full to the last round has no room anywhere.
 	u := newUsage(1)
-	for r := MaxRounds - 70; r < MaxRounds; r++ {
+	for r := maxRounds - 70; r < maxRounds; r++ {
 		u.add(r, 1)
 	}
-	if got := u.first(MaxRounds-70, 0); got != MaxRounds {
-		t.Errorf("first in a full tail = %d, want MaxRounds", got)
+	if got := u.first(maxRounds-70, 0); got != maxRounds {
+		t.Errorf("first in a full tail = %d, want maxRounds", got)
 	}
 }
 
@@ -241,8 +241,8 @@ func TestBuilderRejects(t *testing.T) {
 		{"source outside", Message{Src: 4, Dst: 0, Bytes: 1}, 0, "from rank 4 to rank 0: ranks must lie in the communicator [0, 4)"},
 		{"negative rank", Message{Src: 0, Dst: -1, Bytes: 1}, 0, "to rank -1"},
 		{"negative bytes", Message{Src: 0, Dst: 1, Bytes: -5}, 0, "has -5 bytes"},
-		{"round past the limit", Message{Src: 0, Dst: 1, Bytes: 1}, MaxRounds, "in round 16777216, want rounds below 16777216"},
-		{"local copy past the limit", Message{Src: 2, Dst: 2, Bytes: 1}, MaxRounds + 5, "rounds below"},
+		{"round past the limit", Message{Src: 0, Dst: 1, Bytes: 1}, maxRounds, "in round 16777216, want rounds below 16777216"},
+		{"local copy past the limit", Message{Src: 2, Dst: 2, Bytes: 1}, maxRounds + 5, "rounds below"},
 	}
 	for _, tc := range tests {
 		b, err := NewBuilder("flat", []*Plan{p}, Topology{}, 8)

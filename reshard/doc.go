@@ -23,27 +23,17 @@
 // rounds: Flat (every destination straight from its source owner) and
 // AllGatherBroadcast (the legacy baseline) here, the hierarchical route and
 // auto in package hier. Messages are cut into chunks and rounds are bounded
-// by a staging budget, so chunks pipeline through bounded memory. Compile
-// turns a schedule into one rank's Program (its rounds' local copies and
-// wire operations, with its views applied, small messages between a pair
-// coalesced, staging offsets fixed), pure data that golden tests print; an
-// Executor drives a Program over a Transport (MPI, NCCL, or the in-process
-// transport of package inproc) and a Memory (host memory, or a GPU's).
+// by a staging budget, so chunks pipeline through bounded memory. Package
+// reshard/program compiles a schedule into one rank's Program (its rounds'
+// local copies and wire operations), pure data that golden tests print.
 //
 // A tensor may convert in flight: a bf16 or f32 source to an fp8e4m3
-// destination (ConvertsTo; Spec.Scale says which elements share a scale).
-// Its plan and messages count destination (one-byte) elements, its senders
-// quantize while they pack through a QuantMemory (package fp8 on the host,
-// package cuda's kernels on a GPU), and Prepared.Run gathers the global
-// block scales every step before a byte moves and writes each
-// destination's scale tensor (TensorBuffers.Scale).
+// destination (ConvertsTo). Its plan and messages count destination
+// (one-byte) elements; the step runtime (package refit) quantizes while it
+// packs and gathers the block scales every step.
 //
-// Prepare is what a program does once per call: it validates every input,
-// plans, schedules and compiles, and makes every rank agree on what it was
-// given and on the schedule it built; Prepared.Run moves one step's data,
-// with a buffer check agreed before a byte moves, optional checksums and
-// atomic commit, and a report of which tensors completed. Errors keep
-// their types across ranks (EncodeError, DecodeError). Package session
-// wires all this over MPI or NCCL, with every wait bounded (see the
-// Example of Prepare).
+// Nothing here communicates or touches memory: package refit prepares a
+// call (validates, plans, schedules, compiles, agrees across ranks) and
+// runs it every step over a transport (package transport's contract, which
+// mpi, nccl and transport/inproc implement).
 package reshard

@@ -78,30 +78,30 @@ type Plan struct {
 	fingerprint uint64
 }
 
-// MaxTransfers bounds the transfers of one plan, about 3 GiB of plan (see
-// PlanBytes): NewPlan refuses more with a FieldError naming the count and
+// maxTransfers bounds the transfers of one plan, about 3 GiB of plan (see
+// planBytes): NewPlan refuses more with a FieldError naming the count and
 // the bytes, before allocating anything that grows with it.
-const MaxTransfers = 1 << 26
+const maxTransfers = 1 << 26
 
 // transferBytes is what one transfer costs a plan: its piece (three int32
 // and one int32 per possible dim) and its entry in the by-source index.
 const transferBytes = 4*(3+placement.MaxTensorDims) + 4
 
-// PlanBytes estimates the memory of a plan of the given transfers over a
+// planBytes estimates the memory of a plan of the given transfers over a
 // communicator of world ranks (the transfers, the per-rank indices and the
 // per-dim overlaps, not the layouts), saturating at math.MaxInt64.
-func PlanBytes(transfers int64, world int) int64 {
+func planBytes(transfers int64, world int) int64 {
 	return checked.SatSum(checked.SatMul(max(transfers, 0), transferBytes), checked.SatMul(int64(max(world, 0))+1, 8))
 }
 
 // PlanSize returns how many transfers NewPlan(src, dst, world, opts) derives
-// (for any opts) and PlanBytes of them, without building the plan: it
+// (for any opts) and planBytes of them, without building the plan: it
 // sweeps the split points, which costs the parts of every dim, and counts.
 // A caller compares the bytes with the memory it has before planning.
-// Counts above MaxTransfers are returned too (NewPlan refuses them); the
-// error is CheckCompatible's, or a count that overflows int64.
+// Counts above maxTransfers are returned too (NewPlan refuses them); the
+// error is checkCompatible's, or a count that overflows int64.
 func PlanSize(src, dst placement.Layout, world int) (transfers, bytes int64, err error) {
-	if err := CheckCompatible(src, dst, world); err != nil {
+	if err := checkCompatible(src, dst, world); err != nil {
 		return 0, 0, err
 	}
 	byDstPart := make([][][2]int32, src.NDim())
@@ -112,7 +112,7 @@ func PlanSize(src, dst placement.Layout, world int) (transfers, bytes int64, err
 	if err != nil {
 		return 0, 0, err
 	}
-	return n, PlanBytes(n, world), nil
+	return n, planBytes(n, world), nil
 }
 
 // countTransfers counts the transfers of a plan from the overlaps that
@@ -135,7 +135,7 @@ func countTransfers(dst placement.Layout, byDstPart [][][2]int32) (int64, error)
 			total, ok = checked.Add(total, n)
 		}
 		if !ok {
-			return 0, &FieldError{Field: "plan", Got: "more transfers than an int64 counts", Want: fmt.Sprintf("at most %d", MaxTransfers),
+			return 0, &FieldError{Field: "plan", Got: "more transfers than an int64 counts", Want: fmt.Sprintf("at most %d", maxTransfers),
 				Why: "the layouts cut the tensor into too many pieces"}
 		}
 	}
@@ -150,10 +150,10 @@ func countTransfers(dst placement.Layout, byDstPart [][][2]int32) (int64, error)
 // Intersections are found by sweeping each tensor dim's sorted split points,
 // so the cost follows the number of transfers, not the product of the mesh
 // sizes. The transfers are counted before anything that grows with them is
-// allocated: more than MaxTransfers is a FieldError naming the count and
+// allocated: more than maxTransfers is a FieldError naming the count and
 // the bytes the plan would take (PlanSize gives both without planning).
 func NewPlan(src, dst placement.Layout, world int, opts Options) (*Plan, error) {
-	if err := CheckCompatible(src, dst, world); err != nil {
+	if err := checkCompatible(src, dst, world); err != nil {
 		return nil, err
 	}
 	p := &Plan{src: src, dst: dst, world: world, opts: opts}
@@ -184,9 +184,9 @@ func NewPlan(src, dst placement.Layout, world int, opts Options) (*Plan, error) 
 	if err != nil {
 		return nil, err
 	}
-	if total64 > MaxTransfers {
-		return nil, &FieldError{Field: "plan", Got: fmt.Sprintf("%d transfers (about %d bytes of plan)", total64, PlanBytes(total64, world)),
-			Want: fmt.Sprintf("at most %d transfers", MaxTransfers), Why: "the layouts cut the tensor into too many pieces"}
+	if total64 > maxTransfers {
+		return nil, &FieldError{Field: "plan", Got: fmt.Sprintf("%d transfers (about %d bytes of plan)", total64, planBytes(total64, world)),
+			Want: fmt.Sprintf("at most %d transfers", maxTransfers), Why: "the layouts cut the tensor into too many pieces"}
 	}
 	total := int(total64)
 	coord := make([]int, dstMesh.NDim())
@@ -369,8 +369,8 @@ func (p *Plan) Dst() placement.Layout { return p.dst }
 // World returns the communicator size the plan was derived for.
 func (p *Plan) World() int { return p.world }
 
-// Options returns the options the plan was derived with.
-func (p *Plan) Options() Options { return p.opts }
+// options returns the options the plan was derived with.
+func (p *Plan) options() Options { return p.opts }
 
 // Fingerprint returns a 64-bit hash of the layouts, options and world size.
 // Ranks that compare equal fingerprints run the same plan.
@@ -481,11 +481,11 @@ func (p *Plan) RankBytes() (sent, recv []int64) {
 	return sent, recv
 }
 
-// CheckCompatible reports whether a tensor can move from src to dst over a
+// checkCompatible reports whether a tensor can move from src to dst over a
 // communicator of world ranks: same global shape and dtype (or a bf16 or
 // f32 source to an fp8e4m3 destination, converted in flight; ConvertsTo),
 // both meshes inside the communicator.
-func CheckCompatible(src, dst placement.Layout, world int) error {
+func checkCompatible(src, dst placement.Layout, world int) error {
 	if world < 1 {
 		return fmt.Errorf("communicator size %d, want at least 1", world)
 	}

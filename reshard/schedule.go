@@ -134,17 +134,17 @@ func (t Topology) Validate(world int) error {
 	return nil
 }
 
-// MaxRounds bounds the rounds of a schedule: a message that would land in
-// round MaxRounds or later makes the Builder fail (see Builder.Err). Every
+// maxRounds bounds the rounds of a schedule: a message that would land in
+// round maxRounds or later makes the Builder fail (see Builder.Err). Every
 // round costs every rank a posting step, so more rounds than this mean
 // chunks and staging far too small for the tensor.
-const MaxRounds = 1 << 24
+const maxRounds = 1 << 24
 
 // MaxMessages bounds the messages of a schedule (about MessageBytes each,
 // so a few GiB at most). Routes count their messages before cutting boxes
 // into chunks and refuse more with an error naming the count; since every
 // message lands at most two rounds after the latest before it, a schedule
-// within MaxMessages also stays within MaxRounds.
+// within MaxMessages also stays within maxRounds.
 const MaxMessages = 1 << 23
 
 // MessageBytes estimates the memory one message of a schedule takes, with
@@ -168,7 +168,7 @@ const (
 	usageBits   = 6
 	usageFan    = 1 << usageBits
 	usageMask   = usageFan - 1
-	usageLevels = 4 // usageFan^usageLevels == MaxRounds rounds
+	usageLevels = 4 // usageFan^usageLevels == maxRounds rounds
 )
 
 const usageFronts = 4
@@ -188,9 +188,9 @@ func (s *Schedule) TensorName(i int) string {
 	return fmt.Sprintf("tensor %d", i)
 }
 
-// Bytes returns the total bytes of every message of class c, saturating
+// classBytes returns the total bytes of every message of class c, saturating
 // at math.MaxInt64.
-func (s *Schedule) Bytes(c LinkClass) int64 {
+func (s *Schedule) classBytes(c LinkClass) int64 {
 	var n int64
 	for i := range s.Messages {
 		if s.Messages[i].Class == c {

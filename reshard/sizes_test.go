@@ -115,7 +115,7 @@ func TestHugePlans(t *testing.T) {
 	src := layout(t, "32768x32768", "bf16", "32768", "S1", nil)
 	dst := layout(t, "32768x32768", "bf16", "32768", "S0", seq(32768, 32768))
 	n, bytes, err := PlanSize(src, dst, 65536)
-	if err != nil || n != 1<<30 || bytes != PlanBytes(1<<30, 65536) || bytes < 48<<30 {
+	if err != nil || n != 1<<30 || bytes != planBytes(1<<30, 65536) || bytes < 48<<30 {
 		t.Fatalf("PlanSize = %d, %d, %v", n, bytes, err)
 	}
 	_, err = NewPlan(src, dst, 65536, Options{})
@@ -177,18 +177,18 @@ func TestTinyChunks(t *testing.T) {
 
 }
 
-// TestBuilderRoundLimit: a schedule that would pass MaxRounds fails with
+// TestBuilderRoundLimit: a schedule that would pass maxRounds fails with
 // a reason and a staging that would fit.
 func TestBuilderRoundLimit(t *testing.T) {
 	b, err := NewBuilder("flat", []*Plan{worldPlan(t, 2)}, Topology{}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Add(Message{Src: 0, Dst: 1, Bytes: 1 << 30}, MaxRounds-1) // lands in the last round
+	b.Add(Message{Src: 0, Dst: 1, Bytes: 1 << 30}, maxRounds-1) // lands in the last round
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
 	}
-	b.Add(Message{Src: 0, Dst: 1, Bytes: 1 << 30}, MaxRounds-1)
+	b.Add(Message{Src: 0, Dst: 1, Bytes: 1 << 30}, maxRounds-1)
 	err = b.Err()
 	if err == nil || !strings.Contains(err.Error(), "in round 16777216, want rounds below 16777216") ||
 		!strings.Contains(err.Error(), "staging bytes of at least") {

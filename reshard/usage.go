@@ -93,10 +93,10 @@ func (u *usage) find(r int, limit int64) int {
 }
 
 // first returns the first round t >= r whose usage is at most limit
-// (limit >= 0, so an untouched round always qualifies), or MaxRounds if no
-// round below MaxRounds does.
+// (limit >= 0, so an untouched round always qualifies), or maxRounds if no
+// round below maxRounds does.
 func (u *usage) first(r int, limit int64) int {
-	if r >= MaxRounds {
+	if r >= maxRounds {
 		return r
 	}
 	nd := u.node(0, int32(r>>usageBits))
@@ -125,7 +125,7 @@ func (u *usage) first(r int, limit int64) int {
 		}
 		e = i
 	}
-	return MaxRounds
+	return maxRounds
 }
 
 // descend returns the first round under node e of level k-1 whose usage
@@ -145,7 +145,7 @@ func (u *usage) descend(k, e int, limit int64) int {
 	return e
 }
 
-// add charges n > 0 bytes to round r < MaxRounds and moves free past the
+// add charges n > 0 bytes to round r < maxRounds and moves free past the
 // rounds that are now full.
 func (u *usage) add(r int, n int64) {
 	e := r

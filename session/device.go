@@ -14,6 +14,7 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -36,7 +37,7 @@ type device interface {
 	// drives them. tr is the call's transport.
 	// driver returns what makes the device driver of a call's program
 	// over tr (the GPU replay), or nil: the host driver moves its steps.
-	driver(tr transport.Transport, opts driverOptions) func(p *reshard.Program) (refit.Driver, error)
+	driver(tr transport.Transport, opts driverOptions) func(p *program.Program) (refit.Driver, error)
 	close() error
 	// abort tears down what peers might wait on (NCCL communicators; on
 	// CPUs the abort notices do that).
@@ -108,7 +109,7 @@ func (cpuDevice) domainKey() string { return "" }
 func (d cpuDevice) stage(*mpi.Comm, func(string, func() error) error) (device, error) {
 	return d, nil
 }
-func (cpuDevice) driver(transport.Transport, driverOptions) func(*reshard.Program) (refit.Driver, error) {
+func (cpuDevice) driver(transport.Transport, driverOptions) func(*program.Program) (refit.Driver, error) {
 	return nil
 }
 func (cpuDevice) close() error              { return nil }
@@ -231,12 +232,12 @@ func (d *gpuDevice) stage(comm *mpi.Comm, guard func(string, func() error) error
 // on the NCCL transport itself (not through network emulation or a
 // wrapper, which the host must drive) and the session asks for a device
 // driver.
-func (d *gpuDevice) driver(tr transport.Transport, opts driverOptions) func(*reshard.Program) (refit.Driver, error) {
+func (d *gpuDevice) driver(tr transport.Transport, opts driverOptions) func(*program.Program) (refit.Driver, error) {
 	t, ok := tr.(*nccl.Transport)
 	if !ok || opts.kind == refit.DriverHost {
 		return nil
 	}
-	return func(p *reshard.Program) (refit.Driver, error) {
+	return func(p *program.Program) (refit.Driver, error) {
 		return gpu.NewReplay(p, t, d.mem, opts.replay)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 )
 
 // Footprint is what one rank is about to allocate, in bytes, by kind: a
@@ -204,7 +205,7 @@ func (s *Session) checkCall(ctx context.Context, specs []refit.Spec) error {
 // checkProgram is Prepare's check after compiling: the staging, the
 // whole-tensor scratch and (atomic calls) the shadows that this rank's
 // program allocates on its first run.
-func (s *Session) checkProgram(ctx context.Context, specs []refit.Spec, p *reshard.Program) error {
+func (s *Session) checkProgram(ctx context.Context, specs []refit.Spec, p *program.Program) error {
 	fp := Footprint{Tensor: callName(specs)}
 	for slot := range p.Staging {
 		for _, n := range p.Staging[slot] {

@@ -33,7 +33,7 @@
 // of messages, made from schedules by AddSchedule: the one place that reads
 // a reshard.Schedule, so that another source of per-rank rounds can feed
 // the simulator through a constructor of its own. Run executes them as
-// reshard.Executor does: rounds in order, at most two in flight (round w
+// the host driver (refit.HostDriver) does: rounds in order, at most two in flight (round w
 // starts once the rank's rounds up to w-2 have completed and been
 // unpacked), a round's local copies and packing on the rank first, all its
 // receives and sends posted at once, a flow starting when both of its ends

@@ -9,7 +9,7 @@ import (
 )
 
 // Buffer is a rank's memory region: host memory (HostBuffer) or device
-// memory of a GPU backend. Executors never look inside a Buffer; they hand
+// memory of a GPU backend. Drivers never look inside a Buffer; they hand
 // it to the Memory and Transport that made it.
 type Buffer interface {
 	// Len returns the size in bytes.

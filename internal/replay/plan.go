@@ -33,6 +33,7 @@ import (
 
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
 )
 
@@ -98,7 +99,7 @@ type Needs struct {
 }
 
 // NeedsOf returns what a program's replay needs.
-func NeedsOf(p *reshard.Program) Needs {
+func NeedsOf(p *program.Program) Needs {
 	n := Needs{Staging: p.Staging, Full: slices.Clone(p.Full)}
 	for i := range p.Rounds {
 		var s int64
@@ -114,7 +115,7 @@ func NeedsOf(p *reshard.Program) Needs {
 
 // pairs reports whether a copy's regions pair up one to one (equal byte
 // counts), so that each pair is one strided copy.
-func pairs(cp reshard.Copy) bool {
+func pairs(cp program.Copy) bool {
 	if len(cp.From) != len(cp.To) {
 		return false
 	}
@@ -215,7 +216,7 @@ type Options struct {
 // Build makes the plan of one step of program p over the buffers b. It
 // checks every region against its buffer, since kernels cannot: an error
 // names the rank, the round, the tensor and the operation.
-func Build(p *reshard.Program, b Buffers, opts Options) (*Plan, error) {
+func Build(p *program.Program, b Buffers, opts Options) (*Plan, error) {
 	if len(b.Tensors) != len(p.Full) {
 		return nil, fmt.Errorf("replay: rank %d: %d tensors' buffers for a program of %d tensors", p.Rank, len(b.Tensors), len(p.Full))
 	}
@@ -230,7 +231,7 @@ func Build(p *reshard.Program, b Buffers, opts Options) (*Plan, error) {
 }
 
 type builder struct {
-	p       *reshard.Program
+	p       *program.Program
 	b       Buffers
 	opts    Options
 	pl      *Plan
@@ -427,7 +428,7 @@ func (bd *builder) add(k int, c Copy) {
 
 // region resolves a region of this rank's buffers and checks it lies inside
 // its buffer.
-func (bd *builder) region(round int, op string, r reshard.Region) (uint64, error) {
+func (bd *builder) region(round int, op string, r program.Region) (uint64, error) {
 	var sp Span
 	kind := "source"
 	switch r.Buf {
@@ -523,7 +524,7 @@ func (bd *builder) roundSpans(i int) (roundSpansOf, error) {
 	var sp roundSpansOf
 	for _, cp := range s.Copies {
 		for _, side := range []struct {
-			regions []reshard.Region
+			regions []program.Region
 			into    *spans
 		}{{cp.From, &sp.copyRd}, {cp.To, &sp.copyWr}} {
 			for _, r := range side.regions {
@@ -535,15 +536,15 @@ func (bd *builder) roundSpans(i int) (roundSpansOf, error) {
 			}
 		}
 	}
-	for dir, list := range [][]reshard.Wire{s.Sends, s.Recvs} {
+	for dir, list := range [][]program.Wire{s.Sends, s.Recvs} {
 		into := &sp.sendRd
 		if dir == 1 {
 			into = &sp.recvWr
 		}
 		for wi := range list {
 			w := &list[wi]
-			regions := []reshard.Region{w.Region}
-			if w.Mode == reshard.WireStaged {
+			regions := []program.Region{w.Region}
+			if w.Mode == program.WireStaged {
 				regions = regions[:0]
 				for _, pt := range w.Parts {
 					regions = append(regions, pt.Regions...)
@@ -697,7 +698,7 @@ func (bd *builder) wires(i int) (bool, error) {
 	slot := s.Index % 2
 	var ops [2][]P2P // by communicator: network, local
 	var packs, unpacks []Copy
-	for dir, list := range [][]reshard.Wire{s.Recvs, s.Sends} {
+	for dir, list := range [][]program.Wire{s.Recvs, s.Sends} {
 		send := dir == 1
 		for wi := range list {
 			w := &list[wi]
@@ -712,7 +713,7 @@ func (bd *builder) wires(i int) (bool, error) {
 			op := fmt.Sprintf("%s rank %d", what, w.Peer)
 			var addr uint64
 			switch w.Mode {
-			case reshard.WireDirect:
+			case program.WireDirect:
 				a, err := bd.region(s.Index, op, w.Region)
 				if err != nil {
 					return false, err
@@ -722,7 +723,7 @@ func (bd *builder) wires(i int) (bool, error) {
 						p.Rank, s.Index, op, w.Bytes, w.Region.At.Run)
 				}
 				addr = a + uint64(w.Region.At.Offset)
-			case reshard.WireStaged:
+			case program.WireStaged:
 				sp := bd.b.Staging[slot][1-dir]
 				if w.StagingOff < 0 || w.StagingOff+w.Bytes > sp.Len {
 					return false, fmt.Errorf("replay: rank %d, round %d: %s: staging [%d, %d) outside %d bytes",

@@ -11,6 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
@@ -119,7 +120,7 @@ func TestNoMergeAcrossBuffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := reshard.Compile(s, 0, reshard.CompileOptions{})
+	prog, err := program.Compile(s, 0, program.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

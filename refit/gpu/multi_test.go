@@ -17,6 +17,7 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
@@ -211,7 +212,7 @@ func TestGPUReplayStuckPeer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prog, err := reshard.Compile(sched, 1, reshard.CompileOptions{})
+		prog, err := program.Compile(sched, 1, program.CompileOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 )
 
 // Options configure a Replay.
@@ -55,7 +56,7 @@ type Options struct {
 // step; later runs with the same buffers only launch. Its staging and
 // scratch are its own. It is not safe for concurrent use.
 type Replay struct {
-	prog    *reshard.Program
+	prog    *program.Program
 	t       *nccl.Transport
 	mem     *cuda.Memory
 	ctx     *cuda.Context
@@ -89,7 +90,7 @@ type Replay struct {
 // communicators and streams it uses) with memory mem (whose stream is the
 // compute stream), with a side stream of its own. Device memory and events
 // are allocated at the first run.
-func NewReplay(p *reshard.Program, t *nccl.Transport, mem *cuda.Memory, opts Options) (*Replay, error) {
+func NewReplay(p *program.Program, t *nccl.Transport, mem *cuda.Memory, opts Options) (*Replay, error) {
 	if t.Rank() != p.Rank || t.Size() != p.World {
 		return nil, fmt.Errorf("gpu: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
 	}

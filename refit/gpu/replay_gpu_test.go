@@ -19,6 +19,7 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
@@ -63,8 +64,8 @@ func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl
 
 // replayRunner is a transporttest runner that replays every case on tr,
 // with or without a graph; graphErr collects why a capture fell back.
-func replayRunner(tr *nccl.Transport, mem *cuda.Memory, graph bool, graphErr *error) func(p *reshard.Program) (refit.Driver, error) {
-	return func(p *reshard.Program) (refit.Driver, error) {
+func replayRunner(tr *nccl.Transport, mem *cuda.Memory, graph bool, graphErr *error) func(p *program.Program) (refit.Driver, error) {
+	return func(p *program.Program) (refit.Driver, error) {
 		r, err := gpu.NewReplay(p, tr, mem, gpu.Options{Timeout: time.Minute, Graph: graph})
 		if err != nil {
 			return nil, err
@@ -149,7 +150,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	const n = 600
 	var plans []*reshard.Plan
-	var views []reshard.TensorViews
+	var views []program.TensorViews
 	var layouts []placement.Layout
 	for i := range n {
 		shape := fmt.Sprintf("%dx%d", 1+r.IntN(40), 1+r.IntN(300))
@@ -165,7 +166,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 			t.Fatal(err)
 		}
 		plans, layouts = append(plans, p), append(layouts, l)
-		var v reshard.TensorViews
+		var v program.TensorViews
 		if i%3 == 1 {
 			sh := l.Shape()
 			v.Dst = placement.View{Offset: 5, Strides: []int64{sh[1] + 7, 1}}
@@ -176,7 +177,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := reshard.Compile(sched, 0, reshard.CompileOptions{Views: views})
+	prog, err := program.Compile(sched, 0, program.CompileOptions{Views: views})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,28 +254,28 @@ func TestGPUReplayManyTensors(t *testing.T) {
 // staged strided sends and receives, direct ones, a
 // forward of bytes received two rounds earlier, and local copies between
 // rounds, over a source of 4 KiB and a destination of 8 KiB.
-func selfProgram() *reshard.Program {
-	src := func(at strided.Desc) reshard.Region { return reshard.Region{Tensor: 0, Buf: reshard.BufSrc, At: at} }
-	dst := func(at strided.Desc) reshard.Region { return reshard.Region{Tensor: 0, Buf: reshard.BufDst, At: at} }
+func selfProgram() *program.Program {
+	src := func(at strided.Desc) program.Region { return program.Region{Tensor: 0, Buf: reshard.BufSrc, At: at} }
+	dst := func(at strided.Desc) program.Region { return program.Region{Tensor: 0, Buf: reshard.BufDst, At: at} }
 	run := func(off, n int64) strided.Desc { return strided.Desc{Offset: off, Run: n} }
-	part := func(r ...reshard.Region) []reshard.Part { return []reshard.Part{{Regions: r}} }
-	p := &reshard.Program{Rank: 0, World: 1, Route: "self", Full: []int64{0}, Done: []int{3}, Messages: 6}
+	part := func(r ...program.Region) []program.Part { return []program.Part{{Regions: r}} }
+	p := &program.Program{Rank: 0, World: 1, Route: "self", Full: []int64{0}, Done: []int{3}, Messages: 6}
 	p.Staging = [2][2]int64{{1024 + 256, 1024 + 256}, {0, 1024}}
-	p.Rounds = []reshard.Round{
+	p.Rounds = []program.Round{
 		{Index: 0,
-			Copies: []reshard.Copy{{Bytes: 512, From: []reshard.Region{src(run(3584, 512))}, To: []reshard.Region{dst(run(7680, 512))}}},
-			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StagingOff: 0,
+			Copies: []program.Copy{{Bytes: 512, From: []program.Region{src(run(3584, 512))}, To: []program.Region{dst(run(7680, 512))}}},
+			Sends: []program.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: program.WireStaged, StagingOff: 0,
 				Parts: part(src(strided.Desc{Offset: 0, Run: 64, Count: []int64{16}, Stride: []int64{128}}), src(run(2048, 256)))}},
-			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: reshard.WireStaged, StagingOff: 0,
+			Recvs: []program.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024 + 256, Mode: program.WireStaged, StagingOff: 0,
 				Parts: part(dst(strided.Desc{Offset: 8, Run: 32, Count: []int64{32}, Stride: []int64{64}}), dst(run(6144, 256)))}}},
 		{Index: 1,
-			Sends: []reshard.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: reshard.WireDirect, Region: src(run(2304, 1024)), Parts: part(src(run(2304, 1024)))}},
-			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}}},
+			Sends: []program.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: program.WireDirect, Region: src(run(2304, 1024)), Parts: part(src(run(2304, 1024)))}},
+			Recvs: []program.Wire{{Peer: 0, Class: reshard.LinkLocal, Bytes: 1024, Mode: program.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}}},
 		{Index: 3,
 			// forwards what round 1 received
-			Copies: []reshard.Copy{{Bytes: 64, From: []reshard.Region{dst(run(6144, 64))}, To: []reshard.Region{dst(run(7000, 64))}}},
-			Sends:  []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}},
-			Recvs: []reshard.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: reshard.WireStaged, StagingOff: 0,
+			Copies: []program.Copy{{Bytes: 64, From: []program.Region{dst(run(6144, 64))}, To: []program.Region{dst(run(7000, 64))}}},
+			Sends:  []program.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: program.WireDirect, Region: dst(run(4096, 1024)), Parts: part(dst(run(4096, 1024)))}},
+			Recvs: []program.Wire{{Peer: 0, Class: reshard.LinkNetwork, Bytes: 1024, Mode: program.WireStaged, StagingOff: 0,
 				Parts: part(dst(strided.Desc{Offset: 5120, Run: 16, Count: []int64{64}, Stride: []int64{16}}))}}},
 	}
 	return p

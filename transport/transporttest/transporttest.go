@@ -15,6 +15,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -61,7 +62,7 @@ type Env struct {
 	Padded bool
 	// Driver, if set, makes the driver that moves each case's compiled
 	// program (a GPU replay) in place of the host driver.
-	Driver func(p *reshard.Program) (refit.Driver, error)
+	Driver func(p *program.Program) (refit.Driver, error)
 }
 
 // PaddedView returns the view Env.Padded uses for a part of shape: 3
@@ -101,7 +102,7 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (refit.S
 		return st, err
 	}
 	var bufs refit.TensorBuffers
-	var views reshard.TensorViews
+	var views program.TensorViews
 	var free []transport.Buffer
 	defer func() {
 		for _, b := range free {
@@ -155,7 +156,7 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (refit.S
 			return st, err
 		}
 	}
-	prog, err := reshard.Compile(sched, rank, reshard.CompileOptions{Views: []reshard.TensorViews{views},
+	prog, err := program.Compile(sched, rank, program.CompileOptions{Views: []program.TensorViews{views},
 		MaxInPlace: transport.MaxInPlace(env.T), CoalesceBytes: env.Coalesce})
 	if err != nil {
 		return st, err

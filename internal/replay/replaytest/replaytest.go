@@ -16,6 +16,7 @@ import (
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
@@ -58,7 +59,7 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 		return err
 	}
 	type rankState struct {
-		views reshard.TensorViews
+		views program.TensorViews
 		dst   replay.Span
 		got   []byte
 	}
@@ -112,7 +113,7 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 			}
 			bufs.Tensors[0][1] = st.dst
 		}
-		prog, err := reshard.Compile(sched, rank, reshard.CompileOptions{Views: []reshard.TensorViews{st.views}, CoalesceBytes: env.Coalesce})
+		prog, err := program.Compile(sched, rank, program.CompileOptions{Views: []program.TensorViews{st.views}, CoalesceBytes: env.Coalesce})
 		if err != nil {
 			return err
 		}

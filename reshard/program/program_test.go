@@ -1,13 +1,16 @@
-package reshard
+package program
 
 import (
 	"bytes"
+	"flag"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
 )
 
@@ -34,9 +37,9 @@ func TestGoldenPrograms(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
-			src := layout(t, tc.shape, tc.dtype, tc.srcMesh, tc.srcPl, nil)
-			dst := layout(t, tc.shape, tc.dtype, tc.dstMesh, tc.dstPl, seq(src.Mesh().Size(), 4))
-			p, err := NewPlan(src, dst, 8, Options{})
+			src := layout(t, tc.shape, tc.dtype, tc.srcMesh, tc.srcPl, 0)
+			dst := layout(t, tc.shape, tc.dtype, tc.dstMesh, tc.dstPl, src.Mesh().Size())
+			p, err := reshard.NewPlan(src, dst, 8, reshard.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +47,7 @@ func TestGoldenPrograms(t *testing.T) {
 			if chunk == 0 {
 				chunk = 32
 			}
-			s, err := Flat{}.Schedule([]*Plan{p}, Topology{}, ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * 64})
+			s, err := reshard.Flat{}.Schedule([]*reshard.Plan{p}, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * 64})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,7 +67,7 @@ func TestGoldenPrograms(t *testing.T) {
 			}
 			want, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("%v (run go test ./reshard -run Golden -rewrite to create it)", err)
+				t.Fatalf("%v (run go test ./reshard/program -run Golden -rewrite to create it)", err)
 			}
 			if !bytes.Equal(got.Bytes(), want) {
 				t.Errorf("program changed; got:\n%s\nwant:\n%s", got.Bytes(), want)
@@ -144,4 +147,29 @@ func TestDescribeViewDense(t *testing.T) {
 			}
 		}
 	}
+}
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden files in testdata/ with the current output")
+
+// layout builds a layout from refit's spellings on the mesh of ranks
+// first, first+1, ...; the test fails on error.
+func layout(t testing.TB, shape, dtype, meshShape, placements string, first int) placement.Layout {
+	t.Helper()
+	dt, err := placement.ParseDType(dtype)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := mesh.ParseShape(meshShape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mesh.Interval(ms, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := placement.ParseLayout(shape, dt, m, placements)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -1,4 +1,10 @@
-package reshard
+// Package program compiles one rank's part of a reshard.Schedule into a
+// Program: for every round, its local copies and the wire operations it
+// posts, with views applied, small messages between a pair coalesced and
+// staging offsets fixed. A Program is pure data (Compile communicates with
+// no one); package refit's drivers run it every step, the GPU replay
+// driver lowers it to one launch, and the simulator replays it.
+package program
 
 import (
 	"fmt"
@@ -7,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
 )
 
@@ -17,8 +24,8 @@ import (
 // ones coalesced, with where every byte comes from and goes to in this
 // rank's buffers (its views applied) and where it sits in staging. A
 // Program is pure data: Compile derives it with no communication, it can
-// be printed (WriteTo) and compared in golden tests, and Executor.Run
-// drives it over a Transport and a Memory.
+// be printed (WriteTo) and compared in golden tests, and a refit.Driver
+// runs it over a transport.Transport and a transport.Memory.
 type Program struct {
 	Rank, World int
 	Route       string
@@ -36,7 +43,7 @@ type Program struct {
 	// every byte of tensor t it takes part in (-1: none), for progress.
 	Done []int
 
-	sched *Schedule
+	sched *reshard.Schedule
 }
 
 // Round is what a rank does in one round of the schedule: its local copies
@@ -61,7 +68,7 @@ type Copy struct {
 // Region is a strided region of one of this rank's buffers of one tensor.
 type Region struct {
 	Tensor int32
-	Buf    BufKind
+	Buf    reshard.BufKind
 	At     strided.Desc
 }
 
@@ -99,7 +106,7 @@ func (m WireMode) String() string {
 // after another at StagingOff of the round's staging (WireStaged).
 type Wire struct {
 	Peer       int
-	Class      LinkClass
+	Class      reshard.LinkClass
 	Bytes      int64
 	Mode       WireMode
 	Region     Region
@@ -143,7 +150,7 @@ type CompileOptions struct {
 
 // Compile derives rank's Program from a schedule. It fails when a view
 // does not fit its tensor's part on this rank.
-func Compile(s *Schedule, rank int, opts CompileOptions) (*Program, error) {
+func Compile(s *reshard.Schedule, rank int, opts CompileOptions) (*Program, error) {
 	if rank < 0 || rank >= s.World() {
 		return nil, fmt.Errorf("reshard: rank %d outside a schedule of %d ranks", rank, s.World())
 	}
@@ -249,7 +256,7 @@ func appendWire(st *Round, dir int, w Wire) {
 
 // compiler holds what Compile needs while it walks the schedule.
 type compiler struct {
-	s     *Schedule
+	s     *reshard.Schedule
 	rank  int
 	opts  CompileOptions
 	views []TensorViews
@@ -298,15 +305,15 @@ func SideName(side int) string {
 // regions resolves a message's segments on this rank, applying views. A
 // segment of a tensor buffer covers the message's box (every route builds
 // them so); its descriptor is re-derived for a non-default view.
-func (c *compiler) regions(m *Message, segs []Segment) ([]Region, error) {
+func (c *compiler) regions(m *reshard.Message, segs []reshard.Segment) ([]Region, error) {
 	out := make([]Region, len(segs))
 	for k, sg := range segs {
 		r := Region{Tensor: int32(sg.Tensor), Buf: sg.Buf, At: sg.At}
 		side := -1
 		switch sg.Buf {
-		case BufSrc:
+		case reshard.BufSrc:
 			side = 0
-		case BufDst:
+		case reshard.BufDst:
 			side = 1
 		}
 		if side >= 0 && !c.dense[sg.Tensor][side] {
@@ -332,7 +339,7 @@ func (c *compiler) regions(m *Message, segs []Segment) ([]Region, error) {
 func (c *compiler) noteFull(p *Program, lists ...[]Region) {
 	for _, l := range lists {
 		for _, r := range l {
-			if r.Buf == BufFull {
+			if r.Buf == reshard.BufFull {
 				p.Full[r.Tensor] = c.s.Plans[r.Tensor].Src().Bytes()
 			}
 		}
@@ -343,10 +350,10 @@ func (c *compiler) noteFull(p *Program, lists ...[]Region) {
 // reads the source buffer of a tensor that converts to FP8 (its other
 // hops, between destinations, carry FP8 bytes as they are). Such a
 // message must read one region covering its box.
-func (c *compiler) quantizes(m *Message) (bool, error) {
+func (c *compiler) quantizes(m *reshard.Message) (bool, error) {
 	q := false
 	for _, sg := range m.From {
-		if sg.Buf == BufSrc && c.s.Plans[sg.Tensor].Converts() {
+		if sg.Buf == reshard.BufSrc && c.s.Plans[sg.Tensor].Converts() {
 			q = true
 		}
 	}
@@ -361,7 +368,7 @@ func (c *compiler) quantizes(m *Message) (bool, error) {
 // between its pair: it is small, and another small message of the same
 // round shares the pair (both sides see the same, from the schedule
 // alone).
-func (c *compiler) coalesces(m *Message) bool {
+func (c *compiler) coalesces(m *reshard.Message) bool {
 	return c.opts.CoalesceBytes > 0 && m.Bytes <= c.opts.CoalesceBytes && m.Src != m.Dst
 }
 
@@ -402,7 +409,7 @@ func (c *compiler) coalesced(first, dir, peer int) (Wire, error) {
 // when its bytes are one run, in place when the transport can move the
 // strided region, else through staging. A send that quantizes is always
 // staged: its bytes exist only once packed.
-func (c *compiler) single(msg int32, m *Message, peer int, regs []Region, quant bool) Wire {
+func (c *compiler) single(msg int32, m *reshard.Message, peer int, regs []Region, quant bool) Wire {
 	w := Wire{Peer: peer, Class: m.Class, Bytes: m.Bytes, Parts: []Part{{Msg: msg, Regions: regs, Quant: quant}}}
 	switch {
 	case quant:
@@ -464,7 +471,7 @@ func (p *Program) TensorsOf(i int) []string {
 }
 
 // Schedule returns the schedule the program was compiled from.
-func (p *Program) Schedule() *Schedule { return p.sched }
+func (p *Program) Schedule() *reshard.Schedule { return p.sched }
 
 // Wires counts the program's send and receive operations.
 func (p *Program) Wires() (sends, recvs int) {
