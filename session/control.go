@@ -2,10 +2,8 @@ package session
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -52,13 +50,6 @@ type control struct {
 	// (noteGap): roll-call answers report it.
 	frozenAt  time.Time
 	frozenFor time.Duration
-}
-
-// leftRank is a peer's leave notice: the collectives it entered before it
-// left (it joins none after), and why it left.
-type leftRank struct {
-	after uint64
-	cause error
 }
 
 func newControl(comm *mpi.Comm, timeout time.Duration) (*control, error) {
@@ -211,94 +202,11 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 	}
 }
 
-// stoppedError is the cause of an abort by a rank whose process did not
-// run for as long as the timeout while it moved data (SIGSTOP, a
-// debugger, a starved host; watch sees it): the round it was in has timed
-// out and its peers have given up waiting for it, so it names itself
-// rather than the peers it was waiting for. (A collective's wait does
-// not count such a pause at all.)
-type stoppedError struct {
-	rank         int
-	gap, timeout time.Duration
-}
-
-func (e *stoppedError) Error() string {
-	return fmt.Sprintf("rank %d: %s %v (SIGSTOP, a debugger or a starved host), as long as the %v timeout: its peers gave up waiting for it",
-		e.rank, stoppedMark, e.gap.Round(time.Millisecond), e.timeout)
-}
-
-// stoppedMark is in every stoppedError's text (standing reads it).
-const stoppedMark = "this process was stopped for"
-
-// wereStopped ends the phase of a timeout whose peers reported at roll
-// call that they had not run for as long as the timeout.
-const wereStopped = " (the ranks named were stopped: they did not run for as long as the timeout)"
-
-// noteGap records a pause of gap that a wait of this rank saw end at now.
-func (c *control) noteGap(now time.Time, gap time.Duration) {
-	c.mu.Lock()
-	c.frozenAt, c.frozenFor = now, gap
-	c.mu.Unlock()
-}
-
-// recentGap is the longest pause this process made that ended within the
-// last two timeouts (a roll call's asker waits for one), as this rank's
-// waits saw it (noteGap) or the process's pause watch (pauses) did, else
-// 0; the caller holds c.mu.
-func (c *control) recentGap() time.Duration {
-	gap := time.Duration(0)
-	if time.Since(c.frozenAt) <= 2*c.timeout {
-		gap = c.frozenFor
-	}
-	if at, d := pauses.last(); time.Since(at) <= 2*c.timeout {
-		gap = max(gap, d)
-	}
-	return gap
-}
-
 // pauses watches this process for pauses (a process stopped by SIGSTOP or
 // a debugger, or starved, outside any wait of a session: filling or
 // checking its buffers, say), from the first Join on: one goroutine for
 // the life of the process, ticking every 50 ms.
 var pauses pauseWatch
-
-type pauseWatch struct {
-	once sync.Once
-	mu   sync.Mutex
-	at   time.Time     // when the last pause ended
-	d    time.Duration // how long it was
-	tick time.Time     // the last tick
-}
-
-func (p *pauseWatch) start() {
-	p.once.Do(func() {
-		go func() {
-			const tick = 50 * time.Millisecond
-			t := time.NewTicker(tick)
-			last := time.Now()
-			for now := range t.C {
-				p.mu.Lock()
-				if gap := now.Sub(last); gap > frozenGap {
-					p.at, p.d = now, gap
-				}
-				p.tick, last = now, now
-				p.mu.Unlock()
-			}
-		}()
-	})
-}
-
-// last returns when the last pause ended and how long it was: one that
-// has just ended, before the watch ticked again, counts too.
-func (p *pauseWatch) last() (time.Time, time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	if gap := now.Sub(p.tick); !p.tick.IsZero() && gap > frozenGap && gap > p.d {
-		return now, gap
-	}
-	return p.at, p.d
-}
 
 // frozenGap is a pause between two polls of a wait (which poll every
 // millisecond at most) that only a process that was not running makes.
@@ -321,120 +229,6 @@ func (c *control) keepRequest(r *mpi.Request) {
 	c.mu.Lock()
 	c.keep = append(c.keep, r)
 	c.mu.Unlock()
-}
-
-// poll handles the side channels once: it answers a pending roll call and
-// returns the abort error if a notice came (or the session had aborted).
-func (c *control) poll() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.aborted != nil {
-		return c.aborted
-	}
-	if c.query != nil {
-		if done, err := c.query.Test(); err == nil && done {
-			from := int(binary.LittleEndian.Uint64(c.qBuf))
-			ans := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
-			ans = binary.LittleEndian.AppendUint64(ans, c.seq)
-			ans = binary.LittleEndian.AppendUint64(ans, uint64(c.recentGap()))
-			if r, err := c.comm.Isend(ans, from, tagAnswer); err == nil {
-				c.keep = append(c.keep, r)
-			}
-			c.query, _ = c.comm.Irecv(c.qBuf, mpi.AnySource, tagQuery)
-		}
-	}
-	if c.leave != nil {
-		if done, err := c.leave.Test(); err == nil && done {
-			st, _ := c.leave.Status()
-			n := binary.LittleEndian.Uint64(c.lBuf)
-			c.left[st.Source] = leftRank{after: n, cause: refit.DecodeError(trimZeros(c.lBuf[8:]))}
-			clear(c.lBuf)
-			c.leave, _ = c.comm.Irecv(c.lBuf, mpi.AnySource, tagLeave)
-		}
-	}
-	if c.notice != nil {
-		if done, err := c.notice.Test(); err == nil && done {
-			c.notice = nil
-			cause := refit.DecodeError(trimZeros(c.noteBuf))
-			var ab *refit.AbortError
-			if !errors.As(cause, &ab) {
-				ab = &refit.AbortError{Rank: -1, Cause: cause}
-			}
-			c.aborted = ab
-			return ab
-		}
-	}
-	return nil
-}
-
-func trimZeros(b []byte) []byte {
-	for len(b) > 0 && b[len(b)-1] == 0 {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-// rollCall asks every peer which collective it is in and waits a short
-// grace for the answers: the ranks that do not answer never arrived (gone,
-// stopped, or busy outside the library); those that answer with another
-// collective are out of step.
-func (c *control) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
-	grace := min(max(c.timeout/4, 200*time.Millisecond), 2*time.Second)
-	q := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
-	c.mu.Lock()
-	for r := 0; r < c.size; r++ {
-		if r == c.rank {
-			continue
-		}
-		if req, err := c.comm.Isend(q, r, tagQuery); err == nil {
-			c.keep = append(c.keep, req)
-		}
-	}
-	c.mu.Unlock()
-	answered := make([]bool, c.size)
-	answered[c.rank] = true
-	at := make([]uint64, c.size)
-	paused := make([]time.Duration, c.size)
-	buf := make([]byte, 24)
-	var req *mpi.Request
-	end := time.Now().Add(grace)
-	for spin := 0; time.Now().Before(end); spin++ {
-		if req == nil {
-			var err error
-			if req, err = c.comm.Irecv(buf, mpi.AnySource, tagAnswer); err != nil {
-				break
-			}
-		}
-		if done, err := req.Test(); err == nil && done {
-			r := int(binary.LittleEndian.Uint64(buf))
-			if r >= 0 && r < c.size {
-				answered[r] = true
-				at[r] = binary.LittleEndian.Uint64(buf[8:])
-				paused[r] = time.Duration(binary.LittleEndian.Uint64(buf[16:]))
-			}
-			req = nil
-			if !slices.Contains(answered, false) {
-				break
-			}
-			continue
-		}
-		_ = c.poll() // keep answering others' roll calls meanwhile
-		backoff(spin)
-	}
-	if req != nil {
-		c.keepRequest(req)
-	}
-	for r, ok := range answered {
-		switch {
-		case !ok:
-			missing = append(missing, r)
-		case r != c.rank && paused[r] >= c.timeout/2:
-			stopped = append(stopped, r)
-		case r != c.rank && at[r] != seq:
-			elsewhere = append(elsewhere, r)
-		}
-	}
-	return missing, elsewhere, stopped
 }
 
 // abort ends the session on this rank because of err: every peer gets a
@@ -572,49 +366,4 @@ func (c *control) closeIfHealthy() error {
 		return nil
 	}
 	return c.close()
-}
-
-// gone returns a *LeftError for the lowest peer that left before
-// collective seq, which it will never join; c.mu is held.
-func (c *control) gone(seq uint64, phase string) error {
-	lowest := -1
-	for r, l := range c.left {
-		if l.after < seq && (lowest < 0 || r < lowest) {
-			lowest = r
-		}
-	}
-	if lowest < 0 {
-		return nil
-	}
-	l := c.left[lowest]
-	return &refit.LeftError{Rank: lowest, After: l.after, Phase: phase, Cause: l.cause}
-}
-
-// sayLeaving tells every peer that this rank joins no collective after the
-// ones it entered, and why (nil: it closed the session). A peer that waits
-// in, or later enters, a collective this rank never joined fails at once
-// with a *LeftError naming it; one still finishing a collective this rank
-// took part in is not disturbed.
-func (c *control) sayLeaving(cause error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.aborted != nil || c.size == 1 {
-		return
-	}
-	msg := binary.LittleEndian.AppendUint64(nil, c.seq)
-	if cause != nil {
-		enc := refit.EncodeError(cause)
-		if len(enc) > noticeBytes-8 {
-			enc = refit.EncodeError(errors.New(truncate(cause.Error(), noticeBytes/2)))
-		}
-		msg = append(msg, enc...)
-	}
-	for r := 0; r < c.size; r++ {
-		if r == c.rank {
-			continue
-		}
-		if req, err := c.comm.Isend(msg, r, tagLeave); err == nil {
-			c.keep = append(c.keep, req)
-		}
-	}
 }
