@@ -117,22 +117,7 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 		if err != nil {
 			return err
 		}
-		needs := replay.NeedsOf(prog)
-		for slot := range needs.Staging {
-			for dir := range needs.Staging[slot] {
-				if bufs.Staging[slot][dir], err = heap.Alloc(needs.Staging[slot][dir]); err != nil {
-					return err
-				}
-			}
-		}
-		for _, n := range needs.Full {
-			sp, err := heap.Alloc(n)
-			if err != nil {
-				return err
-			}
-			bufs.Full = append(bufs.Full, sp)
-		}
-		if bufs.Scratch, err = heap.Alloc(needs.Scratch); err != nil {
+		if err := allocNeeds(heap, replay.NeedsOf(prog), &bufs); err != nil {
 			return err
 		}
 		topo := env.Topo
@@ -158,19 +143,51 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 		if err := heap.Read(st.dst, st.got); err != nil {
 			return err
 		}
-		if err := pattern.Check(c.Dst, rank, 0, st.got, st.views.Dst); err != nil {
+		if err := checkDst(c.Dst, rank, st.got, st.views.Dst, env.Padded); err != nil {
 			return fmt.Errorf("%s: %w", sched.Route, err)
 		}
-		if env.Padded {
-			keep := slices.Clone(st.got)
-			if err := pattern.PoisonPart(c.Dst, rank, keep, st.views.Dst); err != nil {
+	}
+	return nil
+}
+
+// allocNeeds allocates on heap the staging, full-tensor and scratch
+// buffers a rank's program needs, into bufs.
+func allocNeeds(heap Heap, needs replay.Needs, bufs *replay.Buffers) error {
+	var err error
+	for slot := range needs.Staging {
+		for dir := range needs.Staging[slot] {
+			if bufs.Staging[slot][dir], err = heap.Alloc(needs.Staging[slot][dir]); err != nil {
 				return err
 			}
-			for i, b := range keep {
-				if b != pattern.Poison {
-					return fmt.Errorf("%s: rank %d: byte %d outside the destination view changed", sched.Route, rank, i)
-				}
-			}
+		}
+	}
+	for _, n := range needs.Full {
+		sp, err := heap.Alloc(n)
+		if err != nil {
+			return err
+		}
+		bufs.Full = append(bufs.Full, sp)
+	}
+	bufs.Scratch, err = heap.Alloc(needs.Scratch)
+	return err
+}
+
+// checkDst checks a destination rank's bytes got against the pattern
+// and, with padded views, that no byte outside the view changed.
+func checkDst(dst placement.Layout, rank int, got []byte, view placement.View, padded bool) error {
+	if err := pattern.Check(dst, rank, 0, got, view); err != nil {
+		return err
+	}
+	if !padded {
+		return nil
+	}
+	keep := slices.Clone(got)
+	if err := pattern.PoisonPart(dst, rank, keep, view); err != nil {
+		return err
+	}
+	for i, b := range keep {
+		if b != pattern.Poison {
+			return fmt.Errorf("rank %d: byte %d outside the destination view changed", rank, i)
 		}
 	}
 	return nil
