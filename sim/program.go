@@ -143,33 +143,16 @@ type AddOptions struct {
 
 // AddSchedule appends a schedule's messages and per-rank rounds to the
 // program and returns the part's index. Every rank's rounds follow the
-// compiled program the executor runs (reshard.Compile): in round order,
+// compiled program the host driver runs (program.Compile): in round order,
 // each round's local copies, receives and sends (messages where Src == Dst
 // are local copies), small messages of a pair coalesced when
 // o.CoalesceBytes asks. Link classes are kept from the schedule; Run checks
 // them against the cluster placement. It walks the schedule once, whatever
 // the number of ranks.
 func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
-	world := s.World()
-	if o.Ranks != nil && len(o.Ranks) != world {
-		return 0, fmt.Errorf("sim: %d ranks mapped for a schedule of %d", len(o.Ranks), world)
-	}
-	global := func(r int) int32 {
-		if o.Ranks == nil {
-			return int32(r)
-		}
-		return int32(o.Ranks[r])
-	}
-	for r := 0; r < world; r++ {
-		if g := global(r); g < 0 || int(g) >= p.world {
-			return 0, fmt.Errorf("sim: schedule rank %d maps to rank %d, outside the program's %d ranks", r, g, p.world)
-		}
-	}
-	if o.After < -1 || o.After >= len(p.parts) {
-		return 0, fmt.Errorf("sim: part %d follows part %d, which does not exist", len(p.parts), o.After)
-	}
-	if len(p.msgs)+len(s.Messages) > math.MaxInt32 || len(p.pool)+2*len(s.Messages) > math.MaxInt32 {
-		return 0, fmt.Errorf("sim: %d messages exceed the simulator's limit of %d", len(p.msgs)+len(s.Messages), math.MaxInt32)
+	global, err := p.checkAdd(s, o)
+	if err != nil {
+		return 0, err
 	}
 	part := len(p.parts)
 	name := o.Name
@@ -187,21 +170,62 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 		}
 		p.tensor = append(p.tensor, n)
 	}
+	ents, err := p.addMessages(s, o, part, firstTensor, global)
+	if err != nil {
+		return 0, err
+	}
+	p.addProcs(ents, part, o.After, global)
+	p.parts = append(p.parts, Part{Name: name, Route: s.Route, Rounds: s.Rounds, First: first, Messages: len(s.Messages),
+		FirstTensor: firstTensor, Tensors: len(s.Plans), After: o.After})
+	return part, nil
+}
+
+// checkAdd checks that schedule s can join the program as o says and
+// returns the map from its ranks to the program's.
+func (p *Program) checkAdd(s *reshard.Schedule, o AddOptions) (func(int) int32, error) {
+	world := s.World()
+	if o.Ranks != nil && len(o.Ranks) != world {
+		return nil, fmt.Errorf("sim: %d ranks mapped for a schedule of %d", len(o.Ranks), world)
+	}
+	global := func(r int) int32 {
+		if o.Ranks == nil {
+			return int32(r)
+		}
+		return int32(o.Ranks[r])
+	}
+	for r := 0; r < world; r++ {
+		if g := global(r); g < 0 || int(g) >= p.world {
+			return nil, fmt.Errorf("sim: schedule rank %d maps to rank %d, outside the program's %d ranks", r, g, p.world)
+		}
+	}
+	if o.After < -1 || o.After >= len(p.parts) {
+		return nil, fmt.Errorf("sim: part %d follows part %d, which does not exist", len(p.parts), o.After)
+	}
+	if len(p.msgs)+len(s.Messages) > math.MaxInt32 || len(p.pool)+2*len(s.Messages) > math.MaxInt32 {
+		return nil, fmt.Errorf("sim: %d messages exceed the simulator's limit of %d", len(p.msgs)+len(s.Messages), math.MaxInt32)
+	}
+	return global, nil
+}
+
+// rankEntry is one of a rank's operations on a message of the program:
+// kind 0 a local copy, 1 a receive, 2 a send.
+type rankEntry struct {
+	msg  int32
+	kind uint8
+}
+
+// addMessages walks the schedule once, making the program's messages (a
+// round's small messages between one pair coalesced into one, as Compile
+// does) and returns each schedule rank's entries, in schedule order.
+func (p *Program) addMessages(s *reshard.Schedule, o AddOptions, part, firstTensor int, global func(int) int32) ([][]rankEntry, error) {
+	world := s.World()
 	direct := func(segs []reshard.Segment) bool {
 		if len(segs) != 1 {
 			return false
 		}
 		return segs[0].At.Contiguous() || o.InPlace
 	}
-	// Walk the schedule once, making the program's messages (a round's
-	// small messages between one pair coalesced into one, as Compile does)
-	// and each rank's entries: (message, kind 0 copy 1 recv 2 send), in
-	// schedule order.
-	type entry struct {
-		msg  int32
-		kind uint8
-	}
-	ents := make([][]entry, world)
+	ents := make([][]rankEntry, world)
 	p.msgs = slices.Grow(p.msgs, len(s.Messages))
 	p.pool = slices.Grow(p.pool, 2*len(s.Messages))
 	type pair struct{ src, dst int }
@@ -210,10 +234,10 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 	for i := range s.Messages {
 		m := &s.Messages[i]
 		if m.Bytes < 0 {
-			return 0, fmt.Errorf("sim: message %d has %d bytes", i, m.Bytes)
+			return nil, fmt.Errorf("sim: message %d has %d bytes", i, m.Bytes)
 		}
 		if m.Src < 0 || m.Src >= world || m.Dst < 0 || m.Dst >= world || m.Tensor < 0 || m.Tensor >= len(s.Plans) {
-			return 0, fmt.Errorf("sim: message %d goes from rank %d to rank %d of tensor %d, outside a schedule of %d ranks and %d tensors",
+			return nil, fmt.Errorf("sim: message %d goes from rank %d to rank %d of tensor %d, outside a schedule of %d ranks and %d tensors",
 				i, m.Src, m.Dst, m.Tensor, world, len(s.Plans))
 		}
 		if m.Round != round {
@@ -229,7 +253,7 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 				pm := &p.msgs[k]
 				sum, ok := checked.Add(pm.Bytes, m.Bytes)
 				if !ok {
-					return 0, fmt.Errorf("sim: coalesced messages of round %d from rank %d to %d overflow int64 bytes", m.Round, m.Src, m.Dst)
+					return nil, fmt.Errorf("sim: coalesced messages of round %d from rank %d to %d overflow int64 bytes", m.Round, m.Src, m.Dst)
 				}
 				pm.Bytes = sum
 				pm.Pack, pm.Unpack, pm.Parts = true, true, pm.Parts+1
@@ -245,33 +269,36 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 			Pack: m.Src != m.Dst && m.Bytes > 0 && !direct(m.From), Unpack: m.Src != m.Dst && m.Bytes > 0 && !direct(m.To),
 			Tensor: tensor, Round: int32(m.Round), Part: int32(part), Index: int32(i), Parts: 1})
 		if m.Src == m.Dst {
-			ents[m.Src] = append(ents[m.Src], entry{gi, 0})
+			ents[m.Src] = append(ents[m.Src], rankEntry{gi, 0})
 			continue
 		}
-		ents[m.Src] = append(ents[m.Src], entry{gi, 2})
-		ents[m.Dst] = append(ents[m.Dst], entry{gi, 1})
+		ents[m.Src] = append(ents[m.Src], rankEntry{gi, 2})
+		ents[m.Dst] = append(ents[m.Dst], rankEntry{gi, 1})
 	}
-	// previous process on each global rank, for After.
+	return ents, nil
+}
+
+// addProcs adds a process of the part for every rank with entries: its
+// rounds in order, each round's copies, then receives, then sends. With
+// after >= 0 a rank's process follows its process of part after.
+func (p *Program) addProcs(ents [][]rankEntry, part, after int, global func(int) int32) {
 	var prev map[int32]int32
-	if o.After >= 0 {
+	if after >= 0 {
 		prev = map[int32]int32{}
 		for i, pr := range p.procs {
-			if int(pr.Part) == o.After {
+			if int(pr.Part) == after {
 				prev[pr.Rank] = int32(i)
 			}
 		}
 	}
-	for r := 0; r < world; r++ {
-		es := ents[r]
+	for r, es := range ents {
 		ents[r] = nil
 		if len(es) == 0 {
 			continue
 		}
 		pr := Proc{Rank: global(r), Part: int32(part), After: -1}
-		if prev != nil {
-			if q, ok := prev[pr.Rank]; ok {
-				pr.After = q
-			}
+		if q, ok := prev[pr.Rank]; ok {
+			pr.After = q
 		}
 		for lo := 0; lo < len(es); {
 			round := p.msgs[es[lo].msg].Round
@@ -300,9 +327,6 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 		}
 		p.procs = append(p.procs, pr)
 	}
-	p.parts = append(p.parts, Part{Name: name, Route: s.Route, Rounds: s.Rounds, First: first, Messages: len(s.Messages),
-		FirstTensor: firstTensor, Tensors: len(s.Plans), After: o.After})
-	return part, nil
 }
 
 // FromSchedule is a program of one schedule on its own ranks.
