@@ -152,17 +152,19 @@ func (g Grid) CheckFinite(r Region) error {
 		if i < 0 {
 			return true
 		}
-		var v float64
-		if esz == 2 {
-			v = float64(bf16(binary.LittleEndian.Uint16(s.data[2*i:])))
-		} else {
-			v = float64(math.Float32frombits(binary.LittleEndian.Uint32(s.data[4*i:])))
-		}
-		bad = g.nonFinite(r.Box, s.pos+i, v)
+		bad = g.nonFinite(r.Box, s.pos+i, valueAt(s.data, esz, i))
 		return false
 	})
 	if bad != nil {
 		return bad
 	}
 	return nil
+}
+
+// valueAt returns element i of b, bf16 (esz 2) or float32 values.
+func valueAt(b []byte, esz, i int64) float64 {
+	if esz == 2 {
+		return float64(bf16(binary.LittleEndian.Uint16(b[2*i:])))
+	}
+	return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 }

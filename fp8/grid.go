@@ -342,15 +342,7 @@ func (w Window) combine(o Window, fn func(*float32, float32)) error {
 		for j := range n {
 			fn(&w.Values[int64(wi)+j], o.Values[int64(oi)+j])
 		}
-		d := nd - 2
-		for ; d >= 0; d-- {
-			c[d]++
-			if c[d] < hi[d] {
-				break
-			}
-			c[d] = lo[d]
-		}
-		if d < 0 {
+		if !nextRow(c[:nd], lo[:nd], hi[:nd]) {
 			return nil
 		}
 	}

@@ -1,7 +1,6 @@
 package fp8
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"sync"
@@ -41,13 +40,7 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 	wk.init(&g, &r, esz, &scales)
 	var bad *NonFiniteError
 	fail := func(s segment, i int64) bool {
-		var v float64
-		if esz == 2 {
-			v = float64(bf16(binary.LittleEndian.Uint16(s.data[2*i:])))
-		} else {
-			v = float64(math.Float32frombits(binary.LittleEndian.Uint32(s.data[4*i:])))
-		}
-		bad = g.nonFinite(r.Box, s.pos+i, v)
+		bad = g.nonFinite(r.Box, s.pos+i, valueAt(s.data, esz, i))
 		return false
 	}
 	if r.DType == placement.F32 {

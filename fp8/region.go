@@ -205,15 +205,7 @@ func (wk *walker) walk(fn func(segment) bool) {
 				n -= m
 			}
 		}
-		d := nd - 2
-		for ; d >= 0; d-- {
-			c[d]++
-			if c[d] < hi[d] {
-				break
-			}
-			c[d] = lo[d]
-		}
-		if d < 0 {
+		if !nextRow(c[:nd], lo[:nd], hi[:nd]) {
 			return
 		}
 	}
@@ -253,4 +245,18 @@ func (g Grid) nonFinite(box placement.Box, pos int64, v float64) *NonFiniteError
 		flat = flat*g.shape[d] + i
 	}
 	return &NonFiniteError{Index: idx, Flat: flat, Value: v}
+}
+
+// nextRow moves coordinates c to the next row of the box [lo, hi) in
+// row-major order (the last dim is walked by the caller) and reports
+// whether there is one.
+func nextRow(c, lo, hi []int64) bool {
+	for d := len(c) - 2; d >= 0; d-- {
+		c[d]++
+		if c[d] < hi[d] {
+			return true
+		}
+		c[d] = lo[d]
+	}
+	return false
 }
