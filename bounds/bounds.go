@@ -477,23 +477,3 @@ func (a Auto) scheduleBuckets(plans []*reshard.Plan, topo reshard.Topology, opts
 		len(buckets), a.Buckets, strings.Join(parts, ", "))
 	return s, nil
 }
-
-// Routes are the route names ParseRoute knows, in the order `refit run
-// --route all` runs them (auto is not among them).
-var Routes = []string{"flat", "agbcast", "hier"}
-
-// ParseRoute returns the route a name stands for: flat, agbcast, hier (with
-// balance) or auto (choosing on fabric, with balance for hier).
-func ParseRoute(name string, balance hier.Balance, fabric Fabric) (reshard.Route, error) {
-	switch name {
-	case "flat":
-		return reshard.Flat{}, nil
-	case "agbcast":
-		return reshard.AllGatherBroadcast{}, nil
-	case "hier":
-		return hier.Hier{Balance: balance}, nil
-	case "auto":
-		return Auto{Fabric: fabric, Balance: balance}, nil
-	}
-	return nil, fmt.Errorf("unknown route %q: want flat, agbcast, hier or auto", name)
-}

@@ -16,7 +16,6 @@
 //		fmt.Println(b.Route, b.Seconds, b.Binding) // hier 0.00896 source injection B/(Ns*BN)
 //	}
 //
-// Routes are values: Auto{Fabric: f} schedules like any reshard.Route,
-// and ParseRoute reads the route grammar of the refit program ("flat",
-// "agbcast", "hier", "auto").
+// Routes are values: Auto{Fabric: f} schedules like any reshard.Route
+// (package routespec reads the route grammar people write).
 package bounds

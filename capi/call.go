@@ -10,19 +10,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"unsafe"
 
-	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -246,51 +244,14 @@ func toC(v []int64) []C.int64_t {
 	return out
 }
 
-// routeOf parses "name[:key=value,...]".
+// routeOf reads a route string of m2n.h (package routespec's grammar;
+// empty is hier).
 func routeOf(s string) (reshard.Route, error) {
-	name, params, _ := strings.Cut(strings.TrimSpace(s), ":")
-	if name == "" {
-		name = "hier"
+	spec := strings.TrimSpace(s)
+	if spec == "" || strings.HasPrefix(spec, ":") {
+		spec = "hier" + spec
 	}
-	var balance hier.Balance
-	fabric := bounds.Fabric{NetBW: 50e9, LocalBW: 900e9, Latency: 20e-6}
-	for _, kv := range strings.Split(params, ",") {
-		kv = strings.TrimSpace(kv)
-		if kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, &reshard.FieldError{Field: "route", Got: strconv.Quote(s), Why: fmt.Sprintf("%q is not key=value", kv)}
-		}
-		var err error
-		switch k {
-		case "balance":
-			balance, err = hier.ParseBalance(v)
-		case "net_bw", "local_bw", "latency":
-			var f float64
-			if f, err = strconv.ParseFloat(v, 64); err == nil && (math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || (f == 0 && k != "latency")) {
-				err = fmt.Errorf("%v: want a positive number", f)
-				if k == "latency" {
-					err = fmt.Errorf("%v: want 0 or a positive number of seconds", f)
-				}
-			}
-			switch k {
-			case "net_bw":
-				fabric.NetBW = f
-			case "local_bw":
-				fabric.LocalBW = f
-			default:
-				fabric.Latency = f
-			}
-		default:
-			err = fmt.Errorf("unknown key (want balance, net_bw, local_bw or latency)")
-		}
-		if err != nil {
-			return nil, &reshard.FieldError{Field: "route", Got: strconv.Quote(s), Why: fmt.Sprintf("%s: %v", k, err)}
-		}
-	}
-	r, err := bounds.ParseRoute(name, balance, fabric)
+	r, err := routespec.Parse(spec, routespec.Options{Fabric: routespec.DefaultFabric()})
 	if err != nil {
 		return nil, &reshard.FieldError{Field: "route", Got: strconv.Quote(s), Why: err.Error()}
 	}

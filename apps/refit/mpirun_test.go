@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/perf"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
@@ -90,7 +90,7 @@ func TestConformanceMPI(t *testing.T) {
 			name := fmt.Sprintf("line%d/%s/domains%d", c.Line, c.Arrangement, domains)
 			t.Run(name, func(t *testing.T) {
 				routes := "all,auto"
-				want := append(append([]string(nil), bounds.Routes...), "auto")
+				want := append(append([]string(nil), routespec.Names...), "auto")
 				args := []string{"run", "--check", "--json", "--iters", "1", "--warmup", "0"}
 				if domains > 1 {
 					n := c.Dst.Mesh().Size()

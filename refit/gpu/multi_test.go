@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
@@ -18,6 +17,7 @@ import (
 	"github.com/m2n-dev/m2n/refit/gpu"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
+	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
@@ -120,7 +120,7 @@ func TestGPUTransportMPI(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, route := range []string{"flat", "agbcast", "hier"} {
-						rt, err := bounds.ParseRoute(route, hier.BalanceCount, bounds.Fabric{})
+						rt, err := routespec.Parse(route, routespec.Options{Balance: hier.BalanceCount})
 						if err != nil {
 							t.Fatal(err)
 						}
