@@ -98,7 +98,7 @@ func runEach(m *session.Model, b *session.ModelBuffers, calls [][]*refit.Call) e
 
 // SyncBaseline times a plain exchange of model m's bytes (every stage's
 // pairs at once, one contiguous message per pair over the stage's
-// transport: PlainExchange), interleaved with steps of the model, iters
+// transport: plainExchange), interleaved with steps of the model, iters
 // timed after one pair that warms up, and returns the overhead per step
 // beyond moving the bytes.
 func SyncBaseline(s *session.Session, m *session.Model, b *session.ModelBuffers, iters int) (*baselineRun, error) {

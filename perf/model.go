@@ -22,7 +22,7 @@ var refitFlat reshard.Route = reshard.Flat{}
 // FillModel writes every tensor's pattern (seeded with its index in the
 // model) into this rank's source parts, through their views: finite
 // values (pattern.FillFloats) with floats, as a generator in FP8 needs.
-// It runs by InSteps on s, the world session (every rank calls it).
+// It runs by inSteps on s, the world session (every rank calls it).
 func FillModel(s *session.Session, m *session.Model, b *session.ModelBuffers, floats bool) error {
 	return inSteps(s, "model set-up (filling the sources)", func() error {
 		return m.EachPart(b, model.Src, true, func(p session.ModelPart) error {

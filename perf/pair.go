@@ -77,7 +77,7 @@ type Pair struct {
 
 // NewPair checks the pair's memory on every rank (session.CheckMemory),
 // plans it, and allocates this rank's buffers, filling the source (by
-// InSteps); every rank learns whether any could not. Every rank of s
+// inSteps); every rank learns whether any could not. Every rank of s
 // calls it with the same layouts.
 func NewPair(s *session.Session, cfg PairConfig) (*Pair, error) {
 	if cfg.Name == "" {

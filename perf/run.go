@@ -84,7 +84,7 @@ type PlainReport struct {
 // MeasureConfig says how to time a call: Warmup untimed iterations, then
 // Iters timed ones (every iteration's time is the slowest rank's);
 // Check poisons the destinations before every iteration and checks every
-// element after (InSteps); Atomic checks, after a failed call, that every
+// element after (inSteps); Atomic checks, after a failed call, that every
 // destination is untouched. Progress, when set, hears of every iteration
 // done (done of total: Warmup+Iters) of route; AtReport runs before the
 // traffic is gathered (a program's test hooks).
@@ -229,7 +229,7 @@ func Role(src, dst placement.Layout, r int) string {
 
 // RoutesConfig says how to run a pair's routes: by name (routespec.List),
 // with Route's settings, each measured by Measure. With MeasureLocal the
-// fabric's local bandwidth is measured first (LocalBandwidth, over the
+// fabric's local bandwidth is measured first (localBandwidth, over the
 // calls' own transport: an emulated network caps only the traffic between
 // domains). BeforePrepare, when set, runs before the first route is
 // prepared, and Prepared sees every prepared call before it runs and may
@@ -324,7 +324,7 @@ func (p *Pair) localBandwidth() (float64, error) {
 }
 
 // BenchPlain times a plain exchange of the bytes route moves between
-// every pair of ranks (PlainExchange: one contiguous message per pair)
+// every pair of ranks (plainExchange: one contiguous message per pair)
 // over the same transport, interleaved with iters calls of the route on
 // the pair (the first of each warms up), and returns the comparison as a
 // RouteReport named "plain" (Extra: a PlainReport).

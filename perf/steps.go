@@ -12,7 +12,7 @@ import (
 // goroutine died); unset, the panic is left to crash the process.
 var onPanic func(p any)
 
-// recovered hands a panic of the calling goroutine to OnPanic; deferred
+// recovered hands a panic of the calling goroutine to onPanic; deferred
 // first in every goroutine of the package.
 func recovered() {
 	if onPanic == nil {

@@ -284,7 +284,7 @@ func (r *syncRun) check(it int) error {
 }
 
 // GeneratorLocalBandwidth measures the local bandwidth among the
-// generator ranks of layouts l (LocalBandwidth) over a probe call of the
+// generator ranks of layouts l (localBandwidth) over a probe call of the
 // world session s whose destinations are the generator's ranks (so its
 // domains are the model's generator domains); every rank of s takes
 // part and learns it. A model is best prepared after it (auto chooses its

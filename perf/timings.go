@@ -2,11 +2,11 @@ package perf
 
 import "sort"
 
-// keepSamples is how many samples a Timings keeps for its median: exact
+// keepSamples is how many samples a timings keeps for its median: exact
 // up to that many, a uniform sample of them beyond.
 const keepSamples = 4096
 
-// keepHead is how many of the first samples a Timings keeps in order, for
+// keepHead is how many of the first samples a timings keeps in order, for
 // reports that list them (refit sync's steps_s).
 const keepHead = 1024
 

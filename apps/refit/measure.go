@@ -28,7 +28,7 @@ func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64
 	}
 	extra := int64(0)
 	if j.set.MeasureLocal {
-		extra = 16 << 20 // LocalBandwidth's two buffers
+		extra = 16 << 20 // the two buffers of the local-bandwidth probe (perf)
 	}
 	return perf.NewPair(s, perf.PairConfig{Src: src, Dst: dst, Seed: seed, Scale: j.set.fp8, Stripe: j.set.opts.Stripe,
 		ExtraBuffers: extra, WorldRank: j.rank, Faults: inject, Log: j.log})

@@ -202,7 +202,7 @@ func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) 
 	l, fabric := in.layouts, j.set.Fabric
 	fp := j.s.ModelFootprint(l, in.route == "agbcast")
 	if j.set.MeasureLocal {
-		fp.Buffers += 16 << 20 // LocalBandwidth's two buffers
+		fp.Buffers += 16 << 20 // the two buffers of the local-bandwidth probe (perf)
 	}
 	if err := j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
 		return nil, fabric, err
