@@ -1,7 +1,9 @@
 package fp8
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -48,4 +50,36 @@ func Quantize(dt placement.DType, shape []int64, mode Mode, src []byte) (Quantiz
 		return Quantized{}, err
 	}
 	return Quantized{Grid: g, Data: out, Scales: w.Values}, nil
+}
+
+// ScaleBytes returns the scales as raw little-endian float32, row-major
+// over Grid.ScaleShape(): weight_scale_inv as a file holds it.
+func (q Quantized) ScaleBytes() []byte {
+	out := make([]byte, 4*len(q.Scales))
+	for i, v := range q.Scales {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+	}
+	return out
+}
+
+// Stats counts the elements at the format's bounds, saturated (+-448) and
+// zeros (+-0), and returns the least and the greatest scale (0 for none).
+func (q Quantized) Stats() (saturated, zeros int, minScale, maxScale float32) {
+	for _, b := range q.Data {
+		switch b & 0x7F {
+		case 0x7E:
+			saturated++
+		case 0:
+			zeros++
+		}
+	}
+	for i, s := range q.Scales {
+		if i == 0 || s < minScale {
+			minScale = s
+		}
+		if i == 0 || s > maxScale {
+			maxScale = s
+		}
+	}
+	return saturated, zeros, minScale, maxScale
 }

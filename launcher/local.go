@@ -2,8 +2,9 @@
 // its launcher (mpirun, srun) where MPI cannot help: its rank before MPI
 // starts (Rank), MPI_Init and MPI_Finalize bounded so that no rank waits
 // forever (Init, Finalize), one message per host for events that ranks
-// cannot agree on over MPI (SayOnce), and a word when the launcher
-// interrupts the job (OnInterrupt).
+// cannot agree on over MPI (SayOnce), a word when the launcher
+// interrupts the job (OnInterrupt), and a job's progress shown as a bar
+// only where a person watches, else as log lines (Progress).
 //
 //	launcher.OnInterrupt(func() int { return rank })
 //	if err := launcher.Init(timeout, launch.Rank()); err != nil { ... }

@@ -9,9 +9,9 @@ import (
 	"github.com/m2n-dev/m2n/session"
 )
 
-// Gather gathers v from every rank of s in the named phase (timeouts name
+// gather gathers v from every rank of s in the named phase (timeouts name
 // it), rank r's at r*len(v), over the session's bounded collective.
-func Gather(s *session.Session, phase string, v []int64) ([]int64, error) {
+func gather(s *session.Session, phase string, v []int64) ([]int64, error) {
 	b := make([]byte, 8*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
@@ -27,10 +27,10 @@ func Gather(s *session.Session, phase string, v []int64) ([]int64, error) {
 	return out, nil
 }
 
-// MaxOver returns the largest x of every rank of s, and the lowest rank
+// maxOver returns the largest x of every rank of s, and the lowest rank
 // that has it.
-func MaxOver(s *session.Session, x float64) (float64, int, error) {
-	all, err := Gather(s, "iteration timing", []int64{int64(math.Float64bits(x))})
+func maxOver(s *session.Session, x float64) (float64, int, error) {
+	all, err := gather(s, "iteration timing", []int64{int64(math.Float64bits(x))})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -43,14 +43,14 @@ func MaxOver(s *session.Session, x float64) (float64, int, error) {
 	return m, at, nil
 }
 
-// MaxOverEach returns, element by element, the largest of every rank's v
+// maxOverEach returns, element by element, the largest of every rank's v
 // (every rank passes as many).
-func MaxOverEach(s *session.Session, v []float64) ([]float64, error) {
+func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
 	bits := make([]int64, len(v))
 	for i, x := range v {
 		bits[i] = int64(math.Float64bits(x))
 	}
-	all, err := Gather(s, "iteration timing", bits)
+	all, err := gather(s, "iteration timing", bits)
 	if err != nil {
 		return nil, err
 	}
@@ -64,9 +64,9 @@ func MaxOverEach(s *session.Session, v []float64) ([]float64, error) {
 	return out, nil
 }
 
-// FirstMessage gathers every rank's message and returns the lowest
+// firstMessage gathers every rank's message and returns the lowest
 // rank's that is not empty ("" when all are).
-func FirstMessage(s *session.Session, msg string) (string, error) {
+func firstMessage(s *session.Session, msg string) (string, error) {
 	blobs, err := refit.Exchange(refit.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
 	if err != nil {
 		return "", err

@@ -39,9 +39,9 @@ func ComparePerTensor(s *session.Session, m *session.Model, b *session.ModelBuff
 			calls[si] = append(calls[si], c)
 		}
 	}
-	var times Timings
+	var times timings
 	for it := 0; it < iters+1; it++ {
-		sec, err := TimeAll(s, func() error { return runEach(m, b, calls) })
+		sec, err := timeAll(s, func() error { return runEach(m, b, calls) })
 		if err != nil {
 			return nil, err
 		}
@@ -98,11 +98,11 @@ func runEach(m *session.Model, b *session.ModelBuffers, calls [][]*refit.Call) e
 
 // SyncBaseline times a plain exchange of model m's bytes (every stage's
 // pairs at once, one contiguous message per pair over the stage's
-// transport: PlainExchange), interleaved with steps of the model, iters
+// transport: plainExchange), interleaved with steps of the model, iters
 // timed after one pair that warms up, and returns the overhead per step
 // beyond moving the bytes.
-func SyncBaseline(s *session.Session, m *session.Model, b *session.ModelBuffers, iters int) (*BaselineRun, error) {
-	pxs := make([]*PlainExchange, m.StageCount())
+func SyncBaseline(s *session.Session, m *session.Model, b *session.ModelBuffers, iters int) (*baselineRun, error) {
+	pxs := make([]*plainExchange, m.StageCount())
 	defer func() {
 		for _, px := range pxs {
 			if px != nil {
@@ -115,7 +115,7 @@ func SyncBaseline(s *session.Session, m *session.Model, b *session.ModelBuffers,
 		if c == nil {
 			continue
 		}
-		px, err := NewPlainExchange(ss.Memory(), c.Schedule(), ss.Rank())
+		px, err := newPlainExchange(ss.Memory(), c.Schedule(), ss.Rank())
 		if err != nil {
 			return nil, err
 		}
@@ -143,13 +143,13 @@ func SyncBaseline(s *session.Session, m *session.Model, b *session.ModelBuffers,
 		return first
 	}
 	step := func() error { _, err := m.Run(context.Background(), b); return err }
-	var plainT, stepT Timings
+	var plainT, stepT timings
 	for it := 0; it < iters+1; it++ {
-		pt, err := TimeAll(s, plainAll)
+		pt, err := timeAll(s, plainAll)
 		if err != nil {
 			return nil, err
 		}
-		st, err := TimeAll(s, step)
+		st, err := timeAll(s, step)
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +158,7 @@ func SyncBaseline(s *session.Session, m *session.Model, b *session.ModelBuffers,
 			stepT.Add(st)
 		}
 	}
-	br := &BaselineRun{PlainSec: plainT.Median(), StepSec: stepT.Median()}
+	br := &baselineRun{PlainSec: plainT.Median(), StepSec: stepT.Median()}
 	br.OverheadSec = br.StepSec - br.PlainSec
 	return br, nil
 }

@@ -4,9 +4,9 @@
 // (SweepReport), a soak (GatherSoak), the local bandwidth and a plain
 // exchange of the same bytes, and on GPUs the pack, quantize and replay
 // benchmarks (PackUnpack, Quantize, Replay). Every timing is the slowest
-// rank's, summarised in bounded memory (Timings); local work that takes as
+// rank's, summarised in bounded memory (timings); local work that takes as
 // long as its bytes (filling, poisoning, checking) runs bounded by progress
-// rather than by a timeout (InSteps); every report has a JSON form and a
+// rather than by a timeout (inSteps); every report has a JSON form and a
 // text form (WriteText).
 //
 // A pair's routes on a session s of the job:

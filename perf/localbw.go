@@ -10,12 +10,12 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// LocalBandwidth measures the local-fabric bandwidth per rank: the
+// localBandwidth measures the local-fabric bandwidth per rank: the
 // destination ranks (dst) of each domain pass a buffer around a ring
 // inside the domain over the call's transport (local traffic runs at the
 // real speed under emulation), all domains at once, and the slowest rank's
 // rate counts. Every rank of s takes part.
-func LocalBandwidth(s *session.Session, call *refit.Call, dst []int) (float64, error) {
+func localBandwidth(s *session.Session, call *refit.Call, dst []int) (float64, error) {
 	const n = 8 << 20
 	topo := call.Topology()
 	var peers []int
@@ -58,7 +58,7 @@ func LocalBandwidth(s *session.Session, call *refit.Call, dst []int) (float64, e
 				return 0, err
 			}
 		}
-		slow, _, err := MaxOver(s, time.Since(t0).Seconds())
+		slow, _, err := maxOver(s, time.Since(t0).Seconds())
 		if err != nil {
 			return 0, err
 		}

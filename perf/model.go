@@ -22,9 +22,9 @@ var refitFlat reshard.Route = reshard.Flat{}
 // FillModel writes every tensor's pattern (seeded with its index in the
 // model) into this rank's source parts, through their views: finite
 // values (pattern.FillFloats) with floats, as a generator in FP8 needs.
-// It runs by InSteps on s, the world session (every rank calls it).
+// It runs by inSteps on s, the world session (every rank calls it).
 func FillModel(s *session.Session, m *session.Model, b *session.ModelBuffers, floats bool) error {
-	return InSteps(s, "model set-up (filling the sources)", func() error {
+	return inSteps(s, "model set-up (filling the sources)", func() error {
 		return m.EachPart(b, model.Src, true, func(p session.ModelPart) error {
 			if floats {
 				return pattern.FillFloats(p.Tensor.Src, p.Rank, uint64(p.Index), p.Bytes, p.Part.View)
@@ -34,9 +34,9 @@ func FillModel(s *session.Session, m *session.Model, b *session.ModelBuffers, fl
 	})
 }
 
-// PoisonModel fills this rank's destination parts and scale tensors with
+// poisonModel fills this rank's destination parts and scale tensors with
 // the poison.
-func PoisonModel(m *session.Model, b *session.ModelBuffers) error {
+func poisonModel(m *session.Model, b *session.ModelBuffers) error {
 	for si := range m.StageCount() {
 		ss := m.Session(si)
 		if ss == nil || si >= len(b.Scale) {
@@ -53,11 +53,11 @@ func PoisonModel(m *session.Model, b *session.ModelBuffers) error {
 	})
 }
 
-// CheckModel checks every element of this rank's destination parts (and
+// checkModel checks every element of this rank's destination parts (and
 // the scale tensor of every part it receives in FP8, against quantizing
 // the whole tensor at once); the first wrong one is named with its tensor
 // and worldRank.
-func CheckModel(m *session.Model, b *session.ModelBuffers, floats bool, worldRank int) error {
+func checkModel(m *session.Model, b *session.ModelBuffers, floats bool, worldRank int) error {
 	return m.EachPart(b, model.Dst, false, func(p session.ModelPart) error {
 		t := p.Tensor
 		var err error
@@ -123,11 +123,11 @@ func accountSync(s *session.Session, l *model.Layouts, m *session.Model, reps []
 	mm := m.Memory()
 	src, dst := l.RankBytes(s.Rank())
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Sent[reshard.LinkLocal], st.Sent[reshard.LinkSelf],
-		src + dst, mm.Staging, mm.Scratch, mm.Bound, start.RSS, PeakRSS(), st.Sent[0] + st.Sent[1], st.Recv[0] + st.Recv[1],
+		src + dst, mm.Staging, mm.Scratch, mm.Bound, start.RSS, peakRSS(), st.Sent[0] + st.Sent[1], st.Recv[0] + st.Recv[1],
 		warm.Requests, end.Requests, warm.Comms, end.Comms, warm.Heap, end.Heap, warm.Goroutines, end.Goroutines, warmPeak}
 	const fixed = 20
 	mine = append(append(mine, stageBytes...), stageRounds...)
-	all, err := Gather(s, "report gathering", mine)
+	all, err := gather(s, "report gathering", mine)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ type Pair struct {
 
 // NewPair checks the pair's memory on every rank (session.CheckMemory),
 // plans it, and allocates this rank's buffers, filling the source (by
-// InSteps); every rank learns whether any could not. Every rank of s
+// inSteps); every rank learns whether any could not. Every rank of s
 // calls it with the same layouts.
 func NewPair(s *session.Session, cfg PairConfig) (*Pair, error) {
 	if cfg.Name == "" {
@@ -93,7 +93,7 @@ func NewPair(s *session.Session, cfg PairConfig) (*Pair, error) {
 	plan, localErr := reshard.NewPlan(cfg.Src, cfg.Dst, s.Size(), reshard.Options{StripeReplicas: cfg.Stripe})
 	p.plan = plan
 	if localErr == nil {
-		localErr = InSteps(s, "buffer set-up (filling the sources)", p.allocate)
+		localErr = inSteps(s, "buffer set-up (filling the sources)", p.allocate)
 		var ab *refit.AbortError
 		if errors.As(localErr, &ab) {
 			p.Close()
@@ -117,7 +117,7 @@ func NewPair(s *session.Session, cfg PairConfig) (*Pair, error) {
 // library allocates itself (the compiled program's staging and scratch).
 func (p *Pair) checkMemory() error {
 	s, rank := p.s, p.s.Rank()
-	fp := s.CallFootprint(p.Specs())
+	fp := s.CallFootprint(p.specs())
 	fp.Plan = checked.SatSum(fp.Plan, fp.Plan) // the pair's own plan, beside the call's
 	if p.cfg.Src.Mesh().Contains(rank) {
 		n := p.cfg.Src.LocalBytes(rank)
@@ -174,7 +174,7 @@ func (p *Pair) allocate() error {
 	}
 	p.dstBuf = b
 	if p.scale != 0 {
-		n, err := p.Specs()[0].ScaleBytes(rank)
+		n, err := p.specs()[0].ScaleBytes(rank)
 		if err != nil {
 			return err
 		}
@@ -220,18 +220,18 @@ func (p *Pair) Session() *session.Session { return p.s }
 // Plan returns the pair's plan.
 func (p *Pair) Plan() *reshard.Plan { return p.plan }
 
-// Specs returns the pair as the one spec of a call.
-func (p *Pair) Specs() []refit.Spec {
+// specs returns the pair as the one spec of a call.
+func (p *Pair) specs() []refit.Spec {
 	return []refit.Spec{{Name: p.cfg.Name, Src: p.cfg.Src, Dst: p.cfg.Dst, Scale: p.scale}}
 }
 
-// Buffers returns this rank's buffers for a call of Specs.
-func (p *Pair) Buffers() []refit.TensorBuffers {
+// buffers returns this rank's buffers for a call of Specs.
+func (p *Pair) buffers() []refit.TensorBuffers {
 	return []refit.TensorBuffers{{Src: p.srcBuf, Dst: p.dstBuf, Scale: p.scaleBuf}}
 }
 
-// Poison fills this rank's destination and scale tensor with the poison.
-func (p *Pair) Poison() error {
+// poison fills this rank's destination and scale tensor with the poison.
+func (p *Pair) poison() error {
 	if p.dstHost == nil {
 		return nil
 	}
@@ -258,12 +258,12 @@ func fillBytes(b []byte, v byte) {
 	}
 }
 
-// Check compares every element of this rank's destination (and its FP8
+// check compares every element of this rank's destination (and its FP8
 // scales) with the pattern, and returns the first wrong one's message
 // naming the world rank, with when ("iteration 3") appended; "" when
 // every element is right or the rank holds no destination. The error is
 // for a check that could not run.
-func (p *Pair) Check(when string) (string, error) {
+func (p *Pair) check(when string) (string, error) {
 	if p.dstHost == nil {
 		return "", nil
 	}
@@ -310,11 +310,11 @@ func nameWorldRank(err error, tensor string, rank int) {
 	}
 }
 
-// CheckUntouched runs after an atomic call failed on every rank: each
+// checkUntouched runs after an atomic call failed on every rank: each
 // destination compares its buffer with what it held before the call (the
 // poison), and the Agreed error says whether every destination is
 // untouched, as the atomic mode promises.
-func (p *Pair) CheckUntouched(callErr error) error {
+func (p *Pair) checkUntouched(callErr error) error {
 	if aborted, _ := p.s.Aborted(); aborted {
 		return callErr
 	}
@@ -338,7 +338,7 @@ func (p *Pair) CheckUntouched(callErr error) error {
 			}
 		}
 	}
-	all, err := Gather(p.s, "report gathering", []int64{changed})
+	all, err := gather(p.s, "report gathering", []int64{changed})
 	if err != nil {
 		return fmt.Errorf("%w; %v", callErr, err)
 	}

@@ -10,21 +10,21 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// PlainExchange is a plain exchange of exactly the bytes a call's schedule
+// plainExchange is a plain exchange of exactly the bytes a call's schedule
 // moves between each pair of ranks, over the same transport: one
 // contiguous message per pair, all posted at once (Isend/Irecv over MPI,
 // grouped ncclSend/ncclRecv on GPUs), the baseline a reshard is measured
 // against.
-type PlainExchange struct {
+type plainExchange struct {
 	mem            session.Memory
 	sendTo, recvFr map[int]int64
 	send, recv     transport.Buffer
 }
 
-// NewPlainExchange sizes rank's side of the exchange from a schedule: the
+// newPlainExchange sizes rank's side of the exchange from a schedule: the
 // bytes of every message between two different ranks, per pair.
-func NewPlainExchange(mem session.Memory, s *reshard.Schedule, rank int) (*PlainExchange, error) {
-	px := &PlainExchange{mem: mem, sendTo: map[int]int64{}, recvFr: map[int]int64{}}
+func newPlainExchange(mem session.Memory, s *reshard.Schedule, rank int) (*plainExchange, error) {
+	px := &plainExchange{mem: mem, sendTo: map[int]int64{}, recvFr: map[int]int64{}}
 	for i := range s.Messages {
 		m := &s.Messages[i]
 		switch {
@@ -58,10 +58,10 @@ func NewPlainExchange(mem session.Memory, s *reshard.Schedule, rank int) (*Plain
 }
 
 // Bytes returns what this rank sends and receives in the exchange.
-func (px *PlainExchange) Bytes() (sent, recv int64) { return px.send.Len(), px.recv.Len() }
+func (px *plainExchange) Bytes() (sent, recv int64) { return px.send.Len(), px.recv.Len() }
 
 // Run posts the whole exchange on tr and waits for it, at most timeout.
-func (px *PlainExchange) Run(tr transport.Transport, timeout time.Duration) error {
+func (px *plainExchange) Run(tr transport.Transport, timeout time.Duration) error {
 	var ops []transport.Op
 	var off int64
 	for _, p := range sortedKeys(px.recvFr) {
@@ -83,7 +83,7 @@ func (px *PlainExchange) Run(tr transport.Transport, timeout time.Duration) erro
 }
 
 // Free releases the exchange's buffers.
-func (px *PlainExchange) Free() {
+func (px *plainExchange) Free() {
 	px.mem.Free(px.send)
 	px.mem.Free(px.recv)
 }

@@ -36,12 +36,12 @@ type ReplayOptions struct {
 // NewReplay sets a replay up on s, a one-rank session: on the GPU every
 // driver of opt, in host memory the host driver only (a try-out of the
 // set-up and checks).
-func NewReplay(s *session.Session, opt ReplayOptions) (*Replay, error) {
+func NewReplay(s *session.Session, opt ReplayOptions) (*replay, error) {
 	rank0, err := mesh.Interval([]int{1}, 0)
 	if err != nil {
 		return nil, err
 	}
-	b := &Replay{opt: opt, s: s, mem: s.Memory(), drivers: opt.Drivers, rank0: rank0}
+	b := &replay{opt: opt, s: s, mem: s.Memory(), drivers: opt.Drivers, rank0: rank0}
 	if gpu, ok := s.Memory().(*cuda.Memory); ok {
 		b.gpu = gpu
 	} else {
@@ -51,7 +51,7 @@ func NewReplay(s *session.Session, opt ReplayOptions) (*Replay, error) {
 }
 
 // Describe says where the replay runs and how it times.
-func (b *Replay) Describe() string {
+func (b *replay) Describe() string {
 	if b.gpu == nil {
 		return "replay-bench on the CPU (host memory; the host driver only: a try-out of the set-up and checks)"
 	}
@@ -66,8 +66,8 @@ func (b *Replay) Describe() string {
 // host's part of Launch for both), the expert tensor dense and into
 // padded rows, and every model; each against its bound measured in the
 // same run, each driver's destinations checked after its timed calls.
-func (b *Replay) Run() ([]ReplayRow, error) {
-	var rows []ReplayRow
+func (b *replay) Run() ([]replayRow, error) {
+	var rows []replayRow
 	for _, n := range []int{1, 1000} {
 		r, err := b.small(n)
 		if err != nil {
@@ -98,9 +98,9 @@ func (b *Replay) Run() ([]ReplayRow, error) {
 	return rows, nil
 }
 
-// ReplayRow is one case on one driver: its median time per call beside
+// replayRow is one case on one driver: its median time per call beside
 // its bound, and the goal it has, met or not.
-type ReplayRow struct {
+type replayRow struct {
 	Case, Driver string
 	Tensors      int
 	Bytes        int64
@@ -112,9 +112,9 @@ type ReplayRow struct {
 	Note         string
 }
 
-// Replay times prepared calls on one GPU with both meshes on the one
+// replay times prepared calls on one GPU with both meshes on the one
 // rank (every byte a local copy), on each driver (NewReplay, Run).
-type Replay struct {
+type replay struct {
 	opt     ReplayOptions
 	s       *session.Session
 	mem     session.Memory
@@ -125,7 +125,7 @@ type Replay struct {
 }
 
 // WriteReplay writes rows as a table, then each row's note.
-func WriteReplay(out io.Writer, rows []ReplayRow) error {
+func WriteReplay(out io.Writer, rows []replayRow) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "case\tdriver\ttensors\tbytes\tper call\tper tensor\tGB/s\tbound\tvs bound\tgoal\tmet\t")
 	for _, r := range rows {
@@ -176,8 +176,8 @@ type benchCase struct {
 }
 
 // timeCalls prepares c on every driver and times it.
-func (b *Replay) timeCalls(c *benchCase) ([]ReplayRow, error) {
-	var rows []ReplayRow
+func (b *replay) timeCalls(c *benchCase) ([]replayRow, error) {
+	var rows []replayRow
 	for _, d := range b.drivers {
 		r, err := b.timeDriver(c, d)
 		if err != nil {
@@ -189,7 +189,7 @@ func (b *Replay) timeCalls(c *benchCase) ([]ReplayRow, error) {
 }
 
 // timeDriver prepares c on driver d and times it.
-func (b *Replay) timeDriver(c *benchCase, d refit.DriverKind) ([]ReplayRow, error) {
+func (b *replay) timeDriver(c *benchCase, d refit.DriverKind) ([]replayRow, error) {
 	ctx := context.Background()
 	if err := b.s.SetDriver(d); err != nil {
 		return nil, err
@@ -199,10 +199,10 @@ func (b *Replay) timeDriver(c *benchCase, d refit.DriverKind) ([]ReplayRow, erro
 		return nil, err
 	}
 	defer call.Close()
-	var rows []ReplayRow
+	var rows []replayRow
 	{
 		warm := max(3, min(c.iters/10, 100))
-		var times Timings
+		var times timings
 		for it := 0; it < warm+c.iters; it++ {
 			t0 := time.Now()
 			if _, err := call.Run(ctx, c.bufs); err != nil {
@@ -212,7 +212,7 @@ func (b *Replay) timeDriver(c *benchCase, d refit.DriverKind) ([]ReplayRow, erro
 				times.Add(time.Since(t0).Seconds())
 			}
 		}
-		row := ReplayRow{Case: c.name, Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes, Sec: times.Median(),
+		row := replayRow{Case: c.name, Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes, Sec: times.Median(),
 			Bound: c.bound, BoundSec: c.boundAt}
 		row.Goal, row.Met = c.goal(d, row.Sec)
 		if err := c.poison(); err != nil {
@@ -245,31 +245,31 @@ func (b *Replay) timeDriver(c *benchCase, d refit.DriverKind) ([]ReplayRow, erro
 // is queued on the streams and Launch returns; the Wait after each (which
 // waits for the GPU and agrees on the outcome) is not timed. The bound is
 // the host time of queuing a device memcpy of the same bytes.
-func (b *Replay) timeLaunches(call *refit.Call, c *benchCase, d refit.DriverKind, warm int) (ReplayRow, error) {
+func (b *replay) timeLaunches(call *refit.Call, c *benchCase, d refit.DriverKind, warm int) (replayRow, error) {
 	ctx := context.Background()
-	var times Timings
+	var times timings
 	for it := 0; it < warm+c.iters; it++ {
 		t0 := time.Now()
 		if _, err := call.Launch(ctx, c.bufs, nil); err != nil {
-			return ReplayRow{}, fmt.Errorf("%s, Launch on the %s driver: %w", c.name, d, err)
+			return replayRow{}, fmt.Errorf("%s, Launch on the %s driver: %w", c.name, d, err)
 		}
 		if it >= warm {
 			times.Add(time.Since(t0).Seconds())
 		}
 		if _, err := call.Wait(ctx); err != nil {
-			return ReplayRow{}, fmt.Errorf("%s, Wait on the %s driver: %w", c.name, d, err)
+			return replayRow{}, fmt.Errorf("%s, Wait on the %s driver: %w", c.name, d, err)
 		}
 	}
 	enq, err := b.timeFreshCopy(c.bytes, c.iters, false)
 	if err != nil {
-		return ReplayRow{}, err
+		return replayRow{}, err
 	}
-	return ReplayRow{Case: c.name + ", Launch (host)", Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes,
+	return replayRow{Case: c.name + ", Launch (host)", Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes,
 		Sec: times.Median(), Bound: "memcpy enqueue " + fmtSec(enq), BoundSec: enq}, nil
 }
 
 // timeFreshCopy is timeCopy on two buffers of n bytes allocated for it.
-func (b *Replay) timeFreshCopy(n int64, iters int, synced bool) (float64, error) {
+func (b *replay) timeFreshCopy(n int64, iters int, synced bool) (float64, error) {
 	src, err := b.buf(n)
 	if err != nil {
 		return 0, err
@@ -284,7 +284,7 @@ func (b *Replay) timeFreshCopy(n int64, iters int, synced bool) (float64, error)
 }
 
 // buf allocates n bytes of device memory.
-func (b *Replay) buf(n int64) (transport.Buffer, error) {
+func (b *replay) buf(n int64) (transport.Buffer, error) {
 	x, err := b.mem.Alloc(n)
 	if err != nil {
 		return nil, fmt.Errorf("replay-bench: %s of device memory: %w", units.FormatBytes(n), err)
@@ -295,8 +295,8 @@ func (b *Replay) buf(n int64) (transport.Buffer, error) {
 // timeCopy times iters device memcpys of n bytes (median, after
 // warm-ups): with the stream synchronize after each if synced, else
 // queuing alone (the synchronize follows untimed).
-func (b *Replay) timeCopy(dst, src transport.Buffer, n int64, iters int, synced bool) (float64, error) {
-	var times Timings
+func (b *replay) timeCopy(dst, src transport.Buffer, n int64, iters int, synced bool) (float64, error) {
+	var times timings
 	warm := max(3, min(iters/10, 100))
 	for it := 0; it < iters+warm; it++ {
 		t0 := time.Now()
@@ -324,7 +324,7 @@ func (b *Replay) timeCopy(dst, src transport.Buffer, n int64, iters int, synced 
 }
 
 // fill sets every byte of buf to v.
-func (b *Replay) fill(buf transport.Buffer, v byte) error {
+func (b *replay) fill(buf transport.Buffer, v byte) error {
 	if b.gpu == nil {
 		h := buf.(transport.HostBuffer)
 		for i := range h {
@@ -336,7 +336,7 @@ func (b *Replay) fill(buf transport.Buffer, v byte) error {
 }
 
 // readAt copies len(dst) bytes of buf from offset off.
-func (b *Replay) readAt(dst []byte, buf transport.Buffer, off int64) error {
+func (b *replay) readAt(dst []byte, buf transport.Buffer, off int64) error {
 	if b.gpu == nil {
 		copy(dst, buf.(transport.HostBuffer)[off:])
 		return nil
@@ -345,11 +345,11 @@ func (b *Replay) readAt(dst []byte, buf transport.Buffer, off int64) error {
 }
 
 // measureCopy returns the memcpy bandwidth of n bytes.
-func (b *Replay) measureCopy(n int64) (float64, error) {
+func (b *replay) measureCopy(n int64) (float64, error) {
 	sec, err := b.timeFreshCopy(n, b.opt.BigIters, true)
 	return float64(n) / sec, err
 }
 
-func (b *Replay) layout(shape string) (placement.Layout, error) {
+func (b *replay) layout(shape string) (placement.Layout, error) {
 	return placement.ParseLayout(shape, placement.BF16, b.rank0, "S0")
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // small times n 64x64 bf16 tensors in one call.
-func (b *Replay) small(n int) ([]ReplayRow, error) {
+func (b *replay) small(n int) ([]replayRow, error) {
 	l, err := b.layout("64x64")
 	if err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func yesNo(ok bool) string {
 
 // expert times DeepSeek-V3's 7 GiB expert tensor colocated, into a dense
 // destination and into one with padded rows.
-func (b *Replay) expert() ([]ReplayRow, error) {
+func (b *replay) expert() ([]replayRow, error) {
 	const shape = "256x2048x7168"
 	l, err := b.layout(shape)
 	if err != nil {
@@ -181,7 +181,7 @@ func (b *Replay) expert() ([]ReplayRow, error) {
 
 // fillBig fills a large dense source of a tensor held whole with the
 // pattern, on every core.
-func (b *Replay) fillBig(l placement.Layout, buf transport.Buffer) error {
+func (b *replay) fillBig(l placement.Layout, buf transport.Buffer) error {
 	host := make([]byte, buf.Len())
 	esz := l.ElemSize()
 	elems := int64(len(host)) / esz
@@ -227,7 +227,7 @@ func parallel(n int, f func(i int) error) error {
 // view v (dense, or rows padded): every element with --check, else 16 MiB
 // at its start, middle and end, byte by byte against the pattern (padding
 // keeps its poison).
-func (b *Replay) checkBig(l placement.Layout, buf transport.Buffer, v placement.View) error {
+func (b *replay) checkBig(l placement.Layout, buf transport.Buffer, v placement.View) error {
 	if b.opt.Check {
 		host := make([]byte, buf.Len())
 		if err := b.mem.Download(host, buf); err != nil {
@@ -265,7 +265,7 @@ func (b *Replay) checkBig(l placement.Layout, buf transport.Buffer, v placement.
 // model times every tensor of a scaled model, both sides on this rank:
 // the trainer's (Megatron, TP 1) and the generator's (vLLM, TP 1) layouts
 // and fused buffers, the generator's moved onto rank 0.
-func (b *Replay) model(name string) ([]ReplayRow, error) {
+func (b *replay) model(name string) ([]replayRow, error) {
 	m, err := model.Load(name, model.LoadOptions{Scale: b.opt.Scale, Layers: b.opt.Layers})
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", name, err)

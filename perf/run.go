@@ -84,7 +84,7 @@ type PlainReport struct {
 // MeasureConfig says how to time a call: Warmup untimed iterations, then
 // Iters timed ones (every iteration's time is the slowest rank's);
 // Check poisons the destinations before every iteration and checks every
-// element after (InSteps); Atomic checks, after a failed call, that every
+// element after (inSteps); Atomic checks, after a failed call, that every
 // destination is untouched. Progress, when set, hears of every iteration
 // done (done of total: Warmup+Iters) of route; AtReport runs before the
 // traffic is gathered (a program's test hooks).
@@ -95,16 +95,16 @@ type MeasureConfig struct {
 	AtReport      func()
 }
 
-// Measure runs one prepared call of the pair Warmup+Iters times and
+// measure runs one prepared call of the pair Warmup+Iters times and
 // reports it: times, checks and every rank's traffic.
-func (p *Pair) Measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
+func (p *Pair) measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 	s := p.s
 	sched := call.Schedule()
 	rr := RouteReport{Route: sched.Route, Iters: c.Iters, Rounds: sched.Rounds}
 	if s.Options().Device == session.GPU {
 		rr.Driver = call.Driver().Name()
 	}
-	var times Timings
+	var times timings
 	var st refit.Stats
 	checkMsg := "" // this rank's first wrong element, in any iteration
 	for it := 0; it < c.Warmup+c.Iters; it++ {
@@ -118,9 +118,9 @@ func (p *Pair) Measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 		st = stats
 		p.cfg.Log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", sec).Msg("iteration")
 		if c.Check {
-			if err := InSteps(s, "check (comparing every destination element)", func() (err error) {
+			if err := inSteps(s, "check (comparing every destination element)", func() (err error) {
 				if checkMsg == "" {
-					checkMsg, err = p.Check(IterationName(it, c.Warmup, "iteration"))
+					checkMsg, err = p.check(iterationName(it, c.Warmup, "iteration"))
 				}
 				return err
 			}); err != nil {
@@ -142,7 +142,7 @@ func (p *Pair) Measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 	if rr.Ranks, err = p.traffic(call.Topology(), st); err != nil {
 		return rr, err
 	}
-	first, err := FirstMessage(s, checkMsg)
+	first, err := firstMessage(s, checkMsg)
 	rr.Check = checkResult(c.Check, first)
 	return rr, err
 }
@@ -153,7 +153,7 @@ func (p *Pair) Measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 func (p *Pair) iteration(call *refit.Call, c MeasureConfig, first bool) (float64, refit.Stats, error) {
 	s, ctx := p.s, context.Background()
 	if c.Check || first {
-		if err := InSteps(s, "poison of the destinations", p.Poison); err != nil {
+		if err := inSteps(s, "poison of the destinations", p.poison); err != nil {
 			return 0, refit.Stats{}, err
 		}
 	}
@@ -161,14 +161,14 @@ func (p *Pair) iteration(call *refit.Call, c MeasureConfig, first bool) (float64
 		return 0, refit.Stats{}, err
 	}
 	t0 := time.Now()
-	rep, err := call.Run(ctx, p.Buffers())
+	rep, err := call.Run(ctx, p.buffers())
 	if err != nil {
 		if c.Atomic {
-			err = p.CheckUntouched(err)
+			err = p.checkUntouched(err)
 		}
 		return 0, refit.Stats{}, err
 	}
-	sec, _, err := MaxOver(s, time.Since(t0).Seconds())
+	sec, _, err := maxOver(s, time.Since(t0).Seconds())
 	return sec, rep.Stats, err
 }
 
@@ -176,7 +176,7 @@ func (p *Pair) iteration(call *refit.Call, c MeasureConfig, first bool) (float64
 func (p *Pair) traffic(topo reshard.Topology, st refit.Stats) ([]RankTraffic, error) {
 	mine := []int64{st.Sent[reshard.LinkNetwork], st.Recv[reshard.LinkNetwork], st.Sent[reshard.LinkLocal],
 		st.Recv[reshard.LinkLocal], st.Sent[reshard.LinkSelf], st.Packed}
-	all, err := Gather(p.s, "report gathering", mine)
+	all, err := gather(p.s, "report gathering", mine)
 	if err != nil {
 		return nil, err
 	}
@@ -203,10 +203,10 @@ func checkResult(checked bool, first string) string {
 	return "FAILED: " + first
 }
 
-// IterationName names iteration it of a run whose first warmup
+// iterationName names iteration it of a run whose first warmup
 // iterations warm up: "iteration 3", "warm-up iteration 0" (unit
 // "step" for a model's).
-func IterationName(it, warmup int, unit string) string {
+func iterationName(it, warmup int, unit string) string {
 	if it < warmup {
 		return fmt.Sprintf("warm-up %s %d", unit, it)
 	}
@@ -229,7 +229,7 @@ func Role(src, dst placement.Layout, r int) string {
 
 // RoutesConfig says how to run a pair's routes: by name (routespec.List),
 // with Route's settings, each measured by Measure. With MeasureLocal the
-// fabric's local bandwidth is measured first (LocalBandwidth, over the
+// fabric's local bandwidth is measured first (localBandwidth, over the
 // calls' own transport: an emulated network caps only the traffic between
 // domains). BeforePrepare, when set, runs before the first route is
 // prepared, and Prepared sees every prepared call before it runs and may
@@ -291,7 +291,7 @@ func (p *Pair) runRoute(name string, c RoutesConfig) (RouteReport, reshard.Topol
 	if err != nil {
 		return RouteReport{}, reshard.Topology{}, err
 	}
-	call, err := p.s.Prepare(context.Background(), p.Specs(), route)
+	call, err := p.s.Prepare(context.Background(), p.specs(), route)
 	if err != nil {
 		return RouteReport{}, reshard.Topology{}, err
 	}
@@ -305,7 +305,7 @@ func (p *Pair) runRoute(name string, c RoutesConfig) (RouteReport, reshard.Topol
 	if sched.Note != "" && p.s.Rank() == 0 {
 		p.cfg.Log.Info().Str("route", sched.Route).Msg(sched.Note)
 	}
-	rr, err := p.Measure(call, c.Measure)
+	rr, err := p.measure(call, c.Measure)
 	rr.Why = sched.Note
 	return rr, call.Topology(), err
 }
@@ -313,42 +313,42 @@ func (p *Pair) runRoute(name string, c RoutesConfig) (RouteReport, reshard.Topol
 // localBandwidth measures the local-fabric bandwidth among the pair's
 // destination ranks over a flat call's transport.
 func (p *Pair) localBandwidth() (float64, error) {
-	call, err := p.s.Prepare(context.Background(), p.Specs(), reshard.Flat{})
+	call, err := p.s.Prepare(context.Background(), p.specs(), reshard.Flat{})
 	if err != nil {
 		return 0, err
 	}
 	defer call.Close()
-	bw, err := LocalBandwidth(p.s, call, p.cfg.Dst.Mesh().Ranks())
+	bw, err := localBandwidth(p.s, call, p.cfg.Dst.Mesh().Ranks())
 	p.cfg.Log.Debug().Float64("local_bw", bw).Msg("measured local bandwidth")
 	return bw, err
 }
 
 // BenchPlain times a plain exchange of the bytes route moves between
-// every pair of ranks (PlainExchange: one contiguous message per pair)
+// every pair of ranks (plainExchange: one contiguous message per pair)
 // over the same transport, interleaved with iters calls of the route on
 // the pair (the first of each warms up), and returns the comparison as a
 // RouteReport named "plain" (Extra: a PlainReport).
 func (p *Pair) BenchPlain(route reshard.Route, name string, iters int) (RouteReport, error) {
 	s := p.s
-	call, err := s.Prepare(context.Background(), p.Specs(), route)
+	call, err := s.Prepare(context.Background(), p.specs(), route)
 	if err != nil {
 		return RouteReport{}, err
 	}
 	defer call.Close()
-	px, err := NewPlainExchange(s.Memory(), call.Schedule(), s.Rank())
+	px, err := newPlainExchange(s.Memory(), call.Schedule(), s.Rank())
 	if err != nil {
 		return RouteReport{}, err
 	}
 	defer px.Free()
 	exchange := func() error { return px.Run(call.Transport(), s.Options().Timeout) }
-	reshardOnce := func() error { _, err := call.Run(context.Background(), p.Buffers()); return err }
-	var plainT, reshardT Timings
+	reshardOnce := func() error { _, err := call.Run(context.Background(), p.buffers()); return err }
+	var plainT, reshardT timings
 	for it := 0; it < iters+1; it++ {
-		pt, err := TimeAll(s, exchange)
+		pt, err := timeAll(s, exchange)
 		if err != nil {
 			return RouteReport{}, err
 		}
-		rt, err := TimeAll(s, reshardOnce)
+		rt, err := timeAll(s, reshardOnce)
 		if err != nil {
 			return RouteReport{}, err
 		}
@@ -367,9 +367,9 @@ func (p *Pair) BenchPlain(route reshard.Route, name string, iters int) (RouteRep
 	return RouteReport{Route: "plain", Iters: iters, MedianSec: pm, TensorGBps: pr.TensorGBps, Check: "not checked", Extra: pr}, nil
 }
 
-// TimeAll runs fn on every rank of s after a barrier and returns the
+// timeAll runs fn on every rank of s after a barrier and returns the
 // slowest rank's time.
-func TimeAll(s *session.Session, fn func() error) (float64, error) {
+func timeAll(s *session.Session, fn func() error) (float64, error) {
 	if err := s.Barrier(context.Background()); err != nil {
 		return 0, err
 	}
@@ -377,7 +377,7 @@ func TimeAll(s *session.Session, fn func() error) (float64, error) {
 	if err := fn(); err != nil {
 		return 0, err
 	}
-	sec, _, err := MaxOver(s, time.Since(t0).Seconds())
+	sec, _, err := maxOver(s, time.Since(t0).Seconds())
 	return sec, err
 }
 
@@ -422,5 +422,5 @@ func RunStages(world *session.Session, st *session.Pipeline, run func(s int, ss 
 			return nil, st.Wrap(s, e)
 		}
 	}
-	return GatherReports(world.Collective(), mine)
+	return gatherReports(world.Collective(), mine)
 }

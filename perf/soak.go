@@ -39,7 +39,7 @@ type SoakRank struct {
 func GatherSoak(s *session.Session, first, last Usage) (*SoakReport, error) {
 	mine := []int64{first.RSS, last.RSS, first.Goroutines, last.Goroutines, first.Requests, last.Requests, first.Comms, last.Comms,
 		first.Heap, last.Heap}
-	all, err := Gather(s, "report gathering", mine)
+	all, err := gather(s, "report gathering", mine)
 	if err != nil {
 		return nil, err
 	}

@@ -7,23 +7,23 @@ import (
 	"github.com/m2n-dev/m2n/session"
 )
 
-// OnPanic, when set, handles a panic in a goroutine this package starts
+// onPanic, when set, handles a panic in a goroutine this package starts
 // (refit ends the job with it, so that no rank waits for one whose
 // goroutine died); unset, the panic is left to crash the process.
-var OnPanic func(p any)
+var onPanic func(p any)
 
-// recovered hands a panic of the calling goroutine to OnPanic; deferred
+// recovered hands a panic of the calling goroutine to onPanic; deferred
 // first in every goroutine of the package.
 func recovered() {
-	if OnPanic == nil {
+	if onPanic == nil {
 		return
 	}
 	if p := recover(); p != nil {
-		OnPanic(p)
+		onPanic(p)
 	}
 }
 
-// InSteps runs this rank's local work (filling, poisoning or checking its
+// inSteps runs this rank's local work (filling, poisoning or checking its
 // buffers: work that takes as long as its bytes, which no wait's bound
 // covers) while every rank of s takes part in a small progress
 // collective every slice of the timeout (a quarter of it, 10 ms to
@@ -35,7 +35,7 @@ func recovered() {
 // collective's error once this rank's work is done (the work may touch
 // buffers the caller frees after). phase names the collective in
 // timeouts.
-func InSteps(s *session.Session, phase string, work func() error) error {
+func inSteps(s *session.Session, phase string, work func() error) error {
 	slice := min(max(s.Options().Timeout/4, 10*time.Millisecond), 10*time.Second)
 	done := make(chan error, 1)
 	go func() {
@@ -63,7 +63,7 @@ func InSteps(s *session.Session, phase string, work func() error) error {
 		if finished {
 			flag = 1
 		}
-		all, err := Gather(s, phase, []int64{flag})
+		all, err := gather(s, phase, []int64{flag})
 		if err != nil {
 			if !finished {
 				<-done

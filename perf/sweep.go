@@ -10,8 +10,8 @@ import (
 	"github.com/m2n-dev/m2n/units"
 )
 
-// SweepRow is one configuration's result for one route.
-type SweepRow struct {
+// sweepRow is one configuration's result for one route.
+type sweepRow struct {
 	Rho       int     `json:"rho"`
 	Domains   int     `json:"domains"`
 	Route     string  `json:"route"`
@@ -34,7 +34,7 @@ type SweepReport struct {
 	Sources int        `json:"sources"`
 	TP      int        `json:"tp"`
 	NetBW   float64    `json:"emulated_net_bw"`
-	Rows    []SweepRow `json:"rows"`
+	Rows    []sweepRow `json:"rows"`
 }
 
 // SweepLayouts returns a sweep's layouts at replication rho: the source
@@ -60,7 +60,7 @@ func SweepLayouts(shape []int64, dt placement.DType, sources, tp, rho int) (src,
 func (r *SweepReport) Add(rho, domains int, rep *RunReport) {
 	r.Source = rep.Source
 	for _, rr := range rep.Routes {
-		r.Rows = append(r.Rows, SweepRow{Rho: rho, Domains: domains, Route: rr.Route, MedianSec: rr.MedianSec,
+		r.Rows = append(r.Rows, sweepRow{Rho: rho, Domains: domains, Route: rr.Route, MedianSec: rr.MedianSec,
 			BoundSec: rr.BoundSec, Ratio: rr.Ratio, Binding: rr.Binding, Check: rr.Check})
 	}
 }
@@ -84,12 +84,12 @@ func (r *SweepReport) WriteText(w io.Writer) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rho\tdomains\thier/bound\thier vs flat\tgoal 0.8*rho\thier vs agbcast\t")
 	type key struct{ rho, d int }
-	by := map[key]map[string]SweepRow{}
+	by := map[key]map[string]sweepRow{}
 	var order []key
 	for _, r := range rows {
 		k := key{r.Rho, r.Domains}
 		if by[k] == nil {
-			by[k] = map[string]SweepRow{}
+			by[k] = map[string]sweepRow{}
 			order = append(order, k)
 		}
 		by[k][r.Route] = r
@@ -100,7 +100,7 @@ func (r *SweepReport) WriteText(w io.Writer) error {
 			continue
 		}
 		fl, ag := by[k]["flat"], by[k]["agbcast"]
-		speed := func(o SweepRow) string {
+		speed := func(o sweepRow) string {
 			if o.MedianSec == 0 || h.MedianSec == 0 {
 				return "-"
 			}

@@ -47,7 +47,7 @@ type SyncReport struct {
 	EmulatedBW float64        `json:"emulated_net_bw,omitempty"`
 	Bounds     []bounds.Bound `json:"bounds"`
 	Compare    *CompareRun    `json:"compare,omitempty"`
-	Baseline   *BaselineRun   `json:"baseline,omitempty"`
+	Baseline   *baselineRun   `json:"baseline,omitempty"`
 }
 
 // StageReport is one pipeline stage's part of a SyncReport.
@@ -96,8 +96,8 @@ type CompareRun struct {
 	OverBound    float64 `json:"batched_over_bound"`
 }
 
-// BaselineRun is a plain exchange of the model's bytes beside its steps.
-type BaselineRun struct {
+// baselineRun is a plain exchange of the model's bytes beside its steps.
+type baselineRun struct {
 	PlainSec    float64 `json:"plain_median_s"`
 	StepSec     float64 `json:"step_median_s"`
 	OverheadSec float64 `json:"overhead_per_step_s"`
@@ -129,7 +129,7 @@ type SyncConfig struct {
 func Sync(s *session.Session, l *model.Layouts, m *session.Model, b *session.ModelBuffers, start Usage, fabric bounds.Fabric, c SyncConfig) (*SyncReport, error) {
 	rep := newSyncReport(s, l, c.Iters)
 	rep.Fabric = fabric
-	run := syncRun{s: s, l: l, m: m, b: b, c: c, stages: make([]Timings, len(l.Stages))}
+	run := syncRun{s: s, l: l, m: m, b: b, c: c, stages: make([]timings, len(l.Stages))}
 	run.progress()
 	for it := 0; it < c.Warmup+c.Iters; it++ {
 		if err := run.step(it); err != nil {
@@ -146,7 +146,7 @@ func Sync(s *session.Session, l *model.Layouts, m *session.Model, b *session.Mod
 	if err := accountSync(s, l, m, run.last, start, run.warm, run.warmPeak, rep); err != nil {
 		return nil, err
 	}
-	first, err := FirstMessage(s, run.checkMsg)
+	first, err := firstMessage(s, run.checkMsg)
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +180,8 @@ type syncRun struct {
 	m        *session.Model
 	b        *session.ModelBuffers
 	c        SyncConfig
-	times    Timings
-	stages   []Timings
+	times    timings
+	stages   []timings
 	last     []*refit.Report
 	slowRank int
 	warm     Usage
@@ -211,7 +211,7 @@ func (r *syncRun) progress() {
 func (r *syncRun) step(it int) error {
 	s, c := r.s, r.c
 	if c.Check || it == 0 {
-		if err := InSteps(s, "poison of the destinations", func() error { return PoisonModel(r.m, r.b) }); err != nil {
+		if err := inSteps(s, "poison of the destinations", func() error { return poisonModel(r.m, r.b) }); err != nil {
 			return err
 		}
 	}
@@ -233,7 +233,7 @@ func (r *syncRun) step(it int) error {
 		}
 		return err
 	}
-	slowest, slowRank, err := MaxOver(s, time.Since(t0).Seconds())
+	slowest, slowRank, err := maxOver(s, time.Since(t0).Seconds())
 	if err != nil {
 		return err
 	}
@@ -243,7 +243,7 @@ func (r *syncRun) step(it int) error {
 			per[si] = rp.Seconds
 		}
 	}
-	if per, err = MaxOverEach(s, per); err != nil {
+	if per, err = maxOverEach(s, per); err != nil {
 		return err
 	}
 	if it >= c.Warmup {
@@ -257,7 +257,7 @@ func (r *syncRun) step(it int) error {
 		if r.warm, err = MeasureUsage(); err != nil {
 			return err
 		}
-		r.warmPeak = PeakRSS()
+		r.warmPeak = peakRSS()
 	}
 	r.last = reps
 	if c.Check {
@@ -270,12 +270,12 @@ func (r *syncRun) step(it int) error {
 // poisoned before each, so a byte wrong in one step fails the check even
 // where a later step would have overwritten it.
 func (r *syncRun) check(it int) error {
-	return InSteps(r.s, "check (comparing every destination element)", func() error {
+	return inSteps(r.s, "check (comparing every destination element)", func() error {
 		if r.checkMsg != "" {
 			return nil
 		}
-		if err := CheckModel(r.m, r.b, r.c.Floats, r.c.WorldRank); err != nil {
-			when := IterationName(it, r.c.Warmup, "step")
+		if err := checkModel(r.m, r.b, r.c.Floats, r.c.WorldRank); err != nil {
+			when := iterationName(it, r.c.Warmup, "step")
 			r.checkMsg = fmt.Sprintf("%v, in %s", err, when)
 			r.c.Log.Error().Err(err).Str("when", when).Msg("check failed")
 		}
@@ -284,7 +284,7 @@ func (r *syncRun) check(it int) error {
 }
 
 // GeneratorLocalBandwidth measures the local bandwidth among the
-// generator ranks of layouts l (LocalBandwidth) over a probe call of the
+// generator ranks of layouts l (localBandwidth) over a probe call of the
 // world session s whose destinations are the generator's ranks (so its
 // domains are the model's generator domains); every rank of s takes
 // part and learns it. A model is best prepared after it (auto chooses its
@@ -299,7 +299,7 @@ func GeneratorLocalBandwidth(s *session.Session, l *model.Layouts) (float64, err
 		return 0, err
 	}
 	defer call.Close()
-	return LocalBandwidth(s, call, gens)
+	return localBandwidth(s, call, gens)
 }
 
 // Leaked gathers what each rank holds beyond what it held at start (MPI
@@ -310,7 +310,7 @@ func Leaked(s *session.Session, start Usage, rep *SyncReport) error {
 	if err != nil {
 		return err
 	}
-	all, err := Gather(s, "report gathering", []int64{now.Comms - start.Comms, now.Requests - start.Requests})
+	all, err := gather(s, "report gathering", []int64{now.Comms - start.Comms, now.Requests - start.Requests})
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/m2n-dev/m2n/units"
 )
 
-// GatherReports collects every rank's reports of pipeline stages on
+// gatherReports collects every rank's reports of pipeline stages on
 // every rank, ordered by stage, over the bounded collective coll.
-func GatherReports(coll refit.Collective, mine []*RunReport) ([]*RunReport, error) {
+func gatherReports(coll refit.Collective, mine []*RunReport) ([]*RunReport, error) {
 	payload, err := json.Marshal(mine)
 	if err != nil {
 		return nil, err

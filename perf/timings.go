@@ -2,21 +2,21 @@ package perf
 
 import "sort"
 
-// keepSamples is how many samples a Timings keeps for its median: exact
+// keepSamples is how many samples a timings keeps for its median: exact
 // up to that many, a uniform sample of them beyond.
 const keepSamples = 4096
 
-// keepHead is how many of the first samples a Timings keeps in order, for
+// keepHead is how many of the first samples a timings keeps in order, for
 // reports that list them (refit sync's steps_s).
 const keepHead = 1024
 
-// Timings summarises per-iteration times in bounded memory, however many
+// timings summarises per-iteration times in bounded memory, however many
 // iterations run: the count, min, max and mean exactly, the median
 // exactly up to keepSamples samples and from a uniform reservoir of them
 // beyond, and the first keepHead samples in order. The zero value is
 // empty; Add is allocation-free once the reservoir is full. Every rank
 // that adds the same times summarises them alike.
-type Timings struct {
+type timings struct {
 	n        int64
 	min, max float64
 	sum      float64
@@ -26,7 +26,7 @@ type Timings struct {
 }
 
 // Add records one iteration's time.
-func (t *Timings) Add(x float64) {
+func (t *timings) Add(x float64) {
 	if t.n == 0 || x < t.min {
 		t.min = x
 	}
@@ -51,20 +51,20 @@ func (t *Timings) Add(x float64) {
 }
 
 // Count returns how many times were added.
-func (t *Timings) Count() int64 { return t.n }
+func (t *timings) Count() int64 { return t.n }
 
 // Min returns the least time, 0 for none.
-func (t *Timings) Min() float64 { return t.min }
+func (t *timings) Min() float64 { return t.min }
 
 // Max returns the greatest time, 0 for none.
-func (t *Timings) Max() float64 { return t.max }
+func (t *timings) Max() float64 { return t.max }
 
 // Median returns the median of the times (of the reservoir beyond
 // keepSamples), 0 for none.
-func (t *Timings) Median() float64 { return Median(t.sample) }
+func (t *timings) Median() float64 { return Median(t.sample) }
 
 // Mean returns the mean, 0 for none.
-func (t *Timings) Mean() float64 {
+func (t *timings) Mean() float64 {
 	if t.n == 0 {
 		return 0
 	}
@@ -72,7 +72,7 @@ func (t *Timings) Mean() float64 {
 }
 
 // First returns the first keepHead (1024) times, in order.
-func (t *Timings) First() []float64 { return append([]float64(nil), t.head...) }
+func (t *timings) First() []float64 { return append([]float64(nil), t.head...) }
 
 // Median returns the median of v, 0 for none.
 func Median(v []float64) float64 {

@@ -7,7 +7,7 @@ import "testing"
 // once it is full, and keeps an exact count, min and max and a median
 // within the reservoir's error.
 func TestTimingsBounded(t *testing.T) {
-	var tm Timings
+	var tm timings
 	const n = 3_000_000
 	for i := range n {
 		tm.Add(float64(i % 1000))
@@ -24,7 +24,7 @@ func TestTimingsBounded(t *testing.T) {
 	if a := testing.AllocsPerRun(1000, func() { tm.Add(1) }); a != 0 {
 		t.Errorf("add allocates %v times a call", a)
 	}
-	var empty Timings
+	var empty timings
 	if empty.Median() != 0 || empty.Mean() != 0 {
 		t.Errorf("an empty summary has median %g, mean %g", empty.Median(), empty.Mean())
 	}

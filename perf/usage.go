@@ -34,9 +34,9 @@ func MeasureUsage() (Usage, error) {
 		Requests: req, Comms: comms}, nil
 }
 
-// PeakRSS reads this process's peak resident memory (VmHWM), 0 where it
+// peakRSS reads this process's peak resident memory (VmHWM), 0 where it
 // cannot.
-func PeakRSS() int64 {
+func peakRSS() int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0

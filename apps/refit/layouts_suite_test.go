@@ -85,6 +85,40 @@ func (c suiteCase) expected(r suiteRankJSON) map[string][]cell {
 	return out
 }
 
+// layoutsOut, rankPartsJSON, partJSON and bufferJSON decode what refit
+// layouts --json --parts prints (modelspec.WriteLayoutsJSON): the fields
+// these tests read.
+type layoutsOut struct {
+	Stages    []struct{ Stage int } `json:"stages"`
+	RankParts []rankPartsJSON       `json:"rank_parts"`
+}
+
+type rankPartsJSON struct {
+	Rank    int          `json:"rank"`
+	Side    string       `json:"side"`
+	Buffers []bufferJSON `json:"buffers"`
+	Parts   []partJSON   `json:"parts"`
+}
+
+type bufferJSON struct {
+	Name  string `json:"name"`
+	DType string `json:"dtype"`
+	Elems int64  `json:"elems"`
+}
+
+type partJSON struct {
+	Entry       string  `json:"entry"`
+	Tensor      string  `json:"tensor"`
+	Buffer      string  `json:"buffer"`
+	LayoutShape []int64 `json:"layout_shape"`
+	Transposed  bool    `json:"transposed,omitempty"`
+	Shape       []int64 `json:"shape"`
+	LocalShape  []int64 `json:"local_shape"`
+	Offset      []int64 `json:"offset"`
+	ViewOffset  int64   `json:"view_offset"`
+	ViewStrides []int64 `json:"view_strides"`
+}
+
 // layoutsCells maps refit layouts --json --parts' rank to cells: every
 // element of every part, through its view, to its tensor's flat index.
 func layoutsCells(t *testing.T, rp rankPartsJSON) (map[string][]cell, map[string]string) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/faults"
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
@@ -28,7 +29,7 @@ func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64
 	}
 	extra := int64(0)
 	if j.set.MeasureLocal {
-		extra = 16 << 20 // LocalBandwidth's two buffers
+		extra = 16 << 20 // the two buffers of the local-bandwidth probe (perf)
 	}
 	return perf.NewPair(s, perf.PairConfig{Src: src, Dst: dst, Seed: seed, Scale: j.set.fp8, Stripe: j.set.opts.Stripe,
 		ExtraBuffers: extra, WorldRank: j.rank, Faults: inject, Log: j.log})
@@ -42,10 +43,10 @@ func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64
 func (j *job) runRoutes(p *perf.Pair, f *runFlags, members []int) (*perf.RunReport, error) {
 	names, _ := f.routes()
 	s := p.Session()
-	bars := map[string]*progress{}
+	bars := map[string]*launcher.Progress{}
 	defer func() {
 		for _, b := range bars {
-			b.finish()
+			b.Finish()
 		}
 	}()
 	rep, err := p.RunRoutes(perf.RoutesConfig{Routes: names, Route: j.set.routeOpts(j.set.Fabric), MeasureLocal: j.set.MeasureLocal,
@@ -56,7 +57,7 @@ func (j *job) runRoutes(p *perf.Pair, f *runFlags, members []int) (*perf.RunRepo
 				if _, ok := bars[route]; !ok {
 					bars[route] = j.newProgress(fmt.Sprintf("route %s: iterations", route), total, "iterations", f.asJSON || f.noProgress)
 				}
-				bars[route].set(done)
+				bars[route].Set(done)
 			}}})
 	if err != nil {
 		return nil, f.explainSchedule(err, p.Plan(), schedOf(s.Options()))

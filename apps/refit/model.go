@@ -3,12 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"text/tabwriter"
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
-	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
@@ -83,24 +80,12 @@ like 400Gbps (= 50GB/s).`,
 				if err != nil {
 					return err
 				}
-				plan, err := reshard.NewPlan(src, dst, world, reshard.Options{StripeReplicas: stripe})
-				if err != nil {
-					return usageError{err}
-				}
 				// every rank on a host of its own: the sizes group them, and
 				// by default all destination ranks share one domain.
-				host := make([]int, world)
-				for r := range host {
-					host[r] = r
-				}
-				if dstDomainSize == 0 {
-					dstDomainSize = dst.Mesh().Size()
-				}
-				topo, err := hier.Domains(host, src, dst, hier.DomainSizes{Src: srcDomainSize, Dst: dstDomainSize})
-				if err != nil {
+				sizes := hier.DomainSizes{Src: srcDomainSize, Dst: dstDomainSize}
+				if prob, err = bounds.FromLayouts(src, dst, world, stripe, sizes, float64(ch)); err != nil {
 					return usageError{err}
 				}
-				prob = bounds.FromPlan(plan, topo, float64(ch))
 			default:
 				return usageError{fmt.Errorf("give --bytes --sources --dst-shards --rho (explicit form) or the layout flags --shape ... (layout form)")}
 			}
@@ -112,7 +97,7 @@ like 400Gbps (= 50GB/s).`,
 					bounds.Choice
 				}{prob, fab, choice})
 			}
-			return writeModel(cmd.OutOrStdout(), prob, fab, choice)
+			return bounds.WriteTable(cmd.OutOrStdout(), prob, fab, choice)
 		},
 	}
 	fs := cmd.Flags()
@@ -133,38 +118,3 @@ like 400Gbps (= 50GB/s).`,
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
-
-func writeModel(w io.Writer, p bounds.Problem, fab bounds.Fabric, c bounds.Choice) error {
-	ranks := 0
-	for _, d := range p.Domains {
-		ranks += d.Ranks
-	}
-	fmt.Fprintf(w, "B = %s (%.0f bytes), Ns = %d, rho = %d, %d destination ranks in %d domain(s); BN = %s, BL = %s\n\n",
-		formatDecimal(p.Bytes), p.Bytes, p.Sources, p.Rho, ranks, len(p.Domains), units.FormatRate(fab.NetBW), units.FormatRate(fab.LocalBW))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "route\tbound\tbinding term\tother terms\tpredicted with startup")
-	for _, b := range c.Bounds {
-		other := ""
-		for _, t := range b.Terms {
-			if t.Name != b.Binding {
-				if other != "" {
-					other += "; "
-				}
-				other += fmt.Sprintf("%s %s", t.Name, formatMs(t.Seconds))
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Route, formatMs(b.Seconds), b.Binding, other, formatMs(b.Predicted))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "\nauto: %s\n", c.Why)
-	return err
-}
-
-// formatMs renders seconds as milliseconds with two decimals, the paper's
-// precision (8.96 ms).
-func formatMs(s float64) string { return fmt.Sprintf("%.2f ms", s*1e3) }
-
-// formatDecimal renders bytes with decimal units (7168 MB).
-func formatDecimal(b float64) string { return units.FormatDecimalBytes(b, 6) }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 
 	"github.com/m2n-dev/m2n/fp8"
@@ -95,14 +93,10 @@ s.repeat_interleave(128, -2).repeat_interleave(128, -1), cut to the shape).`,
 				}
 				return err
 			}
-			scales := make([]byte, 4*len(q.Scales))
-			for i, v := range q.Scales {
-				binary.LittleEndian.PutUint32(scales[4*i:], math.Float32bits(v))
-			}
 			if err := os.WriteFile(out, q.Data, 0o644); err != nil {
 				return fmt.Errorf("--out: %w", err)
 			}
-			if err := os.WriteFile(scaleOut, scales, 0o644); err != nil {
+			if err := os.WriteFile(scaleOut, q.ScaleBytes(), 0o644); err != nil {
 				return fmt.Errorf("--scale-out: %w", err)
 			}
 			return printQuantize(cmd, g, dt, q, in, out, scaleOut, asJSON)
@@ -139,22 +133,7 @@ func printQuantize(cmd *cobra.Command, g fp8.Grid, dt placement.DType, q fp8.Qua
 	rows, cols := g.BlockShape()
 	j := quantizeJSON{Shape: g.Shape(), DType: dt.String(), Mode: g.Mode().String(), Block: []int64{rows, cols},
 		ScaleShape: g.ScaleShape(), Elements: len(q.Data), In: in, Out: out, ScaleOut: scaleOut}
-	for _, b := range q.Data {
-		switch b & 0x7F {
-		case 0x7E:
-			j.Saturated++
-		case 0:
-			j.Zeros++
-		}
-	}
-	for i, s := range q.Scales {
-		if i == 0 || s < j.MinScale {
-			j.MinScale = s
-		}
-		if i == 0 || s > j.MaxScale {
-			j.MaxScale = s
-		}
-	}
+	j.Saturated, j.Zeros, j.MinScale, j.MaxScale = q.Stats()
 	w := cmd.OutOrStdout()
 	if asJSON {
 		return json.NewEncoder(w).Encode(j)

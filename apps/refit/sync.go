@@ -8,6 +8,7 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/perf"
@@ -202,7 +203,7 @@ func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) 
 	l, fabric := in.layouts, j.set.Fabric
 	fp := j.s.ModelFootprint(l, in.route == "agbcast")
 	if j.set.MeasureLocal {
-		fp.Buffers += 16 << 20 // LocalBandwidth's two buffers
+		fp.Buffers += 16 << 20 // the two buffers of the local-bandwidth probe (perf)
 	}
 	if err := j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
 		return nil, fabric, err
@@ -241,15 +242,15 @@ func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) 
 // syncSteps runs the model's steps (perf.Sync) with rank 0's progress.
 func (j *job) syncSteps(l *model.Layouts, m *session.Model, b *session.ModelBuffers, start perf.Usage, fabric bounds.Fabric, f *syncFlags) (*perf.SyncReport, error) {
 	_, tensors := m.Total()
-	var bar *progress
-	defer func() { bar.finish() }()
+	var bar *launcher.Progress
+	defer func() { bar.Finish() }()
 	return perf.Sync(j.s, l, m, b, start, fabric, perf.SyncConfig{Warmup: f.run.warmup, Iters: f.run.iters, Check: f.run.check,
 		Floats: j.set.fp8 != 0, WorldRank: j.rank, Log: j.log, Failed: j.noteFailure,
 		Progress: func(done, total int64, unit string) {
 			if bar == nil {
 				bar = j.newProgress(fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, f.run.warmup+f.run.iters), total, unit, f.run.asJSON)
 			}
-			bar.set(done)
+			bar.Set(done)
 		}})
 }
 
