@@ -300,7 +300,7 @@ func m2n_call_prepare(h C.m2n_session, tp *C.m2n_tensor, n C.int64_t, route *C.c
 	return C.M2N_OK
 }
 
-// bufferOf turns one m2n_buffer into a reshard.Buffer (nil for none) for a
+// bufferOf turns one m2n_buffer into a transport.Buffer (nil for none) for a
 // session on dev, checking its memory and dtype against the layout's. The
 // error, if any, is this rank's alone (the caller refuses the step with it).
 func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int, tensor, side string, want int64) (transport.Buffer, error) {

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkPackQuantize measures quantize-while-packing (fp8.Grid.Pack)
-// against a plain pack of the same input (reshard.HostMemory.Pack) in one
+// against a plain pack of the same input (transport.HostMemory.Pack) in one
 // run: a source rank holds a 2048 x 8192 matrix (32 MiB of bf16) and sends
 // its left half (16 MiB in 2048 runs of 8 KiB at a 16 KiB pitch), as a
 // reshard from rows to columns does. Every iteration packs, quantize-packs

@@ -88,7 +88,7 @@ type TensorLayout struct {
 	Src, Dst placement.Layout
 	// Scale is the FP8 scaling mode of a tensor the generator holds in
 	// fp8e4m3 (Dst's dtype; see NewQuantized), zero for the others: what
-	// reshard.Spec.Scale takes.
+	// refit.Spec.Scale takes.
 	Scale fp8.Mode
 	// Origin is nil for a whole tensor; for a piece, the corner of its box
 	// in the whole tensor's LayoutShape.

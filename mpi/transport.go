@@ -8,7 +8,7 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// Transport is the host-memory reshard.Transport over an MPI communicator.
+// Transport is the host-memory transport.Transport over an MPI communicator.
 // It moves reshard.HostBuffers with nonblocking MPI point-to-point calls.
 type Transport struct {
 	comm    *Comm

@@ -11,7 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// Transport is the device-memory reshard.Transport over NCCL. It holds two
+// Transport is the device-memory transport.Transport over NCCL. It holds two
 // communicators over the same ranks, each with its own stream: operations
 // between domains (the network) go on one, operations inside a domain (the
 // local fabric, and a rank to itself) on the other, so that a leader's
@@ -68,10 +68,10 @@ func (t *Transport) WithTopology(topo reshard.Topology) *Transport {
 	return &v
 }
 
-// Rank implements reshard.Transport.
+// Rank implements transport.Transport.
 func (t *Transport) Rank() int { return t.rank }
 
-// Size implements reshard.Transport.
+// Size implements transport.Transport.
 func (t *Transport) Size() int { return t.size }
 
 // Close destroys the local communicator and the streams; the caller owns

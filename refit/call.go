@@ -68,7 +68,7 @@ type Options struct {
 	Schedule reshard.ScheduleOptions
 	// CoalesceBytes: messages of one round between one pair of ranks that
 	// are at most this large travel as one operation (see
-	// reshard.CompileOptions).
+	// program.CompileOptions).
 	CoalesceBytes int64
 	// Verify checksums every message on both sides (CRC-32C) and compares
 	// the sums across ranks before a step succeeds.

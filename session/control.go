@@ -25,7 +25,7 @@ const (
 const noticeBytes = 4000
 
 // control is a session's control plane on its own communicator: bounded
-// collectives (reshard.Collective), abort notices and roll calls. Every
+// collectives (refit.Collective), abort notices and roll calls. Every
 // wait of the session polls it, so a rank that gives up stops every other
 // rank promptly with its reason, and a collective that times out names the
 // ranks that never came.
@@ -69,13 +69,13 @@ func newControl(comm *mpi.Comm, timeout time.Duration) (*control, error) {
 	return c, nil
 }
 
-// Rank implements reshard.Collective.
+// Rank implements refit.Collective.
 func (c *control) Rank() int { return c.rank }
 
-// Size implements reshard.Collective.
+// Size implements refit.Collective.
 func (c *control) Size() int { return c.size }
 
-// Allgather implements reshard.Collective, bounded by the session timeout.
+// Allgather implements refit.Collective, bounded by the session timeout.
 func (c *control) Allgather(ctx context.Context, send, recv []byte) error {
 	if c.size == 1 {
 		return c.alone(func() { copy(recv, send) })
@@ -83,7 +83,7 @@ func (c *control) Allgather(ctx context.Context, send, recv []byte) error {
 	return c.collective(ctx, "allgather", func() (*mpi.Request, error) { return c.comm.Iallgather(send, recv) })
 }
 
-// Allgatherv implements reshard.Collective, bounded by the session timeout.
+// Allgatherv implements refit.Collective, bounded by the session timeout.
 func (c *control) Allgatherv(ctx context.Context, send, recv []byte, counts, displs []int64) error {
 	if c.size == 1 {
 		return c.alone(func() { copy(recv[displs[0]:displs[0]+counts[0]], send[:counts[0]]) })

@@ -13,7 +13,7 @@ import (
 // rather than taken from the Go heap.
 const mapMin = 1 << 20
 
-// hostMemory is the CPU device's memory: reshard.HostMemory, except that
+// hostMemory is the CPU device's memory: transport.HostMemory, except that
 // large buffers (a model's weights, staging) are anonymous memory maps
 // outside the Go heap, freed when Free is called. The garbage collector
 // lets its heap grow to twice what is live before it collects (GOGC=100),

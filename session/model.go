@@ -85,7 +85,7 @@ type ModelBuffers struct {
 	Src, Dst []map[string]transport.Buffer
 	// Scale[s] maps the names of stage s's tensors that the generator
 	// holds in FP8 (model.NewQuantized) to this rank's scale tensor of
-	// each (weight_scale_inv: reshard.TensorBuffers.Scale), on generator
+	// each (weight_scale_inv: refit.TensorBuffers.Scale), on generator
 	// ranks.
 	Scale []map[string]transport.Buffer
 }

@@ -132,7 +132,7 @@ type AddOptions struct {
 	InPlace bool
 	// CoalesceBytes makes the messages of one round between one pair of
 	// ranks that are at most this large travel as one message, packed on
-	// both sides, as reshard.Compile's CoalesceBytes does; 0 keeps every
+	// both sides, as program.Compile's CoalesceBytes does; 0 keeps every
 	// message on its own.
 	CoalesceBytes int64
 	// After is the part this one follows: each rank's process of this part

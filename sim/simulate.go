@@ -41,7 +41,7 @@ type Setup struct {
 	Balance  hier.Balance
 	// InPlace moves strided regions without packing (MPI datatypes);
 	// CoalesceBytes makes a round's messages of at most this many bytes
-	// between one pair travel as one (reshard.CompileOptions).
+	// between one pair travel as one (program.CompileOptions).
 	InPlace       bool
 	CoalesceBytes int64
 	// Sequential runs the stages one after another on the ranks they

@@ -1,6 +1,6 @@
-// Package inproc is a reshard.Transport whose ranks are goroutines of one
+// Package inproc is a transport.Transport whose ranks are goroutines of one
 // process. A message is one Memory.Copy from the sender's buffer to the
-// receiver's, so the ranks may hold host memory (reshard.HostMemory, the
+// receiver's, so the ranks may hold host memory (transport.HostMemory, the
 // default) or device memory of one GPU (a cuda.Memory). It runs the same
 // executor and the same conformance suite as the MPI and NCCL transports,
 // with no launcher, which makes it the endpoint of unit tests, of GPU tests
@@ -250,7 +250,7 @@ func (w *World) Run(fn func(t transport.Transport) error) []error {
 }
 
 // Collective returns rank's endpoint of the world's control-plane
-// collective (reshard.Collective), for calls over in-process ranks. Its
+// collective (refit.Collective), for calls over in-process ranks. Its
 // collectives wait for every rank without a deadline (an aborted world
 // ends them).
 func (w *World) Collective(rank int) refit.Collective { return &collective{w: w, rank: rank} }

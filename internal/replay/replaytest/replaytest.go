@@ -194,7 +194,7 @@ func checkDst(dst placement.Layout, rank int, got []byte, view placement.View, p
 }
 
 // GoHeap is a Heap of Go byte slices at made-up addresses, copying with
-// the host oracle (reshard.HostMemory).
+// the host oracle (transport.HostMemory).
 type GoHeap struct {
 	bufs []goBuf
 	next uint64
