@@ -9,10 +9,10 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 )
 
-// MaxTensors bounds the tensors of one model (FromConfig, ParseList): a
+// maxTensors bounds the tensors of one model (FromConfig, parseList): a
 // million, a thousand times DeepSeek-V3's. A configuration that would make
 // more is refused before any tensor is built.
-const MaxTensors = 1 << 20
+const maxTensors = 1 << 20
 
 // Options choose what FromConfig includes beyond transformers' model.
 type Options struct {
@@ -33,16 +33,16 @@ type Options struct {
 //
 // The model's size (tensor count, element and byte totals) is worked out
 // from one layer of each kind before any tensor is built: a count over
-// MaxTensors or a total that overflows int64 is an error naming the
+// 1<<20 tensors or a total that overflows int64 is an error naming the
 // numbers, in time independent of the layer count.
 func FromConfig(name string, c Config, opts Options) (*Model, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	if opts.MTP && c.MTPLayers == 0 {
 		return nil, fmt.Errorf("model %s: MTP layers asked for, but the config has no num_nextn_predict_layers", name)
 	}
-	if opts.MTP && !c.IsMLA() {
+	if opts.MTP && !c.isMLA() {
 		return nil, fmt.Errorf("model %s: MTP layers are modelled for deepseek_v3 and kimi_k2 only, not %s", name, c.ModelType)
 	}
 	if err := checkSize(name, c, opts); err != nil {
@@ -50,13 +50,13 @@ func FromConfig(name string, c Config, opts Options) (*Model, error) {
 	}
 	b := newBuilder(name, c, opts)
 	H, V := c.HiddenSize, c.VocabSize
-	b.add("model.embed_tokens.weight", Embedding, -1, V, H)
+	b.add("model.embed_tokens.weight", kindEmbedding, -1, V, H)
 	for l := 0; l < c.Layers; l++ {
 		b.layer(l)
 	}
-	b.add("model.norm.weight", Replicated, -1, H)
+	b.add("model.norm.weight", kindReplicated, -1, H)
 	if !c.TieEmbeddings {
-		b.add("lm_head.weight", LMHead, -1, V, H)
+		b.add("lm_head.weight", kindLMHead, -1, V, H)
 	}
 	for k := 0; k < b.m.MTPLayers; k++ {
 		b.mtp(c.Layers + k)
@@ -72,7 +72,7 @@ func FromConfig(name string, c Config, opts Options) (*Model, error) {
 
 func newBuilder(name string, c Config, opts Options) *builder {
 	b := &builder{c: c, m: &Model{Name: name, Config: &c, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads}}
-	if c.IsMLA() {
+	if c.isMLA() {
 		b.m.Heads, b.m.KVHeads = c.Heads, c.Heads
 	}
 	if opts.MTP {
@@ -112,9 +112,9 @@ func (z *modelSize) add(n int64, m *Model) {
 // checkSize works out the model's tensors, elements and bytes from one
 // layer of each kind (every dense layer has the same tensors, and so has
 // every MoE layer), before anything is built, and refuses what overflows
-// or passes MaxTensors.
+// or passes maxTensors.
 func checkSize(name string, c Config, opts Options) error {
-	moe := c.MoELayers(c.Layers)
+	moe := c.moeLayers(c.Layers)
 	one := func(fill func(b *builder)) (*Model, error) {
 		b := newBuilder(name, c, Options{})
 		fill(b)
@@ -125,10 +125,10 @@ func checkSize(name string, c Config, opts Options) error {
 		fill func(b *builder)
 	}{
 		{1, func(b *builder) {
-			b.add("model.embed_tokens.weight", Embedding, -1, c.VocabSize, c.HiddenSize)
-			b.add("model.norm.weight", Replicated, -1, c.HiddenSize)
+			b.add("model.embed_tokens.weight", kindEmbedding, -1, c.VocabSize, c.HiddenSize)
+			b.add("model.norm.weight", kindReplicated, -1, c.HiddenSize)
 			if !c.TieEmbeddings {
-				b.add("lm_head.weight", LMHead, -1, c.VocabSize, c.HiddenSize)
+				b.add("lm_head.weight", kindLMHead, -1, c.VocabSize, c.HiddenSize)
 			}
 		}},
 		{int64(c.Layers - moe), func(b *builder) { b.layerAs(0, false) }},
@@ -154,9 +154,9 @@ func checkSize(name string, c Config, opts Options) error {
 	if !z.ok {
 		return fmt.Errorf("model %s: %d layers: the model's element or byte count overflows int64", name, c.Layers)
 	}
-	if z.tensors > MaxTensors {
+	if z.tensors > maxTensors {
 		return fmt.Errorf("model %s: %d layers make %d tensors (%d parameters), more than m2n lays out (%d tensors): cut them with --layers",
-			name, c.Layers, z.tensors, z.elems, MaxTensors)
+			name, c.Layers, z.tensors, z.elems, maxTensors)
 	}
 	if _, ok := checked.Mul(z.bytes, 16); !ok {
 		return fmt.Errorf("model %s: %d layers make %d bytes of weights, too large to lay out", name, c.Layers, z.bytes)
@@ -199,7 +199,7 @@ func (b *builder) addTyped(name string, k Kind, layer int, dt placement.DType, s
 	}
 	t := Tensor{Name: name, Shape: shape, DType: dt, Kind: k, Layer: layer}
 	switch k {
-	case InterleavedExpertsGateUp, TransposedExpertsDown:
+	case kindInterleavedExpertsGateUp, kindTransposedExpertsDown:
 		t.Transposed = true
 	}
 	ls, err := layoutShape(t, b.m.Heads, b.m.KVHeads)
@@ -223,11 +223,11 @@ func (b *builder) mul(name string, a, c int64) int64 {
 
 // layer appends decoder layer l: self_attn, mlp, input_layernorm,
 // post_attention_layernorm, in the order the DecoderLayer defines them.
-func (b *builder) layer(l int) { b.layerAs(l, b.c.MoELayer(l)) }
+func (b *builder) layer(l int) { b.layerAs(l, b.c.moeLayer(l)) }
 
 func (b *builder) layerAs(l int, moe bool) {
 	p := fmt.Sprintf("model.layers.%d.", l)
-	if b.c.IsMLA() {
+	if b.c.isMLA() {
 		b.mla(p, l)
 	} else {
 		b.attention(p, l)
@@ -238,8 +238,8 @@ func (b *builder) layerAs(l int, moe bool) {
 		b.mlp(p+"mlp.", l, b.c.IntermediateSize, b.c.MLPBias)
 	}
 	H := b.c.HiddenSize
-	b.add(p+"input_layernorm.weight", Replicated, l, H)
-	b.add(p+"post_attention_layernorm.weight", Replicated, l, H)
+	b.add(p+"input_layernorm.weight", kindReplicated, l, H)
+	b.add(p+"post_attention_layernorm.weight", kindReplicated, l, H)
 }
 
 // attention appends GQA attention as the model type's attention module
@@ -270,16 +270,16 @@ func (b *builder) attention(p string, l int) {
 			b.add(a+x.name+".bias", x.k, l, x.rows)
 		}
 	}
-	b.add(a+"o_proj.weight", Row, l, H, q)
+	b.add(a+"o_proj.weight", kindRow, l, H, q)
 	if oBias {
-		b.add(a+"o_proj.bias", Replicated, l, H)
+		b.add(a+"o_proj.bias", kindReplicated, l, H)
 	}
 	if c.QKNorm {
-		b.add(a+"q_norm.weight", Replicated, l, c.HeadDim)
-		b.add(a+"k_norm.weight", Replicated, l, c.HeadDim)
+		b.add(a+"q_norm.weight", kindReplicated, l, c.HeadDim)
+		b.add(a+"k_norm.weight", kindReplicated, l, c.HeadDim)
 	}
 	if c.ModelType == "gpt_oss" {
-		b.add(a+"sinks", Sinks, l, c.Heads)
+		b.add(a+"sinks", kindSinks, l, c.Heads)
 	}
 }
 
@@ -290,18 +290,18 @@ func (b *builder) mla(p string, l int) {
 	a := p + "self_attn."
 	qk := c.QKNopeHeadDim + c.QKRopeHeadDim
 	if c.QLoraRank == 0 {
-		b.add(a+"q_proj.weight", Column, l, b.mul("num_attention_heads x qk_head_dim", c.Heads, qk), H)
+		b.add(a+"q_proj.weight", kindColumn, l, b.mul("num_attention_heads x qk_head_dim", c.Heads, qk), H)
 	} else {
-		b.add(a+"q_a_proj.weight", LatentQ, l, c.QLoraRank, H)
-		b.add(a+"q_a_layernorm.weight", Replicated, l, c.QLoraRank)
-		b.add(a+"q_b_proj.weight", Column, l, b.mul("num_attention_heads x qk_head_dim", c.Heads, qk), c.QLoraRank)
+		b.add(a+"q_a_proj.weight", kindLatentQ, l, c.QLoraRank, H)
+		b.add(a+"q_a_layernorm.weight", kindReplicated, l, c.QLoraRank)
+		b.add(a+"q_b_proj.weight", kindColumn, l, b.mul("num_attention_heads x qk_head_dim", c.Heads, qk), c.QLoraRank)
 	}
-	b.add(a+"kv_a_proj_with_mqa.weight", LatentKV, l, c.KVLoraRank+c.QKRopeHeadDim, H)
-	b.add(a+"kv_a_layernorm.weight", Replicated, l, c.KVLoraRank)
-	kvb := b.add(a+"kv_b_proj.weight", Column, l, b.mul("num_attention_heads x (qk_nope_head_dim + v_head_dim)", c.Heads, c.QKNopeHeadDim+c.VHeadDim), c.KVLoraRank)
+	b.add(a+"kv_a_proj_with_mqa.weight", kindLatentKV, l, c.KVLoraRank+c.QKRopeHeadDim, H)
+	b.add(a+"kv_a_layernorm.weight", kindReplicated, l, c.KVLoraRank)
+	kvb := b.add(a+"kv_b_proj.weight", kindColumn, l, b.mul("num_attention_heads x (qk_nope_head_dim + v_head_dim)", c.Heads, c.QKNopeHeadDim+c.VHeadDim), c.KVLoraRank)
 	b.set(kvb, func(t *Tensor) { t.Refresh = refreshMLA })
 	v := b.mul("num_attention_heads x v_head_dim", c.Heads, c.VHeadDim)
-	b.add(a+"o_proj.weight", Row, l, H, v)
+	b.add(a+"o_proj.weight", kindRow, l, H, v)
 }
 
 // mlp appends a gated MLP of intermediate size I under prefix p and
@@ -310,17 +310,17 @@ func (b *builder) mlp(p string, l int, I int64, bias bool) []int {
 	H := b.c.HiddenSize
 	var out []int
 	keep := func(i int) { out = append(out, i) }
-	keep(b.add(p+"gate_proj.weight", Gate, l, I, H))
+	keep(b.add(p+"gate_proj.weight", kindGate, l, I, H))
 	if bias {
-		keep(b.add(p+"gate_proj.bias", Gate, l, I))
+		keep(b.add(p+"gate_proj.bias", kindGate, l, I))
 	}
-	keep(b.add(p+"up_proj.weight", Up, l, I, H))
+	keep(b.add(p+"up_proj.weight", kindUp, l, I, H))
 	if bias {
-		keep(b.add(p+"up_proj.bias", Up, l, I))
+		keep(b.add(p+"up_proj.bias", kindUp, l, I))
 	}
-	keep(b.add(p+"down_proj.weight", Row, l, H, I))
+	keep(b.add(p+"down_proj.weight", kindRow, l, H, I))
 	if bias {
-		keep(b.add(p+"down_proj.bias", Replicated, l, H))
+		keep(b.add(p+"down_proj.bias", kindReplicated, l, H))
 	}
 	return out
 }
@@ -332,25 +332,25 @@ func (b *builder) moe(p string, l int) {
 	c := b.c
 	H, E, I := c.HiddenSize, c.Experts, c.MoEIntermediateSize
 	if c.ModelType == "gpt_oss" {
-		b.add(p+"router.weight", Replicated, l, E, H)
-		b.add(p+"router.bias", Replicated, l, E)
+		b.add(p+"router.weight", kindReplicated, l, E, H)
+		b.add(p+"router.bias", kindReplicated, l, E)
 		I2 := b.mul("2 x intermediate_size", 2, I)
-		b.add(p+"experts.gate_up_proj", InterleavedExpertsGateUp, l, E, H, I2)
-		b.add(p+"experts.gate_up_proj_bias", InterleavedExpertsGateUpBias, l, E, I2)
-		b.add(p+"experts.down_proj", TransposedExpertsDown, l, E, I, H)
-		b.add(p+"experts.down_proj_bias", ExpertsDownBias, l, E, H)
+		b.add(p+"experts.gate_up_proj", kindInterleavedExpertsGateUp, l, E, H, I2)
+		b.add(p+"experts.gate_up_proj_bias", kindInterleavedExpertsGateUpBias, l, E, I2)
+		b.add(p+"experts.down_proj", kindTransposedExpertsDown, l, E, I, H)
+		b.add(p+"experts.down_proj_bias", kindExpertsDownBias, l, E, H)
 		return
 	}
 	b.add(p+"experts.gate_up_proj", ExpertsGateUp, l, E, b.mul("2 x moe_intermediate_size", 2, I), H)
 	b.add(p+"experts.down_proj", ExpertsDown, l, E, H, I)
-	if g := b.add(p+"gate.weight", Replicated, l, E, H); c.ModelType == "glm4_moe" {
+	if g := b.add(p+"gate.weight", kindReplicated, l, E, H); c.ModelType == "glm4_moe" {
 		b.set(g, func(t *Tensor) { t.Refresh = refreshGLMGate(t.DType) })
 	}
 	if c.deepseekMoE() {
-		b.addTyped(p+"gate.e_score_correction_bias", Replicated, l, placement.F32, E)
+		b.addTyped(p+"gate.e_score_correction_bias", kindReplicated, l, placement.F32, E)
 		if c.SharedExperts > 0 {
 			shared := b.mlp(p+"shared_experts.", l, b.mul("moe_intermediate_size x n_shared_experts", I, c.SharedExperts), false)
-			if c.IsMLA() {
+			if c.isMLA() {
 				for _, i := range shared {
 					b.set(i, func(t *Tensor) { t.SeqParallelReplicated = true }) // deepseek_v2.py DeepseekV2MLP: disable_tp=is_sequence_parallel
 				}
@@ -366,16 +366,16 @@ func (b *builder) mtp(l int) {
 	c := b.c
 	H, V := c.HiddenSize, c.VocabSize
 	p := fmt.Sprintf("model.layers.%d.", l)
-	b.add(p+"embed_tokens.weight", Embedding, l, V, H)
-	b.add(p+"enorm.weight", Replicated, l, H)
-	b.add(p+"hnorm.weight", Replicated, l, H)
-	b.add(p+"eh_proj.weight", MTPProj, l, H, b.mul("2 x hidden_size", 2, H))
+	b.add(p+"embed_tokens.weight", kindEmbedding, l, V, H)
+	b.add(p+"enorm.weight", kindReplicated, l, H)
+	b.add(p+"hnorm.weight", kindReplicated, l, H)
+	b.add(p+"eh_proj.weight", kindMTPProj, l, H, b.mul("2 x hidden_size", 2, H))
 	b.mla(p, l)
 	b.moe(p+"mlp.", l)
-	b.add(p+"input_layernorm.weight", Replicated, l, H)
-	b.add(p+"post_attention_layernorm.weight", Replicated, l, H)
-	b.add(p+"shared_head.norm.weight", Replicated, l, H)
-	b.add(p+"shared_head.head.weight", LMHead, l, V, H)
+	b.add(p+"input_layernorm.weight", kindReplicated, l, H)
+	b.add(p+"post_attention_layernorm.weight", kindReplicated, l, H)
+	b.add(p+"shared_head.norm.weight", kindReplicated, l, H)
+	b.add(p+"shared_head.head.weight", kindLMHead, l, V, H)
 }
 
 // refreshMLA is why an MLA layer's kv_b_proj needs the generator's
@@ -407,11 +407,11 @@ func fp8Quantized(t Tensor, ignored []string) bool {
 		return false
 	}
 	switch t.Kind {
-	case Query, Key, Value, Column, Row, Gate, Up, LatentQ, LatentKV:
+	case Query, Key, Value, kindColumn, kindRow, kindGate, kindUp, kindLatentQ, kindLatentKV:
 		if !strings.HasSuffix(t.Name, ".weight") {
 			return false
 		}
-	case ExpertsGateUp, ExpertsDown, InterleavedExpertsGateUp, TransposedExpertsDown:
+	case ExpertsGateUp, ExpertsDown, kindInterleavedExpertsGateUp, kindTransposedExpertsDown:
 	default:
 		return false
 	}
@@ -492,12 +492,12 @@ func layoutShape(t Tensor, heads, kvHeads int64) ([]int64, error) {
 			return nil, fmt.Errorf("tensor %s: experts' gate_up_proj of shape %s, want [E, 2I, H]", t.Name, placement.FormatShape(s))
 		}
 		return []int64{s[0], 2, s[1] / 2, s[2]}, nil
-	case InterleavedExpertsGateUp:
+	case kindInterleavedExpertsGateUp:
 		if len(s) != 3 || s[1]%2 != 0 {
 			return nil, fmt.Errorf("tensor %s: gpt-oss experts' gate_up_proj of shape %s, want [E, H, 2I]", t.Name, placement.FormatShape(t.Shape))
 		}
 		return []int64{s[0], s[1] / 2, 2, s[2]}, nil
-	case InterleavedExpertsGateUpBias:
+	case kindInterleavedExpertsGateUpBias:
 		if len(s) != 2 || s[1]%2 != 0 {
 			return nil, fmt.Errorf("tensor %s: gpt-oss experts' gate_up_proj_bias of shape %s, want [E, 2I]", t.Name, placement.FormatShape(s))
 		}

@@ -66,7 +66,7 @@ var builtins = []builtin{
 	}},
 }
 
-// Builtins returns the names of the built-in models, as Builtin takes them.
+// Builtins returns the names of the built-in models, as Load takes them.
 func Builtins() []string {
 	out := make([]string, len(builtins))
 	for i, b := range builtins {
@@ -75,10 +75,10 @@ func Builtins() []string {
 	return out
 }
 
-// Builtin returns the configuration of a built-in model and its display
-// name. Names match without regard to case ("DeepSeek-V3" or
+// lookupBuiltin returns the configuration of a built-in model and its
+// display name. Names match without regard to case ("DeepSeek-V3" or
 // "deepseek-v3").
-func Builtin(name string) (Config, string, error) {
+func lookupBuiltin(name string) (Config, string, error) {
 	i := slices.IndexFunc(builtins, func(b builtin) bool { return strings.EqualFold(b.name, name) })
 	if i < 0 {
 		return Config{}, "", fmt.Errorf("no built-in model %q (built in: %s)", name, strings.Join(Builtins(), ", "))

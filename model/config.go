@@ -12,7 +12,7 @@ import (
 // Config is the part of a HuggingFace config.json that fixes a model's
 // tensors, with the key spellings of different transformers versions
 // resolved and the defaults of transformers' configuration class for the
-// model_type filled (ParseConfig). Sizes are element counts; zero means
+// model_type filled (as Load reads it). Sizes are element counts; zero means
 // absent (no MoE, no MLA, no q_lora_rank).
 type Config struct {
 	// ModelType is one of ModelTypes.
@@ -57,28 +57,28 @@ type Config struct {
 	FP8Ignored []string
 }
 
-// ModelTypes lists the model_type values ParseConfig accepts.
+// ModelTypes lists the model_type values Load accepts in a config.json.
 func ModelTypes() []string {
 	return []string{"deepseek_v3", "glm4_moe", "gpt_oss", "kimi_k2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe"}
 }
 
-// IsMoE reports whether the configuration has routed experts.
-func (c Config) IsMoE() bool { return c.Experts > 0 }
+// isMoE reports whether the configuration has routed experts.
+func (c Config) isMoE() bool { return c.Experts > 0 }
 
-// IsMLA reports whether the attention is DeepSeek's multi-head latent
+// isMLA reports whether the attention is DeepSeek's multi-head latent
 // attention (deepseek_v3 and Kimi-K2, which is DeepSeek-V3's code).
-func (c Config) IsMLA() bool { return c.ModelType == "deepseek_v3" || c.ModelType == "kimi_k2" }
+func (c Config) isMLA() bool { return c.ModelType == "deepseek_v3" || c.ModelType == "kimi_k2" }
 
 // deepseekMoE reports whether the model's MoE block is DeepSeek-V3's: a
 // sigmoid router with its score-correction bias, and shared experts.
-func (c Config) deepseekMoE() bool { return c.IsMLA() || c.ModelType == "glm4_moe" }
+func (c Config) deepseekMoE() bool { return c.isMLA() || c.ModelType == "glm4_moe" }
 
-// MoELayer reports whether decoder layer l has routed experts, by the rule
+// moeLayer reports whether decoder layer l has routed experts, by the rule
 // of the model's transformers code: DeepSeek-V3 (and Kimi-K2, GLM-4.5)
 // from first_k_dense_replace on; Qwen3-MoE every decoder_sparse_step-th
 // layer not in mlp_only_layers; Mixtral and gpt-oss every layer.
-func (c Config) MoELayer(l int) bool {
-	if !c.IsMoE() {
+func (c Config) moeLayer(l int) bool {
+	if !c.isMoE() {
 		return false
 	}
 	switch {
@@ -90,10 +90,10 @@ func (c Config) MoELayer(l int) bool {
 	return true
 }
 
-// MoELayers returns how many of the first n decoder layers have routed
+// moeLayers returns how many of the first n decoder layers have routed
 // experts, in time proportional to len(MLPOnlyLayers), not to n.
-func (c Config) MoELayers(n int) int {
-	if !c.IsMoE() || n <= 0 {
+func (c Config) moeLayers(n int) int {
+	if !c.isMoE() || n <= 0 {
 		return 0
 	}
 	switch {
@@ -125,7 +125,7 @@ func (c Config) expertsKey() string {
 	return "num_local_experts"
 }
 
-// ParseConfig reads a HuggingFace config.json. It accepts the spellings of
+// parseConfig reads a HuggingFace config.json. It accepts the spellings of
 // transformers 4 and 5 (dtype or torch_dtype; num_experts,
 // num_local_experts or n_routed_experts), and fills exactly the defaults
 // that transformers' configuration class for the model_type fills
@@ -136,7 +136,7 @@ func (c Config) expertsKey() string {
 // error naming it, as are a value of the wrong type or range, a null where
 // transformers needs a number, and a setting that vLLM or Megatron-Core
 // lay out otherwise than transformers names (the error says which).
-func ParseConfig(data []byte) (Config, error) {
+func parseConfig(data []byte) (Config, error) {
 	var raw map[string]any
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
@@ -216,7 +216,7 @@ func ParseConfig(data []byte) (Config, error) {
 	case "llama":
 		c.MLPBias = r.flag(d, "mlp_bias")
 	}
-	if !c.IsMLA() {
+	if !c.isMLA() {
 		c.HeadDim = r.headDim(d, c.HiddenSize, c.Heads)
 	}
 	if r.err == nil {
@@ -225,15 +225,15 @@ func ParseConfig(data []byte) (Config, error) {
 	if r.err != nil {
 		return Config{}, r.err
 	}
-	return c, c.Validate()
+	return c, c.validate()
 }
 
-// Validate checks that the configuration describes a model whose tensors
+// validate checks that the configuration describes a model whose tensors
 // can be built, in time independent of the layer count: positive sizes,
 // head counts that group (KVHeads divides Heads), dense layers where the
 // model has some, and the settings vLLM and Megatron-Core lay out as
 // transformers names them.
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	pos := func(key string, v int64) error {
 		if v < 1 {
 			return fmt.Errorf("config: %s %s is %d, want at least 1", c.ModelType, key, v)
@@ -246,13 +246,13 @@ func (c Config) Validate() error {
 	}
 	checks := []kv{{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"num_hidden_layers", int64(c.Layers)},
 		{"num_attention_heads", c.Heads}, {"num_key_value_heads", c.KVHeads}}
-	if c.IsMLA() {
+	if c.isMLA() {
 		checks = append(checks, kv{"kv_lora_rank", c.KVLoraRank}, kv{"qk_nope_head_dim", c.QKNopeHeadDim},
 			kv{"qk_rope_head_dim", c.QKRopeHeadDim}, kv{"v_head_dim", c.VHeadDim})
 	} else {
 		checks = append(checks, kv{"head_dim", c.HeadDim})
 	}
-	if c.IsMoE() {
+	if c.isMoE() {
 		checks = append(checks, kv{"moe_intermediate_size", c.MoEIntermediateSize})
 	}
 	for _, ch := range checks {
@@ -278,11 +278,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: llama hidden_size %d is not a multiple of num_attention_heads %d (transformers' LlamaConfig.validate_architecture)",
 			c.HiddenSize, c.Heads)
 	}
-	if c.IsMLA() && c.MoELayerFreq > 1 {
+	if c.isMLA() && c.MoELayerFreq > 1 {
 		return fmt.Errorf("config: %s moe_layer_freq %d: transformers' DeepseekV3 makes every layer from first_k_dense_replace on MoE, "+
 			"vLLM's deepseek_v2.py only every moe_layer_freq-th: they would hold different tensors", c.ModelType, c.MoELayerFreq)
 	}
-	if c.IsMLA() && c.AttentionBias {
+	if c.isMLA() && c.AttentionBias {
 		return fmt.Errorf("config: %s attention_bias true: vLLM builds MLA without biases (vllm/model_executor/models/deepseek_v2.py, DeepseekV2MLAAttention)", c.ModelType)
 	}
 	switch c.ModelType {
@@ -299,7 +299,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: gpt_oss attention_bias false: vLLM's gpt_oss.py builds q, k, v and o_proj with biases")
 		}
 	}
-	if c.IsMoE() && c.MoELayers(c.Layers) < c.Layers {
+	if c.isMoE() && c.moeLayers(c.Layers) < c.Layers {
 		if err := pos("intermediate_size", c.IntermediateSize); err != nil {
 			return err
 		}
@@ -309,7 +309,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: %s mlp_only_layers holds %d, want layer indices", c.ModelType, l)
 		}
 	}
-	if !c.IsMoE() {
+	if !c.isMoE() {
 		if err := pos("intermediate_size", c.IntermediateSize); err != nil {
 			return err
 		}

@@ -11,9 +11,9 @@
 // gpt_oss, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe: missing keys
 // take exactly the defaults of transformers' configuration class) or a
 // plain JSON list of tensors (refused where a name does not say how the
-// frameworks split the tensor); LoadOptions scale it down (Config.Scale
-// divides the widths and expert counts so that the real structure fits on
-// CPU ranks) or add DeepSeek's MTP layer:
+// frameworks split the tensor); LoadOptions scale it down (Scale divides
+// the widths and expert counts so that the real structure fits on CPU
+// ranks; Layers cuts the decoder layers) or add DeepSeek's MTP layer:
 //
 //	m, _ := model.Load("deepseek-v3", model.LoadOptions{})
 //	m.Params() // 671026419200, DeepSeek-V3's published 671.0B

@@ -37,7 +37,7 @@ type Layouts struct {
 	Trainer   Trainer
 	Generator Generator
 	// Ranks places the world: stage s trains on world ranks [s*P, (s+1)*P)
-	// with P = Trainer.StageRanks(), and the generator is the
+	// with P = TP x CP x DP of the Trainer, and the generator is the
 	// Generator.Ranks() world ranks after all trainers.
 	Ranks  pipeline.Layout
 	Stages []*Stage
@@ -119,12 +119,12 @@ func (t *TensorLayout) Layout(side Side) placement.Layout {
 	return t.Dst
 }
 
-// Buffer returns the name of the local buffer that holds the tensor's part
+// bufferName returns the name of the local buffer that holds the tensor's part
 // on every rank of the given side. A tensor alone in its buffer names it
 // after itself; a fused buffer is named after the module that fuses it, as
 // that framework names it (Megatron's linear_qkv and linear_fc1; vLLM's
 // qkv_proj, gate_up_proj and fused_qkv_a_proj), under the same prefix.
-func (t *TensorLayout) Buffer(side Side) string { return t.whole.group[side].name }
+func (t *TensorLayout) bufferName(side Side) string { return t.whole.group[side].name }
 
 // Fused reports whether the tensor shares its local buffer on the given
 // side with other tensors.
@@ -158,7 +158,8 @@ func (t *TensorLayout) Box(side Side, rank int) (placement.Box, bool) {
 //     holds rows [r*P, (r+1)*P) of the padded vocabulary (P = padded/TP)
 //     in a buffer of P rows; the padding rows are never written (vLLM's
 //     weight loader zeroes them, and m2n leaves them so);
-//   - column-parallel (Column, Gate, Up; gpt-oss's sinks) Shard(0) over
+//   - column-parallel weights (MLA's q_b_proj and kv_b_proj, the MLP's
+//     gate and up; gpt-oss's sinks) Shard(0) over
 //     TP, row-parallel Shard(1); norms, routers, biases of row-parallel
 //     layers and MLA's latent projections whole on every rank;
 //   - Query, Key and Value over their [kv heads, rows, ...] layout shape:
@@ -176,7 +177,7 @@ func (t *TensorLayout) Box(side Side, rank int) (placement.Box, bool) {
 //     intermediate rows over TP x DP (vLLM's FusedMoEParallelConfig.make
 //     flattens TP across DP), replicated over independent engines;
 //   - DeepSeek's shared experts whole on every generator rank when vLLM's
-//     MoE runs sequence-parallel (Generator.SeqParallelMoE);
+//     MoE runs sequence-parallel (Generator.All2All);
 //   - replication over DP and CP on the trainer (expert-DP for experts),
 //     over DP (and engines) on the generator.
 //
@@ -210,10 +211,10 @@ func NewQuantized(m *Model, tr Trainer, gen Generator, mode fp8.Mode) (*Layouts,
 	if mode != 0 && (mode < fp8.Block || mode > fp8.Tensor) {
 		return nil, fmt.Errorf("model %s: %v is not an FP8 scaling mode (want block, row or tensor)", m.Name, mode)
 	}
-	if err := tr.Validate(); err != nil {
+	if err := tr.validate(); err != nil {
 		return nil, err
 	}
-	if err := gen.Validate(); err != nil {
+	if err := gen.validate(); err != nil {
 		return nil, err
 	}
 	if mode != 0 {
@@ -222,11 +223,11 @@ func NewQuantized(m *Model, tr Trainer, gen Generator, mode fp8.Mode) (*Layouts,
 		}
 	}
 	tr, gen = tr.normal(), gen.normal()
-	ranges, err := StageLayers(m.Layers, tr)
+	ranges, err := stageLayers(m.Layers, tr)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.Name, err)
 	}
-	P, G := tr.StageRanks(), gen.Ranks()
+	P, G := tr.stageRanks(), gen.Ranks()
 	l := &Layouts{Model: m, Trainer: tr, Generator: gen, Ranks: pipeline.Contiguous(tr.PP, P, G), FP8: mode}
 	if err := l.Ranks.Validate(tr.Ranks() + G); err != nil {
 		return nil, err
@@ -236,7 +237,7 @@ func NewQuantized(m *Model, tr Trainer, gen Generator, mode fp8.Mode) (*Layouts,
 		st.byName = [2]map[string]*group{{}, {}}
 		l.Stages = append(l.Stages, st)
 	}
-	latentFused := slices.ContainsFunc(m.Tensors, func(t Tensor) bool { return t.Kind == LatentQ })
+	latentFused := slices.ContainsFunc(m.Tensors, func(t Tensor) bool { return t.Kind == kindLatentQ })
 	for _, t := range m.Tensors {
 		st := l.Stages[stageOf(t, m, ranges)]
 		w := &wholeTensor{Tensor: t, dtype: [2]placement.DType{t.DType, t.DType}}
@@ -345,7 +346,7 @@ func stageOf(t Tensor, m *Model, ranges [][2]int) int {
 			}
 		}
 		return min(lo, last)
-	case t.Kind == Embedding:
+	case t.Kind == kindEmbedding:
 		return 0
 	}
 	return last

@@ -86,7 +86,7 @@ func checkLayouts(t *testing.T, l *Layouts) {
 	seen := map[string]int{}
 	for _, s := range l.Stages {
 		P, G := s.Trainers, s.Generators
-		if len(s.Members) != P+G || P != l.Trainer.StageRanks() || G != l.Generator.Ranks() {
+		if len(s.Members) != P+G || P != l.Trainer.stageRanks() || G != l.Generator.Ranks() {
 			t.Fatalf("stage %d: %d members, %d trainers, %d generators", s.Index, len(s.Members), P, G)
 		}
 		entries := map[string][]*TensorLayout{}
@@ -149,7 +149,7 @@ func checkLayouts(t *testing.T, l *Layouts) {
 			}
 			inBuffer := map[string][]*TensorLayout{}
 			for _, x := range s.Tensors {
-				inBuffer[x.Buffer(side)] = append(inBuffer[x.Buffer(side)], x)
+				inBuffer[x.bufferName(side)] = append(inBuffer[x.bufferName(side)], x)
 			}
 			for r := lo; r < hi; r++ {
 				var real int64
@@ -158,7 +158,7 @@ func checkLayouts(t *testing.T, l *Layouts) {
 					var held int64
 					for _, x := range inBuffer[b.Name] {
 						p, ok := x.Part(side, r)
-						if !ok || x.Buffer(side) != b.Name {
+						if !ok || x.bufferName(side) != b.Name {
 							continue
 						}
 						if p.Buffer != b.Name || !slices.Contains(b.Tensors, x.Whole().Name) {
@@ -190,8 +190,8 @@ func checkLayouts(t *testing.T, l *Layouts) {
 					}
 					real += held * int64(b.DType.Size())
 				}
-				if real != s.Bytes(side, r) {
-					t.Fatalf("stage %d %v rank %d: buffers hold %d bytes of real rows, entries %d", s.Index, side, r, real, s.Bytes(side, r))
+				if real != s.localBytes(side, r) {
+					t.Fatalf("stage %d %v rank %d: buffers hold %d bytes of real rows, entries %d", s.Index, side, r, real, s.localBytes(side, r))
 				}
 			}
 		}
@@ -360,7 +360,7 @@ func TestStageLayers(t *testing.T) {
 		{61, Trainer{PP: 4, FirstStageLayers: 1}, []int{1, 20, 20, 20}},
 		{61, Trainer{PP: 1}, []int{61}},
 	} {
-		got, err := StageLayers(tc.layers, tc.tr)
+		got, err := stageLayers(tc.layers, tc.tr)
 		if err != nil {
 			t.Errorf("%d over %v: %v", tc.layers, tc.tr, err)
 			continue
@@ -386,7 +386,7 @@ func TestStageLayers(t *testing.T) {
 		{61, Trainer{PP: 2, FirstStageLayers: 30, LastStageLayers: 30}, "the other 0 stages cannot share the remaining 1 of 61 layers"},
 		{61, Trainer{PP: 1, LastStageLayers: 3}, "pp=1: first=0 last=3"},
 	} {
-		if _, err := StageLayers(tc.layers, tc.tr); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := stageLayers(tc.layers, tc.tr); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%d over %v: %v, want %q", tc.layers, tc.tr, err, tc.want)
 		}
 	}
@@ -397,7 +397,7 @@ func TestStageLayers(t *testing.T) {
 func TestLayoutErrors(t *testing.T) {
 	tiny := `{"tensors":[{"name":"model.embed_tokens.weight","shape":[10,4],"dtype":"bf16"},
 		{"name":"model.layers.0.input_layernorm.weight","shape":[4],"dtype":"bf16"}]}`
-	tinyModel, err := ParseList("tiny", []byte(tiny))
+	tinyModel, err := parseList("tiny", []byte(tiny))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,17 +26,17 @@ type listFile struct {
 	Layers  int         `json:"num_hidden_layers"`
 }
 
-// ParseList reads a model as a plain JSON list of tensors: either an array
+// parseList reads a model as a plain JSON list of tensors: either an array
 // of {"name", "shape", "dtype"} objects, or an object {"tensors": [...]}
 // that may also give "num_attention_heads" and "num_key_value_heads" (so
 // that q_proj, k_proj and v_proj get the fused GQA layouts; without them
 // they are plain column-parallel tensors) and "num_hidden_layers" (layers
 // numbered from it on are MTP layers, on the last pipeline stage).
 //
-// Each tensor's kind and layer come from its name, as KindOf and LayerOf
+// Each tensor's kind and layer come from its name, as kindOf and layerOf
 // read it. Dtypes are spelled as PyTorch, safetensors or m2n spell them
 // (bfloat16, BF16, bf16). Errors name the entry.
-func ParseList(name string, data []byte) (*Model, error) {
+func parseList(name string, data []byte) (*Model, error) {
 	var f listFile
 	trimmed := bytes.TrimSpace(data)
 	dec := func(v any) error {
@@ -61,7 +61,7 @@ func ParseList(name string, data []byte) (*Model, error) {
 	mla, maxLayer := false, -1
 	for _, e := range f.Tensors {
 		mla = mla || strings.Contains(e.Name, "kv_a_proj_with_mqa")
-		maxLayer = max(maxLayer, LayerOf(e.Name))
+		maxLayer = max(maxLayer, layerOf(e.Name))
 	}
 	gqa := m.Heads > 0 && !mla
 	if !gqa {
@@ -85,12 +85,12 @@ func ParseList(name string, data []byte) (*Model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tensor list %s: tensor %s: %w", name, e.Name, err)
 		}
-		kind, ok := KindOf(e.Name, gqa)
+		kind, ok := kindOf(e.Name, gqa)
 		if !ok {
 			return nil, fmt.Errorf("tensor list %s: tensor %s: m2n cannot tell from its name how Megatron-Core and vLLM split it; "+
 				"give the model's config.json instead", name, e.Name)
 		}
-		t := Tensor{Name: e.Name, Shape: e.Shape, DType: dt, Kind: kind, Layer: LayerOf(e.Name)}
+		t := Tensor{Name: e.Name, Shape: e.Shape, DType: dt, Kind: kind, Layer: layerOf(e.Name)}
 		for _, s := range t.Shape {
 			if s < 0 {
 				return nil, fmt.Errorf("tensor list %s: tensor %s has a negative dim in %v", name, e.Name, e.Shape)
@@ -101,8 +101,8 @@ func ParseList(name string, data []byte) (*Model, error) {
 		}
 		t.FP8 = fp8Quantized(t, nil)
 		m.Tensors = append(m.Tensors, t)
-		if len(m.Tensors) > MaxTensors {
-			return nil, fmt.Errorf("tensor list %s: more than %d tensors", name, MaxTensors)
+		if len(m.Tensors) > maxTensors {
+			return nil, fmt.Errorf("tensor list %s: more than %d tensors", name, maxTensors)
 		}
 	}
 	if err := checkListExperts(name, m); err != nil {
@@ -115,9 +115,9 @@ func ParseList(name string, data []byte) (*Model, error) {
 	return m, nil
 }
 
-// LayerOf returns the decoder layer a transformers tensor name belongs to
+// layerOf returns the decoder layer a transformers tensor name belongs to
 // (the N of "layers.N."), or -1 for a tensor outside the layers.
-func LayerOf(name string) int {
+func layerOf(name string) int {
 	parts := strings.Split(name, ".")
 	for i := 0; i+1 < len(parts); i++ {
 		if parts[i] == "layers" {
@@ -191,7 +191,7 @@ func checkListExperts(name string, m *Model) error {
 	return nil
 }
 
-// KindOf reads a tensor's kind from its transformers name, the way
+// kindOf reads a tensor's kind from its transformers name, the way
 // transformers' own tensor-parallel plans match module names: embed_tokens
 // and lm_head (or an MTP layer's shared_head.head) are vocab-parallel;
 // norms, the MoE router (mlp.gate, mlp.router) and DeepSeek's
@@ -203,8 +203,8 @@ func checkListExperts(name string, m *Model) error {
 // the MLP's gate and up; experts.gate_up_proj and experts.down_proj the
 // routed experts; eh_proj DeepSeek's MTP projection; sinks gpt-oss's
 // attention sinks. Any other name has no kind it can tell: ok is false,
-// and ParseList refuses the tensor rather than guess.
-func KindOf(name string, gqa bool) (kind Kind, ok bool) {
+// and parseList refuses the tensor rather than guess.
+func kindOf(name string, gqa bool) (kind Kind, ok bool) {
 	parts := strings.Split(name, ".")
 	if len(parts) < 2 {
 		return 0, false
@@ -217,19 +217,19 @@ func KindOf(name string, gqa bool) (kind Kind, ok bool) {
 	weight := param == "weight"
 	switch {
 	case strings.Contains(mod, "norm") && (weight || param == "bias"):
-		return Replicated, true
+		return kindReplicated, true
 	case mod == "embed_tokens" && weight:
-		return Embedding, true
+		return kindEmbedding, true
 	case (mod == "lm_head" || mod == "head" && parent == "shared_head") && weight:
-		return LMHead, true
+		return kindLMHead, true
 	case mod == "experts" && param == "gate_up_proj":
 		return ExpertsGateUp, true
 	case mod == "experts" && param == "down_proj":
 		return ExpertsDown, true
 	case mod == "q_a_proj" && weight:
-		return LatentQ, true
+		return kindLatentQ, true
 	case mod == "kv_a_proj_with_mqa" && weight:
-		return LatentKV, true
+		return kindLatentKV, true
 	case mod == "q_proj" && gqa && (weight || param == "bias"):
 		return Query, true
 	case mod == "k_proj" && gqa && (weight || param == "bias"):
@@ -237,24 +237,24 @@ func KindOf(name string, gqa bool) (kind Kind, ok bool) {
 	case mod == "v_proj" && gqa && (weight || param == "bias"):
 		return Value, true
 	case (mod == "q_proj" || mod == "k_proj" || mod == "v_proj" || mod == "q_b_proj" || mod == "kv_b_proj") && weight:
-		return Column, true
+		return kindColumn, true
 	case mod == "o_proj", mod == "down_proj":
 		if weight {
-			return Row, true
+			return kindRow, true
 		}
-		return Replicated, param == "bias"
+		return kindReplicated, param == "bias"
 	case mod == "gate_proj" && (weight || param == "bias"):
-		return Gate, true
+		return kindGate, true
 	case mod == "up_proj" && (weight || param == "bias"):
-		return Up, true
+		return kindUp, true
 	case mod == "eh_proj" && weight:
-		return MTPProj, true
+		return kindMTPProj, true
 	case mod == "gate" && parent == "mlp" && (weight || param == "e_score_correction_bias"):
-		return Replicated, true
+		return kindReplicated, true
 	case mod == "router" && parent == "mlp" && (weight || param == "bias"):
-		return Replicated, true
+		return kindReplicated, true
 	case mod == "self_attn" && param == "sinks":
-		return Sinks, true
+		return kindSinks, true
 	}
 	return 0, false
 }

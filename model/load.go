@@ -12,20 +12,22 @@ import (
 // LoadOptions say how Load shapes the model it finds.
 type LoadOptions struct {
 	Options
-	// Scale divides the model's widths (Config.Scale); 0 or 1 keeps them.
+	// Scale divides the model's widths, head dims and expert count by
+	// Scale (head counts stay, so that the real model's head constraints
+	// hold); 0 or 1 keeps them, and a size it does not divide is an error.
 	Scale int64
 	// Layers cuts the model to its first Layers decoder layers
-	// (Config.WithLayers); 0 keeps them all.
+	// (MTP layers stay); 0 keeps them all.
 	Layers int
 }
 
 // Load returns the model spec names: a built-in model's name
 // (Builtins), a HuggingFace config.json (an object with "model_type"), or a
-// plain tensor list (ParseList). Scale, Layers and MTP need a
+// plain JSON tensor list. Scale, Layers and MTP need a
 // configuration: asking for them with a plain list is an error, as is a
 // file that cannot be read or parsed (the error names the file).
 func Load(spec string, opts LoadOptions) (*Model, error) {
-	if c, display, err := Builtin(spec); err == nil {
+	if c, display, err := lookupBuiltin(spec); err == nil {
 		return build(display, c, opts)
 	}
 	data, err := os.ReadFile(spec)
@@ -40,7 +42,7 @@ func Load(spec string, opts LoadOptions) (*Model, error) {
 		return nil, fmt.Errorf("%s: %w", spec, err)
 	}
 	if isConfig(data) {
-		c, err := ParseConfig(data)
+		c, err := parseConfig(data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", spec, err)
 		}
@@ -49,7 +51,7 @@ func Load(spec string, opts LoadOptions) (*Model, error) {
 	if opts.Scale > 1 || opts.Layers > 0 || opts.MTP {
 		return nil, fmt.Errorf("%s is a tensor list: scaling, cutting layers and MTP need a config.json", spec)
 	}
-	m, err := ParseList(name, data)
+	m, err := parseList(name, data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", spec, err)
 	}
@@ -65,7 +67,7 @@ func objectWithout(data []byte) error {
 	}
 	var probe map[string]json.RawMessage
 	if json.Unmarshal(data, &probe) != nil {
-		return nil // ParseList names the syntax error
+		return nil // parseList names the syntax error
 	}
 	_, mt := probe["model_type"]
 	_, ts := probe["tensors"]
@@ -93,12 +95,12 @@ func isConfig(data []byte) bool {
 func build(name string, c Config, opts LoadOptions) (*Model, error) {
 	var err error
 	if opts.Layers > 0 {
-		if c, err = c.WithLayers(opts.Layers); err != nil {
+		if c, err = c.withLayers(opts.Layers); err != nil {
 			return nil, fmt.Errorf("model %s: %w", name, err)
 		}
 	}
 	if opts.Scale > 1 {
-		if c, err = c.Scale(opts.Scale); err != nil {
+		if c, err = c.scale(opts.Scale); err != nil {
 			return nil, fmt.Errorf("model %s: %w", name, err)
 		}
 		name = fmt.Sprintf("%s/%d", name, opts.Scale)

@@ -18,7 +18,7 @@ func readConfig(t *testing.T, file string) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseConfig(data)
+	c, err := parseConfig(data)
 	if err != nil {
 		t.Fatalf("%s: %v", file, err)
 	}
@@ -30,7 +30,7 @@ func readConfig(t *testing.T, file string) Config {
 func TestBuiltinsMatchConfigs(t *testing.T) {
 	for _, name := range Builtins() {
 		want := readConfig(t, name+".config.json")
-		got, _, err := Builtin(name)
+		got, _, err := lookupBuiltin(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestKeySpellings(t *testing.T) {
 		t.Errorf("v4 spellings give\n%+v\nv5\n%+v", v4, v5)
 	}
 	for _, key := range []string{"num_experts", "num_local_experts", "n_routed_experts"} {
-		c, err := ParseConfig([]byte(`{"model_type":"deepseek_v3","vocab_size":10,"hidden_size":8,"intermediate_size":16,
+		c, err := parseConfig([]byte(`{"model_type":"deepseek_v3","vocab_size":10,"hidden_size":8,"intermediate_size":16,
 			"num_hidden_layers":2,"num_attention_heads":2,"moe_intermediate_size":4,"kv_lora_rank":4,"qk_nope_head_dim":2,
 			"qk_rope_head_dim":2,"v_head_dim":2,"first_k_dense_replace":1,"torch_dtype":"float32","n_group":1,"topk_group":1,"` + key + `":4}`))
 		if err != nil {
@@ -133,30 +133,30 @@ func TestTensorNames(t *testing.T) {
 		kind  Kind
 		layer int
 	}{
-		{ds, "model.embed_tokens.weight", []int64{129280, 7168}, placement.BF16, Embedding, -1},
-		{ds, "model.layers.0.self_attn.q_a_proj.weight", []int64{1536, 7168}, placement.BF16, LatentQ, 0},
-		{ds, "model.layers.0.self_attn.q_b_proj.weight", []int64{128 * 192, 1536}, placement.BF16, Column, 0},
-		{ds, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", []int64{576, 7168}, placement.BF16, LatentKV, 0},
-		{ds, "model.layers.0.self_attn.kv_b_proj.weight", []int64{128 * 256, 512}, placement.BF16, Column, 0},
-		{ds, "model.layers.0.self_attn.o_proj.weight", []int64{7168, 16384}, placement.BF16, Row, 0},
-		{ds, "model.layers.2.mlp.gate_proj.weight", []int64{18432, 7168}, placement.BF16, Gate, 2},
+		{ds, "model.embed_tokens.weight", []int64{129280, 7168}, placement.BF16, kindEmbedding, -1},
+		{ds, "model.layers.0.self_attn.q_a_proj.weight", []int64{1536, 7168}, placement.BF16, kindLatentQ, 0},
+		{ds, "model.layers.0.self_attn.q_b_proj.weight", []int64{128 * 192, 1536}, placement.BF16, kindColumn, 0},
+		{ds, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", []int64{576, 7168}, placement.BF16, kindLatentKV, 0},
+		{ds, "model.layers.0.self_attn.kv_b_proj.weight", []int64{128 * 256, 512}, placement.BF16, kindColumn, 0},
+		{ds, "model.layers.0.self_attn.o_proj.weight", []int64{7168, 16384}, placement.BF16, kindRow, 0},
+		{ds, "model.layers.2.mlp.gate_proj.weight", []int64{18432, 7168}, placement.BF16, kindGate, 2},
 		{ds, "model.layers.3.mlp.experts.gate_up_proj", []int64{256, 4096, 7168}, placement.BF16, ExpertsGateUp, 3},
 		{ds, "model.layers.3.mlp.experts.down_proj", []int64{256, 7168, 2048}, placement.BF16, ExpertsDown, 3},
-		{ds, "model.layers.3.mlp.gate.weight", []int64{256, 7168}, placement.BF16, Replicated, 3},
-		{ds, "model.layers.3.mlp.gate.e_score_correction_bias", []int64{256}, placement.F32, Replicated, 3},
-		{ds, "model.layers.60.mlp.shared_experts.down_proj.weight", []int64{7168, 2048}, placement.BF16, Row, 60},
-		{ds, "model.norm.weight", []int64{7168}, placement.BF16, Replicated, -1},
-		{ds, "lm_head.weight", []int64{129280, 7168}, placement.BF16, LMHead, -1},
-		{ds, "model.layers.61.eh_proj.weight", []int64{7168, 14336}, placement.BF16, MTPProj, 61},
-		{ds, "model.layers.61.shared_head.head.weight", []int64{129280, 7168}, placement.BF16, LMHead, 61},
+		{ds, "model.layers.3.mlp.gate.weight", []int64{256, 7168}, placement.BF16, kindReplicated, 3},
+		{ds, "model.layers.3.mlp.gate.e_score_correction_bias", []int64{256}, placement.F32, kindReplicated, 3},
+		{ds, "model.layers.60.mlp.shared_experts.down_proj.weight", []int64{7168, 2048}, placement.BF16, kindRow, 60},
+		{ds, "model.norm.weight", []int64{7168}, placement.BF16, kindReplicated, -1},
+		{ds, "lm_head.weight", []int64{129280, 7168}, placement.BF16, kindLMHead, -1},
+		{ds, "model.layers.61.eh_proj.weight", []int64{7168, 14336}, placement.BF16, kindMTPProj, 61},
+		{ds, "model.layers.61.shared_head.head.weight", []int64{129280, 7168}, placement.BF16, kindLMHead, 61},
 		{qw, "model.layers.0.self_attn.q_proj.weight", []int64{8192, 4096}, placement.BF16, Query, 0},
 		{qw, "model.layers.0.self_attn.k_proj.weight", []int64{512, 4096}, placement.BF16, Key, 0},
-		{qw, "model.layers.0.self_attn.q_norm.weight", []int64{128}, placement.BF16, Replicated, 0},
+		{qw, "model.layers.0.self_attn.q_norm.weight", []int64{128}, placement.BF16, kindReplicated, 0},
 		{qw, "model.layers.93.mlp.experts.gate_up_proj", []int64{128, 3072, 4096}, placement.BF16, ExpertsGateUp, 93},
-		{ll, "model.layers.79.mlp.down_proj.weight", []int64{8192, 28672}, placement.BF16, Row, 79},
+		{ll, "model.layers.79.mlp.down_proj.weight", []int64{8192, 28672}, placement.BF16, kindRow, 79},
 		{ll, "model.layers.0.self_attn.v_proj.weight", []int64{1024, 8192}, placement.BF16, Value, 0},
 		{mx, "model.layers.0.mlp.experts.gate_up_proj", []int64{8, 28672, 4096}, placement.BF16, ExpertsGateUp, 0},
-		{mx, "model.layers.0.mlp.gate.weight", []int64{8, 4096}, placement.BF16, Replicated, 0},
+		{mx, "model.layers.0.mlp.gate.weight", []int64{8, 4096}, placement.BF16, kindReplicated, 0},
 	} {
 		got, ok := tc.m.Tensor(tc.name)
 		if !ok {
@@ -223,14 +223,14 @@ func TestListRoundTrip(t *testing.T) {
 		}
 	}
 	// The array form, without head counts: q, k and v are plain columns.
-	m, err := ParseList("tiny", []byte(`[{"name":"model.embed_tokens.weight","shape":[10,4],"dtype":"BF16"},
+	m, err := parseList("tiny", []byte(`[{"name":"model.embed_tokens.weight","shape":[10,4],"dtype":"BF16"},
 		{"name":"model.layers.0.self_attn.q_proj.weight","shape":[4,4],"dtype":"bf16"},
 		{"name":"model.layers.1.mlp.experts.gate_up_proj","shape":[2,6,4],"dtype":"F8_E4M3"},
 		{"name":"model.layers.1.mlp.experts.down_proj","shape":[2,4,3],"dtype":"F8_E4M3"}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Layers != 2 || m.Tensors[1].Kind != Column || m.Tensors[2].DType != placement.FP8E4M3 ||
+	if m.Layers != 2 || m.Tensors[1].Kind != kindColumn || m.Tensors[2].DType != placement.FP8E4M3 ||
 		!reflect.DeepEqual(m.Tensors[2].LayoutShape, []int64{2, 2, 3, 4}) {
 		t.Errorf("array list: layers %d, %+v", m.Layers, m.Tensors)
 	}
@@ -256,9 +256,9 @@ func TestParseErrors(t *testing.T) {
 			"num_key_value_heads 8 does not divide num_attention_heads 2"}, // MixtralConfig's default 8 key-value heads
 		{`[1,2]`, "config: json"},
 	} {
-		_, err := ParseConfig([]byte(tc.data))
+		_, err := parseConfig([]byte(tc.data))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParseConfig(%s) = %v, want %q", tc.data, err, tc.want)
+			t.Errorf("parseConfig(%s) = %v, want %q", tc.data, err, tc.want)
 		}
 	}
 	for _, tc := range []struct{ data, want string }{
@@ -275,9 +275,9 @@ func TestParseErrors(t *testing.T) {
 			"dim 0 (6 rows) does not split into 4 heads"},
 		{`[]`, "has no tensors"},
 	} {
-		_, err := ParseList("l", []byte(tc.data))
+		_, err := parseList("l", []byte(tc.data))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParseList(%s) = %v, want %q", tc.data, err, tc.want)
+			t.Errorf("parseList(%s) = %v, want %q", tc.data, err, tc.want)
 		}
 	}
 	if _, err := Load("gpt-5", LoadOptions{}); err == nil || !strings.Contains(err.Error(), "neither built in") {
@@ -321,7 +321,7 @@ func TestTransformersDefaults(t *testing.T) {
 		{`{"model_type":"gpt_oss"}`, func(c Config) any { return c.AttentionBias }, true, "GptOssConfig attention_bias=True"},
 		{`{"model_type":"gpt_oss"}`, func(c Config) any { return c.HeadDim }, int64(64), "GptOssConfig head_dim=64"},
 	} {
-		c, err := ParseConfig([]byte(tc.json))
+		c, err := parseConfig([]byte(tc.json))
 		if err != nil {
 			t.Errorf("%s: %v", tc.json, err)
 			continue
@@ -331,7 +331,7 @@ func TestTransformersDefaults(t *testing.T) {
 		}
 	}
 	// a deepseek_v3 config without n_routed_experts is DeepSeek-V3's MoE, not a dense model
-	c, _ := ParseConfig([]byte(`{"model_type":"deepseek_v3","num_hidden_layers":4,"hidden_size":64,"intermediate_size":64,"moe_intermediate_size":8,
+	c, _ := parseConfig([]byte(`{"model_type":"deepseek_v3","num_hidden_layers":4,"hidden_size":64,"intermediate_size":64,"moe_intermediate_size":8,
 		"num_attention_heads":4,"kv_lora_rank":8,"q_lora_rank":8,"qk_nope_head_dim":4,"qk_rope_head_dim":2,"v_head_dim":4,"vocab_size":64}`))
 	m, err := FromConfig("ds", c, Options{})
 	if err != nil {

@@ -22,7 +22,8 @@ type Trainer struct {
 	// FirstStageLayers and LastStageLayers are Megatron's
 	// num_layers_in_first_pipeline_stage and
 	// num_layers_in_last_pipeline_stage; 0 leaves the count to the split
-	// (StageLayers).
+	// (New splits the layers as Megatron-Core does: DeepSeek-V3's 61 over
+	// 4 stages are 15, 16, 16, 14).
 	FirstStageLayers, LastStageLayers int
 	// VocabDivisor is Megatron-LM's --make-vocab-size-divisible-by: the
 	// trainer pads the vocabulary to a multiple of VocabDivisor x TP
@@ -31,9 +32,9 @@ type Trainer struct {
 	VocabDivisor int
 }
 
-// DefaultVocabDivisor is Megatron-LM's default --make-vocab-size-divisible-by
+// defaultVocabDivisor is Megatron-LM's default --make-vocab-size-divisible-by
 // (megatron/training/arguments.py).
-const DefaultVocabDivisor = 128
+const defaultVocabDivisor = 128
 
 // Generator is a vLLM parallel configuration: Engines independent vLLM
 // engines, each DP ranks of a TP group (rank = (engine*DP + dp)*TP + tp).
@@ -48,13 +49,13 @@ type Generator struct {
 	Engines int
 	// All2All is vLLM's all2all_backend ("" is its default,
 	// allgather_reducescatter); it decides whether the MoE runs
-	// sequence-parallel (SeqParallelMoE).
+	// sequence-parallel (as vLLM's ParallelConfig.use_sequence_parallel_moe).
 	All2All string
 }
 
-// DefaultAll2All is vLLM's default all2all_backend (vllm/config/parallel.py,
+// defaultAll2All is vLLM's default all2all_backend (vllm/config/parallel.py,
 // ParallelConfig.all2all_backend).
-const DefaultAll2All = "allgather_reducescatter"
+const defaultAll2All = "allgather_reducescatter"
 
 // all2allBackends are vLLM's All2AllBackend values; seqParallelBackends
 // those of them for which ParallelConfig.use_sequence_parallel_moe holds
@@ -76,7 +77,7 @@ func (t Trainer) normal() Trainer {
 		t.ETP = t.TP
 	}
 	if t.VocabDivisor <= 0 {
-		t.VocabDivisor = DefaultVocabDivisor
+		t.VocabDivisor = defaultVocabDivisor
 	}
 	return t
 }
@@ -84,30 +85,30 @@ func (t Trainer) normal() Trainer {
 func (g Generator) normal() Generator {
 	g.TP, g.DP, g.EP, g.Engines = one(g.TP), one(g.DP), one(g.EP), one(g.Engines)
 	if g.All2All == "" {
-		g.All2All = DefaultAll2All
+		g.All2All = defaultAll2All
 	}
 	return g
 }
 
-// StageRanks returns the ranks of one pipeline stage: TP x CP x DP.
-func (t Trainer) StageRanks() int { t = t.normal(); return t.TP * t.CP * t.DP }
+// stageRanks returns the ranks of one pipeline stage: TP x CP x DP.
+func (t Trainer) stageRanks() int { t = t.normal(); return t.TP * t.CP * t.DP }
 
-// Ranks returns all trainer ranks: StageRanks x PP.
-func (t Trainer) Ranks() int { return t.StageRanks() * one(t.PP) }
+// Ranks returns all trainer ranks: TP x CP x DP x PP.
+func (t Trainer) Ranks() int { return t.stageRanks() * one(t.PP) }
 
 // ExpertDP returns the expert-data-parallel size, TP x CP x DP / (ETP x
 // EP), or 0 when that does not divide.
 func (t Trainer) ExpertDP() int {
 	t = t.normal()
-	if t.StageRanks()%(t.ETP*t.EP) != 0 {
+	if t.stageRanks()%(t.ETP*t.EP) != 0 {
 		return 0
 	}
-	return t.StageRanks() / (t.ETP * t.EP)
+	return t.stageRanks() / (t.ETP * t.EP)
 }
 
-// Validate checks the sizes: all at most 1<<16, and ETP x EP dividing a
+// validate checks the sizes: all at most 1<<16, and ETP x EP dividing a
 // stage's TP x CP x DP ranks (Megatron-Core's expert rank groups).
-func (t Trainer) Validate() error {
+func (t Trainer) validate() error {
 	n := t.normal()
 	for _, f := range []struct {
 		key string
@@ -128,7 +129,7 @@ func (t Trainer) Validate() error {
 		if t.ETP <= 0 {
 			def = fmt.Sprintf(" (etp not given: Megatron-Core's default is etp = tp = %d; give etp=1 for experts without expert-TP)", n.TP)
 		}
-		return fmt.Errorf("trainer %v: etp=%d x ep=%d does not divide a stage's tp x cp x dp = %d ranks%s", t, n.ETP, n.EP, n.StageRanks(), def)
+		return fmt.Errorf("trainer %v: etp=%d x ep=%d does not divide a stage's tp x cp x dp = %d ranks%s", t, n.ETP, n.EP, n.stageRanks(), def)
 	}
 	return nil
 }
@@ -136,23 +137,23 @@ func (t Trainer) Validate() error {
 // Ranks returns the generator's ranks: Engines x DP x TP.
 func (g Generator) Ranks() int { g = g.normal(); return g.Engines * g.TP * g.DP }
 
-// EngineRanks returns the ranks of one engine: DP x TP.
-func (g Generator) EngineRanks() int { g = g.normal(); return g.TP * g.DP }
+// engineRanks returns the ranks of one engine: DP x TP.
+func (g Generator) engineRanks() int { g = g.normal(); return g.TP * g.DP }
 
-// SeqParallelMoE reports whether vLLM runs the MoE layers
+// seqParallelMoE reports whether vLLM runs the MoE layers
 // sequence-parallel: ParallelConfig.use_sequence_parallel_moe
 // (vllm/config/parallel.py) holds for expert parallelism with TP > 1 and
 // DP > 1 under the default all2all backend (and the others its list
 // names). DeepSeek's shared experts are then whole on every rank.
-func (g Generator) SeqParallelMoE() bool {
+func (g Generator) seqParallelMoE() bool {
 	n := g.normal()
 	return n.EP > 1 && n.TP > 1 && n.DP > 1 && slices.Contains(seqParallelBackends, n.All2All)
 }
 
-// Validate checks the sizes, that EP, when on, spans the TP x DP ranks of
+// validate checks the sizes, that EP, when on, spans the TP x DP ranks of
 // an engine as vLLM's expert parallelism does, and that the all2all
 // backend is one of vLLM's.
-func (g Generator) Validate() error {
+func (g Generator) validate() error {
 	for _, f := range []struct {
 		key string
 		v   int
@@ -165,10 +166,10 @@ func (g Generator) Validate() error {
 	if n.Ranks() > 1<<20 {
 		return fmt.Errorf("generator %v: more than %d ranks", g, 1<<20)
 	}
-	if n.EP > 1 && n.EP != n.EngineRanks() {
+	if n.EP > 1 && n.EP != n.engineRanks() {
 		return fmt.Errorf("generator ep=%d: vLLM's expert parallelism spans an engine's tp x dp = %d ranks "+
 			"(vllm/model_executor/layers/fused_moe/config.py, FusedMoEParallelConfig.make: ep_size = tp x dp); give ep=%d, or leave ep out for experts split over tp x dp",
-			n.EP, n.EngineRanks(), n.EngineRanks())
+			n.EP, n.engineRanks(), n.engineRanks())
 	}
 	if !slices.Contains(all2allBackends, n.All2All) {
 		return fmt.Errorf("generator all2all=%s: not one of vLLM's all2all backends (%s)", n.All2All, strings.Join(all2allBackends, ", "))
@@ -185,7 +186,7 @@ func (t Trainer) String() string {
 	if t.LastStageLayers > 0 {
 		s += fmt.Sprintf(",last=%d", t.LastStageLayers)
 	}
-	if n.VocabDivisor != DefaultVocabDivisor {
+	if n.VocabDivisor != defaultVocabDivisor {
 		s += fmt.Sprintf(",vocab-div=%d", n.VocabDivisor)
 	}
 	return s
@@ -197,7 +198,7 @@ func (g Generator) String() string {
 	if n.Engines > 1 {
 		s += fmt.Sprintf(",engines=%d", n.Engines)
 	}
-	if n.All2All != DefaultAll2All {
+	if n.All2All != defaultAll2All {
 		s += ",all2all=" + n.All2All
 	}
 	return s
@@ -222,7 +223,7 @@ func ParseTrainer(s string) (Trainer, error) {
 		return Trainer{}, err
 	}
 	t.TP, t.PP, t.CP, t.DP, t.EP = one(t.TP), one(t.PP), one(t.CP), one(t.DP), one(t.EP)
-	return t, t.Validate()
+	return t, t.validate()
 }
 
 // ParseGenerator parses "tp=8,dp=16[,ep=128][,engines=2][,all2all=NAME]";
@@ -234,7 +235,7 @@ func ParseGenerator(s string) (Generator, error) {
 		return Generator{}, err
 	}
 	g.TP, g.DP, g.EP, g.Engines = one(g.TP), one(g.DP), one(g.EP), one(g.Engines)
-	return g, g.Validate()
+	return g, g.validate()
 }
 
 func parseSizes(s string, fields map[string]*int, words map[string]*string, known string) error {

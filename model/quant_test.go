@@ -53,7 +53,7 @@ func TestNewQuantized(t *testing.T) {
 			}
 			if want {
 				conv++
-				if got, was := st.Bytes(Dst, 2), plain.Stages[si].Bytes(Dst, 2); got >= was {
+				if got, was := st.localBytes(Dst, 2), plain.Stages[si].localBytes(Dst, 2); got >= was {
 					t.Errorf("stage %d: generator rank holds %d bytes in FP8, %d in bf16", si, got, was)
 				}
 			}
@@ -75,7 +75,7 @@ func TestNewQuantized(t *testing.T) {
 // TestFP8IgnoredLayers: the modules an FP8 checkpoint leaves unconverted
 // (quantization_config's ignored_layers, modules_to_not_convert) stay.
 func TestFP8IgnoredLayers(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"model_type":"qwen3","vocab_size":64,"hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,
+	c, err := parseConfig([]byte(`{"model_type":"qwen3","vocab_size":64,"hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,
 		"num_attention_heads":4,"num_key_value_heads":2,"head_dim":8,
 		"quantization_config":{"quant_method":"fp8","ignored_layers":["model.layers.1.mlp.down_proj"],"modules_to_not_convert":["model.layers.*.self_attn"]}}`))
 	if err != nil {
@@ -100,7 +100,7 @@ func TestFP8Refusals(t *testing.T) {
 	g, _ := ParseGenerator("tp=1")
 	// int8 (or already FP8) weights: nothing would convert (issue 23.3)
 	for _, dt := range []string{"int8", "F8_E4M3"} {
-		m, err := ParseList("q", []byte(`{"tensors":[{"name":"model.layers.0.mlp.down_proj.weight","shape":[4,4],"dtype":"`+dt+`"}]}`))
+		m, err := parseList("q", []byte(`{"tensors":[{"name":"model.layers.0.mlp.down_proj.weight","shape":[4,4],"dtype":"`+dt+`"}]}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestFP8Refusals(t *testing.T) {
 			t.Errorf("%s weights to e4m3: %v, want the tensor and its dtype named", dt, err)
 		}
 	}
-	norms, _ := ParseList("n", []byte(`{"tensors":[{"name":"model.norm.weight","shape":[4],"dtype":"bf16"}]}`))
+	norms, _ := parseList("n", []byte(`{"tensors":[{"name":"model.norm.weight","shape":[4],"dtype":"bf16"}]}`))
 	if _, err := NewQuantized(norms, tr, g, fp8.Block); err == nil || !strings.Contains(err.Error(), "no tensor is one vLLM's FP8 path quantizes") {
 		t.Errorf("a model with nothing to convert: %v", err)
 	}

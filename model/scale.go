@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Scale returns the configuration with every width divided by n, so that a
+// scale returns the configuration with every width divided by n, so that a
 // real model's structure runs on a handful of CPU ranks: hidden_size,
 // intermediate_size, moe_intermediate_size, the expert count, and the head
 // dims (head_dim; for MLA q_lora_rank, kv_lora_rank, qk_nope_head_dim,
@@ -13,13 +13,13 @@ import (
 // constraint of the real model (heads by TP, key-value heads replicated
 // when TP exceeds them) holds for the scaled one too; only where a head dim
 // does not divide by n are the head counts divided instead. The vocabulary
-// and the layer count stay (WithLayers cuts layers). Routing settings that
+// and the layer count stay (withLayers cuts layers). Routing settings that
 // would no longer be valid are clamped: num_experts_per_tok to the expert
 // count, n_group to a divisor of it, topk_group to n_group.
 //
-// Scale(1) returns c unchanged. A size that n does not divide is an error
+// scale(1) returns c unchanged. A size that n does not divide is an error
 // naming the key and both numbers.
-func (c Config) Scale(n int64) (Config, error) {
+func (c Config) scale(n int64) (Config, error) {
 	if n < 1 {
 		return Config{}, fmt.Errorf("scale %d: want at least 1", n)
 	}
@@ -47,14 +47,14 @@ func (c Config) Scale(n int64) (Config, error) {
 		s.MoEIntermediateSize = s.IntermediateSize // their experts are intermediate_size wide
 	}
 	div(c.expertsKey(), &s.Experts)
-	if c.IsMLA() {
+	if c.isMLA() {
 		div("q_lora_rank", &s.QLoraRank)
 		div("kv_lora_rank", &s.KVLoraRank)
 	}
 	if err != nil {
 		return Config{}, err
 	}
-	if c.IsMLA() {
+	if c.isMLA() {
 		dims := []*int64{&s.QKNopeHeadDim, &s.QKRopeHeadDim, &s.VHeadDim}
 		if s.QKNopeHeadDim%n == 0 && s.QKRopeHeadDim%n == 0 && s.VHeadDim%n == 0 {
 			div("qk_nope_head_dim", dims[0])
@@ -82,20 +82,20 @@ func (c Config) Scale(n int64) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	if s.IsMoE() {
+	if s.isMoE() {
 		s.ExpertsPerToken = min(s.ExpertsPerToken, s.Experts)
 		if s.Groups > 0 {
 			s.Groups = gcd(s.Groups, s.Experts)
 			s.TopKGroup = min(s.TopKGroup, s.Groups)
 		}
 	}
-	return s, s.Validate()
+	return s, s.validate()
 }
 
-// WithLayers returns the configuration cut to its first k decoder layers
+// withLayers returns the configuration cut to its first k decoder layers
 // (MTP layers stay): first_k_dense_replace and mlp_only_layers are cut to
 // match. k must lie in [1, num_hidden_layers].
-func (c Config) WithLayers(k int) (Config, error) {
+func (c Config) withLayers(k int) (Config, error) {
 	if k < 1 || k > c.Layers {
 		return Config{}, fmt.Errorf("layers %d: want between 1 and the model's num_hidden_layers %d", k, c.Layers)
 	}
@@ -111,7 +111,7 @@ func (c Config) WithLayers(k int) (Config, error) {
 	if c.MLPOnlyLayers != nil && s.MLPOnlyLayers == nil {
 		s.MLPOnlyLayers = []int{}
 	}
-	return s, s.Validate()
+	return s, s.validate()
 }
 
 func gcd(a, b int64) int64 {

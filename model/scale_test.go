@@ -30,8 +30,8 @@ func TestScale(t *testing.T) {
 		}},
 		{"llama-3.1-70b", 1, func(c Config) bool { return c.HiddenSize == 8192 }},
 	} {
-		c, _, _ := Builtin(tc.name)
-		s, err := c.Scale(tc.n)
+		c, _, _ := lookupBuiltin(tc.name)
+		s, err := c.scale(tc.n)
 		if err != nil {
 			t.Errorf("%s / %d: %v", tc.name, tc.n, err)
 			continue
@@ -53,20 +53,20 @@ func TestScale(t *testing.T) {
 		{"qwen3-235b-a22b", 256, "scale 256 does not divide num_experts 128"},
 		{"llama-3.1-70b", 0, "scale 0: want at least 1"},
 	} {
-		c, _, _ := Builtin(tc.name)
-		if _, err := c.Scale(tc.n); err == nil || !strings.Contains(err.Error(), tc.want) {
+		c, _, _ := lookupBuiltin(tc.name)
+		if _, err := c.scale(tc.n); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s / %d: %v, want %q", tc.name, tc.n, err, tc.want)
 		}
 	}
 	mx := readConfig(t, "mixtral-8x7b.config.json")
-	if _, err := mx.Scale(16); err == nil || !strings.Contains(err.Error(), "scale 16 does not divide num_local_experts 8") {
+	if _, err := mx.scale(16); err == nil || !strings.Contains(err.Error(), "scale 16 does not divide num_local_experts 8") {
 		t.Errorf("mixtral / 16: %v", err)
 	}
 }
 
 func TestWithLayers(t *testing.T) {
-	c, _, _ := Builtin("deepseek-v3")
-	s, err := c.WithLayers(4)
+	c, _, _ := lookupBuiltin("deepseek-v3")
+	s, err := c.withLayers(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +83,12 @@ func TestWithLayers(t *testing.T) {
 			t.Errorf("no %s", name)
 		}
 	}
-	q, _, _ := Builtin("qwen3-235b-a22b")
+	q, _, _ := lookupBuiltin("qwen3-235b-a22b")
 	q.MLPOnlyLayers = []int{1, 50}
-	if s, err := q.WithLayers(2); err != nil || len(s.MLPOnlyLayers) != 1 {
+	if s, err := q.withLayers(2); err != nil || len(s.MLPOnlyLayers) != 1 {
 		t.Errorf("qwen cut: %v %v", s.MLPOnlyLayers, err)
 	}
-	if _, err := c.WithLayers(62); err == nil || !strings.Contains(err.Error(), "layers 62: want between 1 and the model's num_hidden_layers 61") {
+	if _, err := c.withLayers(62); err == nil || !strings.Contains(err.Error(), "layers 62: want between 1 and the model's num_hidden_layers 61") {
 		t.Errorf("too many layers: %v", err)
 	}
 	if _, err := Load("testdata/models/../models/deepseek-v3.config.json", LoadOptions{Scale: 16, Layers: 5}); err != nil {

@@ -63,7 +63,7 @@ func headsDivide(m *Model, t Tensor, tp int, side Side) error {
 		return nil
 	}
 	switch t.Kind {
-	case Query, Column, Row, Sinks:
+	case Query, kindColumn, kindRow, kindSinks:
 	default:
 		return nil
 	}
@@ -76,11 +76,11 @@ func headsDivide(m *Model, t Tensor, tp int, side Side) error {
 // rowWhat names what dim 0 of a kind's layout shape counts, for errors.
 func rowWhat(k Kind) string {
 	switch {
-	case k == Embedding, k == LMHead:
+	case k == kindEmbedding, k == kindLMHead:
 		return "vocabulary rows"
 	case k == Query, k == Key, k == Value:
 		return "key-value heads"
-	case k == Sinks:
+	case k == kindSinks:
 		return "attention heads"
 	case k.experts():
 		return "experts"
@@ -93,9 +93,9 @@ func rowWhat(k Kind) string {
 // for gpt-oss's down_proj_bias, which has none.
 func intermediateDim(k Kind) int {
 	switch k {
-	case ExpertsGateUp, ExpertsDown, TransposedExpertsDown: // [E, 2, I, H], [E, H, I]
+	case ExpertsGateUp, ExpertsDown, kindTransposedExpertsDown: // [E, 2, I, H], [E, H, I]
 		return 2
-	case InterleavedExpertsGateUp, InterleavedExpertsGateUpBias: // [E, I, 2, H], [E, I, 2, 1]
+	case kindInterleavedExpertsGateUp, kindInterleavedExpertsGateUpBias: // [E, I, 2, H], [E, I, 2, 1]
 		return 1
 	}
 	return -1
@@ -129,7 +129,7 @@ func roundUp(v, k int64) (int64, bool) {
 // it.
 func trainerSide(m *Model, t Tensor, tr Trainer) (sideLayout, fusion, error) {
 	const side = Src
-	P, dense := tr.StageRanks(), tr.DP*tr.CP
+	P, dense := tr.stageRanks(), tr.DP*tr.CP
 	if err := headsDivide(m, t, tr.TP, side); err != nil {
 		return sideLayout{}, fusion{}, err
 	}
@@ -137,9 +137,9 @@ func trainerSide(m *Model, t Tensor, tr Trainer) (sideLayout, fusion, error) {
 	f := fusion{name: t.Name}
 	var err error
 	switch k := t.Kind; {
-	case k == Replicated, k == LatentQ, k == LatentKV:
+	case k == kindReplicated, k == kindLatentQ, k == kindLatentKV:
 		s.axes = []axis{rep(P)}
-	case k == Embedding, k == LMHead:
+	case k == kindEmbedding, k == kindLMHead:
 		v := t.LayoutShape[0]
 		padded, ok := roundUp(v, int64(tr.VocabDivisor)*int64(tr.TP))
 		if !ok {
@@ -147,13 +147,13 @@ func trainerSide(m *Model, t Tensor, tr Trainer) (sideLayout, fusion, error) {
 		}
 		parts, per := vocabParts(v, padded, tr.TP)
 		s.axes, s.rows = []axis{rep(dense), split(0, parts)}, per
-	case k == Column, k == Gate, k == Up, k == MTPProj, k == Sinks:
+	case k == kindColumn, k == kindGate, k == kindUp, k == kindMTPProj, k == kindSinks:
 		err = divides(t, 0, rowWhat(k), tr.TP, side, "tp", "")
 		s.axes = []axis{rep(dense), shard(tr.TP, 0)}
-		if k == Gate || k == Up {
+		if k == kindGate || k == kindUp {
 			f = fusedAs(t.Name, concat, []string{"gate_proj", "up_proj"}, "linear_fc1", k)
 		}
-	case k == Row:
+	case k == kindRow:
 		err = divides(t, 1, "columns", tr.TP, side, "tp", "")
 		s.axes = []axis{rep(dense), shard(tr.TP, 1)}
 	case k == Query, k == Key, k == Value:
@@ -169,7 +169,7 @@ func trainerSide(m *Model, t Tensor, tr Trainer) (sideLayout, fusion, error) {
 			}
 		}
 		s.axes = []axis{rep(tr.ExpertDP()), shard(tr.EP, 0), etp}
-		if k == InterleavedExpertsGateUp || k == InterleavedExpertsGateUpBias {
+		if k == kindInterleavedExpertsGateUp || k == kindInterleavedExpertsGateUpBias {
 			s.order = []int{0, 2, 1, 3} // TEGroupedMLP's fc1 holds [gate; up] per expert
 		}
 	default:
@@ -247,16 +247,16 @@ func generatorSide(m *Model, t Tensor, g Generator, start int, latentFused bool)
 	s := sideLayout{start: start}
 	f := fusion{name: t.Name}
 	var err error
-	spWhole := t.SeqParallelReplicated && g.SeqParallelMoE()
+	spWhole := t.SeqParallelReplicated && g.seqParallelMoE()
 	switch k := t.Kind; {
-	case k == Replicated, k == MTPProj:
+	case k == kindReplicated, k == kindMTPProj:
 		s.axes = []axis{rep(G)}
-	case k == LatentQ, k == LatentKV:
+	case k == kindLatentQ, k == kindLatentKV:
 		s.axes = []axis{rep(G)}
 		if latentFused {
 			f = fusedAs(t.Name, concat, []string{"q_a_proj", "kv_a_proj_with_mqa"}, "fused_qkv_a_proj", k)
 		}
-	case k == Embedding, k == LMHead:
+	case k == kindEmbedding, k == kindLMHead:
 		v := t.LayoutShape[0]
 		padded, ok := roundUp(v, 64) // vocab_parallel_embedding.py: DEFAULT_VOCAB_PADDING_SIZE
 		if !ok || padded%int64(g.TP) != 0 {
@@ -265,18 +265,18 @@ func generatorSide(m *Model, t Tensor, g Generator, start int, latentFused bool)
 		}
 		parts, per := vocabParts(v, padded, g.TP)
 		s.axes, s.rows = []axis{rep(reps), split(0, parts)}, per
-	case spWhole && (k == Gate || k == Up || k == Row):
+	case spWhole && (k == kindGate || k == kindUp || k == kindRow):
 		s.axes = []axis{rep(G)}
-		if k == Gate || k == Up {
+		if k == kindGate || k == kindUp {
 			f = fusedAs(t.Name, concat, []string{"gate_proj", "up_proj"}, "gate_up_proj", k)
 		}
-	case k == Column, k == Gate, k == Up, k == Sinks:
+	case k == kindColumn, k == kindGate, k == kindUp, k == kindSinks:
 		err = divides(t, 0, rowWhat(k), g.TP, side, "tp", "")
 		s.axes = []axis{rep(reps), shard(g.TP, 0)}
-		if k == Gate || k == Up {
+		if k == kindGate || k == kindUp {
 			f = fusedAs(t.Name, concat, []string{"gate_proj", "up_proj"}, "gate_up_proj", k)
 		}
-	case k == Row:
+	case k == kindRow:
 		err = divides(t, 1, "columns", g.TP, side, "tp", "")
 		s.axes = []axis{rep(reps), shard(g.TP, 1)}
 	case k == Query, k == Key, k == Value:
@@ -320,9 +320,9 @@ func generatorSide(m *Model, t Tensor, g Generator, start int, latentFused bool)
 // engines replicate all of it.
 func vllmExperts(t Tensor, g Generator) ([]axis, int64, error) {
 	const side = Dst
-	eng := g.EngineRanks()
+	eng := g.engineRanks()
 	E := t.LayoutShape[0]
-	oss := t.Kind == InterleavedExpertsGateUp || t.Kind == InterleavedExpertsGateUpBias || t.Kind == TransposedExpertsDown || t.Kind == ExpertsDownBias
+	oss := t.Kind == kindInterleavedExpertsGateUp || t.Kind == kindInterleavedExpertsGateUpBias || t.Kind == kindTransposedExpertsDown || t.Kind == kindExpertsDownBias
 	if g.EP > 1 {
 		if oss && E%int64(eng) != 0 {
 			return nil, 0, &SplitError{Tensor: t.Name, Side: side, Dim: 0, Size: E, What: "experts", Key: "ep", By: eng,

@@ -28,7 +28,7 @@ func TestHugeLayerCounts(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		c, err := ParseConfig(data)
+		c, err := parseConfig(data)
 		if err != nil {
 			t.Fatalf("%d layers: %v", tc.layers, err)
 		}
@@ -46,25 +46,25 @@ func TestHugeLayerCounts(t *testing.T) {
 		}
 	}
 	// sizes that overflow are errors, not wrapped numbers
-	c, err := ParseConfig([]byte(`{"model_type":"llama","vocab_size":4503599627370496,"hidden_size":1048576,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":1}`))
+	c, err := parseConfig([]byte(`{"model_type":"llama","vocab_size":4503599627370496,"hidden_size":1048576,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":1}`))
 	if err == nil {
 		_, err = FromConfig("big", c, Options{})
 	}
 	if err == nil || !strings.Contains(err.Error(), "overflows int64") {
 		t.Errorf("a vocabulary of 2^52 rows of 2^20: %v", err)
 	}
-	c, _ = ParseConfig([]byte(`{"model_type":"qwen3_moe","num_hidden_layers":8,"mlp_only_layers":[0,3,3,9]}`))
-	if got := c.MoELayers(8); got != 6 {
+	c, _ = parseConfig([]byte(`{"model_type":"qwen3_moe","num_hidden_layers":8,"mlp_only_layers":[0,3,3,9]}`))
+	if got := c.moeLayers(8); got != 6 {
 		t.Errorf("qwen3_moe MoE layers of 8 with mlp_only_layers [0 3 3 9]: %d, want 6", got)
 	}
 	n := 0
 	for l := 0; l < 8; l++ {
-		if c.MoELayer(l) {
+		if c.moeLayer(l) {
 			n++
 		}
 	}
-	if n != c.MoELayers(8) {
-		t.Errorf("MoELayers %d, MoELayer counts %d", c.MoELayers(8), n)
+	if n != c.moeLayers(8) {
+		t.Errorf("moeLayers %d, moeLayer counts %d", c.moeLayers(8), n)
 	}
 }
 

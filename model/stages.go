@@ -2,7 +2,7 @@ package model
 
 import "fmt"
 
-// StageLayers splits layers decoder layers over the trainer's pipeline
+// stageLayers splits layers decoder layers over the trainer's pipeline
 // stages and returns each stage's half-open range [lo, hi).
 //
 // With FirstStageLayers or LastStageLayers given, those stages get that
@@ -16,7 +16,7 @@ import "fmt"
 // stages 3, 4 x 14, 2. A stage left with no layers, or middle stages that
 // cannot share the rest evenly, is an error naming the numbers. With one
 // stage a model may have no layers at all (a plain list of tensors).
-func StageLayers(layers int, t Trainer) ([][2]int, error) {
+func stageLayers(layers int, t Trainer) ([][2]int, error) {
 	t = t.normal()
 	pp := t.PP
 	f, l := t.FirstStageLayers, t.LastStageLayers

@@ -11,83 +11,86 @@ import (
 // Kind says what a tensor is in its model. The kind, not the name, decides
 // how the trainer (Megatron-Core) and the generator (vLLM) shard the tensor
 // and which of them fuse it with its neighbours into one local buffer.
+// String names every kind; the kinds a caller tests for (Query, Key and
+// Value, ExpertsGateUp and ExpertsDown) are exported, the others are the
+// package's own.
 type Kind uint8
 
 const (
-	// Replicated tensors are whole on every rank of both sides: norms, the
-	// MoE router and its score-correction bias, the biases of row-parallel
-	// layers. (A plain list's name that m2n cannot read a role from is an
-	// error, not Replicated.)
-	Replicated Kind = iota
-	// Embedding is a vocab-parallel input embedding [V, H]: Shard(0) over
-	// TP, on the first pipeline stage (an MTP layer's on the last).
-	Embedding
-	// LMHead is a vocab-parallel output projection [V, H]: Shard(0) over
+	// kindReplicated tensors are whole on every rank of both sides: norms,
+	// the MoE router and its score-correction bias, the biases of
+	// row-parallel layers. (A plain list's name that m2n cannot read a role
+	// from is an error, not kindReplicated.)
+	kindReplicated Kind = iota
+	// kindEmbedding is a vocab-parallel input embedding [V, H]: Shard(0)
+	// over TP, on the first pipeline stage (an MTP layer's on the last).
+	kindEmbedding
+	// kindLMHead is a vocab-parallel output projection [V, H]: Shard(0) over
 	// TP, on the last pipeline stage.
-	LMHead
-	// LatentQ is MLA's q_a_proj [q_lora_rank, H]: replicated; the generator
-	// holds it fused with LatentKV in fused_qkv_a_proj.
-	LatentQ
-	// LatentKV is MLA's kv_a_proj_with_mqa [kv_lora_rank + rope dim, H]:
-	// replicated, fused after LatentQ on the generator.
-	LatentKV
-	// Column is a column-parallel weight [out, in] held in a buffer of its
-	// own: Shard(0) over TP (MLA's q_b_proj and kv_b_proj; q, k and v of a
-	// plain list without head counts).
-	Column
-	// Row is a row-parallel weight [out, in]: Shard(1) over TP (o_proj,
+	kindLMHead
+	// kindLatentQ is MLA's q_a_proj [q_lora_rank, H]: replicated; the
+	// generator holds it fused with kindLatentKV in fused_qkv_a_proj.
+	kindLatentQ
+	// kindLatentKV is MLA's kv_a_proj_with_mqa [kv_lora_rank + rope dim, H]:
+	// replicated, fused after kindLatentQ on the generator.
+	kindLatentKV
+	// kindColumn is a column-parallel weight [out, in] held in a buffer of
+	// its own: Shard(0) over TP (MLA's q_b_proj and kv_b_proj; q, k and v
+	// of a plain list without head counts).
+	kindColumn
+	// kindRow is a row-parallel weight [out, in]: Shard(1) over TP (o_proj,
 	// down_proj).
-	Row
+	kindRow
 	// Query, Key and Value are GQA projections (weights [heads*head_dim,
 	// H], or their biases). Their LayoutShape groups rows by key-value head
 	// so that Megatron's interleaved linear_qkv is a strided view.
 	Query
 	Key
 	Value
-	// Gate and Up are a dense (or shared-expert) MLP's gate_proj and
-	// up_proj [I, H] (or their biases): Shard(0) over TP, fused as [gate;
-	// up] per rank on both sides.
-	Gate
-	Up
+	// kindGate and kindUp are a dense (or shared-expert) MLP's gate_proj
+	// and up_proj [I, H] (or their biases): Shard(0) over TP, fused as
+	// [gate; up] per rank on both sides.
+	kindGate
+	kindUp
 	// ExpertsGateUp is the routed experts' gate_up_proj [E, 2I, H], gate
 	// rows first; its LayoutShape is [E, 2, I, H].
 	ExpertsGateUp
 	// ExpertsDown is the routed experts' down_proj [E, H, I].
 	ExpertsDown
-	// MTPProj is DeepSeek's multi-token-prediction eh_proj [H, 2H]:
+	// kindMTPProj is DeepSeek's multi-token-prediction eh_proj [H, 2H]:
 	// column-parallel on the trainer, replicated on the generator.
-	MTPProj
-	// Sinks are gpt-oss's attention sinks [heads]: Shard(0) by head over
-	// TP on both sides (Megatron-Core's softmax_offset, vLLM's sinks).
-	Sinks
-	// InterleavedExpertsGateUp is gpt-oss's experts.gate_up_proj [E, H,
-	// 2I], gate and up interleaved on its last dim. Both frameworks hold
-	// it transposed (each expert's [2I, H] rows), so it moves as [E, 2I,
-	// H] (Transposed) with LayoutShape [E, I, 2, H].
-	InterleavedExpertsGateUp
-	// InterleavedExpertsGateUpBias is its bias [E, 2I], LayoutShape [E, I,
-	// 2, 1].
-	InterleavedExpertsGateUpBias
-	// TransposedExpertsDown is gpt-oss's experts.down_proj [E, I, H],
-	// moving as the frameworks' [E, H, I] (Transposed).
-	TransposedExpertsDown
-	// ExpertsDownBias is gpt-oss's experts.down_proj_bias [E, H].
-	ExpertsDownBias
+	kindMTPProj
+	// kindSinks are gpt-oss's attention sinks [heads]: Shard(0) by head
+	// over TP on both sides (Megatron-Core's softmax_offset, vLLM's sinks).
+	kindSinks
+	// kindInterleavedExpertsGateUp is gpt-oss's experts.gate_up_proj [E,
+	// H, 2I], gate and up interleaved on its last dim. Both frameworks
+	// hold it transposed (each expert's [2I, H] rows), so it moves as [E,
+	// 2I, H] (Transposed) with LayoutShape [E, I, 2, H].
+	kindInterleavedExpertsGateUp
+	// kindInterleavedExpertsGateUpBias is its bias [E, 2I], LayoutShape
+	// [E, I, 2, 1].
+	kindInterleavedExpertsGateUpBias
+	// kindTransposedExpertsDown is gpt-oss's experts.down_proj [E, I,
+	// H], moving as the frameworks' [E, H, I] (Transposed).
+	kindTransposedExpertsDown
+	// kindExpertsDownBias is gpt-oss's experts.down_proj_bias [E, H].
+	kindExpertsDownBias
 )
 
 var kindNames = [...]string{
-	Replicated: "replicated", Embedding: "embedding", LMHead: "lm-head", LatentQ: "latent-q",
-	LatentKV: "latent-kv", Column: "column", Row: "row", Query: "query", Key: "key", Value: "value",
-	Gate: "gate", Up: "up", ExpertsGateUp: "experts-gate-up", ExpertsDown: "experts-down", MTPProj: "mtp-proj",
-	Sinks: "sinks", InterleavedExpertsGateUp: "interleaved-experts-gate-up", InterleavedExpertsGateUpBias: "interleaved-experts-gate-up-bias",
-	TransposedExpertsDown: "transposed-experts-down", ExpertsDownBias: "experts-down-bias",
+	kindReplicated: "replicated", kindEmbedding: "embedding", kindLMHead: "lm-head", kindLatentQ: "latent-q",
+	kindLatentKV: "latent-kv", kindColumn: "column", kindRow: "row", Query: "query", Key: "key", Value: "value",
+	kindGate: "gate", kindUp: "up", ExpertsGateUp: "experts-gate-up", ExpertsDown: "experts-down", kindMTPProj: "mtp-proj",
+	kindSinks: "sinks", kindInterleavedExpertsGateUp: "interleaved-experts-gate-up", kindInterleavedExpertsGateUpBias: "interleaved-experts-gate-up-bias",
+	kindTransposedExpertsDown: "transposed-experts-down", kindExpertsDownBias: "experts-down-bias",
 }
 
 // experts reports whether the kind is one of the routed experts' tensors
 // (Shard(0) over EP by expert).
 func (k Kind) experts() bool {
 	switch k {
-	case ExpertsGateUp, ExpertsDown, InterleavedExpertsGateUp, InterleavedExpertsGateUpBias, TransposedExpertsDown, ExpertsDownBias:
+	case ExpertsGateUp, ExpertsDown, kindInterleavedExpertsGateUp, kindInterleavedExpertsGateUpBias, kindTransposedExpertsDown, kindExpertsDownBias:
 		return true
 	}
 	return false

@@ -282,10 +282,10 @@ func (s *Stage) Buffers(side Side, rank int) []Buffer {
 // when it is not a member.
 func (s *Stage) LocalRank(w int) int { return slices.Index(s.Members, w) }
 
-// Bytes returns how many bytes of the stage's tensors a refit moves to or
+// localBytes returns how many bytes of the stage's tensors a refit moves to or
 // from rank (a local rank of the stage's communicator) on the given side
 // (padding rows not counted).
-func (s *Stage) Bytes(side Side, rank int) int64 {
+func (s *Stage) localBytes(side Side, rank int) int64 {
 	var n int64
 	for _, t := range s.Tensors {
 		n += t.Layout(side).LocalBytes(rank)
@@ -302,8 +302,8 @@ func (l *Layouts) RankBytes(w int) (src, dst int64) {
 		if r < 0 {
 			continue
 		}
-		src += s.Bytes(Src, r)
-		dst += s.Bytes(Dst, r)
+		src += s.localBytes(Src, r)
+		dst += s.localBytes(Dst, r)
 	}
 	return src, dst
 }

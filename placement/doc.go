@@ -14,8 +14,8 @@
 //	shape, offset := l.LocalShapeOffset([]int{3}) // [1 4] at [9 0]
 //
 // LocalShapeOffset reproduces DTensor's reporting, including the sentinel
-// offset (the dim's global size) of an empty shard; LocalBox gives the same
-// region as a half-open Box. Parts exposes each dim's sorted split points,
-// which the planner sweeps. Partial and strided placements are rejected with
-// errors wrapping ErrUnsupported.
+// offset (the dim's global size) of an empty shard; RankBox gives the same
+// region, by rank, as a half-open Box. Parts exposes each dim's sorted
+// split points, which the planner sweeps. Partial and strided placements
+// are rejected with errors wrapping ErrUnsupported.
 package placement
