@@ -44,7 +44,11 @@ type FP8Region struct {
 // nothing, so check the downloaded window (fp8.Window.ToScales refuses it)
 // and read the region back (QuantAmax does) for the element's index.
 func (m *Memory) BlockAmax(g fp8.Grid, amax FP8Window, r FP8Region) error {
-	return m.quant(quantAmax, g, r, amax, nil, 0)
+	reg, win, err := m.quantArgs("BlockAmax", r, amax)
+	if err != nil {
+		return err
+	}
+	return DevBlockAmax(m.Stream, g, win, reg)
 }
 
 // PackQuantize queues on the Memory's stream the quantize-while-packing of
@@ -59,52 +63,31 @@ func (m *Memory) PackQuantize(g fp8.Grid, dst transport.Buffer, off int64, r FP8
 	if err != nil {
 		return err
 	}
-	return m.quant(quantPack, g, r, scales, &d, off)
-}
-
-func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst *Buffer, off int64) error {
-	op := "BlockAmax"
-	if kind == quantPack {
-		op = "PackQuantize"
-	}
-	s, err := deviceBuf(r.Src)
+	const op = "PackQuantize"
+	reg, win, err := m.quantArgs(op, r, scales)
 	if err != nil {
-		return fmt.Errorf("cuda: %s: source: %w", op, err)
-	}
-	at := r.At
-	if err := checkRegion(op+" source", at, s.N); err != nil {
 		return err
 	}
+	if err := checkRegion(op+" destination", strided.Desc{Offset: off, Run: r.Box.Elems()}, d.N); err != nil {
+		return err
+	}
+	return DevPackQuantize(m.Stream, g, d.Ptr+DevicePtr(off), reg, win)
+}
+
+// quantArgs checks an FP8 kernel's source region and window against their
+// buffers and returns their device addresses.
+func (m *Memory) quantArgs(op string, r FP8Region, w FP8Window) (DevFP8Region, DevFP8Window, error) {
+	s, err := deviceBuf(r.Src)
+	if err != nil {
+		return DevFP8Region{}, DevFP8Window{}, fmt.Errorf("cuda: %s: source: %w", op, err)
+	}
+	if err := checkRegion(op+" source", r.At, s.N); err != nil {
+		return DevFP8Region{}, DevFP8Window{}, err
+	}
 	if need := 4 * w.Blocks.Elems(); w.Values.N < need {
-		return fmt.Errorf("cuda: %s: window over blocks %v needs %d bytes, its buffer has %d", op, w.Blocks, need, w.Values.N)
+		return DevFP8Region{}, DevFP8Window{}, fmt.Errorf("cuda: %s: window over blocks %v needs %d bytes, its buffer has %d", op, w.Blocks, need, w.Values.N)
 	}
-	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: s.Ptr, at: at, box: r.Box, win: w.Values.Ptr, blocks: w.Blocks}
-	if dst != nil {
-		if err := checkRegion(op+" destination", strided.Desc{Offset: off, Run: r.Box.Elems()}, dst.N); err != nil {
-			return err
-		}
-		req.dst = dst.Ptr + DevicePtr(off)
-	}
-	p, err := planQuant(req)
-	if err != nil {
-		return fmt.Errorf("cuda: %s of %v: %w", op, r.Box, err)
-	}
-	if p.items == 0 {
-		return nil
-	}
-	ks, err := m.Stream.ctx.loadKernels()
-	if err != nil {
-		return fmt.Errorf("cuda: %s: %w", op, err)
-	}
-	k, ok := ks.quant[p.name]
-	if !ok {
-		return fmt.Errorf("cuda: %s: no kernel %s", op, p.name)
-	}
-	cp := p.cParams()
-	if err := check("cuLaunchKernel", C.m2n_launch_quant(m.Stream.ctx.h, k.fn, C.uint(p.grid(k.resident)), blockThreads, m.Stream.h, &cp)); err != nil {
-		return fmt.Errorf("cuda: %s (%s): %w", op, p.name, err)
-	}
-	return nil
+	return DevFP8Region{DType: r.DType, Src: s.Ptr, At: r.At, Box: r.Box}, DevFP8Window{Blocks: w.Blocks, Values: w.Values.Ptr}, nil
 }
 
 // firstNonFinite reads region r back to the host and returns the
@@ -116,6 +99,82 @@ func (m *Memory) firstNonFinite(g fp8.Grid, r FP8Region) error {
 		return err
 	}
 	return g.CheckFinite(fp8.Dense(r.DType, host, r.Box))
+}
+
+// DevFP8Window is an fp8.Window in device memory: one 4-byte value per
+// block of Blocks, row-major, at Values (4*Blocks.Elems() bytes).
+// BlockAmax gathers amaxes into one (as float32 bits); PackQuantize reads
+// float32 scales from one. Copy it into an fp8.Window's Values to combine
+// amaxes or turn them into scales on the host: the bytes are the same.
+type DevFP8Window struct {
+	Blocks placement.Box
+	Values DevicePtr
+}
+
+// DevFP8Region is a source region in device memory: the box Box of the
+// global tensor, its elements (bf16 or f32) in row-major order of Box where
+// At says at Src, as fp8.Region is on the host. At's runs must hold whole
+// rows of Box (every descriptor of strided.Describe and of a placement.View
+// does).
+type DevFP8Region struct {
+	DType placement.DType
+	Src   DevicePtr
+	At    strided.Desc
+	Box   placement.Box
+}
+
+// DevBlockAmax queues on s a kernel that folds the partial amax of every
+// block region r touches into amax: each such block's value becomes the
+// larger of what it holds and the largest magnitude among r's elements in
+// it, as fp8.Grid.Amax does. Values are float32 bits, so a window starts
+// zeroed (Memset). A NaN or infinity makes its block's value 0x7F800000 or
+// above (an infinite or NaN float32): the kernel reports nothing, so check
+// the window (fp8.Window.ToScales refuses it) and read the region back for
+// the element's index. The window must hold the blocks r touches; nothing
+// checks that the addresses lie in device memory.
+func DevBlockAmax(s *Stream, g fp8.Grid, amax DevFP8Window, r DevFP8Region) error {
+	return launchQuant(s, quantAmax, g, r, amax, 0)
+}
+
+// DevPackQuantize queues on s the quantize-while-packing of region r: byte
+// i at dst becomes the E4M3 byte of the i-th element of r in row-major
+// order of r.Box, divided by its block's scale from scales (float32s),
+// clamped and rounded as fp8.Grid.Pack does, byte for byte. It reads the
+// source once and writes half (bf16) or a quarter (f32) of its bytes: a
+// pack that sends FP8. Non-finite elements give 0x7F or +-448 (BlockAmax,
+// the pass before, is where they are caught).
+func DevPackQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r DevFP8Region, scales DevFP8Window) error {
+	return launchQuant(s, quantPack, g, r, scales, dst)
+}
+
+// launchQuant plans an FP8 kernel and queues it on s; a plan of no items
+// launches nothing.
+func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r DevFP8Region, w DevFP8Window, dst DevicePtr) error {
+	op := "BlockAmax"
+	if kind == quantPack {
+		op = "PackQuantize"
+	}
+	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst}
+	p, err := planQuant(req)
+	if err != nil {
+		return fmt.Errorf("cuda: %s of %v: %w", op, r.Box, err)
+	}
+	if p.items == 0 {
+		return nil
+	}
+	ks, err := s.ctx.loadKernels()
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	k, ok := ks.quant[p.name]
+	if !ok {
+		return fmt.Errorf("cuda: %s: no kernel %s", op, p.name)
+	}
+	cp := p.cParams()
+	if err := check("cuLaunchKernel", C.m2n_launch_quant(s.ctx.h, k.fn, C.uint(p.grid(k.resident)), blockThreads, s.h, &cp)); err != nil {
+		return fmt.Errorf("cuda: %s (%s): %w", op, p.name, err)
+	}
+	return nil
 }
 
 // quantKernels lists the FP8 kernels' names (kernels/quant.h).
