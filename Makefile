@@ -91,6 +91,7 @@ gpu-bins: deps
 	mkdir -p .devbin
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
+	$(GO) test -c -o .devbin/cudamem.test ./cudamem
 	$(GO) test -c -o .devbin/nccl.test ./nccl
 	$(GO) test -c -o .devbin/gpu.test ./refit/gpu
 	$(GO) test -c -o .devbin/nvlink.test ./internal/nvlink

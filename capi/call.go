@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -339,7 +340,7 @@ func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int,
 		if dev != session.GPU {
 			return nil, bad("is CUDA device memory, but the session's device is %s", dev)
 		}
-		return cuda.Buffer{Ptr: cuda.DevicePtr(uintptr(b.data)), N: n}, nil
+		return cudamem.Buffer{Ptr: cuda.DevicePtr(uintptr(b.data)), N: n}, nil
 	}
 	return nil, bad("has memory %d: want M2N_MEMORY_NONE, HOST or CUDA", b.memory)
 }
@@ -347,7 +348,7 @@ func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int,
 // syncStream waits, on a GPU session, for the caller's work on stream (0:
 // all the GPU's work) before a step reads or writes its buffers.
 func syncStream(s *session.Session, stream C.uintptr_t) error {
-	m, ok := s.Memory().(*cuda.Memory)
+	m, ok := s.Memory().(*cudamem.Memory)
 	if !ok {
 		return nil
 	}

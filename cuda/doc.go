@@ -1,8 +1,10 @@
 // Package cuda is m2n's binding to the CUDA driver API: devices, primary
-// contexts, device and pinned memory, streams, events, and the strided
-// copies (pack/unpack kernels) that move a box of a tensor between its place
-// in a dense buffer and a contiguous staging buffer. (The NVLink domain a GPU
-// sits in comes from NVML, in package internal/nvlink.)
+// contexts, device memory, streams, events, graphs, and the launches of
+// m2n's kernels: the strided copies (pack/unpack) that move a box of a
+// tensor between its place in a dense buffer and a contiguous staging
+// buffer, the batched copy, and the FP8 quantize-pack and block amax. (The
+// NVLink domain a GPU sits in comes from NVML, in package internal/nvlink;
+// the transport.Memory over device memory is package cudamem.)
 //
 // libcuda.so.1 is opened with dlopen when Load is first called (the file can
 // be named with M2N_CUDA_PATH), so building needs no CUDA toolkit; the
@@ -36,21 +38,22 @@
 // table for upload, and BatchLaunch launches it any number of times, on a
 // stream or in a graph captured with Stream.BeginCapture.
 //
-// FP8: Memory.BlockAmax gathers the partial amaxes of the blocks a source
-// region touches into a device window, and Memory.PackQuantize packs a
-// region straight into float8_e4m3fn bytes with the global block scales,
-// byte for byte as package fp8 does on the host (the kernels are in
-// kernels/quant.h, compiled with the copies; the tests run them through the
-// CPU emulator and, where there is one, on the GPU):
+// FP8: BlockAmax gathers the partial amaxes of the blocks a source region
+// touches into a device window, and PackQuantize packs a region straight
+// into float8_e4m3fn bytes with the global block scales, byte for byte as
+// package fp8 does on the host (the kernels are in kernels/quant.h,
+// compiled with the copies; the tests run them through the CPU emulator
+// and, where there is one, on the GPU):
 //
-//	reg := cuda.FP8Region{DType: placement.BF16, Src: local, At: t.SrcAt, Box: t.Box}
-//	_ = mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: amaxBuf}, reg) // zeroed first
-//	// ... download, combine across ranks (fp8.Window.MaxWith), ToScales, upload ...
-//	_ = mem.PackQuantize(g, staging, off, reg, cuda.FP8Window{Blocks: blocks, Values: scaleBuf})
+//	reg := cuda.FP8Region{DType: placement.BF16, Src: src, At: t.SrcAt, Box: t.Box}
+//	_ = cuda.BlockAmax(s, g, cuda.FP8Window{Blocks: blocks, Values: amax}, reg) // zeroed first
+//	// ... copy back, combine across ranks (fp8.Window.MaxWith), ToScales, copy in ...
+//	_ = cuda.PackQuantize(s, g, staging, reg, cuda.FP8Window{Blocks: blocks, Values: scales})
 //
-// Memory is a transport.QuantMemory with these kernels (QuantAmax, LoadScales,
-// QuantPack), so a call that converts to FP8 in flight (refit.Spec.Scale)
-// on a GPU session quantizes on the device in the pass that packs.
+// These launches take device addresses and check only the descriptors,
+// not that the addresses lie in device memory: package cudamem
+// is the transport.Memory (and transport.QuantMemory) over them, with
+// buffers that know their size.
 //
 // Threads: the driver keeps a current context per OS thread and goroutines
 // move between threads, so every call here makes its context current itself.

@@ -1,13 +1,8 @@
 package cuda
 
-import "github.com/m2n-dev/m2n/fp8"
-
 // The oracles, for the tests of package cuda_test.
 var (
 	HostPack        = hostPack
 	HostUnpack      = hostUnpack
 	HostStridedCopy = hostCopy
 )
-
-// FirstNonFinite is Memory.firstNonFinite, for quant_gpu_test.go.
-func FirstNonFinite(m *Memory, g fp8.Grid, r FP8Region) error { return m.firstNonFinite(g, r) }

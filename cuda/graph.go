@@ -8,9 +8,10 @@ import (
 	"runtime"
 )
 
-// ErrNoGraphs is returned by the graph functions on a driver without the
-// graph entry points this package uses (CUDA 11.4 and later have them).
-var ErrNoGraphs = errors.New("cuda: this driver has no CUDA graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, ...)")
+// errNoGraphs is returned by the graph functions on a driver without the
+// graph entry points this package uses (CUDA 11.4 and later have them);
+// callers ask HasGraphs first.
+var errNoGraphs = errors.New("cuda: this driver has no CUDA graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, ...)")
 
 // HasGraphs reports whether the driver can capture and launch graphs.
 func HasGraphs() bool { return C.m2n_cu_has_graphs() != 0 }
@@ -38,7 +39,7 @@ type Capture struct {
 // recorded on it after its last captured work) before End.
 func (s *Stream) BeginCapture() (*Capture, error) {
 	if !HasGraphs() {
-		return nil, ErrNoGraphs
+		return nil, errNoGraphs
 	}
 	runtime.LockOSThread()
 	if err := check("cuStreamBeginCapture", C.m2n_cuStreamBeginCapture(s.ctx.h, s.h, captureModeRelaxed)); err != nil {
@@ -124,7 +125,7 @@ func (g *Graph) Destroy() error {
 // launched graph has run.
 func (e *Event) RecordExternal(s *Stream) error {
 	if !HasGraphs() {
-		return ErrNoGraphs
+		return errNoGraphs
 	}
 	return check("cuEventRecordWithFlags", C.m2n_cuEventRecordWithFlags(e.ctx.h, e.h, s.h, eventRecordExternal))
 }

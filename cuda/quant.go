@@ -10,81 +10,62 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
-	"github.com/m2n-dev/m2n/transport"
 )
 
-// FP8Window is an fp8.Window in device memory: one 4-byte value per block
-// of Blocks, row-major, in Values (4*Blocks.Elems() bytes). BlockAmax
-// gathers amaxes into one (as float32 bits); PackQuantize reads float32
-// scales from one. Download it into an fp8.Window's Values to combine
+// FP8Window is an fp8.Window in device memory: one 4-byte value per
+// block of Blocks, row-major, at Values (4*Blocks.Elems() bytes).
+// BlockAmax gathers amaxes into one (as float32 bits); PackQuantize reads
+// float32 scales from one. Copy it into an fp8.Window's Values to combine
 // amaxes or turn them into scales on the host: the bytes are the same.
 type FP8Window struct {
 	Blocks placement.Box
-	Values Buffer
+	Values DevicePtr
 }
 
-// FP8Region is a source region in device memory: the box Box of the global
-// tensor, its elements (bf16 or f32) in row-major order of Box where At
-// says in Src, as fp8.Region is on the host. At's runs must hold whole rows
-// of Box (every descriptor of strided.Describe and of a placement.View
+// FP8Region is a source region in device memory: the box Box of the
+// global tensor, its elements (bf16 or f32) in row-major order of Box where
+// At says at Src, as fp8.Region is on the host. At's runs must hold whole
+// rows of Box (every descriptor of strided.Describe and of a placement.View
 // does).
 type FP8Region struct {
 	DType placement.DType
-	Src   transport.Buffer
+	Src   DevicePtr
 	At    strided.Desc
 	Box   placement.Box
 }
 
-// BlockAmax queues on the Memory's stream a kernel that folds the partial
-// amax of every block region r touches into amax: each such block's value
-// becomes the larger of what it holds and the largest magnitude among r's
-// elements in it, as fp8.Grid.Amax does. Values are float32 bits, so a
-// window starts zeroed (Memset). A NaN or infinity makes its block's value
-// 0x7F800000 or above (an infinite or NaN float32): the kernel reports
-// nothing, so check the downloaded window (fp8.Window.ToScales refuses it)
-// and read the region back (QuantAmax does) for the element's index.
-func (m *Memory) BlockAmax(g fp8.Grid, amax FP8Window, r FP8Region) error {
-	return m.quant(quantAmax, g, r, amax, nil, 0)
+// BlockAmax queues on s a kernel that folds the partial amax of every
+// block region r touches into amax: each such block's value becomes the
+// larger of what it holds and the largest magnitude among r's elements in
+// it, as fp8.Grid.Amax does. Values are float32 bits, so a window starts
+// zeroed (Memset). A NaN or infinity makes its block's value 0x7F800000 or
+// above (an infinite or NaN float32): the kernel reports nothing, so check
+// the window (fp8.Window.ToScales refuses it) and read the region back for
+// the element's index. The window must hold the blocks r touches; nothing
+// checks that the addresses lie in device memory.
+func BlockAmax(s *Stream, g fp8.Grid, amax FP8Window, r FP8Region) error {
+	return launchQuant(s, quantAmax, g, r, amax, 0)
 }
 
-// PackQuantize queues on the Memory's stream the quantize-while-packing of
-// region r: dst[off+i] becomes the E4M3 byte of the i-th element of r in
-// row-major order of r.Box, divided by its block's scale from scales
-// (float32s), clamped and rounded as fp8.Grid.Pack does, byte for byte. It
-// reads the source once and writes half (bf16) or a quarter (f32) of its
-// bytes: a pack that sends FP8. Non-finite elements give 0x7F or +-448
-// (BlockAmax, the pass before, is where they are caught).
-func (m *Memory) PackQuantize(g fp8.Grid, dst transport.Buffer, off int64, r FP8Region, scales FP8Window) error {
-	d, err := deviceBuf(dst)
-	if err != nil {
-		return err
-	}
-	return m.quant(quantPack, g, r, scales, &d, off)
+// PackQuantize queues on s the quantize-while-packing of region r: byte
+// i at dst becomes the E4M3 byte of the i-th element of r in row-major
+// order of r.Box, divided by its block's scale from scales (float32s),
+// clamped and rounded as fp8.Grid.Pack does, byte for byte. It reads the
+// source once and writes half (bf16) or a quarter (f32) of its bytes: a
+// pack that sends FP8. Non-finite elements give 0x7F or +-448 (BlockAmax,
+// the pass before, is where they are caught).
+func PackQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8Window) error {
+	return launchQuant(s, quantPack, g, r, scales, dst)
 }
 
-func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst *Buffer, off int64) error {
+// launchQuant plans an FP8 kernel and queues it on s; a plan of no items
+// launches nothing.
+func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst DevicePtr) error {
 	op := "BlockAmax"
 	if kind == quantPack {
 		op = "PackQuantize"
 	}
-	s, err := deviceBuf(r.Src)
-	if err != nil {
-		return fmt.Errorf("cuda: %s: source: %w", op, err)
-	}
-	at := r.At
-	if err := checkRegion(op+" source", at, s.N); err != nil {
-		return err
-	}
-	if need := 4 * w.Blocks.Elems(); w.Values.N < need {
-		return fmt.Errorf("cuda: %s: window over blocks %v needs %d bytes, its buffer has %d", op, w.Blocks, need, w.Values.N)
-	}
-	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: s.Ptr, at: at, box: r.Box, win: w.Values.Ptr, blocks: w.Blocks}
-	if dst != nil {
-		if err := checkRegion(op+" destination", strided.Desc{Offset: off, Run: r.Box.Elems()}, dst.N); err != nil {
-			return err
-		}
-		req.dst = dst.Ptr + DevicePtr(off)
-	}
+	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst}
 	p, err := planQuant(req)
 	if err != nil {
 		return fmt.Errorf("cuda: %s of %v: %w", op, r.Box, err)
@@ -92,7 +73,7 @@ func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst
 	if p.items == 0 {
 		return nil
 	}
-	ks, err := m.Stream.ctx.loadKernels()
+	ks, err := s.ctx.loadKernels()
 	if err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
@@ -101,21 +82,10 @@ func (m *Memory) quant(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst
 		return fmt.Errorf("cuda: %s: no kernel %s", op, p.name)
 	}
 	cp := p.cParams()
-	if err := check("cuLaunchKernel", C.m2n_launch_quant(m.Stream.ctx.h, k.fn, C.uint(p.grid(k.resident)), blockThreads, m.Stream.h, &cp)); err != nil {
+	if err := check("cuLaunchKernel", C.m2n_launch_quant(s.ctx.h, k.fn, C.uint(p.grid(k.resident)), blockThreads, s.h, &cp)); err != nil {
 		return fmt.Errorf("cuda: %s (%s): %w", op, p.name, err)
 	}
 	return nil
-}
-
-// firstNonFinite reads region r back to the host and returns the
-// *fp8.NonFiniteError of its first NaN or infinity, or nil: what to report
-// when a BlockAmax window shows a non-finite amax.
-func (m *Memory) firstNonFinite(g fp8.Grid, r FP8Region) error {
-	host := make([]byte, r.At.Bytes())
-	if err := m.ReadRegion(host, r.Src, r.At); err != nil {
-		return err
-	}
-	return g.CheckFinite(fp8.Dense(r.DType, host, r.Box))
 }
 
 // quantKernels lists the FP8 kernels' names (kernels/quant.h).

@@ -3,7 +3,6 @@ package cuda_test
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -24,18 +23,34 @@ import (
 func TestGPUQuantize(t *testing.T) {
 	ctx := gputest.Context(t)
 	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
-	mem, err := cuda.NewMemory(ctx)
+	s, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mem.Close()
+	defer s.Destroy()
+	upload := func(dst cuda.DevicePtr, src []byte) { // after the stream's work, as Memory.Upload
+		t.Helper()
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctx.CopyHtoD(dst, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	download := func(dst []byte, src cuda.DevicePtr) {
+		t.Helper()
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctx.CopyDtoH(dst, src); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cases, err := cuda.QuantCases(rand.New(rand.NewPCG(21, 22)), 400, "../testdata/fp8")
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := func(n int) cuda.Buffer {
-		return cuda.Buffer{Ptr: gputest.Alloc(t, ctx, n), N: int64(max(n, 1))}
-	}
+	buf := func(n int) cuda.DevicePtr { return gputest.Alloc(t, ctx, max(n, 1)) }
 	f32s := func(v []float32) []byte {
 		b := make([]byte, 4*len(v))
 		for i, x := range v {
@@ -45,39 +60,27 @@ func TestGPUQuantize(t *testing.T) {
 	}
 	for _, c := range cases {
 		src := buf(len(c.Src))
-		if err := mem.Upload(src, c.Src); err != nil {
-			t.Fatal(err)
-		}
+		upload(src, c.Src)
 		reg := cuda.FP8Region{DType: c.DType, Src: src, At: strided.Desc(c.At), Box: c.Box}
 		win := buf(4 * len(c.Amax))
-		if err := mem.Upload(win, make([]byte, 4*len(c.Amax))); err != nil {
-			t.Fatal(err)
-		}
-		if err := mem.BlockAmax(c.Grid, cuda.FP8Window{Blocks: c.Blocks, Values: win}, reg); err != nil {
+		upload(win, make([]byte, 4*len(c.Amax)))
+		if err := cuda.BlockAmax(s, c.Grid, cuda.FP8Window{Blocks: c.Blocks, Values: win}, reg); err != nil {
 			t.Fatalf("%v: %v", c, err)
 		}
 		got := make([]byte, 4*len(c.Amax))
-		if err := mem.Download(got, win); err != nil {
-			t.Fatal(err)
-		}
+		download(got, win)
 		if want := f32s(c.Amax); !bytes.Equal(got, want) {
 			t.Fatalf("%v: amaxes differ from fp8's:\n got %v\nwant %v", c, decode(got), c.Amax)
 		}
-		if err := mem.Upload(win, f32s(c.Scales)); err != nil {
-			t.Fatal(err)
-		}
+		upload(win, f32s(c.Scales))
 		dst := buf(c.DstOff + len(c.Want) + 8)
 		poison := bytes.Repeat([]byte{0xA5}, c.DstOff+len(c.Want)+8)
-		if err := mem.Upload(dst, poison); err != nil {
-			t.Fatal(err)
-		}
-		if err := mem.PackQuantize(c.Grid, dst, int64(c.DstOff), reg, cuda.FP8Window{Blocks: c.Blocks, Values: win}); err != nil {
+		upload(dst, poison)
+		if err := cuda.PackQuantize(s, c.Grid, dst+cuda.DevicePtr(c.DstOff), reg, cuda.FP8Window{Blocks: c.Blocks, Values: win}); err != nil {
 			t.Fatalf("%v: %v", c, err)
 		}
 		out := make([]byte, len(poison))
-		if err := mem.Download(out, dst); err != nil {
-			t.Fatal(err)
-		}
+		download(out, dst)
 		if !bytes.Equal(out[:c.DstOff], poison[:c.DstOff]) || !bytes.Equal(out[c.DstOff+len(c.Want):], poison[:8]) {
 			t.Fatalf("%v: PackQuantize wrote outside its destination", c)
 		}
@@ -88,54 +91,6 @@ func TestGPUQuantize(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases match package fp8 bit for bit on the GPU", len(cases))
-}
-
-// TestGPUAmaxNonFinite: a NaN shows in its block's amax, and
-// FirstNonFinite names it.
-func TestGPUAmaxNonFinite(t *testing.T) {
-	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
-	mem, err := cuda.NewMemory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
-	shape := []int64{300, 200}
-	g, _ := fp8.NewGrid(shape, fp8.Block)
-	host := make([]byte, 2*300*200)
-	for i := range 300 * 200 {
-		binary.LittleEndian.PutUint16(host[2*i:], 0x3F80) // 1.0
-	}
-	binary.LittleEndian.PutUint16(host[2*(150*200+170):], 0x7FC0) // NaN at [150 170]
-	binary.LittleEndian.PutUint16(host[2*(290*200+3):], 0xFF80)   // -Inf at [290 3]
-	src := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, len(host)), N: int64(len(host))}
-	if err := mem.Upload(src, host); err != nil {
-		t.Fatal(err)
-	}
-	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
-	reg := cuda.FP8Region{DType: placement.BF16, Src: src, At: strided.Desc{Run: int64(len(host))}, Box: all}
-	win := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, 4*6), N: 4 * 6}
-	if err := mem.Upload(win, make([]byte, 24)); err != nil {
-		t.Fatal(err)
-	}
-	if err := mem.BlockAmax(g, cuda.FP8Window{Blocks: g.All(), Values: win}, reg); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, 24)
-	if err := mem.Download(got, win); err != nil {
-		t.Fatal(err)
-	}
-	w := fp8.Window{Blocks: g.All(), Values: decode(got)}
-	if !math.IsNaN(float64(w.Values[3])) || !math.IsInf(float64(w.Values[4]), 1) || w.Values[0] != 1 {
-		t.Errorf("amaxes %v: want NaN in block (1, 1) and +Inf in block (2, 0)", w.Values)
-	}
-	if w.ToScales() == nil {
-		t.Error("ToScales accepted a NaN amax")
-	}
-	var nf *fp8.NonFiniteError
-	if err := cuda.FirstNonFinite(mem, g, reg); !errors.As(err, &nf) || nf.Flat != 150*200+170 {
-		t.Errorf("FirstNonFinite: %v, want element [150 170]", err)
-	}
 }
 
 func decode(b []byte) []float32 {
@@ -156,11 +111,29 @@ func decode(b []byte) []float32 {
 func TestGPUQuantizeEveryPattern(t *testing.T) {
 	ctx := gputest.Context(t)
 	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
-	mem, err := cuda.NewMemory(ctx)
+	s, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mem.Close()
+	defer s.Destroy()
+	upload := func(dst cuda.DevicePtr, src []byte) { // after the stream's work, as Memory.Upload
+		t.Helper()
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctx.CopyHtoD(dst, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	download := func(dst []byte, src cuda.DevicePtr) {
+		t.Helper()
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctx.CopyDtoH(dst, src); err != nil {
+			t.Fatal(err)
+		}
+	}
 	run := func(dt placement.DType, shape []int64, src []byte, scale float32, value func(i int) float32) {
 		t.Helper()
 		g, err := fp8.NewGrid(shape, fp8.Tensor)
@@ -168,28 +141,22 @@ func TestGPUQuantizeEveryPattern(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := int(shape[0] * shape[1])
-		sb := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, len(src)), N: int64(len(src))}
-		if err := mem.Upload(sb, src); err != nil {
-			t.Fatal(err)
-		}
-		win := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, 4), N: 4}
-		if err := mem.Upload(win, binary.LittleEndian.AppendUint32(nil, math.Float32bits(scale))); err != nil {
-			t.Fatal(err)
-		}
-		dst := cuda.Buffer{Ptr: gputest.Alloc(t, ctx, n), N: int64(n)}
+		sb := gputest.Alloc(t, ctx, len(src))
+		upload(sb, src)
+		win := gputest.Alloc(t, ctx, 4)
+		upload(win, binary.LittleEndian.AppendUint32(nil, math.Float32bits(scale)))
+		dst := gputest.Alloc(t, ctx, n)
 		all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
 		blocks, err := g.Blocks(all)
 		if err != nil {
 			t.Fatal(err)
 		}
 		reg := cuda.FP8Region{DType: dt, Src: sb, At: strided.Desc{Run: int64(len(src))}, Box: all}
-		if err := mem.PackQuantize(g, dst, 0, reg, cuda.FP8Window{Blocks: blocks, Values: win}); err != nil {
+		if err := cuda.PackQuantize(s, g, dst, reg, cuda.FP8Window{Blocks: blocks, Values: win}); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]byte, n)
-		if err := mem.Download(got, dst); err != nil {
-			t.Fatal(err)
-		}
+		download(got, dst)
 		for i, b := range got {
 			x := value(i)
 			if want := fp8.QuantizeValue(x, scale); b != want {

@@ -22,8 +22,8 @@ import (
 )
 
 // emuMemory is reshard.QuantMemory over host memory with the FP8 kernels
-// run by the CPU emulator, planned exactly as Memory plans them on a GPU
-// (planQuant): what a call that converts to FP8 asks of the kernels, run
+// run by the CPU emulator, planned exactly as BlockAmax and PackQuantize
+// plan them on a GPU (planQuant): what a call that converts to FP8 asks of the kernels, run
 // here without a GPU. Its buffers are C memory (kernels.Alloc), whose
 // addresses the emulated kernels dereference.
 type emuMemory struct {
@@ -81,7 +81,7 @@ func (m *emuMemory) run(p quantPlan) error {
 	return emulate(p, 5, used)
 }
 
-// QuantAmax is Memory.QuantAmax with the emulated kernel.
+// QuantAmax is cudamem.Memory.QuantAmax with the emulated kernel.
 func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) error {
 	blocks, err := g.Blocks(r.Box)
 	if err != nil || blocks.Elems() == 0 {
@@ -111,7 +111,7 @@ func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion)
 	return w.MaxWith(part)
 }
 
-// LoadScales is Memory.LoadScales into C memory.
+// LoadScales is cudamem.Memory.LoadScales into C memory.
 func (m *emuMemory) LoadScales(w fp8.Window) (transport.Scales, error) {
 	b, _ := m.Alloc(int64(4 * len(w.Values)))
 	h := b.(transport.HostBuffer)
@@ -123,7 +123,7 @@ func (m *emuMemory) LoadScales(w fp8.Window) (transport.Scales, error) {
 
 func (m *emuMemory) FreeScales(s transport.Scales) { m.Free(s.Dev) }
 
-// QuantPack is Memory.QuantPack with the emulated kernel.
+// QuantPack is cudamem.Memory.QuantPack with the emulated kernel.
 func (m *emuMemory) QuantPack(g fp8.Grid, dst transport.Buffer, off int64, r transport.QuantRegion, s transport.Scales) error {
 	src, _, err := hostAddr(r.Buf)
 	if err != nil {
@@ -150,12 +150,12 @@ func (m *emuMemory) QuantPack(g fp8.Grid, dst transport.Buffer, off int64, r tra
 
 // TestFP8CallKernelsOnCPU runs calls that convert to FP8 in flight with
 // the FP8 kernels doing the partial amaxes and the quantize-packing (the
-// CPU emulator standing in for the GPU, planned as Memory plans them):
-// every FP8 pair of at most 64 KiB in every arrangement, on flat and on
+// CPU emulator standing in for the GPU, planned as BlockAmax and
+// PackQuantize plan them): every FP8 pair of at most 64 KiB in every arrangement, on flat and on
 // hier over two destination domains, tiny chunks so that boxes cut rows
 // and blocks, from padded views on flat; every byte and scale is compared
-// with quantizing the whole tensor at once. TestGPUFP8 runs the same on
-// the GPU.
+// with quantizing the whole tensor at once. TestGPUFP8 (package cudamem)
+// runs the same on the GPU.
 func TestFP8CallKernelsOnCPU(t *testing.T) {
 	cases, err := transporttest.FP8Cases()
 	if err != nil {

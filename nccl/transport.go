@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/internal/pace"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
@@ -17,7 +18,7 @@ import (
 // local fabric, and a rank to itself) on the other, so that a leader's
 // local fan-out runs beside what it forwards over the network. Both sides of
 // a message classify it the same way, so sends and receives pair up in
-// order on each communicator. Buffers are cuda.Buffers.
+// order on each communicator. Buffers are cudamem.Buffers.
 type Transport struct {
 	net, local   *Comm
 	netS, localS *cuda.Stream
@@ -94,7 +95,7 @@ func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 		if o.InPlace {
 			return nil, fmt.Errorf("nccl: strided in-place op: NCCL moves contiguous bytes only")
 		}
-		b, ok := o.Buf.(cuda.Buffer)
+		b, ok := o.Buf.(cudamem.Buffer)
 		if !ok {
 			return nil, fmt.Errorf("nccl: transport buffer %T is not device memory", o.Buf)
 		}
@@ -115,7 +116,7 @@ func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 				if o.Len == 0 || (t.topo.Class(t.rank, o.Peer) == reshard.LinkNetwork) != side.net {
 					continue
 				}
-				p := o.Buf.(cuda.Buffer).Ptr + cuda.DevicePtr(o.Off)
+				p := o.Buf.(cudamem.Buffer).Ptr + cuda.DevicePtr(o.Off)
 				var err error
 				if o.Send {
 					err = side.comm.Send(p, int(o.Len), o.Peer, side.stream)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport/transporttest"
@@ -25,7 +25,7 @@ func TestGPUTransportExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer comm.Destroy()
-	mem, err := cuda.NewMemory(ctx)
+	mem, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -60,7 +61,7 @@ func Quantize(ctx *cuda.Context, opt QuantOptions) (res []QuantResult, err error
 	opt.TotalBytes = cmp.Or(opt.TotalBytes, 1<<30)
 	opt.Mode = cmp.Or(opt.Mode, fp8.Block)
 	opt.Iters, opt.Warmup = cmp.Or(opt.Iters, 20), cmp.Or(opt.Warmup, 3)
-	mem, err := cuda.NewMemory(ctx)
+	mem, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -88,21 +89,21 @@ func Quantize(ctx *cuda.Context, opt QuantOptions) (res []QuantResult, err error
 // quantBench is Quantize's buffers.
 type quantBench struct {
 	ctx                         *cuda.Context
-	mem                         *cuda.Memory
+	mem                         *cudamem.Memory
 	opt                         QuantOptions
-	bufs                        []cuda.Buffer
-	srcBuf, packed, other, e4m3 cuda.Buffer
+	bufs                        []cudamem.Buffer
+	srcBuf, packed, other, e4m3 cudamem.Buffer
 }
 
-func (q *quantBench) get(sizes ...int) ([]cuda.Buffer, error) {
-	var out []cuda.Buffer
+func (q *quantBench) get(sizes ...int) ([]cudamem.Buffer, error) {
+	var out []cudamem.Buffer
 	for _, n := range sizes {
 		b, err := q.mem.Alloc(int64(n))
 		if err != nil {
 			return nil, err
 		}
-		q.bufs = append(q.bufs, b.(cuda.Buffer))
-		out = append(out, b.(cuda.Buffer))
+		q.bufs = append(q.bufs, b.(cudamem.Buffer))
+		out = append(out, b.(cudamem.Buffer))
 	}
 	return out, nil
 }
@@ -128,7 +129,7 @@ func (q *quantBench) buffers() error {
 	for i := 0; i < len(pattern); i += 2 {
 		binary.LittleEndian.PutUint16(pattern[i:], uint16(math.Float32bits(float32(r.NormFloat64()*0.02))>>16))
 	}
-	for _, b := range []cuda.Buffer{q.srcBuf, q.packed, q.other} {
+	for _, b := range []cudamem.Buffer{q.srcBuf, q.packed, q.other} {
 		for off := int64(0); off < b.N; off += int64(len(pattern)) {
 			n := min(int64(len(pattern)), b.N-off)
 			if err := q.ctx.CopyHtoD(b.Ptr+cuda.DevicePtr(off), pattern[:n]); err != nil {
@@ -141,7 +142,7 @@ func (q *quantBench) buffers() error {
 
 // scales writes win's scales as a reshard computes them: amaxes on the
 // device, scales on the host.
-func (q *quantBench) scales(g fp8.Grid, w cuda.FP8Window, reg cuda.FP8Region) error {
+func (q *quantBench) scales(g fp8.Grid, w cudamem.FP8Window, reg cudamem.FP8Region) error {
 	win := w.Values
 	if err := q.mem.Stream.Memset(win.Ptr, 0, int(win.N)); err != nil {
 		return err
@@ -189,9 +190,9 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 		return nil, err
 	}
 	win, awin, cwin := wins[0], wins[1], wins[2]
-	w := cuda.FP8Window{Blocks: blocks, Values: win}
+	w := cudamem.FP8Window{Blocks: blocks, Values: win}
 	desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
-	reg := cuda.FP8Region{DType: placement.BF16, Src: q.srcBuf, At: desc, Box: box}
+	reg := cudamem.FP8Region{DType: placement.BF16, Src: q.srcBuf, At: desc, Box: box}
 	if err := q.scales(g, w, reg); err != nil {
 		return nil, err
 	}
@@ -199,8 +200,8 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 	if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
 		return nil, err
 	}
-	creg := cuda.FP8Region{DType: placement.BF16, Src: q.packed, At: strided.Desc{Run: int64(total)}, Box: box}
-	cw := cuda.FP8Window{Blocks: cblocks, Values: cwin}
+	creg := cudamem.FP8Region{DType: placement.BF16, Src: q.packed, At: strided.Desc{Run: int64(total)}, Box: box}
+	cw := cudamem.FP8Window{Blocks: cblocks, Values: cwin}
 	ops := []struct {
 		name string
 		run  func() error
@@ -211,7 +212,7 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 			if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
 				return err
 			}
-			return mem.BlockAmax(g, cuda.FP8Window{Blocks: blocks, Values: awin}, reg)
+			return mem.BlockAmax(g, cudamem.FP8Window{Blocks: blocks, Values: awin}, reg)
 		}},
 		{"quant-pack", func() error { return mem.PackQuantize(g, q.e4m3, 0, reg, w) }},
 		{"convert", func() error { return mem.PackQuantize(gc, q.e4m3, 0, creg, cw) }},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/placement"
@@ -42,7 +43,7 @@ func NewReplay(s *session.Session, opt ReplayOptions) (*replay, error) {
 		return nil, err
 	}
 	b := &replay{opt: opt, s: s, mem: s.Memory(), drivers: opt.Drivers, rank0: rank0}
-	if gpu, ok := s.Memory().(*cuda.Memory); ok {
+	if gpu, ok := s.Memory().(*cudamem.Memory); ok {
 		b.gpu = gpu
 	} else {
 		b.drivers = []refit.DriverKind{refit.DriverHost}
@@ -118,7 +119,7 @@ type replay struct {
 	opt     ReplayOptions
 	s       *session.Session
 	mem     session.Memory
-	gpu     *cuda.Memory // nil on the CPU
+	gpu     *cudamem.Memory // nil on the CPU
 	drivers []refit.DriverKind
 	copyBW  float64 // bytes/s of the expert's memcpy
 	rank0   mesh.Mesh
@@ -304,7 +305,7 @@ func (b *replay) timeCopy(dst, src transport.Buffer, n int64, iters int, synced 
 		if b.gpu == nil {
 			copy(dst.(transport.HostBuffer)[:n], src.(transport.HostBuffer)[:n])
 		} else {
-			d, s := dst.(cuda.Buffer), src.(cuda.Buffer)
+			d, s := dst.(cudamem.Buffer), src.(cudamem.Buffer)
 			if err := b.gpu.Stream.CopyDtoD(d.Ptr, s.Ptr, int(n)); err != nil {
 				return 0, err
 			}
@@ -332,7 +333,7 @@ func (b *replay) fill(buf transport.Buffer, v byte) error {
 		}
 		return nil
 	}
-	return b.gpu.Ctx.Memset(buf.(cuda.Buffer).Ptr, v, int(buf.Len()))
+	return b.gpu.Ctx.Memset(buf.(cudamem.Buffer).Ptr, v, int(buf.Len()))
 }
 
 // readAt copies len(dst) bytes of buf from offset off.
@@ -341,7 +342,7 @@ func (b *replay) readAt(dst []byte, buf transport.Buffer, off int64) error {
 		copy(dst, buf.(transport.HostBuffer)[off:])
 		return nil
 	}
-	return b.gpu.Ctx.CopyDtoH(dst, buf.(cuda.Buffer).Ptr+cuda.DevicePtr(off))
+	return b.gpu.Ctx.CopyDtoH(dst, buf.(cudamem.Buffer).Ptr+cuda.DevicePtr(off))
 }
 
 // measureCopy returns the memcpy bandwidth of n bytes.

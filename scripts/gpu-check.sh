@@ -23,6 +23,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 part=${PART:-all}
 if [ "$part" = all ] || [ "$part" = tests ]; then
 (cd cuda && run cuda-tests "$bin/cuda.test" -test.v -test.timeout 300s)
+(cd cudamem && run cudamem-tests "$bin/cudamem.test" -test.v -test.timeout 300s)
 (cd nccl && run nccl-tests "$bin/nccl.test" -test.v -test.timeout 120s)
 (cd refit/gpu && run gpu-driver-tests "$bin/gpu.test" -test.v -test.timeout 300s)
 (cd internal/nvlink && run nvlink-tests "$bin/nvlink.test" -test.v -test.timeout 60s)

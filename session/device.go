@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/internal/nvlink"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
@@ -123,7 +124,7 @@ func (cpuDevice) available() (int64, string) {
 type gpuDevice struct {
 	ordinal int
 	ctx     *cuda.Context
-	mem     *cuda.Memory
+	mem     *cudamem.Memory
 	comm    *nccl.Comm
 	parent  *gpuDevice // a stage's device shares its parent's GPU
 }
@@ -189,7 +190,7 @@ func newGPUDevice(comm *mpi.Comm, pick func(localRank int) int) (*gpuDevice, err
 	if err != nil {
 		return nil, err
 	}
-	mem, err := cuda.NewMemory(ctx)
+	mem, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		_ = ctx.Release()
 		return nil, err
@@ -221,7 +222,7 @@ func (d *gpuDevice) domainKey() string {
 }
 
 func (d *gpuDevice) stage(comm *mpi.Comm, guard func(string, func() error) error) (device, error) {
-	mem, err := cuda.NewMemory(d.ctx)
+	mem, err := cudamem.NewMemory(d.ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ type Scales struct {
 // QuantMemory is a Memory that quantizes to FP8 E4M3 in its own buffers by
 // package fp8's rule (bit for bit torch's): the executor gathers a
 // converting tensor's partial amaxes and packs its messages through it.
-// HostMemory implements it with package fp8, package cuda's Memory with
+// HostMemory implements it with package fp8, package cudamem's Memory with
 // its kernels.
 type QuantMemory interface {
 	Memory

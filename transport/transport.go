@@ -115,7 +115,7 @@ type Memory interface {
 
 // HostIO moves bytes between host memory and a Memory's buffers, so that
 // programs and tests can fill and read device memory. HostMemory and
-// package cuda's Memory implement it.
+// package cudamem's Memory implement it.
 type HostIO interface {
 	// Upload copies src into the first len(src) bytes of dst.
 	Upload(dst Buffer, src []byte) error

@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
@@ -92,7 +93,7 @@ func run() error {
 	// Stream-ordered steps: the trainer's stream marks where its optimizer
 	// step wrote the weights, the refit queues after that mark with no host
 	// wait, and the generator's stream waits on the refit's end.
-	gpu := mem.(*cuda.Memory)
+	gpu := mem.(*cudamem.Memory)
 	trainer, err1 := gpu.Ctx.NewStream()
 	generator, err2 := gpu.Ctx.NewStream()
 	wrote, err3 := gpu.Ctx.NewEvent(false)
@@ -100,7 +101,7 @@ func run() error {
 		return err
 	}
 	defer func() { _ = errors.Join(wrote.Destroy(), trainer.Destroy(), generator.Destroy()) }()
-	if err := gpu.Ctx.Memset(db.(cuda.Buffer).Ptr, 0, int(db.Len())); err != nil {
+	if err := gpu.Ctx.Memset(db.(cudamem.Buffer).Ptr, 0, int(db.Len())); err != nil {
 		return err
 	}
 	for step := 0; step < 2; step++ {

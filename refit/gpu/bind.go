@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
@@ -16,8 +17,8 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-func (r *Replay) buffers() []cuda.Buffer {
-	out := append([]cuda.Buffer{r.scratch}, r.full...)
+func (r *Replay) buffers() []cudamem.Buffer {
+	out := append([]cudamem.Buffer{r.scratch}, r.full...)
 	for _, s := range r.staging {
 		out = append(out, s[:]...)
 	}
@@ -33,21 +34,21 @@ func (r *Replay) unbind() error {
 	}
 	if r.arena.Ptr != 0 {
 		errs = append(errs, r.ctx.Free(r.arena.Ptr))
-		r.arena = cuda.Buffer{}
+		r.arena = cudamem.Buffer{}
 	}
 	r.plan, r.key, r.launches, r.groups = nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 
-func (r *Replay) alloc(n int64) (cuda.Buffer, error) {
+func (r *Replay) alloc(n int64) (cudamem.Buffer, error) {
 	if n <= 0 {
-		return cuda.Buffer{}, nil
+		return cudamem.Buffer{}, nil
 	}
 	p, err := r.ctx.Alloc(int(n))
 	if err != nil {
-		return cuda.Buffer{}, fmt.Errorf("gpu: rank %d: replay memory of %d bytes: %w", r.prog.Rank, n, err)
+		return cudamem.Buffer{}, fmt.Errorf("gpu: rank %d: replay memory of %d bytes: %w", r.prog.Rank, n, err)
 	}
-	return cuda.Buffer{Ptr: p, N: n}, nil
+	return cudamem.Buffer{Ptr: p, N: n}, nil
 }
 
 // allocate makes the staging and scratch the program needs.
@@ -60,7 +61,7 @@ func (r *Replay) allocate() error {
 			}
 		}
 	}
-	r.full = make([]cuda.Buffer, len(r.needs.Full))
+	r.full = make([]cudamem.Buffer, len(r.needs.Full))
 	for t, n := range r.needs.Full {
 		if r.full[t], err = r.alloc(n); err != nil {
 			return err
@@ -73,7 +74,7 @@ func (r *Replay) allocate() error {
 	return nil
 }
 
-func span(b cuda.Buffer) replay.Span { return replay.Span{Addr: uint64(b.Ptr), Len: b.N} }
+func span(b cudamem.Buffer) replay.Span { return replay.Span{Addr: uint64(b.Ptr), Len: b.N} }
 
 // keyOf returns the addresses and lengths of bufs, checking that they are
 // device memory.
@@ -88,7 +89,7 @@ func (r *Replay) keyOf(bufs []refit.TensorBuffers) ([]uint64, error) {
 				key = append(key, 0, 0)
 				continue
 			}
-			d, ok := b.(cuda.Buffer)
+			d, ok := b.(cudamem.Buffer)
 			if !ok {
 				return nil, fmt.Errorf("gpu: rank %d, tensor %d: %s buffer %T is not device memory", r.prog.Rank, i, [...]string{"source", "destination"}[side], b)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
@@ -78,7 +79,7 @@ func TestGPUTransportMPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer comm.Destroy()
-		mem, err := cuda.NewMemory(ctx)
+		mem, err := cudamem.NewMemory(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +185,7 @@ func TestGPUReplayStuckPeer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mem, err := cuda.NewMemory(ctx)
+		mem, err := cudamem.NewMemory(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

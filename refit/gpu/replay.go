@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
@@ -58,16 +59,16 @@ type Options struct {
 type Replay struct {
 	prog    *program.Program
 	t       *nccl.Transport
-	mem     *cuda.Memory
+	mem     *cudamem.Memory
 	ctx     *cuda.Context
 	opts    Options
 	streams [4]*cuda.Stream // by replay.Stream; the side stream is the replay's own
 
 	allocated bool
 	needs     replay.Needs
-	staging   [2][2]cuda.Buffer
-	full      []cuda.Buffer
-	scratch   cuda.Buffer
+	staging   [2][2]cudamem.Buffer
+	full      []cudamem.Buffer
+	scratch   cudamem.Buffer
 	events    []*cuda.Event
 	ext       []*cuda.Event // graph: events recorded as graph nodes, for progress
 	fin       *cuda.Event
@@ -75,7 +76,7 @@ type Replay struct {
 	key      []uint64 // the bound buffers: address and length of each
 	keyBuf   []uint64 // the key of a run's buffers, reused
 	plan     *replay.Plan
-	arena    cuda.Buffer // the batches' item tables
+	arena    cudamem.Buffer // the batches' item tables
 	launches []cuda.BatchLaunch
 	groups   []*nccl.GroupOps // by command index
 	hasNCCL  bool
@@ -90,7 +91,7 @@ type Replay struct {
 // communicators and streams it uses) with memory mem (whose stream is the
 // compute stream), with a side stream of its own. Device memory and events
 // are allocated at the first run.
-func NewReplay(p *program.Program, t *nccl.Transport, mem *cuda.Memory, opts Options) (*Replay, error) {
+func NewReplay(p *program.Program, t *nccl.Transport, mem *cudamem.Memory, opts Options) (*Replay, error) {
 	if t.Rank() != p.Rank || t.Size() != p.World {
 		return nil, fmt.Errorf("gpu: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
 	}
@@ -237,7 +238,7 @@ func (r *Replay) Close() error {
 	for _, b := range r.buffers() {
 		errs = append(errs, r.ctx.Free(b.Ptr))
 	}
-	r.full, r.staging, r.scratch, r.allocated = nil, [2][2]cuda.Buffer{}, cuda.Buffer{}, false
+	r.full, r.staging, r.scratch, r.allocated = nil, [2][2]cudamem.Buffer{}, cudamem.Buffer{}, false
 	errs = append(errs, r.streams[replay.Side].Destroy())
 	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/mesh"
@@ -35,7 +36,7 @@ func setup(t *testing.T) (*cuda.Context, *cuda.Stream) {
 
 // oneRankTransport makes a one-rank communicator, its transport and a
 // memory on the one GPU, freed when the test ends.
-func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl.Comm, *nccl.Transport, *cuda.Memory) {
+func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl.Comm, *nccl.Transport, *cudamem.Memory) {
 	t.Helper()
 	ctx, _ := setup(t)
 	id, err := nccl.GetUniqueID()
@@ -50,7 +51,7 @@ func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := cuda.NewMemory(ctx)
+	mem, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl
 
 // replayRunner is a transporttest runner that replays every case on tr,
 // with or without a graph; graphErr collects why a capture fell back.
-func replayRunner(tr *nccl.Transport, mem *cuda.Memory, graph bool, graphErr *error) func(p *program.Program) (refit.Driver, error) {
+func replayRunner(tr *nccl.Transport, mem *cudamem.Memory, graph bool, graphErr *error) func(p *program.Program) (refit.Driver, error) {
 	return func(p *program.Program) (refit.Driver, error) {
 		r, err := gpu.NewReplay(p, tr, mem, gpu.Options{Timeout: time.Minute, Graph: graph})
 		if err != nil {
@@ -382,14 +383,14 @@ func TestGPUReplayLaunch(t *testing.T) {
 	defer mem.Free(sb)
 	defer mem.Free(db)
 	defer mem.Free(out)
-	if err := ctx.Memset(db.(cuda.Buffer).Ptr, 0, 8192); err != nil {
+	if err := ctx.Memset(db.(cudamem.Buffer).Ptr, 0, 8192); err != nil {
 		t.Fatal(err)
 	}
 	bufs := []refit.TensorBuffers{{Src: sb, Dst: db}}
 	var want []byte
 	for step := range 3 {
 		v := byte(0x10 * (step + 1))
-		if err := trainer.Memset(sb.(cuda.Buffer).Ptr, v, 4096); err != nil {
+		if err := trainer.Memset(sb.(cudamem.Buffer).Ptr, v, 4096); err != nil {
 			t.Fatal(err)
 		}
 		if err := wrote.Record(trainer); err != nil {
@@ -402,7 +403,7 @@ func TestGPUReplayLaunch(t *testing.T) {
 		if err := gen.WaitEvent(done.(*cuda.Event)); err != nil {
 			t.Fatal(err)
 		}
-		if err := gen.CopyDtoD(out.(cuda.Buffer).Ptr, db.(cuda.Buffer).Ptr, 8192); err != nil {
+		if err := gen.CopyDtoD(out.(cudamem.Buffer).Ptr, db.(cudamem.Buffer).Ptr, 8192); err != nil {
 			t.Fatal(err)
 		}
 		if err := gen.Synchronize(); err != nil {

@@ -1,8 +1,8 @@
 // Package inproc is a transport.Transport whose ranks are goroutines of one
 // process. A message is one Memory.Copy from the sender's buffer to the
 // receiver's, so the ranks may hold host memory (transport.HostMemory, the
-// default) or device memory of one GPU (a cuda.Memory). It runs the same
-// executor and the same conformance suite as the MPI and NCCL transports,
+// default) or device memory of one GPU (a cudamem.Memory). It runs the same
+// drivers and the same conformance suite as the MPI and NCCL transports,
 // with no launcher, which makes it the endpoint of unit tests, of GPU tests
 // on a machine with one GPU, and of single-process tools.
 package inproc

@@ -1,15 +1,16 @@
-package cuda
+package cudamem
 
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
 )
 
 // Buffer is device memory as a transport.Buffer.
 type Buffer struct {
-	Ptr DevicePtr
+	Ptr cuda.DevicePtr
 	N   int64
 }
 
@@ -20,12 +21,12 @@ func (b Buffer) Len() int64 { return b.N }
 // pack, unpack and copies run as kernels on the Memory's stream. It also
 // implements the conformance suite's HostIO (Upload, Download).
 type Memory struct {
-	Ctx    *Context
-	Stream *Stream
+	Ctx    *cuda.Context
+	Stream *cuda.Stream
 }
 
 // NewMemory returns a Memory on ctx with a stream of its own.
-func NewMemory(ctx *Context) (*Memory, error) {
+func NewMemory(ctx *cuda.Context) (*Memory, error) {
 	s, err := ctx.NewStream()
 	if err != nil {
 		return nil, err
@@ -98,7 +99,7 @@ func (m *Memory) Pack(dst transport.Buffer, off int64, src transport.Buffer, des
 	if sd.Bytes() == 0 {
 		return nil
 	}
-	return Pack(m.Stream, d.Ptr+DevicePtr(off), s.Ptr, sd)
+	return cuda.Pack(m.Stream, d.Ptr+cuda.DevicePtr(off), s.Ptr, sd)
 }
 
 // Unpack implements transport.Memory.
@@ -117,7 +118,7 @@ func (m *Memory) Unpack(dst transport.Buffer, desc strided.Desc, src transport.B
 	if dd.Bytes() == 0 {
 		return nil
 	}
-	return Unpack(m.Stream, d.Ptr, dd, s.Ptr+DevicePtr(off))
+	return cuda.Unpack(m.Stream, d.Ptr, dd, s.Ptr+cuda.DevicePtr(off))
 }
 
 // Copy implements transport.Memory.
@@ -139,7 +140,7 @@ func (m *Memory) Copy(dst transport.Buffer, dstDesc strided.Desc, src transport.
 	if sd.Bytes() == 0 {
 		return nil
 	}
-	return StridedCopy(m.Stream, d.Ptr, dd, s.Ptr, sd)
+	return cuda.StridedCopy(m.Stream, d.Ptr, dd, s.Ptr, sd)
 }
 
 // Sync implements transport.Memory: it waits for the stream.

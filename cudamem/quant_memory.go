@@ -1,4 +1,4 @@
-package cuda
+package cudamem
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package cuda_test
+package cudamem_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
@@ -37,7 +37,7 @@ func TestGPUFP8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := cuda.NewMemory(ctx)
+	wire, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestGPUFP8(t *testing.T) {
 			opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
 			w := inproc.NewWorld(world).WithMemory(wire)
 			errs := w.Run(func(tr transport.Transport) error {
-				mem, err := cuda.NewMemory(ctx)
+				mem, err := cudamem.NewMemory(ctx)
 				if err != nil {
 					return err
 				}
@@ -101,7 +101,7 @@ func TestGPUFP8NonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = c.FP8()
-	wire, err := cuda.NewMemory(ctx)
+	wire, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestGPUFP8NonFinite(t *testing.T) {
 	spec := refit.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: fp8.Block}
 	errs := w.Run(func(tr transport.Transport) error {
 		rank := tr.Rank()
-		mem, err := cuda.NewMemory(ctx)
+		mem, err := cudamem.NewMemory(ctx)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package cuda_test
+package cudamem_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/pattern"
@@ -33,7 +33,7 @@ func TestGPUConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := cuda.NewMemory(ctx)
+	wire, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestGPUConformance(t *testing.T) {
 			}
 			opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
 			errs := inproc.NewWorld(world).WithMemory(wire).Run(func(tr transport.Transport) error {
-				mem, err := cuda.NewMemory(ctx)
+				mem, err := cudamem.NewMemory(ctx)
 				if err != nil {
 					return err
 				}
@@ -87,7 +87,7 @@ func TestGPUConformance(t *testing.T) {
 // a kernel writing past the end.
 func TestGPUMemoryBounds(t *testing.T) {
 	ctx := gputest.Context(t)
-	mem, err := cuda.NewMemory(ctx)
+	mem, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestGPURefit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := cuda.NewMemory(ctx)
+	wire, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestGPURefit(t *testing.T) {
 			go func(rank int) {
 				defer wg.Done()
 				errs[rank] = func() error {
-					mem, err := cuda.NewMemory(ctx)
+					mem, err := cudamem.NewMemory(ctx)
 					if err != nil {
 						return err
 					}
@@ -157,7 +157,7 @@ func TestGPURefit(t *testing.T) {
 						defer mem.Free(bufs.Dst)
 						if alias && bufs.Src != nil {
 							// a view of the same memory as the source
-							bufs.Dst = cuda.Buffer{Ptr: bufs.Src.(cuda.Buffer).Ptr, N: bufs.Dst.Len()}
+							bufs.Dst = cudamem.Buffer{Ptr: bufs.Src.(cudamem.Buffer).Ptr, N: bufs.Dst.Len()}
 						}
 					}
 					opts := refit.Options{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true, Timeout: time.Minute}

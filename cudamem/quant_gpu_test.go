@@ -1,0 +1,71 @@
+package cudamem_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/m2n-dev/m2n/cuda/nvrtc"
+	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/internal/testutil/gputest"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/strided"
+)
+
+// TestGPUAmaxNonFinite: a NaN shows in its block's amax, and
+// FirstNonFinite names it.
+func TestGPUAmaxNonFinite(t *testing.T) {
+	ctx := gputest.Context(t)
+	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
+	mem, err := cudamem.NewMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	shape := []int64{300, 200}
+	g, _ := fp8.NewGrid(shape, fp8.Block)
+	host := make([]byte, 2*300*200)
+	for i := range 300 * 200 {
+		binary.LittleEndian.PutUint16(host[2*i:], 0x3F80) // 1.0
+	}
+	binary.LittleEndian.PutUint16(host[2*(150*200+170):], 0x7FC0) // NaN at [150 170]
+	binary.LittleEndian.PutUint16(host[2*(290*200+3):], 0xFF80)   // -Inf at [290 3]
+	src := cudamem.Buffer{Ptr: gputest.Alloc(t, ctx, len(host)), N: int64(len(host))}
+	if err := mem.Upload(src, host); err != nil {
+		t.Fatal(err)
+	}
+	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
+	reg := cudamem.FP8Region{DType: placement.BF16, Src: src, At: strided.Desc{Run: int64(len(host))}, Box: all}
+	win := cudamem.Buffer{Ptr: gputest.Alloc(t, ctx, 4*6), N: 4 * 6}
+	if err := mem.Upload(win, make([]byte, 24)); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.BlockAmax(g, cudamem.FP8Window{Blocks: g.All(), Values: win}, reg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 24)
+	if err := mem.Download(got, win); err != nil {
+		t.Fatal(err)
+	}
+	w := fp8.Window{Blocks: g.All(), Values: decode(got)}
+	if !math.IsNaN(float64(w.Values[3])) || !math.IsInf(float64(w.Values[4]), 1) || w.Values[0] != 1 {
+		t.Errorf("amaxes %v: want NaN in block (1, 1) and +Inf in block (2, 0)", w.Values)
+	}
+	if w.ToScales() == nil {
+		t.Error("ToScales accepted a NaN amax")
+	}
+	var nf *fp8.NonFiniteError
+	if err := cudamem.FirstNonFinite(mem, g, reg); !errors.As(err, &nf) || nf.Flat != 150*200+170 {
+		t.Errorf("FirstNonFinite: %v, want element [150 170]", err)
+	}
+}
+
+func decode(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
