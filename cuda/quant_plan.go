@@ -143,10 +143,15 @@ func planQuant(q quantRequest) (quantPlan, error) {
 		p.src.count = append(p.src.count, d.count)
 		p.src.stride = append(p.src.stride, d.stride)
 	}
-	rows := elems / p.rowElems
+	p.chooseLaunch(q, esz, elems/p.rowElems, br, shape)
+	return p, nil
+}
 
-	// The widest vector every address, stride, row and block column
-	// allows.
+// chooseLaunch picks the kernel, the vector width and the work split of a
+// launch over rows box rows: the widest vector every address, stride, row
+// and block column allows, and chunks and teams sized for the kernel.
+func (p *quantPlan) chooseLaunch(q quantRequest, esz, rows uint64, br int64, shape []int64) {
+	nd := p.nd
 	vecs := []int{8, 4, 2, 1}
 	if esz == 4 {
 		vecs = vecs[1:]
@@ -200,7 +205,6 @@ func planQuant(q quantRequest) (quantPlan, error) {
 		p.items = rows / p.ext[nd-2] * p.groups * p.chunks
 		p.teamShift = teamFor(min(p.chunk, p.rowElems) / v)
 	}
-	return p, nil
 }
 
 // vecFits reports whether vectors of v elements of esz bytes can do the
