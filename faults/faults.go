@@ -11,22 +11,6 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// Package faults reads m2n's test-only fault switches, environment
-// variables that make one rank of a job misbehave on purpose, so that
-// tests can prove every failure is caught, bounded and named, and builds
-// the transports and stops they ask for. A program reads them once per
-// rank (Transport, At, StopHere); nothing reads them in production.
-//
-// Each switch names a rank, "rank" or "rank:n":
-//
-//	M2N_FAULT_KILL=r:n     rank r kills itself (SIGKILL) when it starts round n
-//	M2N_FAULT_HANG=r:n     rank r stops for good at round n (alive, stuck)
-//	M2N_FAULT_WIRE=r       rank r flips one byte of the first message it receives
-//	M2N_FAULT_CORRUPT=r:b  rank r flips byte b of its destination before --check
-//	M2N_FAULT_SHORT_DST=r  rank r's destination buffer is one byte short
-//	M2N_FAULT_NAN=r:i      rank r makes element i of its source part a NaN
-//	M2N_FAULT_STOP=r:where rank r stops its process (SIGSTOP) at a point
-//	M2N_FAULT_PANIC=r:where rank r panics at one of those points
 var vars = []string{"M2N_FAULT_KILL", "M2N_FAULT_HANG", "M2N_FAULT_WIRE", "M2N_FAULT_CORRUPT", "M2N_FAULT_SHORT_DST", "M2N_FAULT_NAN"}
 
 // At reads a fault switch: whether it names rank, and n (0 if absent). A

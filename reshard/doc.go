@@ -1,4 +1,4 @@
-// Package reshard derives and runs the plan that moves distributed tensors
+// Package reshard derives the plan that moves distributed tensors
 // from one layout to another.
 //
 // Planning is pure and coordination-free: every rank calls NewPlan with the
