@@ -2,7 +2,9 @@ package refit_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/m2n-dev/m2n/refit"
 )
@@ -38,5 +40,19 @@ func TestErrorsCrossRanks(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTimeoutWithoutPeers: a collective that every rank reached and that
+// still did not complete says so, instead of "waiting for ranks []" (the
+// message of issue 23.4's 10,000-layer run, which named no rank).
+func TestTimeoutWithoutPeers(t *testing.T) {
+	msg := (&refit.TimeoutError{Rank: 2, Phase: "check results gathering", After: time.Minute}).Error()
+	if strings.Contains(msg, "[]") || !strings.Contains(msg, "every rank reached it") {
+		t.Errorf("got %q", msg)
+	}
+	msg = (&refit.TimeoutError{Rank: 2, Phase: "agreement", After: time.Minute, Peers: []int{3}}).Error()
+	if !strings.Contains(msg, "waiting for ranks [3] in the agreement") {
+		t.Errorf("got %q", msg)
 	}
 }

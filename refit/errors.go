@@ -19,6 +19,12 @@ type TimeoutError struct {
 }
 
 func (e *TimeoutError) Error() string {
+	if e.Phase != "" && len(e.Peers) == 0 {
+		// every peer answered the roll call from this collective, twice:
+		// none is missing, yet it did not complete.
+		return fmt.Sprintf("rank %d: timed out after %v in the %s: every rank reached it, yet it did not complete (a starved or overloaded host?)",
+			e.Rank, e.After, e.Phase)
+	}
 	if e.Phase != "" {
 		return fmt.Sprintf("rank %d: timed out after %v waiting for ranks %v in the %s", e.Rank, e.After, e.Peers, e.Phase)
 	}
