@@ -36,8 +36,9 @@ func FuzzSyncConfig(f *testing.F) {
 // syncFuzzSeeds are the seeds of the sync configurations `go test` runs
 // (TestSyncFuzzSeedsList lists them): valid jobs of each model family on
 // auto and flat, with an FP8 generator and pipeline stages, a bad trainer,
-// and a rank stopped before Prepare.
-var syncFuzzSeeds = []uint64{1, 4, 6, 18, 39}
+// a rank stopped before Prepare, and bytes flipped on the wire (15: with
+// --verify and --atomic; 35: in the warm-up step, issue 23.2's case).
+var syncFuzzSeeds = []uint64{1, 4, 6, 18, 39, 15, 35}
 
 // decodeSyncConfig turns bytes into a sync job.
 func decodeSyncConfig(data []byte) runConfig {
