@@ -200,13 +200,14 @@ func TestInitOnce(t *testing.T) {
 }
 
 // TestCheckBoundedByProgress is 23.9's check: a destination whose fill,
-// poison and check take longer than --timeout (1 GiB on one rank, 2 s)
+// poison and check take longer than --timeout (1 GiB on one rank: 20 s
+// for the job on 2 cores; 3 s, above MPI's start-up on a loaded machine)
 // no longer makes the others time out waiting for it: that local work
 // runs while every rank takes part in a progress collective every
 // quarter of the timeout.
 func TestCheckBoundedByProgress(t *testing.T) {
 	o := launch(t, 3*time.Minute, nil, app{np: 3, args: []string{"run", "--shape", "32768x16384", "--dtype", "bf16", "--src-mesh", "2",
-		"--src-placements", "S0", "--dst-mesh", "1", "--dst-placements", "R", "--check", "--iters", "1", "--warmup", "0", "--timeout", "2s"}})
+		"--src-placements", "S0", "--dst-mesh", "1", "--dst-placements", "R", "--check", "--iters", "1", "--warmup", "0", "--timeout", "3s"}})
 	if o.code != 0 || !strings.Contains(o.stdout, "check passed") {
 		t.Errorf("a valid job failed its bound while one rank checked:\n%v", o)
 	}
