@@ -179,19 +179,28 @@ func (k *kernelSet) unload(c *Context) error {
 	return check("cuModuleUnload", C.m2n_cuModuleUnload(c.h, k.mod))
 }
 
+// cSide marshals a side's row addressing into the kernels' m2n_side.
+func (s planSide) cSide() C.m2n_side {
+	var cs C.m2n_side
+	cs.base = C.ulonglong(s.base)
+	cs.nd = C.ulonglong(len(s.count))
+	for i := range s.count {
+		cs.count[i] = C.ulonglong(s.count[i])
+		cs.stride[i] = C.ulonglong(s.stride[i])
+	}
+	return cs
+}
+
+// cBytes returns the bytes of a parameter block, for the CPU emulator.
+func cBytes[T any](cp T) []byte {
+	return C.GoBytes(unsafe.Pointer(&cp), C.int(unsafe.Sizeof(cp)))
+}
+
 // cParams marshals the plan into the kernels' parameter block.
 func (p *copyPlan) cParams() C.m2n_copy_params {
 	var cp C.m2n_copy_params
-	fill := func(cs *C.m2n_side, s planSide) {
-		cs.base = C.ulonglong(s.base)
-		cs.nd = C.ulonglong(len(s.count))
-		for i := range s.count {
-			cs.count[i] = C.ulonglong(s.count[i])
-			cs.stride[i] = C.ulonglong(s.stride[i])
-		}
-	}
-	fill(&cp.src, p.src)
-	fill(&cp.dst, p.dst)
+	cp.src = p.src.cSide()
+	cp.dst = p.dst.cSide()
 	cp.rows = C.ulonglong(p.rows)
 	cp.run_elems = C.ulonglong(p.runElems)
 	cp.chunk_elems = C.ulonglong(p.chunkElems)
@@ -202,10 +211,7 @@ func (p *copyPlan) cParams() C.m2n_copy_params {
 }
 
 // paramBytes returns the parameter block's bytes, for the CPU emulator.
-func (p *copyPlan) paramBytes() []byte {
-	cp := p.cParams()
-	return C.GoBytes(unsafe.Pointer(&cp), C.sizeof_m2n_copy_params)
-}
+func (p *copyPlan) paramBytes() []byte { return cBytes(p.cParams()) }
 
 func widthIndex(w int) int {
 	for i, x := range widths {

@@ -16,10 +16,8 @@ import (
 // cache for it (on the GPU machines: /usr/local/nvidia/lib64).
 const defaultLibrary = "libcuda.so.1"
 
-var load struct {
-	once sync.Once
-	err  error
-}
+// load opens the library once; its first result sticks.
+var load = sync.OnceValue(open)
 
 // Load opens the CUDA driver and initialises it (cuInit). It is safe to call
 // from several goroutines and more than once; the first call's result sticks.
@@ -33,8 +31,7 @@ var load struct {
 // package needs is an error naming the file and the symbols, not wrapping
 // ErrNotAvailable.
 func Load() error {
-	load.once.Do(func() { load.err = open() })
-	return load.err
+	return load()
 }
 
 func open() error {

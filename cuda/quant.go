@@ -5,7 +5,6 @@ import "C"
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
@@ -105,12 +104,7 @@ func quantKernels() []string {
 // cParams marshals the plan into the FP8 kernels' parameter block.
 func (p *quantPlan) cParams() C.m2n_quant_params {
 	var cp C.m2n_quant_params
-	cp.src.base = C.ulonglong(p.src.base)
-	cp.src.nd = C.ulonglong(len(p.src.count))
-	for i := range p.src.count {
-		cp.src.count[i] = C.ulonglong(p.src.count[i])
-		cp.src.stride[i] = C.ulonglong(p.src.stride[i])
-	}
+	cp.src = p.src.cSide()
 	cp.dst = C.ulonglong(p.dst)
 	cp.win = C.ulonglong(p.win)
 	cp.nd = C.ulonglong(p.nd)
@@ -134,7 +128,4 @@ func (p *quantPlan) cParams() C.m2n_quant_params {
 }
 
 // paramBytes returns the parameter block's bytes, for the CPU emulator.
-func (p *quantPlan) paramBytes() []byte {
-	cp := p.cParams()
-	return C.GoBytes(unsafe.Pointer(&cp), C.sizeof_m2n_quant_params)
-}
+func (p *quantPlan) paramBytes() []byte { return cBytes(p.cParams()) }

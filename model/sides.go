@@ -147,15 +147,9 @@ func trainerSide(m *Model, t Tensor, tr Trainer) (sideLayout, fusion, error) {
 		}
 		parts, per := vocabParts(v, padded, tr.TP)
 		s.axes, s.rows = []axis{rep(dense), split(0, parts)}, per
-	case k == kindColumn, k == kindGate, k == kindUp, k == kindMTPProj, k == kindSinks:
-		err = divides(t, 0, rowWhat(k), tr.TP, side, "tp", "")
-		s.axes = []axis{rep(dense), shard(tr.TP, 0)}
-		if k == kindGate || k == kindUp {
-			f = fusedAs(t.Name, concat, []string{"gate_proj", "up_proj"}, "linear_fc1", k)
-		}
-	case k == kindRow:
-		err = divides(t, 1, "columns", tr.TP, side, "tp", "")
-		s.axes = []axis{rep(dense), shard(tr.TP, 1)}
+	case k == kindColumn, k == kindGate, k == kindUp, k == kindMTPProj, k == kindSinks, k == kindRow:
+		s.axes, err = tpLinear(t, tr.TP, dense, side)
+		f = gateUp(t, "linear_fc1")
 	case k == Query, k == Key, k == Value:
 		f = fusedAs(t.Name, interleave, []string{"q_proj", "k_proj", "v_proj"}, "linear_qkv", k)
 		s.axes, err = megatronQKV(m, t, tr)
@@ -176,6 +170,24 @@ func trainerSide(m *Model, t Tensor, tr Trainer) (sideLayout, fusion, error) {
 		err = fmt.Errorf("tensor %s: unknown kind %v", t.Name, t.Kind)
 	}
 	return s, f, err
+}
+
+// tpLinear returns the axes of a linear layer's tensor that tp ranks split
+// (by rows, or for kindRow by columns) and reps replicas hold.
+func tpLinear(t Tensor, tp, reps int, side Side) ([]axis, error) {
+	if t.Kind == kindRow {
+		return []axis{rep(reps), shard(tp, 1)}, divides(t, 1, "columns", tp, side, "tp", "")
+	}
+	return []axis{rep(reps), shard(tp, 0)}, divides(t, 0, rowWhat(t.Kind), tp, side, "tp", "")
+}
+
+// gateUp is how a side's buffer holds t: a gate or up projection fused
+// into the buffer named fused, any other tensor alone.
+func gateUp(t Tensor, fused string) fusion {
+	if t.Kind != kindGate && t.Kind != kindUp {
+		return fusion{name: t.Name}
+	}
+	return fusedAs(t.Name, concat, []string{"gate_proj", "up_proj"}, fused, t.Kind)
 }
 
 // megatronQKV returns Megatron-Core's axes for a GQA projection (layout
@@ -267,18 +279,10 @@ func generatorSide(m *Model, t Tensor, g Generator, start int, latentFused bool)
 		s.axes, s.rows = []axis{rep(reps), split(0, parts)}, per
 	case spWhole && (k == kindGate || k == kindUp || k == kindRow):
 		s.axes = []axis{rep(G)}
-		if k == kindGate || k == kindUp {
-			f = fusedAs(t.Name, concat, []string{"gate_proj", "up_proj"}, "gate_up_proj", k)
-		}
-	case k == kindColumn, k == kindGate, k == kindUp, k == kindSinks:
-		err = divides(t, 0, rowWhat(k), g.TP, side, "tp", "")
-		s.axes = []axis{rep(reps), shard(g.TP, 0)}
-		if k == kindGate || k == kindUp {
-			f = fusedAs(t.Name, concat, []string{"gate_proj", "up_proj"}, "gate_up_proj", k)
-		}
-	case k == kindRow:
-		err = divides(t, 1, "columns", g.TP, side, "tp", "")
-		s.axes = []axis{rep(reps), shard(g.TP, 1)}
+		f = gateUp(t, "gate_up_proj")
+	case k == kindColumn, k == kindGate, k == kindUp, k == kindSinks, k == kindRow:
+		s.axes, err = tpLinear(t, g.TP, reps, side)
+		f = gateUp(t, "gate_up_proj")
 	case k == Query, k == Key, k == Value:
 		kv := int(t.LayoutShape[0])
 		f = fusedAs(t.Name, concat, []string{"q_proj", "k_proj", "v_proj"}, "qkv_proj", k)

@@ -20,10 +20,8 @@ const defaultLibrary = "libnccl.so.2"
 // it with the reason.
 var ErrNotAvailable = errors.New("nccl: not available")
 
-var load struct {
-	once sync.Once
-	err  error
-}
+// load opens the library once; its first result sticks.
+var load = sync.OnceValue(open)
 
 // Load opens NCCL. It is safe to call more than once and from several
 // goroutines; the first result sticks. Every other function here needs it
@@ -33,8 +31,7 @@ var load struct {
 // library that opens but lacks a required entry point is an error naming
 // the file and the symbols.
 func Load() error {
-	load.once.Do(func() { load.err = open() })
-	return load.err
+	return load()
 }
 
 func open() error {

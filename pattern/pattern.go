@@ -78,15 +78,7 @@ func eachRow(box placement.Box, gshape []int64, fn func(g int64, idx []int64)) {
 			g = g*gshape[d] + idx[d]
 		}
 		fn(g, idx)
-		d := nd - 2
-		for ; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < box.Hi[d] {
-				break
-			}
-			idx[d] = box.Lo[d]
-		}
-		if d < 0 {
+		if !box.Next(idx[:nd-1]) {
 			return
 		}
 	}

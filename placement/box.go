@@ -97,6 +97,20 @@ func (b Box) Empty() bool {
 // Equal reports whether two boxes have the same bounds.
 func (b Box) Equal(o Box) bool { return slices.Equal(b.Lo, o.Lo) && slices.Equal(b.Hi, o.Hi) }
 
+// Next advances idx, a point of b in its first len(idx) dims, to the next
+// one in row-major order. After the last point it puts idx back at b.Lo
+// and reports false (with no dims, at once).
+func (b Box) Next(idx []int64) bool {
+	for d := len(idx) - 1; d >= 0; d-- {
+		idx[d]++
+		if idx[d] < b.Hi[d] {
+			return true
+		}
+		idx[d] = b.Lo[d]
+	}
+	return false
+}
+
 // String renders the box as "[0:4, 2:6)".
 func (b Box) String() string {
 	var s strings.Builder

@@ -165,3 +165,22 @@ func FuzzParse(f *testing.F) {
 		_, _ = ParseDType(s)
 	})
 }
+
+func TestBoxNext(t *testing.T) {
+	b := Box{Lo: []int64{1, 2, 0}, Hi: []int64{3, 4, 9}}
+	idx := []int64{1, 2}
+	var got [][2]int64
+	for {
+		got = append(got, [2]int64{idx[0], idx[1]})
+		if !b.Next(idx) {
+			break
+		}
+	}
+	want := [][2]int64{{1, 2}, {1, 3}, {2, 2}, {2, 3}}
+	if !slices.Equal(got, want) || idx[0] != 1 || idx[1] != 2 {
+		t.Errorf("Next walked %v, ended at %v; want %v, back at [1 2]", got, idx, want)
+	}
+	if b.Next(nil) {
+		t.Error("Next(nil) = true")
+	}
+}

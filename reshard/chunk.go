@@ -53,15 +53,7 @@ func SplitBox(b placement.Box, elem, maxBytes int64) ([]placement.Box, error) {
 			out = append(out, sub)
 			lo = hi
 		}
-		d := cut - 1
-		for ; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < b.Hi[d] {
-				break
-			}
-			idx[d] = b.Lo[d]
-		}
-		if d < 0 {
+		if !b.Next(idx) {
 			return out, nil
 		}
 	}

@@ -10,15 +10,7 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 bin=$(pwd)/.devbin
-run() { # name, command...
-	local name=$1; shift
-	echo "### $name: $*" | tee -a "$out/summary.txt"
-	local t0=$SECONDS
-	"$@" >"$out/$name.log" 2>&1
-	local rc=$?
-	echo "### $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-	tail -n 25 "$out/$name.log" | sed 's/^/    /' >>"$out/summary.txt"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu-run.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 part=${PART:-all}
 if [ "$part" = all ] || [ "$part" = tests ]; then

@@ -29,15 +29,7 @@ if [ -z "${M2N_LIBRARY:-}" ]; then
 fi
 np=${NP:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 [ "$np" -ge 1 ] 2>/dev/null || np=1
-run() { # name, command...
-	local name=$1; shift
-	echo "### $name: $*" | tee -a "$out/summary.txt"
-	local t0=$SECONDS
-	"$@" >"$out/$name.log" 2>&1
-	local rc=$?
-	echo "### $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-	tail -n 25 "$out/$name.log" | sed 's/^/    /' >>"$out/summary.txt"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu-run.sh"
 {
 	echo "M2N_LIBRARY=${M2N_LIBRARY:-unset} NP=$np"
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

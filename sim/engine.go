@@ -373,19 +373,7 @@ func (e *engine) run() error {
 }
 
 // roundOf returns the schedule round of a round state.
-func (e *engine) roundOf(k int32) int32 {
-	// find the process: round states are laid out by process.
-	lo, hi := 0, len(e.ps)
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if e.ps[mid].rsBase <= k {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return e.p.procs[lo].rounds[k-e.ps[lo].rsBase].Round
-}
+func (e *engine) roundOf(k int32) int32 { return e.roundOf2(e.procOf(k), k) }
 
 func (e *engine) makeReady(pi int32) {
 	st := &e.ps[pi]
@@ -519,7 +507,8 @@ func (e *engine) finishMsg(mi int32) {
 	}
 }
 
-// procOf returns the process a round state belongs to.
+// procOf returns the process a round state belongs to (round states are
+// laid out by process).
 func (e *engine) procOf(k int32) int32 {
 	lo, hi := 0, len(e.ps)
 	for hi-lo > 1 {

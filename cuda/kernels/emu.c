@@ -23,6 +23,21 @@ static m2n_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 #include "strided.cu"
 
+// M2N_EMU_RUN runs kernel k on *p as every thread of grid blocks of block
+// threads, one thread after another.
+#define M2N_EMU_RUN(k, p, grid, block) \
+	do { \
+		gridDim.x = (grid); \
+		blockDim.x = (block); \
+		for (unsigned int b = 0; b < (grid); b++) { \
+			blockIdx.x = b; \
+			for (unsigned int t = 0; t < (block); t++) { \
+				threadIdx.x = t; \
+				k(*(p)); \
+			} \
+		} \
+	} while (0)
+
 int m2n_emu_launch(int width, const m2n_copy_params *p, unsigned int grid, unsigned int block) {
 	void (*k)(const m2n_copy_params);
 	switch (width) {
@@ -33,28 +48,12 @@ int m2n_emu_launch(int width, const m2n_copy_params *p, unsigned int grid, unsig
 	case 1: k = m2n_copy1; break;
 	default: return 1;
 	}
-	gridDim.x = grid;
-	blockDim.x = block;
-	for (unsigned int b = 0; b < grid; b++) {
-		blockIdx.x = b;
-		for (unsigned int t = 0; t < block; t++) {
-			threadIdx.x = t;
-			k(*p);
-		}
-	}
+	M2N_EMU_RUN(k, p, grid, block);
 	return 0;
 }
 
 int m2n_emu_launch_batch(const m2n_batch_params *p, unsigned int grid, unsigned int block) {
-	gridDim.x = grid;
-	blockDim.x = block;
-	for (unsigned int b = 0; b < grid; b++) {
-		blockIdx.x = b;
-		for (unsigned int t = 0; t < block; t++) {
-			threadIdx.x = t;
-			m2n_batch(*p);
-		}
-	}
+	M2N_EMU_RUN(m2n_batch, p, grid, block);
 	return 0;
 }
 
@@ -84,15 +83,7 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 	if (!k) {
 		return 1;
 	}
-	gridDim.x = grid;
-	blockDim.x = block;
-	for (unsigned int b = 0; b < grid; b++) {
-		blockIdx.x = b;
-		for (unsigned int t = 0; t < block; t++) {
-			threadIdx.x = t;
-			k(*p);
-		}
-	}
+	M2N_EMU_RUN(k, p, grid, block);
 	return 0;
 }
 

@@ -3,12 +3,7 @@
 // quant.h. It has no include guard on purpose.
 
 M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
-	const unsigned int shift = (unsigned int)p.team_shift;
-	const unsigned int team = 1u << shift;
-	const unsigned int lane = threadIdx.x & (team - 1);
-	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
-	const unsigned long long step = (unsigned long long)gridDim.x * teams;
-	unsigned long long item = (unsigned long long)blockIdx.x * teams + (threadIdx.x >> shift);
+	M2N_TEAMS(p.team_shift, (unsigned long long)blockIdx.x, (unsigned long long)gridDim.x);
 	const unsigned long long lo_c = p.lo[p.nd - 1];
 	for (; item < p.items; item += step) {
 		unsigned long long row = item, chunk = 0;
@@ -66,12 +61,7 @@ M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
 }
 
 M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
-	const unsigned int shift = (unsigned int)p.team_shift;
-	const unsigned int team = 1u << shift;
-	const unsigned int lane = threadIdx.x & (team - 1);
-	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
-	const unsigned long long step = (unsigned long long)gridDim.x * teams;
-	unsigned long long item = (unsigned long long)blockIdx.x * teams + (threadIdx.x >> shift);
+	M2N_TEAMS(p.team_shift, (unsigned long long)blockIdx.x, (unsigned long long)gridDim.x);
 	const unsigned long long lo_r = p.lo[p.nd - 2], ext_r = p.ext[p.nd - 2];
 	const unsigned long long lo_c = p.lo[p.nd - 1], ext_c = p.ext[p.nd - 1];
 	const unsigned long long g = p.group, pc = p.chunk_elems;

@@ -41,6 +41,18 @@ typedef M2N_ALIGNED(16) m2n_v16 { unsigned int x, y, z, w; } m2n_v16;
 #define M2N_UNROLL_PRAGMA
 #endif
 
+// M2N_TEAMS declares a kernel's teams: the block splits into teams of
+// 2^(team_shift) threads; lane is this thread's place in its team, item
+// its team's first work item as block `block` of a grid of `grid` blocks
+// (both unsigned long long), and step the stride over the items.
+#define M2N_TEAMS(team_shift, block, grid) \
+	const unsigned int shift = (unsigned int)(team_shift); \
+	const unsigned int team = 1u << shift; \
+	const unsigned int lane = threadIdx.x & (team - 1); \
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift); \
+	const unsigned long long step = (grid) * teams; \
+	unsigned long long item = (block) * teams + (threadIdx.x >> shift)
+
 M2N_INLINE unsigned long long m2n_row_offset(const m2n_side *s, unsigned long long row) {
 	// Unrolled with constant indices so that the arrays stay in the
 	// parameter bank; nd is the same for every thread, so the branches are

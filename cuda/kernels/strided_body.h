@@ -5,12 +5,7 @@
 // batched kernel, batch.h, runs it for virtual blocks of its items). It has
 // no include guard on purpose.
 M2N_INLINE void M2N_BODY(const m2n_copy_params *p, unsigned long long block, unsigned long long grid) {
-	const unsigned int shift = (unsigned int)p->team_shift;
-	const unsigned int team = 1u << shift;
-	const unsigned int lane = threadIdx.x & (team - 1);
-	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
-	const unsigned long long step = grid * teams;
-	unsigned long long item = block * teams + (threadIdx.x >> shift);
+	M2N_TEAMS(p->team_shift, block, grid);
 #if M2N_BATCH > 1
 	// Short rows (at most one element per lane): a lane alone would keep a
 	// single load in flight, so it takes M2N_BATCH rows at a time, loading

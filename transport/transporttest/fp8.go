@@ -7,7 +7,6 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/pattern"
-	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
@@ -60,20 +59,11 @@ func RunFP8Case(ctx context.Context, env Env, g refit.Group, c Case, route resha
 		}
 		return b, err
 	}
-	part := func(l placement.Layout) (placement.View, int64, error) {
-		box, _ := l.RankBox(rank)
-		if !env.Padded || box.Empty() {
-			return placement.View{}, l.LocalBytes(rank), nil
-		}
-		v := PaddedView(box.Shape())
-		ext, err := v.Extent(box.Shape())
-		return v, (ext + 4) * l.ElemSize(), err
-	}
 	var srcHost, got, scales []byte
 	var err error
 	if c.Src.Mesh().Contains(rank) {
 		var n int64
-		if spec.Views.Src, n, err = part(c.Src); err != nil {
+		if spec.Views.Src, n, err = env.part(c.Src, rank); err != nil {
 			return nil, err
 		}
 		srcHost = make([]byte, n)
@@ -83,7 +73,7 @@ func RunFP8Case(ctx context.Context, env Env, g refit.Group, c Case, route resha
 	}
 	if c.Dst.Mesh().Contains(rank) {
 		var n int64
-		if spec.Views.Dst, n, err = part(c.Dst); err != nil {
+		if spec.Views.Dst, n, err = env.part(c.Dst, rank); err != nil {
 			return nil, err
 		}
 		got = make([]byte, n)

@@ -65,6 +65,18 @@ type Env struct {
 	Driver func(p *program.Program) (refit.Driver, error)
 }
 
+// part returns the view and buffer size of rank's part of l: dense, or
+// with Padded a PaddedView in a buffer with room for it.
+func (env Env) part(l placement.Layout, rank int) (placement.View, int64, error) {
+	box, _ := l.RankBox(rank)
+	if !env.Padded || box.Empty() {
+		return placement.View{}, l.LocalBytes(rank), nil
+	}
+	v := PaddedView(box.Shape())
+	ext, err := v.Extent(box.Shape())
+	return v, (ext + 4) * l.ElemSize(), err
+}
+
 // PaddedView returns the view Env.Padded uses for a part of shape: 3
 // elements before the part, and 5 after every innermost row.
 func PaddedView(shape []int64) placement.View {
@@ -109,18 +121,8 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (refit.S
 			env.Mem.Free(b)
 		}
 	}()
-	// part returns a side's view and buffer size on this rank.
-	part := func(l placement.Layout) (placement.View, int64, error) {
-		box, _ := l.RankBox(rank)
-		if !env.Padded || box.Empty() {
-			return placement.View{}, l.LocalBytes(rank), nil
-		}
-		v := PaddedView(box.Shape())
-		ext, err := v.Extent(box.Shape())
-		return v, (ext + 4) * l.ElemSize(), err
-	}
 	if c.Src.Mesh().Contains(rank) {
-		v, n, err := part(c.Src)
+		v, n, err := env.part(c.Src, rank)
 		if err != nil {
 			return st, err
 		}
@@ -139,7 +141,7 @@ func RunCase(ctx context.Context, env Env, c Case, route reshard.Route) (refit.S
 	}
 	var got []byte
 	if c.Dst.Mesh().Contains(rank) {
-		v, n, err := part(c.Dst)
+		v, n, err := env.part(c.Dst, rank)
 		if err != nil {
 			return st, err
 		}
