@@ -11,8 +11,8 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
-	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/pipeline"
@@ -25,23 +25,7 @@ import (
 
 func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, start int, pl string) placement.Layout {
 	t.Helper()
-	s, err := placement.ParseShape(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := mesh.Interval(meshShape, start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := placement.Parse(pl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := placement.NewLayout(s, dt, m, ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return layouttest.Layout(t, shape, dt, layouttest.Interval(t, meshShape, start), pl)
 }
 
 // buffers allocates this rank's buffers of a call from the session's
