@@ -89,15 +89,11 @@ func TestExchangeInproc(t *testing.T) {
 // TestColocatedInproc runs every pair with both meshes on the same ranks
 // (the arrangement two-GPU runs use) on flat and agbcast.
 func TestColocatedInproc(t *testing.T) {
-	pairs, err := transporttest.DefaultPairs()
+	cases, err := transporttest.ColocatedCases(transporttest.DefaultPairs())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pairs {
-		c, err := p.Layouts(transporttest.Colocated)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range cases {
 		for _, r := range routes {
 			errs := inproc.NewWorld(c.World()).Run(func(tr transport.Transport) error {
 				env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: reshard.DefaultScheduleOptions}

@@ -86,15 +86,11 @@ func TestFP8Inproc(t *testing.T) {
 // TestFP8Colocated converts every FP8 pair with both meshes on the same
 // ranks: every message is a local copy that quantizes.
 func TestFP8Colocated(t *testing.T) {
-	pairs, err := transporttest.FP8Pairs()
+	cases, err := transporttest.ColocatedCases(transporttest.FP8Pairs())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, p := range pairs {
-		c, err := p.Layouts(transporttest.Colocated)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, c := range cases {
 		c = c.FP8()
 		w := inproc.NewWorld(c.World())
 		mode := fp8.Mode(1 + i%3)
