@@ -34,6 +34,17 @@ func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, sta
 func buffers(t testing.TB, s *session.Session, specs []refit.Spec) []refit.TensorBuffers {
 	t.Helper()
 	mem := s.Memory()
+	upload := func(h []byte) transport.Buffer { // a buffer of the session's memory holding h
+		t.Helper()
+		b, err := mem.Alloc(int64(len(h)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.Upload(b, h); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
 	out := make([]refit.TensorBuffers, len(specs))
 	for i, sp := range specs {
 		if sp.Src.Mesh().Contains(s.Rank()) {
@@ -41,28 +52,14 @@ func buffers(t testing.TB, s *session.Session, specs []refit.Spec) []refit.Tenso
 			if err := pattern.Fill(sp.Src, s.Rank(), uint64(i), h, placement.View{}); err != nil {
 				t.Fatal(err)
 			}
-			b, err := mem.Alloc(int64(len(h)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := mem.Upload(b, h); err != nil {
-				t.Fatal(err)
-			}
-			out[i].Src = b
+			out[i].Src = upload(h)
 		}
 		if sp.Dst.Mesh().Contains(s.Rank()) {
 			h := make([]byte, sp.Dst.LocalBytes(s.Rank()))
 			for k := range h {
 				h[k] = pattern.Poison
 			}
-			b, err := mem.Alloc(int64(len(h)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := mem.Upload(b, h); err != nil {
-				t.Fatal(err)
-			}
-			out[i].Dst = b
+			out[i].Dst = upload(h)
 		}
 	}
 	return out
