@@ -453,22 +453,7 @@ func (m *refModel) megatronMLA(rk *refRank, a string, TP, tp int64, whole func(s
 // megatronMLP: linear_fc1 holds the rank's gate rows then its up rows;
 // linear_fc2 (down_proj) its columns.
 func (m *refModel) megatronMLP(rk *refRank, p string, I, TP, tp int64, bias bool, whole func(string, ...int64)) {
-	H := m.c.HiddenSize
-	n := I / TP
-	g, u, d := m.tensor(p+"gate_proj.weight", I, H), m.tensor(p+"up_proj.weight", I, H), m.tensor(p+"down_proj.weight", H, I)
-	fc1 := rk.buf(p+"linear_fc1.weight", false)
-	fc1.rows(g, H, tp*n, (tp+1)*n)
-	fc1.rows(u, H, tp*n, (tp+1)*n)
-	if bias {
-		gb, ub := m.tensor(p+"gate_proj.bias", I), m.tensor(p+"up_proj.bias", I)
-		b := rk.buf(p+"linear_fc1.bias", false)
-		b.rows(gb, 1, tp*n, (tp+1)*n)
-		b.rows(ub, 1, tp*n, (tp+1)*n)
-	}
-	rk.buf(p+"down_proj.weight", false).cols(d, H, I, tp*n, (tp+1)*n)
-	if bias {
-		whole(p+"down_proj.bias", H)
-	}
+	m.columnMLP(rk, p, "linear_fc1", I, TP, tp, bias, false, whole)
 }
 
 func (m *refModel) megatronMoE(rk *refRank, mg megatron, p string, tp, etp, ep int, whole func(string, ...int64)) {
@@ -629,15 +614,23 @@ func (m *refModel) vllmLayer(rk *refRank, vl vllm, g, l int, moe, fp8 bool, whol
 // vllmMLP: MergedColumnParallelLinear gate_up_proj [gate; up] rows over TP
 // (TP 1: whole), RowParallelLinear down_proj columns.
 func (m *refModel) vllmMLP(rk *refRank, p string, I, TP, tp int64, bias, fp8 bool, whole func(string, ...int64)) {
+	m.columnMLP(rk, p, "gate_up_proj", I, TP, tp, bias, fp8, whole)
+}
+
+// columnMLP is the MLP both frameworks cut the same way: the fused tensor
+// (Megatron's linear_fc1, vLLM's gate_up_proj) holds rank tp's gate rows
+// then its up rows, down_proj its columns; fp8 marks the weights that
+// convert to FP8.
+func (m *refModel) columnMLP(rk *refRank, p, fused string, I, TP, tp int64, bias, fp8 bool, whole func(string, ...int64)) {
 	H := m.c.HiddenSize
 	n := I / TP
 	g, u, d := m.tensor(p+"gate_proj.weight", I, H), m.tensor(p+"up_proj.weight", I, H), m.tensor(p+"down_proj.weight", H, I)
-	b := rk.buf(p+"gate_up_proj.weight", fp8)
+	b := rk.buf(p+fused+".weight", fp8)
 	b.rows(g, H, tp*n, (tp+1)*n)
 	b.rows(u, H, tp*n, (tp+1)*n)
 	if bias {
 		gb, ub := m.tensor(p+"gate_proj.bias", I), m.tensor(p+"up_proj.bias", I)
-		bb := rk.buf(p+"gate_up_proj.bias", false)
+		bb := rk.buf(p+fused+".bias", false)
 		bb.rows(gb, 1, tp*n, (tp+1)*n)
 		bb.rows(ub, 1, tp*n, (tp+1)*n)
 	}
