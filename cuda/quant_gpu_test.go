@@ -21,31 +21,8 @@ import (
 // compares the partial amaxes and the E4M3 bytes with package fp8 bit for
 // bit. It skips where there is no GPU.
 func TestGPUQuantize(t *testing.T) {
-	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	upload := func(dst cuda.DevicePtr, src []byte) { // after the stream's work, as Memory.Upload
-		t.Helper()
-		if err := s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		if err := ctx.CopyHtoD(dst, src); err != nil {
-			t.Fatal(err)
-		}
-	}
-	download := func(dst []byte, src cuda.DevicePtr) {
-		t.Helper()
-		if err := s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		if err := ctx.CopyDtoH(dst, src); err != nil {
-			t.Fatal(err)
-		}
-	}
+	g := newQuantGPU(t)
+	ctx, s, upload, download := g.ctx, g.s, g.upload, g.download
 	cases, err := cuda.QuantCases(rand.New(rand.NewPCG(21, 22)), 400, "../testdata/fp8")
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +70,44 @@ func TestGPUQuantize(t *testing.T) {
 	t.Logf("%d cases match package fp8 bit for bit on the GPU", len(cases))
 }
 
+// quantGPU is what the quantize tests run on: device 0's context and a
+// stream of its own, with copies that wait for the stream's work first.
+type quantGPU struct {
+	t   *testing.T
+	ctx *cuda.Context
+	s   *cuda.Stream
+}
+
+// newQuantGPU skips t where CUDA or NVRTC is not available.
+func newQuantGPU(t *testing.T) *quantGPU {
+	t.Helper()
+	ctx := gputest.Context(t)
+	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
+	return &quantGPU{t, ctx, gputest.Stream(t, ctx)}
+}
+
+// upload copies src to dst after the stream's work, as Memory.Upload.
+func (g *quantGPU) upload(dst cuda.DevicePtr, src []byte) {
+	g.t.Helper()
+	if err := g.s.Synchronize(); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := g.ctx.CopyHtoD(dst, src); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// download copies src to dst after the stream's work.
+func (g *quantGPU) download(dst []byte, src cuda.DevicePtr) {
+	g.t.Helper()
+	if err := g.s.Synchronize(); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := g.ctx.CopyDtoH(dst, src); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
 func decode(b []byte) []float32 {
 	v := make([]float32, len(b)/4)
 	for i := range v {
@@ -109,31 +124,8 @@ func decode(b []byte) []float32 {
 // i<<6+63 for every i below 2^26 (every sign, exponent and midpoint of
 // E4M3's rounding, and the neighbours of each) under scales 1 and 3.
 func TestGPUQuantizeEveryPattern(t *testing.T) {
-	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	upload := func(dst cuda.DevicePtr, src []byte) { // after the stream's work, as Memory.Upload
-		t.Helper()
-		if err := s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		if err := ctx.CopyHtoD(dst, src); err != nil {
-			t.Fatal(err)
-		}
-	}
-	download := func(dst []byte, src cuda.DevicePtr) {
-		t.Helper()
-		if err := s.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		if err := ctx.CopyDtoH(dst, src); err != nil {
-			t.Fatal(err)
-		}
-	}
+	g := newQuantGPU(t)
+	ctx, s, upload, download := g.ctx, g.s, g.upload, g.download
 	run := func(dt placement.DType, shape []int64, src []byte, scale float32, value func(i int) float32) {
 		t.Helper()
 		g, err := fp8.NewGrid(shape, fp8.Tensor)

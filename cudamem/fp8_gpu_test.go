@@ -37,48 +37,22 @@ func TestGPUFP8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := cudamem.NewMemory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wire.Close()
+	wire := newMemory(t, ctx)
 	type route struct {
-		route    reshard.Route
-		domains  int
-		padded   bool
-		coalesce int64
-		opts     refit.Options
+		deviceRoute
+		opts refit.Options
 	}
-	routes := []route{{reshard.Flat{}, 1, false, 0, refit.Options{}}, {hier.Hier{}, 1, false, 0, refit.Options{}},
-		{hier.Hier{}, 2, false, 0, refit.Options{}}, {reshard.Flat{}, 1, true, 1 << 10, refit.Options{Verify: true, Atomic: true}}}
+	routes := []route{{deviceRoute{reshard.Flat{}, 1, false, 0}, refit.Options{}}, {deviceRoute{hier.Hier{}, 1, false, 0}, refit.Options{}},
+		{deviceRoute{hier.Hier{}, 2, false, 0}, refit.Options{}}, {deviceRoute{reshard.Flat{}, 1, true, 1 << 10}, refit.Options{Verify: true, Atomic: true}}}
 	runs := 0
 	for ci, c := range cases {
 		for ri, r := range routes {
-			world := c.World()
-			n := c.Dst.Mesh().Size()
-			topo, err := hier.Domains(make([]int, world), c.Src, c.Dst, hier.DomainSizes{Dst: (n + r.domains - 1) / r.domains})
-			if err != nil {
-				t.Fatal(err)
-			}
 			mode := fp8.Mode(1 + (ci+ri)%3)
-			opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
-			w := inproc.NewWorld(world).WithMemory(wire)
-			errs := w.Run(func(tr transport.Transport) error {
-				mem, err := cudamem.NewMemory(ctx)
-				if err != nil {
-					return err
-				}
-				defer mem.Close()
-				cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: opts, Padded: r.padded, Coalesce: r.coalesce}
-				_, err = transporttest.RunFP8Case(cctx, env, refit.Plain(w.Collective(tr.Rank())), c, r.route, mode, r.opts, 2)
-				if err != nil {
-					tr.Abort(err)
-				}
+			err := runOnDevice(t, ctx, wire, c, r.deviceRoute, func(cctx context.Context, w *inproc.World, env transporttest.Env) error {
+				_, err := transporttest.RunFP8Case(cctx, env, refit.Plain(w.Collective(env.T.Rank())), c, r.route, mode, r.opts, 2)
 				return err
 			})
-			if err := errors.Join(errs...); err != nil {
+			if err != nil {
 				t.Errorf("%v, %s over %d domains (views %v, coalesce %d), %v: %v", c, r.route.Name(), r.domains, r.padded, r.coalesce, mode, err)
 			}
 			runs++
@@ -101,60 +75,54 @@ func TestGPUFP8NonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = c.FP8()
-	wire, err := cudamem.NewMemory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wire.Close()
+	wire := newMemory(t, ctx)
 	w := inproc.NewWorld(c.World()).WithMemory(wire)
 	spec := refit.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: fp8.Block}
 	errs := w.Run(func(tr transport.Transport) error {
-		rank := tr.Rank()
-		mem, err := cudamem.NewMemory(ctx)
-		if err != nil {
-			return err
-		}
-		defer mem.Close()
-		var b refit.TensorBuffers
-		if c.Src.Mesh().Contains(rank) {
-			h := make([]byte, c.Src.LocalBytes(rank))
-			if err := pattern.FillFloats(c.Src, rank, 0, h, placement.View{}); err != nil {
+		return withMemory(ctx, func(mem *cudamem.Memory) error {
+			rank := tr.Rank()
+			var err error
+			var b refit.TensorBuffers
+			if c.Src.Mesh().Contains(rank) {
+				h := make([]byte, c.Src.LocalBytes(rank))
+				if err := pattern.FillFloats(c.Src, rank, 0, h, placement.View{}); err != nil {
+					return err
+				}
+				if rank == 1 { // rows [150, 300): global [170, 33] is local [20, 33]
+					binary.LittleEndian.PutUint16(h[2*(20*200+33):], 0x7FC0)
+				}
+				if b.Src, err = mem.Alloc(int64(len(h))); err != nil {
+					return err
+				}
+				defer mem.Free(b.Src)
+				if err := mem.Upload(b.Src, h); err != nil {
+					return err
+				}
+			}
+			if c.Dst.Mesh().Contains(rank) {
+				if b.Dst, err = mem.Alloc(c.Dst.LocalBytes(rank)); err != nil {
+					return err
+				}
+				defer mem.Free(b.Dst)
+				n, _ := spec.ScaleBytes(rank)
+				if b.Scale, err = mem.Alloc(n); err != nil {
+					return err
+				}
+				defer mem.Free(b.Scale)
+			}
+			call, err := refit.New(refit.Plain(w.Collective(rank))).Prepare(context.Background(), []refit.Spec{spec}, reshard.Flat{},
+				refit.Target{Transport: tr, Memory: mem}, refit.Options{Schedule: reshard.DefaultScheduleOptions, Atomic: true, Timeout: time.Minute})
+			if err != nil {
 				return err
 			}
-			if rank == 1 { // rows [150, 300): global [170, 33] is local [20, 33]
-				binary.LittleEndian.PutUint16(h[2*(20*200+33):], 0x7FC0)
+			defer call.Close()
+			_, err = call.Run(context.Background(), []refit.TensorBuffers{b})
+			var nf *refit.NonFiniteError
+			if !errors.As(err, &nf) || nf.Flat != 170*200+33 || nf.Rank != 1 {
+				return fmt.Errorf("rank %d: %v, want a NaN at [170 33] on rank 1", rank, err)
 			}
-			if b.Src, err = mem.Alloc(int64(len(h))); err != nil {
-				return err
-			}
-			defer mem.Free(b.Src)
-			if err := mem.Upload(b.Src, h); err != nil {
-				return err
-			}
-		}
-		if c.Dst.Mesh().Contains(rank) {
-			if b.Dst, err = mem.Alloc(c.Dst.LocalBytes(rank)); err != nil {
-				return err
-			}
-			defer mem.Free(b.Dst)
-			n, _ := spec.ScaleBytes(rank)
-			if b.Scale, err = mem.Alloc(n); err != nil {
-				return err
-			}
-			defer mem.Free(b.Scale)
-		}
-		call, err := refit.New(refit.Plain(w.Collective(rank))).Prepare(context.Background(), []refit.Spec{spec}, reshard.Flat{},
-			refit.Target{Transport: tr, Memory: mem}, refit.Options{Schedule: reshard.DefaultScheduleOptions, Atomic: true, Timeout: time.Minute})
-		if err != nil {
-			return err
-		}
-		defer call.Close()
-		_, err = call.Run(context.Background(), []refit.TensorBuffers{b})
-		var nf *refit.NonFiniteError
-		if !errors.As(err, &nf) || nf.Flat != 170*200+33 || nf.Rank != 1 {
-			return fmt.Errorf("rank %d: %v, want a NaN at [170 33] on rank 1", rank, err)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
@@ -33,48 +34,20 @@ func TestGPUConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := cudamem.NewMemory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wire.Close()
+	wire := newMemory(t, ctx)
 	// Every route, and flat again with parts in padded buffers through
 	// views and small messages coalesced (the pack kernels gather several
 	// regions into one staged operation).
-	type route struct {
-		route    reshard.Route
-		domains  int
-		padded   bool
-		coalesce int64
-	}
-	routes := []route{{reshard.Flat{}, 1, false, 0}, {reshard.AllGatherBroadcast{}, 1, false, 0}, {hier.Hier{}, 1, false, 0},
+	routes := []deviceRoute{{reshard.Flat{}, 1, false, 0}, {reshard.AllGatherBroadcast{}, 1, false, 0}, {hier.Hier{}, 1, false, 0},
 		{hier.Hier{}, 2, false, 0}, {reshard.Flat{}, 1, true, 1 << 10}}
 	runs := 0
 	for _, c := range cases {
 		for _, r := range routes {
-			world := c.World()
-			n := c.Dst.Mesh().Size()
-			topo, err := hier.Domains(make([]int, world), c.Src, c.Dst, hier.DomainSizes{Dst: (n + r.domains - 1) / r.domains})
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
-			errs := inproc.NewWorld(world).WithMemory(wire).Run(func(tr transport.Transport) error {
-				mem, err := cudamem.NewMemory(ctx)
-				if err != nil {
-					return err
-				}
-				defer mem.Close()
-				cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: opts, Padded: r.padded, Coalesce: r.coalesce}
-				_, err = transporttest.RunCase(cctx, env, c, r.route)
-				if err != nil {
-					tr.Abort(err)
-				}
+			err := runOnDevice(t, ctx, wire, c, r, func(cctx context.Context, _ *inproc.World, env transporttest.Env) error {
+				_, err := transporttest.RunCase(cctx, env, c, r.route)
 				return err
 			})
-			if err := errors.Join(errs...); err != nil {
+			if err != nil {
 				t.Errorf("%v, %s over %d domains (views %v, coalesce %d): %v", c, r.route.Name(), r.domains, r.padded, r.coalesce, err)
 			}
 			runs++
@@ -87,16 +60,12 @@ func TestGPUConformance(t *testing.T) {
 // a kernel writing past the end.
 func TestGPUMemoryBounds(t *testing.T) {
 	ctx := gputest.Context(t)
-	mem, err := cudamem.NewMemory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
+	mem := newMemory(t, ctx)
 	a, _ := mem.Alloc(64)
 	b, _ := mem.Alloc(64)
 	defer mem.Free(a)
 	defer mem.Free(b)
-	err = mem.Pack(a, 0, b, strided.Desc{Offset: 8, Run: 16, Count: []int64{4}, Stride: []int64{16}})
+	err := mem.Pack(a, 0, b, strided.Desc{Offset: 8, Run: 16, Count: []int64{4}, Stride: []int64{16}})
 	if err == nil {
 		t.Fatal("a pack reaching byte 72 of a 64-byte buffer passed")
 	}
@@ -117,11 +86,7 @@ func TestGPURefit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wire, err := cudamem.NewMemory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wire.Close()
+	wire := newMemory(t, ctx)
 	for _, alias := range []bool{false, true} {
 		w := inproc.NewWorld(c.World()).WithMemory(wire)
 		errs := make([]error, c.World())
@@ -130,12 +95,8 @@ func TestGPURefit(t *testing.T) {
 			wg.Add(1)
 			go func(rank int) {
 				defer wg.Done()
-				errs[rank] = func() error {
-					mem, err := cudamem.NewMemory(ctx)
-					if err != nil {
-						return err
-					}
-					defer mem.Close()
+				errs[rank] = withMemory(ctx, func(mem *cudamem.Memory) error {
+					var err error
 					var bufs refit.TensorBuffers
 					if c.Src.Mesh().Contains(rank) {
 						h := make([]byte, c.Src.LocalBytes(rank))
@@ -177,7 +138,7 @@ func TestGPURefit(t *testing.T) {
 						return err
 					}
 					return pattern.Check(c.Dst, rank, 0, got, placement.View{})
-				}()
+				})
 			}(r)
 		}
 		wg.Wait()
@@ -193,4 +154,65 @@ func TestGPURefit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newMemory returns device memory of ctx, closed when the test ends.
+func newMemory(t *testing.T, ctx *cuda.Context) *cudamem.Memory {
+	t.Helper()
+	mem, err := cudamem.NewMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	return mem
+}
+
+// withMemory runs f on device memory of ctx of its own, closed after.
+func withMemory(ctx *cuda.Context, f func(mem *cudamem.Memory) error) error {
+	mem, err := cudamem.NewMemory(ctx)
+	if err != nil {
+		return err
+	}
+	defer mem.Close()
+	return f(mem)
+}
+
+// deviceRoute is one arrangement of the suites on device memory: route over
+// domains destination domains, and with padded the parts in padded buffers
+// through views and messages up to coalesce bytes coalesced.
+type deviceRoute struct {
+	route    reshard.Route
+	domains  int
+	padded   bool
+	coalesce int64
+}
+
+// runOnDevice runs rank on every rank of an in-process world of c's ranks
+// whose messages go through wire, each rank on device memory of ctx of its
+// own, with a minute to finish and an Env for c on r (4 KiB chunks, 32 KiB
+// of staging); a rank that fails aborts the others. It returns the ranks'
+// errors joined.
+func runOnDevice(t *testing.T, ctx *cuda.Context, wire *cudamem.Memory, c transporttest.Case, r deviceRoute, rank func(cctx context.Context, w *inproc.World, env transporttest.Env) error) error {
+	t.Helper()
+	world := c.World()
+	n := c.Dst.Mesh().Size()
+	topo, err := hier.Domains(make([]int, world), c.Src, c.Dst, hier.DomainSizes{Dst: (n + r.domains - 1) / r.domains})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}
+	w := inproc.NewWorld(world).WithMemory(wire)
+	errs := w.Run(func(tr transport.Transport) error {
+		return withMemory(ctx, func(mem *cudamem.Memory) error {
+			cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: opts, Padded: r.padded, Coalesce: r.coalesce}
+			err := rank(cctx, w, env)
+			if err != nil {
+				tr.Abort(err)
+			}
+			return err
+		})
+	})
+	return errors.Join(errs...)
 }

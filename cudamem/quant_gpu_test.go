@@ -19,11 +19,7 @@ import (
 func TestGPUAmaxNonFinite(t *testing.T) {
 	ctx := gputest.Context(t)
 	gputest.SkipIfNotAvailable(t, nvrtc.Load(), nvrtc.ErrNotAvailable)
-	mem, err := cudamem.NewMemory(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
+	mem := newMemory(t, ctx)
 	shape := []int64{300, 200}
 	g, _ := fp8.NewGrid(shape, fp8.Block)
 	host := make([]byte, 2*300*200)

@@ -17,6 +17,20 @@ import (
 // arrangement, on the hierarchical route with 1, 2 and 4 emulated
 // destination domains and both leader balances, over the in-process
 // transport, with chunks small enough to pipeline.
+// domainTopology returns the topology of c's world on one host, with c's
+// destination ranks cut into domains domains of size ranks (the last one
+// smaller where they do not divide).
+func domainTopology(t *testing.T, c transporttest.Case, domains int) (topo reshard.Topology, size int) {
+	t.Helper()
+	n := c.Dst.Mesh().Size()
+	size = (n + domains - 1) / domains
+	topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo, size
+}
+
 func TestConformanceHier(t *testing.T) {
 	cases, err := transporttest.DefaultCases(13)
 	if err != nil {
@@ -25,13 +39,8 @@ func TestConformanceHier(t *testing.T) {
 	for _, c := range cases {
 		for _, domains := range []int{1, 2, 4} {
 			for _, bal := range []hier.Balance{hier.BalanceCount, hier.BalanceBytes} {
-				n := c.Dst.Mesh().Size()
-				size := (n + domains - 1) / domains
 				world := c.World()
-				topo, err := hier.Domains(make([]int, world), c.Src, c.Dst, hier.DomainSizes{Dst: size})
-				if err != nil {
-					t.Fatal(err)
-				}
+				topo, size := domainTopology(t, c, domains)
 				opts := reshard.ScheduleOptions{ChunkBytes: 1 << 10, StagingBytes: 1 << 14}
 				if c.Src.Bytes() <= 4<<10 {
 					opts = reshard.ScheduleOptions{ChunkBytes: 40, StagingBytes: 320}

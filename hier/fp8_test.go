@@ -34,13 +34,8 @@ func TestFP8Hier(t *testing.T) {
 				if domains == 1 && bal == hier.BalanceBytes {
 					continue // fan-out alone: one balance is enough
 				}
-				n := c.Dst.Mesh().Size()
-				size := (n + domains - 1) / domains
 				world := c.World()
-				topo, err := hier.Domains(make([]int, world), c.Src, c.Dst, hier.DomainSizes{Dst: size})
-				if err != nil {
-					t.Fatal(err)
-				}
+				topo, size := domainTopology(t, c, domains)
 				chunk := max(c.Dst.Bytes()/32, 20) // a few dozen chunks per tensor
 				opts := reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * chunk}
 				mode := fp8.Mode(1 + (ci+domains+int(bal))%3)

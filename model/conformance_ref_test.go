@@ -140,6 +140,56 @@ func (b *refBuf) cols(t int32, nrows, width, lo, hi int64) {
 
 func ceilTo(v, k int64) int64 { return (v + k - 1) / k * k }
 
+// vocabParallel returns what appends to rk rank tp's per rows of a
+// vocabulary-parallel tensor [VocabSize, HiddenSize], padded with zeros past
+// the last real row.
+func (m *refModel) vocabParallel(rk *refRank, per int64, tp int) func(name string) {
+	V, H := m.c.VocabSize, m.c.HiddenSize
+	return func(name string) {
+		t := m.tensor(name, V, H)
+		b := rk.buf(name, false)
+		lo := int64(tp) * per
+		hi := min(V, lo+per)
+		if lo < hi {
+			b.rows(t, H, lo, hi)
+		} else {
+			hi = lo
+		}
+		b.pad((per - (hi - lo)) * H)
+	}
+}
+
+// whole returns what appends to rk a tensor that every rank holds whole.
+func (m *refModel) whole(rk *refRank) func(name string, shape ...int64) {
+	return func(name string, shape ...int64) {
+		t := m.tensor(name, shape...)
+		n := int64(1)
+		for _, s := range shape {
+			n *= s
+		}
+		rk.buf(name, false).cells(t, 0, n, 1)
+	}
+}
+
+// mtpLayers appends the MTP layers after the last decoder layer, in the
+// order both frameworks hold them; ehProj appends eh_proj.weight and layer
+// the decoder layer l inside the MTP layer.
+func (m *refModel) mtpLayers(vocab func(string), whole func(string, ...int64), ehProj func(name string), layer func(l int)) {
+	c := m.c
+	H := c.HiddenSize
+	for k := 0; k < c.MTPLayers; k++ {
+		l := c.Layers + k
+		p := fmt.Sprintf("model.layers.%d.", l)
+		vocab(p + "embed_tokens.weight")
+		whole(p+"enorm.weight", H)
+		whole(p+"hnorm.weight", H)
+		ehProj(p + "eh_proj.weight")
+		layer(l)
+		whole(p+"shared_head.norm.weight", H)
+		vocab(p + "shared_head.head.weight")
+	}
+}
+
 // refCase is one configuration of the suite.
 type refCase struct {
 	Name   string // file name of the expected data
@@ -278,28 +328,8 @@ func (m *refModel) megatronRank(rk *refRank, mg megatron, stage int, layers [2]i
 	tp := r % mg.tp
 	etp, ep := r%mg.etp, r/mg.etp%mg.ep
 	V, H := c.VocabSize, c.HiddenSize
-	padded := ceilTo(V, int64(mg.div*mg.tp))
-	per := padded / int64(mg.tp)
-	vocab := func(name string) {
-		t := m.tensor(name, V, H)
-		b := rk.buf(name, false)
-		lo := int64(tp) * per
-		hi := min(V, lo+per)
-		if lo < hi {
-			b.rows(t, H, lo, hi)
-		} else {
-			hi = lo
-		}
-		b.pad((per - (hi - lo)) * H)
-	}
-	whole := func(name string, shape ...int64) {
-		t := m.tensor(name, shape...)
-		n := int64(1)
-		for _, s := range shape {
-			n *= s
-		}
-		rk.buf(name, false).cells(t, 0, n, 1)
-	}
+	vocab := m.vocabParallel(rk, ceilTo(V, int64(mg.div*mg.tp))/int64(mg.tp), tp)
+	whole := m.whole(rk)
 	if stage == 0 {
 		vocab("model.embed_tokens.weight")
 	}
@@ -312,19 +342,11 @@ func (m *refModel) megatronRank(rk *refRank, mg megatron, stage int, layers [2]i
 			vocab("lm_head.weight")
 		}
 		if m.mtp {
-			for k := 0; k < c.MTPLayers; k++ {
-				l := c.Layers + k
-				p := fmt.Sprintf("model.layers.%d.", l)
-				vocab(p + "embed_tokens.weight")
-				whole(p+"enorm.weight", H)
-				whole(p+"hnorm.weight", H)
-				eh := m.tensor(p+"eh_proj.weight", H, 2*H) // multi_token_prediction.py: column-parallel over its H outputs
+			m.mtpLayers(vocab, whole, func(name string) {
+				eh := m.tensor(name, H, 2*H) // multi_token_prediction.py: column-parallel over its H outputs
 				n := H / int64(mg.tp)
-				rk.buf(p+"eh_proj.weight", false).rows(eh, 2*H, int64(tp)*n, int64(tp+1)*n)
-				m.megatronLayerAs(rk, mg, l, tp, etp, ep, true, whole)
-				whole(p+"shared_head.norm.weight", H)
-				vocab(p + "shared_head.head.weight")
-			}
+				rk.buf(name, false).rows(eh, 2*H, int64(tp)*n, int64(tp+1)*n)
+			}, func(l int) { m.megatronLayerAs(rk, mg, l, tp, etp, ep, true, whole) })
 		}
 	}
 }
@@ -431,22 +453,7 @@ func (m *refModel) megatronMLA(rk *refRank, a string, TP, tp int64, whole func(s
 // megatronMLP: linear_fc1 holds the rank's gate rows then its up rows;
 // linear_fc2 (down_proj) its columns.
 func (m *refModel) megatronMLP(rk *refRank, p string, I, TP, tp int64, bias bool, whole func(string, ...int64)) {
-	H := m.c.HiddenSize
-	n := I / TP
-	g, u, d := m.tensor(p+"gate_proj.weight", I, H), m.tensor(p+"up_proj.weight", I, H), m.tensor(p+"down_proj.weight", H, I)
-	fc1 := rk.buf(p+"linear_fc1.weight", false)
-	fc1.rows(g, H, tp*n, (tp+1)*n)
-	fc1.rows(u, H, tp*n, (tp+1)*n)
-	if bias {
-		gb, ub := m.tensor(p+"gate_proj.bias", I), m.tensor(p+"up_proj.bias", I)
-		b := rk.buf(p+"linear_fc1.bias", false)
-		b.rows(gb, 1, tp*n, (tp+1)*n)
-		b.rows(ub, 1, tp*n, (tp+1)*n)
-	}
-	rk.buf(p+"down_proj.weight", false).cols(d, H, I, tp*n, (tp+1)*n)
-	if bias {
-		whole(p+"down_proj.bias", H)
-	}
+	m.columnMLP(rk, p, "linear_fc1", I, TP, tp, bias, false, whole)
 }
 
 func (m *refModel) megatronMoE(rk *refRank, mg megatron, p string, tp, etp, ep int, whole func(string, ...int64)) {
@@ -508,28 +515,8 @@ func (m *refModel) vllmRank(rk *refRank, vl vllm, g int, fp8 bool) {
 	c := m.c
 	tp := g % vl.tp
 	V, H := c.VocabSize, c.HiddenSize
-	padded := ceilTo(V, 64)
-	per := padded / int64(vl.tp)
-	vocab := func(name string) {
-		t := m.tensor(name, V, H)
-		b := rk.buf(name, false)
-		lo := int64(tp) * per
-		hi := min(V, lo+per)
-		if lo < hi {
-			b.rows(t, H, lo, hi)
-		} else {
-			hi = lo
-		}
-		b.pad((per - (hi - lo)) * H)
-	}
-	whole := func(name string, shape ...int64) {
-		t := m.tensor(name, shape...)
-		n := int64(1)
-		for _, s := range shape {
-			n *= s
-		}
-		rk.buf(name, false).cells(t, 0, n, 1)
-	}
+	vocab := m.vocabParallel(rk, ceilTo(V, 64)/int64(vl.tp), tp)
+	whole := m.whole(rk)
 	vocab("model.embed_tokens.weight")
 	for l := 0; l < c.Layers; l++ {
 		m.vllmLayer(rk, vl, g, l, m.moeLayer(l), fp8, whole)
@@ -538,18 +525,10 @@ func (m *refModel) vllmRank(rk *refRank, vl vllm, g int, fp8 bool) {
 	if !c.TieEmbeddings {
 		vocab("lm_head.weight")
 	}
-	if m.mtp {
-		for k := 0; k < c.MTPLayers; k++ { // deepseek_mtp.py
-			l := c.Layers + k
-			p := fmt.Sprintf("model.layers.%d.", l)
-			vocab(p + "embed_tokens.weight")
-			whole(p+"enorm.weight", H)
-			whole(p+"hnorm.weight", H)
-			whole(p+"eh_proj.weight", H, 2*H) // nn.Linear: whole, never quantized
-			m.vllmLayer(rk, vl, g, l, true, fp8, whole)
-			whole(p+"shared_head.norm.weight", H)
-			vocab(p + "shared_head.head.weight")
-		}
+	if m.mtp { // deepseek_mtp.py
+		m.mtpLayers(vocab, whole, func(name string) {
+			whole(name, H, 2*H) // nn.Linear: whole, never quantized
+		}, func(l int) { m.vllmLayer(rk, vl, g, l, true, fp8, whole) })
 	}
 }
 
@@ -635,15 +614,23 @@ func (m *refModel) vllmLayer(rk *refRank, vl vllm, g, l int, moe, fp8 bool, whol
 // vllmMLP: MergedColumnParallelLinear gate_up_proj [gate; up] rows over TP
 // (TP 1: whole), RowParallelLinear down_proj columns.
 func (m *refModel) vllmMLP(rk *refRank, p string, I, TP, tp int64, bias, fp8 bool, whole func(string, ...int64)) {
+	m.columnMLP(rk, p, "gate_up_proj", I, TP, tp, bias, fp8, whole)
+}
+
+// columnMLP is the MLP both frameworks cut the same way: the fused tensor
+// (Megatron's linear_fc1, vLLM's gate_up_proj) holds rank tp's gate rows
+// then its up rows, down_proj its columns; fp8 marks the weights that
+// convert to FP8.
+func (m *refModel) columnMLP(rk *refRank, p, fused string, I, TP, tp int64, bias, fp8 bool, whole func(string, ...int64)) {
 	H := m.c.HiddenSize
 	n := I / TP
 	g, u, d := m.tensor(p+"gate_proj.weight", I, H), m.tensor(p+"up_proj.weight", I, H), m.tensor(p+"down_proj.weight", H, I)
-	b := rk.buf(p+"gate_up_proj.weight", fp8)
+	b := rk.buf(p+fused+".weight", fp8)
 	b.rows(g, H, tp*n, (tp+1)*n)
 	b.rows(u, H, tp*n, (tp+1)*n)
 	if bias {
 		gb, ub := m.tensor(p+"gate_proj.bias", I), m.tensor(p+"up_proj.bias", I)
-		bb := rk.buf(p+"gate_up_proj.bias", false)
+		bb := rk.buf(p+fused+".bias", false)
 		bb.rows(gb, 1, tp*n, (tp+1)*n)
 		bb.rows(ub, 1, tp*n, (tp+1)*n)
 	}

@@ -9,18 +9,15 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
+	"github.com/m2n-dev/m2n/internal/testutil/nccltest"
 	"github.com/m2n-dev/m2n/nccl"
 )
 
 // These tests need a GPU and NCCL; they skip, saying why, where either is
 // missing. With one GPU every communicator has one rank.
 
-func setup(t *testing.T) (*cuda.Context, *cuda.Stream) {
-	t.Helper()
-	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, nccl.Load(), nccl.ErrNotAvailable)
-	return ctx, gputest.Stream(t, ctx)
-}
+// setup is nccltest.Setup.
+var setup = nccltest.Setup
 
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/internal/testutil/nccltest"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport/transporttest"
@@ -16,15 +17,7 @@ import (
 // both of the transport's communicators (network and local class).
 func TestGPUTransportExchange(t *testing.T) {
 	ctx, _ := setup(t)
-	id, err := nccl.GetUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	comm, err := nccl.InitRank(1, id, 0, &nccl.Config{Context: ctx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer comm.Destroy()
+	comm := nccltest.OneRank(t, ctx)
 	mem, err := cudamem.NewMemory(ctx)
 	if err != nil {
 		t.Fatal(err)

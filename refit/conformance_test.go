@@ -28,13 +28,7 @@ func TestConformanceInproc(t *testing.T) {
 		t.Fatal(err)
 	}
 	tiny := reshard.ScheduleOptions{ChunkBytes: 24, StagingBytes: 8 * 24}
-	setups := []struct {
-		name     string
-		opts     reshard.ScheduleOptions
-		inPlace  bool
-		padded   bool
-		coalesce int64
-	}{
+	setups := []inprocSetup{
 		{"default", reshard.DefaultScheduleOptions, false, false, 0},
 		{"tiny chunks, in place, views", tiny, true, true, 0},
 		{"tiny chunks, coalesced", tiny, false, false, 64},
@@ -45,12 +39,7 @@ func TestConformanceInproc(t *testing.T) {
 				if su.opts.ChunkBytes < 1024 && c.Src.Bytes() > 64<<10 {
 					continue // tiny chunks of a large tensor only slow the test
 				}
-				world := c.World() + 1
-				w := inproc.NewWorld(world)
-				if su.inPlace {
-					w = inproc.NewWorldInPlace(world)
-				}
-				errs := w.Run(func(tr transport.Transport) error {
+				errs := su.world(c.World() + 1).Run(func(tr transport.Transport) error {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
 					env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: su.opts,
@@ -72,6 +61,26 @@ func TestConformanceInproc(t *testing.T) {
 	}
 }
 
+// inprocSetup is one set-up of the in-process suites: schedule options,
+// whether the transport moves strided regions in place, whether parts sit
+// in padded buffers through views, and up to how many bytes small messages
+// coalesce.
+type inprocSetup struct {
+	name     string
+	opts     reshard.ScheduleOptions
+	inPlace  bool
+	padded   bool
+	coalesce int64
+}
+
+// world returns an in-process world of n ranks, in place if su says so.
+func (su inprocSetup) world(n int) *inproc.World {
+	if su.inPlace {
+		return inproc.NewWorldInPlace(n)
+	}
+	return inproc.NewWorld(n)
+}
+
 // TestExchangeInproc runs the transport-contract suite over the in-process
 // transport.
 func TestExchangeInproc(t *testing.T) {
@@ -89,15 +98,11 @@ func TestExchangeInproc(t *testing.T) {
 // TestColocatedInproc runs every pair with both meshes on the same ranks
 // (the arrangement two-GPU runs use) on flat and agbcast.
 func TestColocatedInproc(t *testing.T) {
-	pairs, err := transporttest.DefaultPairs()
+	cases, err := transporttest.ColocatedCases(transporttest.DefaultPairs())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pairs {
-		c, err := p.Layouts(transporttest.Colocated)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range cases {
 		for _, r := range routes {
 			errs := inproc.NewWorld(c.World()).Run(func(tr transport.Transport) error {
 				env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: reshard.DefaultScheduleOptions}

@@ -35,16 +35,12 @@ func TestFP8Inproc(t *testing.T) {
 	}
 	tiny := reshard.ScheduleOptions{ChunkBytes: 48, StagingBytes: 8 * 48}
 	setups := []struct {
-		name     string
-		opts     reshard.ScheduleOptions
-		inPlace  bool
-		padded   bool
-		coalesce int64
-		call     refit.Options
+		inprocSetup
+		call refit.Options
 	}{
-		{"default", reshard.DefaultScheduleOptions, false, false, 0, refit.Options{}},
-		{"tiny chunks, in place, views", tiny, true, true, 0, refit.Options{}},
-		{"tiny chunks, coalesced, verified, atomic", tiny, false, false, 64, refit.Options{Verify: true, Atomic: true}},
+		{inprocSetup{"default", reshard.DefaultScheduleOptions, false, false, 0}, refit.Options{}},
+		{inprocSetup{"tiny chunks, in place, views", tiny, true, true, 0}, refit.Options{}},
+		{inprocSetup{"tiny chunks, coalesced, verified, atomic", tiny, false, false, 64}, refit.Options{Verify: true, Atomic: true}},
 	}
 	runs := 0
 	for ci, c := range cases {
@@ -57,11 +53,7 @@ func TestFP8Inproc(t *testing.T) {
 				modes = modes[(ci+si)%3 : (ci+si)%3+1]
 			}
 			for _, mode := range modes {
-				world := c.World() + 1
-				w := inproc.NewWorld(world)
-				if su.inPlace {
-					w = inproc.NewWorldInPlace(world)
-				}
+				w := su.world(c.World() + 1)
 				errs := w.Run(func(tr transport.Transport) error {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
@@ -86,15 +78,11 @@ func TestFP8Inproc(t *testing.T) {
 // TestFP8Colocated converts every FP8 pair with both meshes on the same
 // ranks: every message is a local copy that quantizes.
 func TestFP8Colocated(t *testing.T) {
-	pairs, err := transporttest.FP8Pairs()
+	cases, err := transporttest.ColocatedCases(transporttest.FP8Pairs())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, p := range pairs {
-		c, err := p.Layouts(transporttest.Colocated)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, c := range cases {
 		c = c.FP8()
 		w := inproc.NewWorld(c.World())
 		mode := fp8.Mode(1 + i%3)

@@ -19,17 +19,11 @@ func TestBuilderOracleConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pairs, err := transporttest.DefaultPairs()
+	colocated, err := transporttest.ColocatedCases(transporttest.DefaultPairs())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pairs {
-		c, err := p.Layouts(transporttest.Colocated)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cases = append(cases, c)
-	}
+	cases = append(cases, colocated...)
 	type build struct {
 		name  string
 		route reshard.Route

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -12,36 +13,14 @@ import (
 // layout builds a layout from the CLI spellings, failing the test on error.
 func layout(t testing.TB, shape, dtype, meshShape, placements string, ranks []int) placement.Layout {
 	t.Helper()
-	s, err := placement.ParseShape(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dt, err := placement.ParseDType(dtype)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := mesh.ParseShape(meshShape)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms := layouttest.MeshShape(t, meshShape)
 	var m mesh.Mesh
 	if ranks == nil {
-		m, err = mesh.Interval(ms, 0)
+		m = layouttest.Interval(t, ms, 0)
 	} else {
-		m, err = mesh.New(ms, ranks)
+		m = layouttest.Ranks(t, ms, ranks)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := placement.Parse(placements)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := placement.NewLayout(s, dt, m, ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return layouttest.Layout(t, shape, layouttest.DType(t, dtype), m, placements)
 }
 
 func TestPlanCases(t *testing.T) {

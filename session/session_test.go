@@ -11,8 +11,8 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
-	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/pipeline"
@@ -25,23 +25,7 @@ import (
 
 func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, start int, pl string) placement.Layout {
 	t.Helper()
-	s, err := placement.ParseShape(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := mesh.Interval(meshShape, start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := placement.Parse(pl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := placement.NewLayout(s, dt, m, ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return layouttest.Layout(t, shape, dt, layouttest.Interval(t, meshShape, start), pl)
 }
 
 // buffers allocates this rank's buffers of a call from the session's
@@ -50,6 +34,17 @@ func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, sta
 func buffers(t testing.TB, s *session.Session, specs []refit.Spec) []refit.TensorBuffers {
 	t.Helper()
 	mem := s.Memory()
+	upload := func(h []byte) transport.Buffer { // a buffer of the session's memory holding h
+		t.Helper()
+		b, err := mem.Alloc(int64(len(h)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.Upload(b, h); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
 	out := make([]refit.TensorBuffers, len(specs))
 	for i, sp := range specs {
 		if sp.Src.Mesh().Contains(s.Rank()) {
@@ -57,28 +52,14 @@ func buffers(t testing.TB, s *session.Session, specs []refit.Spec) []refit.Tenso
 			if err := pattern.Fill(sp.Src, s.Rank(), uint64(i), h, placement.View{}); err != nil {
 				t.Fatal(err)
 			}
-			b, err := mem.Alloc(int64(len(h)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := mem.Upload(b, h); err != nil {
-				t.Fatal(err)
-			}
-			out[i].Src = b
+			out[i].Src = upload(h)
 		}
 		if sp.Dst.Mesh().Contains(s.Rank()) {
 			h := make([]byte, sp.Dst.LocalBytes(s.Rank()))
 			for k := range h {
 				h[k] = pattern.Poison
 			}
-			b, err := mem.Alloc(int64(len(h)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := mem.Upload(b, h); err != nil {
-				t.Fatal(err)
-			}
-			out[i].Dst = b
+			out[i].Dst = upload(h)
 		}
 	}
 	return out

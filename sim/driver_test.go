@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -18,15 +18,7 @@ import (
 
 func layout(t *testing.T, shape string, m []int, start int, pl string) placement.Layout {
 	t.Helper()
-	ms, err := mesh.Interval(m, start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := placement.ParseLayout(shape, placement.BF16, ms, pl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return layouttest.Layout(t, shape, placement.BF16, layouttest.Interval(t, m, start), pl)
 }
 
 func paperConfig(t *testing.T) sim.Config {

@@ -64,13 +64,11 @@ func TestSimulatedConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range append(pairs, extra...) {
-		c, err := p.Layouts(transporttest.Colocated)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cases = append(cases, c)
+	colocated, err := transporttest.ColocatedCases(append(pairs, extra...), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	cases = append(cases, colocated...)
 	seeds := 2
 	if testing.Short() {
 		seeds = 1

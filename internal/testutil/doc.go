@@ -1,5 +1,7 @@
 // Package testutil holds, in its subpackages, what m2n's tests share and
 // its programs never import: mpitest runs a test as a real multi-process
-// MPI job, gputest gives a test a GPU or skips it with the reason. The
+// MPI job, gputest gives a test a GPU or skips it with the reason,
+// layouttest builds layouts from their spellings, nccltest gives a test
+// the GPU with NCCL and a one-rank communicator. The
 // rest of internal/ is plumbing the library itself runs on.
 package testutil

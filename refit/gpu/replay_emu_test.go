@@ -107,17 +107,11 @@ func TestReplayOnCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pairs, err := transporttest.ParsePairs(strings.NewReader("7x5 | bf16 | 2 | S0 | 2 | S1\n8x4 | f32 | 1 | S0 | 2 | S0\n256x64x32 | bf16 | 2 | S0 | 2 | S2\n"), "colocated")
+	colocated, err := transporttest.ColocatedCases(transporttest.ParsePairs(strings.NewReader("7x5 | bf16 | 2 | S0 | 2 | S1\n8x4 | f32 | 1 | S0 | 2 | S0\n256x64x32 | bf16 | 2 | S0 | 2 | S2\n"), "colocated"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pairs {
-		c, err := p.Layouts(transporttest.Colocated)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cases = append(cases, c)
-	}
+	cases = append(cases, colocated...)
 	type variant struct {
 		route    reshard.Route
 		domains  int

@@ -13,6 +13,7 @@ import (
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
+	"github.com/m2n-dev/m2n/internal/testutil/nccltest"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
 	pat "github.com/m2n-dev/m2n/pattern"
@@ -27,26 +28,14 @@ import (
 
 // setup makes a context on the GPU and its stream, or skips without a GPU
 // or NCCL.
-func setup(t *testing.T) (*cuda.Context, *cuda.Stream) {
-	t.Helper()
-	ctx := gputest.Context(t)
-	gputest.SkipIfNotAvailable(t, nccl.Load(), nccl.ErrNotAvailable)
-	return ctx, gputest.Stream(t, ctx)
-}
+var setup = nccltest.Setup
 
 // oneRankTransport makes a one-rank communicator, its transport and a
 // memory on the one GPU, freed when the test ends.
 func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl.Comm, *nccl.Transport, *cudamem.Memory) {
 	t.Helper()
 	ctx, _ := setup(t)
-	id, err := nccl.GetUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	comm, err := nccl.InitRank(1, id, 0, &nccl.Config{Context: ctx})
-	if err != nil {
-		t.Fatal(err)
-	}
+	comm := nccltest.OneRank(t, ctx)
 	tr, err := nccl.NewTransport(comm, ctx, topo)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +47,6 @@ func oneRankTransport(t *testing.T, topo reshard.Topology) (*cuda.Context, *nccl
 	t.Cleanup(func() {
 		_ = mem.Close()
 		_ = tr.Close()
-		_ = comm.Destroy()
 	})
 	return ctx, comm, tr, mem
 }

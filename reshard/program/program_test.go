@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/strided"
@@ -155,21 +155,6 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the golden files in testdata/
 // first, first+1, ...; the test fails on error.
 func layout(t testing.TB, shape, dtype, meshShape, placements string, first int) placement.Layout {
 	t.Helper()
-	dt, err := placement.ParseDType(dtype)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := mesh.ParseShape(meshShape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := mesh.Interval(ms, first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := placement.ParseLayout(shape, dt, m, placements)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	m := layouttest.Interval(t, layouttest.MeshShape(t, meshShape), first)
+	return layouttest.Layout(t, shape, layouttest.DType(t, dtype), m, placements)
 }
