@@ -33,7 +33,7 @@ var Points = []string{"join", "prepare", "step", "report", "end", "finalize"}
 
 // M2N_FAULT_PANIC=r:where makes rank r panic at one of the same points,
 // to show that a panic on one rank, while the others wait in a
-// collective, is printed once and ends the job (job.end) rather than
+// collective, is printed once and ends the job (spmd.Job.End) rather than
 // hanging it in MPI_Finalize.
 const PanicVar = "M2N_FAULT_PANIC"
 

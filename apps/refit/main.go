@@ -13,62 +13,20 @@ import (
 
 	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/perf"
-	"github.com/m2n-dev/m2n/refit"
-	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/spmd"
 	"github.com/spf13/cobra"
 )
 
-// jobRank is this process's rank in an MPI job: from the launcher's
-// environment at start-up, then from MPI; -1 outside a launcher.
-var jobRank = launcher.Rank()
-
 // jobError is a failure every rank of the job knows about (a failed check
-// is agreed on collectively): only rank 0 prints it.
+// is agreed on collectively): only rank 0 prints it (spmd.IsAgreed).
 type jobError struct{ err error }
 
-// printedError is an error already printed on this rank.
-type printedError struct{ error }
-
-func (e printedError) Unwrap() error { return e.error }
-
-// agreed reports whether every rank of the job returns err alike (rank 0
-// prints it once): agreement and validation failures, checksum failures,
-// failed checks, and a rank's bad input spread to all.
-func agreed(err error) bool {
+// agreedHere reports refit's errors that every rank returns alike, beyond
+// spmd's own: jobError and perf.Agreed.
+func agreedHere(err error) bool {
 	var je jobError
-	var ve *refit.ValidationError
-	var ae *refit.AgreementError
-	var ce *refit.ChecksumError
-	var rf refused
-	var me *session.MemoryError
 	var pa perf.Agreed
-	return errors.As(err, &pa) || errors.As(err, &je) || errors.As(err, &ve) || errors.As(err, &ae) || errors.As(err, &ce) || errors.As(err, &rf) || errors.As(err, &me)
-}
-
-// describe renders a job's error for this rank's stderr.
-func describe(err error) string {
-	var rf refused
-	var ve *refit.ValidationError
-	var ab *refit.AbortError
-	var se *session.StageError
-	var ae *refit.AgreementError
-	switch {
-	case errors.As(err, &ae) && optionSources[ae.Field] != "":
-		return fmt.Sprintf("%v; %s sets it", err, optionSources[ae.Field])
-	case errors.As(err, &rf) && errors.As(err, &ve) && strings.HasPrefix(ve.Msg, fmt.Sprintf("rank %d: ", ve.Rank)):
-		return ve.Msg
-	case errors.As(err, &rf) && errors.As(err, &ve):
-		return fmt.Sprintf("rank %d: %s", ve.Rank, ve.Msg)
-	case errors.As(err, &se) && errors.As(se.Err, &ab) && ab.Rank == se.Rank:
-		// this rank ended the stage's session: its cause, in the
-		// stage's ranks, with the stage's map to world ranks.
-		return fmt.Sprintf("%v; stopping the job", &session.StageError{Stage: se.Stage, Rank: se.Rank, Members: se.Members, Err: ab.Cause})
-	case se == nil && errors.As(err, &ab) && ab.Rank == jobRank:
-		return fmt.Sprintf("%v; stopping the job", ab.Cause)
-	case errors.As(err, &ab):
-		return fmt.Sprintf("rank %d: stopping: %v", jobRank, err)
-	}
-	return err.Error()
+	return errors.As(err, &pa) || errors.As(err, &je)
 }
 
 // optionSources names what sets each session option that ranks agree on
@@ -79,29 +37,6 @@ var optionSources = map[string]string{
 	"domain sizes":     "--src-domain-size, --dst-domain-size or M2N_SRC_DOMAIN_SIZE, M2N_DST_DOMAIN_SIZE",
 	"replica striping": "--stripe", "verify": "--verify", "atomic": "--atomic",
 	"emulated network rate": "--emulate-net-bw or M2N_EMULATE_NET_BW", "in-place strided moves off": "M2N_MPI_INPLACE",
-}
-
-// finish ends an MPI job: the error is printed before MPI is finalized, so
-// that the message is out before any rank exits (the launcher may kill the
-// others as soon as one exits non-zero): once by rank 0 for an error every
-// rank agreed on, else by the rank that has it (of an abort, by the first
-// rank to abort: see job.quiet). An error already printed (printedError)
-// is not printed again. Then MPI is finalized (which, after a session
-// aborted, ends the job instead: mpi.MarkFailed).
-func finish(err *error) {
-	var pe printedError
-	if *err != nil {
-		launcher.Failing.Store(true)
-	}
-	if *err != nil && !errors.As(*err, &pe) {
-		if !agreed(*err) || jobRank <= 0 {
-			launcher.Spoke()
-			fmt.Fprintf(os.Stderr, "refit: %s\n", describe(*err))
-		}
-		*err = printedError{*err}
-	}
-	stopHere("finalize")
-	launcher.Finalize(jobTimeout, jobRank, *err != nil)
 }
 
 func (e jobError) Error() string { return e.err.Error() }
@@ -166,9 +101,10 @@ or Shard(0),Replicate(), rank lists 0-7 or 8,3,5.`,
 
 func main() {
 	launcher.Program = "refit"
-	defer func() { // a panic outside a job's end (job.end recovers those)
+	spmd.OptionSources, spmd.IsAgreed, spmd.StopAt = optionSources, agreedHere, stopHere
+	defer func() { // a panic outside a job's end (spmd.Job.End recovers those)
 		if p := recover(); p != nil {
-			internalError(p)
+			spmd.InternalError(p)
 		}
 	}()
 	root := newRoot()
@@ -177,13 +113,13 @@ func main() {
 		return
 	}
 	var ue usageError
-	var pe printedError
-	var rf refused
+	var pe spmd.Printed
+	var rf spmd.Refused
 	usage := errors.As(err, &ue) || isCobraUsage(err) || errors.As(err, &rf)
 	// An offline command's error, or one raised before MPI started: every
 	// rank of a launch sees the same flags and fails the same way, so
 	// only rank 0 (or a rank outside a launcher) says so.
-	if !errors.As(err, &pe) && jobRank <= 0 {
+	if !errors.As(err, &pe) && spmd.Rank() <= 0 {
 		fmt.Fprintf(os.Stderr, "refit: %v\n", err)
 	}
 	if usage {

@@ -11,6 +11,7 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/spmd"
 	"github.com/m2n-dev/m2n/units"
 )
 
@@ -20,11 +21,11 @@ import (
 // with the pattern of tensor seed.
 func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64) (*perf.Pair, error) {
 	inject := perf.NoFaults
-	if i, ok, _ := faults.At("M2N_FAULT_NAN", jobRank); ok {
+	if i, ok, _ := faults.At("M2N_FAULT_NAN", spmd.Rank()); ok {
 		inject.NaN = int64(i)
 	}
-	_, inject.ShortDst, _ = faults.At("M2N_FAULT_SHORT_DST", jobRank)
-	if b, ok, _ := faults.At("M2N_FAULT_CORRUPT", jobRank); ok {
+	_, inject.ShortDst, _ = faults.At("M2N_FAULT_SHORT_DST", spmd.Rank())
+	if b, ok, _ := faults.At("M2N_FAULT_CORRUPT", spmd.Rank()); ok {
 		inject.Corrupt = b
 	}
 	extra := int64(0)
@@ -32,7 +33,7 @@ func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64
 		extra = 16 << 20 // the two buffers of the local-bandwidth probe (perf)
 	}
 	return perf.NewPair(s, perf.PairConfig{Src: src, Dst: dst, Seed: seed, Scale: j.set.fp8, Stripe: j.set.opts.Stripe,
-		ExtraBuffers: extra, WorldRank: j.rank, Faults: inject, Log: j.log})
+		ExtraBuffers: extra, WorldRank: j.Rank, Faults: inject, Log: j.Log})
 }
 
 // runRoutes prepares and measures every route of the flags on pair p
@@ -91,4 +92,4 @@ func (j *job) checkEmulation(s *session.Session, sched *reshard.Schedule, member
 }
 
 // stopHere is this rank's fault point where (faults.StopHere: test-only).
-func stopHere(where string) { faults.StopHere(jobRank, where) }
+func stopHere(where string) { faults.StopHere(spmd.Rank(), where) }

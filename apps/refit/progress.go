@@ -17,8 +17,8 @@ every 30 s, once the job has run for 2 s, so that short jobs stay quiet.
 // log lines) of what (launcher.Progress, by the rule of progressHelp), or
 // nil on other ranks, with --json, or for an empty job.
 func (j *job) newProgress(what string, total int64, unit string, asJSON bool) *launcher.Progress {
-	if j.rank != 0 || asJSON {
+	if j.Rank != 0 || asJSON {
 		return nil
 	}
-	return launcher.NewProgress(what, total, unit, j.log)
+	return launcher.NewProgress(what, total, unit, j.Log)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/spmd"
 	"github.com/spf13/cobra"
 )
 
@@ -124,9 +125,9 @@ func runReplayBench(out io.Writer, f *replayBenchFlags) (err error) {
 	if _, err := mpi.Init(mpi.ThreadMultiple); err != nil {
 		return err
 	}
-	defer finish(&err)
+	defer spmd.Finish(&err)
 	world := mpi.World()
-	jobRank = world.Rank()
+	spmd.SetRank(world.Rank())
 	if world.Size() != 1 {
 		return usageError{fmt.Errorf("replay-bench runs on one rank and one GPU (mpirun -np 1); this job has %d", world.Size())}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 
@@ -78,7 +77,7 @@ a rank that gives up names the ranks it waited for and stops the others.
 // rank and may add to the report (refit bench adds its baseline).
 func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *perf.RunReport) error) (err error) {
 	j, err := startJob(f)
-	defer j.end(&err)
+	defer j.End(&err)
 	if err != nil {
 		return err
 	}
@@ -87,13 +86,13 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *pe
 	}
 	src, dst, world, err := f.pair.layouts()
 	dst = j.set.dstOf(dst)
-	if err == nil && (world > j.world || (f.pair.world != 0 && world != j.world)) {
-		err = usageError{fmt.Errorf("the meshes need a communicator of %d ranks; this job has %d (mpirun -np %d)", world, j.world, world)}
+	if err == nil && (world > j.World || (f.pair.world != 0 && world != j.World)) {
+		err = usageError{fmt.Errorf("the meshes need a communicator of %d ranks; this job has %d (mpirun -np %d)", world, j.World, world)}
 	}
-	if err := j.agreeReady(err); err != nil {
+	if err := j.Ready(err); err != nil {
 		return err
 	}
-	p, err := j.newPair(j.s, src, dst, 0)
+	p, err := j.newPair(j.Session, src, dst, 0)
 	if err != nil {
 		return err
 	}
@@ -107,7 +106,7 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *pe
 			return err
 		}
 	}
-	if j.rank == 0 {
+	if j.Rank == 0 {
 		if err := printReport(out, f.asJSON, rep); err != nil {
 			return err
 		}
@@ -115,30 +114,20 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *pe
 	return checkFailures([]*perf.RunReport{rep})
 }
 
-// agreeReady makes every rank learn whether any rank's input failed after
-// the flags agreed (layouts that need more ranks, say): a rank with an
-// error makes every rank fail with it.
-func (j *job) agreeReady(localErr error) error {
-	if err := j.s.Agree(context.Background(), nil, localErr); err != nil {
-		return refused{err}
-	}
-	return nil
-}
-
 // runStages runs one reshard per pipeline stage, each on its stage's
 // session (its own communicator), all stages at once, and prints every
 // stage's report on world rank 0.
 func (j *job) runStages(out io.Writer, f *runFlags) error {
-	l, perStage, err := f.stageLayout(j.world, j.set)
-	if err := j.agreeReady(err); err != nil {
+	l, perStage, err := f.stageLayout(j.World, j.set)
+	if err := j.Ready(err); err != nil {
 		return err
 	}
-	st, err := j.s.Pipeline(l)
+	st, err := j.Session.Pipeline(l)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	all, err := perf.RunStages(j.s, st, func(s int, ss *session.Session) (*perf.RunReport, error) {
+	all, err := perf.RunStages(j.Session, st, func(s int, ss *session.Session) (*perf.RunReport, error) {
 		src, dst, err := perStage(s)
 		if err != nil {
 			return nil, err
@@ -149,11 +138,11 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 		}
 		defer p.Close()
 		return j.runRoutes(p, f, l.Members(s))
-	}, j.noteFailure)
+	}, j.NoteFailure)
 	if err != nil {
 		return err
 	}
-	if j.rank == 0 {
+	if j.Rank == 0 {
 		for _, rep := range all {
 			if !f.asJSON {
 				fmt.Fprintf(out, "== stage %d of %d: world ranks %s\n", *rep.Stage, f.ppStages, mesh.FormatRanks(rep.Members))

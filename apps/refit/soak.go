@@ -63,12 +63,12 @@ func soakCases(count, world int) ([]conformance.Case, error) {
 
 func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	j, err := startJob(f)
-	defer j.end(&err)
+	defer j.End(&err)
 	if err != nil {
 		return err
 	}
-	cases, inputErr := soakCases(count, j.world)
-	if err := j.agreeReady(inputErr); err != nil {
+	cases, inputErr := soakCases(count, j.World)
+	if err := j.Ready(inputErr); err != nil {
 		return err
 	}
 	f.iters, f.warmup, f.check, f.noProgress = 1, 0, true, true
@@ -84,7 +84,7 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 		c := cases[i%len(cases)]
 		f.route = routespec.Names[(i/len(cases))%len(routespec.Names)]
 		rep, err := func() (*perf.RunReport, error) {
-			p, err := j.newPair(j.s, c.Src, c.Dst, uint64(i))
+			p, err := j.newPair(j.Session, c.Src, c.Dst, uint64(i))
 			if err != nil {
 				return nil, err
 			}
@@ -97,8 +97,8 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 		if err := checkFailures([]*perf.RunReport{rep}); err != nil {
 			return fmt.Errorf("reshard %d (%v, %s): %w", i, c, f.route, err)
 		}
-		if j.rank == 0 && every > 0 && (i+1)%every == 0 {
-			j.log.Info().Int("done", i+1).Int("of", count).Dur("elapsed", time.Since(t0)).Msg("soak progress")
+		if j.Rank == 0 && every > 0 && (i+1)%every == 0 {
+			j.Log.Info().Int("done", i+1).Int("of", count).Dur("elapsed", time.Since(t0)).Msg("soak progress")
 		}
 	}
 	if last, err = perf.MeasureUsage(); err != nil {
@@ -107,8 +107,8 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 	if count <= warm {
 		first = last
 	}
-	rep, err := perf.GatherSoak(j.s, first, last)
-	if err != nil || j.rank != 0 {
+	rep, err := perf.GatherSoak(j.Session, first, last)
+	if err != nil || j.Rank != 0 {
 		return err
 	}
 	rep.Count, rep.Seconds, rep.Pairs, rep.Warm = count, time.Since(t0).Seconds(), len(cases)/3, warm

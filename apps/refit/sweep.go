@@ -118,12 +118,12 @@ func parseSweep(f *runFlags, sources, tp int, rhoList, domainList string, world 
 
 func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList string) (err error) {
 	j, err := startJob(f)
-	defer j.end(&err)
+	defer j.End(&err)
 	if err != nil {
 		return err
 	}
-	sw, inputErr := parseSweep(f, sources, tp, rhoList, domainList, j.world)
-	if err := j.agreeReady(inputErr); err != nil {
+	sw, inputErr := parseSweep(f, sources, tp, rhoList, domainList, j.World)
+	if err := j.Ready(inputErr); err != nil {
 		return err
 	}
 	shape, dt, rhos, doms := sw.shape, sw.dt, sw.rhos, sw.doms
@@ -154,12 +154,12 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 				return err
 			}
 			rep.Add(rho, nd, rr)
-			if j.rank == 0 {
-				j.log.Info().Int("rho", rho).Int("domains", nd).Msg("configuration done")
+			if j.Rank == 0 {
+				j.Log.Info().Int("rho", rho).Int("domains", nd).Msg("configuration done")
 			}
 		}
 	}
-	if j.rank != 0 {
+	if j.Rank != 0 {
 		return nil
 	}
 	return printJSONOr(out, f.asJSON, &rep, func() error { return rep.WriteText(out) })

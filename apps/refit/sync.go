@@ -139,12 +139,12 @@ func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
 
 func runSync(out io.Writer, f *syncFlags) (err error) {
 	j, err := startJob(&f.run)
-	defer j.end(&err)
+	defer j.End(&err)
 	if err != nil {
 		return err
 	}
-	in, inputErr := f.input(j.world, j.set.fp8)
-	if err := j.agreeReady(inputErr); err != nil {
+	in, inputErr := f.input(j.World, j.set.fp8)
+	if err := j.Ready(inputErr); err != nil {
 		return err
 	}
 	start, err := perf.MeasureUsage()
@@ -169,7 +169,7 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if bufs, err = m.Alloc(); err != nil {
 		return err
 	}
-	if err := perf.FillModel(j.s, m, bufs, j.set.fp8 != 0); err != nil {
+	if err := perf.FillModel(j.Session, m, bufs, j.set.fp8 != 0); err != nil {
 		return err
 	}
 	rep, err := j.syncSteps(in.layouts, m, bufs, start, fabric, f)
@@ -181,10 +181,10 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	}
 	// what the job holds once the model is closed: what it held before.
 	release()
-	if err := perf.Leaked(j.s, start, rep); err != nil {
+	if err := perf.Leaked(j.Session, start, rep); err != nil {
 		return err
 	}
-	if j.rank == 0 {
+	if j.Rank == 0 {
 		if err := printJSONOr(out, f.run.asJSON, rep, func() error { return rep.WriteText(out) }); err != nil {
 			return err
 		}
@@ -201,16 +201,16 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 // carry within the timeout. It returns the model and the fabric.
 func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) {
 	l, fabric := in.layouts, j.set.Fabric
-	fp := j.s.ModelFootprint(l, in.route == "agbcast")
+	fp := j.Session.ModelFootprint(l, in.route == "agbcast")
 	if j.set.MeasureLocal {
 		fp.Buffers += 16 << 20 // the two buffers of the local-bandwidth probe (perf)
 	}
-	if err := j.s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
+	if err := j.Session.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
 		return nil, fabric, err
 	}
 	if j.set.MeasureLocal {
 		var err error
-		if fabric.LocalBW, err = perf.GeneratorLocalBandwidth(j.s, l); err != nil {
+		if fabric.LocalBW, err = perf.GeneratorLocalBandwidth(j.Session, l); err != nil {
 			return nil, fabric, err
 		}
 	}
@@ -222,7 +222,7 @@ func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) 
 	if err != nil {
 		return nil, fabric, err
 	}
-	m, err := j.s.PrepareModel(context.Background(), l, route)
+	m, err := j.Session.PrepareModel(context.Background(), l, route)
 	if err != nil {
 		return nil, fabric, err
 	}
@@ -232,7 +232,7 @@ func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) 
 			emuErr = j.checkEmulation(m.Session(si), c.Schedule(), l.Stages[si].Members)
 		}
 	}
-	if err := j.agreeReady(emuErr); err != nil {
+	if err := j.Ready(emuErr); err != nil {
 		m.Close()
 		return nil, fabric, err
 	}
@@ -244,8 +244,8 @@ func (j *job) syncSteps(l *model.Layouts, m *session.Model, b *session.ModelBuff
 	_, tensors := m.Total()
 	var bar *launcher.Progress
 	defer func() { bar.Finish() }()
-	return perf.Sync(j.s, l, m, b, start, fabric, perf.SyncConfig{Warmup: f.run.warmup, Iters: f.run.iters, Check: f.run.check,
-		Floats: j.set.fp8 != 0, WorldRank: j.rank, Log: j.log, Failed: j.noteFailure,
+	return perf.Sync(j.Session, l, m, b, start, fabric, perf.SyncConfig{Warmup: f.run.warmup, Iters: f.run.iters, Check: f.run.check,
+		Floats: j.set.fp8 != 0, WorldRank: j.Rank, Log: j.Log, Failed: j.NoteFailure,
 		Progress: func(done, total int64, unit string) {
 			if bar == nil {
 				bar = j.newProgress(fmt.Sprintf("rank 0: %d tensors x %d steps", tensors, f.run.warmup+f.run.iters), total, unit, f.run.asJSON)
@@ -264,12 +264,12 @@ func (j *job) syncExtras(m *session.Model, b *session.ModelBuffers, in syncInput
 		if perr != nil {
 			return perr
 		}
-		if rep.Compare, err = perf.ComparePerTensor(j.s, m, b, f.run.iters, route, in.route, rep); err != nil {
+		if rep.Compare, err = perf.ComparePerTensor(j.Session, m, b, f.run.iters, route, in.route, rep); err != nil {
 			return err
 		}
 	}
 	if f.baseline {
-		rep.Baseline, err = perf.SyncBaseline(j.s, m, b, f.run.iters)
+		rep.Baseline, err = perf.SyncBaseline(j.Session, m, b, f.run.iters)
 	}
 	return err
 }
