@@ -179,10 +179,10 @@ func copyString(bw float64) string {
 	return units.FormatRate(bw)
 }
 
-// Placement maps a communicator's ranks onto GPUs of the cluster: the domain
+// rankPlacement maps a communicator's ranks onto GPUs of the cluster: the domain
 // each rank sits in and, for NIC sharing, its position inside the domain.
 // The topology is the one the schedules were built for.
-type Placement struct {
+type rankPlacement struct {
 	// Domain[r] is rank r's domain (dense ids from 0).
 	Domain []int
 	// Nic[r] is the NIC rank r sends and receives network traffic through.
@@ -190,17 +190,17 @@ type Placement struct {
 	Nics int
 }
 
-// Place puts world ranks on the cluster by topo (a nil Domain puts every
+// placeRanks puts world ranks on the cluster by topo (a nil Domain puts every
 // rank in a domain of its own). It fails when a domain holds more ranks
 // than the cluster's DomainGPUs.
-func Place(c Cluster, topo reshard.Topology, world int) (Placement, error) {
+func placeRanks(c Cluster, topo reshard.Topology, world int) (rankPlacement, error) {
 	if err := c.Validate(); err != nil {
-		return Placement{}, err
+		return rankPlacement{}, err
 	}
 	if topo.Domain != nil && len(topo.Domain) != world {
-		return Placement{}, fmt.Errorf("sim: topology names %d ranks, the program has %d", len(topo.Domain), world)
+		return rankPlacement{}, fmt.Errorf("sim: topology names %d ranks, the program has %d", len(topo.Domain), world)
 	}
-	p := Placement{Domain: make([]int, world), Nic: make([]int, world)}
+	p := rankPlacement{Domain: make([]int, world), Nic: make([]int, world)}
 	ids := map[int]int{}
 	count := []int{}
 	for r := 0; r < world; r++ {
@@ -219,7 +219,7 @@ func Place(c Cluster, topo reshard.Topology, world int) (Placement, error) {
 	}
 	for d, n := range count {
 		if n > c.DomainGPUs {
-			return Placement{}, fmt.Errorf("sim: domain %d holds %d ranks; a %s domain has %d GPUs", d, n, c.Name, c.DomainGPUs)
+			return rankPlacement{}, fmt.Errorf("sim: domain %d holds %d ranks; a %s domain has %d GPUs", d, n, c.Name, c.DomainGPUs)
 		}
 	}
 	// NICs: consecutive ranks of a domain, in rank order, share one.

@@ -29,17 +29,18 @@
 //
 // # The executor's rounds
 //
-// A Program holds, for every process (one executor on one rank), its rounds
-// of messages, made from schedules by AddSchedule: the one place that reads
-// a reshard.Schedule, so that another source of per-rank rounds can feed
-// the simulator through a constructor of its own. Run executes them as
-// the host driver (refit.HostDriver) does: rounds in order, at most two in flight (round w
-// starts once the rank's rounds up to w-2 have completed and been
-// unpacked), a round's local copies and packing on the rank first, all its
-// receives and sends posted at once, a flow starting when both of its ends
-// have posted it and its latency has passed, a round complete when all its
-// flows are. Pipeline stages are parts of one program, concurrent (one
-// executor per stage on a generator rank) or one after another.
+// The simulator's program holds, for every process (one driver on one
+// rank), its rounds of messages, made from schedules in one place (the
+// only code here that reads a reshard.Schedule, so that another source of
+// per-rank rounds could feed the simulator through a constructor of its
+// own). It runs them as the host driver (refit.HostDriver) does: rounds in
+// order, at most two in flight (round w starts once the rank's rounds up
+// to w-2 have completed and been unpacked), a round's local copies and
+// packing on the rank first, all its receives and sends posted at once, a
+// flow starting when both of its ends have posted it and its latency has
+// passed, a round complete when all its flows are. Pipeline stages are
+// parts of one program, concurrent (one executor per stage on a generator
+// rank) or one after another.
 //
 // # Walk-through
 //

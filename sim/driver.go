@@ -98,8 +98,8 @@ func Simulate(c Config) (*Report, error) {
 		bins = -1
 	}
 	setup := Setup{Cluster: c.Cluster, World: world, Topo: topo, Schedule: c.Schedule, Balance: c.Balance, InPlace: c.InPlace,
-		CoalesceBytes: c.CoalesceBytes, Sequential: c.Sequential, Options: Options{Bins: bins}}
-	if _, err := Place(c.Cluster, topo, world); err != nil {
+		CoalesceBytes: c.CoalesceBytes, Sequential: c.Sequential, Options: runOptions{Bins: bins}}
+	if _, err := placeRanks(c.Cluster, topo, world); err != nil {
 		return nil, fmt.Errorf("%w (see --src-domain-size, --dst-domain-size, --cluster)", err)
 	}
 	for _, route := range c.Routes {
@@ -219,7 +219,7 @@ func stagedProblem(p Problem, srcSize, dstSize int, popts reshard.Options, rep *
 			return nil, 0, topo, err
 		}
 		stages = append(stages, Stage{Name: fmt.Sprintf("stage %d", s), Plans: []*reshard.Plan{plan}, Members: members,
-			Topo: StageTopology(topo, members)})
+			Topo: stageTopology(topo, members)})
 	}
 	rep.Source, rep.Destination, rep.Bytes, rep.Rho = p.Src.String(), p.Dst.String(), p.Src.Bytes(), p.Dst.Replication()
 	rep.DstDomains = hier.DomainCount(stages[0].Topo, p.Dst)

@@ -8,8 +8,8 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 )
 
-// Options tune a simulation run.
-type Options struct {
+// runOptions tune a simulation run.
+type runOptions struct {
 	// Bins is the number of time bins of the link-utilisation series
 	// (the bin width doubles as the run grows); 0 means 128, a negative
 	// number records no series.
@@ -20,7 +20,7 @@ type Options struct {
 	TopLinks int
 }
 
-// Run simulates the program on the cluster, its ranks placed by topo (the
+// runProgram simulates the program on the cluster, its ranks placed by topo (the
 // topology its schedules were built for), and returns what happened. It
 // returns an error, naming the message, when a schedule's link class
 // disagrees with the placement or the program cannot run (a rank waits
@@ -34,8 +34,8 @@ type Options struct {
 // its ends have posted it, after the per-message latency of its class, and
 // shares its sender's out link and its receiver's in link max-min fairly
 // with the other flows there; a round completes when all its flows have.
-func Run(p *Program, c Cluster, topo reshard.Topology, o Options) (*Result, error) {
-	pl, err := Place(c, topo, p.world)
+func runProgram(p *simProgram, c Cluster, topo reshard.Topology, o runOptions) (*Result, error) {
+	pl, err := placeRanks(c, topo, p.world)
 	if err != nil {
 		return nil, err
 	}
@@ -145,10 +145,10 @@ type procState struct {
 }
 
 type engine struct {
-	p    *Program
+	p    *simProgram
 	c    Cluster
-	pl   Placement
-	opts Options
+	pl   rankPlacement
+	opts runOptions
 	now  float64
 	seq  uint64
 	ev   eheap
@@ -188,7 +188,7 @@ type engine struct {
 	wakes      int64
 }
 
-func newEngine(p *Program, c Cluster, pl Placement, o Options) (*engine, error) {
+func newEngine(p *simProgram, c Cluster, pl rankPlacement, o runOptions) (*engine, error) {
 	world := p.world
 	nLinks := 2*world + 2*pl.Nics
 	caps := make([]float64, nLinks)

@@ -48,11 +48,11 @@ var testCluster = Cluster{Name: "test", DomainGPUs: 8, NetBW: 50e9, GPUsPerNIC: 
 
 func runHand(t *testing.T, s *reshard.Schedule, c Cluster, topo reshard.Topology) *Result {
 	t.Helper()
-	p, err := FromSchedule(s, false)
+	p, err := programOf(s, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(p, c, topo, Options{})
+	res, err := runProgram(p, c, topo, runOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,8 +140,8 @@ func TestPackAndUnpackAtCopyBandwidth(t *testing.T) {
 	c.CopyBW = 1e12
 	res := runHand(t, s, c, apart)
 	near(t, "packed", res.Seconds, 1e-3+20e-3)
-	p, _ := FromSchedule(s, true)
-	res2, err := Run(p, c, apart, Options{})
+	p, _ := programOf(s, true)
+	res2, err := runProgram(p, c, apart, runOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,18 +165,18 @@ func TestSequentialPartsFollowOnSharedRanks(t *testing.T) {
 		return b.Schedule()
 	}
 	for _, seq := range []bool{false, true} {
-		p := NewProgram(3)
-		if _, err := p.AddSchedule(mk(0), AddOptions{Name: "a", After: -1}); err != nil {
+		p := newSimProgram(3)
+		if _, err := p.AddSchedule(mk(0), addOptions{Name: "a", After: -1}); err != nil {
 			t.Fatal(err)
 		}
 		after := -1
 		if seq {
 			after = 0
 		}
-		if _, err := p.AddSchedule(mk(1), AddOptions{Name: "b", After: after}); err != nil {
+		if _, err := p.AddSchedule(mk(1), addOptions{Name: "b", After: after}); err != nil {
 			t.Fatal(err)
 		}
-		res, err := Run(p, testCluster, apart, Options{})
+		res, err := runProgram(p, testCluster, apart, runOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,16 +193,16 @@ func TestPlacementMustMatchTheSchedule(t *testing.T) {
 	topo := reshard.Topology{Domain: []int{0, 0}}
 	b := handBuilder(t, 2, topo, 1<<40)
 	b.Add(msg(0, 1, 100, false), 0) // local in this topology
-	p, err := FromSchedule(b.Schedule(), false)
+	p, err := programOf(b.Schedule(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Run(p, testCluster, apart, Options{}); err == nil || !strings.Contains(err.Error(), "scheduled as local") {
+	if _, err := runProgram(p, testCluster, apart, runOptions{}); err == nil || !strings.Contains(err.Error(), "scheduled as local") {
 		t.Errorf("a schedule built for other domains: error %v, want one naming the class", err)
 	}
 	small := testCluster
 	small.DomainGPUs = 1
-	if _, err := Run(p, small, topo, Options{}); err == nil || !strings.Contains(err.Error(), "holds 2 ranks") {
+	if _, err := runProgram(p, small, topo, runOptions{}); err == nil || !strings.Contains(err.Error(), "holds 2 ranks") {
 		t.Errorf("a domain larger than the cluster's: error %v", err)
 	}
 }

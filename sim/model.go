@@ -40,7 +40,7 @@ func ModelStages(l *model.Layouts, world reshard.Topology, opts reshard.Options)
 	}
 	var out []Stage
 	for _, s := range l.Stages {
-		st := Stage{Name: fmt.Sprintf("stage %d", s.Index), Members: s.Members, Topo: StageTopology(world, s.Members)}
+		st := Stage{Name: fmt.Sprintf("stage %d", s.Index), Members: s.Members, Topo: stageTopology(world, s.Members)}
 		for _, t := range s.Tensors {
 			p, err := reshard.NewPlan(t.Src, t.Dst, len(s.Members), opts)
 			if err != nil {

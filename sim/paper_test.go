@@ -55,7 +55,7 @@ func simulatePaper(t testing.TB, rho int, route string, opts reshard.ScheduleOpt
 	t.Helper()
 	st := paperLayer(t, rho)
 	rr, err := SimulateRoute(route, []Stage{st}, Setup{Cluster: paperCluster, World: 16 + 8*rho, Topo: st.Topo,
-		Schedule: opts, Options: Options{Bins: -1}})
+		Schedule: opts, Options: runOptions{Bins: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func ExampleSimulateRoute() {
 	}
 	topo, _ := hier.Domains(host, src, dst, hier.DomainSizes{Src: 8, Dst: 8})
 	cluster, _ := ParseCluster("custom:gpus=8,net=50GB/s,local=450GB/s")
-	setup := Setup{Cluster: cluster, World: 16, Topo: topo, Options: Options{Bins: -1},
+	setup := Setup{Cluster: cluster, World: 16, Topo: topo, Options: runOptions{Bins: -1},
 		Schedule: reshard.ScheduleOptions{ChunkBytes: 4 << 20, StagingBytes: 64 << 20}}
 	for _, route := range routespec.Names {
 		rr, err := SimulateRoute(route, []Stage{{Plans: []*reshard.Plan{plan}, Topo: topo}}, setup)

@@ -9,24 +9,24 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 )
 
-// Program is what a simulation executes: messages, and for every process
+// simProgram is what a simulation executes: messages, and for every process
 // (one executor on one rank) its rounds of them, in the executor's order.
 // It is built from schedules by AddSchedule, the one place that reads a
 // reshard.Schedule, so that another source of per-rank rounds (a compiled
 // per-rank program) can feed the simulator through a constructor of its
-// own. A Program is read-only once built and may be run many times.
-type Program struct {
+// own. A simProgram is read-only once built and may be run many times.
+type simProgram struct {
 	world  int
-	msgs   []Msg
-	procs  []Proc
+	msgs   []simMsg
+	procs  []simProc
 	pool   []int32 // message indices of every round, by process
-	parts  []Part
+	parts  []programPart
 	tensor []string // tensor names, by global tensor index
 	extra  []extraTensor
 }
 
-// Msg is one message of a program, in global ranks.
-type Msg struct {
+// simMsg is one message of a program, in global ranks.
+type simMsg struct {
 	Src, Dst int32
 	Bytes    int64
 	Class    reshard.LinkClass
@@ -50,27 +50,27 @@ type extraTensor struct {
 	msg, tensor int32
 }
 
-// Proc is one executor: the rounds one rank runs for one part.
-type Proc struct {
+// simProc is one executor: the rounds one rank runs for one part.
+type simProc struct {
 	Rank int32
 	Part int32
 	// After is the process that must finish before this one starts (the
 	// same rank's process of the part this part follows), or -1.
 	After  int32
-	rounds []Round
+	rounds []procRound
 }
 
-// Round is one round of one process; its messages lie in the program's
+// procRound is one round of one process; its messages lie in the program's
 // pool at [Lo, Lo+Copies+Recvs+Sends): local copies, then receives, then
 // sends, each in schedule order.
-type Round struct {
+type procRound struct {
 	Round                int32
 	Lo                   int32
 	Copies, Recvs, Sends int32
 }
 
-// Part is one schedule added to a program.
-type Part struct {
+// programPart is one schedule added to a program.
+type programPart struct {
 	Name   string `json:"name"`
 	Route  string `json:"route"`
 	Rounds int    `json:"rounds"`
@@ -84,41 +84,41 @@ type Part struct {
 	After int `json:"after"`
 }
 
-// NewProgram starts an empty program over world ranks (GPUs).
-func NewProgram(world int) *Program { return &Program{world: world} }
+// newSimProgram starts an empty program over world ranks (GPUs).
+func newSimProgram(world int) *simProgram { return &simProgram{world: world} }
 
 // World returns the number of ranks.
-func (p *Program) World() int { return p.world }
+func (p *simProgram) World() int { return p.world }
 
 // Messages returns the messages (do not modify).
-func (p *Program) Messages() []Msg { return p.msgs }
+func (p *simProgram) Messages() []simMsg { return p.msgs }
 
 // Procs returns the processes (do not modify).
-func (p *Program) Procs() []Proc { return p.procs }
+func (p *simProgram) Procs() []simProc { return p.procs }
 
 // Parts returns the parts in the order they were added.
-func (p *Program) Parts() []Part { return p.parts }
+func (p *simProgram) Parts() []programPart { return p.parts }
 
 // TensorName returns the name of global tensor i.
-func (p *Program) TensorName(i int) string { return p.tensor[i] }
+func (p *simProgram) TensorName(i int) string { return p.tensor[i] }
 
 // Tensors returns the number of tensors over all parts.
-func (p *Program) Tensors() int { return len(p.tensor) }
+func (p *simProgram) Tensors() int { return len(p.tensor) }
 
 // Rounds returns process i's rounds (do not modify).
-func (p *Program) Rounds(i int) []Round { return p.procs[i].rounds }
+func (p *simProgram) Rounds(i int) []procRound { return p.procs[i].rounds }
 
 // RoundMessages returns the message indices of round r of a process: copies,
 // receives and sends (do not modify).
-func (p *Program) RoundMessages(r Round) (copies, recvs, sends []int32) {
+func (p *simProgram) RoundMessages(r procRound) (copies, recvs, sends []int32) {
 	a := p.pool[r.Lo : r.Lo+r.Copies]
 	b := p.pool[r.Lo+r.Copies : r.Lo+r.Copies+r.Recvs]
 	c := p.pool[r.Lo+r.Copies+r.Recvs : r.Lo+r.Copies+r.Recvs+r.Sends]
 	return a, b, c
 }
 
-// AddOptions say how a schedule joins a program.
-type AddOptions struct {
+// addOptions say how a schedule joins a program.
+type addOptions struct {
 	// Name names the part in reports ("stage 0"); empty uses the route.
 	Name string
 	// Ranks maps the schedule's ranks to the program's: Ranks[r] is the
@@ -146,10 +146,10 @@ type AddOptions struct {
 // compiled program the host driver runs (program.Compile): in round order,
 // each round's local copies, receives and sends (messages where Src == Dst
 // are local copies), small messages of a pair coalesced when
-// o.CoalesceBytes asks. Link classes are kept from the schedule; Run checks
+// o.CoalesceBytes asks. Link classes are kept from the schedule; runProgram checks
 // them against the cluster placement. It walks the schedule once, whatever
 // the number of ranks.
-func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
+func (p *simProgram) AddSchedule(s *reshard.Schedule, o addOptions) (int, error) {
 	global, err := p.checkAdd(s, o)
 	if err != nil {
 		return 0, err
@@ -175,14 +175,14 @@ func (p *Program) AddSchedule(s *reshard.Schedule, o AddOptions) (int, error) {
 		return 0, err
 	}
 	p.addProcs(ents, part, o.After, global)
-	p.parts = append(p.parts, Part{Name: name, Route: s.Route, Rounds: s.Rounds, First: first, Messages: len(s.Messages),
+	p.parts = append(p.parts, programPart{Name: name, Route: s.Route, Rounds: s.Rounds, First: first, Messages: len(s.Messages),
 		FirstTensor: firstTensor, Tensors: len(s.Plans), After: o.After})
 	return part, nil
 }
 
 // checkAdd checks that schedule s can join the program as o says and
 // returns the map from its ranks to the program's.
-func (p *Program) checkAdd(s *reshard.Schedule, o AddOptions) (func(int) int32, error) {
+func (p *simProgram) checkAdd(s *reshard.Schedule, o addOptions) (func(int) int32, error) {
 	world := s.World()
 	if o.Ranks != nil && len(o.Ranks) != world {
 		return nil, fmt.Errorf("sim: %d ranks mapped for a schedule of %d", len(o.Ranks), world)
@@ -217,7 +217,7 @@ type rankEntry struct {
 // addMessages walks the schedule once, making the program's messages (a
 // round's small messages between one pair coalesced into one, as Compile
 // does) and returns each schedule rank's entries, in schedule order.
-func (p *Program) addMessages(s *reshard.Schedule, o AddOptions, part, firstTensor int, global func(int) int32) ([][]rankEntry, error) {
+func (p *simProgram) addMessages(s *reshard.Schedule, o addOptions, part, firstTensor int, global func(int) int32) ([][]rankEntry, error) {
 	world := s.World()
 	direct := func(segs []reshard.Segment) bool {
 		if len(segs) != 1 {
@@ -265,7 +265,7 @@ func (p *Program) addMessages(s *reshard.Schedule, o AddOptions, part, firstTens
 			co[pair{m.Src, m.Dst}] = int32(len(p.msgs))
 		}
 		gi := int32(len(p.msgs))
-		p.msgs = append(p.msgs, Msg{Src: global(m.Src), Dst: global(m.Dst), Bytes: m.Bytes, Class: m.Class,
+		p.msgs = append(p.msgs, simMsg{Src: global(m.Src), Dst: global(m.Dst), Bytes: m.Bytes, Class: m.Class,
 			Pack: m.Src != m.Dst && m.Bytes > 0 && !direct(m.From), Unpack: m.Src != m.Dst && m.Bytes > 0 && !direct(m.To),
 			Tensor: tensor, Round: int32(m.Round), Part: int32(part), Index: int32(i), Parts: 1})
 		if m.Src == m.Dst {
@@ -281,7 +281,7 @@ func (p *Program) addMessages(s *reshard.Schedule, o AddOptions, part, firstTens
 // addProcs adds a process of the part for every rank with entries: its
 // rounds in order, each round's copies, then receives, then sends. With
 // after >= 0 a rank's process follows its process of part after.
-func (p *Program) addProcs(ents [][]rankEntry, part, after int, global func(int) int32) {
+func (p *simProgram) addProcs(ents [][]rankEntry, part, after int, global func(int) int32) {
 	var prev map[int32]int32
 	if after >= 0 {
 		prev = map[int32]int32{}
@@ -296,7 +296,7 @@ func (p *Program) addProcs(ents [][]rankEntry, part, after int, global func(int)
 		if len(es) == 0 {
 			continue
 		}
-		pr := Proc{Rank: global(r), Part: int32(part), After: -1}
+		pr := simProc{Rank: global(r), Part: int32(part), After: -1}
 		if q, ok := prev[pr.Rank]; ok {
 			pr.After = q
 		}
@@ -306,7 +306,7 @@ func (p *Program) addProcs(ents [][]rankEntry, part, after int, global func(int)
 			for hi < len(es) && p.msgs[es[hi].msg].Round == round {
 				hi++
 			}
-			rd := Round{Round: round, Lo: int32(len(p.pool))}
+			rd := procRound{Round: round, Lo: int32(len(p.pool))}
 			for kind := uint8(0); kind < 3; kind++ {
 				for _, e := range es[lo:hi] {
 					if e.kind == kind {
@@ -329,10 +329,10 @@ func (p *Program) addProcs(ents [][]rankEntry, part, after int, global func(int)
 	}
 }
 
-// FromSchedule is a program of one schedule on its own ranks.
-func FromSchedule(s *reshard.Schedule, inPlace bool) (*Program, error) {
-	p := NewProgram(s.World())
-	if _, err := p.AddSchedule(s, AddOptions{InPlace: inPlace, After: -1}); err != nil {
+// programOf is a program of one schedule on its own ranks.
+func programOf(s *reshard.Schedule, inPlace bool) (*simProgram, error) {
+	p := newSimProgram(s.World())
+	if _, err := p.AddSchedule(s, addOptions{InPlace: inPlace, After: -1}); err != nil {
 		return nil, err
 	}
 	return p, nil

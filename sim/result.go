@@ -26,7 +26,7 @@ type Result struct {
 	Classes []ClassUsage `json:"link_classes"`
 	// Busiest are the links that carried the most bytes.
 	Busiest []LinkUsage `json:"busiest_links"`
-	// Series is link utilisation over time (nil with Options.Bins < 0).
+	// Series is link utilisation over time (nil with runOptions.Bins < 0).
 	Series *Series `json:"series,omitempty"`
 	Stats  Stats   `json:"stats"`
 }

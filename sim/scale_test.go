@@ -80,7 +80,7 @@ func scaleOnce(b *testing.B, m *model.Model, c Cluster, n int, route string) {
 		b.Fatal(err)
 	}
 	setup := Setup{Cluster: c, World: n, Topo: topo, Schedule: reshard.ScheduleOptions{ChunkBytes: 64 << 20, StagingBytes: 1 << 30},
-		CoalesceBytes: 1 << 20, Options: Options{Bins: 128}}
+		CoalesceBytes: 1 << 20, Options: runOptions{Bins: 128}}
 	var built time.Time
 	var heap uint64
 	var gc time.Duration

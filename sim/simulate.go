@@ -24,7 +24,7 @@ type Stage struct {
 	// Members[i] is the world rank of the communicator's rank i; nil when
 	// the communicator is the world.
 	Members []int
-	// Topo is the communicator's topology (StageTopology of the world's).
+	// Topo is the communicator's topology (stageTopology of the world's).
 	Topo reshard.Topology
 }
 
@@ -47,7 +47,7 @@ type Setup struct {
 	// Sequential runs the stages one after another on the ranks they
 	// share, instead of concurrently.
 	Sequential bool
-	Options    Options
+	Options    runOptions
 	// beforeRun, if set, is called once the program is built, before the
 	// simulation (the scale benchmark times the two apart).
 	beforeRun func()
@@ -87,15 +87,15 @@ func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
 	return r.Schedule(st.Plans, st.Topo, s.Schedule)
 }
 
-// StageProblem is the model's problem for one stage's tensors
+// stageProblem is the model's problem for one stage's tensors
 // (bounds.ProblemOf).
-func StageProblem(st Stage, chunk float64) bounds.Problem {
+func stageProblem(st Stage, chunk float64) bounds.Problem {
 	return bounds.ProblemOf(st.Plans, st.Topo, chunk)
 }
 
-// ConcurrentProblem combines the problems of stages that run at once on
+// concurrentProblem combines the problems of stages that run at once on
 // disjoint sources and shared destinations (bounds.Combine).
-func ConcurrentProblem(ps []bounds.Problem) bounds.Problem { return bounds.Combine(ps...) }
+func concurrentProblem(ps []bounds.Problem) bounds.Problem { return bounds.Combine(ps...) }
 
 // Bounds returns every route's bound for the stages: of their combined
 // problem when they run concurrently, the sum of each stage's when they
@@ -105,10 +105,10 @@ func Bounds(stages []Stage, s Setup) []bounds.Bound {
 	chunk := float64(s.Schedule.ChunkBytes)
 	var probs []bounds.Problem
 	for _, st := range stages {
-		probs = append(probs, StageProblem(st, chunk))
+		probs = append(probs, stageProblem(st, chunk))
 	}
 	if !s.Sequential || len(probs) == 1 {
-		return bounds.Of(ConcurrentProblem(probs), f)
+		return bounds.Of(concurrentProblem(probs), f)
 	}
 	var sum []bounds.Bound
 	for i, p := range probs {
@@ -191,7 +191,7 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 			}(i)
 		}
 	}()
-	prog := NewProgram(s.World)
+	prog := newSimProgram(s.World)
 	prev := -1
 	for i := range stages {
 		b := <-done[i]
@@ -202,7 +202,7 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 		if s.Sequential {
 			after = prev
 		}
-		k, err := prog.AddSchedule(b.sc, AddOptions{Name: stageName(stages[i], i), Ranks: stages[i].Members, InPlace: s.InPlace,
+		k, err := prog.AddSchedule(b.sc, addOptions{Name: stageName(stages[i], i), Ranks: stages[i].Members, InPlace: s.InPlace,
 			CoalesceBytes: s.CoalesceBytes, After: after})
 		if err != nil {
 			return nil, err
@@ -215,7 +215,7 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 	if s.beforeRun != nil {
 		s.beforeRun()
 	}
-	res, err := Run(prog, s.Cluster, s.Topo, s.Options)
+	res, err := runProgram(prog, s.Cluster, s.Topo, s.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -235,9 +235,9 @@ func stageName(st Stage, i int) string {
 func hierProblemForAuto(stages []Stage, s Setup) bounds.Problem {
 	var probs []bounds.Problem
 	for _, st := range stages {
-		probs = append(probs, StageProblem(st, float64(s.Schedule.ChunkBytes)))
+		probs = append(probs, stageProblem(st, float64(s.Schedule.ChunkBytes)))
 	}
-	return ConcurrentProblem(probs)
+	return concurrentProblem(probs)
 }
 
 // Ratio returns simulated over bound seconds (NaN without a bound).

@@ -7,10 +7,10 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 )
 
-// StageTopology is the topology of a pipeline stage's communicator:
+// stageTopology is the topology of a pipeline stage's communicator:
 // members[i] is the world rank of local rank i (pipeline.Layout.Members), and
 // each keeps its world domain.
-func StageTopology(world reshard.Topology, members []int) reshard.Topology {
+func stageTopology(world reshard.Topology, members []int) reshard.Topology {
 	if world.Domain == nil {
 		// every world rank in a domain of its own: keep them apart.
 		d := make([]int, len(members))
@@ -29,7 +29,7 @@ func StageTopology(world reshard.Topology, members []int) reshard.Topology {
 // the parts' indices. With sequential, each generator rank runs the stages
 // one after another (stage s+1 after its stage s); otherwise the stages run
 // concurrently, each rank running one executor per stage it belongs to.
-func (p *Program) AddStages(l pipeline.Layout, scheds []*reshard.Schedule, inPlace, sequential bool) ([]int, error) {
+func (p *simProgram) AddStages(l pipeline.Layout, scheds []*reshard.Schedule, inPlace, sequential bool) ([]int, error) {
 	if len(scheds) != l.Stages() {
 		return nil, fmt.Errorf("sim: %d schedules for %d stages", len(scheds), l.Stages())
 	}
@@ -43,7 +43,7 @@ func (p *Program) AddStages(l pipeline.Layout, scheds []*reshard.Schedule, inPla
 		if sequential && s > 0 {
 			after = parts[s-1]
 		}
-		k, err := p.AddSchedule(sc, AddOptions{Name: fmt.Sprintf("stage %d", s), Ranks: members, InPlace: inPlace, After: after})
+		k, err := p.AddSchedule(sc, addOptions{Name: fmt.Sprintf("stage %d", s), Ranks: members, InPlace: inPlace, After: after})
 		if err != nil {
 			return nil, fmt.Errorf("stage %d: %w", s, err)
 		}
