@@ -137,3 +137,44 @@ func planSplit(b placement.Box, elem, maxBytes int64) (split, error) {
 	}
 	return split{cut: cut, step: step, count: count}, nil
 }
+
+// SuggestChunk is what to suggest when a schedule of chunks too small for
+// the tensor is refused: the smallest power-of-two chunk, above the one
+// that made routeMsgs messages, with which the route's messages
+// (estimated: the flat route's count for the plan, scaled by the route's
+// ratio to it at the old chunk) fall within half of MaxMessages. It
+// returns the chunk and the estimated messages, or false where no chunk
+// up to 1 TiB does.
+func SuggestChunk(plan *Plan, chunk, routeMsgs int64) (int64, int64, bool) {
+	count := func(c int64) (int64, bool) {
+		var n int64
+		elem := plan.Src().ElemSize()
+		for i := 0; i < plan.Len(); i++ {
+			k, err := CountChunks(plan.Transfer(i).Box, elem, c)
+			if err != nil {
+				return 0, false
+			}
+			n += k
+		}
+		return n, n > 0
+	}
+	base, ok := count(chunk)
+	if !ok {
+		return 0, 0, false
+	}
+	ratio := float64(routeMsgs) / float64(base)
+	c := int64(1)
+	for c <= chunk {
+		c *= 2
+	}
+	for ; c > 0 && c <= 1<<40; c *= 2 {
+		n, ok := count(c)
+		if !ok {
+			return 0, 0, false
+		}
+		if est := int64(float64(n) * ratio); est <= MaxMessages/2 {
+			return c, est, true
+		}
+	}
+	return 0, 0, false
+}

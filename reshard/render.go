@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -61,4 +62,34 @@ func (e *errWriter) Write(b []byte) (int, error) {
 	n, err := e.w.Write(b)
 	e.err = err
 	return n, err
+}
+
+type transferJSON struct {
+	Src    int     `json:"src"`
+	Dst    int     `json:"dst"`
+	Offset []int64 `json:"offset"`
+	Shape  []int64 `json:"shape"`
+	Bytes  int64   `json:"bytes"`
+	SrcAt  string  `json:"src_at"`
+	DstAt  string  `json:"dst_at"`
+}
+
+// WriteJSON writes the plan as one JSON object: its fingerprint (hex),
+// world, bytes and every transfer (source and destination rank, the box's
+// offset and shape, bytes, and where the bytes sit on each side), as
+// `refit plan --json` prints it.
+func (p *Plan) WriteJSON(w io.Writer) error {
+	out := struct {
+		Fingerprint string         `json:"fingerprint"`
+		World       int            `json:"world"`
+		Bytes       int64          `json:"bytes"`
+		Transfers   []transferJSON `json:"transfers"`
+	}{Fingerprint: fmt.Sprintf("%016x", p.Fingerprint()), World: p.World(), Bytes: p.Bytes(),
+		Transfers: make([]transferJSON, p.Len())}
+	for i := range out.Transfers {
+		t := p.Transfer(i)
+		out.Transfers[i] = transferJSON{Src: t.Src, Dst: t.Dst, Offset: t.Box.Lo, Shape: t.Box.Shape(),
+			Bytes: t.Bytes(), SrcAt: t.SrcAt.String(), DstAt: t.DstAt.String()}
+	}
+	return json.NewEncoder(w).Encode(out)
 }

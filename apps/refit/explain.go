@@ -33,49 +33,11 @@ func (f *runFlags) explainSchedule(err error, plan *reshard.Plan, opts reshard.S
 		opts.StagingBytes, from(staging, "staging-bytes"))
 	var n int64
 	if _, serr := fmt.Sscanf(fe.Got, "%d messages", &n); serr == nil && plan != nil {
-		if c, m, ok := chunkFor(plan, opts.ChunkBytes, n); ok {
+		if c, m, ok := reshard.SuggestChunk(plan, opts.ChunkBytes, n); ok {
 			msg += fmt.Sprintf(": chunks of %d bytes (--chunk-bytes %d --staging-bytes %d) would make about %d", c, c, 8*c, m)
 		}
 	}
 	return fmt.Errorf("%w; %s", err, msg)
-}
-
-// chunkFor finds the smallest power-of-two chunk, above the one that made
-// routeMsgs messages, with which the route's messages (estimated: the
-// flat route's count for the plan, scaled by the route's ratio to it at
-// the old chunk) fall within half of reshard.MaxMessages.
-func chunkFor(plan *reshard.Plan, chunk, routeMsgs int64) (int64, int64, bool) {
-	count := func(c int64) (int64, bool) {
-		var n int64
-		elem := plan.Src().ElemSize()
-		for i := 0; i < plan.Len(); i++ {
-			k, err := reshard.CountChunks(plan.Transfer(i).Box, elem, c)
-			if err != nil {
-				return 0, false
-			}
-			n += k
-		}
-		return n, n > 0
-	}
-	base, ok := count(chunk)
-	if !ok {
-		return 0, 0, false
-	}
-	ratio := float64(routeMsgs) / float64(base)
-	c := int64(1)
-	for c <= chunk {
-		c *= 2
-	}
-	for ; c > 0 && c <= 1<<40; c *= 2 {
-		n, ok := count(c)
-		if !ok {
-			return 0, 0, false
-		}
-		if est := int64(float64(n) * ratio); est <= reshard.MaxMessages/2 {
-			return c, est, true
-		}
-	}
-	return 0, 0, false
 }
 
 // schedOf returns a session's chunk and staging sizes.

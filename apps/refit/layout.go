@@ -1,10 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"text/tabwriter"
 
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
@@ -43,7 +40,10 @@ Ranks are listed in row-major coordinate order.`,
 			if err != nil {
 				return err
 			}
-			return printLayout(cmd.OutOrStdout(), l, asJSON)
+			if asJSON {
+				return l.WriteJSON(cmd.OutOrStdout())
+			}
+			return l.WriteTable(cmd.OutOrStdout())
 		},
 	}
 	fs := cmd.Flags()
@@ -54,37 +54,4 @@ Ranks are listed in row-major coordinate order.`,
 	fs.StringVar(&ranks, "ranks", "", "ranks in mesh order (default 0..size-1)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-type rankJSON struct {
-	Coord  []int   `json:"coord"`
-	Rank   int     `json:"rank"`
-	Shape  []int64 `json:"shape"`
-	Offset []int64 `json:"offset"`
-}
-
-func printLayout(w io.Writer, l placement.Layout, asJSON bool) error {
-	m := l.Mesh()
-	rows := make([]rankJSON, m.Size())
-	for i := range rows {
-		coord := m.Coord(i, nil)
-		shape, offset := l.LocalShapeOffset(coord)
-		rows[i] = rankJSON{Coord: coord, Rank: m.RankAt(i), Shape: shape, Offset: offset}
-	}
-	if asJSON {
-		return json.NewEncoder(w).Encode(struct {
-			Ranks []rankJSON `json:"ranks"`
-		}{rows})
-	}
-	fmt.Fprintf(w, "%v\n\n", l)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "rank\tcoord\tshape\toffset\tbytes\t")
-	for _, r := range rows {
-		n := l.ElemSize()
-		for _, s := range r.Shape {
-			n *= s
-		}
-		fmt.Fprintf(tw, "%d\t%v\t%s\t%v\t%d\t\n", r.Rank, r.Coord, placement.FormatShape(r.Shape), r.Offset, n)
-	}
-	return tw.Flush()
 }

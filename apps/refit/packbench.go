@@ -28,28 +28,35 @@ no launcher.`,
 			if err != nil || n < 64<<10 {
 				return flagError("bytes", total, fmt.Errorf("want a size of at least 64KiB"))
 			}
-			if err := cuda.Load(); err != nil {
-				return err
-			}
-			dev, err := cuda.GetDevice(0)
-			if err != nil {
-				return err
-			}
-			ctx, err := dev.PrimaryContext()
-			if err != nil {
-				return err
-			}
-			defer ctx.Release()
-			name, _ := dev.Name()
-			res, err := perf.PackUnpack(ctx, perf.PackOptions{TotalBytes: int(n), Iters: iters})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, units.FormatBytes(n), iters, perf.FormatPack(res))
-			return nil
+			return onGPU0(func(ctx *cuda.Context, name string) error {
+				res, err := perf.PackUnpack(ctx, perf.PackOptions{TotalBytes: int(n), Iters: iters})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s, %s per operation, median of %d\n%s", name, units.FormatBytes(n), iters, perf.FormatPack(res))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&total, "bytes", "1GiB", "bytes each operation moves")
 	cmd.Flags().IntVar(&iters, "iters", 20, "timed launches per operation")
 	return cmd
+}
+
+// onGPU0 runs fn on the primary context of GPU 0, with the GPU's name.
+func onGPU0(fn func(ctx *cuda.Context, name string) error) error {
+	if err := cuda.Load(); err != nil {
+		return err
+	}
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		return err
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		return err
+	}
+	defer ctx.Release()
+	name, _ := dev.Name()
+	return fn(ctx, name)
 }

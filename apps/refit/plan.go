@@ -1,10 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/spf13/cobra"
 )
@@ -41,7 +37,7 @@ size; ranks compare it before moving data.`,
 				return usageError{err}
 			}
 			if asJSON {
-				return writePlanJSON(cmd.OutOrStdout(), p)
+				return p.WriteJSON(cmd.OutOrStdout())
 			}
 			return p.WriteTable(cmd.OutOrStdout(), maxRows)
 		},
@@ -51,30 +47,4 @@ size; ranks compare it before moving data.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&maxRows, "max-rows", 64, "transfer rows to print in the table (0 for all)")
 	return cmd
-}
-
-type transferJSON struct {
-	Src    int     `json:"src"`
-	Dst    int     `json:"dst"`
-	Offset []int64 `json:"offset"`
-	Shape  []int64 `json:"shape"`
-	Bytes  int64   `json:"bytes"`
-	SrcAt  string  `json:"src_at"`
-	DstAt  string  `json:"dst_at"`
-}
-
-func writePlanJSON(w io.Writer, p *reshard.Plan) error {
-	out := struct {
-		Fingerprint string         `json:"fingerprint"`
-		World       int            `json:"world"`
-		Bytes       int64          `json:"bytes"`
-		Transfers   []transferJSON `json:"transfers"`
-	}{Fingerprint: fmt.Sprintf("%016x", p.Fingerprint()), World: p.World(), Bytes: p.Bytes(),
-		Transfers: make([]transferJSON, p.Len())}
-	for i := range out.Transfers {
-		t := p.Transfer(i)
-		out.Transfers[i] = transferJSON{Src: t.Src, Dst: t.Dst, Offset: t.Box.Lo, Shape: t.Box.Shape(),
-			Bytes: t.Bytes(), SrcAt: t.SrcAt.String(), DstAt: t.DstAt.String()}
-	}
-	return json.NewEncoder(w).Encode(out)
 }

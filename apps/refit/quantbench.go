@@ -44,26 +44,15 @@ GPU memory and no launcher.`,
 			if err != nil {
 				return flagError("mode", mode, err)
 			}
-			if err := cuda.Load(); err != nil {
-				return err
-			}
-			dev, err := cuda.GetDevice(0)
-			if err != nil {
-				return err
-			}
-			ctx, err := dev.PrimaryContext()
-			if err != nil {
-				return err
-			}
-			defer ctx.Release()
-			name, _ := dev.Name()
-			res, err := perf.Quantize(ctx, perf.QuantOptions{TotalBytes: int(n), Mode: m, Iters: iters})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s, %s of bf16 per operation, %v scaling, median of %d\n%s",
-				name, units.FormatBytes(n), m, iters, perf.FormatQuant(res))
-			return nil
+			return onGPU0(func(ctx *cuda.Context, name string) error {
+				res, err := perf.Quantize(ctx, perf.QuantOptions{TotalBytes: int(n), Mode: m, Iters: iters})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s, %s of bf16 per operation, %v scaling, median of %d\n%s",
+					name, units.FormatBytes(n), m, iters, perf.FormatQuant(res))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&total, "bytes", "1GiB", "bf16 bytes each operation reads")
