@@ -24,6 +24,20 @@ func runRefit(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// wantUsageError runs refit with args and fails unless it returns a usage
+// error of one line containing want.
+func wantUsageError(t *testing.T, want string, args ...string) {
+	t.Helper()
+	_, err := runRefit(t, args...)
+	var ue usageError
+	if !errors.As(err, &ue) {
+		t.Fatalf("got %v, want a usage error", err)
+	}
+	if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %q, want one line containing %q", err, want)
+	}
+}
+
 func TestLayoutJSON(t *testing.T) {
 	out, err := runRefit(t, "layout", "--shape", "13x2", "--mesh", "4x2", "--placements", "S0,S0", "--json")
 	if err != nil {
@@ -131,16 +145,7 @@ func TestBadInput(t *testing.T) {
 		{"missing shape", []string{"plan", "--src-mesh", "4"}, "--shape is required"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := runRefit(t, tc.args...)
-			var ue usageError
-			if !errors.As(err, &ue) {
-				t.Fatalf("got %v, want a usage error", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Errorf("error %q, want one line containing %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantUsageError(t, tc.want, tc.args...) })
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,16 +164,7 @@ func TestLayoutsBadInput(t *testing.T) {
 		{"layers", with("--layers", "95"), `--layers "95": model Qwen3-235B-A22B: layers 95: want between 1 and the model's num_hidden_layers 94`},
 		{"mtp", append(with("--scale", "1"), "--mtp"), "--mtp: model Qwen3-235B-A22B: MTP layers asked for, but the config has no num_nextn_predict_layers"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := runRefit(t, tc.args...)
-			var ue usageError
-			if !errors.As(err, &ue) {
-				t.Fatalf("got %v, want a usage error", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Errorf("error %q, want one line containing %q", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantUsageError(t, tc.want, tc.args...) })
 	}
 }
 

@@ -36,6 +36,17 @@ func (j *job) newPair(s *session.Session, src, dst placement.Layout, seed uint64
 		ExtraBuffers: extra, WorldRank: j.Rank, Faults: inject, Log: j.Log})
 }
 
+// measurePair allocates a layout pair on s (newPair), measures the flags'
+// routes on it (runRoutes, members as there) and frees it.
+func (j *job) measurePair(s *session.Session, src, dst placement.Layout, seed uint64, f *runFlags, members []int) (*perf.RunReport, error) {
+	p, err := j.newPair(s, src, dst, seed)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return j.runRoutes(p, f, members)
+}
+
 // runRoutes prepares and measures every route of the flags on pair p
 // (perf.RunRoutes), with rank 0's progress, the emulation's check and the
 // fault points; members maps the pair's session's ranks to world ranks

@@ -132,12 +132,7 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 		if err != nil {
 			return nil, err
 		}
-		p, err := j.newPair(ss, src, dst, uint64(s))
-		if err != nil {
-			return nil, err
-		}
-		defer p.Close()
-		return j.runRoutes(p, f, l.Members(s))
+		return j.measurePair(ss, src, dst, uint64(s), f, l.Members(s))
 	}, j.NoteFailure)
 	if err != nil {
 		return err

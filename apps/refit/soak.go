@@ -83,14 +83,7 @@ func runSoak(out io.Writer, f *runFlags, count, every int) (err error) {
 		}
 		c := cases[i%len(cases)]
 		f.route = routespec.Names[(i/len(cases))%len(routespec.Names)]
-		rep, err := func() (*perf.RunReport, error) {
-			p, err := j.newPair(j.Session, c.Src, c.Dst, uint64(i))
-			if err != nil {
-				return nil, err
-			}
-			defer p.Close()
-			return j.runRoutes(p, f, nil)
-		}()
+		rep, err := j.measurePair(j.Session, c.Src, c.Dst, uint64(i), f, nil)
 		if err != nil {
 			return err
 		}

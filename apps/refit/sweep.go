@@ -143,12 +143,7 @@ func runSweep(out io.Writer, f *runFlags, sources, tp int, rhoList, domainList s
 			}
 			rr, err := func() (*perf.RunReport, error) {
 				defer s.Close()
-				p, err := j.newPair(s, src, dst, 0)
-				if err != nil {
-					return nil, err
-				}
-				defer p.Close()
-				return j.runRoutes(p, f, nil)
+				return j.measurePair(s, src, dst, 0, f, nil)
 			}()
 			if err != nil {
 				return err
