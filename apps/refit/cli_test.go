@@ -24,6 +24,16 @@ func runRefit(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// wantInOutput fails for each of wants that out lacks.
+func wantInOutput(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
 // wantUsageError runs refit with args and fails unless it returns a usage
 // error of one line containing want.
 func wantUsageError(t *testing.T, want string, args ...string) {
