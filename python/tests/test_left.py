@@ -49,6 +49,16 @@ def peer_step(s, call):
     print("rank %d: the step did not raise LeftError" % rank, flush=True)
 
 
+def first_step():
+    """A session and its call after one step that every rank has finished
+    (see the module docstring) before rank 1 leaves."""
+    s = m2n.Session(comm, timeout=120)
+    call = s.prepare([t])
+    call.run(src=src, dst=dst)
+    comm.Barrier()  # every rank is done with that step
+    return s, call
+
+
 if mode in ("raise", "with"):
     def body(s):
         call = s.prepare([t])
@@ -67,10 +77,7 @@ if mode in ("raise", "with"):
     else:
         body(m2n.Session(comm, timeout=120))
 elif mode == "closed":
-    s = m2n.Session(comm, timeout=120)
-    call = s.prepare([t])
-    call.run(src=src, dst=dst)
-    comm.Barrier()  # every rank is done with that step (see below)
+    s, call = first_step()
     if rank == 1:
         call.close()
         try:
@@ -80,10 +87,7 @@ elif mode == "closed":
     else:
         peer_step(s, call)
 elif mode == "unclosed":
-    s = m2n.Session(comm, timeout=120)
-    call = s.prepare([t])
-    call.run(src=src, dst=dst)
-    comm.Barrier()  # every rank is done with that step (see below)
+    s, call = first_step()
     if rank == 1:
         print("rank 1: ending without closing the session", flush=True)
     else:
