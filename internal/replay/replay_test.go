@@ -76,8 +76,7 @@ func TestSimulatedConformance(t *testing.T) {
 	runs := 0
 	for ci, c := range cases {
 		for vi, v := range variants {
-			n := c.Dst.Mesh().Size()
-			topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + v.domains - 1) / v.domains})
+			topo, err := replaytest.DomainTopology(c, v.domains)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -44,6 +45,14 @@ type Env struct {
 	Runs int
 	// MemcpyMin is replay.Options.MemcpyMin.
 	MemcpyMin int64
+}
+
+// DomainTopology returns the topology of c's world on one host, with c's
+// destination ranks cut into domains domains of equal size (the last one
+// smaller where they do not divide).
+func DomainTopology(c transporttest.Case, domains int) (reshard.Topology, error) {
+	n := c.Dst.Mesh().Size()
+	return hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + domains - 1) / domains})
 }
 
 // RunCase runs case c on route over heap and checks every destination
