@@ -108,15 +108,7 @@ func TestDescribeViewDense(t *testing.T) {
 				off += (idx[d] - local.Lo[d]) * v.Strides[d]
 			}
 			want = append(want, off*elem)
-			d := nd - 1
-			for ; d >= 0; d-- {
-				idx[d]++
-				if idx[d] < sub.Hi[d] {
-					break
-				}
-				idx[d] = sub.Lo[d]
-			}
-			if d < 0 {
+			if !sub.Next(idx) {
 				break
 			}
 		}
