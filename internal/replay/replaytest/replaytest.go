@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"testing"
 
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/replay"
@@ -49,10 +50,15 @@ type Env struct {
 
 // DomainTopology returns the topology of c's world on one host, with c's
 // destination ranks cut into domains domains of equal size (the last one
-// smaller where they do not divide).
-func DomainTopology(c transporttest.Case, domains int) (reshard.Topology, error) {
+// smaller where they do not divide); the test fails if there is none.
+func DomainTopology(t testing.TB, c transporttest.Case, domains int) reshard.Topology {
+	t.Helper()
 	n := c.Dst.Mesh().Size()
-	return hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + domains - 1) / domains})
+	topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + domains - 1) / domains})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
 }
 
 // RunCase runs case c on route over heap and checks every destination
