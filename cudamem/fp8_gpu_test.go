@@ -91,13 +91,10 @@ func TestGPUFP8NonFinite(t *testing.T) {
 				if rank == 1 { // rows [150, 300): global [170, 33] is local [20, 33]
 					binary.LittleEndian.PutUint16(h[2*(20*200+33):], 0x7FC0)
 				}
-				if b.Src, err = mem.Alloc(int64(len(h))); err != nil {
+				if b.Src, err = uploaded(mem, h); err != nil {
 					return err
 				}
 				defer mem.Free(b.Src)
-				if err := mem.Upload(b.Src, h); err != nil {
-					return err
-				}
 			}
 			if c.Dst.Mesh().Contains(rank) {
 				if b.Dst, err = mem.Alloc(c.Dst.LocalBytes(rank)); err != nil {

@@ -103,13 +103,10 @@ func TestGPURefit(t *testing.T) {
 						if err := pattern.Fill(c.Src, rank, 0, h, placement.View{}); err != nil {
 							return err
 						}
-						if bufs.Src, err = mem.Alloc(int64(len(h))); err != nil {
+						if bufs.Src, err = uploaded(mem, h); err != nil {
 							return err
 						}
 						defer mem.Free(bufs.Src)
-						if err := mem.Upload(bufs.Src, h); err != nil {
-							return err
-						}
 					}
 					if c.Dst.Mesh().Contains(rank) {
 						if bufs.Dst, err = mem.Alloc(c.Dst.LocalBytes(rank)); err != nil {
@@ -165,6 +162,19 @@ func newMemory(t *testing.T, ctx *cuda.Context) *cudamem.Memory {
 	}
 	t.Cleanup(func() { mem.Close() })
 	return mem
+}
+
+// uploaded allocates device memory for h and copies h into it.
+func uploaded(mem *cudamem.Memory, h []byte) (transport.Buffer, error) {
+	b, err := mem.Alloc(int64(len(h)))
+	if err != nil {
+		return nil, err
+	}
+	if err := mem.Upload(b, h); err != nil {
+		mem.Free(b)
+		return nil, err
+	}
+	return b, nil
 }
 
 // withMemory runs f on device memory of ctx of its own, closed after.

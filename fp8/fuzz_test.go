@@ -247,22 +247,13 @@ func copyBox(buf []byte, at strided.Desc, src []byte, shape []int64, box placeme
 
 // forEachIndex calls fn with every index of box in row-major order.
 func forEachIndex(box placement.Box, fn func([]int64)) {
-	nd := len(box.Lo)
 	if box.Empty() {
 		return
 	}
 	idx := append([]int64(nil), box.Lo...)
 	for {
 		fn(idx)
-		d := nd - 1
-		for ; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < box.Hi[d] {
-				break
-			}
-			idx[d] = box.Lo[d]
-		}
-		if d < 0 {
+		if !box.Next(idx) {
 			return
 		}
 	}

@@ -730,44 +730,34 @@ func (m *refModel) vllmMoE(rk *refRank, vl vllm, g int, p string, fp8 bool, whol
 // with EP, tp > 1 and dp > 1).
 func parseRefTrainer(s string) megatron {
 	mg := megatron{tp: 1, pp: 1, cp: 1, dp: 1, ep: 1, div: 128}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, _ := strings.Cut(kv, "=")
-		var n int
-		fmt.Sscan(v, &n)
-		switch k {
-		case "tp":
-			mg.tp = n
-		case "pp":
-			mg.pp = n
-		case "cp":
-			mg.cp = n
-		case "dp":
-			mg.dp = n
-		case "ep":
-			mg.ep = n
-		case "etp":
-			mg.etp = n
-		case "vocab-div":
-			mg.div = n
-		case "first":
-			mg.first = n
-		case "last":
-			mg.last = n
+	ints := map[string]*int{"tp": &mg.tp, "pp": &mg.pp, "cp": &mg.cp, "dp": &mg.dp, "ep": &mg.ep,
+		"etp": &mg.etp, "vocab-div": &mg.div, "first": &mg.first, "last": &mg.last}
+	forRefPairs(s, func(k, _ string, n int) {
+		if f, ok := ints[k]; ok {
+			*f = n
 		}
-	}
+	})
 	if mg.etp == 0 {
 		mg.etp = mg.tp
 	}
 	return mg
 }
 
-func parseRefGenerator(s string) vllm {
-	vl := vllm{tp: 1, dp: 1, engines: 1}
-	all2all := "allgather_reducescatter"
+// forRefPairs calls set with every key=value pair of the comma-separated s,
+// and the value read as an integer (0 where it is none).
+func forRefPairs(s string, set func(k, v string, n int)) {
 	for _, kv := range strings.Split(s, ",") {
 		k, v, _ := strings.Cut(kv, "=")
 		var n int
 		fmt.Sscan(v, &n)
+		set(k, v, n)
+	}
+}
+
+func parseRefGenerator(s string) vllm {
+	vl := vllm{tp: 1, dp: 1, engines: 1}
+	all2all := "allgather_reducescatter"
+	forRefPairs(s, func(k, v string, n int) {
 		switch k {
 		case "tp":
 			vl.tp = n
@@ -780,7 +770,7 @@ func parseRefGenerator(s string) vllm {
 		case "all2all":
 			all2all = v
 		}
-	}
+	})
 	sp := map[string]bool{"allgather_reducescatter": true, "deepep_high_throughput": true, "deepep_low_latency": true,
 		"mori_high_throughput": true, "mori_low_latency": true, "nixl_ep": true}
 	vl.sp = sp[all2all] && vl.ep && vl.tp > 1 && vl.dp > 1

@@ -38,16 +38,16 @@ const (
 )
 
 // String returns the MPI name of l, such as "MPI_THREAD_MULTIPLE".
+var threadLevelNames = [...]string{
+	ThreadSingle:     "MPI_THREAD_SINGLE",
+	ThreadFunneled:   "MPI_THREAD_FUNNELED",
+	ThreadSerialized: "MPI_THREAD_SERIALIZED",
+	ThreadMultiple:   "MPI_THREAD_MULTIPLE",
+}
+
 func (l ThreadLevel) String() string {
-	switch l {
-	case ThreadSingle:
-		return "MPI_THREAD_SINGLE"
-	case ThreadFunneled:
-		return "MPI_THREAD_FUNNELED"
-	case ThreadSerialized:
-		return "MPI_THREAD_SERIALIZED"
-	case ThreadMultiple:
-		return "MPI_THREAD_MULTIPLE"
+	if l >= 0 && int(l) < len(threadLevelNames) {
+		return threadLevelNames[l]
 	}
 	return fmt.Sprintf("ThreadLevel(%d)", int(l))
 }

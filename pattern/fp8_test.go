@@ -85,19 +85,10 @@ func TestFloatsAreFinite(t *testing.T) {
 }
 
 func forEach(b placement.Box, fn func([]int64)) {
-	nd := len(b.Lo)
 	idx := append([]int64(nil), b.Lo...)
 	for {
 		fn(idx)
-		d := nd - 1
-		for ; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < b.Hi[d] {
-				break
-			}
-			idx[d] = b.Lo[d]
-		}
-		if d < 0 {
+		if !b.Next(idx) {
 			return
 		}
 	}

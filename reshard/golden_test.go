@@ -3,9 +3,10 @@ package reshard
 import (
 	"bytes"
 	"flag"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/m2n-dev/m2n/internal/testutil/goldentest"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the golden files in testdata/ with the current output")
@@ -46,19 +47,7 @@ func TestGoldenPlans(t *testing.T) {
 			if err := p.WriteTable(&got, 0); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", tc.file)
-			if *rewrite {
-				if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./reshard -run Golden -rewrite to create it)", err)
-			}
-			if !bytes.Equal(got.Bytes(), want) {
-				t.Errorf("plan changed; got:\n%s\nwant:\n%s", got.Bytes(), want)
-			}
+			goldentest.Check(t, filepath.Join("testdata", tc.file), got.Bytes(), *rewrite, "plan", "./reshard")
 		})
 	}
 }

@@ -38,15 +38,7 @@ func forEachIndex(b placement.Box, fn func(i int64, idx []int64)) {
 	idx := append([]int64(nil), b.Lo...)
 	for i := int64(0); ; i++ {
 		fn(i, idx)
-		d := len(idx) - 1
-		for ; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < b.Hi[d] {
-				break
-			}
-			idx[d] = b.Lo[d]
-		}
-		if d < 0 {
+		if !b.Next(idx) {
 			return
 		}
 	}

@@ -21,14 +21,11 @@ const (
 	BufFull
 )
 
+var bufKindNames = [...]string{BufSrc: "src", BufDst: "dst", BufFull: "full"}
+
 func (k BufKind) String() string {
-	switch k {
-	case BufSrc:
-		return "src"
-	case BufDst:
-		return "dst"
-	case BufFull:
-		return "full"
+	if int(k) < len(bufKindNames) {
+		return bufKindNames[k]
 	}
 	return fmt.Sprintf("buf(%d)", uint8(k))
 }
@@ -54,14 +51,11 @@ const (
 	LinkClasses
 )
 
+var linkClassNames = [...]string{LinkNetwork: "network", LinkLocal: "local", LinkSelf: "self"}
+
 func (c LinkClass) String() string {
-	switch c {
-	case LinkNetwork:
-		return "network"
-	case LinkLocal:
-		return "local"
-	case LinkSelf:
-		return "self"
+	if int(c) < len(linkClassNames) {
+		return linkClassNames[c]
 	}
 	return fmt.Sprintf("link(%d)", uint8(c))
 }

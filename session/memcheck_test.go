@@ -26,10 +26,7 @@ import (
 // footprint no host holds fails alike, and the session stays usable.
 func TestPrepareChecksMemory(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
-		s, err := session.Join(c, session.Options{Timeout: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := join(t, c, session.Options{Timeout: 30 * time.Second})
 		defer s.Close()
 		specs := []refit.Spec{{Name: "huge", Src: layout(t, "65536x65536x64", placement.F32, []int{2}, 0, "S0"),
 			Dst: layout(t, "65536x65536x64", placement.F32, []int{2}, 2, "S1")}}
@@ -66,12 +63,9 @@ func TestCheckMemoryGPU(t *testing.T) {
 		t.Skipf("no CUDA driver: %v", err)
 	}
 	mpitest.Run(t, 1, func(t mpitest.T, c *mpi.Comm) {
-		s, err := session.Join(c, session.Options{Device: session.GPU, Timeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := join(t, c, session.Options{Device: session.GPU, Timeout: time.Minute})
 		defer s.Close()
-		err = s.CheckMemory(context.Background(), session.Footprint{Tensor: "t", Buffers: 1 << 44})
+		err := s.CheckMemory(context.Background(), session.Footprint{Tensor: "t", Buffers: 1 << 44})
 		var me *session.MemoryError
 		if !errors.As(err, &me) || me.Memory != "GPU memory" || me.Have <= 0 || me.Have >= 1<<44 || !strings.Contains(me.From, "cuMemGetInfo") {
 			t.Fatalf("a 16 TiB footprint on one GPU: %v", err)

@@ -28,10 +28,7 @@ func TestModelMethods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := session.Join(c, session.Options{Timeout: 30 * time.Second, StagingBytes: 16 << 20, ChunkBytes: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := join(t, c, session.Options{Timeout: 30 * time.Second, StagingBytes: 16 << 20, ChunkBytes: 1 << 20})
 		defer s.Close()
 		fp := s.ModelFootprint(l, false)
 		if src, dst := l.RankBytes(s.Rank()); fp.Buffers != src+dst || fp.Staging == 0 || fp.Plan == 0 {

@@ -53,16 +53,11 @@ const (
 	Side
 )
 
+var streamNames = [...]string{Compute: "compute", Net: "net", Local: "local", Side: "side"}
+
 func (s Stream) String() string {
-	switch s {
-	case Compute:
-		return "compute"
-	case Net:
-		return "net"
-	case Local:
-		return "local"
-	case Side:
-		return "side"
+	if int(s) < len(streamNames) {
+		return streamNames[s]
 	}
 	return fmt.Sprintf("stream(%d)", uint8(s))
 }

@@ -76,11 +76,7 @@ func TestSimulatedConformance(t *testing.T) {
 	runs := 0
 	for ci, c := range cases {
 		for vi, v := range variants {
-			n := c.Dst.Mesh().Size()
-			topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + v.domains - 1) / v.domains})
-			if err != nil {
-				t.Fatal(err)
-			}
+			topo := replaytest.DomainTopology(t, c, v.domains)
 			for seed := range seeds {
 				r := rand.New(rand.NewPCG(uint64(ci), uint64(vi*10+seed)))
 				env := replaytest.Env{Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10},

@@ -2,6 +2,7 @@
 // its programs never import: mpitest runs a test as a real multi-process
 // MPI job, gputest gives a test a GPU or skips it with the reason,
 // layouttest builds layouts from their spellings, nccltest gives a test
-// the GPU with NCCL and a one-rank communicator. The
+// the GPU with NCCL and a one-rank communicator, goldentest compares
+// output with a golden file in testdata/ (-rewrite accepts it). The
 // rest of internal/ is plumbing the library itself runs on.
 package testutil

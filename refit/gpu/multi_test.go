@@ -54,6 +54,21 @@ func multiGPUs(t testing.TB) int {
 	return n
 }
 
+// rankContext retains the primary context of the GPU numbered rank (one GPU
+// a process); the caller releases it.
+func rankContext(t mpitest.T, rank int) *cuda.Context {
+	t.Helper()
+	dev, err := cuda.GetDevice(rank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := dev.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
 // TestGPUTransportMPI runs the transport suites over NCCL between two
 // processes, one GPU each, bootstrapped over MPI: the transport contract
 // with the peers across the network and inside one domain (both of the
@@ -63,14 +78,7 @@ func multiGPUs(t testing.TB) int {
 func TestGPUTransportMPI(t *testing.T) {
 	multiGPUs(t)
 	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
-		dev, err := cuda.GetDevice(c.Rank())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, err := dev.PrimaryContext()
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx := rankContext(t, c.Rank())
 		defer ctx.Release()
 		// non-blocking, so that the transport's handling of in-progress
 		// groups and splits runs too.
@@ -168,14 +176,7 @@ func TestGPUTransportMPI(t *testing.T) {
 func TestGPUReplayStuckPeer(t *testing.T) {
 	multiGPUs(t)
 	mpitest.Run(t, 2, func(t mpitest.T, c *mpi.Comm) {
-		dev, err := cuda.GetDevice(c.Rank())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, err := dev.PrimaryContext()
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx := rankContext(t, c.Rank())
 		defer ctx.Release()
 		comm, err := nccl.Bootstrap(c, &nccl.Config{Context: ctx, InitTimeout: time.Minute})
 		if err != nil {

@@ -128,11 +128,7 @@ func TestReplayOnCPU(t *testing.T) {
 	runs := 0
 	for ci, c := range cases {
 		for vi, v := range variants {
-			n := c.Dst.Mesh().Size()
-			topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + v.domains - 1) / v.domains})
-			if err != nil {
-				t.Fatal(err)
-			}
+			topo := replaytest.DomainTopology(t, c, v.domains)
 			env := replaytest.Env{Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10},
 				Coalesce: v.coalesce, Padded: v.padded}
 			r := rand.New(rand.NewPCG(uint64(ci), uint64(vi)))

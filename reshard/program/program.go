@@ -87,14 +87,11 @@ const (
 	WireStaged
 )
 
+var wireModeNames = [...]string{WireDirect: "direct", WireInPlace: "in-place", WireStaged: "staged"}
+
 func (m WireMode) String() string {
-	switch m {
-	case WireDirect:
-		return "direct"
-	case WireInPlace:
-		return "in-place"
-	case WireStaged:
-		return "staged"
+	if int(m) < len(wireModeNames) {
+		return wireModeNames[m]
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"flag"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/m2n-dev/m2n/internal/testutil/goldentest"
 	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -59,19 +59,7 @@ func TestGoldenPrograms(t *testing.T) {
 			if _, err := prog.WriteTo(&got); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", tc.file)
-			if *rewrite {
-				if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./reshard/program -run Golden -rewrite to create it)", err)
-			}
-			if !bytes.Equal(got.Bytes(), want) {
-				t.Errorf("program changed; got:\n%s\nwant:\n%s", got.Bytes(), want)
-			}
+			goldentest.Check(t, filepath.Join("testdata", tc.file), got.Bytes(), *rewrite, "program", "./reshard/program")
 		})
 	}
 }
@@ -120,15 +108,7 @@ func TestDescribeViewDense(t *testing.T) {
 				off += (idx[d] - local.Lo[d]) * v.Strides[d]
 			}
 			want = append(want, off*elem)
-			d := nd - 1
-			for ; d >= 0; d-- {
-				idx[d]++
-				if idx[d] < sub.Hi[d] {
-					break
-				}
-				idx[d] = sub.Lo[d]
-			}
-			if d < 0 {
+			if !sub.Next(idx) {
 				break
 			}
 		}

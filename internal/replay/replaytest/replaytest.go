@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"testing"
 
+	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -44,6 +46,19 @@ type Env struct {
 	Runs int
 	// MemcpyMin is replay.Options.MemcpyMin.
 	MemcpyMin int64
+}
+
+// DomainTopology returns the topology of c's world on one host, with c's
+// destination ranks cut into domains domains of equal size (the last one
+// smaller where they do not divide); the test fails if there is none.
+func DomainTopology(t testing.TB, c transporttest.Case, domains int) reshard.Topology {
+	t.Helper()
+	n := c.Dst.Mesh().Size()
+	topo, err := hier.Domains(make([]int, c.World()), c.Src, c.Dst, hier.DomainSizes{Dst: (n + domains - 1) / domains})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
 }
 
 // RunCase runs case c on route over heap and checks every destination
