@@ -3,9 +3,10 @@
 // tensor list), a Megatron-style trainer ("tp=2,pp=4,dp=4,ep=16") and a
 // vLLM-style generator ("tp=8,dp=8"), cut and scaled to fit (scale,
 // layers, MTP), with the generator's weights in FP8 or not. refit's
-// commands (layouts, sync, sim) and the C ABI's m2n_model_prepare build
-// models through it alone, and every error names the part of the spec
-// to blame, so that a program can name its own flag or argument.
+// commands (layouts, sync, sim) build models through it alone (the C
+// ABI's m2n_model_prepare still reads its load string and calls package
+// model itself), and every error names the part of the spec to blame, so
+// that a program can name its own flag or argument.
 //
 //	l, err := modelspec.Spec{Model: "deepseek-v3", Train: "tp=1,pp=4,ep=16,dp=32", Gen: "tp=8,dp=16"}.Layouts()
 //	var e *modelspec.Error
@@ -45,9 +46,8 @@ type Spec struct {
 
 // Error is a part of a Spec that cannot be used. Field is the part to
 // blame: "model", "train", "gen", "scale", "layers", "mtp", "fp8" (the
-// scaling the model's tensors cannot take), "dtype" (tensors that cannot
-// convert to FP8) or (for ParseOptions) "options"; Value is its text (""
-// for mtp and dtype).
+// scaling the model's tensors cannot take) or "dtype" (tensors that
+// cannot convert to FP8); Value is its text ("" for mtp and dtype).
 type Error struct {
 	Field, Value string
 	Err          error
@@ -133,41 +133,4 @@ func (s Spec) Layouts() (*model.Layouts, error) {
 		return nil, &Error{Field: "train", Value: s.Train, Err: err}
 	}
 	return l, nil
-}
-
-// ParseOptions reads the shaping options of a spec written as one string,
-// "scale=N,layers=L,mtp=1,fp8=block" (every key optional), as the C ABI
-// takes them, into a Spec (Model, Train and Gen left empty). Errors are
-// an *Error of field "options" naming the key=value.
-func ParseOptions(s string) (Spec, error) {
-	var out Spec
-	for _, kv := range strings.Split(s, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(kv, "=")
-		var err error
-		if k == "fp8" {
-			out.FP8, err = fp8.ParseMode(v)
-		} else {
-			var n int64
-			if n, err = strconv.ParseInt(v, 10, 64); err == nil && n < 0 {
-				err = errors.New("negative")
-			}
-			switch k {
-			case "scale":
-				out.Scale = n
-			case "layers":
-				out.Layers = int(n)
-			case "mtp":
-				out.MTP = n != 0
-			default:
-				err = errors.New("unknown key (want scale, layers, mtp or fp8)")
-			}
-		}
-		if err != nil {
-			return out, &Error{Field: "options", Value: kv, Err: err}
-		}
-	}
-	return out, nil
 }

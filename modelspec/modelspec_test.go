@@ -62,19 +62,6 @@ func TestBlame(t *testing.T) {
 	}
 }
 
-func TestParseOptions(t *testing.T) {
-	s, err := ParseOptions("scale=16, layers=4,mtp=1,fp8=row")
-	if err != nil || s.Scale != 16 || s.Layers != 4 || !s.MTP || s.FP8 != fp8.Row {
-		t.Errorf("%+v, %v", s, err)
-	}
-	for _, bad := range []string{"scale=x", "layers=-1", "fp8=column", "color=red"} {
-		var e *Error
-		if _, err := ParseOptions(bad); !errors.As(err, &e) || e.Field != "options" || e.Value != bad {
-			t.Errorf("ParseOptions(%q): %v", bad, err)
-		}
-	}
-}
-
 // TestHugeLayerCount: a config of 2^53 layers loads cut to two at once, as
 // refit layouts takes it (issue 23.4); whole, it is refused by size.
 func TestHugeLayerCount(t *testing.T) {
