@@ -45,11 +45,7 @@ func (l Layout) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rank\tcoord\tshape\toffset\tbytes\t")
 	for _, r := range l.rankParts() {
-		n := l.ElemSize()
-		for _, s := range r.Shape {
-			n *= s
-		}
-		fmt.Fprintf(tw, "%d\t%v\t%s\t%v\t%d\t\n", r.Rank, r.Coord, FormatShape(r.Shape), r.Offset, n)
+		fmt.Fprintf(tw, "%d\t%v\t%s\t%v\t%d\t\n", r.Rank, r.Coord, FormatShape(r.Shape), r.Offset, l.LocalBytes(r.Rank))
 	}
 	return tw.Flush()
 }
