@@ -93,10 +93,6 @@ func stageProblem(st Stage, chunk float64) bounds.Problem {
 	return bounds.ProblemOf(st.Plans, st.Topo, chunk)
 }
 
-// concurrentProblem combines the problems of stages that run at once on
-// disjoint sources and shared destinations (bounds.Combine).
-func concurrentProblem(ps []bounds.Problem) bounds.Problem { return bounds.Combine(ps...) }
-
 // Bounds returns every route's bound for the stages: of their combined
 // problem when they run concurrently, the sum of each stage's when they
 // run one after another.
@@ -108,7 +104,7 @@ func Bounds(stages []Stage, s Setup) []bounds.Bound {
 		probs = append(probs, stageProblem(st, chunk))
 	}
 	if !s.Sequential || len(probs) == 1 {
-		return bounds.Of(concurrentProblem(probs), f)
+		return bounds.Of(bounds.Combine(probs...), f)
 	}
 	var sum []bounds.Bound
 	for i, p := range probs {
@@ -237,7 +233,7 @@ func hierProblemForAuto(stages []Stage, s Setup) bounds.Problem {
 	for _, st := range stages {
 		probs = append(probs, stageProblem(st, float64(s.Schedule.ChunkBytes)))
 	}
-	return concurrentProblem(probs)
+	return bounds.Combine(probs...)
 }
 
 // Ratio returns simulated over bound seconds (NaN without a bound).
