@@ -164,7 +164,7 @@ func SuggestChunk(plan *Plan, chunk, routeMsgs int64) (int64, int64, bool) {
 	}
 	ratio := float64(routeMsgs) / float64(base)
 	c := int64(1)
-	for c <= chunk {
+	for c <= chunk && c <= 1<<40 { // bounded: a chunk near MaxInt64 would overflow c
 		c *= 2
 	}
 	for ; c > 0 && c <= 1<<40; c *= 2 {

@@ -179,8 +179,10 @@ func TestTinyChunks(t *testing.T) {
 	if c, n, ok := SuggestChunk(p, 1, 16777216); !ok || c != 16 || n != 4194304 {
 		t.Errorf("SuggestChunk = %d, %d, %v; want 16, 4194304, true", c, n, ok)
 	}
-	if _, _, ok := SuggestChunk(p, 1<<40, 16777216); ok {
-		t.Error("SuggestChunk found a chunk past 1 TiB")
+	for _, chunk := range []int64{1 << 40, math.MaxInt64} {
+		if _, _, ok := SuggestChunk(p, chunk, 16777216); ok {
+			t.Errorf("SuggestChunk from %d found a chunk past 1 TiB", chunk)
+		}
 	}
 }
 
