@@ -296,8 +296,10 @@ int m2n_session_close(m2n_session s);
  * M2N_ERR_LEFT naming this rank and why (a NUL-terminated reason; NULL:
  * "its program failed"), instead of waiting out the timeout. Not
  * collective; it waits for another thread's call on the session to end
- * first. The Python package calls it for every open session on an uncaught
- * exception and at exit. */
+ * first. The job is then failed (m2n_job_failed returns 1), as after an
+ * abort: end it with m2n_abort_job rather than waiting in MPI_Finalize for
+ * peers that abort. The Python package calls it for every open session on
+ * an uncaught exception and at exit. */
 int m2n_session_leave(m2n_session s, const char *why);
 /* Takes part in m2n_session_join of the other ranks of the communicator
  * (Fortran handle comm) for a rank that cannot join, for a reason only it

@@ -460,12 +460,22 @@ func (s *Session) Close() error { return s.Leave(nil) }
 // took part in (the last step, the closing barrier) is not disturbed. So
 // a program needs only `defer s.Close()` (or Leave(err) on its error path)
 // for an error on one rank to reach the others at their next collective.
+// Leave with a cause also marks MPI as failed, as an abort does, so that
+// mpi.Finalize ends the job (MPI_Abort) alongside the peers whose
+// sessions abort, instead of waiting for them.
 func (s *Session) Leave(cause error) error {
 	if s == nil || s.closed {
 		return nil
 	}
 	if s.ctl != nil && !s.closed {
 		s.ctl.sayLeaving(cause)
+	}
+	if cause != nil {
+		// the peers' sessions abort on the notice and their processes
+		// end the job with MPI_Abort: this one must not wait for them in
+		// an MPI_Finalize of its own (OpenMPI 4.1's mpirun can then hang
+		// until killed), so it ends the job too (see mpi.MarkFailed).
+		mpi.MarkFailed(fmt.Errorf("rank %d left its session: %w", s.Rank(), cause))
 	}
 	s.closed = true
 	if s.rt != nil {

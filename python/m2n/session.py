@@ -221,9 +221,11 @@ class Session:
         (why: what failed), closing it: every peer waiting in, or later
         entering, a collective this rank never joined raises LeftError at
         once, naming this rank and why, instead of waiting out the timeout.
-        Not collective. The package calls it itself on an uncaught
-        exception (then ends the job) and at exit; `with` calls it when
-        its block raises."""
+        Not collective. The job is then failed, as after an abort: at exit
+        the package ends it (MPI_Abort) rather than letting MPI_Finalize
+        wait for peers that abort. The package calls it itself on an
+        uncaught exception (then ends the job) and at exit; `with` calls it
+        when its block raises."""
         if self._h:
             h, self._h = self._h, 0
             _forget(self)
