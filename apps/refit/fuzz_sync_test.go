@@ -22,16 +22,7 @@ import (
 // a rank stopped. Each job must end within its bound with a passed check,
 // or with exactly one message that names a flag, a variable or a rank,
 // and no trace. The seeds run in `make test`; `make fuzz` explores.
-func FuzzSyncConfig(f *testing.F) {
-	for _, seed := range syncFuzzSeeds {
-		f.Add(seedBytes(seed))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c := decodeSyncConfig(data)
-		t.Logf("configuration: %s", c)
-		c.judge(t, launch(t, c.bound(), c.env, c.apps()...))
-	})
-}
+func FuzzSyncConfig(f *testing.F) { fuzzJobs(f, syncFuzzSeeds, decodeSyncConfig) }
 
 // syncFuzzSeeds are the seeds of the sync configurations `go test` runs
 // (TestSyncFuzzSeedsList lists them): valid jobs of each model family on

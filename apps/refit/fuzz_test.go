@@ -27,15 +27,18 @@ import (
 // ranks is a failure. The seeds run in `make test` (a few seconds); `make
 // fuzz` explores, and what it finds lands in testdata/fuzz/FuzzRunConfig,
 // which `go test` replays from then on.
-func FuzzRunConfig(f *testing.F) {
-	for _, seed := range fuzzSeeds {
+func FuzzRunConfig(f *testing.F) { fuzzJobs(f, fuzzSeeds, decodeConfig) }
+
+// fuzzJobs seeds f with seeds' bytes and launches, for every input, the job
+// decode makes of it, then judges its output.
+func fuzzJobs(f *testing.F, seeds []uint64, decode func([]byte) runConfig) {
+	for _, seed := range seeds {
 		f.Add(seedBytes(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := decodeConfig(data)
+		c := decode(data)
 		t.Logf("configuration: %s", c)
-		o := launch(t, c.bound(), c.env, c.apps()...)
-		c.judge(t, o)
+		c.judge(t, launch(t, c.bound(), c.env, c.apps()...))
 	})
 }
 
