@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/placement"
@@ -32,6 +33,9 @@ type ReplayOptions struct {
 	Scale           int64
 	Layers          int
 	NoExpert, Check bool
+	// FP8 also times each model into vLLM's FP8 generator, quantized in
+	// flight with these scales (0: bf16 only).
+	FP8 fp8.Mode
 }
 
 // NewReplay sets a replay up on s, a one-rank session: on the GPU every
@@ -90,11 +94,17 @@ func (b *replay) Run() ([]replayRow, error) {
 		}
 	}
 	for _, m := range b.opt.Models {
-		r, err := b.model(m)
-		if err != nil {
-			return nil, err
+		modes := []fp8.Mode{0}
+		if b.opt.FP8 != 0 {
+			modes = append(modes, b.opt.FP8)
 		}
-		rows = append(rows, r...)
+		for _, mode := range modes {
+			r, err := b.model(m, mode)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
 	}
 	return rows, nil
 }
@@ -216,6 +226,9 @@ func (b *replay) timeDriver(c *benchCase, d refit.DriverKind) ([]replayRow, erro
 		row := replayRow{Case: c.name, Driver: string(d), Tensors: len(c.specs), Bytes: c.bytes, Sec: times.Median(),
 			Bound: c.bound, BoundSec: c.boundAt}
 		row.Goal, row.Met = c.goal(d, row.Sec)
+		if got := call.Driver().Name(); got != string(d) {
+			row.Note = fmt.Sprintf("ran on the %s driver: the runtime drives a call that converts to FP8 from the host", got)
+		}
 		if err := c.poison(); err != nil {
 			return nil, err
 		}

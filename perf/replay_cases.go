@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
@@ -260,104 +259,4 @@ func (b *replay) checkBig(l placement.Layout, buf transport.Buffer, v placement.
 		}
 	}
 	return nil
-}
-
-// model times every tensor of a scaled model, both sides on this rank:
-// the trainer's (Megatron, TP 1) and the generator's (vLLM, TP 1) layouts
-// and fused buffers, the generator's moved onto rank 0.
-func (b *replay) model(name string) ([]replayRow, error) {
-	m, err := model.Load(name, model.LoadOptions{Scale: b.opt.Scale, Layers: b.opt.Layers})
-	if err != nil {
-		return nil, fmt.Errorf("model %q: %w", name, err)
-	}
-	ls, err := model.New(m, model.Trainer{TP: 1}, model.Generator{TP: 1})
-	if err != nil {
-		return nil, err
-	}
-	st := ls.Stages[0]
-	bufs := [2]map[string]transport.Buffer{{}, {}}
-	hosts := [2]map[string][]byte{{}, {}}
-	defer func() {
-		for _, side := range bufs {
-			for _, x := range side {
-				b.mem.Free(x)
-			}
-		}
-	}()
-	for side, rank := range []int{0, 1} {
-		for _, mb := range st.Buffers(model.Side(side), rank) {
-			x, err := b.buf(mb.Bytes())
-			if err != nil {
-				return nil, err
-			}
-			bufs[side][mb.Name] = x
-			hosts[side][mb.Name] = make([]byte, mb.Bytes())
-		}
-	}
-	c := &benchCase{name: fmt.Sprintf("model %s", m.Name), iters: b.opt.BigIters}
-	type part struct {
-		t   *model.TensorLayout
-		dst placement.Layout
-		src model.Part
-		d   model.Part
-	}
-	var parts []part
-	for _, t := range st.Tensors {
-		dst, err := placement.NewLayout(t.Dst.Shape(), t.Dst.DType(), b.rank0, t.Dst.Placements())
-		if err != nil {
-			return nil, err
-		}
-		sp, _ := t.Part(model.Src, 0)
-		dp, _ := t.Part(model.Dst, 1)
-		parts = append(parts, part{t, dst, sp, dp})
-		c.specs = append(c.specs, refit.Spec{Name: t.Name, Src: t.Src, Dst: dst, Views: program.TensorViews{Src: sp.View, Dst: dp.View}})
-		c.bufs = append(c.bufs, refit.TensorBuffers{Src: bufs[0][sp.Buffer], Dst: bufs[1][dp.Buffer]})
-		c.bytes += t.Src.Bytes()
-	}
-	// tensors that share a fused buffer fill and check disjoint bytes of
-	// it, so they run concurrently.
-	if err := parallel(len(parts), func(i int) error {
-		p := parts[i]
-		return pattern.Fill(p.t.Src, 0, uint64(i), hosts[0][p.src.Buffer], p.src.View)
-	}); err != nil {
-		return nil, err
-	}
-	for name, h := range hosts[0] {
-		if err := b.mem.Upload(bufs[0][name], h); err != nil {
-			return nil, err
-		}
-	}
-	c.poison = func() error {
-		for name, h := range hosts[1] {
-			for i := range h {
-				h[i] = pattern.Poison
-			}
-			if err := b.mem.Upload(bufs[1][name], h); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	c.check = func() error {
-		for name, h := range hosts[1] {
-			if err := b.mem.Download(h, bufs[1][name]); err != nil {
-				return err
-			}
-		}
-		return parallel(len(parts), func(i int) error {
-			p := parts[i]
-			if err := pattern.Check(p.dst, 0, uint64(i), hosts[1][p.d.Buffer], p.d.View); err != nil {
-				return fmt.Errorf("tensor %s: %w", p.t.Name, err)
-			}
-			return nil
-		})
-	}
-	c.boundAt = float64(c.bytes) / b.copyBW
-	c.bound = fmt.Sprintf("bytes at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
-	c.goal = func(refit.DriverKind, float64) (string, string) { return "", "" }
-	rows, err := b.timeCalls(c)
-	for i := range rows {
-		rows[i].Case = fmt.Sprintf("%s (%d tensors, %s)", c.name, len(c.specs), "scale 1/"+fmt.Sprint(b.opt.Scale))
-	}
-	return rows, err
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/perf"
@@ -15,7 +16,8 @@ import (
 // TestReplayOnCPU runs the replay benchmark's cases in host memory on the
 // host driver (on the GPU every driver; refit/gpu's tests and
 // scripts/gpu-check.sh time those): the small cases and a scaled model
-// move and pass their checks, and every row has a time and a bound.
+// move and pass their checks, the model again into an FP8 generator (row
+// scales, checked bit for bit), and every row has a time and a bound.
 func TestReplayOnCPU(t *testing.T) {
 	mpitest.Run(t, 1, func(t mpitest.T, c *mpi.Comm) {
 		s, err := session.Join(c, session.Options{Timeout: time.Minute})
@@ -24,7 +26,7 @@ func TestReplayOnCPU(t *testing.T) {
 		}
 		defer s.Close()
 		b, err := perf.NewReplay(s, perf.ReplayOptions{Iters: 20, BigIters: 2, Drivers: []refit.DriverKind{refit.DriverReplay},
-			Models: []string{"llama-3.1-70b"}, Scale: 32, Layers: 1, NoExpert: true})
+			Models: []string{"llama-3.1-70b"}, Scale: 32, Layers: 1, NoExpert: true, FP8: fp8.Row})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +37,7 @@ func TestReplayOnCPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != 3 {
+		if len(rows) != 4 || !strings.Contains(rows[3].Case, "fp8 row") {
 			t.Fatalf("%d rows: %+v", len(rows), rows)
 		}
 		for _, r := range rows {

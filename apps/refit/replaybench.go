@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/perf"
@@ -27,6 +28,7 @@ type replayBenchFlags struct {
 	check    bool
 	timeout  time.Duration
 	device   string
+	fp8      string
 }
 
 func newReplayBenchCmd() *cobra.Command {
@@ -63,6 +65,11 @@ Cases, each against its bound measured in the same run:
                         (fused weights through their views), colocated: the
                         model's bytes over the step's time against the copy
                         bandwidth of the expert's memcpy
+  model ... fp8 MODE    with --fp8, each model again into vLLM's FP8
+                        generator (model.NewQuantized): the weights vLLM
+                        quantizes arrive in float8_e4m3fn with their scales,
+                        quantized in flight, checked bit for bit; beside the
+                        bf16 row of the same model
 
 Times are host wall clock per call (median of --iters, or --big-iters for
 the expert and models, after a warm-up), each call's Run returning once
@@ -87,6 +94,7 @@ for the expert and twice the scaled model's bytes.`,
 	fs.BoolVar(&f.noExpert, "no-expert", false, "skip the 7 GiB expert tensor")
 	fs.BoolVar(&f.check, "check", false, "check every element of the expert tensor too (slow: it reads 7 GiB back)")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "bound on every wait")
+	fs.StringVar(&f.fp8, "fp8", "", "also time each model into an FP8 generator with these scales: block, row or tensor (default: bf16 only)")
 	fs.StringVar(&f.device, "device", "cuda", "cuda, or cpu to try the benchmark's set-up and checks on host memory (host driver only)")
 	_ = fs.MarkHidden("device")
 	return cmd
@@ -116,6 +124,11 @@ func runReplayBench(out io.Writer, f *replayBenchFlags) (err error) {
 				return flagError("models", f.models, err)
 			}
 			opt.Models = append(opt.Models, m)
+		}
+	}
+	if f.fp8 != "" {
+		if opt.FP8, err = fp8.ParseMode(f.fp8); err != nil {
+			return flagError("fp8", f.fp8, err)
 		}
 	}
 	dev, err := session.ParseDevice(f.device)
