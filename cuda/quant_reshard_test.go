@@ -81,8 +81,16 @@ func (m *emuMemory) run(p quantPlan) error {
 	return emulate(p, 5, used)
 }
 
-// QuantAmax is cudamem.Memory.QuantAmax with the emulated kernel.
-func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) error {
+// QuantAmaxes is cudamem.Memory.QuantAmaxes with the emulated kernel, one
+// region at a time.
+func (m *emuMemory) QuantAmaxes(jobs []transport.AmaxJob) error {
+	for k := range jobs {
+		jobs[k].Err = m.quantAmax(jobs[k].Grid, jobs[k].Window, jobs[k].Region)
+	}
+	return nil
+}
+
+func (m *emuMemory) quantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion) error {
 	blocks, err := g.Blocks(r.Box)
 	if err != nil || blocks.Elems() == 0 {
 		return err
@@ -111,17 +119,29 @@ func (m *emuMemory) QuantAmax(g fp8.Grid, w fp8.Window, r transport.QuantRegion)
 	return w.MaxWith(part)
 }
 
-// LoadScales is cudamem.Memory.LoadScales into C memory.
-func (m *emuMemory) LoadScales(w fp8.Window) (transport.Scales, error) {
-	b, _ := m.Alloc(int64(4 * len(w.Values)))
-	h := b.(transport.HostBuffer)
-	for i, v := range w.Values {
-		binary.LittleEndian.PutUint32(h[4*i:], math.Float32bits(v))
+// LoadScales is cudamem.Memory.LoadScales into C memory, a buffer per
+// window.
+func (m *emuMemory) LoadScales(ws []fp8.Window) ([]transport.Scales, func(), error) {
+	out := make([]transport.Scales, len(ws))
+	for k, w := range ws {
+		b, _ := m.Alloc(int64(4 * len(w.Values)))
+		h := b.(transport.HostBuffer)
+		for i, v := range w.Values {
+			binary.LittleEndian.PutUint32(h[4*i:], math.Float32bits(v))
+		}
+		out[k] = transport.Scales{Window: w, Dev: b}
 	}
-	return transport.Scales{Window: w, Dev: b}, nil
+	return out, func() {
+		for _, s := range out {
+			m.Free(s.Dev)
+		}
+	}, nil
 }
 
-func (m *emuMemory) FreeScales(s transport.Scales) { m.Free(s.Dev) }
+// WriteScales copies the scale tensors into their buffers.
+func (m *emuMemory) WriteScales(dst []transport.Buffer, src [][]byte) error {
+	return transport.HostMemory{}.WriteScales(dst, src)
+}
 
 // QuantPack is cudamem.Memory.QuantPack with the emulated kernel.
 func (m *emuMemory) QuantPack(g fp8.Grid, dst transport.Buffer, off int64, r transport.QuantRegion, s transport.Scales) error {

@@ -357,19 +357,15 @@ func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
 // converting tensor, the scales it packs with (loaded into the memory) and
 // the bytes of its destination scale tensor.
 type stepScales struct {
-	exec  []TensorQuant
-	bytes [][]byte // little-endian float32s over quantTensor.dstBlocks
-	mem   transport.QuantMemory
+	exec    []TensorQuant
+	bytes   [][]byte // little-endian float32s over quantTensor.dstBlocks
+	release func()   // frees the scales LoadScales loaded (nil: none)
 }
 
 func (s *stepScales) free() {
-	if s == nil {
-		return
-	}
-	for i := range s.exec {
-		if s.exec[i].Grid.NDim() != 0 {
-			s.mem.FreeScales(s.exec[i].Scales)
-		}
+	if s != nil && s.release != nil {
+		s.release()
+		s.release = nil
 	}
 }
 
@@ -391,22 +387,38 @@ func (s *stepScales) free() {
 func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Collective, bufs []TensorBuffers) (*stepScales, error) {
 	qm := mem.(transport.QuantMemory) // checked with the buffers
 	var blob []byte
+	var jobs []transport.AmaxJob
+	var jobTensor []int
 	for i, q := range c.quant {
 		if q == nil || !q.speaks {
 			continue
 		}
 		w, err := q.grid.NewWindow(q.speakBlocks)
-		if err == nil {
-			err = qm.QuantAmax(q.grid, w, transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.speakAt, Box: q.speakBox})
+		if err != nil {
+			blob = appendFailureRecord(blob, i, fmt.Sprintf("rank %d, tensor %q: partial amaxes: %v", c.rank, c.specs[i].Name, err))
+			continue
 		}
+		jobs = append(jobs, transport.AmaxJob{Grid: q.grid, Window: w,
+			Region: transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.speakAt, Box: q.speakBox}})
+		jobTensor = append(jobTensor, i)
+	}
+	if len(jobs) > 0 {
+		if err := qm.QuantAmaxes(jobs); err != nil {
+			for k := range jobs {
+				jobs[k].Err = err
+			}
+		}
+	}
+	for k, j := range jobs {
+		i := jobTensor[k]
 		var nf *fp8.NonFiniteError
 		switch {
-		case errors.As(err, &nf):
+		case errors.As(j.Err, &nf):
 			blob = appendNonFiniteRecord(blob, i, nf.Flat, nf.Value)
-		case err != nil:
-			blob = appendFailureRecord(blob, i, fmt.Sprintf("rank %d, tensor %q: partial amaxes: %v", c.rank, c.specs[i].Name, err))
+		case j.Err != nil:
+			blob = appendFailureRecord(blob, i, fmt.Sprintf("rank %d, tensor %q: partial amaxes: %v", c.rank, c.specs[i].Name, j.Err))
 		default:
-			blob = appendWindowRecord(blob, i, w)
+			blob = appendWindowRecord(blob, i, j.Window)
 		}
 	}
 	blobs, err := Exchange(WithPhase(ctx, "FP8 amax exchange"), coll, blob)
@@ -448,7 +460,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 			return nil, &ValidationError{Rank: nonFinite.rank, Msg: e.Error(), Err: e}
 		}
 	}
-	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant)), mem: qm}
+	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}
 	combine := func(i int, blocks placement.Box) (fp8.Window, error) {
 		q := c.quant[i]
 		w, err := q.grid.NewWindow(blocks)
@@ -465,6 +477,8 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 		}
 		return w, nil
 	}
+	var srcWindows []fp8.Window
+	var srcTensor []int
 	for i, q := range c.quant {
 		if q == nil {
 			continue
@@ -472,20 +486,14 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 		if q.src {
 			w, err := combine(i, q.srcBlocks)
 			if err != nil {
-				out.free()
 				return nil, err
 			}
-			sc, err := qm.LoadScales(w)
-			if err != nil {
-				out.free()
-				return nil, fmt.Errorf("refit: rank %d, tensor %q: loading scales: %w", c.rank, c.specs[i].Name, err)
-			}
-			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: sc}
+			srcWindows = append(srcWindows, w)
+			srcTensor = append(srcTensor, i)
 		}
 		if q.dst {
 			w, err := combine(i, q.dstBlocks)
 			if err != nil {
-				out.free()
 				return nil, err
 			}
 			b := make([]byte, 4*len(w.Values))
@@ -493,6 +501,17 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 				binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(v))
 			}
 			out.bytes[i] = b
+		}
+	}
+	if len(srcWindows) > 0 {
+		sc, release, err := qm.LoadScales(srcWindows)
+		if err != nil {
+			return nil, fmt.Errorf("refit: rank %d: loading the scales of %d tensors: %w", c.rank, len(srcWindows), err)
+		}
+		out.release = release
+		for k, i := range srcTensor {
+			q := c.quant[i]
+			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: sc[k]}
 		}
 	}
 	return out, nil
@@ -513,14 +532,19 @@ func unravel(shape []int64, flat int64) []int64 {
 // deliverScales writes this step's scale tensors into the destinations'
 // Scale buffers.
 func (c *Call) deliverScales(mem transport.Memory, bufs []TensorBuffers, sc *stepScales) error {
-	io, _ := mem.(transport.HostIO) // checked with the buffers
+	qm := mem.(transport.QuantMemory) // checked with the buffers
+	var dst []transport.Buffer
+	var src [][]byte
 	for i, b := range sc.bytes {
-		if len(b) == 0 {
-			continue
+		if len(b) > 0 {
+			dst, src = append(dst, bufs[i].Scale), append(src, b)
 		}
-		if err := io.Upload(bufs[i].Scale, b); err != nil {
-			return fmt.Errorf("refit: rank %d, tensor %q: writing the scales: %w", c.rank, c.specs[i].Name, err)
-		}
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := qm.WriteScales(dst, src); err != nil {
+		return fmt.Errorf("refit: rank %d: writing the scales of %d tensors: %w", c.rank, len(dst), err)
 	}
 	return nil
 }
