@@ -300,17 +300,25 @@ func (w Window) Index(coord []int64) (int, bool) {
 // (max is associative and commutative), so every rank ends with the global
 // amax.
 func (w Window) MaxWith(o Window) error {
-	return w.combine(o, func(dst *float32, v float32) { *dst = max(*dst, v) })
+	return w.combine(o, func(dst, src []float32) {
+		for j, v := range src {
+			dst[j] = max(dst[j], v)
+		}
+	})
 }
 
 // CopyFrom sets the value of every block of w that o holds to o's value:
 // how a destination rank fills its local scale tensor from scales it
 // received, or from the whole tensor's.
 func (w Window) CopyFrom(o Window) error {
-	return w.combine(o, func(dst *float32, v float32) { *dst = v })
+	return w.combine(o, func(dst, src []float32) { copy(dst, src) })
 }
 
-func (w Window) combine(o Window, fn func(*float32, float32)) error {
+// combine calls fn on the runs of values of the blocks w and o share, w's
+// run first: the trailing dims that both windows and the shared box span
+// in full merge into one run, so that windows of one block per row (row
+// scales) or of the same blocks combine in long runs.
+func (w Window) combine(o Window, fn func(dst, src []float32)) error {
 	if err := w.check(); err != nil {
 		return err
 	}
@@ -332,17 +340,26 @@ func (w Window) combine(o Window, fn func(*float32, float32)) error {
 			return nil
 		}
 	}
-	// Walk the common blocks row by row (the last dim contiguous in both).
+	// k is the outermost dim of the run: the dims after it are spanned in
+	// full by both windows and the shared box, so the run is contiguous in
+	// both.
+	k := nd - 1
+	for k > 0 && lo[k] == w.Blocks.Lo[k] && lo[k] == o.Blocks.Lo[k] &&
+		hi[k] == w.Blocks.Hi[k] && hi[k] == o.Blocks.Hi[k] {
+		k--
+	}
+	n := int64(1)
+	for d := k; d < nd; d++ {
+		n *= hi[d] - lo[d]
+	}
+	// Walk the shared blocks run by run (an odometer over the dims before k).
 	var c [placement.MaxTensorDims]int64
 	copy(c[:nd], lo[:nd])
-	n := hi[nd-1] - lo[nd-1]
 	for {
 		wi, _ := w.Index(c[:nd])
 		oi, _ := o.Index(c[:nd])
-		for j := range n {
-			fn(&w.Values[int64(wi)+j], o.Values[int64(oi)+j])
-		}
-		if !nextRow(c[:nd], lo[:nd], hi[:nd]) {
+		fn(w.Values[wi:int64(wi)+n], o.Values[oi:int64(oi)+n])
+		if !nextRow(c[:k+1], lo[:k+1], hi[:k+1]) {
 			return nil
 		}
 	}

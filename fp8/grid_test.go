@@ -1,6 +1,7 @@
 package fp8
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -217,5 +218,59 @@ func TestZeroGrid(t *testing.T) {
 	}
 	if err := g.Pack(make([]byte, 1), Dense(placement.BF16, make([]byte, 2), b), w); err == nil {
 		t.Error("zero Grid: Pack accepted a region")
+	}
+}
+
+// TestCombineMatchesElementwise: MaxWith and CopyFrom of windows of 1 to 4
+// dims that overlap in every way (apart, corners, nested, equal, full
+// trailing dims in one and not the other) give, block by block, what the
+// element-wise rule gives.
+func TestCombineMatchesElementwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	box := func(nd int) placement.Box {
+		b := placement.Box{Lo: make([]int64, nd), Hi: make([]int64, nd)}
+		for d := range nd {
+			b.Lo[d] = rng.Int64N(3)
+			b.Hi[d] = b.Lo[d] + 1 + rng.Int64N(3)
+			if rng.IntN(3) == 0 { // often the same span in every window
+				b.Lo[d], b.Hi[d] = 0, 4
+			}
+		}
+		return b
+	}
+	fill := func(b placement.Box) Window {
+		w := Window{Blocks: b, Values: make([]float32, b.Elems())}
+		for i := range w.Values {
+			w.Values[i] = float32(rng.IntN(100))
+		}
+		return w
+	}
+	for it := 0; it < 2000; it++ {
+		nd := 1 + rng.IntN(4)
+		w, o := fill(box(nd)), fill(box(nd))
+		for _, copyFrom := range []bool{false, true} {
+			got := Window{Blocks: w.Blocks, Values: slices.Clone(w.Values)}
+			want := slices.Clone(w.Values)
+			c := slices.Clone(w.Blocks.Lo)
+			for ok := true; ok; ok = w.Blocks.Next(c) {
+				wi, _ := w.Index(c)
+				if oi, in := o.Index(c); in {
+					if copyFrom {
+						want[wi] = o.Values[oi]
+					} else {
+						want[wi] = max(want[wi], o.Values[oi])
+					}
+				}
+			}
+			var err error
+			if copyFrom {
+				err = got.CopyFrom(o)
+			} else {
+				err = got.MaxWith(o)
+			}
+			if err != nil || !slices.Equal(got.Values, want) {
+				t.Fatalf("%v with %v (copy %v): %v, got %v, want %v", w.Blocks, o.Blocks, copyFrom, err, got.Values, want)
+			}
+		}
 	}
 }

@@ -32,6 +32,11 @@ type HostDriver struct {
 	// scratch holds whole-tensor buffers (BufFull) kept between steps, by
 	// tensor index.
 	scratch []transport.Buffer
+	// local is the bounce buffer of local copies that cannot go straight
+	// from source to destination, grown on demand and kept between steps:
+	// an allocation per copy would cost a device allocation and free (which
+	// waits for the device) per tensor on a GPU.
+	local transport.Buffer
 }
 
 // NewHostDriver returns the host driver of program p over t and mem;
@@ -440,6 +445,10 @@ func (h *HostDriver) Close() error {
 			h.scratch[i] = nil
 		}
 	}
+	if h.local != nil {
+		h.mem.Free(h.local)
+		h.local = nil
+	}
 	for i := range h.staging {
 		for j := range h.staging[i] {
 			if h.staging[i][j] != nil {
@@ -462,11 +471,10 @@ func (d *hostStep) copyLocal(cp *program.Copy) (uint32, error) {
 	if !cp.Quant && len(cp.From) == 1 && len(cp.To) == 1 {
 		return 0, mem.Copy(d.buf(cp.To[0]), cp.To[0].At, d.buf(cp.From[0]), cp.From[0].At)
 	}
-	tmp, err := mem.Alloc(cp.Bytes)
+	tmp, err := d.h.localBuffer(cp.Bytes)
 	if err != nil {
 		return 0, err
 	}
-	defer mem.Free(tmp)
 	var crc uint32
 	if cp.Quant {
 		if err := d.packQuant(tmp, 0, cp.Msg, cp.From[0]); err != nil {
@@ -497,6 +505,28 @@ func (d *hostStep) copyLocal(cp *program.Copy) (uint32, error) {
 		off += r.At.Bytes()
 	}
 	return crc, nil
+}
+
+// localBuffer returns the local bounce buffer, at least n bytes long. The
+// copies that use it run one after another on the memory's stream, so one
+// buffer serves them all.
+func (h *HostDriver) localBuffer(n int64) (transport.Buffer, error) {
+	if h.local != nil && h.local.Len() >= n {
+		return h.local, nil
+	}
+	if h.local != nil {
+		if err := h.mem.Sync(); err != nil { // the copies still reading it
+			return nil, err
+		}
+		h.mem.Free(h.local)
+		h.local = nil
+	}
+	b, err := h.mem.Alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("refit: bounce buffer of a local copy (%d bytes): %w", n, err)
+	}
+	h.local = b
+	return b, nil
 }
 
 // packQuant quantizes the source region r of converting message msg (its

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -29,6 +31,7 @@ type replayBenchFlags struct {
 	timeout  time.Duration
 	device   string
 	fp8      string
+	profile  string
 }
 
 func newReplayBenchCmd() *cobra.Command {
@@ -95,6 +98,7 @@ for the expert and twice the scaled model's bytes.`,
 	fs.BoolVar(&f.check, "check", false, "check every element of the expert tensor too (slow: it reads 7 GiB back)")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "bound on every wait")
 	fs.StringVar(&f.fp8, "fp8", "", "also time each model into an FP8 generator with these scales: block, row or tensor (default: bf16 only)")
+	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the timed cases to this file (go tool pprof reads it)")
 	fs.StringVar(&f.device, "device", "cuda", "cuda, or cpu to try the benchmark's set-up and checks on host memory (host driver only)")
 	_ = fs.MarkHidden("device")
 	return cmd
@@ -154,6 +158,17 @@ func runReplayBench(out io.Writer, f *replayBenchFlags) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "%s\n\n", b.Describe())
+	if f.profile != "" {
+		pf, err := os.Create(f.profile)
+		if err != nil {
+			return flagError("cpuprofile", f.profile, err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rows, err := b.Run()
 	if err != nil {
 		return err
