@@ -57,13 +57,24 @@ func PackQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8W
 	return launchQuant(s, quantPack, g, r, scales, dst)
 }
 
+// FusedQuantize queues on s the fused amax-quantize-pack of region r, whose
+// box must hold every block it touches whole (up to the tensor's edges; a
+// block that a rank boundary cuts needs BlockAmax, the exchange of partial
+// amaxes, and PackQuantize instead): each block is read once, its amax
+// reduced on the chip, its scale (fp8.ScaleOf, float32) written into
+// scales and its elements quantized and packed into dst as PackQuantize
+// packs them, so that the bytes and scales are those of fp8.Quantize of
+// the whole tensor. A NaN or infinity makes its block's scale non-finite
+// (infinite or NaN): check the window (fp8.Window.ToScales-style) before
+// using the bytes. The window must hold the blocks r touches.
+func FusedQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8Window) error {
+	return launchQuant(s, quantFused, g, r, scales, dst)
+}
+
 // launchQuant plans an FP8 kernel and queues it on s; a plan of no items
 // launches nothing.
 func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst DevicePtr) error {
-	op := "BlockAmax"
-	if kind == quantPack {
-		op = "PackQuantize"
-	}
+	op := map[quantKind]string{quantAmax: "BlockAmax", quantPack: "PackQuantize", quantFused: "FusedQuantize"}[kind]
 	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst}
 	p, err := planQuant(req)
 	if err != nil {
@@ -90,7 +101,7 @@ func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r FP8Region, w FP8Window
 // quantKernels lists the FP8 kernels' names (kernels/quant.h).
 func quantKernels() []string {
 	var out []string
-	for _, kind := range []string{"quant", "amax"} {
+	for _, kind := range []string{"quant", "amax", "fquant"} {
 		for _, v := range []int{8, 4, 2, 1} {
 			out = append(out, fmt.Sprintf("m2n_%s_bf16_%d", kind, v))
 		}

@@ -20,6 +20,7 @@ type quantKind int
 const (
 	quantPack quantKind = iota // m2n_quant_*: quantize a box into contiguous E4M3
 	quantAmax                  // m2n_amax_*: fold the box's partial amaxes into a window
+	quantFused                 // m2n_fquant_*: amax, scale and quantize whole blocks in one pass
 )
 
 // quantLoads is how many vectors a lane of the quantize-pack kernels keeps
@@ -93,6 +94,11 @@ func planQuant(q quantRequest) (quantPlan, error) {
 			if touched.Lo[d] < q.blocks.Lo[d] || touched.Hi[d] > q.blocks.Hi[d] {
 				return quantPlan{}, fmt.Errorf("window over blocks %v does not hold blocks %v, which box %v touches", q.blocks, touched, q.box)
 			}
+		}
+	}
+	if q.kind == quantFused {
+		if err := g.WholeBlocks(q.box); err != nil {
+			return quantPlan{}, fmt.Errorf("%w: the fused kernels take whole blocks only", err)
 		}
 	}
 	if err := checkDesc(q.at); err != nil {
@@ -183,6 +189,16 @@ func (p *quantPlan) chooseLaunch(q quantRequest, esz, rows uint64, br int64, sha
 		// a team small enough that each lane has quantLoads vectors of
 		// the chunk to keep in flight
 		p.teamShift = teamFor((p.chunk/v + quantLoads - 1) / quantLoads)
+	case quantFused:
+		// a block of the box per item, numbered as the amax items are
+		p.name = fmt.Sprintf("m2n_fquant_%s_%d", dt, v)
+		p.group, p.chunk = p.blockRows, p.blockCols
+		loR, hiR := p.lo[nd-2], p.lo[nd-2]+p.ext[nd-2]
+		loC, hiC := p.lo[nd-1], p.lo[nd-1]+p.ext[nd-1]
+		p.groups = (hiR+p.group-1)/p.group - loR/p.group
+		p.chunks = (hiC+p.chunk-1)/p.chunk - loC/p.chunk
+		p.items = rows / p.ext[nd-2] * p.groups * p.chunks
+		p.teamShift = maxTeamShift
 	case quantAmax:
 		p.name = fmt.Sprintf("m2n_amax_%s_%d", dt, v)
 		if p.colShift == 63 {
@@ -222,7 +238,7 @@ func (p *quantPlan) vecFits(v, esz uint64) bool {
 	}
 	loC := p.lo[p.nd-1]
 	switch p.kind {
-	case quantPack:
+	case quantPack, quantFused:
 		if p.dst%v != 0 {
 			return false
 		}
@@ -244,8 +260,14 @@ func (p *quantPlan) grid(resident int) int {
 	teams := uint64(blockThreads >> p.teamShift)
 	need := (p.items + teams - 1) / teams
 	limit := resident
-	if p.kind == quantPack && p.chunks > 1 {
-		limit = maxGridBlocks
+	if (p.kind == quantPack && p.chunks > 1) || p.kind == quantFused {
+		limit = maxGridBlocks // fused: a block per item, one barrier each
 	}
 	return clampGrid(need, limit)
 }
+
+// fusedRegs is how many vectors a thread of the fused kernels keeps in
+// registers (M2N_FREGS in kernels/quant.h): blocks of up to
+// blockThreads*fusedRegs vectors are read once.
+const fusedRegs = 8
+

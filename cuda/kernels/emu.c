@@ -71,6 +71,10 @@ static const struct {
 	{"m2n_amax_bf16_2", m2n_amax_bf16_2}, {"m2n_amax_bf16_1", m2n_amax_bf16_1},
 	{"m2n_amax_f32_4", m2n_amax_f32_4}, {"m2n_amax_f32_2", m2n_amax_f32_2},
 	{"m2n_amax_f32_1", m2n_amax_f32_1},
+	{"m2n_fquant_bf16_8", m2n_fquant_bf16_8}, {"m2n_fquant_bf16_4", m2n_fquant_bf16_4},
+	{"m2n_fquant_bf16_2", m2n_fquant_bf16_2}, {"m2n_fquant_bf16_1", m2n_fquant_bf16_1},
+	{"m2n_fquant_f32_4", m2n_fquant_f32_4}, {"m2n_fquant_f32_2", m2n_fquant_f32_2},
+	{"m2n_fquant_f32_1", m2n_fquant_f32_1},
 };
 
 int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned int grid, unsigned int block) {

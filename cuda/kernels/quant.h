@@ -21,6 +21,9 @@
 // bound to 5 they ran 8% slower.
 #define M2N_QKERNEL extern "C" __global__ void __launch_bounds__(256, 5)
 #define M2N_QPARAMS const __grid_constant__ m2n_quant_params
+// The fused kernels keep 8 vectors of 16 bytes per thread in registers:
+// bound to 4 resident blocks (64 registers), not 5.
+#define M2N_FKERNEL extern "C" __global__ void __launch_bounds__(256, 4)
 M2N_INLINE float m2n_as_float(unsigned int u) { return __uint_as_float(u); }
 M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
 // Explicitly rounded: the rule is a true float32 division, and the
@@ -31,6 +34,7 @@ M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
 #define M2N_FRCP(a) __frcp_rn(a)
 #else
 #define M2N_QKERNEL M2N_KERNEL
+#define M2N_FKERNEL M2N_KERNEL
 M2N_INLINE float m2n_as_float(unsigned int u) {
 	union { unsigned int u; float f; } x;
 	x.u = u;
@@ -163,6 +167,67 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 #endif
 }
 
+// The fused kernels' geometry (quant_body.h): M2N_FTHREADS threads per
+// block at most (the plan launches blockThreads), each keeping M2N_FREGS
+// vectors of its block in registers (fusedRegs in quant_plan.go).
+#define M2N_FTHREADS 256
+#define M2N_FREGS 8
+
+// m2n_fused_tile is one work item of a fused kernel: a whole block of the
+// box, `rows` box rows from row0 (counted over the box's matrices), vpr
+// vectors per row from box column c0, its scale at window index wi.
+typedef struct m2n_fused_tile {
+	unsigned long long row0, rows, c0, vpr;
+	long long wi;
+} m2n_fused_tile;
+
+// m2n_fused_tile_of returns work item `item`, (matrix, block row, block
+// column) as the amax kernels number theirs: item = (matrix*groups +
+// group)*chunks_per_row + piece, a group `group` (block_rows) rows and a
+// piece chunk_elems (block_cols) columns, both aligned to the tensor.
+M2N_INLINE m2n_fused_tile m2n_fused_tile_of(const m2n_quant_params *p, unsigned long long item, unsigned long long vec) {
+	const int nd = (int)p->nd;
+	const unsigned long long lo_r = p->lo[nd - 2], ext_r = p->ext[nd - 2];
+	const unsigned long long lo_c = p->lo[nd - 1], ext_c = p->ext[nd - 1];
+	const unsigned long long g = p->group, pc = p->chunk_elems;
+	const unsigned long long piece = item % p->chunks_per_row;
+	const unsigned long long t = item / p->chunks_per_row;
+	const unsigned long long grp = t % p->groups;
+	const unsigned long long mat = t / p->groups;
+	const unsigned long long g0 = (lo_r / g + grp) * g;
+	const unsigned long long r0 = (g0 > lo_r ? g0 : lo_r) - lo_r;
+	const unsigned long long r1 = (g0 + g < lo_r + ext_r ? g0 + g : lo_r + ext_r) - lo_r;
+	const unsigned long long p0 = (lo_c / pc + piece) * pc;
+	const unsigned long long c0 = (p0 > lo_c ? p0 : lo_c) - lo_c;
+	const unsigned long long c1 = (p0 + pc < lo_c + ext_c ? p0 + pc : lo_c + ext_c) - lo_c;
+	m2n_fused_tile f;
+	f.row0 = mat * ext_r + r0;
+	f.rows = r1 - r0;
+	f.c0 = c0;
+	f.vpr = (c1 - c0) / vec;
+	f.wi = m2n_win_row(p, f.row0) + (long long)m2n_block_col(p, lo_c + c0);
+	return f;
+}
+
+// m2n_fused_scale is fp8.ScaleOf of an amax given as float bits: 1 for an
+// all-zero block, else amax times float32(1/448), one rounded multiply. A
+// non-finite amax gives a non-finite scale, which the host refuses.
+M2N_INLINE float m2n_fused_scale(unsigned int amax) {
+	return amax == 0u ? 1.0f : M2N_FMUL(m2n_as_float(amax), m2n_as_float(0x3B124925u));
+}
+
+// M2N_FSTEP advances a thread's (row, vector column) by its block's
+// thread count, dr rows and dc vectors (dc < vpr).
+#define M2N_FSTEP(r, cv, dr, dc, vpr) \
+	do { \
+		(r) += (dr); \
+		(cv) += (dc); \
+		if ((cv) >= (vpr)) { \
+			(cv) -= (vpr); \
+			(r)++; \
+		} \
+	} while (0)
+
 // Vectors a lane of the quantize-pack kernels keeps in flight (quantLoads
 // in quant_plan.go).
 #define M2N_QLOADS 4
@@ -175,6 +240,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_8
 #define M2N_ANAME m2n_amax_bf16_8
+#define M2N_FNAME m2n_fquant_bf16_8
+#define M2N_FLOAD m2n_fload_bf16_8
+#define M2N_FSTORE m2n_fstore_bf16_8
+#define M2N_FQVEC m2n_fqvec_bf16_8
 #define M2N_LOAD_T m2n_v16
 #define M2N_STORE_T unsigned long long
 #define M2N_VEC 8
@@ -182,6 +251,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_4
 #define M2N_ANAME m2n_amax_bf16_4
+#define M2N_FNAME m2n_fquant_bf16_4
+#define M2N_FLOAD m2n_fload_bf16_4
+#define M2N_FSTORE m2n_fstore_bf16_4
+#define M2N_FQVEC m2n_fqvec_bf16_4
 #define M2N_LOAD_T unsigned long long
 #define M2N_STORE_T unsigned int
 #define M2N_VEC 4
@@ -189,6 +262,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_2
 #define M2N_ANAME m2n_amax_bf16_2
+#define M2N_FNAME m2n_fquant_bf16_2
+#define M2N_FLOAD m2n_fload_bf16_2
+#define M2N_FSTORE m2n_fstore_bf16_2
+#define M2N_FQVEC m2n_fqvec_bf16_2
 #define M2N_LOAD_T unsigned int
 #define M2N_STORE_T unsigned short
 #define M2N_VEC 2
@@ -196,6 +273,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_1
 #define M2N_ANAME m2n_amax_bf16_1
+#define M2N_FNAME m2n_fquant_bf16_1
+#define M2N_FLOAD m2n_fload_bf16_1
+#define M2N_FSTORE m2n_fstore_bf16_1
+#define M2N_FQVEC m2n_fqvec_bf16_1
 #define M2N_LOAD_T unsigned short
 #define M2N_STORE_T unsigned char
 #define M2N_VEC 1
@@ -214,6 +295,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_f32_4
 #define M2N_ANAME m2n_amax_f32_4
+#define M2N_FNAME m2n_fquant_f32_4
+#define M2N_FLOAD m2n_fload_f32_4
+#define M2N_FSTORE m2n_fstore_f32_4
+#define M2N_FQVEC m2n_fqvec_f32_4
 #define M2N_LOAD_T m2n_v16
 #define M2N_STORE_T unsigned int
 #define M2N_VEC 4
@@ -221,6 +306,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_f32_2
 #define M2N_ANAME m2n_amax_f32_2
+#define M2N_FNAME m2n_fquant_f32_2
+#define M2N_FLOAD m2n_fload_f32_2
+#define M2N_FSTORE m2n_fstore_f32_2
+#define M2N_FQVEC m2n_fqvec_f32_2
 #define M2N_LOAD_T unsigned long long
 #define M2N_STORE_T unsigned short
 #define M2N_VEC 2
@@ -228,6 +317,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_f32_1
 #define M2N_ANAME m2n_amax_f32_1
+#define M2N_FNAME m2n_fquant_f32_1
+#define M2N_FLOAD m2n_fload_f32_1
+#define M2N_FSTORE m2n_fstore_f32_1
+#define M2N_FQVEC m2n_fqvec_f32_1
 #define M2N_LOAD_T unsigned int
 #define M2N_STORE_T unsigned char
 #define M2N_VEC 1

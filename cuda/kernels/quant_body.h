@@ -1,5 +1,6 @@
-// quant_body.h is one quantize-pack kernel (M2N_QNAME) and one partial-amax
-// kernel (M2N_ANAME) for one source type and vector width, instantiated by
+// quant_body.h is one quantize-pack kernel (M2N_QNAME), one partial-amax
+// kernel (M2N_ANAME) and one fused amax-quantize-pack kernel of whole
+// blocks (M2N_FNAME) for one source type and vector width, instantiated by
 // quant.h. It has no include guard on purpose.
 
 M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
@@ -98,7 +99,158 @@ M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
 	}
 }
 
+// The fused amax-quantize-pack kernel (M2N_FNAME) of whole blocks: one
+// thread block per block of the box (fused_tile), which must lie wholly
+// inside the box (no other rank holds a part of it, so its amax needs no
+// exchange). Its threads load the block once, keeping up to M2N_FREGS
+// vectors each in registers (a 128x128 bf16 block is 8 per thread; larger
+// blocks, rows of more than 16384 bf16 elements or f32 blocks, read the
+// rest again), reduce its amax, write its scale and quantize from the
+// registers. M2N_FLOAD and M2N_FSTORE are one thread's halves, shared by the
+// GPU kernel and its emulation.
+
+// M2N_FLOAD loads thread tid's vectors of tile t (of nt threads), keeping
+// the first M2N_FREGS in in[], and returns the largest magnitude among them.
+M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, M2N_LOAD_T *in) {
+	unsigned long long r = tid / t->vpr, cv = tid % t->vpr;
+	const unsigned long long dr = nt / t->vpr, dc = nt % t->vpr;
+	unsigned int m = 0;
+	union {
+		M2N_LOAD_T v;
+		M2N_ELEM_T e[M2N_VEC];
+	} x;
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_FREGS; k++) {
+		if (r < t->rows) {
+			x.v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+			in[k] = x.v;
+			M2N_UNROLL_PRAGMA
+			for (int j = 0; j < M2N_VEC; j++) {
+				const unsigned int a = M2N_MAG(x.e[j]);
+				m = a > m ? a : m;
+			}
+			M2N_FSTEP(r, cv, dr, dc, t->vpr);
+		}
+	}
+	while (r < t->rows) {
+		x.v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+		M2N_UNROLL_PRAGMA
+		for (int j = 0; j < M2N_VEC; j++) {
+			const unsigned int a = M2N_MAG(x.e[j]);
+			m = a > m ? a : m;
+		}
+		M2N_FSTEP(r, cv, dr, dc, t->vpr);
+	}
+	return m;
+}
+
+// M2N_FQVEC quantizes one vector by scale (rcp its reciprocal).
+M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp) {
+	union {
+		M2N_LOAD_T v;
+		M2N_ELEM_T e[M2N_VEC];
+	} x;
+	x.v = v;
+	union {
+		M2N_STORE_T v;
+		unsigned char b[M2N_VEC];
+	} out;
+#if M2N_VEC == 1
+	out.b[0] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(x.e[0]), scale, rcp));
+#else
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_VEC; k += 2) {
+		const unsigned int two = m2n_e4m3x2(m2n_qdiv(M2N_TO_FLOAT(x.e[k]), scale, rcp), m2n_qdiv(M2N_TO_FLOAT(x.e[k + 1]), scale, rcp));
+		out.b[k] = (unsigned char)two;
+		out.b[k + 1] = (unsigned char)(two >> 8);
+	}
+#endif
+	return out.v;
+}
+
+// M2N_FSTORE quantizes and packs thread tid's vectors of tile t by scale:
+// the first M2N_FREGS from in[], the rest read again.
+M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, const M2N_LOAD_T *in, float scale) {
+	unsigned long long r = tid / t->vpr, cv = tid % t->vpr;
+	const unsigned long long dr = nt / t->vpr, dc = nt % t->vpr;
+	const float rcp = M2N_FRCP(scale);
+	unsigned char *d = (unsigned char *)p->dst + t->c0;
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_FREGS; k++) {
+		if (r < t->rows) {
+			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k], scale, rcp);
+			M2N_FSTEP(r, cv, dr, dc, t->vpr);
+		}
+	}
+	while (r < t->rows) {
+		const M2N_LOAD_T v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+		*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(v, scale, rcp);
+		M2N_FSTEP(r, cv, dr, dc, t->vpr);
+	}
+}
+
+#ifdef __CUDACC__
+M2N_FKERNEL M2N_FNAME(M2N_QPARAMS p) {
+	// red[i % 3] gathers tile i's amax: thread 0 clears red[(i + 2) % 3]
+	// after the barrier of tile i, when every thread has read tile i-1's
+	// value and none can reach tile i+2's atomics before the barrier of
+	// tile i+1, so one barrier per tile suffices.
+	__shared__ unsigned int red[3];
+	if (threadIdx.x < 3u) {
+		red[threadIdx.x] = 0u;
+	}
+	__syncthreads();
+	unsigned int it = 0;
+	for (unsigned long long item = blockIdx.x; item < p.items; item += gridDim.x) {
+		const m2n_fused_tile t = m2n_fused_tile_of(&p, item, M2N_VEC);
+		M2N_LOAD_T in[M2N_FREGS];
+		unsigned int m = M2N_FLOAD(&p, &t, threadIdx.x, blockDim.x, in);
+		for (unsigned int off = 16u; off > 0u; off /= 2u) {
+			const unsigned int o = __shfl_xor_sync(0xFFFFFFFFu, m, off);
+			m = o > m ? o : m;
+		}
+		if ((threadIdx.x & 31u) == 0u) {
+			atomicMax(&red[it], m);
+		}
+		__syncthreads();
+		const float scale = m2n_fused_scale(red[it]);
+		if (threadIdx.x == 0u) {
+			red[it == 0u ? 2u : it - 1u] = 0u;
+			((float *)p.win)[t.wi] = scale;
+		}
+		M2N_FSTORE(&p, &t, threadIdx.x, blockDim.x, in, scale);
+		it = it == 2u ? 0u : it + 1u;
+	}
+}
+#else
+// The emulation runs a thread block as its thread 0: every thread's load,
+// the reduction, then every thread's store, as the barrier orders them.
+M2N_KERNEL M2N_FNAME(M2N_QPARAMS p) {
+	if (threadIdx.x != 0u || blockDim.x > M2N_FTHREADS) {
+		return;
+	}
+	M2N_LOAD_T in[M2N_FTHREADS][M2N_FREGS];
+	for (unsigned long long item = blockIdx.x; item < p.items; item += gridDim.x) {
+		const m2n_fused_tile t = m2n_fused_tile_of(&p, item, M2N_VEC);
+		unsigned int m = 0;
+		for (unsigned int tid = 0; tid < blockDim.x; tid++) {
+			const unsigned int a = M2N_FLOAD(&p, &t, tid, blockDim.x, in[tid]);
+			m = a > m ? a : m;
+		}
+		const float scale = m2n_fused_scale(m);
+		((float *)p.win)[t.wi] = scale;
+		for (unsigned int tid = 0; tid < blockDim.x; tid++) {
+			M2N_FSTORE(&p, &t, tid, blockDim.x, in[tid], scale);
+		}
+	}
+}
+#endif
+
 #undef M2N_QNAME
+#undef M2N_FNAME
+#undef M2N_FLOAD
+#undef M2N_FSTORE
+#undef M2N_FQVEC
 #undef M2N_ANAME
 #undef M2N_LOAD_T
 #undef M2N_STORE_T
