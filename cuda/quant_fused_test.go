@@ -140,3 +140,79 @@ func TestFusedPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedPatternsOnCPU quantizes every finite bfloat16 pattern under 32
+// block scales (and random float32 patterns) through the fused kernels in
+// every mode, compared with fp8.Quantize of the whole tensor: bytes and
+// scales bit for bit. TestGPUFusedEveryPattern runs it on a GPU, with
+// more float32 patterns.
+func TestFusedPatternsOnCPU(t *testing.T) {
+	rows := 64
+	if testing.Short() {
+		rows = 8
+	}
+	bs, bf, fs, f := FusedPatterns(rand.New(rand.NewPCG(24, 3)), rows)
+	for _, mode := range []fp8.Mode{fp8.Block, fp8.Row, fp8.Tensor} {
+		for _, in := range []struct {
+			dt    placement.DType
+			shape []int64
+			data  []byte
+		}{{placement.BF16, bs, bf}, {placement.F32, fs, f}} {
+			c, err := makeQuantCase(rand.New(rand.NewPCG(1, 2)), fmt.Sprintf("patterns/%v", mode), in.dt, in.shape, mode, in.data,
+				placement.Box{Lo: []int64{0, 0}, Hi: in.shape}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := checkFused(c, 1<<20, map[string]int{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestFusedNonFiniteOnCPU: a NaN or infinity makes its block's scale
+// non-finite (the host refuses the step), and only its block's.
+func TestFusedNonFiniteOnCPU(t *testing.T) {
+	shape := []int64{300, 200}
+	g, err := fp8.NewGrid(shape, fp8.Block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, free := kernels.Alloc(2 * 300 * 200)
+	defer free()
+	for i := range 300 * 200 {
+		binary.LittleEndian.PutUint16(src[2*i:], 0x3F80) // 1.0
+	}
+	binary.LittleEndian.PutUint16(src[2*(150*200+170):], 0x7FC0) // NaN in block (1, 1)
+	binary.LittleEndian.PutUint16(src[2*(290*200+3):], 0xFF80)   // -Inf in block (2, 0)
+	win, freeWin := kernels.Alloc(4 * 6)
+	defer freeWin()
+	dst, freeDst := kernels.Alloc(300 * 200)
+	defer freeDst()
+	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
+	p, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: placement.BF16, src: addrOf(src), at: strided.Describe(all, all, 2),
+		box: all, win: addrOf(win), blocks: g.All(), dst: addrOf(dst)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emulate(p, 4, map[string]int{}); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 6 {
+		s := math.Float32frombits(binary.LittleEndian.Uint32(win[4*k:]))
+		switch k {
+		case 3:
+			if !math.IsNaN(float64(s)) {
+				t.Errorf("block 3 (a NaN): scale %v", s)
+			}
+		case 4:
+			if !math.IsInf(float64(s), 1) {
+				t.Errorf("block 4 (an infinity): scale %v", s)
+			}
+		default:
+			if s != fp8.ScaleOf(1) {
+				t.Errorf("block %d: scale %v, want %v", k, s, fp8.ScaleOf(1))
+			}
+		}
+	}
+}
