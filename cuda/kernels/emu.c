@@ -101,3 +101,27 @@ long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n) {
 	}
 	return bad;
 }
+
+long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned int jstep, long long *fast, unsigned int *maxulps) {
+	long long bad = 0;
+	for (unsigned int i = i0; i < i1 && i < 128u; i++) {
+		const float x = m2n_as_float(((unsigned int)(127 + k) << 23) | (i << 16));
+		for (unsigned int j = 0; j < (1u << 23); j += jstep) {
+			const float s = m2n_as_float((127u << 23) | j);
+			const float r = 1.0f / s;
+			const float q = x * r, t = x / s;
+			if (m2n_qdiv_fast(m2n_as_uint(q) & 0x7FFFFFFFu)) {
+				const unsigned int a = m2n_as_uint(q), b = m2n_as_uint(t);
+				const unsigned int d = a > b ? a - b : b - a;
+				(*fast)++;
+				if (d > *maxulps) {
+					*maxulps = d;
+				}
+			}
+			if (m2n_e4m3(m2n_qdiv(x, s, r)) != m2n_e4m3(t)) {
+				bad++;
+			}
+		}
+	}
+	return bad;
+}

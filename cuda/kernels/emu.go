@@ -103,3 +103,17 @@ func QdivMismatches(x, s []float32) int64 {
 	}
 	return int64(C.m2n_emu_qdiv_mismatches((*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&s[0])), C.longlong(len(x))))
 }
+
+// QdivSweep runs m2n_emu_qdiv_sweep: the bfloat16 significands i0 <= i <
+// i1 of [2^k, 2^(k+1)) (x = (1 + i/128) * 2^k; 128 in all) against every
+// jstep-th float32 scale significand in [1, 2). It
+// returns the pairs the fast division rounds differently from the true one
+// (zero, if it is exact), the pairs that took the multiply, and the largest
+// distance in float32 steps between the multiply's and the division's
+// quotients among those.
+func QdivSweep(k, i0, i1 int, jstep uint32) (bad, fast int64, maxULPs uint32) {
+	var f C.longlong
+	var m C.uint
+	b := C.m2n_emu_qdiv_sweep(C.int(k), C.uint(i0), C.uint(i1), C.uint(jstep), &f, &m)
+	return int64(b), int64(f), uint32(m)
+}

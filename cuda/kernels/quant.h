@@ -93,23 +93,47 @@ M2N_INLINE unsigned int m2n_e4m3x2(float lo, float hi) {
 #endif
 }
 
+// m2n_qdiv_fast says whether q' = x*r (a: its magnitude's bits) rounds to
+// E4M3 as the true division x/s does without computing it: q' lies in the
+// normal E4M3 range with a margin of 256 ulps at both ends, and its bits
+// [19:0] (its place between two E4M3 values, whose midpoint is 0x80000)
+// are more than 16 ulps from the midpoint.
+M2N_INLINE int m2n_qdiv_fast(unsigned int a) {
+	return a > 0x3C800100u && a < 0x43DFFF00u && (a & 0xFFFFFu) - 0x7FFF0u > 0x20u;
+}
+
 // m2n_qdiv returns a float that m2n_e4m3 rounds exactly as it rounds the
 // true float32 division x/s (the rule's), at the cost of a multiply for
-// almost every element: q' = x * r, with r = 1/s rounded, is within 3 ulps
-// of x/s rounded, and the rounding to E4M3 (at mantissa bit 20, nearest,
-// ties to even) can only differ where q' lies within those ulps of a
-// midpoint between two E4M3 values, or outside the normal range where the
-// rounding point moves; there the true division decides.
+// almost every element (r = 1/s rounded, once per block).
+//
+// Why it is exact. Let Q = RN(x/s), the rule's quotient, and q' = RN(x*r).
+// r = (1/s)(1+d1) with |d1| <= 2^-24 (2^-22 where 1/s is subnormal, s >
+// 2^126: never for a scale the rule makes, which is at most FLT_MAX/448 <
+// 2^120), and q' = (x/s)(1+d1)(1+d2) with |d2| <= 2^-24 when q' is normal
+// (x is exact, subnormal or not). So |q' - x/s| < 2.6 ulps of q' and |Q -
+// x/s| <= 1/2 ulp: Q and q' are at most 4 float32 steps apart (8 across a
+// binade edge). Rounding a normal float32 y in [2^-6, 448) to E4M3 changes
+// only where y crosses a midpoint between two E4M3 values, the floats whose
+// bits [19:0] are 0x80000 (ties to even decide on the midpoint itself);
+// the range ends are 256 ulps away. So where m2n_qdiv_fast(q') holds, no
+// midpoint and no range end lies between Q and q' or on either, and both
+// round to the same E4M3 byte. Elsewhere (near a midpoint, subnormal
+// quotients, the clamp, a zero, infinite or NaN scale, a NaN element) the
+// true division decides. TestQdivExact (qdiv_test.go) checks the bound
+// and the bytes: every bfloat16 significand against every float32 scale
+// significand in the interior binade (which stands for every binade
+// strictly inside the range: scaling x or s by a power of two scales Q and
+// q' alike) and a sample at the four binades that meet the range's ends,
+// every bfloat16 value against scales across the range, random float32
+// pairs, and quotients a few ulps from every midpoint.
 M2N_INLINE float m2n_qdiv(float x, float s, float r) {
 	const float q = M2N_FMUL(x, r);
-	const unsigned int a = m2n_as_uint(q) & 0x7FFFFFFFu;
-	// the normal E4M3 range, with a margin at both ends, and bits [19:0]
-	// further than 16 ulps from the midpoint 0x80000.
-	if (a > 0x3C800100u && a < 0x43DFFF00u && (a & 0xFFFFFu) - 0x7FFF0u > 0x20u) {
+	if (m2n_qdiv_fast(m2n_as_uint(q) & 0x7FFFFFFFu)) {
 		return q;
 	}
 	return M2N_FDIV(x, s);
 }
+
 // m2n_win_row returns the window index of the first block of box row `row`
 // (its matrix and block row) less the window's first block column, so
 // that adding a block column gives the block's index.
