@@ -18,9 +18,9 @@ import (
 type quantKind int
 
 const (
-	quantPack quantKind = iota // m2n_quant_*: quantize a box into contiguous E4M3
-	quantAmax                  // m2n_amax_*: fold the box's partial amaxes into a window
-	quantFused                 // m2n_fquant_*: amax, scale and quantize whole blocks in one pass
+	quantPack  quantKind = iota // m2n_quant_*: quantize a box into contiguous E4M3
+	quantAmax                   // m2n_amax_*: fold the box's partial amaxes into a window
+	quantFused                  // m2n_fquant_*: amax, scale and quantize whole blocks in one pass
 )
 
 // quantLoads is how many vectors a lane of the quantize-pack kernels keeps
@@ -270,4 +270,3 @@ func (p *quantPlan) grid(resident int) int {
 // registers (M2N_FREGS in kernels/quant.h): blocks of up to
 // blockThreads*fusedRegs vectors are read once.
 const fusedRegs = 8
-

@@ -241,7 +241,9 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 		ops = append(ops, struct {
 			name string
 			run  func() error
-		}{"stage-fused", func() error { return mem.FusedQuantize(g, q.e4m3, 0, reg, cudamem.FP8Window{Blocks: blocks, Values: fwin}) }})
+		}{"stage-fused", func() error {
+			return mem.FusedQuantize(g, q.e4m3, 0, reg, cudamem.FP8Window{Blocks: blocks, Values: fwin})
+		}})
 	}
 	times := map[string]time.Duration{}
 	for _, op := range ops {
