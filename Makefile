@@ -85,12 +85,13 @@ fuzz-refit: deps
 bench:
 	$(GO) test ./reshard ./refit -run '^$$' -bench . -benchmem
 
-# gpu-bins builds what scripts/gpu-check.sh and scripts/gpu-python.sh run on a
-# GPU machine without Go.
+# gpu-bins builds what scripts/gpu-check.sh, scripts/gpu-fp8-check.sh and
+# scripts/gpu-python.sh run on a GPU machine without Go.
 gpu-bins: deps
 	mkdir -p .devbin
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
+	$(GO) test -c -o .devbin/kernels.test ./cuda/kernels
 	$(GO) test -c -o .devbin/cudamem.test ./cudamem
 	$(GO) test -c -o .devbin/nccl.test ./nccl
 	$(GO) test -c -o .devbin/gpu.test ./refit/gpu

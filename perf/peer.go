@@ -31,15 +31,19 @@ var ErrNoPeer = errors.New("the torch peer cannot run on this machine")
 var peerLine = regexp.MustCompile(`(?m)^\s*(copy_ of the bf16 bytes|eager block quantize|torch\.compile block quantize):\s*([0-9.]+) us(.*)$`)
 
 // RunTorchPeer runs the peer script on rows x cols of bf16 (multiples of
-// 128) with python3 and parses its medians. It fails wrapping ErrNoPeer
+// 128) with python3 (the first on PATH, or $M2N_PYTHON) and parses its
+// medians. It fails wrapping ErrNoPeer
 // when python3 or torch is missing, and stops the peer after timeout.
 func RunTorchPeer(script []byte, rows, cols int64, timeout time.Duration) (TorchPeer, error) {
 	if rows <= 0 || cols <= 0 || rows%128 != 0 || cols%128 != 0 {
 		return TorchPeer{}, fmt.Errorf("perf: torch peer: a %dx%d tensor is not whole 128x128 blocks", rows, cols)
 	}
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		return TorchPeer{}, fmt.Errorf("%w: no python3 on PATH", ErrNoPeer)
+	py := os.Getenv("M2N_PYTHON")
+	if py == "" {
+		var err error
+		if py, err = exec.LookPath("python3"); err != nil {
+			return TorchPeer{}, fmt.Errorf("%w: no python3 on PATH (M2N_PYTHON names another)", ErrNoPeer)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# gpu-fp8-check.sh runs the GPU checks and the benchmark of m2n's FP8 path
+# (issue 24: the fused amax-quantize-pack kernels, the exact fast division,
+# quant-bench beside the torch peer) on a GPU machine that has no Go, from
+# the binaries make gpu-bins builds into .devbin/. Logs go to $OUT (or
+# ./gpu-out), a summary in $OUT/summary.txt. Usage, from the repository root:
+#   scripts/gpu-fp8-check.sh                # everything (a few minutes)
+#   PART=tests scripts/gpu-fp8-check.sh     # the kernel tests and the checked FP8 refit runs
+#   PART=bench scripts/gpu-fp8-check.sh     # quant-bench (block scaling with the torch peer, row scaling)
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+bin=$(pwd)/.devbin
+. "$(dirname "${BASH_SOURCE[0]}")/gpu-run.sh"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+part=${PART:-all}
+if [ "$part" = all ] || [ "$part" = tests ]; then
+# The exact fast division over every bf16 significand and all 2^23 float32 scale significands
+# in the five binades that matter (5 x 2^30 pairs, on the CPU cores), and the kernels' CPU twins.
+(cd cuda/kernels && run fp8-qdiv-full env M2N_QDIV_FULL=1 "$bin/kernels.test" -test.run 'Qdiv' -test.v -test.timeout 600s)
+# The kernels on the GPU: NVRTC compiles the fused kernels (TestKernelSourceCompiles lists every entry),
+# the fused cases and every bf16 pattern under 32 block scales, 2^24 f32 patterns, each mode, bit for
+# bit with package fp8; the two-pass kernels' tests beside them; their emulated twins.
+(cd cuda && run fp8-cuda-tests "$bin/cuda.test" -test.run 'KernelSource|Quant|Fused|Qdiv' -test.v -test.timeout 600s)
+(cd cudamem && run fp8-cudamem-tests "$bin/cudamem.test" -test.run 'FP8|Fused|Amax|Quant' -test.v -test.timeout 300s)
+# FP8 in flight through a prepared step (the runtime's path: amax, exchange, quant-pack), --check
+# compares every byte and scale with quantizing the whole tensor; the NaN run must fail naming
+# element [1 1] with the destination untouched.
+F="--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --dst-dtype e4m3"
+run refit-cuda-fp8 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 $F --route all,auto --check --iters 5
+run refit-cuda-fp8-row-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
+	--fp8-scale row --route all --check --verify --atomic --iters 3
+run refit-cuda-fp8-f32-tensor scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8x1000x1000 --dtype f32 $F \
+	--fp8-scale tensor --route all --check --iters 3
+run refit-cuda-fp8-nan env M2N_FAULT_NAN=0:4097 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
+	--route flat --check --atomic --iters 1 --warmup 0
+fi
+if [ "$part" = all ] || [ "$part" = bench ]; then
+# The whole FP8 stage per GiB, fused against two-pass, at 256 B to 64 KiB rows, and the torch peer
+# (torch.compile's block quantize of the same 1 GiB) in the same invocation, with the ratios.
+run quant-bench-block "$bin/refit" quant-bench --mode block --rows 256,1KiB,4KiB,16KiB,64KiB
+run quant-bench-row "$bin/refit" quant-bench --mode row --peer off
+fi
+cat "$out/summary.txt"
