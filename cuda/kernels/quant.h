@@ -9,8 +9,12 @@
 // gathers the partial amax of every block a box touches into a window of
 // unsigned ints (float bits: non-negative floats order as their bits; NaN
 // and infinities land at 0x7F800000 and above), one atomic max per team
-// and work item. The rule and its reference are in Go, package fp8; the
-// tests compare these kernels with it bit for bit.
+// and work item. m2n_fquant_<src><vec> is both in one pass for boxes that
+// hold their blocks whole (no other rank has a part of them, so their
+// amax needs no exchange): a thread block per block, read once, amax
+// reduced with shuffles and a shared atomic, scale written, elements
+// quantized from registers. The rule and its reference are in Go, package
+// fp8; the tests compare these kernels with it bit for bit.
 
 #ifdef __CUDACC__
 // The quantize-pack kernels ask for at least 5 resident blocks of 256
