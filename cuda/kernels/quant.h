@@ -244,6 +244,22 @@ M2N_INLINE float m2n_fused_scale(unsigned int amax) {
 	return amax == 0u ? 1.0f : M2N_FMUL(m2n_as_float(amax), m2n_as_float(0x3B124925u));
 }
 
+// m2n_fused_start returns thread tid's first (row, vector column) of a
+// tile of vpr vectors per row, and the rows and vectors its nt threads
+// advance it by (dc < vpr), in 32-bit divisions where they fit.
+M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsigned int nt, unsigned long long *r,
+                                unsigned long long *cv, unsigned long long *dr, unsigned long long *dc) {
+	if ((vpr >> 32) == 0) {
+		const unsigned int v = (unsigned int)vpr;
+		*r = tid / v;
+		*cv = tid - (unsigned int)*r * v;
+		*dr = nt / v;
+		*dc = nt - (unsigned int)*dr * v;
+	} else {
+		*r = 0, *cv = tid, *dr = 0, *dc = nt; // nt < vpr
+	}
+}
+
 // M2N_FSTEP advances a thread's (row, vector column) by its block's
 // thread count, dr rows and dc vectors (dc < vpr).
 #define M2N_FSTEP(r, cv, dr, dc, vpr) \

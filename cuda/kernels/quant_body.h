@@ -112,8 +112,8 @@ M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
 // M2N_FLOAD loads thread tid's vectors of tile t (of nt threads), keeping
 // the first M2N_FREGS in in[], and returns the largest magnitude among them.
 M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, M2N_LOAD_T *in) {
-	unsigned long long r = tid / t->vpr, cv = tid % t->vpr;
-	const unsigned long long dr = nt / t->vpr, dc = nt % t->vpr;
+	unsigned long long r, cv, dr, dc;
+	m2n_fused_start(t->vpr, tid, nt, &r, &cv, &dr, &dc);
 	unsigned int m = 0;
 	union {
 		M2N_LOAD_T v;
@@ -171,8 +171,8 @@ M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp) {
 // M2N_FSTORE quantizes and packs thread tid's vectors of tile t by scale:
 // the first M2N_FREGS from in[], the rest read again.
 M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, const M2N_LOAD_T *in, float scale) {
-	unsigned long long r = tid / t->vpr, cv = tid % t->vpr;
-	const unsigned long long dr = nt / t->vpr, dc = nt % t->vpr;
+	unsigned long long r, cv, dr, dc;
+	m2n_fused_start(t->vpr, tid, nt, &r, &cv, &dr, &dc);
 	const float rcp = M2N_FRCP(scale);
 	unsigned char *d = (unsigned char *)p->dst + t->c0;
 	M2N_UNROLL_PRAGMA
