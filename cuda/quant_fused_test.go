@@ -40,7 +40,18 @@ func TestFusedKernelsOnCPU(t *testing.T) {
 			t.Errorf("no case used %s: %v", name, used)
 		}
 	}
-	t.Logf("%d cases match package fp8 bit for bit; kernels used: %v", len(cases), used)
+	small, large := 0, 0
+	for k := range 9 {
+		if 1<<k <= 32 {
+			small += used[fmt.Sprintf("team of %d", 1<<k)]
+		} else {
+			large += used[fmt.Sprintf("team of %d", 1<<k)]
+		}
+	}
+	if !testing.Short() && (small == 0 || large == 0) {
+		t.Errorf("teams of a warp or less in %d cases, larger teams in %d: want both", small, large)
+	}
+	t.Logf("%d cases match package fp8 bit for bit; kernels and teams used: %v", len(cases), used)
 }
 
 // checkFused runs the fused kernel of a case through the emulator on at
@@ -67,6 +78,9 @@ func checkFused(c QuantCase, maxBlocks int, used map[string]int) error {
 	}
 	if err := emulate(p, maxBlocks, used); err != nil {
 		return fmt.Errorf("%v: %w", c, err)
+	}
+	if p.items > 0 {
+		used[fmt.Sprintf("team of %d", 1<<p.teamShift)]++
 	}
 	if !bytes.Equal(dst[:c.DstOff], bytes.Repeat([]byte{0xA5}, c.DstOff)) ||
 		!bytes.Equal(dst[c.DstOff+len(c.Want):], bytes.Repeat([]byte{0xA5}, 8)) {
@@ -124,6 +138,23 @@ func TestFusedPlan(t *testing.T) {
 	// 3 block rows x 6 block columns, a block per item and thread block
 	if p.name != "m2n_fquant_bf16_8" || p.items != 18 || p.groups != 3 || p.chunks != 6 || p.grid(1) != 18 {
 		t.Errorf("fused plan %+v", p)
+	}
+	if p.teamShift != 8 {
+		t.Errorf("a 128x128 bf16 block takes a team of %d threads, want the whole block of 256", 1<<p.teamShift)
+	}
+	// Row scaling of 256 B rows: 16 vectors a row, teams of 4 lanes, 64
+	// rows per thread block.
+	gr, err := fp8.NewGrid([]int64{512, 128}, fp8.Row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := placement.Box{Lo: []int64{0, 0}, Hi: []int64{512, 128}}
+	p, err = planQuant(quantRequest{kind: quantFused, grid: gr, dtype: placement.BF16, src: 1 << 20, at: strided.Describe(all, all, 2), box: all, win: 1 << 30, blocks: gr.All(), dst: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.items != 512 || p.teamShift != 2 || p.grid(1) != 8 {
+		t.Errorf("row-scaled fused plan %+v", p)
 	}
 	// 128x128 bf16 blocks of 16-byte vectors fit the registers exactly
 	if 128*128/8 != blockThreads*fusedRegs {

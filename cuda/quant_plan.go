@@ -198,7 +198,10 @@ func (p *quantPlan) chooseLaunch(q quantRequest, esz, rows uint64, br int64, sha
 		p.groups = (hiR+p.group-1)/p.group - loR/p.group
 		p.chunks = (hiC+p.chunk-1)/p.chunk - loC/p.chunk
 		p.items = rows / p.ext[nd-2] * p.groups * p.chunks
-		p.teamShift = maxTeamShift
+		// a team per block, sized for about quantLoads vectors per lane
+		// of the largest tile (registers hold fusedRegs)
+		tile := min(p.blockRows, p.ext[nd-2]) * (min(p.blockCols, p.rowElems) / v)
+		p.teamShift = teamFor((tile + quantLoads - 1) / quantLoads)
 	case quantAmax:
 		p.name = fmt.Sprintf("m2n_amax_%s_%d", dt, v)
 		if p.colShift == 63 {

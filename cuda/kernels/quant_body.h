@@ -99,17 +99,19 @@ M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
 	}
 }
 
-// The fused amax-quantize-pack kernel (M2N_FNAME) of whole blocks: one
-// thread block per block of the box (fused_tile), which must lie wholly
+// The fused amax-quantize-pack kernel (M2N_FNAME) of whole blocks: a team
+// of threads per block of the box (m2n_fused_tile), which must lie wholly
 // inside the box (no other rank holds a part of it, so its amax needs no
-// exchange). Its threads load the block once, keeping up to M2N_FREGS
-// vectors each in registers (a 128x128 bf16 block is 8 per thread; larger
-// blocks, rows of more than 16384 bf16 elements or f32 blocks, read the
-// rest again), reduce its amax, write its scale and quantize from the
-// registers. M2N_FLOAD and M2N_FSTORE are one thread's halves, shared by the
-// GPU kernel and its emulation.
+// exchange); the plan sizes teams for about 4 vectors per lane, up to a
+// thread block (a 128x128 block takes all 256 threads, a row of 128 bf16
+// elements 4). A team loads its block once, keeping up to M2N_FREGS
+// vectors per lane in registers (a 128x128 bf16 block is 8 per thread;
+// larger blocks, rows of more than 16384 bf16 elements or f32 blocks, read
+// the rest again), reduces its amax, writes its scale and quantizes from
+// the registers. M2N_FLOAD and M2N_FSTORE are one lane's halves, shared by
+// the GPU kernel and its emulation.
 
-// M2N_FLOAD loads thread tid's vectors of tile t (of nt threads), keeping
+// M2N_FLOAD loads lane tid's vectors of tile t (of a team of nt), keeping
 // the first M2N_FREGS in in[], and returns the largest magnitude among them.
 M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, M2N_LOAD_T *in) {
 	unsigned long long r, cv, dr, dc;
@@ -168,7 +170,7 @@ M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp) {
 	return out.v;
 }
 
-// M2N_FSTORE quantizes and packs thread tid's vectors of tile t by scale:
+// M2N_FSTORE quantizes and packs lane tid's vectors of tile t by scale:
 // the first M2N_FREGS from in[], the rest read again.
 M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, const M2N_LOAD_T *in, float scale) {
 	unsigned long long r, cv, dr, dc;
@@ -191,56 +193,87 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 
 #ifdef __CUDACC__
 M2N_FKERNEL M2N_FNAME(M2N_QPARAMS p) {
-	// red[i % 3] gathers tile i's amax: thread 0 clears red[(i + 2) % 3]
-	// after the barrier of tile i, when every thread has read tile i-1's
-	// value and none can reach tile i+2's atomics before the barrier of
-	// tile i+1, so one barrier per tile suffices.
-	__shared__ unsigned int red[3];
-	if (threadIdx.x < 3u) {
-		red[threadIdx.x] = 0u;
+	// Teams of 2^team_shift threads, a tile each. A team of up to a warp
+	// reduces its amax with shuffles alone; a larger one (at most 4 teams of
+	// 64 or more per block) through red[i % 3][team] over the barrier of
+	// round i: its lane 0 clears red[(i + 2) % 3][team] after that barrier,
+	// when every lane has read round i-1's value and none can reach round
+	// i+2's atomics before the barrier of round i+1, so one barrier per
+	// round suffices. Rounds are uniform over the block (a team past the
+	// last item idles through them), so every thread meets every barrier.
+	__shared__ unsigned int red[3][4];
+	const unsigned int shift = (unsigned int)p.team_shift;
+	const unsigned int team = 1u << shift;
+	const unsigned int lane = threadIdx.x & (team - 1u);
+	const unsigned int tix = threadIdx.x >> shift;
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
+	if (teams == 0) {
+		return;
+	}
+	if (threadIdx.x < 12u) {
+		red[threadIdx.x / 4u][threadIdx.x % 4u] = 0u;
 	}
 	__syncthreads();
 	unsigned int it = 0;
-	for (unsigned long long item = blockIdx.x; item < p.items; item += gridDim.x) {
-		const m2n_fused_tile t = m2n_fused_tile_of(&p, item, M2N_VEC);
+	for (unsigned long long base = blockIdx.x * teams; base < p.items; base += gridDim.x * teams) {
+		const unsigned long long item = base + tix;
+		const bool valid = item < p.items;
+		m2n_fused_tile t = {0, 0, 0, 1, 0};
 		M2N_LOAD_T in[M2N_FREGS];
-		unsigned int m = M2N_FLOAD(&p, &t, threadIdx.x, blockDim.x, in);
-		for (unsigned int off = 16u; off > 0u; off /= 2u) {
+		unsigned int m = 0;
+		if (valid) {
+			t = m2n_fused_tile_of(&p, item, M2N_VEC);
+			m = M2N_FLOAD(&p, &t, lane, team, in);
+		}
+		const unsigned int width = team < 32u ? team : 32u;
+		for (unsigned int off = width / 2u; off > 0u; off /= 2u) {
 			const unsigned int o = __shfl_xor_sync(0xFFFFFFFFu, m, off);
 			m = o > m ? o : m;
 		}
-		if ((threadIdx.x & 31u) == 0u) {
-			atomicMax(&red[it], m);
+		if (team > 32u) {
+			if ((threadIdx.x & 31u) == 0u) {
+				atomicMax(&red[it][tix], m);
+			}
+			__syncthreads();
+			m = red[it][tix];
+			if (lane == 0u) {
+				red[it == 0u ? 2u : it - 1u][tix] = 0u;
+			}
+			it = it == 2u ? 0u : it + 1u;
 		}
-		__syncthreads();
-		const float scale = m2n_fused_scale(red[it]);
-		if (threadIdx.x == 0u) {
-			red[it == 0u ? 2u : it - 1u] = 0u;
-			((float *)p.win)[t.wi] = scale;
+		if (valid) {
+			const float scale = m2n_fused_scale(m);
+			if (lane == 0u) {
+				((float *)p.win)[t.wi] = scale;
+			}
+			M2N_FSTORE(&p, &t, lane, team, in, scale);
 		}
-		M2N_FSTORE(&p, &t, threadIdx.x, blockDim.x, in, scale);
-		it = it == 2u ? 0u : it + 1u;
 	}
 }
 #else
-// The emulation runs a thread block as its thread 0: every thread's load,
-// the reduction, then every thread's store, as the barrier orders them.
+// The emulation runs a thread block as its thread 0: per team, every
+// lane's load, the reduction, then every lane's store, as the shuffles and
+// the barrier order them.
 M2N_KERNEL M2N_FNAME(M2N_QPARAMS p) {
-	if (threadIdx.x != 0u || blockDim.x > M2N_FTHREADS) {
+	const unsigned int team = 1u << (unsigned int)p.team_shift;
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> (unsigned int)p.team_shift);
+	if (threadIdx.x != 0u || blockDim.x > M2N_FTHREADS || teams == 0) {
 		return;
 	}
 	M2N_LOAD_T in[M2N_FTHREADS][M2N_FREGS];
-	for (unsigned long long item = blockIdx.x; item < p.items; item += gridDim.x) {
-		const m2n_fused_tile t = m2n_fused_tile_of(&p, item, M2N_VEC);
-		unsigned int m = 0;
-		for (unsigned int tid = 0; tid < blockDim.x; tid++) {
-			const unsigned int a = M2N_FLOAD(&p, &t, tid, blockDim.x, in[tid]);
-			m = a > m ? a : m;
-		}
-		const float scale = m2n_fused_scale(m);
-		((float *)p.win)[t.wi] = scale;
-		for (unsigned int tid = 0; tid < blockDim.x; tid++) {
-			M2N_FSTORE(&p, &t, tid, blockDim.x, in[tid], scale);
+	for (unsigned long long base = blockIdx.x * teams; base < p.items; base += gridDim.x * teams) {
+		for (unsigned long long tix = 0; tix < teams && base + tix < p.items; tix++) {
+			const m2n_fused_tile t = m2n_fused_tile_of(&p, base + tix, M2N_VEC);
+			unsigned int m = 0;
+			for (unsigned int lane = 0; lane < team; lane++) {
+				const unsigned int a = M2N_FLOAD(&p, &t, lane, team, in[lane]);
+				m = a > m ? a : m;
+			}
+			const float scale = m2n_fused_scale(m);
+			((float *)p.win)[t.wi] = scale;
+			for (unsigned int lane = 0; lane < team; lane++) {
+				M2N_FSTORE(&p, &t, lane, team, in[lane], scale);
+			}
 		}
 	}
 }
