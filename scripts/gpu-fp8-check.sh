@@ -41,5 +41,9 @@ if [ "$part" = all ] || [ "$part" = bench ]; then
 # (torch.compile's block quantize of the same 1 GiB) in the same invocation, with the ratios.
 run quant-bench-block "$bin/refit" quant-bench --mode block --rows 256,1KiB,4KiB,16KiB,64KiB
 run quant-bench-row "$bin/refit" quant-bench --mode row --peer off
+# The fused kernels' resident blocks per SM (their __launch_bounds__; 4 by default), at 256 B and 4 KiB rows.
+for minb in 2 3 6 8; do
+	run quant-bench-fused-minb$minb env M2N_FUSED_MINB=$minb "$bin/refit" quant-bench --rows 256,4KiB --peer off --iters 10
+done
 fi
 cat "$out/summary.txt"

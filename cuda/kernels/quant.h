@@ -26,8 +26,12 @@
 #define M2N_QKERNEL extern "C" __global__ void __launch_bounds__(256, 5)
 #define M2N_QPARAMS const __grid_constant__ m2n_quant_params
 // The fused kernels keep 8 vectors of 16 bytes per thread in registers:
-// bound to 4 resident blocks (64 registers), not 5.
-#define M2N_FKERNEL extern "C" __global__ void __launch_bounds__(256, 4)
+// bound to 4 resident blocks (64 registers), not 5; the host may compile
+// with -DM2N_FMINB=n to change it (M2N_FUSED_MINB, cuda/kernels.go).
+#ifndef M2N_FMINB
+#define M2N_FMINB 4
+#endif
+#define M2N_FKERNEL extern "C" __global__ void __launch_bounds__(256, M2N_FMINB)
 M2N_INLINE float m2n_as_float(unsigned int u) { return __uint_as_float(u); }
 M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
 // Explicitly rounded: the rule is a true float32 division, and the
