@@ -30,7 +30,7 @@ type QuantOptions struct {
 // QuantResult is one operation at one row width.
 type QuantResult struct {
 	RowBytes int
-	Op       string // copy, pack, amax, quant-pack, stage-2pass, stage-fused, convert, pack+convert
+	Op       string // copy, pack, amax, quant-pack, stage-2pass, stage-fused, convert, pack+convert, fused-dense
 	Bytes    int64  // bf16 input bytes
 	Median   time.Duration
 	GBps     float64 // Bytes / Median, decimal GB/s of bf16 input
@@ -60,6 +60,10 @@ type QuantResult struct {
 //	              stage-2pass)
 //	convert       PackQuantize of a contiguous bf16 buffer: the separate
 //	              pass a generator makes over bf16 it received
+//	fused-dense   FusedQuantize of that contiguous buffer as a matrix of
+//	              its own, whose blocks and rows are all whole (Block and
+//	              Row scaling; a Tensor-scaled matrix is one block, which
+//	              one team cannot stream at speed)
 //	pack+convert  pack then convert: the convert-after pipeline
 //
 // Each operation is timed with events on one stream, Warmup times untimed
@@ -196,11 +200,11 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 		return nil, err
 	}
 	cblocks := gc.All()
-	wins, err := q.get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()), int(4*blocks.Elems()))
+	wins, err := q.get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()))
 	if err != nil {
 		return nil, err
 	}
-	win, awin, cwin, fwin := wins[0], wins[1], wins[2], wins[3]
+	win, awin, cwin, fwin, dwin := wins[0], wins[1], wins[2], wins[3], wins[4]
 	w := cudamem.FP8Window{Blocks: blocks, Values: win}
 	desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
 	reg := cudamem.FP8Region{DType: placement.BF16, Src: q.srcBuf, At: desc, Box: box}
@@ -245,6 +249,14 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 			return mem.FusedQuantize(g, q.e4m3, 0, reg, cudamem.FP8Window{Blocks: blocks, Values: fwin})
 		}})
 	}
+	if mode != fp8.Tensor {
+		ops = append(ops, struct {
+			name string
+			run  func() error
+		}{"fused-dense", func() error {
+			return mem.FusedQuantize(gc, q.e4m3, 0, creg, cudamem.FP8Window{Blocks: cblocks, Values: dwin})
+		}})
+	}
 	times := map[string]time.Duration{}
 	for _, op := range ops {
 		d, err := t.time(op.run)
@@ -260,7 +272,7 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 		}
 	}
 	var res []QuantResult
-	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "stage-2pass", "stage-fused", "convert", "pack+convert"} {
+	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "stage-2pass", "stage-fused", "convert", "pack+convert", "fused-dense"} {
 		d, ok := times[name]
 		if !ok {
 			continue

@@ -42,6 +42,8 @@ columns sends), quantized per --mode.
   convert       the same kernel over contiguous bf16: the separate pass a
                 generator makes after receiving bf16
   pack+convert  the two: convert-after's cost, against quant-pack's
+  fused-dense   the fused kernel over that contiguous bf16 as a matrix of its
+                own (every block and row whole; block and row scaling)
 
 "vs pack" is pack's time over the op's. Each figure is the median of
 --iters event-timed launches after a warm-up. Then, with --peer auto (the
@@ -49,7 +51,7 @@ default), it runs the torch peer (bench/peers/torch_fp8_block.py, built
 in) on the same bytes as one contiguous bf16 tensor when python3 with torch
 is on the machine, or says why it could not, and prints the ratio of
 torch.compile's block quantize to each stage (above 1: m2n is faster).
-It needs about 5x --bytes of GPU memory and no launcher.`,
+It needs about 4.5x --bytes of GPU memory and no launcher.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, err := units.ParseBytes(total)
