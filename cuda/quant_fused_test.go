@@ -31,8 +31,10 @@ func TestFusedKernelsOnCPU(t *testing.T) {
 	used := map[string]int{}
 	for i, c := range cases {
 		grid := []int{maxGridBlocks, 3, 1}[i%3]
-		if err := checkFused(c, grid, used); err != nil {
-			t.Fatal(err)
+		for _, bracket := range []bool{false, true} {
+			if err := checkFused(c, grid, bracket, used); err != nil {
+				t.Fatalf("bracket test %v: %v", bracket, err)
+			}
 		}
 	}
 	for _, name := range quantKernels() {
@@ -56,7 +58,7 @@ func TestFusedKernelsOnCPU(t *testing.T) {
 
 // checkFused runs the fused kernel of a case through the emulator on at
 // most maxBlocks blocks and compares its window and bytes with the case's.
-func checkFused(c QuantCase, maxBlocks int, used map[string]int) error {
+func checkFused(c QuantCase, maxBlocks int, bracket bool, used map[string]int) error {
 	src, freeSrc := kernels.Alloc(len(c.Src))
 	defer freeSrc()
 	copy(src, c.Src)
@@ -72,7 +74,7 @@ func checkFused(c QuantCase, maxBlocks int, used map[string]int) error {
 		dst[i] = 0xA5
 	}
 	p, err := planQuant(quantRequest{kind: quantFused, grid: c.Grid, dtype: c.DType, src: addrOf(src), at: c.At, box: c.Box,
-		win: addrOf(win), blocks: c.Blocks, dst: addrOf(dst) + DevicePtr(c.DstOff)})
+		win: addrOf(win), blocks: c.Blocks, dst: addrOf(dst) + DevicePtr(c.DstOff), bracket: bracket})
 	if err != nil {
 		return fmt.Errorf("%v: %w", c, err)
 	}
@@ -194,8 +196,10 @@ func TestFusedPatternsOnCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := checkFused(c, 1<<20, map[string]int{}); err != nil {
-				t.Fatal(err)
+			for _, bracket := range []bool{false, true} {
+				if err := checkFused(c, 1<<20, bracket, map[string]int{}); err != nil {
+					t.Fatalf("bracket test %v: %v", bracket, err)
+				}
 			}
 		}
 	}

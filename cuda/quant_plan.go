@@ -47,6 +47,7 @@ type quantPlan struct {
 	items     uint64
 	teamShift uint
 	vec       int
+	divMode   uint64 // fused: 0 the midpoint test (m2n_qdiv), 1 the bracket test (m2n_q2_bracket)
 }
 
 // quantRequest is what a plan is made from: the grid, the source region
@@ -62,6 +63,9 @@ type quantRequest struct {
 	win    DevicePtr
 	blocks placement.Box // the window's blocks, 4 bytes each at win
 	dst    DevicePtr
+	// bracket: the fused kernels make quotients exact by the bracket test
+	// (m2n_q2_bracket) instead of the midpoint test (m2n_qdiv)
+	bracket bool
 }
 
 // planQuant checks a request and plans its launch. An empty box gives a
@@ -110,6 +114,9 @@ func planQuant(q quantRequest) (quantPlan, error) {
 			strided.ErrInvalid, q.box, q.dtype, elems*esz, q.at, q.at.Bytes())
 	}
 	p := quantPlan{kind: q.kind, nd: nd, win: uint64(q.win), dst: uint64(q.dst)}
+	if q.bracket && q.kind == quantFused {
+		p.divMode = 1
+	}
 	shape := g.Shape()
 	for d := range nd {
 		p.lo[d] = uint64(q.box.Lo[d])

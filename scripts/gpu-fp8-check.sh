@@ -23,6 +23,8 @@ if [ "$part" = all ] || [ "$part" = tests ]; then
 # the fused cases and every bf16 pattern under 32 block scales, 2^24 f32 patterns, each mode, bit for
 # bit with package fp8; the two-pass kernels' tests beside them; their emulated twins.
 (cd cuda && run fp8-cuda-tests "$bin/cuda.test" -test.run 'KernelSource|Quant|Fused|Qdiv' -test.v -test.timeout 600s)
+# The same fused tests with the bracket test making quotients exact (M2N_FUSED_DIV=bracket, m2n_q2_bracket).
+(cd cuda && run fp8-cuda-fused-bracket env M2N_FUSED_DIV=bracket "$bin/cuda.test" -test.run 'Fused' -test.v -test.timeout 600s)
 (cd cudamem && run fp8-cudamem-tests "$bin/cudamem.test" -test.run 'FP8|Fused|Amax|Quant' -test.v -test.timeout 300s)
 # FP8 in flight through a prepared step (the runtime's path: amax, exchange, quant-pack), --check
 # compares every byte and scale with quantizing the whole tensor; the NaN run must fail naming
@@ -41,6 +43,8 @@ if [ "$part" = all ] || [ "$part" = bench ]; then
 # (torch.compile's block quantize of the same 1 GiB) in the same invocation, with the ratios.
 run quant-bench-block "$bin/refit" quant-bench --mode block --rows 256,1KiB,4KiB,16KiB,64KiB
 run quant-bench-row "$bin/refit" quant-bench --mode row --peer off
+# The fused kernels with the bracket test instead of the midpoint test (bytes checked against stage-2pass).
+run quant-bench-block-bracket env M2N_FUSED_DIV=bracket "$bin/refit" quant-bench --mode block --rows 256,4KiB,64KiB --peer off
 # The fused kernels' resident blocks per SM (their __launch_bounds__; 4 by default), at 256 B and 4 KiB rows.
 for minb in 2 3 6 8; do
 	run quant-bench-fused-minb$minb env M2N_FUSED_MINB=$minb "$bin/refit" quant-bench --rows 256,4KiB --peer off --iters 10

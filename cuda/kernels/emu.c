@@ -91,18 +91,27 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 	return 0;
 }
 
-long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n) {
+// m2n_emu_quot returns the E4M3 byte the kernels make of x/s in mode 0
+// (m2n_qdiv) or 1 (m2n_q2_bracket).
+static unsigned int m2n_emu_quot(float x, float s, float r, int mode) {
+	if (mode == 1) {
+		return m2n_q2_bracket(x, x, s, r) & 0xFFu;
+	}
+	return m2n_e4m3(m2n_qdiv(x, s, r));
+}
+
+long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n, int mode) {
 	long long bad = 0;
 	for (long long i = 0; i < n; i++) {
 		const float r = 1.0f / s[i];
-		if (m2n_e4m3(m2n_qdiv(x[i], s[i], r)) != m2n_e4m3(x[i] / s[i])) {
+		if (m2n_emu_quot(x[i], s[i], r, mode) != m2n_e4m3(x[i] / s[i])) {
 			bad++;
 		}
 	}
 	return bad;
 }
 
-long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned int jstep, long long *fast, unsigned int *maxulps) {
+long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned int jstep, int mode, long long *fast, unsigned int *maxulps) {
 	long long bad = 0;
 	for (unsigned int i = i0; i < i1 && i < 128u; i++) {
 		const float x = m2n_as_float(((unsigned int)(127 + k) << 23) | (i << 16));
@@ -118,7 +127,7 @@ long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned i
 					*maxulps = d;
 				}
 			}
-			if (m2n_e4m3(m2n_qdiv(x, s, r)) != m2n_e4m3(t)) {
+			if (m2n_emu_quot(x, s, r, mode) != m2n_e4m3(t)) {
 				bad++;
 			}
 		}

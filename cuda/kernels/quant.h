@@ -79,6 +79,18 @@ M2N_INLINE unsigned int m2n_e4m3(float q) {
 	return c | ((u >> 24) & 0x80u);
 }
 
+// m2n_nanfix sets the byte of a NaN among lo and hi in v (lo's low) to
+// 0x7F, as m2n_e4m3 gives it.
+M2N_INLINE unsigned int m2n_nanfix(unsigned int v, float lo, float hi) {
+	if (lo != lo) {
+		v = (v & 0xFF00u) | 0x7Fu;
+	}
+	if (hi != hi) {
+		v = (v & 0x00FFu) | 0x7F00u;
+	}
+	return v;
+}
+
 // m2n_e4m3x2 rounds lo and hi as m2n_e4m3 does, lo in the low byte. From
 // sm_89 on that is one instruction for both (cvt.rn.satfinite: nearest,
 // ties to even, subnormals, saturating at +-448 as the clamp does, infinity
@@ -88,14 +100,7 @@ M2N_INLINE unsigned int m2n_e4m3x2(float lo, float hi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 	unsigned short r;
 	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-	unsigned int v = r;
-	if (lo != lo) {
-		v = (v & 0xFF00u) | 0x7Fu;
-	}
-	if (hi != hi) {
-		v = (v & 0x00FFu) | 0x7F00u;
-	}
-	return v;
+	return m2n_nanfix(r, lo, hi);
 #else
 	return m2n_e4m3(lo) | (m2n_e4m3(hi) << 8);
 #endif
@@ -140,6 +145,50 @@ M2N_INLINE float m2n_qdiv(float x, float s, float r) {
 		return q;
 	}
 	return M2N_FDIV(x, s);
+}
+
+// m2n_e4m3x2_raw is m2n_e4m3x2 without the NaN fix-up: a NaN's byte may
+// keep its sign (0x7F or 0xFF). For comparisons only.
+M2N_INLINE unsigned int m2n_e4m3x2_raw(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	unsigned short r;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+	return r;
+#else
+	return m2n_e4m3(lo) | (m2n_e4m3(hi) << 8);
+#endif
+}
+
+// m2n_q2_bracket returns the E4M3 bytes of the true float32 divisions
+// x0/s and x1/s (x0's in the low byte), as m2n_e4m3x2 rounds them, by
+// multiplies: q = x*r, with r = 1/s rounded, is within 4 float32 steps of
+// Q = RN(x/s) (the argument at m2n_qdiv), so Q lies between RN(q*(1 -
+// 2^-19)) and RN(q*(1 + 2^-19)), which are at least 15 steps from q. The
+// rounding to E4M3 (clamp included) is monotonic, so where both ends round
+// to q's byte Q does too; elsewhere the true divisions decide. Where x*r is
+// a float32 subnormal, |Q| <= 2^-126 and every candidate rounds to a zero
+// of Q's sign; infinite, zero and NaN scales and elements give matching
+// ends only where the division gives the same byte (or a NaN, 0x7F), and
+// else fall back. It trades m2n_qdiv's integer tests for four multiplies
+// and two conversions per pair.
+M2N_INLINE unsigned int m2n_q2_bracket(float x0, float x1, float s, float r) {
+	const float q0 = M2N_FMUL(x0, r), q1 = M2N_FMUL(x1, r);
+	const float lo = m2n_as_float(0x3F7FFFE0u), hi = m2n_as_float(0x3F800010u); // 1 -+ 2^-19
+	const unsigned int v = m2n_e4m3x2_raw(q0, q1);
+	if (m2n_e4m3x2_raw(M2N_FMUL(q0, lo), M2N_FMUL(q1, lo)) == v && m2n_e4m3x2_raw(M2N_FMUL(q0, hi), M2N_FMUL(q1, hi)) == v) {
+		return m2n_nanfix(v, q0, q1);
+	}
+	return m2n_e4m3x2(M2N_FDIV(x0, s), M2N_FDIV(x1, s));
+}
+
+// m2n_q1_bracket is m2n_q2_bracket for one element.
+M2N_INLINE unsigned int m2n_q1_bracket(float x, float s, float r) {
+	const float q = M2N_FMUL(x, r);
+	const unsigned int v = m2n_e4m3(q);
+	if (m2n_e4m3(M2N_FMUL(q, m2n_as_float(0x3F7FFFE0u))) == v && m2n_e4m3(M2N_FMUL(q, m2n_as_float(0x3F800010u))) == v) {
+		return v;
+	}
+	return m2n_e4m3(M2N_FDIV(x, s));
 }
 
 // m2n_win_row returns the window index of the first block of box row `row`

@@ -146,8 +146,9 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 	return m;
 }
 
-// M2N_FQVEC quantizes one vector by scale (rcp its reciprocal).
-M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp) {
+// M2N_FQVEC quantizes one vector by scale (rcp its reciprocal), each
+// quotient made exact by m2n_qdiv (mode 0) or m2n_q2_bracket (mode 1).
+M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp, unsigned long long mode) {
 	union {
 		M2N_LOAD_T v;
 		M2N_ELEM_T e[M2N_VEC];
@@ -158,13 +159,26 @@ M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp) {
 		unsigned char b[M2N_VEC];
 	} out;
 #if M2N_VEC == 1
-	out.b[0] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(x.e[0]), scale, rcp));
+	if (mode == 1) {
+		out.b[0] = (unsigned char)m2n_q1_bracket(M2N_TO_FLOAT(x.e[0]), scale, rcp);
+	} else {
+		out.b[0] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(x.e[0]), scale, rcp));
+	}
 #else
-	M2N_UNROLL_PRAGMA
-	for (int k = 0; k < M2N_VEC; k += 2) {
-		const unsigned int two = m2n_e4m3x2(m2n_qdiv(M2N_TO_FLOAT(x.e[k]), scale, rcp), m2n_qdiv(M2N_TO_FLOAT(x.e[k + 1]), scale, rcp));
-		out.b[k] = (unsigned char)two;
-		out.b[k + 1] = (unsigned char)(two >> 8);
+	if (mode == 1) {
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_VEC; k += 2) {
+			const unsigned int two = m2n_q2_bracket(M2N_TO_FLOAT(x.e[k]), M2N_TO_FLOAT(x.e[k + 1]), scale, rcp);
+			out.b[k] = (unsigned char)two;
+			out.b[k + 1] = (unsigned char)(two >> 8);
+		}
+	} else {
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_VEC; k += 2) {
+			const unsigned int two = m2n_e4m3x2(m2n_qdiv(M2N_TO_FLOAT(x.e[k]), scale, rcp), m2n_qdiv(M2N_TO_FLOAT(x.e[k + 1]), scale, rcp));
+			out.b[k] = (unsigned char)two;
+			out.b[k + 1] = (unsigned char)(two >> 8);
+		}
 	}
 #endif
 	return out.v;
@@ -180,13 +194,13 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 	M2N_UNROLL_PRAGMA
 	for (int k = 0; k < M2N_FREGS; k++) {
 		if (r < t->rows) {
-			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k], scale, rcp);
+			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k], scale, rcp, p->div_mode);
 			M2N_FSTEP(r, cv, dr, dc, t->vpr);
 		}
 	}
 	while (r < t->rows) {
 		const M2N_LOAD_T v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
-		*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(v, scale, rcp);
+		*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(v, scale, rcp, p->div_mode);
 		M2N_FSTEP(r, cv, dr, dc, t->vpr);
 	}
 }
