@@ -79,7 +79,8 @@ func FusedQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8
 	return launchQuant(s, quantFused, g, r, scales, dst)
 }
 
-// fusedBracket reports whether M2N_FUSED_DIV asks for the bracket test.
+// fusedBracket reports whether M2N_FUSED_DIV asks for the bracket test
+// (package envopts refuses values other than midpoint and bracket).
 func fusedBracket() bool { return os.Getenv("M2N_FUSED_DIV") == "bracket" }
 
 // launchQuant plans an FP8 kernel and queues it on s; a plan of no items
