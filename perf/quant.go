@@ -30,7 +30,7 @@ type QuantOptions struct {
 // QuantResult is one operation at one row width.
 type QuantResult struct {
 	RowBytes int
-	Op       string // copy, pack, amax, quant-pack, stage-2pass, stage-fused, convert, pack+convert, fused-dense
+	Op       string // copy, pack, amax, quant-pack, stage-2pass, stage-2pass+host, stage-fused, convert, pack+convert, fused-dense
 	Bytes    int64  // bf16 input bytes
 	Median   time.Duration
 	GBps     float64 // Bytes / Median, decimal GB/s of bf16 input
@@ -52,6 +52,10 @@ type QuantResult struct {
 //	              PackQuantize, back to back on the stream (the host's turn
 //	              of amaxes into scales and the exchange between them are
 //	              not timed)
+//	stage-2pass+host  the same with the host's part of a step between the
+//	              passes, as one GPU's step pays it without the exchange:
+//	              the amax window read back, turned into scales on the
+//	              host and written again
 //	stage-fused   the FP8 stage of whole blocks: FusedQuantize of the box
 //	              (amax, scales and E4M3 in one pass); only where the box
 //	              holds every block it touches whole (Block scaling: the
@@ -239,6 +243,12 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 			}
 			return mem.PackQuantize(g, q.e4m3, 0, reg, w)
 		}},
+		{"stage-2pass+host", func() error {
+			if err := q.scales(g, w, reg); err != nil {
+				return err
+			}
+			return mem.PackQuantize(g, q.e4m3, 0, reg, w)
+		}},
 		{"convert", func() error { return mem.PackQuantize(gc, q.e4m3, 0, creg, cw) }},
 	}
 	if g.WholeBlocks(box) == nil { // chosen from the layout, as a step would at prepare time
@@ -272,7 +282,7 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 		}
 	}
 	var res []QuantResult
-	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "stage-2pass", "stage-fused", "convert", "pack+convert", "fused-dense"} {
+	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "stage-2pass", "stage-2pass+host", "stage-fused", "convert", "pack+convert", "fused-dense"} {
 		d, ok := times[name]
 		if !ok {
 			continue
@@ -332,9 +342,9 @@ func firstDiff(a, b []byte) int {
 // op.
 func FormatQuant(res []QuantResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%8s  %-12s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
+	fmt.Fprintf(&b, "%8s  %-16s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
 	for _, r := range res {
-		fmt.Fprintf(&b, "%8d  %-12s  %10d  %10s  %9.1f  %7.1f%%\n",
+		fmt.Fprintf(&b, "%8d  %-16s  %10d  %10s  %9.1f  %7.1f%%\n",
 			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsPack)
 	}
 	return b.String()

@@ -34,6 +34,9 @@ columns sends), quantized per --mode.
   stage-2pass   the whole FP8 stage of blocks a shard boundary cuts, as a
                 step pays it on the GPU: amax, then quant-pack (the host's
                 exchange of amaxes between them is not timed)
+  stage-2pass+host  the same with the host's turn between the passes (the
+                amax window read back, made scales, written again): a
+                one-GPU step's FP8 stage without the exchange
   stage-fused   the whole FP8 stage of whole blocks: one fused kernel reads
                 each block once, reduces its amax, writes its scale and
                 packs it as E4M3 (checked against stage-2pass byte for
@@ -132,8 +135,8 @@ func torchPeer(out io.Writer, n int64, res []perf.QuantResult) {
 		return
 	}
 	for _, r := range res {
-		if r.Op == "stage-fused" || r.Op == "stage-2pass" {
-			fmt.Fprintf(out, "%8d  %-12s  torch.compile / m2n = %.2fx (%s against %s)\n",
+		if strings.HasPrefix(r.Op, "stage-") {
+			fmt.Fprintf(out, "%8d  %-16s  torch.compile / m2n = %.2fx (%s against %s)\n",
 				r.RowBytes, r.Op, p.Compile.Seconds()/r.Median.Seconds(), p.Compile.Round(time.Microsecond/10), r.Median.Round(time.Microsecond/10))
 		}
 	}
