@@ -26,8 +26,13 @@ func TestGPUFusedQuantize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range cases {
-		if err := g.fused(c); err != nil {
+	for i, c := range cases {
+		// a third with grids of 1 and 3 blocks, which loop over several
+		// rounds of items (and of the shared amax slots)
+		restore := cuda.SetFusedGridCap([]int{1 << 22, 3, 1}[i%3])
+		err := g.fused(c)
+		restore()
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -270,11 +270,19 @@ func (p *quantPlan) grid(resident int) int {
 	teams := uint64(blockThreads >> p.teamShift)
 	need := (p.items + teams - 1) / teams
 	limit := resident
-	if (p.kind == quantPack && p.chunks > 1) || p.kind == quantFused {
-		limit = maxGridBlocks // fused: a block per item, one barrier each
+	switch {
+	case p.kind == quantFused:
+		limit = fusedGridCap // a block per round of items
+	case p.kind == quantPack && p.chunks > 1:
+		limit = maxGridBlocks
 	}
 	return clampGrid(need, limit)
 }
+
+// fusedGridCap caps the fused kernels' grid: maxGridBlocks, less in tests
+// (SetFusedGridCap) so that blocks run several rounds of items, as on
+// tensors of more than maxGridBlocks teams' blocks.
+var fusedGridCap = maxGridBlocks
 
 // fusedRegs is how many vectors a thread of the fused kernels keeps in
 // registers (M2N_FREGS in kernels/quant.h): blocks of up to
