@@ -2,11 +2,13 @@
 # gpu-fp8-check.sh runs the GPU checks and the benchmark of m2n's FP8 path
 # (issue 24: the fused amax-quantize-pack kernels, the exact fast division,
 # quant-bench beside the torch peer) on a GPU machine that has no Go, from
-# the binaries make gpu-bins builds into .devbin/. Logs go to $OUT (or
+# the binaries make gpu-bins (or make gpu-fp8-bins, just the four it needs:
+# refit, cuda.test, kernels.test, cudamem.test) builds into .devbin/. Logs go to $OUT (or
 # ./gpu-out), a summary in $OUT/summary.txt. Usage, from the repository root:
-#   scripts/gpu-fp8-check.sh                # everything (a few minutes)
-#   PART=tests scripts/gpu-fp8-check.sh     # the kernel tests and the checked FP8 refit runs
-#   PART=bench scripts/gpu-fp8-check.sh     # quant-bench (block scaling with the torch peer, row scaling)
+#   scripts/gpu-fp8-check.sh                # everything (10 minutes or more: run the parts apart)
+#   PART=tests scripts/gpu-fp8-check.sh     # the kernel tests and the checked FP8 refit runs (about 5 minutes)
+#   PART=bench scripts/gpu-fp8-check.sh     # quant-bench: block scaling with the torch peer, row scaling,
+#                                           # the bracket test and resident-block variants (about 5 minutes)
 set -uo pipefail
 out=${OUT:-gpu-out}
 mkdir -p "$out"
