@@ -41,6 +41,14 @@ run refit-cuda-fp8-nan env M2N_FAULT_NAN=0:4097 scripts/mpirun.sh -np 1 "$bin/re
 	--route flat --check --atomic --iters 1 --warmup 0
 fi
 if [ "$part" = all ] || [ "$part" = bench ]; then
+# quant-bench runs the torch peer with $M2N_PYTHON, else the first python3 on PATH: find one that
+# imports torch (on the H200 machine torch lives in /opt/torch/.venv).
+if [ -z "${M2N_PYTHON:-}" ]; then
+	for p in $(which -a python3 2>/dev/null) /opt/torch/.venv/bin/python3 /usr/bin/python3; do
+		if [ -x "$p" ] && "$p" -c 'import torch' 2>/dev/null; then export M2N_PYTHON=$p; break; fi
+	done
+fi
+echo "torch peer python: ${M2N_PYTHON:-none found}" | tee -a "$out/summary.txt"
 # The whole FP8 stage per GiB, fused against two-pass, at 256 B to 64 KiB rows, and the torch peer
 # (torch.compile's block quantize of the same 1 GiB) in the same invocation, with the ratios.
 run quant-bench-block "$bin/refit" quant-bench --mode block --rows 256,1KiB,4KiB,16KiB,64KiB
