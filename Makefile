@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build capi run test vet purecheck fuzz fuzz-refit fuzz-capi bench gpu-bins clean
+.PHONY: all deps build capi run test vet purecheck fuzz fuzz-refit fuzz-capi bench gpu-bins gpu-fp8-bins clean
 
 all: build
 
@@ -85,12 +85,13 @@ fuzz-refit: deps
 bench:
 	$(GO) test ./reshard ./refit -run '^$$' -bench . -benchmem
 
-# gpu-bins builds what scripts/gpu-check.sh and scripts/gpu-python.sh run on a
-# GPU machine without Go.
+# gpu-bins builds what scripts/gpu-check.sh, scripts/gpu-fp8-check.sh and
+# scripts/gpu-python.sh run on a GPU machine without Go.
 gpu-bins: deps
 	mkdir -p .devbin
 	$(GO) build -o .devbin/refit ./apps/refit
 	$(GO) test -c -o .devbin/cuda.test ./cuda
+	$(GO) test -c -o .devbin/kernels.test ./cuda/kernels
 	$(GO) test -c -o .devbin/cudamem.test ./cudamem
 	$(GO) test -c -o .devbin/nccl.test ./nccl
 	$(GO) test -c -o .devbin/gpu.test ./refit/gpu
@@ -99,6 +100,15 @@ gpu-bins: deps
 	rm -f .devbin/libm2n.so
 	$(GO) build $(CAPI_FLAGS) -o .devbin/libm2n.so ./capi
 	rm -f .devbin/libm2n.h
+
+# gpu-fp8-bins builds only what scripts/gpu-fp8-check.sh runs (about 40 MB,
+# under what a device call carries).
+gpu-fp8-bins: deps
+	mkdir -p .devbin
+	$(GO) build -o .devbin/refit ./apps/refit
+	$(GO) test -c -o .devbin/cuda.test ./cuda
+	$(GO) test -c -o .devbin/kernels.test ./cuda/kernels
+	$(GO) test -c -o .devbin/cudamem.test ./cudamem
 
 clean:
 	rm -rf bin dist

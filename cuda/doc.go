@@ -50,6 +50,19 @@
 //	// ... copy back, combine across ranks (fp8.Window.MaxWith), ToScales, copy in ...
 //	_ = cuda.PackQuantize(s, g, staging, reg, cuda.FP8Window{Blocks: blocks, Values: scales})
 //
+// That is two passes over the source and an exchange between them, which
+// only blocks that a rank boundary cuts need. A region that holds every
+// block it touches whole (fp8.Grid.SplitWhole splits a part into its whole
+// blocks and its cut ones, from the layout alone) takes FusedQuantize
+// instead: one pass that reads each block once, reduces its amax on the
+// chip, writes its scale and packs it, with the same bytes and scales as
+// fp8.Quantize of the whole tensor. Row scaling serves whole rows so;
+// tensor scaling only a part that holds whole matrices: a sharded matrix
+// has one scale over every rank's elements, so one amax pass and the
+// exchange come before any element can be quantized, whatever the kernel.
+//
+//	_ = cuda.FusedQuantize(s, g, staging, reg, cuda.FP8Window{Blocks: blocks, Values: scales}) // scales out
+//
 // These launches take device addresses and check only the descriptors,
 // not that the addresses lie in device memory: package cudamem
 // is the transport.Memory (and transport.QuantMemory) over them, with

@@ -59,13 +59,24 @@ func packBatch() string {
 	return ""
 }
 
+// fusedMinBlocks returns the resident blocks per SM the fused FP8 kernels
+// ask for (their __launch_bounds__): M2N_FUSED_MINB if set to 1 to 8, else
+// the source's default (4: at most 64 registers, for the 8 vectors of 16
+// bytes a thread holds). For measuring on a GPU without a rebuild.
+func fusedMinBlocks() string {
+	if v := os.Getenv("M2N_FUSED_MINB"); v >= "1" && v <= "8" && len(v) == 1 {
+		return v
+	}
+	return ""
+}
+
 func kernelImage(major, minor int, out nvrtc.Output) ([]byte, error) {
 	arch := fmt.Sprintf("sm_%d%d", major, minor)
 	if out == nvrtc.PTX {
 		arch = fmt.Sprintf("compute_%d%d", major, minor)
 	}
-	batch := packBatch()
-	key := arch + "/" + batch
+	batch, minb := packBatch(), fusedMinBlocks()
+	key := arch + "/" + batch + "/" + minb
 	images.Lock()
 	defer images.Unlock()
 	if r, ok := images.m[key]; ok {
@@ -79,6 +90,9 @@ func kernelImage(major, minor int, out nvrtc.Output) ([]byte, error) {
 	opts := []string{"--gpu-architecture=" + arch, "--std=c++17"}
 	if batch != "" {
 		opts = append(opts, "-DM2N_BATCH="+batch)
+	}
+	if minb != "" {
+		opts = append(opts, "-DM2N_FMINB="+minb)
 	}
 	image, err := nvrtc.Compile(kernels.StridedSource(), "m2n_strided.cu", headers, opts, out)
 	if err != nil {

@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
@@ -57,14 +58,37 @@ func PackQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8W
 	return launchQuant(s, quantPack, g, r, scales, dst)
 }
 
+// FusedQuantize queues on s the fused amax-quantize-pack of region r, whose
+// box must hold every block it touches whole (up to the tensor's edges; a
+// block that a rank boundary cuts needs BlockAmax, the exchange of partial
+// amaxes, and PackQuantize instead): each block is read once, its amax
+// reduced on the chip, its scale (fp8.ScaleOf, float32) written into
+// scales and its elements quantized and packed into dst as PackQuantize
+// packs them, so that the bytes and scales are those of fp8.Quantize of
+// the whole tensor. A NaN or infinity makes its block's scale non-finite
+// (infinite or NaN): check the window (fp8.Window.ToScales-style) before
+// using the bytes. The window must hold the blocks r touches.
+//
+// Every quotient is the true float32 division's, made by a multiply with
+// the block's reciprocal and checked one of two ways, both exact
+// (kernels/quant.h): the midpoint test (m2n_qdiv, the default) or, with
+// M2N_FUSED_DIV=bracket in the environment, the bracket test
+// (m2n_q2_bracket), which spends multiplies and conversions instead of
+// integer tests; the variable is there to measure them on a GPU.
+func FusedQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8Window) error {
+	return launchQuant(s, quantFused, g, r, scales, dst)
+}
+
+// fusedBracket reports whether M2N_FUSED_DIV asks for the bracket test
+// (package envopts refuses values other than midpoint and bracket).
+func fusedBracket() bool { return os.Getenv("M2N_FUSED_DIV") == "bracket" }
+
 // launchQuant plans an FP8 kernel and queues it on s; a plan of no items
 // launches nothing.
 func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst DevicePtr) error {
-	op := "BlockAmax"
-	if kind == quantPack {
-		op = "PackQuantize"
-	}
-	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst}
+	op := map[quantKind]string{quantAmax: "BlockAmax", quantPack: "PackQuantize", quantFused: "FusedQuantize"}[kind]
+	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst,
+		bracket: kind == quantFused && fusedBracket()}
 	p, err := planQuant(req)
 	if err != nil {
 		return fmt.Errorf("cuda: %s of %v: %w", op, r.Box, err)
@@ -90,7 +114,7 @@ func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r FP8Region, w FP8Window
 // quantKernels lists the FP8 kernels' names (kernels/quant.h).
 func quantKernels() []string {
 	var out []string
-	for _, kind := range []string{"quant", "amax"} {
+	for _, kind := range []string{"quant", "amax", "fquant"} {
 		for _, v := range []int{8, 4, 2, 1} {
 			out = append(out, fmt.Sprintf("m2n_%s_bf16_%d", kind, v))
 		}
@@ -124,6 +148,7 @@ func (p *quantPlan) cParams() C.m2n_quant_params {
 	cp.groups = C.ulonglong(p.groups)
 	cp.items = C.ulonglong(p.items)
 	cp.team_shift = C.ulonglong(p.teamShift)
+	cp.div_mode = C.ulonglong(p.divMode)
 	return cp
 }
 

@@ -18,8 +18,9 @@ import (
 type quantKind int
 
 const (
-	quantPack quantKind = iota // m2n_quant_*: quantize a box into contiguous E4M3
-	quantAmax                  // m2n_amax_*: fold the box's partial amaxes into a window
+	quantPack  quantKind = iota // m2n_quant_*: quantize a box into contiguous E4M3
+	quantAmax                   // m2n_amax_*: fold the box's partial amaxes into a window
+	quantFused                  // m2n_fquant_*: amax, scale and quantize whole blocks in one pass
 )
 
 // quantLoads is how many vectors a lane of the quantize-pack kernels keeps
@@ -46,6 +47,7 @@ type quantPlan struct {
 	items     uint64
 	teamShift uint
 	vec       int
+	divMode   uint64 // fused: 0 the midpoint test (m2n_qdiv), 1 the bracket test (m2n_q2_bracket)
 }
 
 // quantRequest is what a plan is made from: the grid, the source region
@@ -61,6 +63,9 @@ type quantRequest struct {
 	win    DevicePtr
 	blocks placement.Box // the window's blocks, 4 bytes each at win
 	dst    DevicePtr
+	// bracket: the fused kernels make quotients exact by the bracket test
+	// (m2n_q2_bracket) instead of the midpoint test (m2n_qdiv)
+	bracket bool
 }
 
 // planQuant checks a request and plans its launch. An empty box gives a
@@ -95,6 +100,11 @@ func planQuant(q quantRequest) (quantPlan, error) {
 			}
 		}
 	}
+	if q.kind == quantFused {
+		if err := g.WholeBlocks(q.box); err != nil {
+			return quantPlan{}, fmt.Errorf("%w: the fused kernels take whole blocks only", err)
+		}
+	}
 	if err := checkDesc(q.at); err != nil {
 		return quantPlan{}, fmt.Errorf("source: %w", err)
 	}
@@ -104,6 +114,9 @@ func planQuant(q quantRequest) (quantPlan, error) {
 			strided.ErrInvalid, q.box, q.dtype, elems*esz, q.at, q.at.Bytes())
 	}
 	p := quantPlan{kind: q.kind, nd: nd, win: uint64(q.win), dst: uint64(q.dst)}
+	if q.bracket && q.kind == quantFused {
+		p.divMode = 1
+	}
 	shape := g.Shape()
 	for d := range nd {
 		p.lo[d] = uint64(q.box.Lo[d])
@@ -183,6 +196,19 @@ func (p *quantPlan) chooseLaunch(q quantRequest, esz, rows uint64, br int64, sha
 		// a team small enough that each lane has quantLoads vectors of
 		// the chunk to keep in flight
 		p.teamShift = teamFor((p.chunk/v + quantLoads - 1) / quantLoads)
+	case quantFused:
+		// a block of the box per item, numbered as the amax items are
+		p.name = fmt.Sprintf("m2n_fquant_%s_%d", dt, v)
+		p.group, p.chunk = p.blockRows, p.blockCols
+		loR, hiR := p.lo[nd-2], p.lo[nd-2]+p.ext[nd-2]
+		loC, hiC := p.lo[nd-1], p.lo[nd-1]+p.ext[nd-1]
+		p.groups = (hiR+p.group-1)/p.group - loR/p.group
+		p.chunks = (hiC+p.chunk-1)/p.chunk - loC/p.chunk
+		p.items = rows / p.ext[nd-2] * p.groups * p.chunks
+		// a team per block, sized for about quantLoads vectors per lane
+		// of the largest tile (registers hold fusedRegs)
+		tile := min(p.blockRows, p.ext[nd-2]) * (min(p.blockCols, p.rowElems) / v)
+		p.teamShift = teamFor((tile + quantLoads - 1) / quantLoads)
 	case quantAmax:
 		p.name = fmt.Sprintf("m2n_amax_%s_%d", dt, v)
 		if p.colShift == 63 {
@@ -222,7 +248,7 @@ func (p *quantPlan) vecFits(v, esz uint64) bool {
 	}
 	loC := p.lo[p.nd-1]
 	switch p.kind {
-	case quantPack:
+	case quantPack, quantFused:
 		if p.dst%v != 0 {
 			return false
 		}
@@ -244,8 +270,21 @@ func (p *quantPlan) grid(resident int) int {
 	teams := uint64(blockThreads >> p.teamShift)
 	need := (p.items + teams - 1) / teams
 	limit := resident
-	if p.kind == quantPack && p.chunks > 1 {
+	switch {
+	case p.kind == quantFused:
+		limit = fusedGridCap // a block per round of items
+	case p.kind == quantPack && p.chunks > 1:
 		limit = maxGridBlocks
 	}
 	return clampGrid(need, limit)
 }
+
+// fusedGridCap caps the fused kernels' grid: maxGridBlocks, less in tests
+// (SetFusedGridCap) so that blocks run several rounds of items, as on
+// tensors of more than maxGridBlocks teams' blocks.
+var fusedGridCap = maxGridBlocks
+
+// fusedRegs is how many vectors a thread of the fused kernels keeps in
+// registers (M2N_FREGS in kernels/quant.h): blocks of up to
+// blockThreads*fusedRegs vectors are read once.
+const fusedRegs = 8

@@ -71,6 +71,31 @@ func (m *Memory) PackQuantize(g fp8.Grid, dst transport.Buffer, off int64, r FP8
 	return cuda.PackQuantize(m.Stream, g, d.Ptr+cuda.DevicePtr(off), reg, win)
 }
 
+// FusedQuantize queues on the Memory's stream the fused amax-quantize-pack
+// of region r, whose box must hold every block it touches whole
+// (fp8.Grid.WholeBlocks; fp8.Grid.SplitWhole splits a part into its whole
+// blocks and the ones a rank boundary cuts, which need BlockAmax, the
+// exchange and PackQuantize): each block read once, its scale written into
+// scales (float32s) and its elements packed as E4M3 into
+// dst[off:off+r.Box.Elems()], the bytes and scales of fp8.Quantize of the
+// whole tensor. A NaN or infinity makes its block's scale non-finite:
+// download the window and check it before the bytes are used.
+func (m *Memory) FusedQuantize(g fp8.Grid, dst transport.Buffer, off int64, r FP8Region, scales FP8Window) error {
+	d, err := deviceBuf(dst)
+	if err != nil {
+		return err
+	}
+	const op = "FusedQuantize"
+	reg, win, err := m.quantArgs(op, r, scales)
+	if err != nil {
+		return err
+	}
+	if err := checkRegion(op+" destination", strided.Desc{Offset: off, Run: r.Box.Elems()}, d.N); err != nil {
+		return err
+	}
+	return cuda.FusedQuantize(m.Stream, g, d.Ptr+cuda.DevicePtr(off), reg, win)
+}
+
 // quantArgs checks an FP8 kernel's source region and window against their
 // buffers and returns their device addresses.
 func (m *Memory) quantArgs(op string, r FP8Region, w FP8Window) (cuda.FP8Region, cuda.FP8Window, error) {

@@ -211,7 +211,8 @@ func resolveFabric(get Lookup, s *Settings) error {
 }
 
 // resolveOthers checks the variables other packages read themselves:
-// the GPU pack kernels' batch (cuda ignores a value it cannot use), the
+// the GPU pack kernels' batch and the fused FP8 kernels' resident blocks
+// and division test (cuda ignores a value it cannot use), the
 // GPU replay's smallest memcpy (Join would name the rank twice), and the
 // CPU transport's in-place strided moves.
 func resolveOthers(get Lookup, s *Settings) error {
@@ -219,6 +220,16 @@ func resolveOthers(get Lookup, s *Settings) error {
 		if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
 			return src.Bad(errors.New("want a whole number from 1 to 8 (regions each pack kernel launch takes)"))
 		}
+	}
+	if src := get("fused-minb"); src.Value != "" {
+		if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
+			return src.Bad(errors.New("want a whole number from 1 to 8 (resident blocks per SM of the fused FP8 kernels)"))
+		}
+	}
+	switch src := get("fused-div"); src.Value {
+	case "", "midpoint", "bracket":
+	default:
+		return src.Bad(errors.New("want midpoint (the default) or bracket (how the fused FP8 kernels make a quotient exact)"))
 	}
 	if src := get("memcpy-min"); src.Value != "" {
 		if _, err := strconv.ParseInt(src.Value, 10, 64); err != nil {

@@ -48,6 +48,8 @@ func TestResolveBlames(t *testing.T) {
 		{"M2N_BALANCE", "even", "M2N_BALANCE", "even"},
 		{"M2N_PACK_BATCH", "garbage", "M2N_PACK_BATCH", "want a whole number from 1 to 8"},
 		{"M2N_MEMCPY_MIN", "lots", "M2N_MEMCPY_MIN", "want a whole number of bytes"},
+		{"M2N_FUSED_MINB", "9", "M2N_FUSED_MINB", "want a whole number from 1 to 8"},
+		{"M2N_FUSED_DIV", "fma", "M2N_FUSED_DIV", "want midpoint (the default) or bracket"},
 		{"M2N_MPI_INPLACE", "banana", "M2N_MPI_INPLACE", "want 0"},
 	} {
 		t.Run(c.env, func(t *testing.T) {

@@ -30,7 +30,7 @@ type QuantOptions struct {
 // QuantResult is one operation at one row width.
 type QuantResult struct {
 	RowBytes int
-	Op       string // copy, pack, amax, quant-pack, convert, pack+convert
+	Op       string // copy, pack, amax, quant-pack, stage-2pass, stage-2pass+host, stage-fused, convert, pack+convert, fused-dense
 	Bytes    int64  // bf16 input bytes
 	Median   time.Duration
 	GBps     float64 // Bytes / Median, decimal GB/s of bf16 input
@@ -47,8 +47,27 @@ type QuantResult struct {
 //	pack          the bf16 pack kernel: what a bf16 reshard stages
 //	amax          BlockAmax of the box: the pass before quantizing
 //	quant-pack    PackQuantize of the box: packing straight into E4M3
+//	stage-2pass   the FP8 stage as a step pays it for blocks a shard
+//	              boundary cuts: zeroing the amax window, BlockAmax, then
+//	              PackQuantize, back to back on the stream (the host's turn
+//	              of amaxes into scales and the exchange between them are
+//	              not timed)
+//	stage-2pass+host  the same with the host's part of a step between the
+//	              passes, as one GPU's step pays it without the exchange:
+//	              the amax window read back, turned into scales on the
+//	              host and written again
+//	stage-fused   the FP8 stage of whole blocks: FusedQuantize of the box
+//	              (amax, scales and E4M3 in one pass); only where the box
+//	              holds every block it touches whole (Block scaling: the
+//	              box's columns are a multiple of 128; Row and Tensor
+//	              scaling cut every row of this box, so there the stage is
+//	              stage-2pass)
 //	convert       PackQuantize of a contiguous bf16 buffer: the separate
 //	              pass a generator makes over bf16 it received
+//	fused-dense   FusedQuantize of that contiguous buffer as a matrix of
+//	              its own, whose blocks and rows are all whole (Block and
+//	              Row scaling; a Tensor-scaled matrix is one block, which
+//	              one team cannot stream at speed)
 //	pack+convert  pack then convert: the convert-after pipeline
 //
 // Each operation is timed with events on one stream, Warmup times untimed
@@ -185,11 +204,11 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 		return nil, err
 	}
 	cblocks := gc.All()
-	wins, err := q.get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()))
+	wins, err := q.get(int(4*blocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()), int(4*blocks.Elems()), int(4*cblocks.Elems()))
 	if err != nil {
 		return nil, err
 	}
-	win, awin, cwin := wins[0], wins[1], wins[2]
+	win, awin, cwin, fwin, dwin := wins[0], wins[1], wins[2], wins[3], wins[4]
 	w := cudamem.FP8Window{Blocks: blocks, Values: win}
 	desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
 	reg := cudamem.FP8Region{DType: placement.BF16, Src: q.srcBuf, At: desc, Box: box}
@@ -215,7 +234,38 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 			return mem.BlockAmax(g, cudamem.FP8Window{Blocks: blocks, Values: awin}, reg)
 		}},
 		{"quant-pack", func() error { return mem.PackQuantize(g, q.e4m3, 0, reg, w) }},
+		{"stage-2pass", func() error {
+			if err := s.Memset(awin.Ptr, 0, int(awin.N)); err != nil {
+				return err
+			}
+			if err := mem.BlockAmax(g, cudamem.FP8Window{Blocks: blocks, Values: awin}, reg); err != nil {
+				return err
+			}
+			return mem.PackQuantize(g, q.e4m3, 0, reg, w)
+		}},
+		{"stage-2pass+host", func() error {
+			if err := q.scales(g, w, reg); err != nil {
+				return err
+			}
+			return mem.PackQuantize(g, q.e4m3, 0, reg, w)
+		}},
 		{"convert", func() error { return mem.PackQuantize(gc, q.e4m3, 0, creg, cw) }},
+	}
+	if g.WholeBlocks(box) == nil { // chosen from the layout, as a step would at prepare time
+		ops = append(ops, struct {
+			name string
+			run  func() error
+		}{"stage-fused", func() error {
+			return mem.FusedQuantize(g, q.e4m3, 0, reg, cudamem.FP8Window{Blocks: blocks, Values: fwin})
+		}})
+	}
+	if mode != fp8.Tensor {
+		ops = append(ops, struct {
+			name string
+			run  func() error
+		}{"fused-dense", func() error {
+			return mem.FusedQuantize(gc, q.e4m3, 0, creg, cudamem.FP8Window{Blocks: cblocks, Values: dwin})
+		}})
 	}
 	times := map[string]time.Duration{}
 	for _, op := range ops {
@@ -226,22 +276,75 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 		times[op.name] = d
 	}
 	times["pack+convert"] = times["pack"] + times["convert"]
+	if _, ok := times["stage-fused"]; ok {
+		if err := q.sameStages(g, reg, w, cudamem.FP8Window{Blocks: blocks, Values: fwin}); err != nil {
+			return nil, fmt.Errorf("perf: Quantize: rows of %d B: %w", row, err)
+		}
+	}
 	var res []QuantResult
-	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "convert", "pack+convert"} {
-		d := times[name]
+	for _, name := range []string{"copy", "pack", "amax", "quant-pack", "stage-2pass", "stage-2pass+host", "stage-fused", "convert", "pack+convert", "fused-dense"} {
+		d, ok := times[name]
+		if !ok {
+			continue
+		}
 		res = append(res, QuantResult{RowBytes: row, Op: name, Bytes: int64(total), Median: d,
 			GBps: float64(total) / d.Seconds() / 1e9, VsPack: times["pack"].Seconds() / d.Seconds()})
 	}
 	return res, nil
 }
 
+// sameStages checks that the fused stage wrote the bytes and scales the
+// two-pass stage writes (the scales w holds came from BlockAmax).
+func (q *quantBench) sameStages(g fp8.Grid, reg cudamem.FP8Region, w, fw cudamem.FP8Window) error {
+	n := reg.Box.Elems()
+	two, fused := make([]byte, n), make([]byte, n)
+	sc2, scf := make([]byte, w.Values.N), make([]byte, fw.Values.N)
+	if err := q.mem.PackQuantize(g, q.e4m3, 0, reg, w); err != nil {
+		return err
+	}
+	if err := q.mem.Download(two, q.e4m3); err != nil {
+		return err
+	}
+	if err := q.mem.FusedQuantize(g, q.e4m3, 0, reg, fw); err != nil {
+		return err
+	}
+	if err := q.mem.Download(fused, q.e4m3); err != nil {
+		return err
+	}
+	if err := q.mem.Download(sc2, w.Values); err != nil {
+		return err
+	}
+	if err := q.mem.Download(scf, fw.Values); err != nil {
+		return err
+	}
+	if i := firstDiff(two, fused); i >= 0 {
+		return fmt.Errorf("the fused stage's E4M3 byte %d is %#02x, the two-pass stage's %#02x", i, fused[i], two[i])
+	}
+	if i := firstDiff(sc2, scf); i >= 0 {
+		return fmt.Errorf("the fused stage's scales differ from the two-pass stage's at byte %d", i)
+	}
+	return nil
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
+
 // FormatQuant renders results as a table, one line per row width and
 // op.
 func FormatQuant(res []QuantResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%8s  %-12s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
+	fmt.Fprintf(&b, "%8s  %-16s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
 	for _, r := range res {
-		fmt.Fprintf(&b, "%8d  %-12s  %10d  %10s  %9.1f  %7.1f%%\n",
+		fmt.Fprintf(&b, "%8d  %-16s  %10d  %10s  %9.1f  %7.1f%%\n",
 			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsPack)
 	}
 	return b.String()

@@ -71,6 +71,10 @@ static const struct {
 	{"m2n_amax_bf16_2", m2n_amax_bf16_2}, {"m2n_amax_bf16_1", m2n_amax_bf16_1},
 	{"m2n_amax_f32_4", m2n_amax_f32_4}, {"m2n_amax_f32_2", m2n_amax_f32_2},
 	{"m2n_amax_f32_1", m2n_amax_f32_1},
+	{"m2n_fquant_bf16_8", m2n_fquant_bf16_8}, {"m2n_fquant_bf16_4", m2n_fquant_bf16_4},
+	{"m2n_fquant_bf16_2", m2n_fquant_bf16_2}, {"m2n_fquant_bf16_1", m2n_fquant_bf16_1},
+	{"m2n_fquant_f32_4", m2n_fquant_f32_4}, {"m2n_fquant_f32_2", m2n_fquant_f32_2},
+	{"m2n_fquant_f32_1", m2n_fquant_f32_1},
 };
 
 int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned int grid, unsigned int block) {
@@ -87,12 +91,45 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 	return 0;
 }
 
-long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n) {
+// m2n_emu_quot returns the E4M3 byte the kernels make of x/s in mode 0
+// (m2n_qdiv) or 1 (m2n_q2_bracket).
+static unsigned int m2n_emu_quot(float x, float s, float r, int mode) {
+	if (mode == 1) {
+		return m2n_q2_bracket(x, x, s, r) & 0xFFu;
+	}
+	return m2n_e4m3(m2n_qdiv(x, s, r));
+}
+
+long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n, int mode) {
 	long long bad = 0;
 	for (long long i = 0; i < n; i++) {
 		const float r = 1.0f / s[i];
-		if (m2n_e4m3(m2n_qdiv(x[i], s[i], r)) != m2n_e4m3(x[i] / s[i])) {
+		if (m2n_emu_quot(x[i], s[i], r, mode) != m2n_e4m3(x[i] / s[i])) {
 			bad++;
+		}
+	}
+	return bad;
+}
+
+long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned int jstep, int mode, long long *fast, unsigned int *maxulps) {
+	long long bad = 0;
+	for (unsigned int i = i0; i < i1 && i < 128u; i++) {
+		const float x = m2n_as_float(((unsigned int)(127 + k) << 23) | (i << 16));
+		for (unsigned int j = 0; j < (1u << 23); j += jstep) {
+			const float s = m2n_as_float((127u << 23) | j);
+			const float r = 1.0f / s;
+			const float q = x * r, t = x / s;
+			if (m2n_qdiv_fast(m2n_as_uint(q) & 0x7FFFFFFFu)) {
+				const unsigned int a = m2n_as_uint(q), b = m2n_as_uint(t);
+				const unsigned int d = a > b ? a - b : b - a;
+				(*fast)++;
+				if (d > *maxulps) {
+					*maxulps = d;
+				}
+			}
+			if (m2n_emu_quot(x, s, r, mode) != m2n_e4m3(t)) {
+				bad++;
+			}
 		}
 	}
 	return bad;

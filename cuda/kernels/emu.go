@@ -95,11 +95,33 @@ func EmulateQuant(name string, params []byte, grid, block int) error {
 }
 
 // QdivMismatches counts the pairs for which the kernels' fast division
-// (m2n_qdiv) rounds to another E4M3 value than the true float32 division
-// x[i]/s[i]: zero, if the fast path is exact.
-func QdivMismatches(x, s []float32) int64 {
+// (m2n_qdiv; with bracket, m2n_q2_bracket) rounds to another E4M3 value
+// than the true float32 division x[i]/s[i]: zero, if the fast path is
+// exact.
+func QdivMismatches(x, s []float32, bracket bool) int64 {
 	if len(x) == 0 || len(x) != len(s) {
 		return 0
 	}
-	return int64(C.m2n_emu_qdiv_mismatches((*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&s[0])), C.longlong(len(x))))
+	return int64(C.m2n_emu_qdiv_mismatches((*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&s[0])), C.longlong(len(x)), cMode(bracket)))
+}
+
+func cMode(bracket bool) C.int {
+	if bracket {
+		return 1
+	}
+	return 0
+}
+
+// QdivSweep runs m2n_emu_qdiv_sweep (with bracket, of m2n_q2_bracket): the bfloat16 significands i0 <= i <
+// i1 of [2^k, 2^(k+1)) (x = (1 + i/128) * 2^k; 128 in all) against every
+// jstep-th float32 scale significand in [1, 2). It
+// returns the pairs the fast division rounds differently from the true one
+// (zero, if it is exact), the pairs that took the multiply, and the largest
+// distance in float32 steps between the multiply's and the division's
+// quotients among those.
+func QdivSweep(k, i0, i1 int, jstep uint32, bracket bool) (bad, fast int64, maxULPs uint32) {
+	var f C.longlong
+	var m C.uint
+	b := C.m2n_emu_qdiv_sweep(C.int(k), C.uint(i0), C.uint(i1), C.uint(jstep), cMode(bracket), &f, &m)
+	return int64(b), int64(f), uint32(m)
 }

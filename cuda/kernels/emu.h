@@ -18,8 +18,18 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 
 // m2n_emu_qdiv_mismatches counts the pairs i for which the kernels'
 // rounding of x[i]/s[i] to E4M3 through m2n_qdiv (a multiply by the
-// reciprocal, the true division near rounding points) differs from the
-// rounding of the true division.
-long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n);
+// reciprocal, the true division near rounding points; mode 1: through
+// m2n_q2_bracket, the bracket test) differs from the rounding of the true
+// division.
+long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n, int mode);
+
+// m2n_emu_qdiv_sweep checks m2n_qdiv against the true division for the
+// bfloat16 significands i0 <= i < i1 (x = (1 + i/128) * 2^k) and every jstep-th float32
+// significand s in [1, 2), through m2n_qdiv (mode 0) or m2n_q2_bracket
+// (mode 1): it returns the pairs that round differently,
+// and adds to *fast the pairs that take the multiply and raises *maxulps to
+// the largest distance, in float32 steps, between the multiply's quotient
+// and the division's among them.
+long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned int jstep, int mode, long long *fast, unsigned int *maxulps);
 
 #endif

@@ -5,8 +5,9 @@
 // behind cuda.Pack, cuda.Unpack and cuda.StridedCopy; batch.h, included by
 // it, the batched kernel behind cuda.Batch (many copies in one launch);
 // quant.h (with
-// quant_body.h), included at its end, holds the FP8 quantize-pack and
-// partial-amax kernels behind cuda's PackQuantize and BlockAmax. It is written in the
+// quant_body.h), included at its end, holds the FP8 quantize-pack,
+// partial-amax and fused amax-quantize-pack kernels behind cuda's
+// PackQuantize, BlockAmax and FusedQuantize. It is written in the
 // common subset of CUDA C++ and C so that Emulate can compile it for the CPU
 // and tests can check it, and the parameter block package cuda fills for it,
 // without a GPU.

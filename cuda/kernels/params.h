@@ -85,6 +85,10 @@ typedef struct m2n_quant_params {
 	unsigned long long groups;
 	unsigned long long items;
 	unsigned long long team_shift;
+	// fused kernels: how an element's quotient is made exact (0: the true
+	// division near an E4M3 midpoint, m2n_qdiv; 1: the bracket test,
+	// m2n_q2_bracket)
+	unsigned long long div_mode;
 } m2n_quant_params;
 
 #endif

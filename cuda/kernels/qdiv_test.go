@@ -3,6 +3,9 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -24,8 +27,10 @@ func TestQdivExact(t *testing.T) {
 	var x, s []float32
 	var pairs int64
 	flush := func() {
-		if bad := QdivMismatches(x, s); bad != 0 {
-			t.Fatalf("%d of %d pairs round differently through the fast division", bad, len(x))
+		for _, bracket := range []bool{false, true} {
+			if bad := QdivMismatches(x, s, bracket); bad != 0 {
+				t.Fatalf("%d of %d pairs round differently through the fast division (bracket test: %v)", bad, len(x), bracket)
+			}
 		}
 		pairs += int64(len(x))
 		x, s = x[:0], s[:0]
@@ -72,4 +77,70 @@ func TestQdivExact(t *testing.T) {
 	}
 	flush()
 	t.Logf("%d pairs, every one rounded as the true division rounds", pairs)
+}
+
+// TestQdivSweep checks the argument of m2n_qdiv (quant.h) where it counts:
+// every bfloat16 significand against float32 scale significands, in the
+// interior binade (quotients in (1/2, 2): it stands for every binade
+// strictly inside the E4M3 range, since scaling x or s by a power of two
+// scales both quotients alike) and in the four binades that meet the
+// range's ends (quotients around 2^-6 and 448), where the fast path's
+// margins decide. It checks the bound the argument rests on, that the
+// multiply's quotient is within 4 float32 steps of the division's, and
+// that every pair rounds to the byte the true division rounds to. By
+// default every 7th scale significand in the interior and every 61st at the
+// ends (a few seconds); M2N_QDIV_FULL=1 checks all 2^23 in each binade,
+// 5 x 2^30 pairs, spread over the machine's cores (scripts/gpu-fp8-check.sh
+// runs it on the GPU machine). The same for the bracket test
+// (m2n_q2_bracket), with fewer scale significands by default.
+func TestQdivSweep(t *testing.T) {
+	steps := map[int]uint32{0: 7, -6: 61, -5: 61, 8: 61, 9: 61}
+	if testing.Short() {
+		steps = map[int]uint32{0: 97, -6: 997, -5: 997, 8: 997, 9: 997}
+	}
+	if os.Getenv("M2N_QDIV_FULL") == "1" {
+		steps = map[int]uint32{0: 1, -6: 1, -5: 1, 8: 1, 9: 1}
+	}
+	workers := max(1, min(runtime.GOMAXPROCS(0), 128))
+	sweep(t, steps, workers, false)
+	// the bracket test costs several times as much here: by default every
+	// 4th of those scale significands (all with M2N_QDIV_FULL=1)
+	for k, s := range steps {
+		if s > 1 {
+			steps[k] = 4*s + 1
+		}
+	}
+	sweep(t, steps, workers, true)
+}
+
+// sweep runs TestQdivSweep's binades through m2n_qdiv or, with bracket,
+// m2n_q2_bracket.
+func sweep(t *testing.T, steps map[int]uint32, workers int, bracket bool) {
+	for _, k := range []int{0, -6, -5, 8, 9} {
+		var mu sync.Mutex
+		var bad, fast int64
+		var worst uint32
+		var wg sync.WaitGroup
+		for w := range workers {
+			i0, i1 := 128*w/workers, 128*(w+1)/workers
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b, f, m := QdivSweep(k, i0, i1, steps[k], bracket)
+				mu.Lock()
+				bad, fast, worst = bad+b, fast+f, max(worst, m)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		pairs := int64(128) * int64((1<<23+steps[k]-1)/steps[k])
+		if bad != 0 {
+			t.Errorf("quotients in [2^%d, 2^%d), bracket test %v: %d of %d pairs round differently through the fast division", k-1, k+1, bracket, bad, pairs)
+		}
+		if worst > 4 {
+			t.Errorf("quotients in [2^%d, 2^%d): the multiply's quotient is %d float32 steps from the division's, the argument allows 4", k-1, k+1, worst)
+		}
+		t.Logf("quotients in [2^%d, 2^%d), bracket test %v: %d pairs (every %d-th scale significand), %d by the multiply (at most %d steps from the division), all exact",
+			k-1, k+1, bracket, pairs, steps[k], fast, worst)
+	}
 }

@@ -9,8 +9,12 @@
 // gathers the partial amax of every block a box touches into a window of
 // unsigned ints (float bits: non-negative floats order as their bits; NaN
 // and infinities land at 0x7F800000 and above), one atomic max per team
-// and work item. The rule and its reference are in Go, package fp8; the
-// tests compare these kernels with it bit for bit.
+// and work item. m2n_fquant_<src><vec> is both in one pass for boxes that
+// hold their blocks whole (no other rank has a part of them, so their
+// amax needs no exchange): a thread block per block, read once, amax
+// reduced with shuffles and a shared atomic, scale written, elements
+// quantized from registers. The rule and its reference are in Go, package
+// fp8; the tests compare these kernels with it bit for bit.
 
 #ifdef __CUDACC__
 // The quantize-pack kernels ask for at least 5 resident blocks of 256
@@ -21,6 +25,13 @@
 // bound to 5 they ran 8% slower.
 #define M2N_QKERNEL extern "C" __global__ void __launch_bounds__(256, 5)
 #define M2N_QPARAMS const __grid_constant__ m2n_quant_params
+// The fused kernels keep 8 vectors of 16 bytes per thread in registers:
+// bound to 4 resident blocks (64 registers), not 5; the host may compile
+// with -DM2N_FMINB=n to change it (M2N_FUSED_MINB, cuda/kernels.go).
+#ifndef M2N_FMINB
+#define M2N_FMINB 4
+#endif
+#define M2N_FKERNEL extern "C" __global__ void __launch_bounds__(256, M2N_FMINB)
 M2N_INLINE float m2n_as_float(unsigned int u) { return __uint_as_float(u); }
 M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
 // Explicitly rounded: the rule is a true float32 division, and the
@@ -31,6 +42,7 @@ M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
 #define M2N_FRCP(a) __frcp_rn(a)
 #else
 #define M2N_QKERNEL M2N_KERNEL
+#define M2N_FKERNEL M2N_KERNEL
 M2N_INLINE float m2n_as_float(unsigned int u) {
 	union { unsigned int u; float f; } x;
 	x.u = u;
@@ -67,6 +79,18 @@ M2N_INLINE unsigned int m2n_e4m3(float q) {
 	return c | ((u >> 24) & 0x80u);
 }
 
+// m2n_nanfix sets the byte of a NaN among lo and hi in v (lo's low) to
+// 0x7F, as m2n_e4m3 gives it.
+M2N_INLINE unsigned int m2n_nanfix(unsigned int v, float lo, float hi) {
+	if (lo != lo) {
+		v = (v & 0xFF00u) | 0x7Fu;
+	}
+	if (hi != hi) {
+		v = (v & 0x00FFu) | 0x7F00u;
+	}
+	return v;
+}
+
 // m2n_e4m3x2 rounds lo and hi as m2n_e4m3 does, lo in the low byte. From
 // sm_89 on that is one instruction for both (cvt.rn.satfinite: nearest,
 // ties to even, subnormals, saturating at +-448 as the clamp does, infinity
@@ -76,36 +100,97 @@ M2N_INLINE unsigned int m2n_e4m3x2(float lo, float hi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 	unsigned short r;
 	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-	unsigned int v = r;
-	if (lo != lo) {
-		v = (v & 0xFF00u) | 0x7Fu;
-	}
-	if (hi != hi) {
-		v = (v & 0x00FFu) | 0x7F00u;
-	}
-	return v;
+	return m2n_nanfix(r, lo, hi);
 #else
 	return m2n_e4m3(lo) | (m2n_e4m3(hi) << 8);
 #endif
 }
 
+// m2n_qdiv_fast says whether q' = x*r (a: its magnitude's bits) rounds to
+// E4M3 as the true division x/s does without computing it: q' lies in the
+// normal E4M3 range with a margin of 256 ulps at both ends, and its bits
+// [19:0] (its place between two E4M3 values, whose midpoint is 0x80000)
+// are more than 16 ulps from the midpoint.
+M2N_INLINE int m2n_qdiv_fast(unsigned int a) {
+	return a > 0x3C800100u && a < 0x43DFFF00u && (a & 0xFFFFFu) - 0x7FFF0u > 0x20u;
+}
+
 // m2n_qdiv returns a float that m2n_e4m3 rounds exactly as it rounds the
 // true float32 division x/s (the rule's), at the cost of a multiply for
-// almost every element: q' = x * r, with r = 1/s rounded, is within 3 ulps
-// of x/s rounded, and the rounding to E4M3 (at mantissa bit 20, nearest,
-// ties to even) can only differ where q' lies within those ulps of a
-// midpoint between two E4M3 values, or outside the normal range where the
-// rounding point moves; there the true division decides.
+// almost every element (r = 1/s rounded, once per block).
+//
+// Why it is exact. Let Q = RN(x/s), the rule's quotient, and q' = RN(x*r).
+// r = (1/s)(1+d1) with |d1| <= 2^-24 (2^-22 where 1/s is subnormal, s >
+// 2^126: never for a scale the rule makes, which is at most FLT_MAX/448 <
+// 2^120), and q' = (x/s)(1+d1)(1+d2) with |d2| <= 2^-24 when q' is normal
+// (x is exact, subnormal or not). So |q' - x/s| < 2.6 ulps of q' and |Q -
+// x/s| <= 1/2 ulp: Q and q' are at most 4 float32 steps apart (8 across a
+// binade edge). Rounding a normal float32 y in [2^-6, 448) to E4M3 changes
+// only where y crosses a midpoint between two E4M3 values, the floats whose
+// bits [19:0] are 0x80000 (ties to even decide on the midpoint itself);
+// the range ends are 256 ulps away. So where m2n_qdiv_fast(q') holds, no
+// midpoint and no range end lies between Q and q' or on either, and both
+// round to the same E4M3 byte. Elsewhere (near a midpoint, subnormal
+// quotients, the clamp, a zero, infinite or NaN scale, a NaN element) the
+// true division decides. TestQdivExact (qdiv_test.go) checks the bound
+// and the bytes: every bfloat16 significand against every float32 scale
+// significand in the interior binade (which stands for every binade
+// strictly inside the range: scaling x or s by a power of two scales Q and
+// q' alike) and a sample at the four binades that meet the range's ends,
+// every bfloat16 value against scales across the range, random float32
+// pairs, and quotients a few ulps from every midpoint.
 M2N_INLINE float m2n_qdiv(float x, float s, float r) {
 	const float q = M2N_FMUL(x, r);
-	const unsigned int a = m2n_as_uint(q) & 0x7FFFFFFFu;
-	// the normal E4M3 range, with a margin at both ends, and bits [19:0]
-	// further than 16 ulps from the midpoint 0x80000.
-	if (a > 0x3C800100u && a < 0x43DFFF00u && (a & 0xFFFFFu) - 0x7FFF0u > 0x20u) {
+	if (m2n_qdiv_fast(m2n_as_uint(q) & 0x7FFFFFFFu)) {
 		return q;
 	}
 	return M2N_FDIV(x, s);
 }
+
+// m2n_e4m3x2_raw is m2n_e4m3x2 without the NaN fix-up: a NaN's byte may
+// keep its sign (0x7F or 0xFF). For comparisons only.
+M2N_INLINE unsigned int m2n_e4m3x2_raw(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	unsigned short r;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+	return r;
+#else
+	return m2n_e4m3(lo) | (m2n_e4m3(hi) << 8);
+#endif
+}
+
+// m2n_q2_bracket returns the E4M3 bytes of the true float32 divisions
+// x0/s and x1/s (x0's in the low byte), as m2n_e4m3x2 rounds them, by
+// multiplies: q = x*r, with r = 1/s rounded, is within 4 float32 steps of
+// Q = RN(x/s) (the argument at m2n_qdiv), so Q lies between RN(q*(1 -
+// 2^-19)) and RN(q*(1 + 2^-19)), which are at least 15 steps from q. The
+// rounding to E4M3 (clamp included) is monotonic, so where both ends round
+// to q's byte Q does too; elsewhere the true divisions decide. Where x*r is
+// a float32 subnormal, |Q| <= 2^-126 and every candidate rounds to a zero
+// of Q's sign; infinite, zero and NaN scales and elements give matching
+// ends only where the division gives the same byte (or a NaN, 0x7F), and
+// else fall back. It trades m2n_qdiv's integer tests for four multiplies
+// and two conversions per pair.
+M2N_INLINE unsigned int m2n_q2_bracket(float x0, float x1, float s, float r) {
+	const float q0 = M2N_FMUL(x0, r), q1 = M2N_FMUL(x1, r);
+	const float lo = m2n_as_float(0x3F7FFFE0u), hi = m2n_as_float(0x3F800010u); // 1 -+ 2^-19
+	const unsigned int v = m2n_e4m3x2_raw(q0, q1);
+	if (m2n_e4m3x2_raw(M2N_FMUL(q0, lo), M2N_FMUL(q1, lo)) == v && m2n_e4m3x2_raw(M2N_FMUL(q0, hi), M2N_FMUL(q1, hi)) == v) {
+		return m2n_nanfix(v, q0, q1);
+	}
+	return m2n_e4m3x2(M2N_FDIV(x0, s), M2N_FDIV(x1, s));
+}
+
+// m2n_q1_bracket is m2n_q2_bracket for one element.
+M2N_INLINE unsigned int m2n_q1_bracket(float x, float s, float r) {
+	const float q = M2N_FMUL(x, r);
+	const unsigned int v = m2n_e4m3(q);
+	if (m2n_e4m3(M2N_FMUL(q, m2n_as_float(0x3F7FFFE0u))) == v && m2n_e4m3(M2N_FMUL(q, m2n_as_float(0x3F800010u))) == v) {
+		return v;
+	}
+	return m2n_e4m3(M2N_FDIV(x, s));
+}
+
 // m2n_win_row returns the window index of the first block of box row `row`
 // (its matrix and block row) less the window's first block column, so
 // that adding a block column gives the block's index.
@@ -163,6 +248,83 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 #endif
 }
 
+// The fused kernels' geometry (quant_body.h): M2N_FTHREADS threads per
+// block at most (the plan launches blockThreads), each keeping M2N_FREGS
+// vectors of its block in registers (fusedRegs in quant_plan.go).
+#define M2N_FTHREADS 256
+#define M2N_FREGS 8
+
+// m2n_fused_tile is one work item of a fused kernel: a whole block of the
+// box, `rows` box rows from row0 (counted over the box's matrices), vpr
+// vectors per row from box column c0, its scale at window index wi.
+typedef struct m2n_fused_tile {
+	unsigned long long row0, rows, c0, vpr;
+	long long wi;
+} m2n_fused_tile;
+
+// m2n_fused_tile_of returns work item `item`, (matrix, block row, block
+// column) as the amax kernels number theirs: item = (matrix*groups +
+// group)*chunks_per_row + piece, a group `group` (block_rows) rows and a
+// piece chunk_elems (block_cols) columns, both aligned to the tensor.
+M2N_INLINE m2n_fused_tile m2n_fused_tile_of(const m2n_quant_params *p, unsigned long long item, unsigned long long vec) {
+	const int nd = (int)p->nd;
+	const unsigned long long lo_r = p->lo[nd - 2], ext_r = p->ext[nd - 2];
+	const unsigned long long lo_c = p->lo[nd - 1], ext_c = p->ext[nd - 1];
+	const unsigned long long g = p->group, pc = p->chunk_elems;
+	const unsigned long long piece = item % p->chunks_per_row;
+	const unsigned long long t = item / p->chunks_per_row;
+	const unsigned long long grp = t % p->groups;
+	const unsigned long long mat = t / p->groups;
+	const unsigned long long g0 = (lo_r / g + grp) * g;
+	const unsigned long long r0 = (g0 > lo_r ? g0 : lo_r) - lo_r;
+	const unsigned long long r1 = (g0 + g < lo_r + ext_r ? g0 + g : lo_r + ext_r) - lo_r;
+	const unsigned long long p0 = (lo_c / pc + piece) * pc;
+	const unsigned long long c0 = (p0 > lo_c ? p0 : lo_c) - lo_c;
+	const unsigned long long c1 = (p0 + pc < lo_c + ext_c ? p0 + pc : lo_c + ext_c) - lo_c;
+	m2n_fused_tile f;
+	f.row0 = mat * ext_r + r0;
+	f.rows = r1 - r0;
+	f.c0 = c0;
+	f.vpr = (c1 - c0) / vec;
+	f.wi = m2n_win_row(p, f.row0) + (long long)m2n_block_col(p, lo_c + c0);
+	return f;
+}
+
+// m2n_fused_scale is fp8.ScaleOf of an amax given as float bits: 1 for an
+// all-zero block, else amax times float32(1/448), one rounded multiply. A
+// non-finite amax gives a non-finite scale, which the host refuses.
+M2N_INLINE float m2n_fused_scale(unsigned int amax) {
+	return amax == 0u ? 1.0f : M2N_FMUL(m2n_as_float(amax), m2n_as_float(0x3B124925u));
+}
+
+// m2n_fused_start returns thread tid's first (row, vector column) of a
+// tile of vpr vectors per row, and the rows and vectors its nt threads
+// advance it by (dc < vpr), in 32-bit divisions where they fit.
+M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsigned int nt, unsigned long long *r,
+                                unsigned long long *cv, unsigned long long *dr, unsigned long long *dc) {
+	if ((vpr >> 32) == 0) {
+		const unsigned int v = (unsigned int)vpr;
+		*r = tid / v;
+		*cv = tid - (unsigned int)*r * v;
+		*dr = nt / v;
+		*dc = nt - (unsigned int)*dr * v;
+	} else {
+		*r = 0, *cv = tid, *dr = 0, *dc = nt; // nt < vpr
+	}
+}
+
+// M2N_FSTEP advances a thread's (row, vector column) by its block's
+// thread count, dr rows and dc vectors (dc < vpr).
+#define M2N_FSTEP(r, cv, dr, dc, vpr) \
+	do { \
+		(r) += (dr); \
+		(cv) += (dc); \
+		if ((cv) >= (vpr)) { \
+			(cv) -= (vpr); \
+			(r)++; \
+		} \
+	} while (0)
+
 // Vectors a lane of the quantize-pack kernels keeps in flight (quantLoads
 // in quant_plan.go).
 #define M2N_QLOADS 4
@@ -175,6 +337,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_8
 #define M2N_ANAME m2n_amax_bf16_8
+#define M2N_FNAME m2n_fquant_bf16_8
+#define M2N_FLOAD m2n_fload_bf16_8
+#define M2N_FSTORE m2n_fstore_bf16_8
+#define M2N_FQVEC m2n_fqvec_bf16_8
 #define M2N_LOAD_T m2n_v16
 #define M2N_STORE_T unsigned long long
 #define M2N_VEC 8
@@ -182,6 +348,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_4
 #define M2N_ANAME m2n_amax_bf16_4
+#define M2N_FNAME m2n_fquant_bf16_4
+#define M2N_FLOAD m2n_fload_bf16_4
+#define M2N_FSTORE m2n_fstore_bf16_4
+#define M2N_FQVEC m2n_fqvec_bf16_4
 #define M2N_LOAD_T unsigned long long
 #define M2N_STORE_T unsigned int
 #define M2N_VEC 4
@@ -189,6 +359,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_2
 #define M2N_ANAME m2n_amax_bf16_2
+#define M2N_FNAME m2n_fquant_bf16_2
+#define M2N_FLOAD m2n_fload_bf16_2
+#define M2N_FSTORE m2n_fstore_bf16_2
+#define M2N_FQVEC m2n_fqvec_bf16_2
 #define M2N_LOAD_T unsigned int
 #define M2N_STORE_T unsigned short
 #define M2N_VEC 2
@@ -196,6 +370,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_bf16_1
 #define M2N_ANAME m2n_amax_bf16_1
+#define M2N_FNAME m2n_fquant_bf16_1
+#define M2N_FLOAD m2n_fload_bf16_1
+#define M2N_FSTORE m2n_fstore_bf16_1
+#define M2N_FQVEC m2n_fqvec_bf16_1
 #define M2N_LOAD_T unsigned short
 #define M2N_STORE_T unsigned char
 #define M2N_VEC 1
@@ -214,6 +392,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_f32_4
 #define M2N_ANAME m2n_amax_f32_4
+#define M2N_FNAME m2n_fquant_f32_4
+#define M2N_FLOAD m2n_fload_f32_4
+#define M2N_FSTORE m2n_fstore_f32_4
+#define M2N_FQVEC m2n_fqvec_f32_4
 #define M2N_LOAD_T m2n_v16
 #define M2N_STORE_T unsigned int
 #define M2N_VEC 4
@@ -221,6 +403,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_f32_2
 #define M2N_ANAME m2n_amax_f32_2
+#define M2N_FNAME m2n_fquant_f32_2
+#define M2N_FLOAD m2n_fload_f32_2
+#define M2N_FSTORE m2n_fstore_f32_2
+#define M2N_FQVEC m2n_fqvec_f32_2
 #define M2N_LOAD_T unsigned long long
 #define M2N_STORE_T unsigned short
 #define M2N_VEC 2
@@ -228,6 +414,10 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 
 #define M2N_QNAME m2n_quant_f32_1
 #define M2N_ANAME m2n_amax_f32_1
+#define M2N_FNAME m2n_fquant_f32_1
+#define M2N_FLOAD m2n_fload_f32_1
+#define M2N_FSTORE m2n_fstore_f32_1
+#define M2N_FQVEC m2n_fqvec_f32_1
 #define M2N_LOAD_T unsigned int
 #define M2N_STORE_T unsigned char
 #define M2N_VEC 1

@@ -1,5 +1,6 @@
-// quant_body.h is one quantize-pack kernel (M2N_QNAME) and one partial-amax
-// kernel (M2N_ANAME) for one source type and vector width, instantiated by
+// quant_body.h is one quantize-pack kernel (M2N_QNAME), one partial-amax
+// kernel (M2N_ANAME) and one fused amax-quantize-pack kernel of whole
+// blocks (M2N_FNAME) for one source type and vector width, instantiated by
 // quant.h. It has no include guard on purpose.
 
 M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
@@ -98,7 +99,205 @@ M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
 	}
 }
 
+// The fused amax-quantize-pack kernel (M2N_FNAME) of whole blocks: a team
+// of threads per block of the box (m2n_fused_tile), which must lie wholly
+// inside the box (no other rank holds a part of it, so its amax needs no
+// exchange); the plan sizes teams for about 4 vectors per lane, up to a
+// thread block (a 128x128 block takes all 256 threads, a row of 128 bf16
+// elements 4). A team loads its block once, keeping up to M2N_FREGS
+// vectors per lane in registers (a 128x128 bf16 block is 8 per thread;
+// larger blocks, rows of more than 16384 bf16 elements or f32 blocks, read
+// the rest again), reduces its amax, writes its scale and quantizes from
+// the registers. M2N_FLOAD and M2N_FSTORE are one lane's halves, shared by
+// the GPU kernel and its emulation.
+
+// M2N_FLOAD loads lane tid's vectors of tile t (of a team of nt), keeping
+// the first M2N_FREGS in in[], and returns the largest magnitude among them.
+M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, M2N_LOAD_T *in) {
+	unsigned long long r, cv, dr, dc;
+	m2n_fused_start(t->vpr, tid, nt, &r, &cv, &dr, &dc);
+	unsigned int m = 0;
+	union {
+		M2N_LOAD_T v;
+		M2N_ELEM_T e[M2N_VEC];
+	} x;
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_FREGS; k++) {
+		if (r < t->rows) {
+			x.v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+			in[k] = x.v;
+			M2N_UNROLL_PRAGMA
+			for (int j = 0; j < M2N_VEC; j++) {
+				const unsigned int a = M2N_MAG(x.e[j]);
+				m = a > m ? a : m;
+			}
+			M2N_FSTEP(r, cv, dr, dc, t->vpr);
+		}
+	}
+	while (r < t->rows) {
+		x.v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+		M2N_UNROLL_PRAGMA
+		for (int j = 0; j < M2N_VEC; j++) {
+			const unsigned int a = M2N_MAG(x.e[j]);
+			m = a > m ? a : m;
+		}
+		M2N_FSTEP(r, cv, dr, dc, t->vpr);
+	}
+	return m;
+}
+
+// M2N_FQVEC quantizes one vector by scale (rcp its reciprocal), each
+// quotient made exact by m2n_qdiv (mode 0) or m2n_q2_bracket (mode 1).
+M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp, unsigned long long mode) {
+	union {
+		M2N_LOAD_T v;
+		M2N_ELEM_T e[M2N_VEC];
+	} x;
+	x.v = v;
+	union {
+		M2N_STORE_T v;
+		unsigned char b[M2N_VEC];
+	} out;
+#if M2N_VEC == 1
+	if (mode == 1) {
+		out.b[0] = (unsigned char)m2n_q1_bracket(M2N_TO_FLOAT(x.e[0]), scale, rcp);
+	} else {
+		out.b[0] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(x.e[0]), scale, rcp));
+	}
+#else
+	if (mode == 1) {
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_VEC; k += 2) {
+			const unsigned int two = m2n_q2_bracket(M2N_TO_FLOAT(x.e[k]), M2N_TO_FLOAT(x.e[k + 1]), scale, rcp);
+			out.b[k] = (unsigned char)two;
+			out.b[k + 1] = (unsigned char)(two >> 8);
+		}
+	} else {
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_VEC; k += 2) {
+			const unsigned int two = m2n_e4m3x2(m2n_qdiv(M2N_TO_FLOAT(x.e[k]), scale, rcp), m2n_qdiv(M2N_TO_FLOAT(x.e[k + 1]), scale, rcp));
+			out.b[k] = (unsigned char)two;
+			out.b[k + 1] = (unsigned char)(two >> 8);
+		}
+	}
+#endif
+	return out.v;
+}
+
+// M2N_FSTORE quantizes and packs lane tid's vectors of tile t by scale:
+// the first M2N_FREGS from in[], the rest read again.
+M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, const M2N_LOAD_T *in, float scale) {
+	unsigned long long r, cv, dr, dc;
+	m2n_fused_start(t->vpr, tid, nt, &r, &cv, &dr, &dc);
+	const float rcp = M2N_FRCP(scale);
+	unsigned char *d = (unsigned char *)p->dst + t->c0;
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_FREGS; k++) {
+		if (r < t->rows) {
+			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k], scale, rcp, p->div_mode);
+			M2N_FSTEP(r, cv, dr, dc, t->vpr);
+		}
+	}
+	while (r < t->rows) {
+		const M2N_LOAD_T v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+		*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(v, scale, rcp, p->div_mode);
+		M2N_FSTEP(r, cv, dr, dc, t->vpr);
+	}
+}
+
+#ifdef __CUDACC__
+M2N_FKERNEL M2N_FNAME(M2N_QPARAMS p) {
+	// Teams of 2^team_shift threads, a tile each. A team of up to a warp
+	// reduces its amax with shuffles alone; a larger one (at most 4 teams of
+	// 64 or more per block) through red[i % 3][team] over the barrier of
+	// round i: its lane 0 clears red[(i + 2) % 3][team] after that barrier,
+	// when every lane has read round i-1's value and none can reach round
+	// i+2's atomics before the barrier of round i+1, so one barrier per
+	// round suffices. Rounds are uniform over the block (a team past the
+	// last item idles through them), so every thread meets every barrier.
+	__shared__ unsigned int red[3][4];
+	const unsigned int shift = (unsigned int)p.team_shift;
+	const unsigned int team = 1u << shift;
+	const unsigned int lane = threadIdx.x & (team - 1u);
+	const unsigned int tix = threadIdx.x >> shift;
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> shift);
+	if (teams == 0) {
+		return;
+	}
+	if (threadIdx.x < 12u) {
+		red[threadIdx.x / 4u][threadIdx.x % 4u] = 0u;
+	}
+	__syncthreads();
+	unsigned int it = 0;
+	for (unsigned long long base = blockIdx.x * teams; base < p.items; base += gridDim.x * teams) {
+		const unsigned long long item = base + tix;
+		const bool valid = item < p.items;
+		m2n_fused_tile t = {0, 0, 0, 1, 0};
+		M2N_LOAD_T in[M2N_FREGS];
+		unsigned int m = 0;
+		if (valid) {
+			t = m2n_fused_tile_of(&p, item, M2N_VEC);
+			m = M2N_FLOAD(&p, &t, lane, team, in);
+		}
+		const unsigned int width = team < 32u ? team : 32u;
+		for (unsigned int off = width / 2u; off > 0u; off /= 2u) {
+			const unsigned int o = __shfl_xor_sync(0xFFFFFFFFu, m, off);
+			m = o > m ? o : m;
+		}
+		if (team > 32u) {
+			if ((threadIdx.x & 31u) == 0u) {
+				atomicMax(&red[it][tix], m);
+			}
+			__syncthreads();
+			m = red[it][tix];
+			if (lane == 0u) {
+				red[it == 0u ? 2u : it - 1u][tix] = 0u;
+			}
+			it = it == 2u ? 0u : it + 1u;
+		}
+		if (valid) {
+			const float scale = m2n_fused_scale(m);
+			if (lane == 0u) {
+				((float *)p.win)[t.wi] = scale;
+			}
+			M2N_FSTORE(&p, &t, lane, team, in, scale);
+		}
+	}
+}
+#else
+// The emulation runs a thread block as its thread 0: per team, every
+// lane's load, the reduction, then every lane's store, as the shuffles and
+// the barrier order them.
+M2N_KERNEL M2N_FNAME(M2N_QPARAMS p) {
+	const unsigned int team = 1u << (unsigned int)p.team_shift;
+	const unsigned long long teams = (unsigned long long)(blockDim.x >> (unsigned int)p.team_shift);
+	if (threadIdx.x != 0u || blockDim.x > M2N_FTHREADS || teams == 0) {
+		return;
+	}
+	M2N_LOAD_T in[M2N_FTHREADS][M2N_FREGS];
+	for (unsigned long long base = blockIdx.x * teams; base < p.items; base += gridDim.x * teams) {
+		for (unsigned long long tix = 0; tix < teams && base + tix < p.items; tix++) {
+			const m2n_fused_tile t = m2n_fused_tile_of(&p, base + tix, M2N_VEC);
+			unsigned int m = 0;
+			for (unsigned int lane = 0; lane < team; lane++) {
+				const unsigned int a = M2N_FLOAD(&p, &t, lane, team, in[lane]);
+				m = a > m ? a : m;
+			}
+			const float scale = m2n_fused_scale(m);
+			((float *)p.win)[t.wi] = scale;
+			for (unsigned int lane = 0; lane < team; lane++) {
+				M2N_FSTORE(&p, &t, lane, team, in[lane], scale);
+			}
+		}
+	}
+}
+#endif
+
 #undef M2N_QNAME
+#undef M2N_FNAME
+#undef M2N_FLOAD
+#undef M2N_FSTORE
+#undef M2N_FQVEC
 #undef M2N_ANAME
 #undef M2N_LOAD_T
 #undef M2N_STORE_T
