@@ -133,6 +133,9 @@ type Session struct {
 	members []int // the parent's ranks of the stage's, by stage rank
 	// memcpyMin is M2N_MEMCPY_MIN (gpu.Options.MemcpyMin), read at Join.
 	memcpyMin int64
+	// link, of a session two jobs formed (Listener.Accept, Connect): the
+	// connection, disconnected at Close.
+	link *link
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -503,6 +506,7 @@ func (s *Session) Leave(cause error) error {
 			errs = append(errs, c.Free())
 		}
 	}
+	errs = append(errs, s.link.close(s.opts.Timeout))
 	return errors.Join(errs...)
 }
 
