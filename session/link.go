@@ -244,7 +244,11 @@ func Connect(comm *mpi.Comm, path string, opts Options) (*Session, error) {
 		err = sendBounded(lk.merged, hello, 0, opts.Timeout)
 	}
 	if err := agreeOn(lk.merged, opts.Timeout, "joining (the job token)", err); err != nil {
-		return nil, errors.Join(fmt.Errorf("joining the trainer of port file %s: %w", path, err), lk.close(opts.Timeout))
+		var ve *refit.ValidationError
+		if errors.As(err, &ve) { // one message that names this job's file
+			err = &refit.ValidationError{Rank: ve.Rank, Msg: fmt.Sprintf("port file %s: the trainer refused this job: %s", path, ve.Msg), Err: ve.Err}
+		}
+		return nil, errors.Join(err, lk.close(opts.Timeout))
 	}
 	s, err := Join(lk.merged, opts)
 	if err != nil {
