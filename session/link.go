@@ -93,8 +93,13 @@ func (l *Listener) Path() string { return l.path }
 // on both sides with the field that differs; the listener stays usable.
 // If no generator comes in time, Accept returns an error and the
 // listener is broken (see the package's note on bounds).
-func (l *Listener) Accept() (*Session, error) {
-	deadline := time.Now().Add(l.opts.Timeout)
+func (l *Listener) Accept() (*Session, error) { return l.AcceptWithin(l.opts.Timeout) }
+
+// AcceptWithin is Accept waiting at most wait for a generator, where the
+// session's timeout (which bounds every wait once joined) is shorter
+// than the time a generator job may take to start.
+func (l *Listener) AcceptWithin(wait time.Duration) (*Session, error) {
+	deadline := time.Now().Add(wait)
 	for {
 		if l.broken != nil {
 			return nil, l.broken
@@ -124,7 +129,7 @@ func (l *Listener) acceptOnce(deadline time.Time) (*Session, bool, error) {
 	}
 	inter, ok, err := within(time.Until(deadline), func() (*mpi.Comm, error) { return l.comm.Accept(l.port, 0) })
 	if !ok {
-		return nil, false, l.breakDown(fmt.Errorf("rank %d: no generator joined within %v (port file %s): the listener can accept no more; ending the job at its end", l.comm.Rank(), l.opts.Timeout, l.path))
+		return nil, false, l.breakDown(fmt.Errorf("rank %d: no generator joined within the wait (port file %s): the listener can accept no more; ending the job at its end", l.comm.Rank(), l.path))
 	}
 	if err != nil {
 		return nil, false, l.breakDown(fmt.Errorf("rank %d: accepting on port file %s: %w", l.comm.Rank(), l.path, err))

@@ -3,11 +3,13 @@ package session_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -223,6 +225,118 @@ func portFileOf(t *testing.T, path string) map[string]any {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no port file at %s after 30s: %v", path, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGeneratorKilled kills a generator job between steps: the trainer's
+// next step fails on both trainer ranks with an error (no hang), the
+// trainer's job stays usable (MPI not marked failed), and a new
+// generator job joins the same listener and syncs, every element checked.
+func TestGeneratorKilled(t *testing.T) {
+	uri := mpitest.OmpiServer(t)
+	port := filepath.Join(t.TempDir(), "trainer.port")
+	opts := session.Options{Timeout: 4 * time.Second}
+	env := []string{portFileEnv + "=" + port}
+	trainer := mpitest.StartJob(t, uri, "trainer", 2, env, func(t mpitest.T, c *mpi.Comm) {
+		l, err := session.Listen(c, os.Getenv(portFileEnv), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		s, err := l.AcceptWithin(30 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs := linkSpecs(t, "20")
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := buffers(t, s, specs)
+		if _, err := call.Run(context.Background(), bufs); err != nil {
+			t.Fatalf("step 0: %v", err)
+		}
+		check(t, s, specs, bufs)
+		start := time.Now()
+		_, err = call.Run(context.Background(), bufs) // the generator is gone
+		if err == nil {
+			t.Fatal("a step with the generator killed succeeded")
+		}
+		if took := time.Since(start); took > opts.Timeout+5*time.Second {
+			t.Errorf("the step failed after %v, want within the timeout %v", took, opts.Timeout)
+		}
+		t.Logf("step with the generator gone: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
+		call.Close()
+		cerr := s.Close()
+		if ferr := mpi.Failed(); ferr != nil {
+			t.Fatalf("the trainer's MPI is marked failed: %v (close: %v)", ferr, cerr)
+		}
+		s, err = l.AcceptWithin(30 * time.Second)
+		if err != nil {
+			t.Fatalf("accept after the generator was killed: %v", err)
+		}
+		syncSteps(t, s, specs)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !mpitest.InChild() {
+		portFileOf(t, port)
+	}
+	killed := mpitest.StartJob(t, uri, "killed", 1, env, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Connect(c, os.Getenv(portFileEnv), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs := linkSpecs(t, "20")
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := buffers(t, s, specs)
+		if _, err := call.Run(context.Background(), bufs); err != nil {
+			t.Fatalf("step 0: %v", err)
+		}
+		check(t, s, specs, bufs)
+		fmt.Println("generator: step 0 checked; killing this job")
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	})
+	if !mpitest.InChild() {
+		if out, err := killed.Wait(); err == nil || !strings.Contains(out, "step 0 checked") {
+			t.Fatalf("the killed generator job: %v\n%s", err, out)
+		}
+		waitAccepting(t, port)
+	}
+	wait(t, generator(t, uri, "restarted", env, opts), "restarted")
+	wait(t, trainer, "trainer")
+}
+
+// generator starts a 1-rank generator job that connects and syncs.
+func generator(t *testing.T, uri, name string, env []string, opts session.Options) *mpitest.Job {
+	return mpitest.StartJob(t, uri, name, 1, env, func(t mpitest.T, c *mpi.Comm) {
+		s, err := session.Connect(c, os.Getenv(portFileEnv), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncSteps(t, s, linkSpecs(t, "20"))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// waitAccepting waits until the listener's port file says it accepts.
+func waitAccepting(t *testing.T, port string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(port); err == nil && strings.Contains(string(b), `"state":"accepting"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the listener of %s did not accept again within 30s", port)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

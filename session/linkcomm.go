@@ -115,3 +115,26 @@ func pollBounded(r *mpi.Request, timeout time.Duration) error {
 		backoff(spin)
 	}
 }
+
+// leaveLink closes an aborted session that two jobs formed (the other
+// job is gone, say: a generator killed between steps) without ending
+// this job: the control plane's pending receives are withdrawn (sends
+// to ranks that are gone stay stranded), the communicators are freed and
+// the other job disconnected, bounded. This job's own communicator stays
+// usable, so a trainer can Accept the next generator. Only a disconnect
+// that does not finish in time marks MPI as failed. It returns the
+// abort's error.
+func (s *Session) leaveLink(abortErr error) error {
+	if s.ctl != nil {
+		_ = s.ctl.close()
+	}
+	for _, c := range []*mpi.Comm{s.comm, s.ctlComm} {
+		if c != nil {
+			_ = c.Free()
+		}
+	}
+	if err := s.link.close(s.opts.Timeout); err != nil {
+		return errors.Join(abortErr, err)
+	}
+	return abortErr
+}

@@ -488,6 +488,9 @@ func (s *Session) Leave(cause error) error {
 		if s.dev != nil {
 			s.dev.abort(s.base)
 		}
+		if s.link != nil {
+			return s.leaveLink(err)
+		}
 		mpi.MarkFailed(err)
 		return err
 	}
