@@ -155,7 +155,7 @@ func (l *Listener) acceptOnce(deadline time.Time) (*Session, bool, error) {
 	if err != nil {
 		return nil, false, errors.Join(err, lk.close(l.opts.Timeout))
 	}
-	s.link = lk
+	s.joinedOver(lk)
 	return s, false, nil
 }
 
@@ -259,7 +259,7 @@ func Connect(comm *mpi.Comm, path string, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, errors.Join(err, lk.close(opts.Timeout))
 	}
-	s.link = lk
+	s.joinedOver(lk)
 	return s, nil
 }
 

@@ -13,12 +13,15 @@ import (
 // session was joined over.
 type link struct {
 	inter, merged *mpi.Comm
-	listener      *Listener // on the trainer's side
+	listener      *Listener     // on the trainer's side
+	joined        time.Time     // when MPI's accept or connect returned
+	took          time.Duration // from then to the session joined
 }
 
 // joinLink merges the intercommunicator from Accept or Connect (the
 // listener's ranks low, first), bounded by timeout.
 func joinLink(inter *mpi.Comm, high bool, timeout time.Duration) (*link, error) {
+	start := time.Now()
 	merged, ok, err := within(timeout, func() (*mpi.Comm, error) { return inter.Merge(high) })
 	if !ok {
 		return nil, fmt.Errorf("merging the two jobs' communicators did not finish in %v: the other job is gone or stuck", timeout)
@@ -26,7 +29,24 @@ func joinLink(inter *mpi.Comm, high bool, timeout time.Duration) (*link, error) 
 	if err != nil {
 		return nil, fmt.Errorf("merging the two jobs' communicators: %w", err)
 	}
-	return &link{inter: inter, merged: merged}, nil
+	return &link{inter: inter, merged: merged, joined: start}, nil
+}
+
+// Linked reports whether the session is one of two jobs (Listener.Accept,
+// Connect), and how long joining took once MPI's accept or connect had
+// returned: the merge, the token's exchange and the session's set-up
+// (Join), without the wait for the other job to arrive.
+func (s *Session) Linked() (bool, time.Duration) {
+	if s.link == nil {
+		return false, 0
+	}
+	return true, s.link.took
+}
+
+// joinedOver records the session formed over lk.
+func (s *Session) joinedOver(lk *link) {
+	lk.took = time.Since(lk.joined)
+	s.link = lk
 }
 
 // close frees the merged communicator and disconnects from the other job,
