@@ -32,6 +32,15 @@ func linkSpecs(t testing.TB, rows string) []refit.Spec {
 	}
 }
 
+// replicaSpecs are linkSpecs for a generator of n replicas (ranks 2 to
+// 2+n-1, each holding every tensor whole): a generator that grew.
+func replicaSpecs(t testing.TB, n int) []refit.Spec {
+	return []refit.Spec{
+		{Name: "w", Src: layout(t, "20x16", 4, []int{2}, 0, "S0"), Dst: layout(t, "20x16", 4, []int{n}, 2, "R")},
+		{Name: "b", Src: layout(t, "24", 2, []int{2}, 0, "R"), Dst: layout(t, "24", 2, []int{n}, 2, "R")},
+	}
+}
+
 // syncSteps prepares specs on s and runs three steps, checking every
 // element of every destination after each.
 func syncSteps(t mpitest.T, s *session.Session, specs []refit.Spec) {
@@ -230,10 +239,11 @@ func portFileOf(t *testing.T, path string) map[string]any {
 	}
 }
 
-// TestGeneratorKilled kills a generator job between steps: the trainer's
-// next step fails on both trainer ranks with an error (no hang), the
-// trainer's job stays usable (MPI not marked failed), and a new
-// generator job joins the same listener and syncs, every element checked.
+// TestGeneratorKilled kills a 1-rank generator job between steps: the
+// trainer's next step fails on both trainer ranks with an error (no
+// hang), the trainer's job stays usable (MPI not marked failed), and a
+// restarted generator of twice the replicas (2 ranks) joins the same
+// listener and syncs, every element checked.
 func TestGeneratorKilled(t *testing.T) {
 	uri := mpitest.OmpiServer(t)
 	port := filepath.Join(t.TempDir(), "trainer.port")
@@ -277,7 +287,10 @@ func TestGeneratorKilled(t *testing.T) {
 		if err != nil {
 			t.Fatalf("accept after the generator was killed: %v", err)
 		}
-		syncSteps(t, s, specs)
+		if s.Size() != 4 {
+			t.Fatalf("the restarted generator joined %d ranks, want 2 (4 in all)", s.Size()-2)
+		}
+		syncSteps(t, s, replicaSpecs(t, 2)) // prepared afresh: its first step is a full sync
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -309,18 +322,19 @@ func TestGeneratorKilled(t *testing.T) {
 		}
 		waitAccepting(t, port)
 	}
-	wait(t, generator(t, uri, "restarted", env, opts), "restarted")
+	wait(t, generator(t, uri, "restarted", 2, env, opts), "restarted")
 	wait(t, trainer, "trainer")
 }
 
-// generator starts a 1-rank generator job that connects and syncs.
-func generator(t *testing.T, uri, name string, env []string, opts session.Options) *mpitest.Job {
-	return mpitest.StartJob(t, uri, name, 1, env, func(t mpitest.T, c *mpi.Comm) {
+// generator starts a generator job of np replicas that connects and
+// syncs.
+func generator(t *testing.T, uri, name string, np int, env []string, opts session.Options) *mpitest.Job {
+	return mpitest.StartJob(t, uri, name, np, env, func(t mpitest.T, c *mpi.Comm) {
 		s, err := session.Connect(c, os.Getenv(portFileEnv), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		syncSteps(t, s, linkSpecs(t, "20"))
+		syncSteps(t, s, replicaSpecs(t, np))
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
