@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"os"
@@ -168,7 +169,7 @@ func (l *Listener) handshake(lk *link) error {
 		verdict = recvBounded(lk.merged, buf, l.comm.Size(), l.opts.Timeout)
 		if verdict == nil {
 			got := string(trimNul(buf))
-			if got != l.token {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(l.token)) != 1 {
 				verdict = fmt.Errorf("wrong job token (%d bytes presented): the connecting job did not read this trainer's port file %s", len(got), l.path)
 			}
 		} else {

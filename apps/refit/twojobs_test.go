@@ -77,3 +77,27 @@ func TestSyncTwoJobs(t *testing.T) {
 	noCrash(t, tr)
 	t.Logf("trainer:\n%v\ngenerator:\n%v", tr, gen)
 }
+
+// TestSyncTwoJobsDisagree: a generator job whose flags differ from the
+// trainer's (--iters) fails on both jobs at once, with one message per
+// job naming the flag and both values.
+func TestSyncTwoJobsDisagree(t *testing.T) {
+	uri := mpitest.OmpiServer(t)
+	port := filepath.Join(t.TempDir(), "trainer.port")
+	args := strings.Fields("sync --model deepseek-v3 --scale 64 --layers 2 --train tp=1,pp=2 --gen tp=2 --check --timeout 20s")
+	const limit = 20*time.Second + margin
+	trainer := startLinkJob(t, uri, app{np: 2, args: append(args, "--iters", "2", "--listen", port)})
+	for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(port); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the trainer wrote no port file at %s: %v", port, trainer.wait(t, limit))
+		}
+	}
+	gen := startLinkJob(t, uri, app{np: 2, args: append(args, "--iters", "3", "--connect", port)}).wait(t, limit)
+	tr := trainer.wait(t, limit)
+	for _, o := range []outcome{tr, gen} {
+		oneMessage(t, o, limit, "ranks disagree: rank 2 has flag --iters 3, rank 0 has 2")
+	}
+}
