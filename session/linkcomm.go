@@ -137,13 +137,14 @@ func pollBounded(r *mpi.Request, timeout time.Duration) error {
 }
 
 // leaveLink closes an aborted session that two jobs formed (the other
-// job is gone, say: a generator killed between steps) without ending
-// this job: the control plane's pending receives are withdrawn (sends
-// to ranks that are gone stay stranded), the communicators are freed and
-// the other job disconnected, bounded. This job's own communicator stays
-// usable, so a trainer can Accept the next generator. Only a disconnect
-// that does not finish in time marks MPI as failed. It returns the
-// abort's error.
+// job is gone, say: a generator killed between steps), or a pipeline
+// stage's session of one, without ending this job: the control plane's
+// pending receives are withdrawn (sends to ranks that are gone stay
+// stranded), the communicators are freed and (by the session the stages
+// were split from) the other job disconnected, bounded. This job's own
+// communicator stays usable, so a trainer can Accept the next generator.
+// Only a disconnect that does not finish in time marks MPI as failed. It
+// returns the abort's error.
 func (s *Session) leaveLink(abortErr error) error {
 	if s.ctl != nil {
 		_ = s.ctl.close()

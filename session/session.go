@@ -488,7 +488,7 @@ func (s *Session) Leave(cause error) error {
 		if s.dev != nil {
 			s.dev.abort(s.base)
 		}
-		if s.link != nil {
+		if s.link != nil || (s.parent != nil && s.parent.link != nil) {
 			return s.leaveLink(err)
 		}
 		mpi.MarkFailed(err)

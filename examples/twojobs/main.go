@@ -2,7 +2,7 @@
 // MPI jobs (README: Two jobs, one session). The trainer job listens on a
 // port file and serves generators one after another; each generator job
 // joins, takes the whole model (DeepSeek-V3 scaled down) every step,
-// checks every element, and leaves; one killed between steps leaves the
+// checks every element, and leaves; one killed in a step leaves the
 // trainer's job usable, and the next generator joins as if it were the
 // first (its own size, its calls prepared afresh: a full sync). Both
 // mpiruns need an ompi-server (OpenMPI 4.1):
@@ -10,7 +10,7 @@
 //	ompi-server --no-daemonize --report-uri /tmp/uri &
 //	F="--ompi-server file:/tmp/uri --mca btl self,vader,tcp"
 //	mpirun $F -np 2 twojobs trainer /tmp/trainer.port 2 &   # serves 2 generators
-//	mpirun $F -np 1 twojobs generator /tmp/trainer.port 3 kill   # killed after 3 steps
+//	mpirun $F -np 1 twojobs generator /tmp/trainer.port 3 kill   # killed in its 4th step
 //	mpirun $F -np 2 twojobs generator /tmp/trainer.port 3        # 3 steps, leaves
 //
 // The trainer's ranks form tp=N, a generator's tp=M (its job's size).
@@ -121,8 +121,11 @@ func generator(path string, steps int, kill bool) error {
 	if mpi.World().Rank() == 0 {
 		fmt.Printf("generator: %d steps of the whole model checked on every generator rank\n", steps)
 	}
-	if kill {
-		fmt.Printf("generator: rank %d: killing this job between steps\n", mpi.World().Rank())
+	if kill { // the trainer is in its next step's rounds
+		if err := more(s, true); err != nil {
+			return err
+		}
+		fmt.Printf("generator: rank %d: killing this job in a step\n", mpi.World().Rank())
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 	if err := more(s, false); !errors.Is(err, errEnough) {
