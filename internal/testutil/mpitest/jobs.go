@@ -89,12 +89,31 @@ func StartJob(t *testing.T, uri, name string, np int, env []string, body func(t 
 		t.Fatal(err)
 	}
 	j := &Job{name: name, done: make(chan struct{})}
+	started := make(chan *exec.Cmd, 1)
 	go func() {
 		defer close(j.done)
 		j.out, j.err = launchWith(np, id, runPattern(t.Name()), timeout, env, func(cmd *exec.Cmd) {
 			cmd.Args = JobArgs(cmd.Args, uri)
+			started <- cmd
 		})
 	}()
+	// a test that ends early (t.Fatal) must not leave the job running: its
+	// ranks would wait out their own bounds, taking the machine's cores.
+	t.Cleanup(func() {
+		select {
+		case <-j.done:
+			return
+		case <-time.After(2 * time.Second):
+		}
+		select {
+		case cmd := <-started:
+			if cmd.Process != nil {
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
+		default:
+		}
+		<-j.done
+	})
 	return j
 }
 
