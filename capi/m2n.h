@@ -279,6 +279,25 @@ void m2n_options_init(m2n_options *opts);
  * NULL: the defaults. MPI must be initialised with MPI_THREAD_MULTIPLE.
  * The session duplicates the communicator; the caller keeps its own. */
 int m2n_session_join(int32_t comm, const m2n_options *opts, m2n_session *out);
+/* Two jobs, one session (README: Two jobs, one session). m2n_session_listen
+ * is the trainer's side: every rank of comm calls it; rank 0 publishes an
+ * MPI port and a random job token in the file at path (mode 0600, on a
+ * path the generator's job can read) and the call waits, at most the
+ * timeout, for one generator job to m2n_session_connect through that file.
+ * A job presenting a wrong token is refused (both sides learn why) and the
+ * wait goes on. The session's ranks are the trainer's first, then the
+ * generator's; meshes are given in them. The port file is removed before
+ * it returns: call it again for the next generator (a generator that ended
+ * between steps makes a step fail with M2N_ERR_TIMEOUT or M2N_ERR_ABORT;
+ * m2n_session_close then leaves this job usable). Both jobs' mpiruns need
+ * --ompi-server file:URI (OpenMPI 4.1). A wait that runs out (no generator
+ * came; the trainer never accepted) fails and the job is failed
+ * (m2n_job_failed): MPI cannot cancel it. */
+int m2n_session_listen(int32_t comm, const m2n_options *opts, const char *path, m2n_session *out);
+/* The generator's side: joins the trainer listening on the port file at
+ * path. A missing, stale, busy or shared port file fails at once naming
+ * it (M2N_ERR_VALIDATION), as does a refused token. */
+int m2n_session_connect(int32_t comm, const m2n_options *opts, const char *path, m2n_session *out);
 /* This rank's rank in the session and the number of ranks. */
 int m2n_session_rank(m2n_session s, int32_t *rank);
 int m2n_session_size(m2n_session s, int32_t *size);

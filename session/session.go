@@ -133,6 +133,9 @@ type Session struct {
 	members []int // the parent's ranks of the stage's, by stage rank
 	// memcpyMin is M2N_MEMCPY_MIN (gpu.Options.MemcpyMin), read at Join.
 	memcpyMin int64
+	// link, of a session two jobs formed (Listener.Accept, Connect): the
+	// connection, disconnected at Close.
+	link *link
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -485,6 +488,9 @@ func (s *Session) Leave(cause error) error {
 		if s.dev != nil {
 			s.dev.abort(s.base)
 		}
+		if s.link != nil || (s.parent != nil && s.parent.link != nil) {
+			return s.leaveLink(err)
+		}
 		mpi.MarkFailed(err)
 		return err
 	}
@@ -503,6 +509,7 @@ func (s *Session) Leave(cause error) error {
 			errs = append(errs, c.Free())
 		}
 	}
+	errs = append(errs, s.link.close(s.opts.Timeout))
 	return errors.Join(errs...)
 }
 

@@ -48,5 +48,8 @@ func startJob(f *runFlags) (*job, error) {
 		}
 	}
 	j.set = set
+	if f.listen != "" || f.connect != "" {
+		return j, j.JoinLink(set.opts, flagErr, f.listen, f.connect)
+	}
 	return j, j.Join(set.opts, flagErr)
 }

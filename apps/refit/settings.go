@@ -48,6 +48,8 @@ type runFlags struct {
 	dstDType  string
 	fp8Scale  string
 	driver    string
+	listen    string // port file: this job is a trainer that a generator job joins
+	connect   string // port file: this job is a generator that joins a trainer job
 
 	cmd        *cobra.Command // the command whose flags these are
 	noProgress bool           // no progress display (soak's many short runs)
@@ -59,6 +61,8 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.route, "route", "flat", "route: flat, agbcast, hier, auto, or all (flat, agbcast and hier in turn; flat and hier with --dst-dtype e4m3); a comma list works too")
 	fs.IntVar(&f.iters, "iters", 5, "timed iterations per route")
+	fs.StringVar(&f.listen, "listen", "", "this job is the trainer of a two-job session: publish a port in this file (mode 0600, on a path the generator's job can read) and wait for one generator job to join with --connect; start both mpiruns with --ompi-server file:URI (see README: Two jobs)")
+	fs.StringVar(&f.connect, "connect", "", "this job is the generator of a two-job session: join the trainer job listening on this port file (--listen); ranks and meshes are the joined session's, the trainer's first")
 	fs.IntVar(&f.warmup, "warmup", 1, "untimed iterations before the timed ones")
 	fs.BoolVar(&f.check, "check", false, "poison destinations before every iteration and check every element after")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON object on rank 0")
@@ -226,7 +230,7 @@ func agreedFields(cmd *cobra.Command) []refit.Field {
 	var out []refit.Field
 	if cmd != nil {
 		cmd.Flags().VisitAll(func(fl *pflag.Flag) {
-			if fl.Name == "log-level" || fl.Name == "help" {
+			if fl.Name == "log-level" || fl.Name == "help" || fl.Name == "listen" || fl.Name == "connect" {
 				return
 			}
 			v := fl.Value.String()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
@@ -15,6 +16,7 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
+	"github.com/m2n-dev/m2n/spmd"
 	"github.com/m2n-dev/m2n/units"
 	"github.com/spf13/cobra"
 )
@@ -151,10 +153,12 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	prepStart := time.Now()
 	m, fabric, err := j.prepareModel(in)
 	if err != nil {
 		return err
 	}
+	prepared := time.Since(prepStart)
 	var bufs *session.ModelBuffers
 	release := func() { // the model and its buffers, once
 		if m != nil {
@@ -188,6 +192,12 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 		if err := printJSONOr(out, f.run.asJSON, rep, func() error { return rep.WriteText(out) }); err != nil {
 			return err
 		}
+	}
+	if linked, took := j.Session.Linked(); linked && spmd.Rank() == 0 && !f.run.asJSON {
+		// each job's rank 0: the cost of a (re)join beside a step.
+		fmt.Fprintf(out, "two jobs (%s): joined in %v (merge, token, session set-up), model prepared in %v, step %v (median)\n",
+			map[bool]string{true: "trainer", false: "generator"}[j.Rank == 0], took.Round(time.Microsecond),
+			prepared.Round(time.Microsecond), time.Duration(rep.MedianSec*float64(time.Second)).Round(time.Microsecond))
 	}
 	if strings.HasPrefix(rep.Check, "FAILED") {
 		return jobError{fmt.Errorf("check failed: %s", strings.TrimPrefix(rep.Check, "FAILED: "))}

@@ -123,6 +123,8 @@ _PROTOTYPES = {
     "m2n_last_error_code": (ctypes.c_int32, []),
     "m2n_options_init": (None, [ctypes.POINTER(Options)]),
     "m2n_session_join": (_int, [ctypes.c_int32, ctypes.POINTER(Options), _u64_p]),
+    "m2n_session_listen": (_int, [ctypes.c_int32, ctypes.POINTER(Options), ctypes.c_char_p, _u64_p]),
+    "m2n_session_connect": (_int, [ctypes.c_int32, ctypes.POINTER(Options), ctypes.c_char_p, _u64_p]),
     "m2n_session_rank": (_int, [_u64, c_int32_p]),
     "m2n_session_size": (_int, [_u64, c_int32_p]),
     "m2n_session_aborted": (_int, [_u64, c_int32_p]),

@@ -77,7 +77,7 @@ class Session:
 
     def __init__(self, comm=None, device="cpu", timeout=None, verify=False, atomic=False, stripe=False,
                  chunk_bytes=0, staging_bytes=0, coalesce_bytes=0, src_domain_size=0, dst_domain_size=0,
-                 emulate_net_bw=0.0):
+                 emulate_net_bw=0.0, _link=None):
         lib = _lib.lib()
         self._h = 0
         if comm is None:
@@ -95,13 +95,37 @@ class Session:
             check(lib.m2n_session_refuse(handle, cstr("m2n.Session: %s" % (e,))))
             raise  # not reached: the refusal raises ValidationError
         h = ctypes.c_uint64()
-        check(lib.m2n_session_join(handle, ctypes.byref(o), ctypes.byref(h)))
+        if _link is None:
+            check(lib.m2n_session_join(handle, ctypes.byref(o), ctypes.byref(h)))
+        else:
+            fn, path = _link
+            check(getattr(lib, fn)(handle, ctypes.byref(o), cstr(os.fspath(path)), ctypes.byref(h)))
         self._h = h.value
         _open.append(self)
         r, n = ctypes.c_int32(), ctypes.c_int32()
         check(lib.m2n_session_rank(self._h, ctypes.byref(r)))
         check(lib.m2n_session_size(self._h, ctypes.byref(n)))
         self.rank, self.size = r.value, n.value
+
+    @classmethod
+    def listen(cls, comm, path, **options):
+        """The trainer's side of a session of two separately launched jobs
+        (README: Two jobs, one session): every rank of comm calls it; rank 0
+        publishes an MPI port and a random job token in the file at path
+        (mode 0600, where the generator's job can read it) and it waits, at
+        most the timeout, for one generator job to call Session.connect with
+        that path. A job presenting a wrong token is refused and the wait
+        goes on. The session's ranks are the trainer's first; meshes are
+        given in them. The port file is gone once it returns: listen again
+        for the next generator. options are Session's."""
+        return cls(comm, _link=("m2n_session_listen", path), **options)
+
+    @classmethod
+    def connect(cls, comm, path, **options):
+        """The generator's side: joins the trainer job listening on the port
+        file at path (Session.listen). A missing, stale, busy or shared port
+        file, or a refused token, raises ValidationError naming it."""
+        return cls(comm, _link=("m2n_session_connect", path), **options)
 
     def _options(self, o, device, timeout, verify, atomic, stripe, chunk_bytes, staging_bytes, coalesce_bytes,
                  src_domain_size, dst_domain_size, emulate_net_bw):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"runtime"
 	"runtime/debug"
@@ -169,6 +170,12 @@ var errTimeout = errors.New("timed out")
 // It kills the job after timeout. It fails unless mpirun exits 0 and every
 // rank reported that its body passed.
 func launch(np int, id, pattern string, timeout time.Duration, env []string) (string, error) {
+	return launchWith(np, id, pattern, timeout, env, nil)
+}
+
+// launchWith is launch with edit, if not nil, applied to the mpirun
+// command before it starts.
+func launchWith(np int, id, pattern string, timeout time.Duration, env []string, edit func(*exec.Cmd)) (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("mpitest: finding the test binary: %v", err)
@@ -180,6 +187,9 @@ func launch(np int, id, pattern string, timeout time.Duration, env []string) (st
 	cmd, err := command(np, tagFlags, args)
 	if err != nil {
 		return "", err
+	}
+	if edit != nil {
+		edit(cmd)
 	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Env = append(cmd.Env, childEnv+"="+id)
