@@ -80,24 +80,25 @@ func change(r *rand.Rand, buf []byte, d strided.Desc, elem int, picks []int64) [
 }
 
 // picks chooses about density*n distinct elements of n: uniformly, or in
-// clusters of 64 consecutive elements.
+// clusters of 64 consecutive elements (at a random shift).
 func picks(r *rand.Rand, n int64, density float64, clustered bool) []int64 {
 	want := int64(density*float64(n) + 0.5)
 	if density > 0 && want == 0 {
 		want = 1
 	}
-	seen := map[int64]bool{}
-	var out []int64
-	for int64(len(out)) < want {
-		start := r.Int64N(n)
-		l := int64(1)
-		if clustered {
-			l = 64
+	if !clustered {
+		out := make([]int64, want)
+		for i, p := range r.Perm(int(n))[:want] {
+			out[i] = int64(p)
 		}
-		for i := start; i < min(n, start+l) && int64(len(out)) < want; i++ {
-			if !seen[i] {
-				seen[i] = true
-				out = append(out, i)
+		return out
+	}
+	var out []int64
+	shift := r.Int64N(64)
+	for _, c := range r.Perm(int((n + 63) / 64)) {
+		for i := int64(c) * 64; i < int64(c)*64+64 && int64(len(out)) < want; i++ {
+			if i < n {
+				out = append(out, (i+shift)%n)
 			}
 		}
 	}
