@@ -172,8 +172,8 @@ func (d *decoder) bitmap() error {
 		return d.corrupt("bitmap marks elements past the block's %d", ne)
 	}
 	c := 0
-	for _, x := range bm {
-		c += bits.OnesCount8(x)
+	for j := 0; j < bl; j += 8 {
+		c += bits.OnesCount64(word(bm[j:]))
 	}
 	if c == 0 {
 		return d.corrupt("empty bitmap")
@@ -183,19 +183,41 @@ func (d *decoder) bitmap() error {
 	}
 	d.at += 1 + bl
 	if d.dst != nil {
-		var idx [BlockElems]byte
-		k := 0
-		for j, x := range bm {
-			for ; x != 0; x &= x - 1 {
-				idx[k] = byte(j*8 + bits.TrailingZeros8(x))
-				k++
-			}
-		}
-		d.values(idx[:k])
+		d.bitmapValues(bm)
 	}
 	d.at += c * d.m.elem
 	d.b++
 	return nil
+}
+
+// bitmapValues writes the values at d.at to the current block's elements
+// that bm marks (checked), 64 bits at a time.
+func (d *decoder) bitmapValues(bm []byte) {
+	p, nb, _ := d.block()
+	d.w.seek(p)
+	ps := d.w.block(d.ps[:0], nb)
+	elem := d.m.elem
+	e64 := int64(elem)
+	at := int64(d.at)
+	if len(ps) == 1 {
+		o := ps[0].off
+		for j := 0; j < len(bm); j += 8 {
+			for x := word(bm[j:]); x != 0; x &= x - 1 {
+				i := int64(j*8 + bits.TrailingZeros64(x))
+				put(d.dst, o+i*e64, d.enc, at, elem)
+				at += e64
+			}
+		}
+		return
+	}
+	l := locator{ps: ps}
+	for j := 0; j < len(bm); j += 8 {
+		for x := word(bm[j:]); x != 0; x &= x - 1 {
+			i := int64(j*8 + bits.TrailingZeros64(x))
+			put(d.dst, l.at(i*e64), d.enc, at, elem)
+			at += e64
+		}
+	}
 }
 
 // values writes the values at d.at to the current block's elements idx

@@ -20,6 +20,7 @@ type Encoder struct {
 
 	stats Stats
 	ps    []piece
+	nz    []uint64 // scan entries
 	idx   [BlockElems]byte
 }
 
@@ -114,21 +115,41 @@ func (s *state) delta(prev, cur []byte) bool {
 	bb := int64(BlockElems * m.elem)
 	var w walker
 	w.init(m.r)
-	for p := int64(0); p < m.total; p += bb {
+	// After an unchanged block, compare whole blocks first, and spans
+	// of skipSpan blocks where a run holds them: skipping is then at the
+	// speed of a vector compare. After a changed block go straight to the
+	// scan, which finds an unchanged block too.
+	skipping := true
+	for p := int64(0); p < m.total; {
+		if sp := skipSpan * bb; skipping && m.total-p >= sp && w.run-w.within >= sp {
+			if off := w.runOff + w.within; string(prev[off:off+sp]) == string(cur[off:off+sp]) {
+				w.take(sp)
+				for range skipSpan {
+					if !s.extend(tagSkip) {
+						return false
+					}
+				}
+				s.e.stats.Skipped += skipSpan
+				p += sp
+				continue
+			}
+		}
 		nb := min(bb, m.total-p)
 		ps := w.block(s.e.ps[:0], nb)
 		s.e.ps = ps
-		if equal(prev, cur, ps) {
+		p += nb
+		if skipping && equal(prev, cur, ps) {
 			if !s.extend(tagSkip) {
 				return false
 			}
 			s.e.stats.Skipped++
 			continue
 		}
-		if !s.changed(prev, cur, ps, int(nb)/m.elem) {
+		var ok bool
+		if skipping, ok = s.changed(prev, cur, ps, int(nb)/m.elem); !ok {
 			return false
 		}
-		if s.e.UpdatePrev {
+		if s.e.UpdatePrev && !skipping {
 			for _, q := range ps {
 				copy(prev[q.off:q.off+q.n], cur[q.off:q.off+q.n])
 			}
@@ -136,6 +157,10 @@ func (s *state) delta(prev, cur []byte) bool {
 	}
 	return true
 }
+
+// skipSpan is how many blocks the encoder compares at once after an
+// unchanged block.
+const skipSpan = 16
 
 // extend counts one more block into the open op when it has tag t and
 // room, or opens a new op of tag t; false when out is full.
@@ -157,11 +182,12 @@ func (s *state) extend(t byte) bool {
 	return true
 }
 
-// changed encodes a block of n elements that differs somewhere: as a list
+// changed encodes a block of n elements: as a list
 // or a bitmap of the changed elements, whichever is smaller, or dense
-// where that is smaller still. The comparison stops early once the block
-// is sure to go dense.
-func (s *state) changed(prev, cur []byte, ps []piece, n int) bool {
+// where that is smaller still, or as unchanged (unchanged true) where it
+// is; ok false when out is full. The comparison stops once the block is
+// sure to go dense.
+func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool) {
 	elem := s.m.elem
 	dense := n * elem
 	if s.open < 0 || s.out[s.open] != tagDense {
@@ -170,24 +196,24 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) bool {
 	bmLen := 1 + (n+7)/8
 	// c changes fit a list while 2+c*(1+elem) < dense, a bitmap while
 	// bmLen+c*elem < dense.
-	limit := max((dense-3)/(1+elem), (dense-bmLen-1)/elem)
-	idx := s.e.idx[:0]
-	base := 0
+	limit := max((dense-3)/(1+elem), (dense-bmLen-1)/elem, 0)
+	idx, c, base := s.e.idx[:0], 0, 0
 	for _, q := range ps {
-		idx = diff(idx, prev[q.off:q.off+q.n], cur[q.off:q.off+q.n], elem, base, limit)
-		if len(idx) > limit {
-			break
+		s.e.nz = scan(s.e.nz[:0], prev[q.off:q.off+q.n], cur[q.off:q.off+q.n], elem, &c, limit)
+		if c > limit {
+			return false, s.denseBlock(cur, ps)
 		}
+		idx = indices(idx, s.e.nz, elem, base)
 		base += int(q.n) / elem
 	}
-	c := len(idx)
-	if c > limit {
-		return s.denseBlock(cur, ps)
+	if c == 0 {
+		s.e.stats.Skipped++
+		return true, s.extend(tagSkip)
 	}
 	list, bm := 2+c*(1+elem), bmLen+c*elem
 	if list <= bm {
 		if s.n+list > len(s.out) {
-			return false
+			return false, false
 		}
 		s.out[s.n] = tagList
 		s.out[s.n+1] = byte(c - 1)
@@ -196,7 +222,7 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) bool {
 		s.e.stats.Lists++
 	} else {
 		if s.n+bm > len(s.out) {
-			return false
+			return false, false
 		}
 		s.out[s.n] = tagBitmap
 		b := s.out[s.n+1 : s.n+bmLen]
@@ -210,7 +236,7 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) bool {
 	s.values(cur, ps, idx)
 	s.e.stats.Values += int64(c)
 	s.open = -1
-	return true
+	return false, true
 }
 
 // values appends the values of the block's elements idx from cur.

@@ -75,7 +75,9 @@ func TestSizes(t *testing.T) {
 func TestElemSizes(t *testing.T) {
 	for elem, bound := range map[int]float64{1: 0.03, 4: 0.0155} {
 		l, _, _ := sized(t, 1<<20, elem, 0.01, false, 512)
-		if got := float64(l) / float64(elem<<20); got > bound {
+		got := float64(l) / float64(elem<<20)
+		t.Logf("%d-byte elements, 1%% uniform: %.3f%% of dense", elem, 100*got)
+		if got > bound {
 			t.Errorf("%d-byte elements at 1%%: %.2f%% of dense, want at most %.2f%%", elem, 100*got, 100*bound)
 		}
 	}
@@ -108,3 +110,4 @@ func TestFallback(t *testing.T) {
 		t.Fatalf("Apply: %v", err)
 	}
 }
+

@@ -18,6 +18,7 @@ type walker struct {
 	idx           [16]int64
 	runOff        int64 // buffer offset of the current run
 	within        int64 // bytes of the current run already taken
+	pos           int64 // logical byte the walker is at
 }
 
 func (w *walker) init(r strided.Desc) {
@@ -27,6 +28,12 @@ func (w *walker) init(r strided.Desc) {
 // seek positions the walker at logical byte p of the region (p below its
 // size).
 func (w *walker) seek(p int64) {
+	if d := p - w.pos; d >= 0 && d < w.run-w.within {
+		w.within += d // in the current run: no division
+		w.pos = p
+		return
+	}
+	w.pos = p
 	q := p / w.run
 	w.within = p % w.run
 	off := w.off0
@@ -43,6 +50,7 @@ func (w *walker) seek(p int64) {
 func (w *walker) take(limit int64) piece {
 	p := piece{w.runOff + w.within, min(w.run-w.within, limit)}
 	w.within += p.n
+	w.pos += p.n
 	if w.within == w.run {
 		w.nextRun()
 	}
@@ -82,41 +90,98 @@ func equal(a, b []byte, ps []piece) bool {
 	return true
 }
 
-// laneMask is the mask of one element in a 64-bit word, by element size.
-var laneMask = [5]uint64{1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF}
+// changedLanes returns a word with one bit set per element (of elem
+// bytes, little-endian in x) whose bits differ, x being a XOR b: the top
+// bit of the element's first byte.
+func changedLanes(x uint64, elem int) uint64 {
+	const lo7, hi1 = 0x7F7F7F7F7F7F7F7F, 0x8080808080808080
+	switch elem {
+	case 1:
+		return (((x & lo7) + lo7) | x) & hi1
+	case 2:
+		t := (x | x>>8) & 0x00FF00FF00FF00FF
+		return ((t + 0x007F007F007F007F) | t) & 0x0080008000800080
+	default:
+		t := x | x>>8
+		t = (t | t>>16) & 0x000000FF000000FF
+		return ((t + 0x0000007F0000007F) | t) & 0x0000008000000080
+	}
+}
+
+// scan appends to nz an entry for each 8 bytes of a and b (a piece of at
+// most 128 words; the last word padded) that differ: changedLanes of
+// their XOR, whose bits are the top bits of bytes, with the word's index
+// in bits 0-6. It adds the changed elements to *c and stops once *c
+// exceeds limit.
+func scan(nz []uint64, a, b []byte, elem int, c *int, limit int) []uint64 {
+	nz, *c = scanN(nz, a, b, elem, *c, limit)
+	return nz
+}
+
+func scanN(nz []uint64, a, b []byte, elem int, n int, limit int) ([]uint64, int) {
+	b = b[:len(a)]
+	le := binary.LittleEndian
+	i := 0
+	for ; i+64 <= len(a); i += 64 {
+		// 64 bytes at a time through the runtime's vector compare: most
+		// are unchanged in a sparse block.
+		if string(a[i:i+64]) == string(b[i:i+64]) {
+			continue
+		}
+		for k := i; k < i+64; k += 8 {
+			if x := le.Uint64(a[k:]) ^ le.Uint64(b[k:]); x != 0 {
+				m := changedLanes(x, elem)
+				nz = append(nz, m|uint64(k>>3))
+				n += bits.OnesCount64(m)
+			}
+		}
+		if n > limit {
+			return nz, n
+		}
+	}
+	for ; i+8 <= len(a); i += 8 {
+		if x := le.Uint64(a[i:]) ^ le.Uint64(b[i:]); x != 0 {
+			m := changedLanes(x, elem)
+			nz = append(nz, m|uint64(i>>3))
+			n += bits.OnesCount64(m)
+		}
+	}
+	if i < len(a) {
+		if m := changedLanes(word(a[i:])^word(b[i:]), elem); m != 0 {
+			nz = append(nz, m|uint64(i>>3))
+			n += bits.OnesCount64(m)
+		}
+	}
+	return nz, n
+}
+
+// indices appends to idx the element indices, from base, that a piece's
+// scan entries nz mark. Indices fit a byte: a block has BlockElems
+// elements.
+func indices(idx []byte, nz []uint64, elem int, base int) []byte {
+	lg, le := logLane[elem], logLane[elem]-3
+	for _, m := range nz {
+		e := base + int(m&0x7F)<<3>>le
+		for m &^= 0x7F; m != 0; m &= m - 1 {
+			idx = append(idx, byte(e+bits.TrailingZeros64(m)>>lg))
+		}
+	}
+	return idx
+}
 
 // logLane is log2 of an element's bits, by element size.
 var logLane = [5]uint{1: 3, 2: 4, 4: 5}
 
-// diff appends to idx the indices, from base, of the elements of a and b
-// (of elem bytes each) whose bits differ, eight bytes at a time, and stops
-// once idx holds more than limit. Indices fit a byte: a block has
-// BlockElems elements.
-func diff(idx []byte, a, b []byte, elem int, base int, limit int) []byte {
-	lane, lg := laneMask[elem], logLane[elem]
-	b = b[:len(a)]
-	i := 0
-	for ; i+8 <= len(a); i += 8 {
-		x := binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
-		if x == 0 {
-			continue
-		}
-		if len(idx) > limit {
-			return idx
-		}
-		e := base + i/elem
-		for x != 0 {
-			l := uint(bits.TrailingZeros64(x)) >> lg
-			idx = append(idx, byte(e+int(l)))
-			x &^= lane << (l << lg)
-		}
+// word returns up to 8 bytes of b as a little-endian word.
+func word(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.LittleEndian.Uint64(b)
 	}
-	for ; i < len(a); i += elem {
-		if string(a[i:i+elem]) != string(b[i:i+elem]) {
-			idx = append(idx, byte(base+i/elem))
-		}
+	var x uint64
+	for i, v := range b {
+		x |= uint64(v) << (8 * i)
 	}
-	return idx
+	return x
 }
 
 // put copies one element of elem bytes from src[s:] to dst[d:].
