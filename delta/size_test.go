@@ -110,4 +110,3 @@ func TestFallback(t *testing.T) {
 		t.Fatalf("Apply: %v", err)
 	}
 }
-
