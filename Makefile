@@ -60,6 +60,8 @@ fuzz:
 	$(GO) test ./placement -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./reshard -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fp8 -run '^$$' -fuzz '^FuzzQuantize$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./delta -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./delta -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-refit
 	$(MAKE) fuzz-capi
 

@@ -34,7 +34,10 @@
 // block, a list (2 + c*(1+elem) bytes for c changes), a bitmap
 // (1 + n/8 + c*elem) or dense (n*elem, plus 5 where it opens a dense op);
 // consecutive skips and dense blocks share one op. For bf16 a list wins up
-// to 32 changes of 256 (12.5%), a bitmap up to 241, dense above. A message
+// to 32 changes of 256 (12.5%), a bitmap up to 241, dense above. One
+// shortcut trades exactness for speed: after a dense block, a block whose
+// 8 sampled words (one per 32 elements) changed in full goes dense without
+// counting the rest, so a fully changed message costs about a copy. A message
 // never exceeds MaxEncodedLen: the dense encoding, which is the region's
 // bytes plus 29 (the header and one dense op; 5 more per 2^32 blocks).
 // Where block by block would exceed it (blocks just under dense's size in

@@ -3,6 +3,7 @@ package delta
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 
 	"github.com/m2n-dev/m2n/strided"
 )
@@ -192,6 +193,8 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 	dense := n * elem
 	if s.open < 0 || s.out[s.open] != tagDense {
 		dense += opLen
+	} else if len(ps) == 1 && n == BlockElems && sampledDense(prev, cur, ps[0].off, elem) {
+		return false, s.denseBlock(cur, ps)
 	}
 	bmLen := 1 + (n+7)/8
 	// c changes fit a list while 2+c*(1+elem) < dense, a bitmap while
@@ -237,6 +240,25 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 	s.e.stats.Values += int64(c)
 	s.open = -1
 	return false, true
+}
+
+// sampledDense reports whether every element of 8 words spread over the
+// block at off (32 elements apart) changed. After a dense block such a
+// block goes dense without counting the rest: a fully changed message
+// then costs a copy and 8 words per block, not a scan of both versions.
+// The price is a block that the samples mislead (every sampled element
+// changed, few others) going dense where a list or bitmap was smaller;
+// it never exceeds dense, so a message still never exceeds
+// MaxEncodedLen.
+func sampledDense(prev, cur []byte, off int64, elem int) bool {
+	full := 8 / elem
+	for k := range int64(8) {
+		o := off + k*int64(32*elem)
+		if bits.OnesCount64(changedLanes(binary.LittleEndian.Uint64(prev[o:])^binary.LittleEndian.Uint64(cur[o:]), elem)) != full {
+			return false
+		}
+	}
+	return true
 }
 
 // values appends the values of the block's elements idx from cur.
