@@ -70,9 +70,10 @@
 // the regions it sends (its local part, or the part it owns where source
 // replicas stripe regions), in the same layout as its buffer, so that one
 // descriptor serves prev and cur. Encode compares prev and cur 64 bytes
-// at a time through the runtime's vector compare, then 8 bytes at a time
-// (a word's changed elements from one XOR), and after an unchanged block
-// compares spans of 16 blocks at once.
+// at a time (the OR of eight 8-byte XORs), finds a word's changed elements
+// from its XOR without a loop over them, and after an unchanged block
+// compares whole blocks, and spans of 16 blocks, with the runtime's
+// vector compare.
 //
 // A per-block digest instead of the copy (8 bytes per block: 1.6% of the
 // shard at 512-byte blocks) finds the changed blocks but not the changed

@@ -123,13 +123,17 @@ func scanN(nz []uint64, a, b []byte, elem int, n int, limit int) ([]uint64, int)
 	le := binary.LittleEndian
 	i := 0
 	for ; i+64 <= len(a); i += 64 {
-		// 64 bytes at a time through the runtime's vector compare: most
-		// are unchanged in a sparse block.
-		if string(a[i:i+64]) == string(b[i:i+64]) {
+		// 64 bytes at a time: most are unchanged in a sparse block.
+		a, b := a[i:i+64], b[i:i+64]
+		x := [8]uint64{le.Uint64(a) ^ le.Uint64(b), le.Uint64(a[8:]) ^ le.Uint64(b[8:]),
+			le.Uint64(a[16:]) ^ le.Uint64(b[16:]), le.Uint64(a[24:]) ^ le.Uint64(b[24:]),
+			le.Uint64(a[32:]) ^ le.Uint64(b[32:]), le.Uint64(a[40:]) ^ le.Uint64(b[40:]),
+			le.Uint64(a[48:]) ^ le.Uint64(b[48:]), le.Uint64(a[56:]) ^ le.Uint64(b[56:])}
+		if x[0]|x[1]|x[2]|x[3]|x[4]|x[5]|x[6]|x[7] == 0 {
 			continue
 		}
-		for k := i; k < i+64; k += 8 {
-			if x := le.Uint64(a[k:]) ^ le.Uint64(b[k:]); x != 0 {
+		for j, x := range x {
+			if k := i + 8*j; x != 0 {
 				m := changedLanes(x, elem)
 				nz = append(nz, m|uint64(k>>3))
 				n += bits.OnesCount64(m)
