@@ -157,7 +157,14 @@
 // BenchmarkEncode and BenchmarkApply run each density on 16 MiB of bf16
 // against a plain copy of the same bytes (BenchmarkBaseline), reporting
 // wall-clock and CPU-time MB/s; bench/results/delta-codec.txt holds a run
-// with its command. Encode reads prev and cur once (twice for blocks of a
-// few changes, which stay in cache); it allocates nothing once its
-// scratch is grown, and neither does Apply.
+// with its command. In that run (2 shared cores, copy 5.8 GB/s), Encode
+// ran at 0.81x a copy's speed with nothing changed, 0.57x at 1e-4 and
+// 1e-3, 0.35x at 1% (2.0 GB/s), 0.10x at 10%, 0.05x at 50% and 0.36x at
+// 100%; Apply, by CPU time, at 0.25x a copy at 1%, 0.23x at 10% and
+// 0.80x at 100%, and far above a copy below 1e-3 (it touches only the
+// changed blocks). Encode reads prev and cur once; it allocates nothing
+// once its scratch is grown, and neither does Apply. The runtime should
+// therefore encode on as many cores as it has messages (one Encoder each)
+// and send a message dense, without encoding, where its last step's
+// encoding was mostly dense.
 package delta
