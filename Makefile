@@ -3,7 +3,7 @@
 GO      ?= go
 BIN     := bin/refit
 # refit/gpu is the runtime's GPU driver (cuda, nccl): the runtime itself is pure.
-PURE    := $(foreach d,mesh placement strided transport reshard hier bounds pipeline model fp8 sim pattern units routespec modelspec,$(if $(wildcard $(d)/*.go),./$(d)/...)) ./refit
+PURE    := $(foreach d,mesh placement strided transport reshard hier bounds pipeline model fp8 sim pattern units routespec modelspec delta,$(if $(wildcard $(d)/*.go),./$(d)/...)) ./refit
 FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.
@@ -60,6 +60,8 @@ fuzz:
 	$(GO) test ./placement -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./reshard -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fp8 -run '^$$' -fuzz '^FuzzQuantize$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./delta -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./delta -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME)
 	$(MAKE) fuzz-refit
 	$(MAKE) fuzz-capi
 
