@@ -118,34 +118,7 @@ func (b *replay) model(name string, mode fp8.Mode) ([]replayRow, error) {
 		}
 		return nil
 	}
-	c.check = func() error {
-		for name, h := range hosts[1] {
-			if err := b.mem.Download(h, bufs[1][name]); err != nil {
-				return err
-			}
-		}
-		for i, s := range scales {
-			if s != nil {
-				if err := b.mem.Download(s, c.bufs[i].Scale); err != nil {
-					return err
-				}
-			}
-		}
-		return parallel(len(parts), func(i int) error {
-			p := parts[i]
-			got := hosts[1][p.dstPart.Buffer]
-			var err error
-			if p.scale != 0 {
-				err = pattern.CheckFP8(p.t.Src.DType(), p.dst, p.scale, 0, uint64(i), got, p.dstPart.View, scales[i])
-			} else {
-				err = pattern.CheckFloats(p.dst, 0, uint64(i), got, p.dstPart.View)
-			}
-			if err != nil {
-				return fmt.Errorf("tensor %s: %w", p.t.Name, err)
-			}
-			return nil
-		})
-	}
+	c.check = func() error { return b.checkModel(parts, c.bufs, bufs[1], hosts[1], scales) }
 	c.boundAt = float64(c.bytes) / b.copyBW
 	c.bound = fmt.Sprintf("bytes at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
 	c.goal = func(refit.DriverKind, float64) (string, string) { return "", "" }
@@ -154,4 +127,37 @@ func (b *replay) model(name string, mode fp8.Mode) ([]replayRow, error) {
 		rows[i].Case = fmt.Sprintf("%s (%d tensors, %s)", c.name, len(c.specs), "scale 1/"+fmt.Sprint(b.opt.Scale))
 	}
 	return rows, err
+}
+
+// checkModel reads the generator's buffers and scale tensors of a model
+// case back and checks every tensor's part: bit for bit against
+// quantizing the whole tensor where it converts to FP8, else against the
+// source pattern.
+func (b *replay) checkModel(parts []modelPart, tbs []refit.TensorBuffers, dst map[string]transport.Buffer, hosts map[string][]byte, scales [][]byte) error {
+	for name, h := range hosts {
+		if err := b.mem.Download(h, dst[name]); err != nil {
+			return err
+		}
+	}
+	for i, s := range scales {
+		if s != nil {
+			if err := b.mem.Download(s, tbs[i].Scale); err != nil {
+				return err
+			}
+		}
+	}
+	return parallel(len(parts), func(i int) error {
+		p := parts[i]
+		got := hosts[p.dstPart.Buffer]
+		var err error
+		if p.scale != 0 {
+			err = pattern.CheckFP8(p.t.Src.DType(), p.dst, p.scale, 0, uint64(i), got, p.dstPart.View, scales[i])
+		} else {
+			err = pattern.CheckFloats(p.dst, 0, uint64(i), got, p.dstPart.View)
+		}
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", p.t.Name, err)
+		}
+		return nil
+	})
 }

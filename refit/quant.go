@@ -369,23 +369,11 @@ func (s *stepScales) free() {
 	}
 }
 
-// exchangeAmax runs one step's amax exchange (every rank of the call takes
-// part): each source rank gathers the partial amaxes of its replica's
-// share of its part of every converting tensor (the replicas of a part
-// split the reading: replicaShare), the ranks exchange them in one
-// bounded collective, and every rank combines the windows that touch the
-// blocks it packs and the blocks its destination part holds, so that every
-// block's scale is the whole tensor's. A NaN or infinity anywhere fails
-// every rank alike with a *ValidationError carrying a *NonFiniteError of
-// the first one (the lowest flat index, over the first tensor in call
-// order that has one).
-//
-// How it scales: every rank receives every speaking rank's windows, about
-// 4 bytes per block of every converting tensor (a block of 128x128 bf16
-// elements is 32 KiB; its scale 4 bytes, 1/8192 of the weights), over an
-// allgather, and combines only the windows of the tensors it holds.
-func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Collective, bufs []TensorBuffers) (*stepScales, error) {
-	qm := mem.(transport.QuantMemory) // checked with the buffers
+// partialAmaxes gathers, in one QuantAmaxes, the partial amaxes of every
+// converting tensor this rank speaks for, and returns them as the records
+// this rank sends in the amax exchange (a failure or a non-finite element
+// as a record of its own).
+func (c *Call) partialAmaxes(qm transport.QuantMemory, bufs []TensorBuffers) []byte {
 	var blob []byte
 	var jobs []transport.AmaxJob
 	var jobTensor []int
@@ -421,6 +409,27 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 			blob = appendWindowRecord(blob, i, j.Window)
 		}
 	}
+	return blob
+}
+
+// exchangeAmax runs one step's amax exchange (every rank of the call takes
+// part): each source rank gathers the partial amaxes of its replica's
+// share of its part of every converting tensor (the replicas of a part
+// split the reading: replicaShare), the ranks exchange them in one
+// bounded collective, and every rank combines the windows that touch the
+// blocks it packs and the blocks its destination part holds, so that every
+// block's scale is the whole tensor's. A NaN or infinity anywhere fails
+// every rank alike with a *ValidationError carrying a *NonFiniteError of
+// the first one (the lowest flat index, over the first tensor in call
+// order that has one).
+//
+// How it scales: every rank receives every speaking rank's windows, about
+// 4 bytes per block of every converting tensor (a block of 128x128 bf16
+// elements is 32 KiB; its scale 4 bytes, 1/8192 of the weights), over an
+// allgather, and combines only the windows of the tensors it holds.
+func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Collective, bufs []TensorBuffers) (*stepScales, error) {
+	qm := mem.(transport.QuantMemory) // checked with the buffers
+	blob := c.partialAmaxes(qm, bufs)
 	blobs, err := Exchange(WithPhase(ctx, "FP8 amax exchange"), coll, blob)
 	if err != nil {
 		return nil, err
