@@ -377,6 +377,16 @@ int m2n_call_describe(m2n_call c, char *buf, size_t len, size_t *needed);
  * peers waiting in that step fail at once with M2N_ERR_LEFT naming this
  * rank and why, rather than wait out the timeout. */
 int m2n_call_close(m2n_call c);
+/* Versions. Every step carries a version every rank agrees on as it
+ * begins: v from m2n_call_set_version (at least 1, the same on every rank,
+ * or the step fails on every rank with M2N_ERR_VALIDATION, nothing moved)
+ * or, without it, the last step's plus one. m2n_call_held says what this
+ * rank's destination buffers hold: *version, the last step that completed
+ * for every tensor on every rank (0: none yet); *verified, 1 if it ran
+ * with verify; *intact, 0 once a later step failed after its bytes began
+ * to move (never with atomic, which commits all at once). */
+int m2n_call_set_version(m2n_call c, uint64_t v);
+int m2n_call_held(m2n_call c, uint64_t *version, int32_t *verified, int32_t *intact);
 
 /* Prepares a whole model (collective over the session): model is a
  * built-in name (deepseek-v3, qwen3-235b-a22b, llama-3.1-70b), a
@@ -420,6 +430,11 @@ int m2n_model_run(m2n_model m, const m2n_named_buffer *src, int64_t nsrc, const 
  * M2N_ERR_VALIDATION and why, naming this rank. */
 int m2n_model_refuse(m2n_model m, const char *why);
 int m2n_model_close(m2n_model m);
+/* m2n_call_set_version and m2n_call_held for every stage of a model this
+ * rank is in (held: the lowest version, verified and intact where every
+ * stage's is). */
+int m2n_model_set_version(m2n_model m, uint64_t v);
+int m2n_model_held(m2n_model m, uint64_t *version, int32_t *verified, int32_t *intact);
 
 /* Whether a session of this process aborted, so that MPI_Finalize would
  * wait for peers that are gone. */

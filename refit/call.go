@@ -122,13 +122,17 @@ type Call struct {
 	opts        Options
 	rank, world int
 
-	needs    [][2]partNeed  // what this rank's buffers must be
-	checked  []bufferKey    // the buffers the last good check saw
-	quant    []*quantTensor // per spec, for the tensors converted to FP8 (nil: none converts)
-	steps    uint64         // steps begun
-	launched *step          // a step Launch queued and Wait has not ended
-	progress func(bytes int64, tensors int)
-	closed   bool
+	needs   [][2]partNeed  // what this rank's buffers must be
+	checked []bufferKey    // the buffers the last good check saw
+	quant   []*quantTensor // per spec, for the tensors converted to FP8 (nil: none converts)
+	steps   uint64         // steps begun
+	// version is the last begun step's, nextVersion the next one's when
+	// SetVersion gave it, held what the destination buffers hold.
+	version, nextVersion uint64
+	held                 Held
+	launched             *step // a step Launch queued and Wait has not ended
+	progress             func(bytes int64, tensors int)
+	closed               bool
 }
 
 // Prepare validates a call's specs on this rank, plans every tensor,
@@ -168,7 +172,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 	if err := agree(WithPhase(ctx, "agreement on the call's inputs"), g, callFields(specs, world, route, topo, opts), localErr); err != nil {
 		return nil, g.Fail(err)
 	}
-	c := &Call{rt: rt, name: opts.Name, specs: specs, plans: plans, topo: topo, tr: on.Transport, mem: on.Memory, opts: opts, rank: rank, world: world}
+	c := &Call{rt: rt, name: opts.Name, specs: specs, plans: plans, topo: topo, tr: on.Transport, mem: on.Memory, opts: opts, rank: rank, world: world, held: Held{Intact: true}}
 	err := c.compile(route)
 	if err != nil {
 		err = fmt.Errorf("rank %d: route %s: %w", rank, route.Name(), err)

@@ -13,8 +13,9 @@ import (
 
 // Report is what one step of a call did on this rank.
 type Report struct {
-	// Step is the step's number in the call, from 1.
-	Step uint64
+	// Step is the step's number in the call, from 1; Version the version
+	// every rank agreed it carries (see Call.SetVersion).
+	Step, Version uint64
 	// Completed lists the tensors that reached every destination rank (and
 	// verified, with Verify), in call order; Failed the others.
 	Completed, Failed []string
@@ -33,6 +34,11 @@ type step struct {
 	in      StepInput       // what the driver moves (shadows with Atomic)
 	scales  *stepScales
 	shadows []transport.Buffer
+	version uint64
+	// begun: every rank agreed to begin it and its scales and shadows are
+	// ready (bytes may move from here on); committing: an atomic step's
+	// commit began.
+	begun, committing bool
 }
 
 // Run moves one step's data: bufs holds this rank's buffers, one entry per
@@ -82,11 +88,13 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 	stats, err := c.driver.Move(ctx, st.in)
 	if err != nil {
 		st.release(c.mem)
+		c.settle(st, err)
 		rep := c.failedReport(st)
 		rep.Stats = stats
 		return rep, g.Fail(err)
 	}
 	rep, err := c.end(ctx, st, stats)
+	c.settle(st, err)
 	return rep, g.Fail(err)
 }
 
@@ -151,6 +159,7 @@ func (c *Call) Launch(ctx context.Context, bufs []TensorBuffers, after Event) (E
 	ev, err := l.Launch(st.in, after)
 	if err != nil {
 		st.release(c.mem)
+		c.settle(st, err)
 		return nil, rt.g.Fail(err)
 	}
 	c.launched, rt.launched = st, c
@@ -177,9 +186,11 @@ func (c *Call) endLaunched(ctx context.Context) (*Report, error) {
 	stats, err := c.driver.(Launcher).Wait(ctx)
 	if err != nil {
 		st.release(c.mem)
+		c.settle(st, err)
 		return c.failedReport(st), c.rt.g.Fail(err)
 	}
 	rep, err := c.end(ctx, st, stats)
+	c.settle(st, err)
 	return rep, c.rt.g.Fail(err)
 }
 
@@ -194,7 +205,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 	if err := g.Usable(); err != nil {
 		return nil, err
 	}
-	st := &step{n: c.steps + 1, start: time.Now(), bufs: bufs}
+	st := &step{n: c.steps + 1, start: time.Now(), bufs: bufs, version: c.stepVersion()}
 	if localErr == nil {
 		if len(bufs) != len(c.specs) {
 			localErr = fmt.Errorf("rank %d: %d buffer pairs for %s of %d tensors", c.rank, len(bufs), c.describe(), len(c.specs))
@@ -202,7 +213,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 			localErr = c.checkRunBuffers(c.mem, bufs)
 		}
 	}
-	err := c.rt.agreeBegin(WithPhase(ctx, "buffer check before a step"), c, st.n, localErr)
+	err := c.rt.agreeBegin(WithPhase(ctx, "buffer check before a step"), c, st.n, st.version, localErr)
 	var mismatch *CallMismatchError
 	if !errors.As(err, &mismatch) {
 		c.steps = st.n // every rank began this step of this call
@@ -212,6 +223,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 	}
 	st.in = StepInput{Bufs: bufs, Tag: wireTag(c.number, st.n), Verify: c.opts.Verify, Progress: c.progress}
 	if len(c.specs) == 0 {
+		st.begun = true
 		return st, nil
 	}
 	if c.quant != nil {
@@ -226,6 +238,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 			return st, err
 		}
 	}
+	st.begun = true
 	return st, nil
 }
 
@@ -234,7 +247,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) {
 	defer st.release(c.mem)
 	g := c.rt.g
-	rep := &Report{Step: st.n, Stats: stats}
+	rep := &Report{Step: st.n, Version: st.version, Stats: stats}
 	defer func() { rep.Seconds = time.Since(st.start).Seconds() }()
 	if len(c.specs) == 0 {
 		return rep, nil
@@ -280,6 +293,7 @@ func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) 
 		return rep, first
 	}
 	if c.opts.Atomic {
+		st.committing = true
 		if err := c.commit(st); err != nil {
 			return rep, err
 		}
@@ -292,7 +306,7 @@ func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) 
 func (c *Call) failedReport(st *step) *Report {
 	rep := &Report{Failed: c.names()}
 	if st != nil {
-		rep.Step = st.n
+		rep.Step, rep.Version = st.n, st.version
 		rep.Seconds = time.Since(st.start).Seconds()
 	}
 	return rep
@@ -404,14 +418,14 @@ func wireTag(number int, n uint64) int32 {
 }
 
 // beginWord is what every rank says at the start of a step: its status,
-// the call it begins and the step of that call.
-const beginWord = 16
+// the call it begins, the step of that call and the step's version.
+const beginWord = 24
 
 // agreeBegin is the one collective before a step: every rank's status and
 // identity (call number, step). Ranks that began different steps all
 // return a *CallMismatchError naming both; a rank whose localErr is set
 // makes every rank return its error, typed, in a *ValidationError.
-func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n uint64, localErr error) error {
+func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, localErr error) error {
 	g := rt.g
 	mine := make([]byte, beginWord)
 	if localErr != nil {
@@ -419,6 +433,7 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n uint64, localErr e
 	}
 	binary.LittleEndian.PutUint32(mine[4:], uint32(c.number))
 	binary.LittleEndian.PutUint64(mine[8:], n)
+	binary.LittleEndian.PutUint64(mine[16:], version)
 	all := make([]byte, beginWord*g.Size())
 	if err := g.Allgather(ctx, mine, all); err != nil {
 		return err
@@ -446,10 +461,14 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n uint64, localErr e
 	if e != nil {
 		return e
 	}
+	verr := versionMismatch(all, g.Size())
+	if verr == nil {
+		c.version = version // every rank began this version
+	}
 	if failing >= 0 {
 		return spread(ctx, g, failing, localErr)
 	}
-	return nil
+	return verr
 }
 
 // callName names the group's call number in a mismatch seen from rank r.

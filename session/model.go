@@ -186,6 +186,43 @@ func (m *Model) Run(ctx context.Context, b *ModelBuffers) ([]*refit.Report, erro
 	return m.Call.Run(ctx, func(si int) []refit.TensorBuffers { return m.Tensors(si, b) })
 }
 
+// SetVersion gives the model's next step version v (at least 1) on every
+// stage this rank is in (refit.Call.SetVersion): every rank of the
+// session gives the same, and each stage's ranks agree on it as the step
+// begins.
+func (m *Model) SetVersion(v uint64) error {
+	for _, c := range m.Call.Calls {
+		if c != nil {
+			if err := c.SetVersion(v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Held returns the version of the model this rank's buffers hold
+// (refit.Held): the lowest of its stages' versions, verified and intact
+// only where every stage's is.
+func (m *Model) Held() refit.Held {
+	var h refit.Held
+	first := true
+	for _, c := range m.Call.Calls {
+		if c == nil {
+			continue
+		}
+		ch := c.Held()
+		if first {
+			h, first = ch, false
+			continue
+		}
+		h.Version = min(h.Version, ch.Version)
+		h.Verified = h.Verified && ch.Verified
+		h.Intact = h.Intact && ch.Intact
+	}
+	return h
+}
+
 // OnProgress sets fn to be called as this rank's stages progress through
 // a run, with the bytes moved and tensors done so far in the run, summed
 // over its stages (which run concurrently: fn must be safe for that; it is

@@ -141,6 +141,8 @@ _PROTOTYPES = {
     "m2n_call_tensors": (_int, [_u64, c_int64_p]),
     "m2n_call_describe": (_int, [_u64, ctypes.c_char_p, ctypes.c_size_t, _size_p]),
     "m2n_call_close": (_int, [_u64]),
+    "m2n_call_set_version": (_int, [_u64, ctypes.c_uint64]),
+    "m2n_call_held": (_int, [_u64, ctypes.POINTER(ctypes.c_uint64), c_int32_p, c_int32_p]),
     "m2n_model_prepare": (_int, [_u64, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
                                  ctypes.c_char_p, _u64_p]),
     "m2n_model_describe": (_int, [_u64, ctypes.c_char_p, ctypes.c_size_t, _size_p]),
@@ -149,6 +151,8 @@ _PROTOTYPES = {
                              ctypes.POINTER(Report)]),
     "m2n_model_refuse": (_int, [_u64, ctypes.c_char_p]),
     "m2n_model_close": (_int, [_u64]),
+    "m2n_model_set_version": (_int, [_u64, ctypes.c_uint64]),
+    "m2n_model_held": (_int, [_u64, ctypes.POINTER(ctypes.c_uint64), c_int32_p, c_int32_p]),
     "m2n_job_failed": (ctypes.c_int32, []),
     "m2n_abort_job": (None, [ctypes.c_int32]),
 }

@@ -276,6 +276,13 @@ class Session:
             pass  # the block's exception is the one to report
 
 
+def _held(fn, h):
+    """What m2n_call_held or m2n_model_held says, as a dict."""
+    v, verified, intact = ctypes.c_uint64(), ctypes.c_int32(), ctypes.c_int32()
+    check(fn(h, ctypes.byref(v), ctypes.byref(verified), ctypes.byref(intact)))
+    return {"version": v.value, "verified": bool(verified.value), "intact": bool(intact.value)}
+
+
 class Call:
     """A call prepared once and run every step (Session.prepare)."""
 
@@ -315,7 +322,22 @@ class Call:
             return None, "%d %s buffers for a call of %d tensors" % (len(bufs), what, len(self.names))
         return bufs, None
 
-    def run(self, src=None, dst=None, stream=None, scale=None):
+    @property
+    def held(self):
+        """What this rank's destination buffers hold: {"version": the last
+        step that completed for every tensor on every rank (0: none yet),
+        "verified": whether it ran with verify, "intact": False once a
+        later step failed after its bytes began to move (never with
+        atomic)}."""
+        return _held(_lib.lib().m2n_call_held, self._handle())
+
+    @property
+    def version(self):
+        """The version this rank's destination buffers hold complete (held's
+        "version")."""
+        return self.held["version"]
+
+    def run(self, src=None, dst=None, stream=None, scale=None, version=None):
         """Moves one step (collective): src and dst hold this rank's local
         tensors (numpy arrays or torch tensors, CPU or CUDA as the session's
         device), by tensor name or in call order, for the tensors whose mesh
@@ -327,9 +349,13 @@ class Call:
         current stream of the tensors' device, else all of the GPU's work),
         and the destinations are written when run returns. Returns the
         report: completed and failed tensor names, seconds, and bytes by
-        link."""
+        link. version (an int of at least 1, the same on every rank) is
+        the version this step carries; without it, the last step's plus
+        one (see held)."""
         lib = _lib.lib()
         h = self._handle(run=True)
+        if version is not None:
+            check(lib.m2n_call_set_version(h, version))
         s = self.session
         srcs, why = self._aligned(src, "source")
         dsts, why2 = self._aligned(dst, "destination")
@@ -532,7 +558,19 @@ class Model:
         "scale"), by name, 1-dim."""
         return {name: empty(b["dtype"], b["elems"], lib, device) for name, b in self.buffers(side).items()}
 
-    def run(self, src=None, dst=None, stream=None, scale=None):
+    @property
+    def held(self):
+        """Call.held for the whole model on this rank: the lowest of its
+        stages' versions, verified and intact where every stage's is."""
+        return _held(_lib.lib().m2n_model_held, self._handle())
+
+    @property
+    def version(self):
+        """The version of the model this rank's buffers hold (held's
+        "version")."""
+        return self.held["version"]
+
+    def run(self, src=None, dst=None, stream=None, scale=None, version=None):
         """Moves one step of the whole model (collective), every pipeline
         stage at once: src, dst and scale map this rank's buffer names
         (buffers()) to numpy arrays or torch tensors of exactly their size
@@ -542,9 +580,12 @@ class Model:
         stage's, the same on every rank; "seconds" is this rank's slowest
         stage; the byte and message counts are this rank's, summed over the
         stages it is in (a trainer rank's own stage, every stage for a
-        generator rank)."""
+        generator rank). version: the version the step carries, as in
+        Call.run."""
         lib = _lib.lib()
         h = self._handle(run=True)
+        if version is not None:
+            check(lib.m2n_model_set_version(h, version))
         s = self.session
         kept, named = [], []
         for side, bufs in (("src", src or {}), ("dst", dst or {}), ("scale", scale or {})):

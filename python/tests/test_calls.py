@@ -7,7 +7,7 @@ contiguity, size, name) raises the same ValidationError on every rank,
 naming that rank, the tensor and the side, and leaves the session usable; a
 rank with another layout raises AgreementError on every rank, naming it and
 the field; a layout only one rank gets wrong raises ValidationError on every
-rank, naming it."""
+rank, naming it; versions count up, are set, agreed and held."""
 
 import numpy as np
 
@@ -161,6 +161,25 @@ def _():
                     t = next(t for t in every if t.name == name)
                     bad = int(np.count_nonzero(raw(part) != want(t, step)))
                     check(bad == 0, "step %d, %s in %r: %d of %d elements wrong" % (step, name, fused, bad, part.size))
+    call.close()
+
+
+@case("versions: counted, set, agreed (a rank that differs fails every rank), held after a bad step")
+def _():
+    call = s.prepare(ts, route="flat")
+    check(call.held == {"version": 0, "verified": False, "intact": True}, "held before any step %s" % call.held)
+    call.run(src=sources(ts, 0), dst=destinations(ts))
+    check(call.version == 1, "version after one step: %s" % call.held)
+    dst = destinations(ts)
+    call.run(src=sources(ts, 1), dst=dst, version=41)
+    verify(ts, dst, 1)
+    check(call.held == {"version": 41, "verified": False, "intact": True}, "held %s" % call.held)
+    e = expect(m2n.ValidationError, call.run, src=sources(ts, 0), dst=destinations(ts), version=50 if rank != 4 else 49)
+    check(e is None or "rank 4 begins the step as version 49, rank 0 as version 50" in str(e), "error %s" % e)
+    check(call.version == 41, "a refused step changed the held version: %s" % call.held)
+    call.run(src=sources(ts, 0), dst=destinations(ts))
+    check(call.version == 42, "the step after: %s" % call.held)
+    expect(m2n.ValidationError, call.run, src=sources(ts, 0), dst=destinations(ts), version=0)
     call.close()
 
 

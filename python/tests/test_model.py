@@ -98,12 +98,13 @@ for name, body, trainer, generator in (("llama", LLAMA, "tp=2,pp=2", "tp=2"),
             check(m.buffers("dst") == {} and len(m.buffers("src")) > 0, "trainer rank buffers")
         for step in range(2):
             dst = poisoned(m)
-            rep = m.run(src=fill(m, step), dst=dst)
+            rep = m.run(src=fill(m, step), dst=dst, version=7 + step)
             # the whole model's tensors on every rank, trainer ranks of one
             # stage included
             check(rep["failed"] == 0 and rep["completed"] == info["tensors"], "report %s, want %d completed" %
                   (rep, info["tensors"]))
             verify(m, dst, step)
+            check(m.held == {"version": 7 + step, "verified": False, "intact": True}, "model held %s" % m.held)
         # every tensor of the model reached the generator: the two TP ranks'
         # parts together name all of them.
         mine = set(p["tensor"] for b in m.buffers("dst").values() for p in b["parts"])
