@@ -1,7 +1,6 @@
 package cudamem
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -85,15 +84,16 @@ func (m *Memory) QuantAmaxes(jobs []transport.AmaxJob) error {
 // NaN or infinity when one shows.
 func (m *Memory) foldAmax(j *transport.AmaxJob, blocks placement.Box, reg FP8Region, bits []byte) error {
 	part := fp8.Window{Blocks: blocks, Values: make([]float32, blocks.Elems())}
-	for i := range part.Values {
-		u := binary.LittleEndian.Uint32(bits[4*i:])
-		if u&0x7FFFFFFF >= 0x7F800000 {
+	if err := part.ReadBits(bits); err != nil {
+		return err
+	}
+	for i, v := range part.Values {
+		if math.Float32bits(v)&0x7FFFFFFF >= 0x7F800000 { // an infinity or a NaN
 			if err := m.firstNonFinite(j.Grid, reg); err != nil {
 				return err
 			}
-			return fmt.Errorf("cuda: block %d of %v has amax bits %#08x, but the region reads back finite", i, blocks, u)
+			return fmt.Errorf("cuda: block %d of %v has amax bits %#08x, but the region reads back finite", i, blocks, math.Float32bits(v))
 		}
-		part.Values[i] = math.Float32frombits(u)
 	}
 	return j.Window.MaxWith(part)
 }
@@ -110,7 +110,7 @@ func (m *Memory) LoadScales(ws []fp8.Window) ([]transport.Scales, func(), error)
 			return nil, nil, fmt.Errorf("cuda: scales of %d windows overflow int64 bytes", len(ws))
 		}
 	}
-	host := make([]byte, total)
+	host := make([]byte, 0, total)
 	var arena transport.Buffer = Buffer{}
 	if total > 0 {
 		var err error
@@ -121,9 +121,7 @@ func (m *Memory) LoadScales(ws []fp8.Window) ([]transport.Scales, func(), error)
 	base, off := arena.(Buffer), int64(0)
 	for i, w := range ws {
 		n := 4 * int64(len(w.Values))
-		for k, v := range w.Values {
-			binary.LittleEndian.PutUint32(host[off+4*int64(k):], math.Float32bits(v))
-		}
+		host = w.AppendBits(host)
 		out[i] = transport.Scales{Window: w, Dev: Buffer{Ptr: base.Ptr + cuda.DevicePtr(off), N: n}}
 		off += n
 	}

@@ -1,6 +1,8 @@
 package fp8
 
 import (
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -272,5 +274,28 @@ func TestCombineMatchesElementwise(t *testing.T) {
 				t.Fatalf("%v with %v (copy %v): %v, got %v, want %v", w.Blocks, o.Blocks, copyFrom, err, got.Values, want)
 			}
 		}
+	}
+}
+
+// TestWindowBits: AppendBits writes each value as 4 little-endian bytes
+// (checked one by one), ReadBits reads them back, and a length that does
+// not fit the window is refused.
+func TestWindowBits(t *testing.T) {
+	w := Window{Blocks: placement.Box{Lo: []int64{0}, Hi: []int64{5}}, Values: []float32{0, 1.5, -2, float32(math.Inf(1)), 3e-39}}
+	b := w.AppendBits([]byte{9})
+	if len(b) != 1+4*5 || b[0] != 9 {
+		t.Fatalf("%d bytes: %v", len(b), b)
+	}
+	for i, v := range w.Values {
+		if got := binary.LittleEndian.Uint32(b[1+4*i:]); got != math.Float32bits(v) {
+			t.Errorf("value %d: bits %#x, want %#x", i, got, math.Float32bits(v))
+		}
+	}
+	r := Window{Blocks: w.Blocks, Values: make([]float32, 5)}
+	if err := r.ReadBits(b[1:]); err != nil || !slices.Equal(r.Values, w.Values) {
+		t.Errorf("read back %v, %v", r.Values, err)
+	}
+	if err := r.ReadBits(b); err == nil {
+		t.Error("21 bytes for 5 values accepted")
 	}
 }

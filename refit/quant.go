@@ -157,10 +157,7 @@ func appendWindowRecord(b []byte, tensor int, w fp8.Window) []byte {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w.Blocks.Lo[d]))
 		b = binary.LittleEndian.AppendUint64(b, uint64(w.Blocks.Hi[d]))
 	}
-	for _, v := range w.Values {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-	}
-	return b
+	return w.AppendBits(b)
 }
 
 func appendNonFiniteRecord(b []byte, tensor int, flat int64, v float64) []byte {
@@ -221,8 +218,8 @@ func parseRecords(rank int, b []byte, tensors int, nd func(int) int) ([]amaxReco
 				return nil, bad("truncated window values")
 			}
 			r.window.Values = make([]float32, count)
-			for i := range r.window.Values {
-				r.window.Values[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			if err := r.window.ReadBits(b[:4*count]); err != nil {
+				return nil, bad(err.Error())
 			}
 			b = b[4*count:]
 		case recNonFinite:
@@ -505,11 +502,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 			if err != nil {
 				return nil, err
 			}
-			b := make([]byte, 4*len(w.Values))
-			for k, v := range w.Values {
-				binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(v))
-			}
-			out.bytes[i] = b
+			out.bytes[i] = w.AppendBits(make([]byte, 0, 4*len(w.Values)))
 		}
 	}
 	if len(srcWindows) > 0 {
