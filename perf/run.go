@@ -9,7 +9,6 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -361,8 +360,8 @@ func (p *Pair) BenchPlain(routes []reshard.Route, names []string, iters int) ([]
 	}
 	defer px.Free()
 	fns := []func() error{func() error { return px.Run(calls[0].Transport(), s.Options().Timeout) }}
-	if mt, ok := calls[0].Transport().(*mpi.Transport); ok {
-		vx, err := newVectorExchange(mt.Comm(), s.Memory(), p.plan, s.Rank(), p.srcBuf, p.dstBuf)
+	if s.Options().Device != session.GPU {
+		vx, err := newVectorExchange(calls[0].Transport(), s.Memory(), p.plan, s.Rank(), p.srcBuf, p.dstBuf)
 		if err := s.Agree(context.Background(), nil, err); err != nil {
 			return nil, err
 		}

@@ -1,12 +1,14 @@
 package perf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -18,9 +20,14 @@ import (
 // datatype and received in place into the destination buffer (a
 // contiguous region as plain bytes), all posted at once, then completed
 // together. Its datatypes are made once; a transfer from a rank to itself
-// is a local copy.
+// is a local copy. Over a transport that wraps MPI's (an emulated
+// network, netem) the same messages go through that transport as in-place
+// operations (which make each datatype per post, about a microsecond), so
+// that the emulated rates apply to them as to the reshard.
 type vectorExchange struct {
-	comm  *mpi.Comm
+	comm  *mpi.Comm           // the direct path, over MPI's transport
+	tr    transport.Transport // else the wrapping transport
+	ops   []transport.Op
 	mem   transport.Memory
 	src   transport.HostBuffer
 	dst   transport.HostBuffer
@@ -35,17 +42,26 @@ type vectorPost struct {
 	peer int
 	off  int64
 	n    int64         // bytes, for a contiguous region
-	dt   *mpi.Datatype // nil: contiguous
+	dt   *mpi.Datatype // nil: contiguous (or the transport path)
+	at   *strided.Desc // the strided region, on the transport path
 }
 
 // vectorTag is the exchange's tag: the calls' own tags (refit's wire tags)
 // start at 1, and a call is never running while the exchange is.
 const vectorTag = 0
 
-// newVectorExchange makes rank's side of plan's exchange over comm, from
-// and into this rank's buffers of the pair (nil where it holds none).
-func newVectorExchange(comm *mpi.Comm, mem transport.Memory, plan *reshard.Plan, rank int, src, dst transport.Buffer) (*vectorExchange, error) {
-	v := &vectorExchange{comm: comm, mem: mem}
+// newVectorExchange makes rank's side of plan's exchange over tr (MPI's
+// transport, or one wrapping it), from and into this rank's buffers of
+// the pair (nil where it holds none).
+func newVectorExchange(tr transport.Transport, mem transport.Memory, plan *reshard.Plan, rank int, src, dst transport.Buffer) (*vectorExchange, error) {
+	v := &vectorExchange{mem: mem}
+	if mt, ok := tr.(*mpi.Transport); ok {
+		v.comm = mt.Comm()
+	} else if transport.MaxInPlace(tr) > 0 {
+		v.tr = tr
+	} else {
+		return nil, fmt.Errorf("perf: the vector exchange needs MPI's transport with in-place operations, not %T", tr)
+	}
 	var ok bool
 	if src != nil {
 		if v.src, ok = src.(transport.HostBuffer); !ok {
@@ -85,6 +101,19 @@ func newVectorExchange(comm *mpi.Comm, mem transport.Memory, plan *reshard.Plan,
 	}
 	v.posts = recvs
 	v.reqs = make([]*mpi.Request, 0, len(v.posts))
+	if v.tr != nil {
+		for _, p := range v.posts {
+			buf := v.dst
+			if p.send {
+				buf = v.src
+			}
+			o := transport.Op{Peer: p.peer, Send: p.send, Tag: vectorTag, Buf: buf, Off: p.off, Len: p.n}
+			if p.at != nil {
+				o.InPlace, o.At = true, *p.at
+			}
+			v.ops = append(v.ops, o)
+		}
+	}
 	return v, nil
 }
 
@@ -94,7 +123,9 @@ func (v *vectorExchange) add(send bool, peer int, t reshard.Transfer) error {
 		at = t.SrcAt
 	}
 	p := vectorPost{send: send, peer: peer, off: at.Offset, n: at.Bytes()}
-	if !at.Contiguous() {
+	if !at.Contiguous() && v.tr != nil {
+		p.at = &at
+	} else if !at.Contiguous() {
 		dt, err := mpi.NewDatatype(at)
 		if err != nil {
 			return err
@@ -113,6 +144,15 @@ func (v *vectorExchange) Run(timeout time.Duration) error {
 		if err := v.mem.Copy(v.dst, t.DstAt, v.src, t.SrcAt); err != nil {
 			return err
 		}
+	}
+	if v.tr != nil {
+		pend, err := v.tr.Start(v.ops)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return pend.Wait(ctx)
 	}
 	v.reqs = v.reqs[:0]
 	for _, p := range v.posts {
