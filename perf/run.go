@@ -85,6 +85,11 @@ type PlainReport struct {
 	VectorSec   float64 `json:"vector_median_s,omitempty"`
 	VectorGBps  float64 `json:"vector_tensor_gbps,omitempty"`
 	VectorRatio float64 `json:"reshard_over_vector_bandwidth,omitempty"`
+	// VectorAgreedSec is the vector exchange between two of the session's
+	// agreements (a step's begin and end collectives): the floor of a step
+	// that agrees before and after its bytes.
+	VectorAgreedSec   float64 `json:"vector_agreed_median_s,omitempty"`
+	VectorAgreedRatio float64 `json:"reshard_over_vector_agreed_bandwidth,omitempty"`
 }
 
 // MeasureConfig says how to time a call: Warmup untimed iterations, then
@@ -337,7 +342,8 @@ func (p *Pair) localBandwidth() (float64, error) {
 // reshard (vectorExchange: each transfer's box sent in place with an MPI
 // vector datatype). The first of each warms up. It returns one
 // RouteReport named "plain" per route (Extra: a PlainReport comparing it
-// with both).
+// with both; on CPUs also with the vector exchange between two agreements,
+// the floor of a step).
 func (p *Pair) BenchPlain(routes []reshard.Route, names []string, iters int) ([]RouteReport, error) {
 	s := p.s
 	calls := make([]*refit.Call, len(routes))
@@ -367,6 +373,19 @@ func (p *Pair) BenchPlain(routes []reshard.Route, names []string, iters int) ([]
 		}
 		defer func() { _ = vx.Free() }()
 		fns = append(fns, func() error { return vx.Run(s.Options().Timeout) })
+		// the floor of a step that agrees before and after its bytes, as
+		// every step of a call does: the exchange between two of the
+		// session's agreements
+		agree := func() error { return s.Agree(context.Background(), nil, nil) }
+		fns = append(fns, func() error {
+			if err := agree(); err != nil {
+				return err
+			}
+			if err := vx.Run(s.Options().Timeout); err != nil {
+				return err
+			}
+			return agree()
+		})
 	}
 	for _, c := range calls {
 		fns = append(fns, func() error { _, err := c.Run(context.Background(), p.buffers()); return err })
@@ -396,8 +415,9 @@ func (p *Pair) BenchPlain(routes []reshard.Route, names []string, iters int) ([]
 		pr := PlainReport{Baseline: "plain exchange over the same transport, one contiguous message per pair", MedianSec: pm,
 			TensorGBps: gbps(pm), ReshardRoute: name, ReshardSec: rm, Ratio: pm / rm}
 		if len(fns) > len(calls)+1 {
-			vm := times[1].Median()
+			vm, am := times[1].Median(), times[2].Median()
 			pr.VectorSec, pr.VectorGBps, pr.VectorRatio = vm, gbps(vm), vm/rm
+			pr.VectorAgreedSec, pr.VectorAgreedRatio = am, am/rm
 		}
 		out = append(out, RouteReport{Route: "plain", Iters: iters, MedianSec: pm, TensorGBps: pr.TensorGBps, Check: "not checked", Extra: pr})
 	}
