@@ -338,9 +338,10 @@ func (p *Pair) localBandwidth() (float64, error) {
 // each route (names: what to call them), two hand-written exchanges over
 // the same transport: a plain exchange of the bytes the first route moves
 // between every pair of ranks (plainExchange: one contiguous message per
-// pair) and, on CPUs, the exchange a user writes by hand instead of a
-// reshard (vectorExchange: each transfer's box sent in place with an MPI
-// vector datatype). The first of each warms up. It returns one
+// pair) and, on CPUs without a dtype conversion, the exchange a user
+// writes by hand instead of a reshard (vectorExchange: each transfer's box
+// sent in place with an MPI vector datatype; checked element by element
+// once first). The first of each warms up. It returns one
 // RouteReport named "plain" per route (Extra: a PlainReport comparing it
 // with both; on CPUs also with the vector exchange between two agreements,
 // the floor of a step).
@@ -366,12 +367,15 @@ func (p *Pair) BenchPlain(routes []reshard.Route, names []string, iters int) ([]
 	}
 	defer px.Free()
 	fns := []func() error{func() error { return px.Run(calls[0].Transport(), s.Options().Timeout) }}
-	if s.Options().Device != session.GPU {
+	if s.Options().Device != session.GPU && !p.plan.Converts() {
 		vx, err := newVectorExchange(calls[0].Transport(), s.Memory(), p.plan, s.Rank(), p.srcBuf, p.dstBuf)
 		if err := s.Agree(context.Background(), nil, err); err != nil {
 			return nil, err
 		}
 		defer func() { _ = vx.Free() }()
+		if err := p.checkVector(vx); err != nil {
+			return nil, err
+		}
 		fns = append(fns, func() error { return vx.Run(s.Options().Timeout) })
 		// the floor of a step that agrees before and after its bytes, as
 		// every step of a call does: the exchange between two of the

@@ -198,3 +198,32 @@ func (v *vectorExchange) Free() error {
 	}
 	return errors.Join(errs...)
 }
+
+// checkVector runs the vector exchange once into poisoned destinations and
+// checks every element, so that the boxes it moves are known to be the
+// reshard's: a wrong element anywhere fails every rank with the first
+// one's message (Agreed).
+func (p *Pair) checkVector(v *vectorExchange) error {
+	s := p.s
+	if err := inSteps(s, "poison of the destinations", p.poison); err != nil {
+		return err
+	}
+	if err := v.Run(s.Options().Timeout); err != nil {
+		return err
+	}
+	var msg string
+	if err := inSteps(s, "check of the vector exchange", func() (err error) {
+		msg, err = p.check("the vector exchange")
+		return err
+	}); err != nil {
+		return err
+	}
+	first, err := firstMessage(s, msg)
+	if err != nil {
+		return err
+	}
+	if first != "" {
+		return Agreed{fmt.Errorf("perf: the vector exchange moved wrong bytes: %s", first)}
+	}
+	return nil
+}
