@@ -405,7 +405,12 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 	if localErr != nil {
 		return result(ce.c.Refuse(ctx, localErr))
 	}
-	rep, err := ce.c.Run(ctx, bufs)
+	var rep *refit.Report
+	if dev == session.CPU {
+		offThread(func() { rep, err = ce.c.Run(ctx, bufs) })
+	} else {
+		rep, err = ce.c.Run(ctx, bufs)
+	}
 	fillReport(report, []*refit.Report{rep})
 	if completed != nil && rep != nil {
 		done := map[string]bool{}

@@ -461,7 +461,12 @@ func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *
 	if err := me.se.s.Agree(ctx, nil, localErr); err != nil {
 		return result(err)
 	}
-	reps, err := me.m.Run(ctx, mb)
+	var reps []*refit.Report
+	if me.se.s.Options().Device == session.CPU {
+		offThread(func() { reps, err = me.m.Run(ctx, mb) })
+	} else {
+		reps, err = me.m.Run(ctx, mb)
+	}
 	fillReport(report, reps)
 	completed, cerr := me.modelCompleted(ctx, reps)
 	if err == nil {

@@ -98,6 +98,9 @@ func (k *killer) Start(ops []transport.Op) (transport.Pending, error) {
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
 func (k *killer) MaxInPlaceBytes() int64 { return transport.MaxInPlace(k.Transport) }
 
+// PollsInline forwards the wrapped transport's inline polling.
+func (k *killer) PollsInline() bool { return transport.PollsInline(k.Transport) }
+
 // wireFault is a test-only transport that flips one byte of the first
 // message its rank receives, as a bad link would: --verify must catch it.
 type wireFault struct {
@@ -115,6 +118,9 @@ func (w *wireFault) Start(ops []transport.Op) (transport.Pending, error) {
 
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
 func (w *wireFault) MaxInPlaceBytes() int64 { return transport.MaxInPlace(w.Transport) }
+
+// PollsInline forwards the wrapped transport's inline polling.
+func (w *wireFault) PollsInline() bool { return transport.PollsInline(w.Transport) }
 
 type wirePending struct {
 	transport.Pending

@@ -92,3 +92,6 @@ func (s *stopper) Start(ops []transport.Op) (transport.Pending, error) {
 
 // MaxInPlaceBytes forwards the wrapped transport's in-place support.
 func (s *stopper) MaxInPlaceBytes() int64 { return transport.MaxInPlace(s.Transport) }
+
+// PollsInline forwards the wrapped transport's inline polling.
+func (s *stopper) PollsInline() bool { return transport.PollsInline(s.Transport) }

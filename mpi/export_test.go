@@ -55,11 +55,6 @@ func (c *Comm) Recv(buf []byte, src, tag int) error {
 	return r.Wait()
 }
 
-var (
-	Waitall = waitall
-	Testall = testall
-)
-
 func (c *Comm) IsendStrided(buf []byte, at strided.Desc, dest, tag int) (*Request, error) {
 	return c.isendStrided(buf, at, dest, tag)
 }

@@ -298,6 +298,36 @@ func testall(reqs []*Request) (done bool, err error) {
 	return flag != 0, statusError("MPI_Testall", rc, st)
 }
 
+// tester polls a set of requests with MPI_Testall again and again
+// without allocating: it keeps the handle and status arrays between
+// calls. Its zero value is ready.
+type tester struct {
+	hs, was []C.MPI_Request
+	st      []C.MPI_Status
+}
+
+// testall is testall(reqs), reusing t's arrays.
+func (t *tester) testall(reqs []*Request) (done bool, err error) {
+	t.hs = t.hs[:0]
+	for _, r := range reqs {
+		if r != nil {
+			t.hs = append(t.hs, r.h...)
+		}
+	}
+	if len(t.hs) == 0 {
+		return true, nil
+	}
+	if cap(t.st) < len(t.hs) {
+		t.st = make([]C.MPI_Status, len(t.hs))
+	}
+	st := t.st[:len(t.hs)]
+	t.was = append(t.was[:0], t.hs...)
+	var flag C.int
+	rc := C.MPI_Testall(C.int(len(t.hs)), &t.hs[0], &flag, &st[0])
+	scatter(reqs, t.was, t.hs, st)
+	return flag != 0, statusError("MPI_Testall", rc, st)
+}
+
 // gather concatenates the MPI requests of reqs and makes a status array
 // for them.
 func gather(reqs []*Request) ([]C.MPI_Request, []C.MPI_Status) {

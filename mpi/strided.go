@@ -69,47 +69,57 @@ func (c *Comm) strided(op string, buf []byte, at strided.Desc, peer, tag int) (*
 	if err != nil {
 		return nil, err
 	}
+	if err := checkShape(op, at); err != nil {
+		return nil, err
+	}
+	if err := checkFits(op, at, len(buf)); err != nil {
+		return nil, err
+	}
+	var dt C.MPI_Datatype
+	if err := makeType(&at, &dt); err != nil {
+		return nil, err
+	}
+	// MPI keeps a datatype alive until the operations that use it end.
+	defer C.MPI_Type_free(&dt)
+	return postOne(op, buf, at.Offset, dt, p, tg, h)
+}
+
+// checkShape checks that at's shape (its run, counts and strides) makes a
+// datatype MPI can take: counts are C ints.
+func checkShape(op string, at strided.Desc) error {
 	if len(at.Count) != len(at.Stride) {
-		return nil, invalid(op, "%d counts and %d strides", len(at.Count), len(at.Stride))
+		return invalid(op, "%d counts and %d strides", len(at.Count), len(at.Stride))
 	}
 	if at.Run <= 0 || at.Run > maxStridedBytes || at.Bytes() > maxStridedBytes {
-		return nil, invalid(op, "a strided region of %d bytes in runs of %d; want 1 to %d", at.Bytes(), at.Run, maxStridedBytes)
+		return invalid(op, "a strided region of %d bytes in runs of %d; want 1 to %d", at.Bytes(), at.Run, maxStridedBytes)
 	}
-	last := at.Offset
 	for i, n := range at.Count {
 		if n < 1 || n > maxStridedBytes || at.Stride[i] < 0 {
-			return nil, invalid(op, "outer dim %d: count %d, stride %d", i, n, at.Stride[i])
+			return invalid(op, "outer dim %d: count %d, stride %d", i, n, at.Stride[i])
 		}
-		last += (n - 1) * at.Stride[i]
 	}
-	if at.Offset < 0 || last+at.Run > int64(len(buf)) {
-		return nil, invalid(op, "strided region reaches byte %d of a %d-byte buffer", last+at.Run, len(buf))
+	return nil
+}
+
+// checkFits checks that the region at (of a checked shape) lies inside a
+// buffer of n bytes.
+func checkFits(op string, at strided.Desc, n int) error {
+	last := at.Offset
+	for i, c := range at.Count {
+		last += (c - 1) * at.Stride[i]
 	}
+	if at.Offset < 0 || last+at.Run > int64(n) {
+		return invalid(op, "strided region reaches byte %d of a %d-byte buffer", last+at.Run, n)
+	}
+	return nil
+}
+
+// makeType builds and commits the datatype of at's shape into dt.
+func makeType(at *strided.Desc, dt *C.MPI_Datatype) error {
 	var counts, strides *C.longlong
 	if len(at.Count) > 0 {
 		counts = (*C.longlong)(unsafe.Pointer(&at.Count[0]))
 		strides = (*C.longlong)(unsafe.Pointer(&at.Stride[0]))
 	}
-	var dt C.MPI_Datatype
-	if err := check("MPI_Type_create_hvector", C.m2n_strided_type(C.int(at.Run), C.int(len(at.Count)), counts, strides, &dt)); err != nil {
-		return nil, err
-	}
-	// MPI keeps a datatype alive until the operations that use it end.
-	defer C.MPI_Type_free(&dt)
-	r := newRequest(1, op == "MPI_Irecv")
-	r.h = r.h[:1]
-	r.pinBuf(buf)
-	base := unsafe.Pointer(&buf[at.Offset])
-	var rc C.int
-	if op == "MPI_Isend" {
-		rc = C.MPI_Isend(base, 1, dt, p, tg, h, &r.h[0])
-	} else {
-		rc = C.MPI_Irecv(base, 1, dt, p, tg, h, &r.h[0])
-	}
-	if err := check(op, rc); err != nil {
-		r.h = nil
-		r.release()
-		return nil, err
-	}
-	return r, nil
+	return check("MPI_Type_create_hvector", C.m2n_strided_type(C.int(at.Run), C.int(len(at.Count)), counts, strides, dt))
 }

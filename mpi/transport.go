@@ -121,23 +121,30 @@ func (p *pending) Incomplete() []int {
 	return out
 }
 
-// Wait completes the round. Without a deadline it blocks in MPI_Waitall;
-// with one it polls MPI_Testall (which drives MPI's progress engine, so the
-// transfer runs at full speed) and returns ctx's error when it expires,
-// leaving the round unfinished: the caller must then Abort. The requests
-// of a round left unfinished stay held by the package (see Request), their
-// buffers pinned, while the job ends.
+// Wait completes the round. Without a deadline or a poll it blocks in
+// MPI_Waitall; otherwise it polls MPI_Testall (which drives MPI's progress
+// engine, so the transfer runs at full speed), calls ctx's poll
+// (transport.WithPoll) every transport.PollEvery on this goroutine, and
+// returns ctx's error when it ends, or the poll's, leaving the round
+// unfinished: the caller must then Abort. The requests of a round left
+// unfinished stay held by the package (see Request), their buffers
+// pinned, while the job ends.
 func (p *pending) Wait(ctx context.Context) error {
-	if ctx.Done() == nil {
+	poll := transport.NewPoller(ctx)
+	if ctx.Done() == nil && poll == nil {
 		return waitall(p.reqs)
 	}
+	var t tester
 	for {
-		done, err := testall(p.reqs)
+		done, err := t.testall(p.reqs)
 		if err != nil {
 			return err
 		}
 		if done {
 			return nil
+		}
+		if err := poll.Check(); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -146,3 +153,7 @@ func (p *pending) Wait(ctx context.Context) error {
 		}
 	}
 }
+
+// PollsInline implements transport.InlinePoller: a round's Wait calls its
+// context's poll.
+func (t *Transport) PollsInline() bool { return true }

@@ -79,6 +79,17 @@ type PlainReport struct {
 	ReshardRoute string  `json:"reshard_route"`
 	ReshardSec   float64 `json:"reshard_median_s"`
 	Ratio        float64 `json:"reshard_over_plain_bandwidth"`
+	// VectorSec is the vector-datatype exchange's median on CPUs
+	// (vectorExchange: each box in place, as a user writes it by hand), 0
+	// where it does not run; VectorRatio its time over the reshard's.
+	VectorSec   float64 `json:"vector_median_s,omitempty"`
+	VectorGBps  float64 `json:"vector_tensor_gbps,omitempty"`
+	VectorRatio float64 `json:"reshard_over_vector_bandwidth,omitempty"`
+	// VectorAgreedSec is the vector exchange between two of the session's
+	// agreements (a step's begin and end collectives): the floor of a step
+	// that agrees before and after its bytes.
+	VectorAgreedSec   float64 `json:"vector_agreed_median_s,omitempty"`
+	VectorAgreedRatio float64 `json:"reshard_over_vector_agreed_bandwidth,omitempty"`
 }
 
 // MeasureConfig says how to time a call: Warmup untimed iterations, then
@@ -323,48 +334,101 @@ func (p *Pair) localBandwidth() (float64, error) {
 	return bw, err
 }
 
-// BenchPlain times a plain exchange of the bytes route moves between
-// every pair of ranks (plainExchange: one contiguous message per pair)
-// over the same transport, interleaved with iters calls of the route on
-// the pair (the first of each warms up), and returns the comparison as a
-// RouteReport named "plain" (Extra: a PlainReport).
-func (p *Pair) BenchPlain(route reshard.Route, name string, iters int) (RouteReport, error) {
+// BenchPlain times, interleaved iteration by iteration with iters calls of
+// each route (names: what to call them), two hand-written exchanges over
+// the same transport: a plain exchange of the bytes the first route moves
+// between every pair of ranks (plainExchange: one contiguous message per
+// pair) and, on CPUs without a dtype conversion, the exchange a user
+// writes by hand instead of a reshard (vectorExchange: each transfer's box
+// sent in place with an MPI vector datatype; checked element by element
+// once first). The first of each warms up. It returns one
+// RouteReport named "plain" per route (Extra: a PlainReport comparing it
+// with both; on CPUs also with the vector exchange between two agreements,
+// the floor of a step).
+func (p *Pair) BenchPlain(routes []reshard.Route, names []string, iters int) ([]RouteReport, error) {
 	s := p.s
-	call, err := s.Prepare(context.Background(), p.specs(), route)
-	if err != nil {
-		return RouteReport{}, err
+	calls := make([]*refit.Call, len(routes))
+	defer func() {
+		for _, c := range calls {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
+	for i, r := range routes {
+		var err error
+		if calls[i], err = s.Prepare(context.Background(), p.specs(), r); err != nil {
+			return nil, err
+		}
 	}
-	defer call.Close()
-	px, err := newPlainExchange(s.Memory(), call.Schedule(), s.Rank())
+	px, err := newPlainExchange(s.Memory(), calls[0].Schedule(), s.Rank())
 	if err != nil {
-		return RouteReport{}, err
+		return nil, err
 	}
 	defer px.Free()
-	exchange := func() error { return px.Run(call.Transport(), s.Options().Timeout) }
-	reshardOnce := func() error { _, err := call.Run(context.Background(), p.buffers()); return err }
-	var plainT, reshardT timings
+	fns := []func() error{func() error { return px.Run(calls[0].Transport(), s.Options().Timeout) }}
+	if s.Options().Device != session.GPU && !p.plan.Converts() {
+		vx, err := newVectorExchange(calls[0].Transport(), s.Memory(), p.plan, s.Rank(), p.srcBuf, p.dstBuf)
+		if err := s.Agree(context.Background(), nil, err); err != nil {
+			return nil, err
+		}
+		defer func() { _ = vx.Free() }()
+		if err := p.checkVector(vx); err != nil {
+			return nil, err
+		}
+		fns = append(fns, func() error { return vx.Run(s.Options().Timeout) })
+		// the floor of a step that agrees before and after its bytes, as
+		// every step of a call does: the exchange between two of the
+		// session's agreements
+		agree := func() error { return s.Agree(context.Background(), nil, nil) }
+		fns = append(fns, func() error {
+			if err := agree(); err != nil {
+				return err
+			}
+			if err := vx.Run(s.Options().Timeout); err != nil {
+				return err
+			}
+			return agree()
+		})
+	}
+	for _, c := range calls {
+		fns = append(fns, func() error { _, err := c.Run(context.Background(), p.buffers()); return err })
+	}
+	times := make([]timings, len(fns))
 	for it := 0; it < iters+1; it++ {
-		pt, err := timeAll(s, exchange)
-		if err != nil {
-			return RouteReport{}, err
-		}
-		rt, err := timeAll(s, reshardOnce)
-		if err != nil {
-			return RouteReport{}, err
-		}
-		if it > 0 { // the first pair warms up
-			plainT.Add(pt)
-			reshardT.Add(rt)
+		for i, fn := range fns {
+			t, err := timeAll(s, fn)
+			if err != nil {
+				return nil, err
+			}
+			if it > 0 { // the first round warms up
+				times[i].Add(t)
+			}
 		}
 	}
-	pm, rm := plainT.Median(), reshardT.Median()
-	pr := PlainReport{Baseline: "plain exchange over the same transport, one contiguous message per pair", MedianSec: pm,
-		ReshardRoute: name, ReshardSec: rm, Ratio: pm / rm}
-	if pm > 0 {
-		pr.TensorGBps = float64(p.plan.Src().Bytes()) / pm / 1e9
+	gbps := func(sec float64) float64 {
+		if sec <= 0 {
+			return 0
+		}
+		return float64(p.plan.Src().Bytes()) / sec / 1e9
 	}
-	p.cfg.Log.Debug().Floats64("plain", plainT.First()).Floats64("reshard", reshardT.First()).Msg("bench samples")
-	return RouteReport{Route: "plain", Iters: iters, MedianSec: pm, TensorGBps: pr.TensorGBps, Check: "not checked", Extra: pr}, nil
+	pm := times[0].Median()
+	var out []RouteReport
+	for i, name := range names {
+		rm := times[len(fns)-len(calls)+i].Median()
+		pr := PlainReport{Baseline: "plain exchange over the same transport, one contiguous message per pair", MedianSec: pm,
+			TensorGBps: gbps(pm), ReshardRoute: name, ReshardSec: rm, Ratio: pm / rm}
+		if len(fns) > len(calls)+1 {
+			vm, am := times[1].Median(), times[2].Median()
+			pr.VectorSec, pr.VectorGBps, pr.VectorRatio = vm, gbps(vm), vm/rm
+			pr.VectorAgreedSec, pr.VectorAgreedRatio = am, am/rm
+		}
+		out = append(out, RouteReport{Route: "plain", Iters: iters, MedianSec: pm, TensorGBps: pr.TensorGBps, Check: "not checked", Extra: pr})
+	}
+	for i := range times {
+		p.cfg.Log.Debug().Int("fn", i).Floats64("samples", times[i].First()).Msg("bench samples")
+	}
+	return out, nil
 }
 
 // timeAll runs fn on every rank of s after a barrier and returns the

@@ -14,8 +14,11 @@ type Group interface {
 	Collective
 	// Watch returns a context that ends, with the notice as its cause,
 	// when a peer's abort notice arrives, and a function that stops
-	// watching. The host driver's waits run under it.
-	Watch(ctx context.Context) (context.Context, func())
+	// watching. The host driver's waits run under it. With inline (a
+	// transport.InlinePoller), the context carries the watch as a poll
+	// (transport.WithPoll) that the transport's waits call; otherwise the
+	// group watches on a goroutine of its own.
+	Watch(ctx context.Context, inline bool) (context.Context, func())
 	// Fail ends a preparation or a step that failed: it returns nil for
 	// nil; an error every rank agreed on (*ValidationError,
 	// *AgreementError, *ChecksumError, *CallMismatchError, a session's
@@ -83,6 +86,6 @@ func Plain(coll Collective) Group { return plain{coll} }
 
 type plain struct{ Collective }
 
-func (plain) Watch(ctx context.Context) (context.Context, func()) { return ctx, func() {} }
-func (plain) Fail(err error) error                                { return err }
-func (plain) Usable() error                                       { return nil }
+func (plain) Watch(ctx context.Context, _ bool) (context.Context, func()) { return ctx, func() {} }
+func (plain) Fail(err error) error                                        { return err }
+func (plain) Usable() error                                               { return nil }

@@ -75,10 +75,11 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 	}
 	g := rt.g
 	if _, host := c.driver.(*HostDriver); host && g.Size() > 1 {
-		// the host driver's waits end on a peer's abort notice; a device
+		// the host driver's waits end on a peer's abort notice (polled
+		// by the waits themselves where the transport can); a device
 		// driver polls for it itself.
 		var stop func()
-		ctx, stop = g.Watch(ctx)
+		ctx, stop = g.Watch(ctx, transport.PollsInline(c.tr))
 		defer stop()
 	}
 	st, err := c.begin(ctx, bufs, nil)

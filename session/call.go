@@ -124,9 +124,12 @@ type group struct {
 
 // Watch implements refit.Group. A session of one rank has no peer to hear
 // from.
-func (g group) Watch(ctx context.Context) (context.Context, func()) {
+func (g group) Watch(ctx context.Context, inline bool) (context.Context, func()) {
 	if g.s.size == 1 {
 		return ctx, func() {}
+	}
+	if inline {
+		return g.control.watchInline(ctx)
 	}
 	return g.control.watch(ctx)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/transport"
 )
 
 // Tags of the control communicator. Collectives use MPI's own matching;
@@ -299,17 +300,9 @@ func (c *control) watch(ctx context.Context) (context.Context, func()) {
 				return
 			case now := <-t.C:
 				gap := now.Sub(last)
-				if gap > frozenGap {
-					c.noteGap(now, gap) // before poll answers a roll call
-				}
 				last = now
-				// a peer's notice first: when it came, the peers know.
-				if err := c.poll(); err != nil {
+				if err := c.watchOnce(gap); err != nil {
 					cancel(err)
-					return
-				}
-				if gap >= c.timeout {
-					cancel(c.abort(&stoppedError{rank: c.rank, gap: gap, timeout: c.timeout}))
 					return
 				}
 			}
@@ -320,6 +313,48 @@ func (c *control) watch(ctx context.Context) (context.Context, func()) {
 		<-stopped
 		cancel(nil)
 	}
+}
+
+// watchInline is watch for a transport whose waits poll (an
+// transport.InlinePoller): the returned context carries the watch as its
+// poll, which the waits call every transport.PollEvery on their own
+// goroutine, so that no second goroutine calls MPI beside the transfer.
+// The poll cancels the context with the abort error, as watch does.
+// Between waits (local copies, packing) nothing polls: the next wait's
+// first poll sees a notice that came meanwhile, and a pause of this
+// process there as long as the timeout (which the process's pause watch
+// saw end after the watch began).
+func (c *control) watchInline(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	begun := time.Now()
+	poll := func(gap time.Duration) error {
+		if at, d := pauses.last(); d >= c.timeout && at.After(begun) {
+			gap = max(gap, d)
+		}
+		if err := c.watchOnce(gap); err != nil {
+			cancel(err)
+			return err
+		}
+		return nil
+	}
+	return transport.WithPoll(ctx, poll), func() { cancel(nil) }
+}
+
+// watchOnce is one look at the side channels while a run moves data, gap
+// after the previous one: a peer's notice first (when it came, the peers
+// know), then whether this process stopped for as long as the timeout.
+// It returns the abort error that should end the run, or nil.
+func (c *control) watchOnce(gap time.Duration) error {
+	if gap > frozenGap {
+		c.noteGap(time.Now(), gap) // before poll answers a roll call
+	}
+	if err := c.poll(); err != nil {
+		return err
+	}
+	if gap >= c.timeout {
+		return c.abort(&stoppedError{rank: c.rank, gap: gap, timeout: c.timeout})
+	}
+	return nil
 }
 
 // close withdraws the side-channel receives of a session that did not

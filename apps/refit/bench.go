@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/perf"
+	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/routespec"
 	"github.com/spf13/cobra"
 )
@@ -46,22 +47,27 @@ source sends a strided box to every destination. Any refit run flags apply.`,
 	return cmd
 }
 
-// benchPlain times a plain exchange of the bytes the first route moves
-// between the same pairs, interleaved with it (perf.Pair.BenchPlain), and
-// appends the comparison to the report.
+// benchPlain times the plain exchange of the bytes the first route moves
+// between the same pairs and, on CPUs, the vector-datatype exchange of the
+// same boxes, interleaved with every route (perf.Pair.BenchPlain), and
+// appends the comparisons to the report.
 func (j *job) benchPlain(p *perf.Pair, rep *perf.RunReport) error {
 	if len(rep.Routes) == 0 {
 		return nil
 	}
-	first := rep.Routes[0]
-	route, err := routespec.Parse(strings.TrimPrefix(first.Route, "auto:"), j.set.routeOpts(rep.Fabric))
+	var routes []reshard.Route
+	var names []string
+	for _, r := range rep.Routes {
+		route, err := routespec.Parse(strings.TrimPrefix(r.Route, "auto:"), j.set.routeOpts(rep.Fabric))
+		if err != nil {
+			return err
+		}
+		routes, names = append(routes, route), append(names, r.Route)
+	}
+	rrs, err := p.BenchPlain(routes, names, rep.Routes[0].Iters)
 	if err != nil {
 		return err
 	}
-	rr, err := p.BenchPlain(route, first.Route, first.Iters)
-	if err != nil {
-		return err
-	}
-	rep.Routes = append(rep.Routes, rr)
+	rep.Routes = append(rep.Routes, rrs...)
 	return nil
 }

@@ -86,10 +86,31 @@ func New(t transport.Transport, topo reshard.Topology, bytesPerSec float64) (*Tr
 	return Wrap(t, topo, nic), nil
 }
 
+// sleepCtx waits d or until ctx ends; with a poll in ctx
+// (transport.WithPoll) it wakes every transport.PollEvery to call it.
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
+	if poll := transport.NewPoller(ctx); poll != nil {
+		end := time.Now().Add(d)
+		for {
+			if err := poll.Check(); err != nil {
+				return err
+			}
+			left := time.Until(end)
+			if left <= 0 {
+				return nil
+			}
+			if err := sleepTimer(ctx, min(left, transport.PollEvery)); err != nil {
+				return err
+			}
+		}
+	}
+	return sleepTimer(ctx, d)
+}
+
+func sleepTimer(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -108,6 +129,10 @@ func (e *Transport) Size() int { return e.inner.Size() }
 
 // Abort implements transport.Transport.
 func (e *Transport) Abort(reason error) { e.inner.Abort(reason) }
+
+// PollsInline forwards the inner transport's (transport.InlinePoller):
+// the emulated wait after the transfers polls too.
+func (e *Transport) PollsInline() bool { return transport.PollsInline(e.inner) }
 
 // MaxInPlaceBytes forwards the inner transport's in-place support.
 func (e *Transport) MaxInPlaceBytes() int64 { return transport.MaxInPlace(e.inner) }

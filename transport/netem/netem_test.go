@@ -65,3 +65,22 @@ func TestEmulatedRates(t *testing.T) {
 		t.Errorf("rank 2's second round waited %v, want 6ms (5ms queued + 1ms)", got)
 	}
 }
+
+// TestSleepPolls checks that the emulated wait after the transfers keeps
+// calling its context's poll (transport.WithPoll) and stops at its error.
+func TestSleepPolls(t *testing.T) {
+	n := 0
+	fail := context.Canceled
+	ctx := transport.WithPoll(context.Background(), func(time.Duration) error {
+		if n++; n == 4 {
+			return fail
+		}
+		return nil
+	})
+	if err := sleepCtx(ctx, time.Minute); err != fail || n != 4 {
+		t.Fatalf("sleepCtx = %v after %d polls, want the poll's error after 4", err, n)
+	}
+	if err := sleepCtx(transport.WithPoll(context.Background(), func(time.Duration) error { return nil }), 3*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+}
