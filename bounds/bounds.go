@@ -27,6 +27,20 @@ type Problem struct {
 	Domains []DomainLoad
 	// Chunk is the pipeline chunk in bytes (startup and tail terms).
 	Chunk float64
+	// Parts lists, for calls that Combine joined (a model's pipeline
+	// stages, each on its own source ranks), each call's bytes and
+	// source paths: a call's bytes leave through its own sources, so the
+	// slowest call's injection bounds the whole from below as well. Nil
+	// for one call.
+	Parts []Part `json:",omitempty"`
+}
+
+// Part is one call of a combined problem: its bytes, source paths and
+// replication.
+type Part struct {
+	Bytes   float64
+	Sources int
+	Rho     int
 }
 
 // DomainLoad is one destination domain's share of a reshard.
@@ -90,6 +104,14 @@ func (p Problem) Validate() error {
 	if p.Sources < 0 || p.Rho < 0 {
 		return &reshard.FieldError{Field: "sources and rho", Got: fmt.Sprintf("%d and %d", p.Sources, p.Rho), Want: "non-negative counts", Why: "they count ranks"}
 	}
+	for i, q := range p.Parts {
+		if err := finite(fmt.Sprintf("part %d bytes", i), q.Bytes); err != nil {
+			return err
+		}
+		if q.Sources < 0 || q.Rho < 0 {
+			return &reshard.FieldError{Field: fmt.Sprintf("part %d sources and rho", i), Got: fmt.Sprintf("%d and %d", q.Sources, q.Rho), Want: "non-negative counts", Why: "they count ranks"}
+		}
+	}
 	for i, d := range p.Domains {
 		for _, e := range []error{finite(fmt.Sprintf("domain %d bytes", i), d.Bytes), finite(fmt.Sprintf("domain %d copies", i), d.Copies),
 			finite(fmt.Sprintf("domain %d receive", i), d.RecvFlat)} {
@@ -137,13 +159,16 @@ func bound(route string, startup float64, terms ...Term) Bound {
 //
 //	T_flat    = rho*B / (Ns*BN)             (source injection; also each receiver's bytes / BN)
 //	T_agbcast = B / BN                      (root injection)
-//	T_hier    = max(B / (Ns*BN),            (source injection)
+//	T_hier    = max(B / (Ns*BN),            (source injection; of the slowest part too)
 //	                B_d / (K*rho_d*BN),     (each domain's network receive)
 //	                (rho_d-1)*B_d / (K*rho_d*BL))  (each domain's local copies)
 //
 // where a domain holds K shards with rho_d replicas each. With one domain
 // holding everything, T_hier = max(B / (min(Ns, K*rho)*BN), (rho-1)*B /
 // (K*rho*BL)) as in the paper. The domain count adds only startup and tail.
+// A combined problem (Combine) also bounds each source injection term by
+// its slowest part's: max over parts s of B_s/(Ns_s*BN) (rho_s times that
+// for flat), since each part's bytes leave through its own sources.
 //
 // The fabric must pass Fabric.Validate and the problem Problem.Validate
 // (Auto checks both); otherwise the times are meaningless (infinite,
@@ -161,8 +186,15 @@ func Of(p Problem, f Fabric) []Bound {
 	}
 	nd := float64(max(len(p.Domains), 1))
 	chunk := min(p.Chunk, B)
+	// the slowest part's injection (Parts): B_s/(Ns_s*BN), rho_s times for flat.
+	var partHier, partFlat float64
+	for _, q := range p.Parts {
+		t := q.Bytes / (float64(max(q.Sources, 1)) * f.NetBW)
+		partHier = max(partHier, t)
+		partFlat = max(partFlat, float64(max(q.Rho, 1))*t)
+	}
 	flat := bound("flat", f.Latency,
-		Term{"source injection rho*B/(Ns*BN)", rho * B / (ns * f.NetBW)},
+		Term{"source injection rho*B/(Ns*BN)", max(rho*B/(ns*f.NetBW), partFlat)},
 		Term{"destination receive", flatRecv})
 	// the chain broadcast fills one hop per destination rank.
 	dstRanks := 0
@@ -172,7 +204,7 @@ func Of(p Problem, f Fabric) []Bound {
 	ag := bound("agbcast", f.Latency*float64(p.Sources+dstRanks)+chunk/f.NetBW*float64(max(dstRanks-1, 0)),
 		Term{"root injection B/BN", B / f.NetBW})
 	hier := bound("hier", f.Latency*(nd+1)+chunk/f.NetBW*(nd-1)+chunk/f.LocalBW,
-		Term{"source injection B/(Ns*BN)", B / (ns * f.NetBW)},
+		Term{"source injection B/(Ns*BN)", max(B/(ns*f.NetBW), partHier)},
 		Term{"domain network receive B/(K*rho*BN)", hierRecv},
 		Term{"local replication (rho-1)*B/(K*rho*BL)", hierLocal})
 	return []Bound{flat, ag, hier}

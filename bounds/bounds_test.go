@@ -214,3 +214,34 @@ func predicted(bs []Bound, route string) float64 {
 	}
 	return -1
 }
+
+// TestCombineSlowestPart: two calls on disjoint sources, one with three
+// times the other's bytes on as many sources, bound hier's and flat's
+// source injection by the larger call (3 units over 4 sources), not by the
+// mean (4 units over 8 sources).
+func TestCombineSlowestPart(t *testing.T) {
+	fab := Fabric{NetBW: 1, LocalBW: 1}
+	small, _ := Uniform(1, 4, 8, 2, 1, 0)
+	large, _ := Uniform(3, 4, 8, 2, 1, 0)
+	c := Combine(small, large)
+	if c.Bytes != 4 || c.Sources != 8 || len(c.Parts) != 2 {
+		t.Fatalf("combined %+v", c)
+	}
+	bs := Of(c, fab)
+	for _, b := range bs {
+		var src float64
+		for _, term := range b.Terms {
+			if strings.HasPrefix(term.Name, "source injection") {
+				src = term.Seconds
+			}
+		}
+		want := map[string]float64{"flat": 2 * 3.0 / 4, "hier": 3.0 / 4}[b.Route]
+		if want != 0 && src != want {
+			t.Errorf("%s: source injection %g s, want %g (the larger call's)", b.Route, src, want)
+		}
+	}
+	// a combination of combinations keeps every call.
+	if cc := Combine(c, small); len(cc.Parts) != 3 {
+		t.Errorf("nested combination: %d parts, want 3", len(cc.Parts))
+	}
+}

@@ -43,12 +43,19 @@ func weightedRho(fallback int, rhoBytes, bytes float64) int {
 
 // Combine is the problem of calls that run at once on disjoint source
 // ranks into the same destination domains (a model's pipeline stages):
-// bytes, source paths and domain loads add; rho is the byte-weighted mean.
+// bytes, source paths and domain loads add; rho is the byte-weighted mean;
+// Parts keeps each call's own bytes and sources (Of bounds by the slowest).
 func Combine(ps ...Problem) Problem {
 	var out Problem
 	var rhoBytes float64
+	var parts []Part
 	for i, q := range ps {
 		rhoBytes += float64(q.Rho) * q.Bytes
+		if len(q.Parts) > 0 {
+			parts = append(parts, q.Parts...)
+		} else {
+			parts = append(parts, Part{Bytes: q.Bytes, Sources: q.Sources, Rho: q.Rho})
+		}
 		if i == 0 {
 			out = q
 			out.Domains = append([]DomainLoad(nil), q.Domains...)
@@ -60,6 +67,9 @@ func Combine(ps ...Problem) Problem {
 		addDomains(&out, q)
 	}
 	out.Rho = weightedRho(out.Rho, rhoBytes, out.Bytes)
+	if len(parts) > 1 {
+		out.Parts = parts
+	}
 	return out
 }
 

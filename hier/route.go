@@ -78,6 +78,9 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if err != nil {
 		return nil, err
 	}
+	if err := b.SetNetReceiveBudget(receiveBudget(plans, opts)); err != nil {
+		return nil, err
+	}
 	all := make([]int, len(plans))
 	for i := range all {
 		all[i] = i
@@ -103,12 +106,15 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	for _, ti := range tensors {
 		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
 	}
+	// a chunk is at most what a round may receive (receiveBudget), so that
+	// no receiver needs a round of its own for one chunk.
+	chunk := min(opts.ChunkBytes, b.NetReceiveBudget())
 	// count: every chunk of a chain is one message per hop into a leader
 	// and one per replica a leader fans out to.
 	var total int64
 	for i := range chains {
 		c := &chains[i]
-		n, err := reshard.CountChunks(c.box, c.elem, opts.ChunkBytes)
+		n, err := reshard.CountChunks(c.box, c.elem, chunk)
 		if err != nil {
 			return err
 		}
@@ -130,7 +136,7 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	for i := range chains {
 		c := &chains[i]
 		var err error
-		if c.chunks, err = reshard.SplitBox(c.box, c.elem, opts.ChunkBytes); err != nil {
+		if c.chunks, err = reshard.SplitBox(c.box, c.elem, chunk); err != nil {
 			return err
 		}
 	}
@@ -152,6 +158,33 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		active = next
 	}
 	return b.Err()
+}
+
+// receiveBudget is the network receive budget of a round (see
+// reshard.Builder.SetNetReceiveBudget): with S ranks sending and D > S
+// receiving, the round budget times S/D, so that every round spreads the
+// senders' full rounds evenly over the receivers: calls that run at once
+// into the same receivers (a model's pipeline stages, S sources each,
+// together as many as the receivers) then bring each receiver at most
+// about one round budget per round between them, where each call could
+// bring a full one and the receiver's NIC would bind the round. With
+// S >= D, the round budget. Chunks are cut to the budget (AddTensors).
+func receiveBudget(plans []*reshard.Plan, opts reshard.ScheduleOptions) int64 {
+	srcs, dsts := map[int]bool{}, map[int]bool{}
+	for _, p := range plans {
+		for i := 0; i < p.Len(); i++ {
+			t := p.Transfer(i)
+			if t.Src != t.Dst {
+				srcs[t.Src], dsts[t.Dst] = true, true
+			}
+		}
+	}
+	round := opts.RoundBytes()
+	if len(srcs) == 0 || len(srcs) >= len(dsts) {
+		return round
+	}
+	n := round / int64(len(dsts)) * int64(len(srcs)) // < round: no overflow
+	return max(n, 1)
 }
 
 // chain is the path of one piece of one contribution: from its source owner
@@ -230,7 +263,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		shards[k].replicas = append(shards[k].replicas, r)
 	}
 	var out []chain
-	for _, s := range shards {
+	for si, s := range shards {
 		domains := groupByDomain(s.replicas, topo)
 		nd := len(domains)
 		var pieces []piece
@@ -251,12 +284,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
 				reps := domains[(pc.entry+step)%nd]
-				var li int
-				if balance == BalanceBytes {
-					li = pc.slot % len(reps)
-				} else {
-					li = blockOwner(pc.slot, len(s.contribs), len(reps))
-				}
+				li := leaderOf(pc, len(s.contribs), len(reps), balance, ti+si)
 				h := hop{leader: reps[li]}
 				for j, r := range reps {
 					if j != li {
@@ -277,6 +305,21 @@ type piece struct {
 	box   placement.Box
 	slot  int // which leader: contribution index (count) or part index (bytes)
 	entry int // the domain the piece enters the ring at
+}
+
+// leaderOf returns which of r replicas (in one domain) leads piece pc of a
+// shard with n contributions. The paper's rule (or, with BalanceBytes, one
+// part per replica) fixes the loads; rot, the tensor's index plus the
+// shard's, rotates which replica takes which load, so that shards with
+// fewer contributions than replicas (a norm or an MLA projection
+// replicated on every destination rank has one or a few) do not all pick
+// the domain's first replica: without it, that one rank fans every such
+// tensor out to the whole domain and its local link binds the schedule.
+func leaderOf(pc piece, n, r int, balance Balance, rot int) int {
+	if balance == BalanceBytes {
+		return (pc.slot + rot) % r
+	}
+	return (blockOwner(pc.slot, n, r) + rot) % r
 }
 
 // blockOwner returns which of r replicas leads item i of n under the

@@ -51,6 +51,7 @@ type Builder struct {
 	err      error
 	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the maxRounds error
 	hints    map[uint64]*pairHint
+	recvNet  int64 // the per-round budget of network receives (SetNetReceiveBudget)
 }
 
 // rankUsage is a rank's usage lists, [send, recv][network, local]; nil
@@ -82,10 +83,11 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 		return nil, fmt.Errorf("reshard: round budget %d bytes, want > 0", roundBytes)
 	}
 	b := &Builder{
-		s:     &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
-		topo:  topo,
-		use:   make([]rankUsage, world),
-		hints: map[uint64]*pairHint{},
+		s:       &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
+		topo:    topo,
+		use:     make([]rankUsage, world),
+		hints:   map[uint64]*pairHint{},
+		recvNet: roundBytes,
 	}
 	for dir := range b.totals {
 		for class := range b.totals[dir] {
@@ -93,6 +95,42 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 		}
 	}
 	return b, nil
+}
+
+// SetNetReceiveBudget lowers the most a rank receives over the network in
+// one round to n bytes (0 < n <= the round budget; the default is the
+// round budget), so that a route whose few senders feed many receivers can
+// make every round spread its sends over the receivers evenly: calls that
+// run at once into the same receivers (a model's pipeline stages) then
+// add up to at most a round budget per receiver and round, where each
+// could otherwise bring a full one. Sends and local receives keep the
+// round budget. It must come before the first Add; otherwise, or with n
+// out of range, it makes the Builder fail.
+func (b *Builder) SetNetReceiveBudget(n int64) error {
+	switch {
+	case b.err != nil:
+		return b.err
+	case len(b.s.Messages) > 0:
+		b.err = fmt.Errorf("reshard: %s schedule: the receive budget must be set before the first message", b.s.Route)
+	case n <= 0 || n > b.s.RoundBytes:
+		b.err = &FieldError{Field: "network receive budget", Got: fmt.Sprint(n), Want: fmt.Sprintf("in (0, %d], the round budget", b.s.RoundBytes),
+			Why: "receives are bounded by the staging a round holds"}
+	default:
+		b.recvNet = n
+	}
+	return b.err
+}
+
+// NetReceiveBudget returns the most a rank receives over the network in
+// one round (SetNetReceiveBudget; the round budget by default).
+func (b *Builder) NetReceiveBudget() int64 { return b.recvNet }
+
+// budget returns the per-round budget of direction dir over class c.
+func (b *Builder) budget(dir int, c LinkClass) int64 {
+	if dir == 1 && c == LinkNetwork {
+		return b.recvNet
+	}
+	return b.s.RoundBytes
 }
 
 // Expect declares that about n more messages will be added: it fails (and
@@ -164,7 +202,7 @@ func (b *Builder) Add(m Message, after int) int {
 		from := r
 		r = max(r, min(b.open(m.Src), b.open(m.Dst)))
 		h := b.hint(m.Src, m.Dst)
-		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes)
+		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes, b.budget(1, m.Class))
 		h.learn(from, r, m.Bytes)
 		b.totals[0][m.Class][m.Src] = checked.SatSum(b.totals[0][m.Class][m.Src], m.Bytes)
 		b.totals[1][m.Class][m.Dst] = checked.SatSum(b.totals[1][m.Class][m.Dst], m.Bytes)
@@ -187,23 +225,30 @@ func (b *Builder) Add(m Message, after int) int {
 }
 
 // place returns the first round at or after r in which n more bytes fit
-// both the sender's list su and the receiver's list du (maxRounds or more
-// if none does). A round fits when its usage is zero or at most budget-n.
-func (b *Builder) place(su, du *usage, r int, n int64) int {
-	budget := b.s.RoundBytes
-	limit := int64(0) // a message larger than the budget needs an empty round
-	if n <= budget {
-		limit = budget - n
-	}
+// both the sender's list su and the receiver's list du, whose budget is
+// recv (maxRounds or more if none does). A round fits when its usage is
+// zero or at most budget-n.
+func (b *Builder) place(su, du *usage, r int, n int64, recv int64) int {
+	sl, rl := fitLimit(b.s.RoundBytes, n), fitLimit(recv, n)
 	for r < maxRounds {
-		r = su.find(r, limit)
-		if r2 := du.find(r, limit); r2 != r {
+		r = su.find(r, sl)
+		if r2 := du.find(r, rl); r2 != r {
 			r = r2
 			continue
 		}
 		return r
 	}
 	return r
+}
+
+// fitLimit is the most usage a round of a list with this budget may hold
+// and still take n bytes: budget-n, or 0 (an empty round) for a message
+// larger than the budget.
+func fitLimit(budget, n int64) int64 {
+	if n <= budget {
+		return budget - n
+	}
+	return 0
 }
 
 // hint returns (creating) the pair hint of src and dst.
@@ -289,7 +334,7 @@ func (h *pairHint) learn(lo, hi int, n int64) {
 func (b *Builder) list(dir int, c LinkClass, rank int) *usage {
 	u := b.use[rank][dir][c]
 	if u == nil {
-		u = newUsage(b.s.RoundBytes)
+		u = newUsage(b.budget(dir, c))
 		b.use[rank][dir][c] = u
 	}
 	return u

@@ -7,6 +7,7 @@ package reshard
 // place every message in exactly the round this one does.
 type oracleBuilder struct {
 	roundBytes int64
+	recvNet    int64 // the network receive budget (SetNetReceiveBudget)
 	topo       Topology
 	use        [2][2][][]int64 // [send, recv][network, local][rank][round] bytes
 	open       []int           // [rank] every round before this is full
@@ -15,6 +16,7 @@ type oracleBuilder struct {
 func newOracleBuilder(world int, topo Topology, roundBytes int64) *oracleBuilder {
 	return &oracleBuilder{
 		roundBytes: roundBytes,
+		recvNet:    roundBytes,
 		topo:       topo,
 		use: [2][2][][]int64{
 			{make([][]int64, world), make([][]int64, world)},
@@ -30,7 +32,7 @@ func (b *oracleBuilder) add(m Message, after int) int {
 	if m.Src != m.Dst {
 		send, recv := &b.use[0][m.Class][m.Src], &b.use[1][m.Class][m.Dst]
 		r = max(r, min(b.open[m.Src], b.open[m.Dst]))
-		for !(b.fits(*send, r, m.Bytes) && b.fits(*recv, r, m.Bytes)) {
+		for !(b.fits(*send, r, m.Bytes, b.roundBytes) && b.fits(*recv, r, m.Bytes, b.budget(1, m.Class))) {
 			r++
 		}
 		*send = oracleCharge(*send, r, m.Bytes)
@@ -41,11 +43,18 @@ func (b *oracleBuilder) add(m Message, after int) int {
 	return r
 }
 
-func (b *oracleBuilder) fits(use []int64, r int, n int64) bool {
+func (b *oracleBuilder) fits(use []int64, r int, n, budget int64) bool {
 	if r >= len(use) || use[r] == 0 {
 		return true
 	}
-	return use[r]+n <= b.roundBytes
+	return use[r]+n <= budget
+}
+
+func (b *oracleBuilder) budget(dir int, c LinkClass) int64 {
+	if dir == 1 && c == LinkNetwork {
+		return b.recvNet
+	}
+	return b.roundBytes
 }
 
 func oracleCharge(use []int64, r int, n int64) []int64 {
@@ -60,7 +69,7 @@ func (b *oracleBuilder) advance(rank int) {
 	for o := b.open[rank]; ; o++ {
 		for dir := range b.use {
 			for class := range b.use[dir] {
-				if u := b.use[dir][class][rank]; o >= len(u) || u[o] < b.roundBytes {
+				if u := b.use[dir][class][rank]; o >= len(u) || u[o] < b.budget(dir, LinkClass(class)) {
 					b.open[rank] = o
 					return
 				}

@@ -65,6 +65,12 @@ func TestBuilderMatchesOracle(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := newOracleBuilder(world, topo, budget)
+		if rng.IntN(3) == 0 { // a lower network receive budget
+			o.recvNet = 1 + rng.Int64N(budget)
+			if err := b.SetNetReceiveBudget(o.recvNet); err != nil {
+				t.Fatal(err)
+			}
+		}
 		n := 1 + rng.IntN(1500)
 		var rounds []int
 		for i := 0; i < n; i++ {
@@ -91,8 +97,8 @@ func TestBuilderMatchesOracle(t *testing.T) {
 			want := o.add(m, after)
 			got := b.Add(m, after)
 			if got != want {
-				t.Fatalf("sequence %d (world %d, budget %d, topology %v), message %d (%d bytes, %d to %d, after %d): round %d, the oracle says %d",
-					seq, world, budget, topo.Domain, i, m.Bytes, m.Src, m.Dst, after, got, want)
+				t.Fatalf("sequence %d (world %d, budget %d, receive budget %d, topology %v), message %d (%d bytes, %d to %d, after %d): round %d, the oracle says %d",
+					seq, world, budget, o.recvNet, topo.Domain, i, m.Bytes, m.Src, m.Dst, after, got, want)
 			}
 			rounds = append(rounds, got)
 			msgs++

@@ -238,6 +238,7 @@ func modelProblem(l *model.Layouts, srcSize, dstSize int, popts reshard.Options,
 		return nil, 0, topo, err
 	}
 	rep.Model = l.Model.Name
+	rep.Anchors = AnchorsFor(l.Model.Name, t, g, l.FP8 != 0)
 	rep.Source, rep.Destination = "trainer "+l.Trainer.String(), "generator "+l.Generator.String()
 	rep.Bytes = l.Model.Bytes()
 	for _, st := range stages {

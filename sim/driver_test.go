@@ -131,3 +131,20 @@ func TestReadMeasured(t *testing.T) {
 		t.Errorf("emulated cluster %+v, %v", c, ok)
 	}
 }
+
+// TestAnchors: the published configurations have their anchors, FP8 apart
+// from BF16, and others none.
+func TestAnchors(t *testing.T) {
+	if a := sim.AnchorsFor("DeepSeek-V3", 128, 128, false); len(a) == 0 || a[0].Seconds != 1.447 {
+		t.Errorf("DeepSeek-V3 128+128: %v, want nccl_m2n's 1.447 s first", a)
+	}
+	if a := sim.AnchorsFor("Kimi-K2", 256, 128, true); len(a) != 1 || a[0].Source != "Perplexity" {
+		t.Errorf("Kimi-K2 256 -> 128 FP8: %v, want Perplexity's 1.3 s", a)
+	}
+	if a := sim.AnchorsFor("Kimi-K2", 256, 128, false); a != nil {
+		t.Errorf("Kimi-K2 in BF16: %v, want none (Perplexity's figure is with FP8)", a)
+	}
+	if s := sim.AnchorsFor("DeepSeek-V3", 256, 256, false)[0].String(); s != "NeMo-RL 1.93 s-2.59 s (PP16 EP16 -> TP32 DP8, GB200)" {
+		t.Errorf("NeMo-RL anchor reads %q", s)
+	}
+}

@@ -69,7 +69,8 @@ func simulatePaper(t testing.TB, rho int, route string, opts reshard.ScheduleOpt
 //
 //   - flat reaches its bound within 1% at every rho;
 //   - hier reaches 8.96 ms within 1% at rho 2, but at rho 4 and 8 ends
-//     4.9% and 6.1% above it: the schedule gives each rank's local fan-out
+//     4.5% and 5.3% above it (4.9% and 6.1% before leaders rotated over
+//     the replicas, issue 25): the schedule gives each rank's local fan-out
 //     the same per-round budget as its network traffic (staging/8 each), a
 //     leader must forward (rho-1)*Ns/(K*rho) = 1.5 and 1.75 times what it
 //     receives per round, and a rank's rounds advance at the pace of the
@@ -84,7 +85,7 @@ func TestPaperSingleLayer(t *testing.T) {
 	flatWant := map[int]float64{2: 17.92e-3, 4: 35.84e-3, 8: 71.68e-3}
 	// hier's excess over 8.96 ms with these options, from the fan-out lag
 	// described above (rho 2 has none).
-	hierExcess := map[int]float64{2: 0.01, 4: 0.06, 8: 0.07}
+	hierExcess := map[int]float64{2: 0.01, 4: 0.05, 8: 0.06}
 	for _, rho := range []int{2, 4, 8} {
 		fl := simulatePaper(t, rho, "flat", opts)
 		hr := simulatePaper(t, rho, "hier", opts)

@@ -28,8 +28,10 @@ type Report struct {
 	Domains       []int   `json:"domains"`
 	// Measured names the refit run report the simulation was compared
 	// with (--measured).
-	Measured string        `json:"measured,omitempty"`
-	Routes   []RouteReport `json:"routes"`
+	Measured string `json:"measured,omitempty"`
+	// Anchors are the published times of this configuration (AnchorsFor).
+	Anchors []Anchor      `json:"anchors,omitempty"`
+	Routes  []RouteReport `json:"routes"`
 }
 
 // RouteReport is one route of a Report.

@@ -69,6 +69,9 @@ func (rep *Report) WriteText(w io.Writer, perStage bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, a := range rep.Anchors {
+		fmt.Fprintf(w, "published: %s; hier here %s\n", a, rep.hierVs(a))
+	}
 	for _, r := range rep.Routes {
 		if r.Why != "" {
 			fmt.Fprintf(w, "\nauto: %s\n", r.Why)
@@ -96,6 +99,17 @@ func (rep *Report) WriteText(w io.Writer, perStage bool) error {
 		}
 	}
 	return nil
+}
+
+// hierVs says how the simulated hier route compares with an anchor
+// ("" without a hier route).
+func (rep *Report) hierVs(a Anchor) string {
+	for _, r := range rep.Routes {
+		if r.Chosen == "hier" && r.Seconds > 0 {
+			return fmt.Sprintf("%s, %.1fx under it", units.FormatSeconds(r.Seconds), a.Seconds/r.Seconds)
+		}
+	}
+	return "not simulated"
 }
 
 func formatStep(s Step) string {

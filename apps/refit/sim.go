@@ -45,6 +45,8 @@ type simFlags struct {
 	train, gen       string
 	scale, layers    int
 	mtp              bool
+	dstDType         string
+	fp8Scale         string
 	measured         string
 	changed          func(string) bool
 }
@@ -145,6 +147,8 @@ each stage's and each tensor's completion.`,
 	fs.IntVar(&f.scale, "scale", 1, "model form: divide widths and expert counts by N")
 	fs.IntVar(&f.layers, "layers", 0, "model form: keep only the first L decoder layers (0: all)")
 	fs.BoolVar(&f.mtp, "mtp", false, "model form: add DeepSeek's multi-token-prediction layer")
+	fs.StringVar(&f.dstDType, "dst-dtype", "", "model form: e4m3 makes the generator FP8 where vLLM's FP8 path quantizes (half the bytes on the wire; the quantize cost on the source)")
+	fs.StringVar(&f.fp8Scale, "fp8-scale", "", "model form, with --dst-dtype e4m3: block (128x128, default), row or tensor")
 	fs.StringVar(&f.measured, "measured", "", "a refit run --json report of the same layouts: simulate on its domains, chunking and (when it emulated the network) its fabric, and print measured beside simulated")
 	return cmd
 }
@@ -321,8 +325,11 @@ func (f *simFlags) problem() (sim.Problem, error) {
 		if f.train == "" || f.gen == "" || f.model == "" {
 			return p, usageError{fmt.Errorf("the model form needs --model, --train and --gen (e.g. --model deepseek-v3 --train tp=1,dp=32,pp=4,ep=16 --gen tp=8,dp=16)")}
 		}
-		var err error
-		p.Model, err = modelLayouts(modelspec.Spec{Model: f.model, Train: f.train, Gen: f.gen, Scale: int64(f.scale), Layers: f.layers, MTP: f.mtp})
+		mode, err := layoutsFP8(f.dstDType, f.fp8Scale)
+		if err != nil {
+			return p, err
+		}
+		p.Model, err = modelLayouts(modelspec.Spec{Model: f.model, Train: f.train, Gen: f.gen, Scale: int64(f.scale), Layers: f.layers, MTP: f.mtp, FP8: mode})
 		return p, err
 	}
 	if f.pair.shape == "" {

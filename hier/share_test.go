@@ -1,0 +1,89 @@
+package hier
+
+import (
+	"testing"
+
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// TestLeadersRotate: eight tensors, each replicated on all eight ranks of
+// one destination domain and sent by one source, have eight different
+// leaders, so that every rank fans out one tensor: with the paper's rule
+// alone the domain's first rank would lead (and fan out) all eight.
+func TestLeadersRotate(t *testing.T) {
+	for _, bal := range []Balance{BalanceCount, BalanceBytes} {
+		shape := []int64{16, 16}
+		src := layoutOf(t, shape, []int{1}, []int{0}, "R")
+		dst := layoutOf(t, shape, []int{8}, seq(1, 8), "R")
+		world := 9
+		var plans []*reshard.Plan
+		for i := 0; i < 8; i++ {
+			p, err := reshard.NewPlan(src, dst, world, reshard.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			plans = append(plans, p)
+		}
+		topo, err := Domains(make([]int, world), src, dst, DomainSizes{Dst: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Hier{Balance: bal}.Schedule(plans, topo, reshard.ScheduleOptions{ChunkBytes: 1 << 10, StagingBytes: 8 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, _ := traffic(s)
+		tensor := int64(16 * 16 * 2)
+		for r := 1; r < world; r++ {
+			if got, want := sent[r][reshard.LinkLocal], 7*tensor; got != want {
+				t.Errorf("balance %s: rank %d fans out %d bytes, want %d (one tensor to seven replicas)", bal, r, got, want)
+			}
+		}
+	}
+}
+
+// TestReceiveShare: one source feeding four destinations 16 KiB each,
+// with 32 KiB rounds, gives each destination at most a quarter of a round
+// (8 KiB: its share of the one sender's round) per round, in chunks cut to
+// that size, so that calls running at once into the same destinations add
+// up to no more than a round; without the share, a destination would take
+// 16 KiB in round 0.
+func TestReceiveShare(t *testing.T) {
+	shape := []int64{128, 256} // 64 KiB: 16 KiB per destination
+	src := layoutOf(t, shape, []int{1}, []int{0}, "R")
+	dst := layoutOf(t, shape, []int{4}, seq(1, 4), "S0")
+	opts := reshard.ScheduleOptions{ChunkBytes: 16 << 10, StagingBytes: 256 << 10}
+	s := schedule1(t, src, dst, 5, DomainSizes{Src: 1, Dst: 4}, opts)
+	type key struct{ round, rank int }
+	recv := map[key]int64{}
+	for _, m := range s.Messages {
+		if m.Class == reshard.LinkNetwork {
+			recv[key{m.Round, m.Dst}] += m.Bytes
+		}
+	}
+	share := opts.RoundBytes() / 4
+	for k, v := range recv {
+		if v > share {
+			t.Errorf("round %d: rank %d receives %d bytes, want at most %d", k.round, k.rank, v, share)
+		}
+	}
+}
+
+// schedule1 schedules one tensor's hier route.
+func schedule1(t *testing.T, src, dst placement.Layout, world int, sizes DomainSizes, opts reshard.ScheduleOptions) *reshard.Schedule {
+	t.Helper()
+	plan, err := reshard.NewPlan(src, dst, world, reshard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := Domains(make([]int, world), src, dst, sizes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Hier{}.Schedule([]*reshard.Plan{plan}, topo, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
