@@ -77,15 +77,7 @@ func (c *Comm) IrecvType(buf []byte, off int64, d *Datatype, src, tag int) (*Req
 }
 
 func (c *Comm) postType(op string, buf []byte, off int64, d *Datatype, peer, tag int) (*Request, error) {
-	h, err := c.handle(op)
-	if err != nil {
-		return nil, err
-	}
-	p, err := peerArg(op, peer, false)
-	if err != nil {
-		return nil, err
-	}
-	tg, err := tagArg(op, tag, false)
+	h, p, tg, err := c.pointArgs(op, peer, tag)
 	if err != nil {
 		return nil, err
 	}

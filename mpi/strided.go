@@ -57,15 +57,7 @@ func (c *Comm) irecvStrided(buf []byte, at strided.Desc, src, tag int) (*Request
 }
 
 func (c *Comm) strided(op string, buf []byte, at strided.Desc, peer, tag int) (*Request, error) {
-	h, err := c.handle(op)
-	if err != nil {
-		return nil, err
-	}
-	p, err := peerArg(op, peer, false)
-	if err != nil {
-		return nil, err
-	}
-	tg, err := tagArg(op, tag, false)
+	h, p, tg, err := c.pointArgs(op, peer, tag)
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +74,19 @@ func (c *Comm) strided(op string, buf []byte, at strided.Desc, peer, tag int) (*
 	// MPI keeps a datatype alive until the operations that use it end.
 	defer C.MPI_Type_free(&dt)
 	return postOne(op, buf, at.Offset, dt, p, tg, h)
+}
+
+// pointArgs checks a point-to-point operation's communicator, peer and tag
+// (no wildcards) and returns them as MPI takes them.
+func (c *Comm) pointArgs(op string, peer, tag int) (h C.MPI_Comm, p, tg C.int, err error) {
+	if h, err = c.handle(op); err != nil {
+		return h, 0, 0, err
+	}
+	if p, err = peerArg(op, peer, false); err != nil {
+		return h, 0, 0, err
+	}
+	tg, err = tagArg(op, tag, false)
+	return h, p, tg, err
 }
 
 // checkShape checks that at's shape (its run, counts and strides) makes a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154 # out, bin and part come from gpu_setup (gpu-run.sh)
 # gpu-check.sh runs m2n's GPU checks and benchmarks on a GPU machine that has
 # no Go: the binaries are built elsewhere (make gpu-bins) into .devbin/.
 # Logs go to $OUT (or ./gpu-out). Usage, from the repository root:
@@ -6,13 +7,8 @@
 #   PART=tests scripts/gpu-check.sh     # the test suites and the checked refit runs
 #   PART=bench scripts/gpu-check.sh     # the benchmarks
 set -uo pipefail
-out=${OUT:-gpu-out}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-bin=$(pwd)/.devbin
 . "$(dirname "${BASH_SOURCE[0]}")/gpu-run.sh"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
-part=${PART:-all}
+gpu_setup
 if [ "$part" = all ] || [ "$part" = tests ]; then
 (cd cuda && run cuda-tests "$bin/cuda.test" -test.v -test.timeout 300s)
 (cd cudamem && run cudamem-tests "$bin/cudamem.test" -test.v -test.timeout 300s)

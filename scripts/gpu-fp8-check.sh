@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154 # out, bin and part come from gpu_setup (gpu-run.sh)
 # gpu-fp8-check.sh runs the GPU checks and the benchmark of m2n's FP8 path
 # (issue 24: the fused amax-quantize-pack kernels, the exact fast division,
 # quant-bench beside the torch peer) on a GPU machine that has no Go, from
@@ -10,13 +11,8 @@
 #   PART=bench scripts/gpu-fp8-check.sh     # quant-bench: block scaling with the torch peer, row scaling,
 #                                           # the bracket test and resident-block variants (about 5 minutes)
 set -uo pipefail
-out=${OUT:-gpu-out}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-bin=$(pwd)/.devbin
 . "$(dirname "${BASH_SOURCE[0]}")/gpu-run.sh"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
-part=${PART:-all}
+gpu_setup
 if [ "$part" = all ] || [ "$part" = tests ]; then
 # The exact fast division over every bf16 significand and all 2^23 float32 scale significands
 # in the five binades that matter (5 x 2^30 pairs, on the CPU cores), and the kernels' CPU twins.
