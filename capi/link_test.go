@@ -31,18 +31,7 @@ func TestCTwoJobs(t *testing.T) {
 	uri := mpitest.OmpiServer(t)
 	port := filepath.Join(t.TempDir(), "trainer.port")
 	start := func(role string) (*exec.Cmd, *bytes.Buffer) {
-		c, err := mpitest.Command(2, bin, role, port)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Args = mpitest.JobArgs(c.Args, uri)
-		var out bytes.Buffer
-		c.Stdout, c.Stderr = &out, &out
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.AfterFunc(90*time.Second, func() { _ = c.Process.Kill() })
-		return c, &out
+		return mpitest.StartCommand(t, uri, 2, 90*time.Second, bin, role, port)
 	}
 	trainer, tout := start("listen")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -190,15 +190,20 @@ func (d *decoder) bitmap() error {
 	return nil
 }
 
+// blockPieces returns the pieces of the current block's elements in the
+// destination, the element size (as an int and an int64) and where its
+// values start in the encoding.
+func (d *decoder) blockPieces() (ps []piece, elem int, e64, at int64) {
+	p, nb, _ := d.block()
+	d.w.seek(p)
+	ps = d.w.block(d.ps[:0], nb)
+	return ps, d.m.elem, int64(d.m.elem), int64(d.at)
+}
+
 // bitmapValues writes the values at d.at to the current block's elements
 // that bm marks (checked), 64 bits at a time.
 func (d *decoder) bitmapValues(bm []byte) {
-	p, nb, _ := d.block()
-	d.w.seek(p)
-	ps := d.w.block(d.ps[:0], nb)
-	elem := d.m.elem
-	e64 := int64(elem)
-	at := int64(d.at)
+	ps, elem, e64, at := d.blockPieces()
 	if len(ps) == 1 {
 		o := ps[0].off
 		for j := 0; j < len(bm); j += 8 {
@@ -223,12 +228,7 @@ func (d *decoder) bitmapValues(bm []byte) {
 // values writes the values at d.at to the current block's elements idx
 // (checked, increasing).
 func (d *decoder) values(idx []byte) {
-	p, nb, _ := d.block()
-	d.w.seek(p)
-	ps := d.w.block(d.ps[:0], nb)
-	elem := d.m.elem
-	e64 := int64(elem)
-	at := int64(d.at)
+	ps, elem, e64, at := d.blockPieces()
 	if len(ps) == 1 {
 		o := ps[0].off
 		for _, i := range idx {

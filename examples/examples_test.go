@@ -65,18 +65,7 @@ func TestTwoJobs(t *testing.T) {
 	uri := mpitest.OmpiServer(t)
 	port := filepath.Join(t.TempDir(), "trainer.port")
 	job := func(np int, args ...string) (*exec.Cmd, *bytes.Buffer) {
-		cmd, err := mpitest.Command(np, append([]string{bin}, args...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Args = mpitest.JobArgs(cmd.Args, uri)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.AfterFunc(2*time.Minute, func() { _ = cmd.Process.Kill() })
-		return cmd, &out
+		return mpitest.StartCommand(t, uri, np, 2*time.Minute, append([]string{bin}, args...)...)
 	}
 	waitFor := func(what string) {
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {

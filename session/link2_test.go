@@ -59,26 +59,14 @@ func TestSecondGeneratorBusy(t *testing.T) {
 		}
 		defer l.Close()
 		s, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		steps(t, s)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		joined(t, s, err, func(s *session.Session) { steps(t, s) })
 	})
 	if !mpitest.InChild() {
 		portFileOf(t, port)
 	}
 	first := mpitest.StartJob(t, uri, "first", 1, env, func(t mpitest.T, c *mpi.Comm) {
 		s, err := session.Connect(c, os.Getenv(portFileEnv), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		steps(t, s)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		joined(t, s, err, func(s *session.Session) { steps(t, s) })
 	})
 	if !mpitest.InChild() {
 		waitState(t, port, "busy")

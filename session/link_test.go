@@ -41,6 +41,36 @@ func replicaSpecs(t testing.TB, n int) []refit.Spec {
 	}
 }
 
+// joined fails t with err, a join's error, or runs body on the session it
+// made and closes it.
+func joined(t mpitest.T, s *session.Session, err error, body func(s *session.Session)) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// firstStep prepares linkSpecs(t, "20") on s and runs one step, checked,
+// returning the call and this rank's buffers.
+func firstStep(t mpitest.T, s *session.Session) (*refit.Call, []refit.TensorBuffers) {
+	t.Helper()
+	specs := linkSpecs(t, "20")
+	call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := buffers(t, s, specs)
+	if _, err := call.Run(context.Background(), bufs); err != nil {
+		t.Fatalf("step 0: %v", err)
+	}
+	check(t, s, specs, bufs)
+	return call, bufs
+}
+
 // syncSteps prepares specs on s and runs three steps, checking every
 // element of every destination after each.
 func syncSteps(t mpitest.T, s *session.Session, specs []refit.Spec) {
@@ -259,16 +289,7 @@ func TestGeneratorKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs := linkSpecs(t, "20")
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs := buffers(t, s, specs)
-		if _, err := call.Run(context.Background(), bufs); err != nil {
-			t.Fatalf("step 0: %v", err)
-		}
-		check(t, s, specs, bufs)
+		call, bufs := firstStep(t, s)
 		start := time.Now()
 		_, err = call.Run(context.Background(), bufs) // the generator is gone
 		if err == nil {
@@ -303,16 +324,7 @@ func TestGeneratorKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs := linkSpecs(t, "20")
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs := buffers(t, s, specs)
-		if _, err := call.Run(context.Background(), bufs); err != nil {
-			t.Fatalf("step 0: %v", err)
-		}
-		check(t, s, specs, bufs)
+		firstStep(t, s)
 		fmt.Println("generator: step 0 checked; killing this job")
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	})
@@ -331,13 +343,7 @@ func TestGeneratorKilled(t *testing.T) {
 func generator(t *testing.T, uri, name string, np int, env []string, opts session.Options) *mpitest.Job {
 	return mpitest.StartJob(t, uri, name, np, env, func(t mpitest.T, c *mpi.Comm) {
 		s, err := session.Connect(c, os.Getenv(portFileEnv), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		syncSteps(t, s, replicaSpecs(t, np))
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		joined(t, s, err, func(s *session.Session) { syncSteps(t, s, replicaSpecs(t, np)) })
 	})
 }
 

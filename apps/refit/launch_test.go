@@ -74,7 +74,13 @@ type running struct {
 
 func start(t testing.TB, env []string, apps ...app) *running {
 	t.Helper()
-	r := &running{cmd: launchCmd(t, env, apps...), done: make(chan error, 1)}
+	return startCmd(t, launchCmd(t, env, apps...))
+}
+
+// startCmd starts cmd with its output captured.
+func startCmd(t testing.TB, cmd *exec.Cmd) *running {
+	t.Helper()
+	r := &running{cmd: cmd, done: make(chan error, 1)}
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	r.start = time.Now()
 	if err := r.cmd.Start(); err != nil {

@@ -15,15 +15,9 @@ import (
 // ompi-server of uri.
 func startLinkJob(t *testing.T, uri string, a app) *running {
 	t.Helper()
-	r := &running{cmd: launchCmd(t, nil, a), done: make(chan error, 1)}
-	r.cmd.Args = mpitest.JobArgs(r.cmd.Args, uri)
-	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
-	r.start = time.Now()
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { r.done <- r.cmd.Wait() }()
-	return r
+	cmd := launchCmd(t, nil, a)
+	cmd.Args = mpitest.JobArgs(cmd.Args, uri)
+	return startCmd(t, cmd)
 }
 
 // TestSyncTwoJobs runs `refit sync --listen` as a 2-rank trainer job and,

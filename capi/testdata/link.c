@@ -14,21 +14,8 @@
 
 static int failures, rank = -1;
 
-#define CHECK(cond, ...)                                         \
-	do {                                                     \
-		if (!(cond)) {                                   \
-			fprintf(stderr, "link: rank %d: ", rank); \
-			fprintf(stderr, __VA_ARGS__);            \
-			fprintf(stderr, "\n");                   \
-			failures++;                              \
-		}                                                \
-	} while (0)
-
-static const char *last(void) {
-	static char buf[4096];
-	m2n_last_error(buf, sizeof buf);
-	return buf;
-}
+#define PROG "link"
+#include "check.h"
 
 int main(int argc, char **argv) {
 	if (argc != 3 || (strcmp(argv[1], "listen") != 0 && strcmp(argv[1], "connect") != 0)) {

@@ -12,25 +12,10 @@
 
 #include "m2n.h"
 
-static int failures;
+static int failures, rank = -1;
 
-#define CHECK(cond, ...)                                          \
-	do {                                                      \
-		if (!(cond)) {                                    \
-			fprintf(stderr, "smoke: rank %d: ", rank); \
-			fprintf(stderr, __VA_ARGS__);             \
-			fprintf(stderr, "\n");                    \
-			failures++;                               \
-		}                                                 \
-	} while (0)
-
-static int rank = -1;
-
-static const char *last(void) {
-	static char buf[4096];
-	m2n_last_error(buf, sizeof buf);
-	return buf;
-}
+#define PROG "smoke"
+#include "check.h"
 
 int main(int argc, char **argv) {
 	if (argc > 1 && strcmp(argv[1], "--sizes") == 0) {

@@ -133,6 +133,26 @@ func JobArgs(args []string, uri string) []string {
 	return out
 }
 
+// StartCommand starts the program args under mpirun with np ranks as a job
+// of its own that connects to others through the ompi-server of uri
+// (JobArgs), its output (stdout and stderr) gathered in the returned
+// buffer; it kills the job after limit.
+func StartCommand(t testing.TB, uri string, np int, limit time.Duration, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd, err := Command(np, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Args = JobArgs(cmd.Args, uri)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(limit, func() { _ = cmd.Process.Kill() })
+	return cmd, &out
+}
+
 // Wait waits for the job to end and returns its rank-tagged output and
 // error (nil only if every rank's body passed).
 func (j *Job) Wait() (string, error) {
