@@ -15,8 +15,9 @@ import (
 // both sides), and whether they still hold it unchanged. A step that fails
 // before bytes move (the buffer check, an FP8 NaN, a call mismatch) leaves
 // them as they were; so does any failed step of an Atomic call, which
-// commits all at once; a failed step of another call, once its bytes
-// began to move, leaves a mix of versions, which Held says (Intact false).
+// commits all at once; a failed step of a call that is not Atomic, once
+// its bytes began to move, leaves a mix of versions, which Held says
+// (Intact false).
 
 // Held is what a call's destination buffers hold on this rank (Call.Held).
 type Held struct {
