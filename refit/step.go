@@ -87,6 +87,11 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 		return c.failedReport(st), g.Fail(err)
 	}
 	stats, err := c.driver.Move(ctx, st.in)
+	if err == nil {
+		// a pause of this process after the driver's last wait: a peer
+		// may have given up on this rank meanwhile (transport.WithPoll)
+		err = transport.PollOnce(ctx)
+	}
 	if err != nil {
 		st.release(c.mem)
 		c.settle(st, err)
@@ -95,6 +100,11 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 		return rep, g.Fail(err)
 	}
 	rep, err := c.end(ctx, st, stats)
+	if err == nil {
+		// a pause as long as the timeout in the end's collectives, which
+		// do not count it: the peers that waited may have given up
+		err = transport.PollOnce(ctx)
+	}
 	c.settle(st, err)
 	return rep, g.Fail(err)
 }

@@ -55,6 +55,17 @@ type Poller struct {
 	last time.Time
 }
 
+// PollOnce calls ctx's poll (WithPoll) once, as a wait's first poll does,
+// and returns its error (nil without a poll): what a run checks after its
+// last wait, where a pause of the process since would go unseen until
+// the next run's waits.
+func PollOnce(ctx context.Context) error {
+	if p := PollOf(ctx); p != nil {
+		return p(0)
+	}
+	return nil
+}
+
 // NewPoller returns the Poller of ctx's poll (nil: no poll).
 func NewPoller(ctx context.Context) *Poller {
 	if p := PollOf(ctx); p != nil {
