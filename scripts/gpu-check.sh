@@ -27,16 +27,8 @@ run refit-cuda-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device c
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --verify --atomic --iters 3
 run refit-cuda-pp scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --pp-stages 1 --shape 4096x4096 --dtype bf16 \
 	--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --route all --check --iters 3
-# FP8 in flight on the GPU: BlockAmax, the amax exchange and PackQuantize in the call; --check compares every byte
-# and scale with quantizing the whole tensor; the NaN run must fail naming element [1 1] with the destination untouched.
-F="--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --dst-dtype e4m3"
-run refit-cuda-fp8 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 $F --route all,auto --check --iters 5
-run refit-cuda-fp8-row-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
-	--fp8-scale row --route all --check --verify --atomic --iters 3
-run refit-cuda-fp8-f32-tensor scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8x1000x1000 --dtype f32 $F \
-	--fp8-scale tensor --route all --check --iters 3
-run refit-cuda-fp8-nan env M2N_FAULT_NAN=0:4097 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
-	--route flat --check --atomic --iters 1 --warmup 0
+# FP8 in flight through a prepared step, checked (fp8_runs, in gpu-run.sh).
+fp8_runs
 # The memory check before allocation reads the GPU's free memory (cuMemGetInfo): a footprint no GPU
 # holds must fail naming GPU memory. (A refit run cannot show it: its host copies of the tensor are
 # checked first and the host has less memory than the GPU.)

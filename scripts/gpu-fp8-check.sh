@@ -24,17 +24,8 @@ if [ "$part" = all ] || [ "$part" = tests ]; then
 # The same fused tests with the bracket test making quotients exact (M2N_FUSED_DIV=bracket, m2n_q2_bracket).
 (cd cuda && run fp8-cuda-fused-bracket env M2N_FUSED_DIV=bracket "$bin/cuda.test" -test.run 'Fused' -test.v -test.timeout 600s)
 (cd cudamem && run fp8-cudamem-tests "$bin/cudamem.test" -test.run 'FP8|Fused|Amax|Quant' -test.v -test.timeout 300s)
-# FP8 in flight through a prepared step (the runtime's path: amax, exchange, quant-pack), --check
-# compares every byte and scale with quantizing the whole tensor; the NaN run must fail naming
-# element [1 1] with the destination untouched.
-F="--src-mesh 1 --src-placements S0 --dst-mesh 1 --dst-placements S1 --dst-ranks 0 --dst-dtype e4m3"
-run refit-cuda-fp8 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8192x8192 --dtype bf16 $F --route all,auto --check --iters 5
-run refit-cuda-fp8-row-verify-atomic scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
-	--fp8-scale row --route all --check --verify --atomic --iters 3
-run refit-cuda-fp8-f32-tensor scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 8x1000x1000 --dtype f32 $F \
-	--fp8-scale tensor --route all --check --iters 3
-run refit-cuda-fp8-nan env M2N_FAULT_NAN=0:4097 scripts/mpirun.sh -np 1 "$bin/refit" run --device cuda --shape 4096x4096 --dtype bf16 $F \
-	--route flat --check --atomic --iters 1 --warmup 0
+# FP8 in flight through a prepared step, checked (fp8_runs, in gpu-run.sh).
+fp8_runs
 fi
 if [ "$part" = all ] || [ "$part" = bench ]; then
 # quant-bench runs the torch peer with $M2N_PYTHON, else the first python3 on PATH: find one that
