@@ -380,7 +380,7 @@ func (c *Call) partialAmaxes(qm transport.QuantMemory, bufs []TensorBuffers) []b
 		}
 		w, err := q.grid.NewWindow(q.speakBlocks)
 		if err != nil {
-			blob = appendFailureRecord(blob, i, fmt.Sprintf("rank %d, tensor %q: partial amaxes: %v", c.rank, c.specs[i].Name, err))
+			blob = c.amaxFailure(blob, i, err)
 			continue
 		}
 		jobs = append(jobs, transport.AmaxJob{Grid: q.grid, Window: w,
@@ -401,12 +401,18 @@ func (c *Call) partialAmaxes(qm transport.QuantMemory, bufs []TensorBuffers) []b
 		case errors.As(j.Err, &nf):
 			blob = appendNonFiniteRecord(blob, i, nf.Flat, nf.Value)
 		case j.Err != nil:
-			blob = appendFailureRecord(blob, i, fmt.Sprintf("rank %d, tensor %q: partial amaxes: %v", c.rank, c.specs[i].Name, j.Err))
+			blob = c.amaxFailure(blob, i, j.Err)
 		default:
 			blob = appendWindowRecord(blob, i, j.Window)
 		}
 	}
 	return blob
+}
+
+// amaxFailure appends the record of this rank's failure to gather tensor
+// i's partial amaxes.
+func (c *Call) amaxFailure(blob []byte, i int, err error) []byte {
+	return appendFailureRecord(blob, i, fmt.Sprintf("rank %d, tensor %q: partial amaxes: %v", c.rank, c.specs[i].Name, err))
 }
 
 // exchangeAmax runs one step's amax exchange (every rank of the call takes
