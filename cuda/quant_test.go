@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 )
 
@@ -211,4 +213,40 @@ func TestQuantLoadsMatchTheKernels(t *testing.T) {
 		}
 	}
 	t.Fatal("no quant.h among the kernels' headers")
+}
+
+// TestQuantizeEveryPatternOnCPU is TestGPUQuantizeEveryPattern's bf16 half
+// through the emulator: every bfloat16 bit pattern (NaNs of both signs,
+// infinities, subnormals, zeros) under the same six tensor scales, each
+// byte against fp8.QuantizeValue. The emulated conversion keeps a NaN's
+// sign as the GPU's may, so a kernel that skips the NaN fix-up fails here.
+func TestQuantizeEveryPatternOnCPU(t *testing.T) {
+	shape := []int64{256, 256}
+	g, err := fp8.NewGrid(shape, fp8.Tensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, 2<<16)
+	for i := range 1 << 16 {
+		binary.LittleEndian.PutUint16(src[2*i:], uint16(i))
+	}
+	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
+	blocks, err := g.Blocks(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []float32{1, 3, 0.7, 1e-3, 448 / 3.3895314e38, 2.5e-38} {
+		c := QuantCase{Name: "every bf16", Grid: g, DType: placement.BF16, Src: src, At: strided.Desc{Run: int64(len(src))},
+			Box: all, Blocks: blocks, Scales: []float32{s}, Want: make([]byte, 1<<16)}
+		got, err := emuPack(c, maxGridBlocks, map[string]int{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range got {
+			x := math.Float32frombits(uint32(i) << 16)
+			if want := fp8.QuantizeValue(x, s); b != want {
+				t.Fatalf("bf16 %#04x / %v: the kernel gives %#02x, fp8 %#02x", i, s, b, want)
+			}
+		}
+	}
 }

@@ -92,12 +92,18 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 }
 
 // m2n_emu_quot returns the E4M3 byte the kernels make of x/s in mode 0
-// (m2n_qdiv) or 1 (m2n_q2_bracket).
+// or 1 (m2n_q2_bracket). Mode 0 has two forms, the quantize-pack kernels'
+// m2n_qdiv and the fused kernels' vector form (M2N_QVEC: m2n_qslow, the
+// true division where it marks, else the conversion of x*r); where they
+// disagree it returns 0x100, which no byte matches.
 static unsigned int m2n_emu_quot(float x, float s, float r, int mode) {
 	if (mode == 1) {
 		return m2n_q2_bracket(x, x, s, r) & 0xFFu;
 	}
-	return m2n_e4m3(m2n_qdiv(x, s, r));
+	const unsigned int a = m2n_e4m3(m2n_qdiv(x, s, r));
+	const float q = M2N_FMUL(x, r);
+	const unsigned int b = m2n_qslow(q) ? m2n_e4m3(M2N_FDIV(x, s)) : (m2n_e4m3x2_raw(q, q) & 0xFFu);
+	return a == b ? a : 0x100u;
 }
 
 long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n, int mode) {

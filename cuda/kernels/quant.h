@@ -147,15 +147,37 @@ M2N_INLINE float m2n_qdiv(float x, float s, float r) {
 	return M2N_FDIV(x, s);
 }
 
+// m2n_qslow is 1 where q = x*r may round to E4M3 otherwise than the true
+// division x/s (m2n_qdiv_fast fails on its magnitude) and q is not a zero,
+// else 0, without a branch. A zero q is exact: x is a zero, or x*r
+// underflowed, or the scale is infinite (r = 0), and then x/s is a zero or
+// far below E4M3's smallest half step (2^-10) and rounds to the same
+// signed zero (a NaN scale makes q NaN, which is slow).
+M2N_INLINE unsigned int m2n_qslow(float q) {
+	const unsigned int u = m2n_as_uint(q), a = u & 0x7FFFFFFFu;
+	const unsigned int inside = a - 0x3C800101u < 0x43DFFF00u - 0x3C800101u; // 0x3C800100 < a < 0x43DFFF00
+	const unsigned int away = (u & 0xFFFFFu) - 0x7FFF0u > 0x20u;
+	return ((inside & away) | (a == 0u)) ^ 1u;
+}
+
 // m2n_e4m3x2_raw is m2n_e4m3x2 without the NaN fix-up: a NaN's byte may
-// keep its sign (0x7F or 0xFF). For comparisons only.
+// keep its sign (0x7F or 0xFF; the CPU twin keeps it, so that the emulated
+// kernels show a missing fix-up). For comparisons, and where no element is
+// a NaN.
 M2N_INLINE unsigned int m2n_e4m3x2_raw(float lo, float hi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 	unsigned short r;
 	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
 	return r;
 #else
-	return m2n_e4m3(lo) | (m2n_e4m3(hi) << 8);
+	unsigned int a = m2n_e4m3(lo), b = m2n_e4m3(hi);
+	if (lo != lo) {
+		a |= (m2n_as_uint(lo) >> 24) & 0x80u;
+	}
+	if (hi != hi) {
+		b |= (m2n_as_uint(hi) >> 24) & 0x80u;
+	}
+	return a | (b << 8);
 #endif
 }
 
@@ -189,6 +211,12 @@ M2N_INLINE unsigned int m2n_q1_bracket(float x, float s, float r) {
 		return v;
 	}
 	return m2n_e4m3(M2N_FDIV(x, s));
+}
+
+// m2n_udiv is a / b, in a 32-bit division where both fit (a 64-bit one
+// costs several times as many instructions on the GPU).
+M2N_INLINE unsigned long long m2n_udiv(unsigned long long a, unsigned long long b) {
+	return ((a | b) >> 32) == 0 ? (unsigned long long)((unsigned int)a / (unsigned int)b) : a / b;
 }
 
 // m2n_win_row returns the window index of the first block of box row `row`
@@ -260,7 +288,31 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 typedef struct m2n_fused_tile {
 	unsigned long long row0, rows, c0, vpr;
 	long long wi;
+	// lin: the tile's rows are consecutive indices of the source's
+	// innermost row dimension, so row r of the tile starts at soff +
+	// r*sstride (m2n_fused_lin): lanes step pointers instead of decoding
+	// every row's offset.
+	unsigned long long lin, soff, sstride;
 } m2n_fused_tile;
+
+// m2n_fused_lin sets t's lin, soff and sstride: whether the tile's rows,
+// t->rows of them from t->row0, are consecutive indices of the source's
+// innermost row dimension (one division per tile), and then the first
+// row's offset and the stride between rows.
+M2N_INLINE void m2n_fused_lin(const m2n_side *s, m2n_fused_tile *t) {
+	const int nd = (int)s->nd;
+	t->lin = 0, t->soff = 0, t->sstride = 0;
+	if (nd < 1) {
+		return;
+	}
+	const unsigned long long c = s->count[nd - 1];
+	if (nd > 1 && (c == 0 || t->row0 - m2n_udiv(t->row0, c) * c + t->rows > c)) {
+		return;
+	}
+	t->lin = 1;
+	t->soff = m2n_row_offset(s, t->row0);
+	t->sstride = s->stride[nd - 1];
+}
 
 // m2n_fused_tile_of returns work item `item`, (matrix, block row, block
 // column) as the amax kernels number theirs: item = (matrix*groups +
@@ -271,14 +323,14 @@ M2N_INLINE m2n_fused_tile m2n_fused_tile_of(const m2n_quant_params *p, unsigned 
 	const unsigned long long lo_r = p->lo[nd - 2], ext_r = p->ext[nd - 2];
 	const unsigned long long lo_c = p->lo[nd - 1], ext_c = p->ext[nd - 1];
 	const unsigned long long g = p->group, pc = p->chunk_elems;
-	const unsigned long long piece = item % p->chunks_per_row;
-	const unsigned long long t = item / p->chunks_per_row;
-	const unsigned long long grp = t % p->groups;
-	const unsigned long long mat = t / p->groups;
-	const unsigned long long g0 = (lo_r / g + grp) * g;
+	const unsigned long long t = m2n_udiv(item, p->chunks_per_row);
+	const unsigned long long piece = item - t * p->chunks_per_row;
+	const unsigned long long mat = m2n_udiv(t, p->groups);
+	const unsigned long long grp = t - mat * p->groups;
+	const unsigned long long g0 = (m2n_udiv(lo_r, g) + grp) * g;
 	const unsigned long long r0 = (g0 > lo_r ? g0 : lo_r) - lo_r;
 	const unsigned long long r1 = (g0 + g < lo_r + ext_r ? g0 + g : lo_r + ext_r) - lo_r;
-	const unsigned long long p0 = (lo_c / pc + piece) * pc;
+	const unsigned long long p0 = (m2n_udiv(lo_c, pc) + piece) * pc;
 	const unsigned long long c0 = (p0 > lo_c ? p0 : lo_c) - lo_c;
 	const unsigned long long c1 = (p0 + pc < lo_c + ext_c ? p0 + pc : lo_c + ext_c) - lo_c;
 	m2n_fused_tile f;
@@ -287,6 +339,7 @@ M2N_INLINE m2n_fused_tile m2n_fused_tile_of(const m2n_quant_params *p, unsigned 
 	f.c0 = c0;
 	f.vpr = (c1 - c0) / vec;
 	f.wi = m2n_win_row(p, f.row0) + (long long)m2n_block_col(p, lo_c + c0);
+	m2n_fused_lin(&p->src, &f);
 	return f;
 }
 
@@ -325,6 +378,42 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 		} \
 	} while (0)
 
+// The fused kernels' amax over a vector as it loads (M2N_FVMAX), in a
+// running value M2N_FVMAG turns into the largest magnitude's float bits.
+// bf16: magnitudes in pairs, two 16-bit maxima per instruction (their bits
+// order as M2N_MAG's, NaN and infinity included); f32: per element.
+M2N_INLINE unsigned int m2n_vmax2(unsigned int a, unsigned int b) {
+#ifdef __CUDACC__
+	return __vmaxu2(a, b);
+#else
+	const unsigned int lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+	const unsigned int hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+	return lo | (hi << 16);
+#endif
+}
+M2N_INLINE unsigned int m2n_bf16x2_amax(unsigned int w, unsigned int m) { return m2n_vmax2(w & 0x7FFF7FFFu, m); }
+M2N_INLINE unsigned int m2n_bf16x2_mag(unsigned int m) {
+	const unsigned int lo = m & 0xFFFFu, hi = m >> 16;
+	return (lo > hi ? lo : hi) << 16;
+}
+M2N_INLINE unsigned int m2n_f32_amax(unsigned int w, unsigned int m) {
+	w &= 0x7FFFFFFFu;
+	return w > m ? w : m;
+}
+M2N_INLINE unsigned int m2n_vamax_bf16_8(m2n_v16 v, unsigned int m) {
+	return m2n_bf16x2_amax(v.w, m2n_bf16x2_amax(v.z, m2n_bf16x2_amax(v.y, m2n_bf16x2_amax(v.x, m))));
+}
+M2N_INLINE unsigned int m2n_vamax_bf16_4(unsigned long long v, unsigned int m) {
+	return m2n_bf16x2_amax((unsigned int)(v >> 32), m2n_bf16x2_amax((unsigned int)v, m));
+}
+M2N_INLINE unsigned int m2n_vamax_f32_4(m2n_v16 v, unsigned int m) {
+	return m2n_f32_amax(v.w, m2n_f32_amax(v.z, m2n_f32_amax(v.y, m2n_f32_amax(v.x, m))));
+}
+M2N_INLINE unsigned int m2n_vamax_f32_2(unsigned long long v, unsigned int m) {
+	return m2n_f32_amax((unsigned int)(v >> 32), m2n_f32_amax((unsigned int)v, m));
+}
+M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
+
 // Vectors a lane of the quantize-pack kernels keeps in flight (quantLoads
 // in quant_plan.go).
 #define M2N_QLOADS 4
@@ -338,6 +427,9 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 #define M2N_QNAME m2n_quant_bf16_8
 #define M2N_ANAME m2n_amax_bf16_8
 #define M2N_FNAME m2n_fquant_bf16_8
+#define M2N_QVEC m2n_qvec_bf16_8
+#define M2N_FVMAX(v, m) m2n_vamax_bf16_8(v, m)
+#define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_8
 #define M2N_FSTORE m2n_fstore_bf16_8
 #define M2N_FQVEC m2n_fqvec_bf16_8
@@ -349,6 +441,9 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 #define M2N_QNAME m2n_quant_bf16_4
 #define M2N_ANAME m2n_amax_bf16_4
 #define M2N_FNAME m2n_fquant_bf16_4
+#define M2N_QVEC m2n_qvec_bf16_4
+#define M2N_FVMAX(v, m) m2n_vamax_bf16_4(v, m)
+#define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_4
 #define M2N_FSTORE m2n_fstore_bf16_4
 #define M2N_FQVEC m2n_fqvec_bf16_4
@@ -360,6 +455,9 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 #define M2N_QNAME m2n_quant_bf16_2
 #define M2N_ANAME m2n_amax_bf16_2
 #define M2N_FNAME m2n_fquant_bf16_2
+#define M2N_QVEC m2n_qvec_bf16_2
+#define M2N_FVMAX(v, m) m2n_bf16x2_amax(v, m)
+#define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_2
 #define M2N_FSTORE m2n_fstore_bf16_2
 #define M2N_FQVEC m2n_fqvec_bf16_2
@@ -371,6 +469,9 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 #define M2N_QNAME m2n_quant_bf16_1
 #define M2N_ANAME m2n_amax_bf16_1
 #define M2N_FNAME m2n_fquant_bf16_1
+#define M2N_QVEC m2n_qvec_bf16_1
+#define M2N_FVMAX(v, m) m2n_bf16x2_amax((unsigned int)(v), m)
+#define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_1
 #define M2N_FSTORE m2n_fstore_bf16_1
 #define M2N_FQVEC m2n_fqvec_bf16_1
@@ -393,6 +494,9 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 #define M2N_QNAME m2n_quant_f32_4
 #define M2N_ANAME m2n_amax_f32_4
 #define M2N_FNAME m2n_fquant_f32_4
+#define M2N_QVEC m2n_qvec_f32_4
+#define M2N_FVMAX(v, m) m2n_vamax_f32_4(v, m)
+#define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_4
 #define M2N_FSTORE m2n_fstore_f32_4
 #define M2N_FQVEC m2n_fqvec_f32_4
@@ -404,6 +508,9 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 #define M2N_QNAME m2n_quant_f32_2
 #define M2N_ANAME m2n_amax_f32_2
 #define M2N_FNAME m2n_fquant_f32_2
+#define M2N_QVEC m2n_qvec_f32_2
+#define M2N_FVMAX(v, m) m2n_vamax_f32_2(v, m)
+#define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_2
 #define M2N_FSTORE m2n_fstore_f32_2
 #define M2N_FQVEC m2n_fqvec_f32_2
@@ -415,6 +522,9 @@ M2N_INLINE void m2n_fused_start(unsigned long long vpr, unsigned int tid, unsign
 #define M2N_QNAME m2n_quant_f32_1
 #define M2N_ANAME m2n_amax_f32_1
 #define M2N_FNAME m2n_fquant_f32_1
+#define M2N_QVEC m2n_qvec_f32_1
+#define M2N_FVMAX(v, m) m2n_f32_amax(v, m)
+#define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_1
 #define M2N_FSTORE m2n_fstore_f32_1
 #define M2N_FQVEC m2n_fqvec_f32_1

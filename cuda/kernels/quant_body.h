@@ -3,6 +3,49 @@
 // blocks (M2N_FNAME) for one source type and vector width, instantiated by
 // quant.h. It has no include guard on purpose.
 
+// M2N_QVEC quantizes one vector by scale (rcp its reciprocal rounded) as
+// the rule's true division does (m2n_qdiv, a vector at a time), for the
+// fused kernels: a multiply per element; where m2n_qslow marks an element
+// (a quotient near an E4M3 midpoint or a range end, a subnormal one, a
+// NaN), its true division; then the conversion, with the NaN fix-up only
+// for pairs with a marked element. The bytes go out as one store.
+M2N_INLINE M2N_STORE_T M2N_QVEC(M2N_LOAD_T v, float scale, float rcp) {
+	union {
+		M2N_LOAD_T v;
+		M2N_ELEM_T e[M2N_VEC];
+	} x;
+	x.v = v;
+	float q[M2N_VEC];
+	unsigned int slow = 0; // bit k: element k
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_VEC; k++) {
+		q[k] = M2N_FMUL(M2N_TO_FLOAT(x.e[k]), rcp);
+		slow |= m2n_qslow(q[k]) << k;
+	}
+	if (slow) {
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_VEC; k++) {
+			if ((slow >> k) & 1u) {
+				q[k] = M2N_FDIV(M2N_TO_FLOAT(x.e[k]), scale);
+			}
+		}
+	}
+#if M2N_VEC == 1
+	return (M2N_STORE_T)m2n_e4m3(q[0]);
+#else
+	unsigned long long out = 0;
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_VEC; k += 2) {
+		unsigned int two = m2n_e4m3x2_raw(q[k], q[k + 1]);
+		if ((slow >> k) & 3u) {
+			two = m2n_nanfix(two, q[k], q[k + 1]);
+		}
+		out |= (unsigned long long)two << (8 * k);
+	}
+	return (M2N_STORE_T)out;
+#endif
+}
+
 M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
 	M2N_TEAMS(p.team_shift, (unsigned long long)blockIdx.x, (unsigned long long)gridDim.x);
 	const unsigned long long lo_c = p.lo[p.nd - 1];
@@ -121,6 +164,25 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 		M2N_LOAD_T v;
 		M2N_ELEM_T e[M2N_VEC];
 	} x;
+	if (t->lin && dc == 0) {
+		// rows at one stride and whole rows per step: a pointer per lane
+		const unsigned char *sp = (const unsigned char *)(p->src.base + t->soff + r * t->sstride + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+		const unsigned long long step = dr * t->sstride;
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (r < t->rows) {
+				x.v = *(const M2N_LOAD_T *)sp;
+				in[k] = x.v;
+				m = M2N_FVMAX(x.v, m);
+				sp += step, r += dr;
+			}
+		}
+		for (; r < t->rows; sp += step, r += dr) {
+			x.v = *(const M2N_LOAD_T *)sp;
+			m = M2N_FVMAX(x.v, m);
+		}
+		return M2N_FVMAG(m);
+	}
 	M2N_UNROLL_PRAGMA
 	for (int k = 0; k < M2N_FREGS; k++) {
 		if (r < t->rows) {
@@ -149,6 +211,9 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 // M2N_FQVEC quantizes one vector by scale (rcp its reciprocal), each
 // quotient made exact by m2n_qdiv (mode 0) or m2n_q2_bracket (mode 1).
 M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp, unsigned long long mode) {
+	if (mode != 1) {
+		return M2N_QVEC(v, scale, rcp);
+	}
 	union {
 		M2N_LOAD_T v;
 		M2N_ELEM_T e[M2N_VEC];
@@ -159,26 +224,13 @@ M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp, unsigned 
 		unsigned char b[M2N_VEC];
 	} out;
 #if M2N_VEC == 1
-	if (mode == 1) {
-		out.b[0] = (unsigned char)m2n_q1_bracket(M2N_TO_FLOAT(x.e[0]), scale, rcp);
-	} else {
-		out.b[0] = (unsigned char)m2n_e4m3(m2n_qdiv(M2N_TO_FLOAT(x.e[0]), scale, rcp));
-	}
+	out.b[0] = (unsigned char)m2n_q1_bracket(M2N_TO_FLOAT(x.e[0]), scale, rcp);
 #else
-	if (mode == 1) {
-		M2N_UNROLL_PRAGMA
-		for (int k = 0; k < M2N_VEC; k += 2) {
-			const unsigned int two = m2n_q2_bracket(M2N_TO_FLOAT(x.e[k]), M2N_TO_FLOAT(x.e[k + 1]), scale, rcp);
-			out.b[k] = (unsigned char)two;
-			out.b[k + 1] = (unsigned char)(two >> 8);
-		}
-	} else {
-		M2N_UNROLL_PRAGMA
-		for (int k = 0; k < M2N_VEC; k += 2) {
-			const unsigned int two = m2n_e4m3x2(m2n_qdiv(M2N_TO_FLOAT(x.e[k]), scale, rcp), m2n_qdiv(M2N_TO_FLOAT(x.e[k + 1]), scale, rcp));
-			out.b[k] = (unsigned char)two;
-			out.b[k + 1] = (unsigned char)(two >> 8);
-		}
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_VEC; k += 2) {
+		const unsigned int two = m2n_q2_bracket(M2N_TO_FLOAT(x.e[k]), M2N_TO_FLOAT(x.e[k + 1]), scale, rcp);
+		out.b[k] = (unsigned char)two;
+		out.b[k + 1] = (unsigned char)(two >> 8);
 	}
 #endif
 	return out.v;
@@ -191,6 +243,22 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 	m2n_fused_start(t->vpr, tid, nt, &r, &cv, &dr, &dc);
 	const float rcp = M2N_FRCP(scale);
 	unsigned char *d = (unsigned char *)p->dst + t->c0;
+	if (t->lin && dc == 0) {
+		const unsigned char *sp = (const unsigned char *)(p->src.base + t->soff + r * t->sstride + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
+		unsigned char *dp = d + (t->row0 + r) * p->row_elems + cv * M2N_VEC;
+		const unsigned long long step = dr * t->sstride, dstep = dr * p->row_elems;
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (r < t->rows) {
+				*(M2N_STORE_T *)dp = M2N_FQVEC(in[k], scale, rcp, p->div_mode);
+				sp += step, dp += dstep, r += dr;
+			}
+		}
+		for (; r < t->rows; sp += step, dp += dstep, r += dr) {
+			*(M2N_STORE_T *)dp = M2N_FQVEC(*(const M2N_LOAD_T *)sp, scale, rcp, p->div_mode);
+		}
+		return;
+	}
 	M2N_UNROLL_PRAGMA
 	for (int k = 0; k < M2N_FREGS; k++) {
 		if (r < t->rows) {
@@ -232,7 +300,7 @@ M2N_FKERNEL M2N_FNAME(M2N_QPARAMS p) {
 	for (unsigned long long base = blockIdx.x * teams; base < p.items; base += gridDim.x * teams) {
 		const unsigned long long item = base + tix;
 		const bool valid = item < p.items;
-		m2n_fused_tile t = {0, 0, 0, 1, 0};
+		m2n_fused_tile t = {0, 0, 0, 1, 0, 0, 0, 0};
 		M2N_LOAD_T in[M2N_FREGS];
 		unsigned int m = 0;
 		if (valid) {
@@ -298,6 +366,9 @@ M2N_KERNEL M2N_FNAME(M2N_QPARAMS p) {
 #undef M2N_FLOAD
 #undef M2N_FSTORE
 #undef M2N_FQVEC
+#undef M2N_QVEC
+#undef M2N_FVMAX
+#undef M2N_FVMAG
 #undef M2N_ANAME
 #undef M2N_LOAD_T
 #undef M2N_STORE_T
