@@ -12,7 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/strided"
 )
 
-// BatchCopy is one copy of a Batch: the bytes SrcDesc describes at Src go to
+// BatchCopy is one copy of a batch: the bytes SrcDesc describes at Src go to
 // the places DstDesc describes at Dst, byte k to byte k in packed order, as
 // StridedCopy moves them. Either side may be contiguous (strided.Desc{Run: n}) or
 // strided, and the copies of one batch may have any sizes.
@@ -23,22 +23,22 @@ type BatchCopy struct {
 	SrcDesc strided.Desc
 }
 
-// Batch is a list of copies planned once for the batched kernel
+// batch is a list of copies planned once for the batched kernel
 // (kernels/batch.h), which moves them all in one launch: a pack of many
 // regions into staging, an unpack of many, or many local copies. Copies
 // that describe no bytes are dropped; a copy whose two sides are contiguous
 // and continue the previous copy's two sides is merged into it. Copies run
 // concurrently: no copy may write bytes that another copy of the batch reads
 // or writes.
-type Batch struct {
+type batch struct {
 	plans []copyPlan
 	bytes int64
 }
 
-// PlanBatch plans copies for one launch. It fails, naming the copy, on a
+// planBatch plans copies for one launch. It fails, naming the copy, on a
 // descriptor PlanCopy would refuse (strided.ErrInvalid).
-func PlanBatch(copies []BatchCopy) (*Batch, error) {
-	b := &Batch{}
+func planBatch(copies []BatchCopy) (*batch, error) {
+	b := &batch{}
 	var last *BatchCopy // the previous copy kept, when both its sides are one run
 	var merged BatchCopy
 	for i := range copies {
@@ -96,16 +96,16 @@ func oneRun(d strided.Desc) bool {
 	return len(dims) == 0
 }
 
-// Len returns the number of items the batch launches (after merging).
-func (b *Batch) Len() int { return len(b.plans) }
+// len returns the number of items the batch launches (after merging).
+func (b *batch) len() int { return len(b.plans) }
 
 // tableBytes returns the size of the batch's item table in device memory.
-func (b *Batch) tableBytes() int { return len(b.plans) * kernels.BatchItemSize }
+func (b *batch) tableBytes() int { return len(b.plans) * kernels.BatchItemSize }
 
 // table marshals the item table: each item gets the blocks its own launch
 // would use on a device where resident(width) blocks of that width's copy
 // kernel fit at once. It returns the virtual blocks of the whole batch.
-func (b *Batch) table(resident func(width int) int) ([]byte, uint64) {
+func (b *batch) table(resident func(width int) int) ([]byte, uint64) {
 	out := make([]byte, b.tableBytes())
 	var first uint64
 	for i := range b.plans {
@@ -122,7 +122,7 @@ func (b *Batch) table(resident func(width int) int) ([]byte, uint64) {
 	return out, first
 }
 
-// BatchLaunch is a Batch whose item table lies in device memory, ready to be
+// BatchLaunch is a batch whose item table lies in device memory, ready to be
 // launched any number of times (on any stream of the context, or captured
 // in a graph).
 type BatchLaunch struct {
@@ -131,17 +131,29 @@ type BatchLaunch struct {
 	Blocks uint64    // virtual blocks of all items
 }
 
-// Table marshals b's item table for the context's device (it loads the
-// kernels on first use, as every launch does) and returns it with the
-// batch's virtual blocks, for the caller to upload (CopyHtoD) and launch
-// from wherever it keeps it.
-func (c *Context) BatchTable(b *Batch) (table []byte, blocks uint64, err error) {
+// BatchTable plans copies for one launch of the batched kernel and
+// marshals their item table for the context's device (it loads the
+// kernels on first use, as every launch does). It returns the table, for
+// the caller to upload (CopyHtoD) to wherever it keeps it, and the launch
+// with its Count and Blocks set: the caller sets Table to the uploaded
+// copy. It fails, naming the copy, on a descriptor StridedCopy would
+// refuse (strided.ErrInvalid).
+//
+// The copies are planned once: copies that describe no bytes are dropped;
+// a copy whose two sides are contiguous and continue the previous copy's
+// two sides is merged into it. Copies run concurrently: no copy may write
+// bytes that another copy of the batch reads or writes.
+func (c *Context) BatchTable(copies []BatchCopy) (table []byte, l BatchLaunch, err error) {
+	b, err := planBatch(copies)
+	if err != nil {
+		return nil, BatchLaunch{}, err
+	}
 	ks, err := c.loadKernels()
 	if err != nil {
-		return nil, 0, fmt.Errorf("cuda: batch: %w", err)
+		return nil, BatchLaunch{}, fmt.Errorf("cuda: batch: %w", err)
 	}
-	table, blocks = b.table(func(w int) int { return ks.copies[widthIndex(w)].resident })
-	return table, blocks, nil
+	table, blocks := b.table(func(w int) int { return ks.copies[widthIndex(w)].resident })
+	return table, BatchLaunch{Count: b.len(), Blocks: blocks}, nil
 }
 
 // Launch queues the batched kernel over the launch's items on s. A launch of
@@ -159,20 +171,23 @@ func (l BatchLaunch) Launch(s *Stream) error {
 	return check("cuLaunchKernel", C.m2n_launch_batch(s.ctx.h, ks.batch.fn, C.uint(grid), blockThreads, s.h, &bp))
 }
 
-// EmulateBatch runs b through the batched kernel's source compiled for the
-// CPU (package kernels), one simulated thread at a time, on a grid of at
-// most maxGrid blocks, as a device on which resident blocks of every copy
-// kernel fit at once would run it. It is for tests: every address of every
-// copy must lie in host memory from kernels.Alloc.
-func EmulateBatch(b *Batch, resident, maxGrid int) error {
-	if b.Len() == 0 {
-		return nil
+// EmulateBatch plans copies as Context.BatchTable does and runs them
+// through the batched kernel's source compiled for the CPU (package
+// kernels), one simulated thread at a time, on a grid of at most maxGrid
+// blocks, as a device on which resident blocks of every copy kernel fit at
+// once would run it, and returns the number of items it ran. It is for
+// tests: every address of every copy must lie in host memory from
+// kernels.Alloc.
+func EmulateBatch(copies []BatchCopy, resident, maxGrid int) (items int, err error) {
+	b, err := planBatch(copies)
+	if err != nil || b.len() == 0 {
+		return 0, err
 	}
 	table, blocks := b.table(func(int) int { return resident })
 	mem, free := kernels.Alloc(len(table))
 	defer free()
 	copy(mem, table)
-	bp := C.m2n_batch_params{items: C.ulonglong(uintptr(unsafe.Pointer(&mem[0]))), count: C.ulonglong(b.Len()), blocks: C.ulonglong(blocks)}
+	bp := C.m2n_batch_params{items: C.ulonglong(uintptr(unsafe.Pointer(&mem[0]))), count: C.ulonglong(b.len()), blocks: C.ulonglong(blocks)}
 	params := C.GoBytes(unsafe.Pointer(&bp), C.sizeof_m2n_batch_params)
-	return kernels.EmulateBatch(params, clampGrid(blocks, maxGrid), blockThreads)
+	return b.len(), kernels.EmulateBatch(params, clampGrid(blocks, maxGrid), blockThreads)
 }

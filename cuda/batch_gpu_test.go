@@ -84,15 +84,10 @@ func TestGPUBatch(t *testing.T) {
 		if err := ctx.CopyHtoD(dstDev, b.dst); err != nil {
 			t.Fatal(err)
 		}
-		plan, err := cuda.PlanBatch(b.copies)
+		table, l, err := ctx.BatchTable(b.copies)
 		if err != nil {
 			t.Fatal(err)
 		}
-		table, blocks, err := ctx.BatchTable(plan)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := cuda.BatchLaunch{Count: plan.Len(), Blocks: blocks}
 		if len(table) > 0 {
 			l.Table = gputest.Alloc(t, ctx, len(table))
 			if err := ctx.CopyHtoD(l.Table, table); err != nil {
@@ -101,14 +96,7 @@ func TestGPUBatch(t *testing.T) {
 		}
 		graphed := bi == 7 && cuda.HasGraphs()
 		if graphed {
-			capt, err := s.BeginCapture()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Launch(s); err != nil {
-				t.Fatal(err)
-			}
-			g, err := capt.End()
+			g, err := s.Capture(func() error { return l.Launch(s) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +117,7 @@ func TestGPUBatch(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("batch %d of %d copies (graph %v): device and oracle differ", bi, len(b.copies), graphed)
 		}
-		items += plan.Len()
+		items += l.Count
 	}
 	t.Logf("%d items in 40 batches match the oracle (one batch from a captured graph: %v)", items, cuda.HasGraphs())
 }

@@ -65,17 +65,21 @@ func TestBatchOnCPU(t *testing.T) {
 				t.Fatalf("batch %d copy %d: oracle: %v", bi, i, err)
 			}
 		}
-		b, err := PlanBatch(copies)
+		b, err := planBatch(copies)
 		if err != nil {
 			t.Fatalf("batch %d: %v", bi, err)
 		}
 		for _, p := range b.plans {
 			widthsSeen[p.width]++
 		}
-		items += b.Len()
-		if err := EmulateBatch(b, []int{4, 264}[bi%2], []int{1, 3, maxGridBlocks}[bi%3]); err != nil {
+		ran, err := EmulateBatch(copies, []int{4, 264}[bi%2], []int{1, 3, maxGridBlocks}[bi%3])
+		if err != nil {
 			t.Fatal(err)
 		}
+		if ran != b.len() {
+			t.Fatalf("batch %d: EmulateBatch ran %d items, the plan has %d", bi, ran, b.len())
+		}
+		items += ran
 		if !bytes.Equal(dst, want) {
 			t.Fatalf("batch %d of %d copies: kernel and oracle differ", bi, n)
 		}
@@ -107,12 +111,12 @@ func TestBatchMerge(t *testing.T) {
 		{Dst: d + 320, DstDesc: strided.Desc{Run: 64}, Src: s + 400, SrcDesc: strided.Desc{Run: 16, Count: []int64{4}, Stride: []int64{32}}}, // strided
 		{Dst: d + 384, DstDesc: strided.Desc{Run: 16}, Src: s + 528, SrcDesc: strided.Desc{Run: 16}},                                         // after a strided copy: new
 	}
-	b, err := PlanBatch(copies)
+	b, err := planBatch(copies)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Len() != 4 || b.bytes != 100+28+72+56+64+64+16 {
-		t.Fatalf("%d items of %d bytes, want 4 items of 400 bytes", b.Len(), b.bytes)
+	if b.len() != 4 || b.bytes != 100+28+72+56+64+64+16 {
+		t.Fatalf("%d items of %d bytes, want 4 items of 400 bytes", b.len(), b.bytes)
 	}
 	want := make([]byte, 4096)
 	for _, c := range copies {
@@ -120,13 +124,13 @@ func TestBatchMerge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := EmulateBatch(b, 8, maxGridBlocks); err != nil {
+	if _, err := EmulateBatch(copies, 8, maxGridBlocks); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(dst, want) {
 		t.Fatal("merged batch and oracle differ")
 	}
-	if _, err := PlanBatch([]BatchCopy{copies[0], {Dst: d, DstDesc: strided.Desc{Run: 8}, Src: s, SrcDesc: strided.Desc{Run: 9}}}); !errors.Is(err, strided.ErrInvalid) {
+	if _, err := planBatch([]BatchCopy{copies[0], {Dst: d, DstDesc: strided.Desc{Run: 8}, Src: s, SrcDesc: strided.Desc{Run: 9}}}); !errors.Is(err, strided.ErrInvalid) {
 		t.Errorf("a copy of 9 bytes into 8: %v", err)
 	}
 }

@@ -42,7 +42,7 @@ func (d Device) PrimaryContext() (*Context, error) {
 	if err := check("cuDevicePrimaryCtxRetain", C.m2n_cuDevicePrimaryCtxRetain(&h, C.CUdevice(d))); err != nil {
 		return nil, err
 	}
-	sms, err := d.MultiprocessorCount()
+	sms, err := d.multiprocessorCount()
 	if err != nil {
 		C.m2n_cuDevicePrimaryCtxRelease(C.CUdevice(d))
 		return nil, err

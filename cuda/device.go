@@ -59,13 +59,13 @@ func (d Device) attribute(a int) (int, error) {
 	return int(v), nil
 }
 
-// MultiprocessorCount returns the number of SMs (132 on an H200).
-func (d Device) MultiprocessorCount() (int, error) {
+// multiprocessorCount returns the number of SMs (132 on an H200).
+func (d Device) multiprocessorCount() (int, error) {
 	return d.attribute(attrMultiprocessorCount)
 }
 
-// ComputeCapability returns the device's compute capability (9, 0 on Hopper).
-func (d Device) ComputeCapability() (major, minor int, err error) {
+// computeCapability returns the device's compute capability (9, 0 on Hopper).
+func (d Device) computeCapability() (major, minor int, err error) {
 	if major, err = d.attribute(attrComputeCapabilityMajor); err != nil {
 		return 0, 0, err
 	}
@@ -85,8 +85,8 @@ func (d Device) PCIBusID() (string, error) {
 	return C.GoString(&buf[0]), nil
 }
 
-// TotalMem returns the device's memory in bytes.
-func (d Device) TotalMem() (int64, error) {
+// totalMem returns the device's memory in bytes.
+func (d Device) totalMem() (int64, error) {
 	var n C.size_t
 	if err := check("cuDeviceTotalMem", C.m2n_cuDeviceTotalMem(&n, C.CUdevice(d))); err != nil {
 		return 0, err

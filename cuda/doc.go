@@ -32,11 +32,11 @@
 //	_ = cuda.Unpack(s, dst, box, staging)     // contiguous -> strided
 //	_ = s.Synchronize()
 //
-// Many copies in one launch: PlanBatch plans a list of BatchCopy (each a
-// source and a destination region, strided or contiguous, of any size) for
-// the batched kernel (kernels/batch.h), Context.BatchTable marshals its item
+// Many copies in one launch: Context.BatchTable plans a list of BatchCopy
+// (each a source and a destination region, strided or contiguous, of any
+// size) for the batched kernel (kernels/batch.h) and marshals its item
 // table for upload, and BatchLaunch launches it any number of times, on a
-// stream or in a graph captured with Stream.BeginCapture.
+// stream or in a graph captured with Stream.Capture.
 //
 // FP8: BlockAmax gathers the partial amaxes of the blocks a source region
 // touches into a device window, and PackQuantize packs a region straight
@@ -73,6 +73,6 @@
 // Other CUDA libraries (NCCL) use whatever is current on the calling thread:
 // lock the goroutine and make the context current first with Context.Bind.
 //
-// Errors from the driver are *Error values naming the call:
+// Errors from the driver name the call, the CUresult's name and its text:
 // "cuda: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of memory".
 package cuda

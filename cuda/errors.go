@@ -14,21 +14,21 @@ import (
 // error itself.
 var ErrNotAvailable = errors.New("cuda: not available")
 
-// Error is a failed driver call: Op names the entry point (cuMemAlloc), Code
-// is its CUresult, Name and Msg the driver's name and text for it.
-type Error struct {
+// driverError is a failed driver call: Op names the entry point
+// (cuMemAlloc), Code is its CUresult, Name and Msg the driver's name and
+// text for it.
+type driverError struct {
 	Op   string
 	Code int
 	Name string
 	Msg  string
 }
 
-func (e *Error) Error() string {
+func (e *driverError) Error() string {
 	return fmt.Sprintf("cuda: %s: %s: %s", e.Op, e.Name, e.Msg)
 }
 
-// CUresult values this package branches on (cuda.h); callers compare
-// Error.Code with the values cuda.h documents.
+// CUresult values this package branches on (cuda.h).
 const (
 	codeStubLibrary        = 34
 	codeNoDevice           = 100
@@ -37,13 +37,13 @@ const (
 	codeCaptureInvalidated = 901
 )
 
-// isCode reports whether err is, or wraps, an *Error with the given code.
+// isCode reports whether err is, or wraps, a *driverError with the given code.
 func isCode(err error, code int) bool {
-	var e *Error
+	var e *driverError
 	return errors.As(err, &e) && e.Code == code
 }
 
-// check turns a CUresult into nil or an *Error for op.
+// check turns a CUresult into nil or a *driverError for op.
 func check(op string, r C.CUresult) error {
 	if r == 0 {
 		return nil
@@ -51,8 +51,8 @@ func check(op string, r C.CUresult) error {
 	return newError(op, int(r))
 }
 
-func newError(op string, code int) *Error {
-	e := &Error{Op: op, Code: code, Name: fmt.Sprintf("CUresult(%d)", code), Msg: "unknown error"}
+func newError(op string, code int) *driverError {
+	e := &driverError{Op: op, Code: code, Name: fmt.Sprintf("CUresult(%d)", code), Msg: "unknown error"}
 	if s := C.m2n_cuErrorName(C.CUresult(code)); s != nil {
 		e.Name = C.GoString(s)
 	}

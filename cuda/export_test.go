@@ -15,3 +15,16 @@ func SetFusedGridCap(n int) (restore func()) {
 	fusedGridCap = n
 	return func() { fusedGridCap = old }
 }
+
+// The device's and driver's facts the GPU test checks.
+
+func DriverVersion() (int, error) { return driverVersion() }
+
+func (d Device) ComputeCapability() (major, minor int, err error) { return d.computeCapability() }
+
+func (d Device) MultiprocessorCount() (int, error) { return d.multiprocessorCount() }
+
+func (d Device) TotalMem() (int64, error) { return d.totalMem() }
+
+// Error is the driver's failed call, for the tests that inspect it.
+type Error = driverError

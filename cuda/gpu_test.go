@@ -397,7 +397,7 @@ func TestGPUMemcpy2D(t *testing.T) {
 	d2 := strided.Desc{Offset: 3, Run: 24, Count: []int64{5}, Stride: []int64{40}}
 	stridedCase(t, ctx, s, r, "Memcpy2DAsync", d2.Extent(), d2.Bytes(),
 		func(dst, src cuda.DevicePtr) error {
-			return cuda.Memcpy2DAsync(s, cuda.Copy2D{Dst: dst, Src: src + 3, DstPitch: 24, SrcPitch: 40, Width: 24, Height: 5})
+			return cuda.Memcpy2DAsync(s, dst, src, d2)
 		},
 		func(dst, src []byte) error { return cuda.HostPack(dst, src, d2) })
 }

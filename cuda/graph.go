@@ -24,20 +24,36 @@ const captureModeRelaxed = 2
 // CU_EVENT_RECORD_EXTERNAL (cuda.h).
 const eventRecordExternal = 0x1
 
-// Capture is a stream capture in progress (cuStreamBeginCapture): work
+// capture is a stream capture in progress (cuStreamBeginCapture): work
 // queued on the stream, and on every stream that waits on an event
 // recorded on a captured stream, goes into a graph instead of running. The
-// OS thread stays locked to the goroutine from BeginCapture until End or
-// Abandon, so that everything captured is queued from one thread.
-type Capture struct {
+// OS thread stays locked to the goroutine from Stream.Capture's begin until
+// end or abandon, so that everything captured is queued from one thread.
+type capture struct {
 	s    *Stream
 	done bool
 }
 
-// BeginCapture starts capturing the work queued on s (relaxed mode). Every
-// stream the capture forks into must join back into s (s waits on an event
-// recorded on it after its last captured work) before End.
-func (s *Stream) BeginCapture() (*Capture, error) {
+// Capture captures the work that queue puts on s (relaxed mode) and
+// instantiates it as a graph (cuStreamBeginCapture, cuStreamEndCapture,
+// cuGraphInstantiateWithFlags). Every stream the capture forks into must
+// join back into s (s waits on an event recorded on it after its last
+// captured work) before queue returns. If queue fails, the capture is
+// abandoned, dropping what it captured so that the stream runs work
+// again, and Capture returns queue's error (joined with abandoning's). A
+// capture that an illegal call invalidated fails at its end.
+func (s *Stream) Capture(queue func() error) (*Graph, error) {
+	c, err := s.beginCapture()
+	if err != nil {
+		return nil, err
+	}
+	if err := queue(); err != nil {
+		return nil, errors.Join(err, c.abandon())
+	}
+	return c.end()
+}
+
+func (s *Stream) beginCapture() (*capture, error) {
 	if !HasGraphs() {
 		return nil, errNoGraphs
 	}
@@ -46,13 +62,11 @@ func (s *Stream) BeginCapture() (*Capture, error) {
 		runtime.UnlockOSThread()
 		return nil, err
 	}
-	return &Capture{s: s}, nil
+	return &capture{s: s}, nil
 }
 
-// End ends the capture and instantiates the captured graph
-// (cuStreamEndCapture, cuGraphInstantiateWithFlags). A capture that an
-// illegal call invalidated fails here.
-func (c *Capture) End() (*Graph, error) {
+// end ends the capture and instantiates the captured graph.
+func (c *capture) end() (*Graph, error) {
 	if c.done {
 		return nil, errors.New("cuda: capture already ended")
 	}
@@ -77,14 +91,14 @@ func (c *Capture) End() (*Graph, error) {
 	return &Graph{ctx: ctx, h: e}, nil
 }
 
-// Abandon ends a capture whose building failed, dropping what it captured,
+// abandon ends a capture whose building failed, dropping what it captured,
 // so that the stream runs work again. It returns the first error of ending
 // it, if any; a capture already ended is a no-op.
-func (c *Capture) Abandon() error {
+func (c *capture) abandon() error {
 	if c.done {
 		return nil
 	}
-	_, err := c.End()
+	_, err := c.end()
 	if err != nil && (isCode(err, codeCaptureUnsupported) || isCode(err, codeCaptureInvalidated)) {
 		// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED / _INVALIDATED: ended all
 		// the same.

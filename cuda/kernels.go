@@ -117,7 +117,7 @@ func (c *Context) loadKernels() (*kernelSet, error) {
 	if c.kernels != nil {
 		return c.kernels, nil
 	}
-	major, minor, err := c.dev.ComputeCapability()
+	major, minor, err := c.dev.computeCapability()
 	if err != nil {
 		return nil, err
 	}

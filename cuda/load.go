@@ -53,9 +53,9 @@ func open() error {
 	return nil
 }
 
-// DriverVersion returns the CUDA version the driver supports, as 1000*major +
+// driverVersion returns the CUDA version the driver supports, as 1000*major +
 // 10*minor (13000 for CUDA 13.0).
-func DriverVersion() (int, error) {
+func driverVersion() (int, error) {
 	if err := Load(); err != nil {
 		return 0, err
 	}

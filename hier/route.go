@@ -211,7 +211,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.
-	srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
+	srcElem, elem := p.Src().ElemSize(), p.Dst().ElemSize() // messages carry the destination dtype
 	index := map[int]int{}
 	var shards []shard
 	for i := 0; i < dm.Size(); i++ {

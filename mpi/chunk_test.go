@@ -39,7 +39,7 @@ func TestForChunks(t *testing.T) {
 func TestNames(t *testing.T) {
 	cases := []struct{ got, want string }{
 		{ThreadMultiple.String(), "MPI_THREAD_MULTIPLE"},
-		{ThreadFunneled.String(), "MPI_THREAD_FUNNELED"},
+		{threadFunneled.String(), "MPI_THREAD_FUNNELED"},
 		{ThreadLevel(9).String(), "ThreadLevel(9)"},
 		{(&Error{Op: "MPI_Isend", Code: 6, Msg: "MPI_ERR_RANK: invalid rank"}).Error(), "mpi: MPI_Isend: MPI_ERR_RANK: invalid rank"},
 	}

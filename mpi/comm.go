@@ -7,10 +7,10 @@ import "C"
 
 import "math"
 
-// Undefined is the color that makes Split return a nil *Comm: the calling
+// undefined is the color that makes Split return a nil *Comm: the calling
 // rank takes part in the split but joins no new communicator
 // (MPI_UNDEFINED).
-const Undefined = -1
+const undefined = -1
 
 // Comm is an MPI communicator (MPI_Comm): a group of ranks and a private
 // context for their messages. World returns the communicator of all ranks;
@@ -18,7 +18,7 @@ const Undefined = -1
 // release with Free before Finalize.
 //
 // Every communicator this package returns has MPI_ERRORS_RETURN set, so its
-// failing calls return an *Error. A Comm's methods are safe for concurrent
+// failing calls return an error naming the MPI call. A Comm's methods are safe for concurrent
 // use only as far as the thread level that Init provided allows; see the
 // package documentation.
 type Comm struct {
@@ -69,19 +69,15 @@ func FromFortran(f int) (*Comm, error) {
 	return &Comm{h: h, borrowed: true}, nil
 }
 
-// Fortran returns c's Fortran handle (MPI_Comm_c2f), the integer that
+// fortran returns c's Fortran handle (MPI_Comm_c2f), the integer that
 // FromFortran and mpi4py's Comm.f2py take.
-func (c *Comm) Fortran() (int, error) {
+func (c *Comm) fortran() (int, error) {
 	h, err := c.handle("MPI_Comm_c2f")
 	if err != nil {
 		return 0, err
 	}
 	return int(C.m2n_comm_c2f(h)), nil
 }
-
-// Borrowed reports whether c belongs to other code (World, or a
-// communicator from FromFortran), so that Free refuses it.
-func (c *Comm) Borrowed() bool { return c != nil && c.borrowed }
 
 // newComm wraps a communicator that MPI just created, making its errors
 // return. A null handle gives a nil *Comm.
@@ -107,7 +103,7 @@ func (c *Comm) handle(op string) (C.MPI_Comm, error) {
 }
 
 // Rank returns the calling process's rank in c, in [0, c.Size()).
-// It panics with an *Error if MPI fails, which only happens when c is nil or
+// It panics with an error naming the MPI call if MPI fails, which only happens when c is nil or
 // freed or MPI is not initialized.
 func (c *Comm) Rank() int {
 	h, err := c.handle("MPI_Comm_rank")
@@ -121,7 +117,7 @@ func (c *Comm) Rank() int {
 	return int(r)
 }
 
-// Size returns the number of ranks in c. It panics with an *Error if MPI
+// Size returns the number of ranks in c. It panics with an error naming the MPI call if MPI
 // fails, which only happens when c is nil or freed or MPI is not
 // initialized.
 func (c *Comm) Size() int {
@@ -139,14 +135,14 @@ func (c *Comm) Size() int {
 // Split partitions c by color (MPI_Comm_split): ranks that pass the same
 // non-negative color form one new communicator, ordered by key and then by
 // their rank in c. It is collective over c. A rank that passes color
-// Undefined gets a nil *Comm and a nil error.
+// -1 (MPI_UNDEFINED) gets a nil *Comm and a nil error.
 func (c *Comm) Split(color, key int) (*Comm, error) {
 	h, err := c.handle("MPI_Comm_split")
 	if err != nil {
 		return nil, err
 	}
 	col := C.int(color)
-	if color == Undefined {
+	if color == undefined {
 		col = C.MPI_UNDEFINED
 	}
 	var out C.MPI_Comm
@@ -189,7 +185,7 @@ func (c *Comm) Dup() (*Comm, error) {
 // Free releases a communicator returned by Split, SplitShared or Dup
 // (MPI_Comm_free); it is collective over c. Afterwards c's methods return
 // errors wrapping ErrInvalid (Rank and Size panic). Free on a nil *Comm
-// returns nil, so the result of a Split with color Undefined can be freed
+// returns nil, so the result of a Split with color -1 can be freed
 // unconditionally. Freeing World, or a communicator from FromFortran,
 // returns an error wrapping ErrInvalid.
 func (c *Comm) Free() error {

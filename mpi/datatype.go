@@ -30,7 +30,7 @@ type Datatype struct {
 //
 // Errors: a region larger than maxStridedBytes (MPI counts are C ints), a
 // run or count below 1, or a negative stride wraps ErrInvalid; MPI's
-// errors return an *Error.
+// errors return an error naming the MPI call.
 func NewDatatype(at strided.Desc) (*Datatype, error) {
 	const op = "MPI_Type_create_hvector"
 	shape := strided.Desc{Run: at.Run, Count: append([]int64(nil), at.Count...), Stride: append([]int64(nil), at.Stride...)}
@@ -43,9 +43,6 @@ func NewDatatype(at strided.Desc) (*Datatype, error) {
 	}
 	return &Datatype{h: h, shape: shape}, nil
 }
-
-// Bytes returns how many bytes one element of the datatype moves.
-func (d *Datatype) Bytes() int64 { return d.shape.Bytes() }
 
 // Free releases the datatype (MPI_Type_free). Operations already posted
 // with it complete normally. Free on a freed or nil Datatype does nothing.
@@ -64,7 +61,7 @@ func (d *Datatype) Free() error {
 // (Irecv of exactly d.Bytes()) or into any region of the same size.
 //
 // Errors: a freed d, or a region reaching past buf, wraps ErrInvalid; MPI's
-// errors return an *Error with Op "MPI_Isend".
+// errors return an error naming "MPI_Isend".
 func (c *Comm) IsendType(buf []byte, off int64, d *Datatype, dest, tag int) (*Request, error) {
 	return c.postType("MPI_Isend", buf, off, d, dest, tag)
 }
@@ -112,12 +109,6 @@ func postOne(op string, buf []byte, off int64, dt C.MPI_Datatype, p, tg C.int, h
 	}
 	return r, nil
 }
-
-// Waitall blocks until every request in reqs has completed (one
-// MPI_Waitall over all of them) and unpins their buffers; nil entries are
-// skipped. It has no bound: a caller that must not hang polls Testall
-// against a deadline instead.
-func Waitall(reqs []*Request) error { return waitall(reqs) }
 
 // Testall reports whether every request in reqs has completed (one
 // MPI_Testall over all of them, which drives MPI's progress), unpinning

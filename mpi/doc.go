@@ -30,8 +30,8 @@
 // # Errors
 //
 // Init sets MPI_ERRORS_RETURN on MPI_COMM_WORLD, and every communicator this
-// package creates gets it too, so a failing MPI call returns an *Error
-// naming the call (Op "MPI_Isend", say) with MPI's code and message, rather
+// package creates gets it too, so a failing MPI call returns an error
+// naming the call ("mpi: MPI_Isend: ...") with MPI's message, rather
 // than aborting the job. Arguments that break a documented contract are
 // rejected before MPI is called with an error wrapping ErrInvalid. Rank and
 // Size panic on failure, which only happens on a nil or freed communicator
@@ -75,13 +75,12 @@
 //   - ThreadMultiple: any goroutine may call this package at any time. Ask
 //     for it when goroutines overlap communication; OpenMPI 4.1 over its
 //     shared-memory and TCP transports provides it.
-//   - ThreadSerialized: calls may come from any goroutine but must never
-//     overlap; the caller serializes them, for example with a mutex around
-//     every call (including Wait, Test and Rank).
-//   - ThreadFunneled and ThreadSingle: only the OS thread that called Init
-//     may call MPI. Call runtime.LockOSThread in the goroutine that calls
-//     Init (for the main goroutine, in an init function) and make every MPI
-//     call from that goroutine.
+//   - a lower level (QueryThread's String names it: MPI_THREAD_SERIALIZED,
+//     _FUNNELED or _SINGLE, which Init may provide though ThreadMultiple
+//     was asked for): calls must never overlap, and for the funneled and
+//     single levels come only from the OS thread that called Init
+//     (runtime.LockOSThread in that goroutine). Package session refuses
+//     such a level.
 //
 // Blocking calls (Wait, Bcast, Allgather) hold their OS thread while they
 // block; the Go runtime starts other threads for the remaining goroutines.

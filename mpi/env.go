@@ -16,32 +16,33 @@ import (
 )
 
 // ThreadLevel is an MPI thread-support level, ordered from the least to the
-// most permissive: ThreadSingle < ThreadFunneled < ThreadSerialized <
-// ThreadMultiple. See the package documentation for what each one asks of
-// the goroutines that call this package.
+// most permissive (MPI_THREAD_SINGLE < _FUNNELED < _SERIALIZED <
+// ThreadMultiple). m2n asks for ThreadMultiple; Init and QueryThread may
+// report a lower level, which String names. See the package documentation
+// for what each one asks of the goroutines that call this package.
 type ThreadLevel int
 
 // The MPI thread-support levels.
 const (
-	// ThreadSingle: only one thread will ever call MPI. A Go program always
-	// has several threads, so treat it like ThreadFunneled.
-	ThreadSingle ThreadLevel = iota
-	// ThreadFunneled: only the thread that called Init calls MPI. In Go,
+	// threadSingle: only one thread will ever call MPI. A Go program always
+	// has several threads, so treat it like threadFunneled.
+	threadSingle ThreadLevel = iota
+	// threadFunneled: only the thread that called Init calls MPI. In Go,
 	// the goroutine that calls Init must call runtime.LockOSThread first and
 	// make every later MPI call itself.
-	ThreadFunneled
-	// ThreadSerialized: any thread may call MPI, but never two at once. The
+	threadFunneled
+	// threadSerialized: any thread may call MPI, but never two at once. The
 	// caller must serialize calls from concurrent goroutines (a mutex).
-	ThreadSerialized
+	threadSerialized
 	// ThreadMultiple: any goroutine may call MPI at any time.
 	ThreadMultiple
 )
 
 // String returns the MPI name of l, such as "MPI_THREAD_MULTIPLE".
 var threadLevelNames = [...]string{
-	ThreadSingle:     "MPI_THREAD_SINGLE",
-	ThreadFunneled:   "MPI_THREAD_FUNNELED",
-	ThreadSerialized: "MPI_THREAD_SERIALIZED",
+	threadSingle:     "MPI_THREAD_SINGLE",
+	threadFunneled:   "MPI_THREAD_FUNNELED",
+	threadSerialized: "MPI_THREAD_SERIALIZED",
 	ThreadMultiple:   "MPI_THREAD_MULTIPLE",
 }
 
@@ -54,11 +55,11 @@ func (l ThreadLevel) String() string {
 
 func (l ThreadLevel) c() C.int {
 	switch l {
-	case ThreadSingle:
+	case threadSingle:
 		return C.MPI_THREAD_SINGLE
-	case ThreadFunneled:
+	case threadFunneled:
 		return C.MPI_THREAD_FUNNELED
-	case ThreadSerialized:
+	case threadSerialized:
 		return C.MPI_THREAD_SERIALIZED
 	}
 	return C.MPI_THREAD_MULTIPLE
@@ -67,11 +68,11 @@ func (l ThreadLevel) c() C.int {
 func threadLevelOf(c C.int) ThreadLevel {
 	switch c {
 	case C.MPI_THREAD_SINGLE:
-		return ThreadSingle
+		return threadSingle
 	case C.MPI_THREAD_FUNNELED:
-		return ThreadFunneled
+		return threadFunneled
 	case C.MPI_THREAD_SERIALIZED:
-		return ThreadSerialized
+		return threadSerialized
 	}
 	return ThreadMultiple
 }
@@ -80,7 +81,7 @@ func threadLevelOf(c C.int) ThreadLevel {
 // required, and returns the level MPI provides, which may be lower: the
 // caller must check it and follow its rules (see the package documentation).
 // Init then sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and MPI_COMM_SELF, so
-// that failing MPI calls return an *Error instead of aborting the job.
+// that failing MPI calls return errors instead of aborting the job.
 //
 // Init may be called once per process. Calling it when MPI is already
 // initialized or finalized returns an error wrapping ErrInvalid. If

@@ -11,18 +11,18 @@ import (
 	"unsafe"
 )
 
-// Error is an error code returned by an MPI function. Every MPI call made by
-// this package that does not return MPI_SUCCESS turns into an *Error; Init
-// installs MPI_ERRORS_RETURN so that MPI reports errors instead of aborting.
-// Use errors.As to inspect it.
-type Error struct {
+// callError is an error code returned by an MPI function. Every MPI call
+// made by this package that does not return MPI_SUCCESS turns into a
+// *callError; Init installs MPI_ERRORS_RETURN so that MPI reports errors
+// instead of aborting.
+type callError struct {
 	Op   string // the MPI function that failed, such as "MPI_Isend"
 	Code int    // the error code MPI returned
 	Msg  string // MPI_Error_string's text for Code
 }
 
 // Error returns "mpi: <Op>: <Msg>".
-func (e *Error) Error() string {
+func (e *callError) Error() string {
 	return "mpi: " + e.Op + ": " + e.Msg
 }
 
@@ -31,7 +31,7 @@ func (e *Error) Error() string {
 // counts or displacements out of range, a nil communicator, Init called twice.
 var ErrInvalid = errors.New("invalid argument")
 
-// check turns an MPI return code into nil or an *Error naming op.
+// check turns an MPI return code into nil or a *callError naming op.
 func check(op string, rc C.int) error {
 	if rc == C.MPI_SUCCESS {
 		return nil
@@ -39,8 +39,8 @@ func check(op string, rc C.int) error {
 	return newError(op, int(rc))
 }
 
-func newError(op string, code int) *Error {
-	return &Error{Op: op, Code: code, Msg: errorString(code)}
+func newError(op string, code int) *callError {
+	return &callError{Op: op, Code: code, Msg: errorString(code)}
 }
 
 // errorString asks MPI for the text of code. MPI_Error_string may be called

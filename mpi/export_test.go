@@ -62,3 +62,30 @@ func (c *Comm) IsendStrided(buf []byte, at strided.Desc, dest, tag int) (*Reques
 func (c *Comm) IrecvStrided(buf []byte, at strided.Desc, src, tag int) (*Request, error) {
 	return c.irecvStrided(buf, at, src, tag)
 }
+
+// Names only the tests use: the wildcard tag and undefined color, the
+// lower thread levels, and accessors of the binding's own state.
+
+const (
+	AnyTag           = anyTag
+	Undefined        = undefined
+	ThreadSingle     = threadSingle
+	ThreadFunneled   = threadFunneled
+	ThreadSerialized = threadSerialized
+)
+
+func Waitall(reqs []*Request) error { return waitall(reqs) }
+
+// Bytes returns how many bytes one element of the datatype moves.
+func (d *Datatype) Bytes() int64 { return d.shape.Bytes() }
+
+// Borrowed reports whether c belongs to other code (World, or a
+// communicator from FromFortran), so that Free refuses it.
+func (c *Comm) Borrowed() bool { return c != nil && c.borrowed }
+
+func (c *Comm) Fortran() (int, error) { return c.fortran() }
+
+func (c *Comm) RemoteSize() (int, error) { return c.remoteSize() }
+
+// Error is MPI's failed call, for the tests that inspect it.
+type Error = callError

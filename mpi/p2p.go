@@ -11,9 +11,9 @@ import "unsafe"
 // any rank (MPI_ANY_SOURCE).
 const AnySource = -1
 
-// AnyTag, passed as the tag of Irecv, matches a message with any tag
+// anyTag, passed as the tag of Irecv, matches a message with any tag
 // (MPI_ANY_TAG).
-const AnyTag = -1
+const anyTag = -1
 
 // peerArg validates a destination or source rank and maps AnySource.
 func peerArg(op string, rank int, wildcard bool) (C.int, error) {
@@ -26,10 +26,10 @@ func peerArg(op string, rank int, wildcard bool) (C.int, error) {
 	return C.int(rank), nil
 }
 
-// tagArg validates a tag and maps AnyTag. MPI checks the upper bound
+// tagArg validates a tag and maps anyTag. MPI checks the upper bound
 // (MPI_TAG_UB, at least 32767).
 func tagArg(op string, tag int, wildcard bool) (C.int, error) {
-	if wildcard && tag == AnyTag {
+	if wildcard && tag == anyTag {
 		return C.MPI_ANY_TAG, nil
 	}
 	if tag < 0 {
@@ -50,7 +50,7 @@ func tagArg(op string, tag int, wildcard bool) (C.int, error) {
 // one message of 0 bytes.
 //
 // Errors: a negative dest or tag wraps ErrInvalid; MPI's own checks (a dest
-// not in c, a tag above MPI_TAG_UB) return an *Error with Op "MPI_Isend".
+// not in c, a tag above MPI_TAG_UB) return an error naming "MPI_Isend".
 func (c *Comm) Isend(buf []byte, dest, tag int) (*Request, error) {
 	const op = "MPI_Isend"
 	h, err := c.handle(op)
@@ -85,7 +85,7 @@ func (c *Comm) Isend(buf []byte, dest, tag int) (*Request, error) {
 // interleave, and Irecv returns an error wrapping ErrInvalid.
 //
 // Errors: a negative src or tag that is not a wildcard wraps ErrInvalid;
-// MPI's own checks return an *Error with Op "MPI_Irecv".
+// MPI's own checks return an error naming "MPI_Irecv".
 func (c *Comm) Irecv(buf []byte, src, tag int) (*Request, error) {
 	const op = "MPI_Irecv"
 	h, err := c.handle(op)
@@ -100,7 +100,7 @@ func (c *Comm) Irecv(buf []byte, src, tag int) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	if (src == AnySource || tag == AnyTag) && numChunks(len(buf)) > 1 {
+	if (src == AnySource || tag == anyTag) && numChunks(len(buf)) > 1 {
 		return nil, invalid(op, "AnySource or AnyTag with a %d-byte buffer, which is more than one message of at most %d bytes", len(buf), chunkBytes)
 	}
 	return postChunks(op, buf, func(p unsafe.Pointer, n C.int, q *C.MPI_Request) C.int {

@@ -115,9 +115,9 @@ func (c *Comm) portCall(op, port string, root int, call func(*C.char, C.MPI_Comm
 	return ic, err
 }
 
-// RemoteSize returns the size of an intercommunicator's remote group
+// remoteSize returns the size of an intercommunicator's remote group
 // (MPI_Comm_remote_size).
-func (c *Comm) RemoteSize() (int, error) {
+func (c *Comm) remoteSize() (int, error) {
 	h, err := c.handle("MPI_Comm_remote_size")
 	if err != nil {
 		return 0, err

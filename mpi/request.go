@@ -196,8 +196,8 @@ func (r *Request) abandon() {
 
 // Wait blocks until r completes (MPI_Waitall over r's MPI requests) and
 // unpins its buffer. Calling Wait on a completed or nil Request returns nil
-// at once. If an operation failed, Wait returns an *Error with Op
-// "MPI_Waitall" and the failing operation's code; the requests that did not
+// at once. If an operation failed, Wait returns an error naming
+// MPI_Waitall with the failing operation's message; the requests that did not
 // complete stay pending and their buffer stays pinned.
 func (r *Request) Wait() error {
 	if r == nil || len(r.h) == 0 {
@@ -242,7 +242,7 @@ func (r *Request) Test() (bool, error) {
 //
 // Errors: a Request that is not a receive (Isend, Ibarrier, isendStrided:
 // MPI-4 deprecates cancelling sends) returns an error wrapping ErrInvalid
-// and stays pending. If MPI_Cancel fails (an *Error with Op "MPI_Cancel"),
+// and stays pending. If MPI_Cancel fails (an error naming "MPI_Cancel"),
 // r stays pending and must still be completed; an error from the wait is
 // reported as by Wait.
 func (r *Request) Cancel() (cancelled bool, err error) {

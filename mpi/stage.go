@@ -19,7 +19,7 @@ func (c *Comm) SplitStages(l pipeline.Layout) ([]*Comm, error) {
 	me := c.Rank()
 	out := make([]*Comm, l.Stages())
 	for s := range out {
-		color, key := Undefined, 0
+		color, key := undefined, 0
 		if lr := l.LocalRank(s, me); lr >= 0 {
 			color, key = s, lr
 		}

@@ -45,7 +45,7 @@ const maxStridedBytes = math.MaxInt32
 // the same size. buf stays pinned until the request completes.
 //
 // Errors: a region outside buf, or larger than maxStridedBytes, wraps
-// ErrInvalid; MPI's errors return an *Error.
+// ErrInvalid; MPI's errors return an error naming the MPI call.
 func (c *Comm) isendStrided(buf []byte, at strided.Desc, dest, tag int) (*Request, error) {
 	return c.strided("MPI_Isend", buf, at, dest, tag)
 }

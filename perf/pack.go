@@ -97,7 +97,7 @@ func PackUnpack(ctx *cuda.Context, opt PackOptions) (res []PackResult, err error
 			{"pack", func() error { return cuda.Pack(s, packed, srcBuf, desc) }},
 			{"unpack", func() error { return cuda.Unpack(s, srcBuf, desc, packed) }},
 			{"memcpy2d", func() error {
-				return cuda.Memcpy2DAsync(s, cuda.Copy2D{Dst: packed, Src: srcBuf, DstPitch: row, SrcPitch: 2 * row, Width: row, Height: rows})
+				return cuda.Memcpy2DAsync(s, packed, srcBuf, desc)
 			}},
 		}
 		var copyGBps float64

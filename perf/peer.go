@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/m2n-dev/m2n/units"
 )
 
 // TorchPeer is what the torch peer of the FP8 benchmark
@@ -30,11 +34,11 @@ var ErrNoPeer = errors.New("the torch peer cannot run on this machine")
 
 var peerLine = regexp.MustCompile(`(?m)^\s*(copy_ of the bf16 bytes|eager block quantize|torch\.compile block quantize):\s*([0-9.]+) us(.*)$`)
 
-// RunTorchPeer runs the peer script on rows x cols of bf16 (multiples of
+// runTorchPeer runs the peer script on rows x cols of bf16 (multiples of
 // 128) with python3 (the first on PATH, or $M2N_PYTHON) and parses its
 // medians. It fails wrapping ErrNoPeer
 // when python3 or torch is missing, and stops the peer after timeout.
-func RunTorchPeer(script []byte, rows, cols int64, timeout time.Duration) (TorchPeer, error) {
+func runTorchPeer(script []byte, rows, cols int64, timeout time.Duration) (TorchPeer, error) {
 	if rows <= 0 || cols <= 0 || rows%128 != 0 || cols%128 != 0 {
 		return TorchPeer{}, fmt.Errorf("perf: torch peer: a %dx%d tensor is not whole 128x128 blocks", rows, cols)
 	}
@@ -102,4 +106,33 @@ func lastLine(b []byte) []byte {
 		return b[i+1:]
 	}
 	return b
+}
+
+// WriteTorchPeer runs the torch peer script (bench/peers/torch_fp8_block.py)
+// over n bytes of bf16 in rows of 64 KiB, as quant-bench measured the
+// stages res, and writes its figures and the ratio of torch.compile's
+// time to each stage's at every row width (above 1: m2n is faster), or
+// why it could not run.
+func WriteTorchPeer(out io.Writer, script []byte, n int64, res []QuantResult) {
+	const cols = 32768 // 64 KiB rows, as the issue measured
+	if n%(2*cols*128) != 0 {
+		fmt.Fprintf(out, "torch peer: not run: %s is not a whole number of 128 rows of 64 KiB\n", units.FormatBytes(n))
+		return
+	}
+	p, err := runTorchPeer(script, n/(2*cols), cols, 10*time.Minute)
+	if err != nil {
+		fmt.Fprintf(out, "torch peer: could not run it: %v\n", err)
+		return
+	}
+	fmt.Fprint(out, p.Output)
+	if p.Compile == 0 {
+		fmt.Fprintln(out, "torch peer: no torch.compile figure, so no ratio")
+		return
+	}
+	for _, r := range res {
+		if strings.HasPrefix(r.Op, "stage-") {
+			fmt.Fprintf(out, "%8d  %-16s  torch.compile / m2n = %.2fx (%s against %s)\n",
+				r.RowBytes, r.Op, p.Compile.Seconds()/r.Median.Seconds(), p.Compile.Round(time.Microsecond/10), r.Median.Round(time.Microsecond/10))
+		}
+	}
 }

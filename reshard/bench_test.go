@@ -53,7 +53,7 @@ func BenchmarkTransfer(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		t := p.Transfer(i % p.Len())
-		if t.Bytes() == 0 {
+		if t.bytes() == 0 {
 			b.Fatal(fmt.Sprint("empty transfer ", i))
 		}
 		i++

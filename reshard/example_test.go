@@ -24,7 +24,7 @@ func ExampleNewPlan() {
 	}
 	for _, t := range plan.Transfers() {
 		fmt.Printf("rank %d -> rank %d: rows %d:%d (%d bytes) lands at byte %d\n",
-			t.Src, t.Dst, t.Box.Lo[0], t.Box.Hi[0], t.Bytes(), t.DstAt.Offset)
+			t.Src, t.Dst, t.Box.Lo[0], t.Box.Hi[0], t.DstAt.Bytes(), t.DstAt.Offset)
 	}
 	// Output:
 	// rank 0 -> rank 4: rows 0:2 (32 bytes) lands at byte 0

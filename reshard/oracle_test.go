@@ -88,11 +88,11 @@ func checkPlan(p *Plan) error {
 				return fmt.Errorf("transfer %d: box %v not inside source %d's box %v", i, t.Box, t.Src, sb)
 			}
 		}
-		if t.SrcAt.Bytes() != t.DstAt.Bytes() || t.Bytes() != t.Box.Elems()*elem {
+		if t.SrcAt.Bytes() != t.DstAt.Bytes() || t.bytes() != t.Box.Elems()*elem {
 			return fmt.Errorf("transfer %d: %d source bytes, %d destination bytes, box of %d elements",
 				i, t.SrcAt.Bytes(), t.DstAt.Bytes(), t.Box.Elems())
 		}
-		packed := make([]byte, 0, t.Bytes())
+		packed := make([]byte, 0, t.bytes())
 		sbuf := srcBufs[t.Src]
 		var bad error
 		t.SrcAt.ForEachRun(func(off int64) {

@@ -39,9 +39,9 @@ type Transfer struct {
 	SrcLocal, DstLocal placement.Box
 }
 
-// Bytes returns the size of the transfer as the destination receives it
+// bytes returns the size of the transfer as the destination receives it
 // (and as it crosses the wire): the box in the destination's element size.
-func (t Transfer) Bytes() int64 { return t.DstAt.Bytes() }
+func (t Transfer) bytes() int64 { return t.DstAt.Bytes() }
 
 // overlap is one nonempty intersection of a source part and a destination
 // part along one tensor dim.
@@ -430,9 +430,9 @@ func (p *Plan) Recvs(rank int) []int32 {
 	return idx
 }
 
-// Sends returns the indices of the transfers that rank sends, in plan
+// sends returns the indices of the transfers that rank sends, in plan
 // order. The slice must not be modified.
-func (p *Plan) Sends(rank int) []int32 {
+func (p *Plan) sends(rank int) []int32 {
 	if rank < 0 || rank >= p.world {
 		return nil
 	}
@@ -445,14 +445,10 @@ func (p *Plan) Sends(rank int) []int32 {
 // quantizes while packing (see Spec.Scale).
 func (p *Plan) Converts() bool { return p.src.DType() != p.dst.DType() }
 
-// WireElemSize returns the bytes per element of the plan's messages: the
-// destination's element size (the source's but for a converting plan).
-func (p *Plan) WireElemSize() int64 { return p.dst.ElemSize() }
-
-// Bytes returns the total bytes of all transfers (every destination
+// totalBytes returns the total bytes of all transfers (every destination
 // replica counts), in the destination's element size (what crosses the
 // wire), saturating at math.MaxInt64.
-func (p *Plan) Bytes() int64 {
+func (p *Plan) totalBytes() int64 {
 	var n int64
 	for i := range p.pieces {
 		n = checked.SatSum(n, p.pieceBytes(i))
@@ -468,10 +464,10 @@ func (p *Plan) pieceBytes(i int) int64 {
 	return n
 }
 
-// RankBytes returns, for every rank, the bytes it sends and receives,
+// rankBytes returns, for every rank, the bytes it sends and receives,
 // counting local copies (Src == Dst) on both sides, saturating at
 // math.MaxInt64.
-func (p *Plan) RankBytes() (sent, recv []int64) {
+func (p *Plan) rankBytes() (sent, recv []int64) {
 	sent, recv = make([]int64, p.world), make([]int64, p.world)
 	for i, pc := range p.pieces {
 		b := p.pieceBytes(i)

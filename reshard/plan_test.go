@@ -96,7 +96,7 @@ func TestPlanCases(t *testing.T) {
 			if p.Len() != tc.transfers {
 				t.Errorf("%d transfers, want %d", p.Len(), tc.transfers)
 			}
-			sent, _ := p.RankBytes()
+			sent, _ := p.rankBytes()
 			for r, want := range tc.sent {
 				if sent[r] != want {
 					t.Errorf("rank %d sends %d bytes, want %d", r, sent[r], want)
@@ -163,7 +163,7 @@ func TestPlanDeterministic(t *testing.T) {
 		// the per-rank indexes list every transfer once, in plan order.
 		seenSend, seenRecv := 0, 0
 		for r := 0; r < world; r++ {
-			sends := a.Sends(r)
+			sends := a.sends(r)
 			if !slices.IsSorted(sends) {
 				t.Fatalf("pair %d: sends of rank %d not in plan order", i, r)
 			}

@@ -17,7 +17,7 @@ func (p *Plan) WriteTable(w io.Writer, maxRows int) error {
 	fmt.Fprintf(ew, "source:      %v\n", p.src)
 	fmt.Fprintf(ew, "destination: %v\n", p.dst)
 	fmt.Fprintf(ew, "world %d, stripe replicas %v, fingerprint %016x\n", p.world, p.opts.StripeReplicas, p.fingerprint)
-	fmt.Fprintf(ew, "%d transfers, %d bytes\n\n", p.Len(), p.Bytes())
+	fmt.Fprintf(ew, "%d transfers, %d bytes\n\n", p.Len(), p.totalBytes())
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "#\tsrc\tdst\tbox\tbytes\t\tsource at\tdestination at\t")
 	n := p.Len()
@@ -30,13 +30,13 @@ func (p *Plan) WriteTable(w io.Writer, maxRows int) error {
 		if t.Src == t.Dst {
 			note = "local"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%v\t%d\t%s\t%v\t%v\t\n", i, t.Src, t.Dst, t.Box, t.Bytes(), note, t.SrcAt, t.DstAt)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%v\t%d\t%s\t%v\t%v\t\n", i, t.Src, t.Dst, t.Box, t.bytes(), note, t.SrcAt, t.DstAt)
 	}
 	tw.Flush()
 	if n < p.Len() {
 		fmt.Fprintf(ew, "... %d more transfers\n", p.Len()-n)
 	}
-	sent, recv := p.RankBytes()
+	sent, recv := p.rankBytes()
 	fmt.Fprintln(ew)
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rank\tsends\treceives\ttransfers out\ttransfers in\t")
@@ -44,7 +44,7 @@ func (p *Plan) WriteTable(w io.Writer, maxRows int) error {
 		if !p.src.Mesh().Contains(r) && !p.dst.Mesh().Contains(r) {
 			continue
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t\n", r, sent[r], recv[r], len(p.Sends(r)), p.dstStart[r+1]-p.dstStart[r])
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t\n", r, sent[r], recv[r], len(p.sends(r)), p.dstStart[r+1]-p.dstStart[r])
 	}
 	tw.Flush()
 	return ew.err
@@ -84,12 +84,12 @@ func (p *Plan) WriteJSON(w io.Writer) error {
 		World       int            `json:"world"`
 		Bytes       int64          `json:"bytes"`
 		Transfers   []transferJSON `json:"transfers"`
-	}{Fingerprint: fmt.Sprintf("%016x", p.Fingerprint()), World: p.World(), Bytes: p.Bytes(),
+	}{Fingerprint: fmt.Sprintf("%016x", p.Fingerprint()), World: p.World(), Bytes: p.totalBytes(),
 		Transfers: make([]transferJSON, p.Len())}
 	for i := range out.Transfers {
 		t := p.Transfer(i)
 		out.Transfers[i] = transferJSON{Src: t.Src, Dst: t.Dst, Offset: t.Box.Lo, Shape: t.Box.Shape(),
-			Bytes: t.Bytes(), SrcAt: t.SrcAt.String(), DstAt: t.DstAt.String()}
+			Bytes: t.bytes(), SrcAt: t.SrcAt.String(), DstAt: t.DstAt.String()}
 	}
 	return json.NewEncoder(w).Encode(out)
 }

@@ -35,13 +35,13 @@ func TestWriteJSON(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Fingerprint != fmt.Sprintf("%016x", p.Fingerprint()) || got.World != 8 || got.Bytes != p.Bytes() || len(got.Transfers) != p.Len() {
-		t.Fatalf("header %+v for a plan of %d transfers, %d bytes", got, p.Len(), p.Bytes())
+	if got.Fingerprint != fmt.Sprintf("%016x", p.Fingerprint()) || got.World != 8 || got.Bytes != p.totalBytes() || len(got.Transfers) != p.Len() {
+		t.Fatalf("header %+v for a plan of %d transfers, %d bytes", got, p.Len(), p.totalBytes())
 	}
 	for i, g := range got.Transfers {
 		tr := p.Transfer(i)
 		if g.Src != tr.Src || g.Dst != tr.Dst || fmt.Sprint(g.Offset) != fmt.Sprint(tr.Box.Lo) || fmt.Sprint(g.Shape) != fmt.Sprint(tr.Box.Shape()) ||
-			g.Bytes != tr.Bytes() || g.SrcAt != tr.SrcAt.String() || g.DstAt != tr.DstAt.String() {
+			g.Bytes != tr.bytes() || g.SrcAt != tr.SrcAt.String() || g.DstAt != tr.DstAt.String() {
 			t.Errorf("transfer %d: %+v, want %+v", i, g, tr)
 		}
 	}

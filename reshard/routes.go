@@ -78,7 +78,7 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 	total = 0
 	for _, ti := range tensors {
 		p := plans[ti]
-		elem := p.WireElemSize()
+		elem := p.Dst().ElemSize()
 		for i := 0; i < p.Len(); i++ {
 			n, err := CountChunks(p.Transfer(i).Box, elem, opts.ChunkBytes)
 			if err != nil {
@@ -96,7 +96,7 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 		p := plans[ti]
 		// a converting plan reads source elements and sends destination
 		// (FP8) ones: chunks and messages are sized on the wire.
-		srcElem, elem := p.Src().ElemSize(), p.WireElemSize()
+		srcElem, elem := p.Src().ElemSize(), p.Dst().ElemSize() // messages carry the destination dtype
 		transfers := p.Transfers()
 		chunks := make([][]placement.Box, len(transfers))
 		for i, t := range transfers {
@@ -138,7 +138,7 @@ func flatCount(plans []*Plan, tensors []int, chunk int64) int64 {
 	for _, ti := range tensors {
 		p := plans[ti]
 		for i := 0; i < p.Len(); i++ {
-			n, _ := CountChunks(p.Transfer(i).Box, p.WireElemSize(), chunk)
+			n, _ := CountChunks(p.Transfer(i).Box, p.Dst().ElemSize(), chunk)
 			total = checked.SatSum(total, n)
 		}
 	}

@@ -102,7 +102,7 @@ func ParseCluster(spec string) (Cluster, error) {
 			if !ok {
 				return c, fmt.Errorf("cluster %q: %q is not key=value", spec, kv)
 			}
-			if err := c.set(strings.TrimSpace(k), strings.TrimSpace(v)); err != nil {
+			if err := c.Set(strings.TrimSpace(k), strings.TrimSpace(v)); err != nil {
 				return c, fmt.Errorf("cluster %q: %w", spec, err)
 			}
 		}
@@ -110,7 +110,12 @@ func ParseCluster(spec string) (Cluster, error) {
 	return c, c.Validate()
 }
 
-func (c *Cluster) set(k, v string) error {
+// Set sets the cluster's setting k (a key of ParseCluster's spec: gpus,
+// net, local, net-latency, local-latency, copy, gpus-per-nic) to the value
+// v as the spec spells it ("0" or "free" for free copies). An error names
+// the key and the value and, for a bad value, wraps the parse error. Set
+// does not validate the whole cluster (Validate does).
+func (c *Cluster) Set(k, v string) error {
 	var err error
 	switch k {
 	case "gpus", "gpus-per-nic":

@@ -133,3 +133,33 @@ func ReadReports(r io.Reader) ([]Report, error) {
 	}
 	return out, nil
 }
+
+// UseMeasured makes c simulate what the measured run m ran: m's chunking,
+// m's routes unless keep("route"), and, when m emulated the network and
+// not keep("cluster"), the cluster the emulation makes, with strided
+// regions moved in place (MPI datatypes) unless keep("in-place") and
+// messages coalesced up to refit run's CPU default of 64 KiB (the report
+// does not record it) unless keep("coalesce-bytes"). keep names the
+// settings the caller gave, as refit sim's flags. It also sets c.Measured.
+func (c *Config) UseMeasured(m *Measured, keep func(setting string) bool) error {
+	c.Measured = m
+	c.Schedule.ChunkBytes, c.Schedule.StagingBytes = m.ChunkBytes, m.Staging
+	if !keep("route") {
+		c.Routes = c.Routes[:0]
+		for _, r := range m.Routes {
+			c.Routes = append(c.Routes, r.Route)
+		}
+	}
+	emu, ok := m.Cluster()
+	if !ok || keep("cluster") {
+		return nil
+	}
+	c.Cluster = emu
+	if !keep("in-place") {
+		c.InPlace = true
+	}
+	if !keep("coalesce-bytes") {
+		c.CoalesceBytes = 64 << 10
+	}
+	return c.Cluster.Validate()
+}

@@ -3,9 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strings"
-	"time"
 
 	"github.com/m2n-dev/m2n/bench/peers"
 	"github.com/m2n-dev/m2n/cuda"
@@ -81,7 +79,7 @@ It needs about 4.5x --bytes of GPU memory and no launcher.`,
 				fmt.Fprintf(out, "%s, %s of bf16 per operation, %v scaling, median of %d\n%s",
 					name, units.FormatBytes(n), m, iters, perf.FormatQuant(res))
 				if peer == "auto" {
-					torchPeer(out, n, res)
+					perf.WriteTorchPeer(out, peers.TorchFP8Block, n, res)
 				}
 				return nil
 			})
@@ -113,31 +111,4 @@ func parseRowWidths(list string, total int64) ([]int, error) {
 		return nil, errors.New("no row width")
 	}
 	return out, nil
-}
-
-// torchPeer runs the torch peer over n bytes of bf16 (rows of 64 KiB) and
-// prints its figures and the ratios of torch.compile's time to each stage's
-// at every row width, or why it could not run.
-func torchPeer(out io.Writer, n int64, res []perf.QuantResult) {
-	const cols = 32768 // 64 KiB rows, as the issue measured
-	if n%(2*cols*128) != 0 {
-		fmt.Fprintf(out, "torch peer: not run: %s is not a whole number of 128 rows of 64 KiB\n", units.FormatBytes(n))
-		return
-	}
-	p, err := perf.RunTorchPeer(peers.TorchFP8Block, n/(2*cols), cols, 10*time.Minute)
-	if err != nil {
-		fmt.Fprintf(out, "torch peer: could not run it: %v\n", err)
-		return
-	}
-	fmt.Fprint(out, p.Output)
-	if p.Compile == 0 {
-		fmt.Fprintln(out, "torch peer: no torch.compile figure, so no ratio")
-		return
-	}
-	for _, r := range res {
-		if strings.HasPrefix(r.Op, "stage-") {
-			fmt.Fprintf(out, "%8d  %-16s  torch.compile / m2n = %.2fx (%s against %s)\n",
-				r.RowBytes, r.Op, p.Compile.Seconds()/r.Median.Seconds(), p.Compile.Round(time.Microsecond/10), r.Median.Round(time.Microsecond/10))
-		}
-	}
 }

@@ -167,27 +167,17 @@ func (f *simFlags) clusterFromFlags() (sim.Cluster, error) {
 	if err != nil {
 		return c, flagError("cluster", f.cluster, err)
 	}
-	for _, o := range []struct {
-		flag, value string
-		set         func(string) error
-	}{
-		{"net-bw", f.netBW, func(v string) (err error) { c.NetBW, err = units.ParseRate(v); return }},
-		{"local-bw", f.localBW, func(v string) (err error) { c.LocalBW, err = units.ParseRate(v); return }},
-		{"latency", f.latency, func(v string) (err error) { c.NetLatency, err = units.ParseSeconds(v); return }},
-		{"local-latency", f.localLt, func(v string) (err error) { c.LocalLatency, err = units.ParseSeconds(v); return }},
-		{"copy-bw", f.copyBW, func(v string) (err error) {
-			if v == "0" || v == "free" {
-				c.CopyBW = 0
-				return nil
-			}
-			c.CopyBW, err = units.ParseRate(v)
-			return
-		}},
+	for _, o := range []struct{ flag, key, value string }{
+		{"net-bw", "net", f.netBW}, {"local-bw", "local", f.localBW}, {"latency", "net-latency", f.latency},
+		{"local-latency", "local-latency", f.localLt}, {"copy-bw", "copy", f.copyBW},
 	} {
 		if o.value == "" {
 			continue
 		}
-		if err := o.set(o.value); err != nil {
+		if err := c.Set(o.key, o.value); err != nil {
+			if e := errors.Unwrap(err); e != nil {
+				err = e // the flag names the value
+			}
 			return c, flagError(o.flag, o.value, err)
 		}
 	}
@@ -258,20 +248,19 @@ func (f *simFlags) config() (sim.Config, *sim.Measured, error) {
 	if c.Balance, err = hier.ParseBalance(f.balance); err != nil {
 		return c, nil, flagError("balance", f.balance, err)
 	}
-	meas, err := f.measuredRun(&c)
-	if err != nil {
-		return c, nil, err
-	}
 	if c.CoalesceBytes, err = units.ParseBytes(f.coalesce); err != nil {
 		return c, nil, flagError("coalesce-bytes", f.coalesce, err)
 	}
 	c.InPlace, c.Sequential, c.Bins, c.Critical, c.PerTensor = f.inPlace, f.sequential, f.bins, f.critical, f.perTensor
+	meas, err := f.measuredRun(&c)
+	if err != nil {
+		return c, nil, err
+	}
 	c.Series = f.asJSON || f.jsonOut != ""
 	if c.Critical < 0 || c.Bins < 0 {
 		return c, nil, usageError{fmt.Errorf("--critical %d --bins %d: want counts >= 0", f.critical, f.bins)}
 	}
 	c.Problem, err = f.problem()
-	c.Measured = meas
 	return c, meas, err
 }
 
@@ -293,24 +282,8 @@ func (f *simFlags) measuredRun(c *sim.Config) (*sim.Measured, error) {
 	if f.ppStages > 0 || f.model != "" {
 		return nil, usageError{fmt.Errorf("--measured compares one communicator's run: drop --pp-stages and --model")}
 	}
-	c.Schedule.ChunkBytes, c.Schedule.StagingBytes = m.ChunkBytes, m.Staging
-	if !f.changed("route") {
-		c.Routes = c.Routes[:0]
-		for _, r := range m.Routes {
-			c.Routes = append(c.Routes, r.Route)
-		}
-	}
-	if emu, ok := m.Cluster(); ok && !f.changed("cluster") {
-		c.Cluster = emu
-		if !f.changed("in-place") {
-			f.inPlace = true
-		}
-		if !f.changed("coalesce-bytes") {
-			f.coalesce = "64KiB" // refit run's CPU default (the report does not record it)
-		}
-		if err := c.Cluster.Validate(); err != nil {
-			return nil, flagError("measured", f.measured, err)
-		}
+	if err := c.UseMeasured(m, f.changed); err != nil {
+		return nil, flagError("measured", f.measured, err)
 	}
 	return m, nil
 }

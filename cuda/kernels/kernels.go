@@ -3,7 +3,7 @@
 //
 // strided.cu (with strided_body.h and params.h) is the strided-copy family
 // behind cuda.Pack, cuda.Unpack and cuda.StridedCopy; batch.h, included by
-// it, the batched kernel behind cuda.Batch (many copies in one launch);
+// it, the batched kernel behind cuda.BatchLaunch (many copies in one launch);
 // quant.h (with
 // quant_body.h), included at its end, holds the FP8 quantize-pack,
 // partial-amax and fused amax-quantize-pack kernels behind cuda's

@@ -206,15 +206,11 @@ func (r *Replay) tables(plan *replay.Plan) error {
 	}
 	where := make([]at, len(plan.Batches))
 	for k, items := range plan.Batches {
-		b, err := cuda.PlanBatch(batchCopies(items))
+		table, l, err := r.ctx.BatchTable(batchCopies(items))
 		if err != nil {
 			return fmt.Errorf("gpu: rank %d: batch %d: %w", r.prog.Rank, k, err)
 		}
-		table, blocks, err := r.ctx.BatchTable(b)
-		if err != nil {
-			return err
-		}
-		where[k] = at{off: len(all), count: b.Len(), blocks: blocks}
+		where[k] = at{off: len(all), count: l.Count, blocks: l.Blocks}
 		all = append(all, table...)
 	}
 	r.launches = make([]cuda.BatchLaunch, len(plan.Batches))
@@ -248,14 +244,7 @@ func (r *Replay) capture() error {
 		}
 	}
 	cs := r.streams[replay.Compute]
-	capt, err := cs.BeginCapture()
-	if err != nil {
-		return err
-	}
-	if err := r.issue(true); err != nil {
-		return errors.Join(err, capt.Abandon())
-	}
-	g, err := capt.End()
+	g, err := cs.Capture(func() error { return r.issue(true) })
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 
 // emuHeap is simulated device memory in C memory, whose copies run the
 // batched kernel's source on the CPU, item by item, through the same
-// conversion (batchCopies, cuda.PlanBatch, the item table) a Replay uses.
+// conversion (batchCopies, cuda.EmulateBatch, the item table) a Replay uses.
 type emuHeap struct {
 	bufs  []emuBuf
 	items int
@@ -81,12 +81,9 @@ func (h *emuHeap) Copy(c replay.Copy) error {
 	if err := h.inside(c.Dst, c.DstAt); err != nil {
 		return err
 	}
-	b, err := cuda.PlanBatch(batchCopies([]replay.Copy{c}))
-	if err != nil {
-		return err
-	}
-	h.items += b.Len()
-	return cuda.EmulateBatch(b, 4, 2)
+	n, err := cuda.EmulateBatch(batchCopies([]replay.Copy{c}), 4, 2)
+	h.items += n
+	return err
 }
 
 func (h *emuHeap) Memcpy(dst, src uint64, n int64) error {
