@@ -147,12 +147,13 @@ func (l *Listener) acceptOnce(deadline time.Time) (*Session, bool, error) {
 		}
 		return nil, true, errors.Join(err, lk.close(l.opts.Timeout))
 	}
+	lk.phases.mark("token")
 	if l.comm.Rank() == 0 {
 		if err := l.publish(stateBusy); err != nil {
 			fmt.Fprintf(stderr, "m2n: listener: %v\n", err)
 		}
 	}
-	s, err := Join(lk.merged, l.opts)
+	s, err := join(lk.merged, l.opts, nil, lk)
 	if err != nil {
 		return nil, false, errors.Join(err, lk.close(l.opts.Timeout))
 	}
@@ -256,7 +257,8 @@ func Connect(comm *mpi.Comm, path string, opts Options) (*Session, error) {
 		}
 		return nil, errors.Join(err, lk.close(opts.Timeout))
 	}
-	s, err := Join(lk.merged, opts)
+	lk.phases.mark("token")
+	s, err := join(lk.merged, opts, nil, lk)
 	if err != nil {
 		return nil, errors.Join(err, lk.close(opts.Timeout))
 	}

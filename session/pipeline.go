@@ -72,6 +72,8 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 	if err := s.agreeLayout(l, localErr); err != nil {
 		return nil, err
 	}
+	ph := s.phasesOf()
+	ph.mark("stage layout agreed")
 	st := &Pipeline{Layout: l, Sessions: make([]*Session, l.Stages())}
 	err := s.guard("pipeline stage set-up", func() error {
 		comms, err := s.comm.SplitStages(l)
@@ -115,6 +117,7 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 		st.Close()
 		return nil, err
 	}
+	ph.mark(fmt.Sprintf("stage communicators (%d splits, %d dups)", l.Stages(), l.Stages()))
 	return st, nil
 }
 
@@ -136,6 +139,7 @@ func (st *Pipeline) Prepare(ctx context.Context, specs func(stage int) []refit.S
 			continue
 		}
 		c, err := s.Prepare(ctx, specs(i), route)
+		s.phasesOf().mark(fmt.Sprintf("stage %d prepared", i))
 		if err != nil {
 			sc.Close()
 			return nil, st.Wrap(i, err)

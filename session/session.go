@@ -153,7 +153,7 @@ type Session struct {
 // blocking calls (splits, NCCL's initialisation) run after every rank has
 // arrived, under a watchdog that ends the job if one of them hangs.
 func Join(comm *mpi.Comm, opts Options) (*Session, error) {
-	return join(comm, opts, nil)
+	return join(comm, opts, nil, nil)
 }
 
 // Refuse takes part in the Join of the other ranks of comm for a rank that
@@ -164,11 +164,13 @@ func Refuse(comm *mpi.Comm, opts Options, err error) error {
 	if err == nil {
 		err = errors.New("refused to join")
 	}
-	_, jerr := join(comm, opts, err)
+	_, jerr := join(comm, opts, err, nil)
 	return jerr
 }
 
-func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
+// join is Join; lk is the link of two jobs whose merged communicator comm
+// is, or nil.
+func join(comm *mpi.Comm, opts Options, refusal error, lk *link) (*Session, error) {
 	if lvl, err := mpi.QueryThread(); err != nil || lvl < mpi.ThreadMultiple {
 		return nil, fmt.Errorf("rank %d: session needs MPI initialized with mpi.ThreadMultiple (got %v, %v)", comm.Rank(), lvl, err)
 	}
@@ -185,13 +187,17 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 		localErr = refusal
 	}
 	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), owned: true, memcpyMin: memcpyMin}
+	var ph *phases
+	if lk != nil {
+		ph = lk.phases
+	}
 	if localErr == nil && opts.EmulateNetBW > 0 {
 		var err error
 		if s.nic, err = netem.NewNIC(opts.EmulateNetBW); err != nil {
 			localErr = fmt.Errorf("rank %d: %w", comm.Rank(), err)
 		}
 	}
-	if err := s.join(comm, localErr); err != nil {
+	if err := s.join(comm, localErr, ph); err != nil {
 		s.Close()
 		if aborted, _ := s.Aborted(); aborted {
 			return s, err // closed: for FirstToAbort
@@ -208,6 +214,7 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 		s.Close()
 		return nil, err
 	}
+	ph.mark("device")
 	return s, nil
 }
 
@@ -301,7 +308,7 @@ func (o Options) schedule() reshard.ScheduleOptions {
 // join waits for every rank (bounded) while agreeing on the options and
 // on every rank's readiness (localErr), then duplicates comm and discovers
 // domains under the watchdog.
-func (s *Session) join(comm *mpi.Comm, localErr error) error {
+func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 	// A bounded agreement on comm itself first: after it, every rank is
 	// here with the same options, and the blocking calls below return
 	// promptly.
@@ -313,6 +320,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 	if cerr := arrive.closeIfHealthy(); err == nil {
 		err = cerr
 	}
+	ph.mark("options agreed")
 	if err != nil {
 		var ab *refit.AbortError
 		if errors.As(err, &ab) {
@@ -331,9 +339,11 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 		if s.ctl, err = newControl(s.ctlComm, s.opts.Timeout); err != nil {
 			return err
 		}
+		ph.mark("communicators (2 dups)")
 		s.rt = refit.New(group{s.ctl, s})
 		s.hosts, err = hostIDs(s.comm)
 		s.machines = s.hosts
+		ph.mark("domains")
 		return err
 	})
 }
