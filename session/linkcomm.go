@@ -187,7 +187,7 @@ func (s *Session) leaveLink(abortErr error) error {
 	if s.ctl != nil {
 		_ = s.ctl.close()
 	}
-	for _, c := range []*mpi.Comm{s.comm, s.ctlComm} {
+	for _, c := range s.owns {
 		if c != nil {
 			_ = c.Free()
 		}

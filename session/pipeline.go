@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -75,6 +77,11 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 	ph := s.phasesOf()
 	ph.mark("stage layout agreed")
 	st := &Pipeline{Layout: l, Sessions: make([]*Session, l.Stages())}
+	if l.Stages() == 1 && slices.Equal(l.Members(0), identity(s.size)) {
+		st.Sessions[0] = s.sharedStage(l.Members(0))
+		ph.mark("stage communicators (none: the session's)")
+		return st, nil
+	}
 	err := s.guard("pipeline stage set-up", func() error {
 		comms, err := s.comm.SplitStages(l)
 		if err != nil {
@@ -84,13 +91,12 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 			if comm == nil {
 				continue
 			}
-			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, nic: s.nic,
+			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, owns: []*mpi.Comm{comm}, nic: s.nic,
 				parent: s, stage: i, members: l.Members(i), memcpyMin: s.memcpyMin}
 			st.Sessions[i] = child
-			if child.ctlComm, err = comm.Dup(); err != nil {
-				return err
-			}
-			if child.ctl, err = newControl(child.ctlComm, s.opts.Timeout); err != nil {
+			// the stage's control plane shares its communicator with the
+			// data (see tagAbort): a communicator fewer per stage.
+			if child.ctl, err = newControl(comm, s.opts.Timeout); err != nil {
 				return err
 			}
 			child.rt = refit.New(group{child.ctl, child})
@@ -117,8 +123,27 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 		st.Close()
 		return nil, err
 	}
-	ph.mark(fmt.Sprintf("stage communicators (%d splits, %d dups)", l.Stages(), l.Stages()))
+	ph.mark(fmt.Sprintf("stage communicators (%d splits)", l.Stages()))
 	return st, nil
+}
+
+// sharedStage is the session of a stage that holds every rank of s in
+// s's order (one stage): it is s under another name, sharing its
+// communicator, control plane and runtime (so its calls are numbered
+// with s's, their tags distinct), its device and its transport, all of
+// which stay s's to close. Making it creates no communicator.
+func (s *Session) sharedStage(members []int) *Session {
+	return &Session{opts: s.opts, rank: s.rank, size: s.size, comm: s.comm, ctl: s.ctl, rt: s.rt, nic: s.nic,
+		hosts: s.hosts, machines: s.machines, dev: s.dev, base: s.base,
+		parent: s, stage: 0, members: members, memcpyMin: s.memcpyMin, shares: true}
+}
+
+func identity(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // agreeLayout makes every rank check that all were given the same stage

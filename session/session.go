@@ -116,10 +116,9 @@ type Session struct {
 	rank     int
 	size     int
 	comm     *mpi.Comm // data: the transport's
-	ctl      *control  // control: collectives, abort notices, roll calls
-	ctlComm  *mpi.Comm
-	hosts    []int // each rank's discovered domain
-	machines []int // each rank's host (the shared-memory split), for host memory
+	ctl      *control  // control: collectives, abort notices, roll calls (on comm, or a communicator of its own)
+	hosts    []int     // each rank's discovered domain
+	machines []int     // each rank's host (the shared-memory split), for host memory
 	dev      device
 	base     transport.Transport
 	rt       *refit.Runtime // the step runtime of the session's calls
@@ -136,6 +135,12 @@ type Session struct {
 	// link, of a session two jobs formed (Listener.Accept, Connect): the
 	// connection, disconnected at Close.
 	link *link
+	// owns are the communicators the session made, freed at Close.
+	owns []*mpi.Comm
+	// shares, of a pipeline stage that holds every rank of its parent in
+	// the parent's order: its communicator, control plane, runtime,
+	// device and transport are the parent's (sharedStage).
+	shares bool
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -307,7 +312,11 @@ func (o Options) schedule() reshard.ScheduleOptions {
 
 // join waits for every rank (bounded) while agreeing on the options and
 // on every rank's readiness (localErr), then duplicates comm and discovers
-// domains under the watchdog.
+// domains under the watchdog. A session over a link (ph set) has comm to
+// itself, the merged communicator of the two jobs: it makes none
+// (communicators that span two jobs cost OpenMPI 4.1 about 100 ms each),
+// its data and control share comm (see tagAbort), and it finds hosts by
+// name.
 func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 	// A bounded agreement on comm itself first: after it, every rank is
 	// here with the same options, and the blocking calls below return
@@ -317,10 +326,18 @@ func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 		return err
 	}
 	err = refit.Agree(refit.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
+	if err == nil && ph != nil {
+		ph.mark("options agreed")
+		s.comm, s.ctl = comm, arrive
+		s.rt = refit.New(group{s.ctl, s})
+		s.hosts, err = hostsByName(s.ctl)
+		s.machines = s.hosts
+		ph.mark("domains")
+		return err
+	}
 	if cerr := arrive.closeIfHealthy(); err == nil {
 		err = cerr
 	}
-	ph.mark("options agreed")
 	if err != nil {
 		var ab *refit.AbortError
 		if errors.As(err, &ab) {
@@ -333,17 +350,18 @@ func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 		if s.comm, err = comm.Dup(); err != nil {
 			return err
 		}
-		if s.ctlComm, err = comm.Dup(); err != nil {
+		s.owns = append(s.owns, s.comm)
+		ctlComm, err := comm.Dup()
+		if err != nil {
 			return err
 		}
-		if s.ctl, err = newControl(s.ctlComm, s.opts.Timeout); err != nil {
+		s.owns = append(s.owns, ctlComm)
+		if s.ctl, err = newControl(ctlComm, s.opts.Timeout); err != nil {
 			return err
 		}
-		ph.mark("communicators (2 dups)")
 		s.rt = refit.New(group{s.ctl, s})
 		s.hosts, err = hostIDs(s.comm)
 		s.machines = s.hosts
-		ph.mark("domains")
 		return err
 	})
 }
@@ -480,7 +498,7 @@ func (s *Session) Leave(cause error) error {
 	if s == nil || s.closed {
 		return nil
 	}
-	if s.ctl != nil && !s.closed {
+	if s.ctl != nil && (!s.shares || cause != nil) {
 		s.ctl.sayLeaving(cause)
 	}
 	if cause != nil {
@@ -491,6 +509,10 @@ func (s *Session) Leave(cause error) error {
 		mpi.MarkFailed(fmt.Errorf("rank %d left its session: %w", s.Rank(), cause))
 	}
 	s.closed = true
+	if s.shares { // the parent's to close
+		_, err := s.Aborted()
+		return err
+	}
 	if s.rt != nil {
 		_ = s.rt.Close()
 	}
@@ -514,7 +536,7 @@ func (s *Session) Leave(cause error) error {
 	if s.ctl != nil {
 		errs = append(errs, s.ctl.close())
 	}
-	for _, c := range []*mpi.Comm{s.comm, s.ctlComm} {
+	for _, c := range s.owns {
 		if c != nil {
 			errs = append(errs, c.Free())
 		}
