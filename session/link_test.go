@@ -130,6 +130,11 @@ func TestTwoJobs(t *testing.T) {
 				expectDisagree(t, s)
 			}
 			syncSteps(t, s, linkSpecs(t, "20"))
+			// the second generator's layout is the first's: the trainer
+			// re-uses the plans, schedule and program it derived then.
+			if _, _, phases := s.Linked(); strings.Contains(phases, "re-used") != (gen == 1) {
+				t.Errorf("generator %d: %s; want plans re-used only for the second", gen, phases)
+			}
 			if err := s.Close(); err != nil {
 				t.Fatalf("close %d: %v", gen, err)
 			}

@@ -137,6 +137,10 @@ type Session struct {
 	link *link
 	// owns are the communicators the session made, freed at Close.
 	owns []*mpi.Comm
+	// derived, of a session a Listener accepted (and its stages): what
+	// the calls of the listener's sessions derived, for the next
+	// generator's calls with the same inputs (refit.Derived).
+	derived *refit.Derived
 	// shares, of a pipeline stage that holds every rank of its parent in
 	// the parent's order: its communicator, control plane, runtime,
 	// device and transport are the parent's (sharedStage).
