@@ -74,8 +74,8 @@ func trainer(path string, generators int) error {
 		if err != nil {
 			return err
 		}
-		_, took, phases := s.Linked()
 		steps, t, err := serve(s)
+		_, took, phases := s.Linked()
 		cerr := s.Close()
 		if s.Rank() == 0 {
 			status := "left"
