@@ -83,6 +83,10 @@ type Options struct {
 	// Agree lists more fields that must match across ranks (the session
 	// adds its device, domain overrides, timeout, ...).
 	Agree []Field
+	// Derived, if set, keeps what this rank derives (plans, schedule,
+	// program) for later calls with the same inputs, and gives this call
+	// what an earlier one derived (see Derived).
+	Derived *Derived
 }
 
 // Target is where a call's bytes move on this rank: the transport (over
@@ -160,7 +164,14 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 	}
 	rank, world := g.Rank(), g.Size()
 	topo := on.Topology
-	plans, localErr := validateSpecs(rank, world, specs, route, topo, opts)
+	hit, key := opts.Derived.lookup(rank, world, specs, route, on, opts)
+	var plans []*reshard.Plan
+	var localErr error
+	if hit != nil {
+		plans = hit.plans // validated and planned before, from these inputs
+	} else {
+		plans, localErr = validateSpecs(rank, world, specs, route, topo, opts)
+	}
 	if localErr == nil && (on.Transport == nil || on.Memory == nil) {
 		localErr = fmt.Errorf("rank %d: a call needs a transport and a memory", rank)
 	}
@@ -173,7 +184,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 		return nil, g.Fail(err)
 	}
 	c := &Call{rt: rt, name: opts.Name, specs: specs, plans: plans, topo: topo, tr: on.Transport, mem: on.Memory, opts: opts, rank: rank, world: world, held: Held{Intact: true}}
-	err := c.compile(route)
+	err := c.compileOrReuse(route, opts.Derived, hit, key)
 	if err != nil {
 		err = fmt.Errorf("rank %d: route %s: %w", rank, route.Name(), err)
 	}

@@ -56,6 +56,7 @@ func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard
 		Verify:        s.opts.Verify,
 		Atomic:        s.opts.Atomic,
 		Timeout:       s.opts.Timeout,
+		Derived:       s.derived,
 		// the session's options were agreed at Join.
 	}
 	if err != nil {
@@ -71,6 +72,7 @@ func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard
 		return nil, err
 	}
 	target := refit.Target{Transport: tr, Memory: s.dev.memory(), Topology: topo, Device: s.dev.driver(tr, s.driverOptions())}
+	reused := s.derivedReused()
 	c, err := s.rt.Prepare(ctx, specs, route, target, opts)
 	if err != nil {
 		return nil, err
@@ -79,6 +81,7 @@ func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard
 		_ = c.Close()
 		return nil, err
 	}
+	s.markPrepared(s.derivedReused() > reused)
 	return c, nil
 }
 

@@ -12,13 +12,24 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// Tags of the control communicator. Collectives use MPI's own matching;
-// these are the point-to-point side channels every wait loop watches.
+// Tags of the control plane. Collectives use MPI's own matching, in a
+// context apart from point-to-point messages; these are the
+// point-to-point side channels every wait loop watches. They lie above
+// every data tag (transport.MaxTag, the calls' and steps' identities on
+// the wire), so the control plane may share a communicator with the
+// data without a message of one ever matching a receive of the other:
+// a two-job session and a pipeline stage do (a communicator that spans
+// two jobs costs OpenMPI 4.1 about 100 ms to make). The data moves only
+// point to point, so the only collectives on a shared communicator are
+// the control plane's, issued in one order by every rank. MPI promises
+// tags up to 32767 only: these need MPI_TAG_UB above 32771 (OpenMPI's
+// ob1 allows 2^31-1), and an MPI whose bound is lower fails the session's
+// first receive (MPI_ERR_TAG) rather than mixing messages.
 const (
-	tagAbort  = 0x4d41 // an abort notice: the sender gave up, and why
-	tagQuery  = 0x4d51 // a roll call: "which collective are you in?"
-	tagAnswer = 0x4d52 // the answer to a roll call
-	tagLeave  = 0x4d4c // a leave notice: the sender closed its session after its n-th collective, and why
+	tagAbort  = transport.MaxTag + 1 + iota // an abort notice: the sender gave up, and why
+	tagQuery                                // a roll call: "which collective are you in?"
+	tagAnswer                               // the answer to a roll call
+	tagLeave                                // a leave notice: the sender closed its session after its n-th collective, and why
 )
 
 // noticeBytes is the size of an abort notice: small enough that MPI sends

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/mpi"
+	"github.com/m2n-dev/m2n/refit"
 )
 
 // stderr is where the watchdog says why it ends a job.
@@ -32,6 +33,38 @@ func hostIDs(comm *mpi.Comm) ([]int, error) {
 	host := make([]int, comm.Size())
 	for i := range host {
 		host[i] = int(binary.LittleEndian.Uint64(all[8*i:]))
+	}
+	return host, nil
+}
+
+// hostsByName names each rank's host by the lowest rank whose host has
+// the same name (os.Hostname), gathered over the control plane: the
+// hosts of a session over two jobs' merged communicator, where MPI's
+// shared-memory split would make a communicator that spans both jobs
+// (about 100 ms with OpenMPI 4.1). Ranks whose host has no name, or a
+// name longer than the exchange holds, are each a host of their own.
+func hostsByName(ctl *control) ([]int, error) {
+	const width = 256
+	b := make([]byte, width)
+	if name, err := os.Hostname(); err == nil && len(name) < width {
+		copy(b, name)
+	}
+	all := make([]byte, width*ctl.size)
+	if err := ctl.Allgather(refit.WithPhase(context.Background(), "session set-up (host names)"), b, all); err != nil {
+		return nil, err
+	}
+	first := map[string]int{}
+	host := make([]int, ctl.size)
+	for r := range host {
+		name := strings.TrimRight(string(all[r*width:(r+1)*width]), "\x00")
+		if name == "" {
+			host[r] = r
+			continue
+		}
+		if _, ok := first[name]; !ok {
+			first[name] = r
+		}
+		host[r] = first[name]
 	}
 	return host, nil
 }

@@ -33,6 +33,10 @@ const (
 	tagHello   = 0x6d326e // any tag: the merged communicator is new
 )
 
+// derivedCalls is how many calls' plans, schedules and programs a
+// Listener keeps for the generators that join later (refit.Derived).
+const derivedCalls = 16
+
 // Listener is a trainer job's open port: Accept joins one generator job
 // at a time into a session.
 type Listener struct {
@@ -43,6 +47,10 @@ type Listener struct {
 	token  string // rank 0's
 	broken error  // an accept that never returned: MPI is unusable
 	closed bool
+
+	// derived keeps what the calls of the sessions Accept made derived,
+	// so that a generator joining with a layout seen before re-uses it.
+	derived *refit.Derived
 }
 
 // Listen opens a port for generator jobs to join this job's ranks
@@ -58,7 +66,7 @@ func Listen(comm *mpi.Comm, path string, opts Options) (*Listener, error) {
 		err = fmt.Errorf("rank %d: %w", comm.Rank(), err)
 		opts.Timeout = max(opts.Timeout, DefaultTimeout)
 	}
-	l := &Listener{comm: comm, path: path, opts: opts}
+	l := &Listener{comm: comm, path: path, opts: opts, derived: refit.NewDerived(derivedCalls)}
 	if err == nil && comm.Rank() == 0 {
 		err = l.open()
 	}
@@ -147,16 +155,18 @@ func (l *Listener) acceptOnce(deadline time.Time) (*Session, bool, error) {
 		}
 		return nil, true, errors.Join(err, lk.close(l.opts.Timeout))
 	}
+	lk.phases.mark("token")
 	if l.comm.Rank() == 0 {
 		if err := l.publish(stateBusy); err != nil {
 			fmt.Fprintf(stderr, "m2n: listener: %v\n", err)
 		}
 	}
-	s, err := Join(lk.merged, l.opts)
+	s, err := join(lk.merged, l.opts, nil, lk)
 	if err != nil {
 		return nil, false, errors.Join(err, lk.close(l.opts.Timeout))
 	}
 	s.joinedOver(lk)
+	s.derived = l.derived
 	return s, false, nil
 }
 
@@ -256,7 +266,8 @@ func Connect(comm *mpi.Comm, path string, opts Options) (*Session, error) {
 		}
 		return nil, errors.Join(err, lk.close(opts.Timeout))
 	}
-	s, err := Join(lk.merged, opts)
+	lk.phases.mark("token")
+	s, err := join(lk.merged, opts, nil, lk)
 	if err != nil {
 		return nil, errors.Join(err, lk.close(opts.Timeout))
 	}

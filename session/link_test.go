@@ -107,9 +107,16 @@ func TestTwoJobs(t *testing.T) {
 		}
 		defer l.Close()
 		for gen := 0; gen < 2; gen++ {
+			_, before := mpi.Live()
 			s, err := l.Accept()
 			if err != nil {
 				t.Fatalf("accept %d: %v", gen, err)
+			}
+			// the intercommunicator and the merged one, which the
+			// session uses as it is (communicators that span two jobs
+			// are slow to make).
+			if _, after := mpi.Live(); after-before != 2 {
+				t.Errorf("joining made %d communicators, want 2", after-before)
 			}
 			if s.Size() != 3 || s.Rank() != c.Rank() {
 				t.Errorf("joined rank %d of %d, want %d of 3", s.Rank(), s.Size(), c.Rank())
@@ -123,8 +130,16 @@ func TestTwoJobs(t *testing.T) {
 				expectDisagree(t, s)
 			}
 			syncSteps(t, s, linkSpecs(t, "20"))
+			// the second generator's layout is the first's: the trainer
+			// re-uses the plans, schedule and program it derived then.
+			if _, _, phases := s.Linked(); strings.Contains(phases, "re-used") != (gen == 1) {
+				t.Errorf("generator %d: %s; want plans re-used only for the second", gen, phases)
+			}
 			if err := s.Close(); err != nil {
 				t.Fatalf("close %d: %v", gen, err)
+			}
+			if _, after := mpi.Live(); after != before {
+				t.Errorf("%d communicators outlived the session", after-before)
 			}
 		}
 	})

@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/m2n-dev/m2n/mpi"
@@ -16,6 +17,39 @@ type link struct {
 	listener      *Listener     // on the trainer's side
 	joined        time.Time     // when MPI's accept or connect returned
 	took          time.Duration // from then to the session joined
+	phases        *phases       // the time of each step of joining, and of preparing over the link
+}
+
+// phases times the steps of joining two jobs and of preparing the first
+// calls over them, for the report of a join beside a step (Linked).
+type phases struct {
+	last time.Time
+	list []string
+}
+
+// maxPhases bounds a link's phase log: a session that prepares again and
+// again stops logging.
+const maxPhases = 40
+
+// mark ends the step called name (nil: not timed).
+func (p *phases) mark(name string) {
+	if p == nil || len(p.list) >= maxPhases {
+		return
+	}
+	now := time.Now()
+	p.list = append(p.list, fmt.Sprintf("%s %v", name, now.Sub(p.last).Round(100*time.Microsecond)))
+	p.last = now
+}
+
+// phasesOf returns the phase log of the link s (or its parent) was formed
+// over, or nil.
+func (s *Session) phasesOf() *phases {
+	for ; s != nil; s = s.parent {
+		if s.link != nil {
+			return s.link.phases
+		}
+	}
+	return nil
 }
 
 // joinLink merges the intercommunicator from Accept or Connect (the
@@ -29,18 +63,22 @@ func joinLink(inter *mpi.Comm, high bool, timeout time.Duration) (*link, error) 
 	if err != nil {
 		return nil, fmt.Errorf("merging the two jobs' communicators: %w", err)
 	}
-	return &link{inter: inter, merged: merged, joined: start}, nil
+	lk := &link{inter: inter, merged: merged, joined: start, phases: &phases{last: start}}
+	lk.phases.mark("merge")
+	return lk, nil
 }
 
 // Linked reports whether the session is one of two jobs (Listener.Accept,
 // Connect), and how long joining took once MPI's accept or connect had
 // returned: the merge, the token's exchange and the session's set-up
-// (Join), without the wait for the other job to arrive.
-func (s *Session) Linked() (bool, time.Duration) {
+// (Join), without the wait for the other job to arrive. phases lists the
+// time of each step of joining, and of the preparations since (stage
+// communicators, each call's preparation), in order.
+func (s *Session) Linked() (linked bool, took time.Duration, phases string) {
 	if s.link == nil {
-		return false, 0
+		return false, 0, ""
 	}
-	return true, s.link.took
+	return true, s.link.took, strings.Join(s.link.phases.list, ", ")
 }
 
 // joinedOver records the session formed over lk.
@@ -149,7 +187,7 @@ func (s *Session) leaveLink(abortErr error) error {
 	if s.ctl != nil {
 		_ = s.ctl.close()
 	}
-	for _, c := range []*mpi.Comm{s.comm, s.ctlComm} {
+	for _, c := range s.owns {
 		if c != nil {
 			_ = c.Free()
 		}

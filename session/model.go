@@ -41,11 +41,20 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 		localErr = fmt.Errorf("rank %d: the model's layouts need %d ranks (trainer %v, generator %v); the session has %d",
 			s.rank, l.World(), l.Trainer, l.Generator, s.size)
 	}
+	if localErr == nil {
+		localErr = s.checkLayout(l.Ranks)
+	}
+	ph := s.phasesOf()
+	ph.mark("the program's own work")
+	// one agreement on the model and its stage layout, before the stages
+	// are made (Pipeline's own agreement, folded in).
 	if err := s.Agree(ctx, []refit.Field{{Name: "model", Value: l.Model.Name}, {Name: "trainer", Value: l.Trainer.String()},
-		{Name: "generator", Value: fmt.Sprint(l.Generator)}, {Name: "model tensors", Value: fmt.Sprint(len(l.Model.Tensors))}}, localErr); err != nil {
+		{Name: "generator", Value: fmt.Sprint(l.Generator)}, {Name: "model tensors", Value: fmt.Sprint(len(l.Model.Tensors))},
+		layoutField(l.Ranks)}, localErr); err != nil {
 		return nil, err
 	}
-	st, err := s.Pipeline(l.Ranks)
+	ph.mark("model and stage layout agreed")
+	st, err := s.pipeline(l.Ranks)
 	if err != nil {
 		return nil, err
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -64,15 +66,31 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	var localErr error
-	if err := l.Validate(s.size); err != nil {
-		localErr = fmt.Errorf("rank %d: stage layout: %w", s.rank, err)
-	}
 	// agree before splitting: a split is a blocking collective.
-	if err := s.agreeLayout(l, localErr); err != nil {
+	if err := s.agreeLayout(l, s.checkLayout(l)); err != nil {
 		return nil, err
 	}
+	s.phasesOf().mark("stage layout agreed")
+	return s.pipeline(l)
+}
+
+// checkLayout is this rank's verdict on a stage layout.
+func (s *Session) checkLayout(l pipeline.Layout) error {
+	if err := l.Validate(s.size); err != nil {
+		return fmt.Errorf("rank %d: stage layout: %w", s.rank, err)
+	}
+	return nil
+}
+
+// pipeline is Pipeline once every rank agreed on l (layoutField).
+func (s *Session) pipeline(l pipeline.Layout) (*Pipeline, error) {
+	ph := s.phasesOf()
 	st := &Pipeline{Layout: l, Sessions: make([]*Session, l.Stages())}
+	if l.Stages() == 1 && slices.Equal(l.Members(0), identity(s.size)) {
+		st.Sessions[0] = s.sharedStage(l.Members(0))
+		ph.mark("stage communicators (none: the session's)")
+		return st, nil
+	}
 	err := s.guard("pipeline stage set-up", func() error {
 		comms, err := s.comm.SplitStages(l)
 		if err != nil {
@@ -82,13 +100,12 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 			if comm == nil {
 				continue
 			}
-			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, nic: s.nic,
-				parent: s, stage: i, members: l.Members(i), memcpyMin: s.memcpyMin}
+			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, owns: []*mpi.Comm{comm}, nic: s.nic,
+				parent: s, stage: i, members: l.Members(i), memcpyMin: s.memcpyMin, derived: s.derived}
 			st.Sessions[i] = child
-			if child.ctlComm, err = comm.Dup(); err != nil {
-				return err
-			}
-			if child.ctl, err = newControl(child.ctlComm, s.opts.Timeout); err != nil {
+			// the stage's control plane shares its communicator with the
+			// data (see tagAbort): a communicator fewer per stage.
+			if child.ctl, err = newControl(comm, s.opts.Timeout); err != nil {
 				return err
 			}
 			child.rt = refit.New(group{child.ctl, child})
@@ -115,15 +132,40 @@ func (s *Session) Pipeline(l pipeline.Layout) (*Pipeline, error) {
 		st.Close()
 		return nil, err
 	}
+	ph.mark(fmt.Sprintf("stage communicators (%d splits)", l.Stages()))
 	return st, nil
+}
+
+// sharedStage is the session of a stage that holds every rank of s in
+// s's order (one stage): it is s under another name, sharing its
+// communicator, control plane and runtime (so its calls are numbered
+// with s's, their tags distinct), its device and its transport, all of
+// which stay s's to close. Making it creates no communicator.
+func (s *Session) sharedStage(members []int) *Session {
+	return &Session{opts: s.opts, rank: s.rank, size: s.size, comm: s.comm, ctl: s.ctl, rt: s.rt, nic: s.nic,
+		hosts: s.hosts, machines: s.machines, dev: s.dev, base: s.base,
+		parent: s, stage: 0, members: members, memcpyMin: s.memcpyMin, shares: true, derived: s.derived}
+}
+
+func identity(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // agreeLayout makes every rank check that all were given the same stage
 // layout (and none failed to validate it) before the blocking split.
 func (s *Session) agreeLayout(l pipeline.Layout, localErr error) error {
 	err := refit.Agree(refit.WithPhase(context.Background(), "agreement on the stage layout"), s.ctl,
-		[]refit.Field{{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}}, localErr)
+		[]refit.Field{layoutField(l)}, localErr)
 	return s.fail(err)
+}
+
+// layoutField is a stage layout as an agreed field.
+func layoutField(l pipeline.Layout) refit.Field {
+	return refit.Field{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}
 }
 
 // Prepare prepares every stage this rank is in: specs(s) returns stage
@@ -143,6 +185,27 @@ func (st *Pipeline) Prepare(ctx context.Context, specs func(stage int) []refit.S
 		sc.Calls[i] = c
 	}
 	return sc, nil
+}
+
+// markPrepared ends the phase of a call's preparation, of a session over
+// a link.
+func (s *Session) markPrepared(reused bool) {
+	what := "call prepared"
+	if s.parent != nil {
+		what = fmt.Sprintf("stage %d prepared", s.stage)
+	}
+	if reused {
+		what += " (plans, schedule and program re-used)"
+	}
+	s.phasesOf().mark(what)
+}
+
+// derivedReused counts the calls that re-used what an earlier one derived.
+func (s *Session) derivedReused() int {
+	if s.derived == nil {
+		return 0
+	}
+	return s.derived.Reused()
 }
 
 // Close closes every stage's session.

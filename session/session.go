@@ -116,10 +116,9 @@ type Session struct {
 	rank     int
 	size     int
 	comm     *mpi.Comm // data: the transport's
-	ctl      *control  // control: collectives, abort notices, roll calls
-	ctlComm  *mpi.Comm
-	hosts    []int // each rank's discovered domain
-	machines []int // each rank's host (the shared-memory split), for host memory
+	ctl      *control  // control: collectives, abort notices, roll calls (on comm, or a communicator of its own)
+	hosts    []int     // each rank's discovered domain
+	machines []int     // each rank's host (the shared-memory split), for host memory
 	dev      device
 	base     transport.Transport
 	rt       *refit.Runtime // the step runtime of the session's calls
@@ -136,6 +135,16 @@ type Session struct {
 	// link, of a session two jobs formed (Listener.Accept, Connect): the
 	// connection, disconnected at Close.
 	link *link
+	// owns are the communicators the session made, freed at Close.
+	owns []*mpi.Comm
+	// derived, of a session a Listener accepted (and its stages): what
+	// the calls of the listener's sessions derived, for the next
+	// generator's calls with the same inputs (refit.Derived).
+	derived *refit.Derived
+	// shares, of a pipeline stage that holds every rank of its parent in
+	// the parent's order: its communicator, control plane, runtime,
+	// device and transport are the parent's (sharedStage).
+	shares bool
 }
 
 // Join makes this rank a member of a session over comm. Every rank of comm
@@ -153,7 +162,7 @@ type Session struct {
 // blocking calls (splits, NCCL's initialisation) run after every rank has
 // arrived, under a watchdog that ends the job if one of them hangs.
 func Join(comm *mpi.Comm, opts Options) (*Session, error) {
-	return join(comm, opts, nil)
+	return join(comm, opts, nil, nil)
 }
 
 // Refuse takes part in the Join of the other ranks of comm for a rank that
@@ -164,11 +173,13 @@ func Refuse(comm *mpi.Comm, opts Options, err error) error {
 	if err == nil {
 		err = errors.New("refused to join")
 	}
-	_, jerr := join(comm, opts, err)
+	_, jerr := join(comm, opts, err, nil)
 	return jerr
 }
 
-func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
+// join is Join; lk is the link of two jobs whose merged communicator comm
+// is, or nil.
+func join(comm *mpi.Comm, opts Options, refusal error, lk *link) (*Session, error) {
 	if lvl, err := mpi.QueryThread(); err != nil || lvl < mpi.ThreadMultiple {
 		return nil, fmt.Errorf("rank %d: session needs MPI initialized with mpi.ThreadMultiple (got %v, %v)", comm.Rank(), lvl, err)
 	}
@@ -185,13 +196,17 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 		localErr = refusal
 	}
 	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), owned: true, memcpyMin: memcpyMin}
+	var ph *phases
+	if lk != nil {
+		ph = lk.phases
+	}
 	if localErr == nil && opts.EmulateNetBW > 0 {
 		var err error
 		if s.nic, err = netem.NewNIC(opts.EmulateNetBW); err != nil {
 			localErr = fmt.Errorf("rank %d: %w", comm.Rank(), err)
 		}
 	}
-	if err := s.join(comm, localErr); err != nil {
+	if err := s.join(comm, localErr, ph); err != nil {
 		s.Close()
 		if aborted, _ := s.Aborted(); aborted {
 			return s, err // closed: for FirstToAbort
@@ -208,6 +223,7 @@ func join(comm *mpi.Comm, opts Options, refusal error) (*Session, error) {
 		s.Close()
 		return nil, err
 	}
+	ph.mark("device")
 	return s, nil
 }
 
@@ -300,8 +316,12 @@ func (o Options) schedule() reshard.ScheduleOptions {
 
 // join waits for every rank (bounded) while agreeing on the options and
 // on every rank's readiness (localErr), then duplicates comm and discovers
-// domains under the watchdog.
-func (s *Session) join(comm *mpi.Comm, localErr error) error {
+// domains under the watchdog. A session over a link (ph set) has comm to
+// itself, the merged communicator of the two jobs: it makes none
+// (communicators that span two jobs cost OpenMPI 4.1 about 100 ms each),
+// its data and control share comm (see tagAbort), and it finds hosts by
+// name.
+func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 	// A bounded agreement on comm itself first: after it, every rank is
 	// here with the same options, and the blocking calls below return
 	// promptly.
@@ -310,6 +330,15 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 		return err
 	}
 	err = refit.Agree(refit.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
+	if err == nil && ph != nil {
+		ph.mark("options agreed")
+		s.comm, s.ctl = comm, arrive
+		s.rt = refit.New(group{s.ctl, s})
+		s.hosts, err = hostsByName(s.ctl)
+		s.machines = s.hosts
+		ph.mark("domains")
+		return err
+	}
 	if cerr := arrive.closeIfHealthy(); err == nil {
 		err = cerr
 	}
@@ -325,10 +354,13 @@ func (s *Session) join(comm *mpi.Comm, localErr error) error {
 		if s.comm, err = comm.Dup(); err != nil {
 			return err
 		}
-		if s.ctlComm, err = comm.Dup(); err != nil {
+		s.owns = append(s.owns, s.comm)
+		ctlComm, err := comm.Dup()
+		if err != nil {
 			return err
 		}
-		if s.ctl, err = newControl(s.ctlComm, s.opts.Timeout); err != nil {
+		s.owns = append(s.owns, ctlComm)
+		if s.ctl, err = newControl(ctlComm, s.opts.Timeout); err != nil {
 			return err
 		}
 		s.rt = refit.New(group{s.ctl, s})
@@ -470,7 +502,7 @@ func (s *Session) Leave(cause error) error {
 	if s == nil || s.closed {
 		return nil
 	}
-	if s.ctl != nil && !s.closed {
+	if s.ctl != nil && (!s.shares || cause != nil) {
 		s.ctl.sayLeaving(cause)
 	}
 	if cause != nil {
@@ -481,6 +513,10 @@ func (s *Session) Leave(cause error) error {
 		mpi.MarkFailed(fmt.Errorf("rank %d left its session: %w", s.Rank(), cause))
 	}
 	s.closed = true
+	if s.shares { // the parent's to close
+		_, err := s.Aborted()
+		return err
+	}
 	if s.rt != nil {
 		_ = s.rt.Close()
 	}
@@ -504,7 +540,7 @@ func (s *Session) Leave(cause error) error {
 	if s.ctl != nil {
 		errs = append(errs, s.ctl.close())
 	}
-	for _, c := range []*mpi.Comm{s.comm, s.ctlComm} {
+	for _, c := range s.owns {
 		if c != nil {
 			errs = append(errs, c.Free())
 		}

@@ -309,11 +309,23 @@ func TestStagesConcurrent(t *testing.T) {
 	mpitest.Run(t, 5, func(t mpitest.T, c *mpi.Comm) {
 		s := join(t, c, session.Options{Timeout: 30 * time.Second})
 		defer s.Close()
+		_, before := mpi.Live()
 		st, err := s.Pipeline(pipeline.Contiguous(2, 2, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Close()
+		// one communicator per stage this rank is in (its control plane
+		// shares it), the generator's rank in both.
+		in := 0
+		for _, ss := range st.Sessions {
+			if ss != nil {
+				in++
+			}
+		}
+		if _, after := mpi.Live(); after-before != int64(in) {
+			t.Errorf("the stages made %d communicators on a rank in %d stages, want %d", after-before, in, in)
+		}
 		specsOf := func(int) []refit.Spec {
 			return []refit.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
 		}
@@ -338,6 +350,55 @@ func TestStagesConcurrent(t *testing.T) {
 			}
 		}
 		sc.Close()
+	})
+}
+
+// TestOneStageIsTheSession splits a session into one stage that holds
+// every rank in order: the stage is the session under another name (no
+// communicator made), its call moves and checks every element, and
+// closing the stage leaves the session usable for a call and a barrier.
+func TestOneStageIsTheSession(t *testing.T) {
+	mpitest.Run(t, 3, func(t mpitest.T, c *mpi.Comm) {
+		s := join(t, c, session.Options{Timeout: 30 * time.Second})
+		defer s.Close()
+		_, before := mpi.Live()
+		st, err := s.Pipeline(pipeline.Contiguous(1, 2, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, after := mpi.Live(); after != before {
+			t.Errorf("a stage of every rank made %d communicators, want none", after-before)
+		}
+		specs := []refit.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
+		sc, err := st.Prepare(context.Background(), func(int) []refit.Spec { return specs }, hier.Hier{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := buffers(t, st.Sessions[0], specs)
+		if _, err := sc.Run(context.Background(), func(int) []refit.TensorBuffers { return bufs }); err != nil {
+			t.Fatal(err)
+		}
+		check(t, st.Sessions[0], specs, bufs)
+		sc.Close()
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// the session's own call after the stage's: numbered after it,
+		// on the same communicator.
+		specs[0].Name = "after"
+		bufs = buffers(t, s, specs)
+		call, err := s.Prepare(context.Background(), specs, hier.Hier{})
+		if err != nil {
+			t.Fatalf("the session after its stage closed: %v", err)
+		}
+		defer call.Close()
+		if _, err := call.Run(context.Background(), bufs); err != nil {
+			t.Fatal(err)
+		}
+		check(t, s, specs, bufs)
+		if err := s.Barrier(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 

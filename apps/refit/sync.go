@@ -193,11 +193,12 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 			return err
 		}
 	}
-	if linked, took := j.Session.Linked(); linked && spmd.Rank() == 0 && !f.run.asJSON {
+	if linked, took, phases := j.Session.Linked(); linked && spmd.Rank() == 0 && !f.run.asJSON {
 		// each job's rank 0: the cost of a (re)join beside a step.
-		fmt.Fprintf(out, "two jobs (%s): joined in %v (merge, token, session set-up), model prepared in %v, step %v (median)\n",
+		step := time.Duration(rep.MedianSec * float64(time.Second))
+		fmt.Fprintf(out, "two jobs (%s): joined in %v (merge, token, session set-up), model prepared in %v, step %v (median): join+prepare %.1f steps\n  phases: %s\n",
 			map[bool]string{true: "trainer", false: "generator"}[j.Rank == 0], took.Round(time.Microsecond),
-			prepared.Round(time.Microsecond), time.Duration(rep.MedianSec*float64(time.Second)).Round(time.Microsecond))
+			prepared.Round(time.Microsecond), step.Round(time.Microsecond), (took+prepared).Seconds()/max(step.Seconds(), 1e-9), phases)
 	}
 	if strings.HasPrefix(rep.Check, "FAILED") {
 		return jobError{fmt.Errorf("check failed: %s", strings.TrimPrefix(rep.Check, "FAILED: "))}

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -73,8 +74,8 @@ func trainer(path string, generators int) error {
 		if err != nil {
 			return err
 		}
-		_, took := s.Linked()
-		steps, err := serve(s)
+		steps, t, err := serve(s)
+		_, took, phases := s.Linked()
 		cerr := s.Close()
 		if s.Rank() == 0 {
 			status := "left"
@@ -83,6 +84,9 @@ func trainer(path string, generators int) error {
 			}
 			fmt.Printf("trainer: generator %d (%d ranks) joined in %v; %d steps; it %s\n", g, s.Size()-mpi.World().Size(),
 				took.Round(time.Millisecond), steps, status)
+			fmt.Printf("trainer: generator %d: joined in %v, model prepared in %v, step %v (median of %d): join+prepare %.1f steps\n  phases: %s\n",
+				g, took.Round(time.Millisecond), t.prepared.Round(time.Millisecond), t.median().Round(time.Millisecond), len(t.steps),
+				(took+t.prepared).Seconds()/max(t.median().Seconds(), 1e-9), phases)
 		}
 		if mpi.Failed() != nil {
 			return errors.Join(err, cerr) // the trainer's own job cannot go on
@@ -134,28 +138,49 @@ func generator(path string, steps int, kill bool) error {
 	return nil
 }
 
+// times are how long the trainer took to prepare a generator's model and
+// each of its steps that succeeded.
+type times struct {
+	prepared time.Duration
+	steps    []time.Duration
+}
+
+func (t times) median() time.Duration {
+	if len(t.steps) == 0 {
+		return 0
+	}
+	s := slices.Clone(t.steps)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 // serve runs the trainer's side of a generator's steps until it says it
 // has had enough, or a step fails (the generator is gone).
-func serve(s *session.Session) (int, error) {
+func serve(s *session.Session) (int, times, error) {
+	var t times
+	start := time.Now()
 	m, bufs, err := prepare(s)
 	if err != nil {
-		return 0, err
+		return 0, t, err
 	}
+	t.prepared = time.Since(start)
 	defer m.Close()
 	defer m.Free(bufs)
 	if err := m.FillParts(bufs, model.Src, pattern.Fill); err != nil {
-		return 0, err
+		return 0, t, err
 	}
 	for steps := 0; ; steps++ {
 		if err := more(s, true); err != nil {
 			if errors.Is(err, errEnough) {
-				return steps, nil
+				return steps, t, nil
 			}
-			return steps, err
+			return steps, t, err
 		}
+		start := time.Now()
 		if _, err := m.Run(context.Background(), bufs); err != nil {
-			return steps, err
+			return steps, t, err
 		}
+		t.steps = append(t.steps, time.Since(start))
 	}
 }
 
