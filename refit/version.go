@@ -87,6 +87,9 @@ func (c *Call) settle(st *step, err error) {
 	if st == nil || !st.begun {
 		return
 	}
+	if c.delta != nil {
+		c.delta.settle(st, err, c.opts.Atomic)
+	}
 	if err == nil {
 		c.held = Held{Version: st.version, Verified: c.opts.Verify, Intact: true}
 		return
