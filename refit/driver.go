@@ -39,7 +39,7 @@ type Stats struct {
 	// step.
 	DenseSent [reshard.LinkClasses]int64
 	Messages  int
-	Rounds   int
+	Rounds    int
 	// SentSums and RecvSums hold, with StepInput.Verify, the CRC-32C of
 	// every message this rank sent (or copied) and received, by the
 	// message's index in the schedule.
