@@ -84,6 +84,11 @@ func (rep *RunReport) WriteText(w io.Writer) error {
 		if rr.Why != "" {
 			fmt.Fprintf(w, "  auto: %s\n", rr.Why)
 		}
+		if d := rr.Delta; d != nil {
+			fmt.Fprintf(w, "  delta, %.4g%% of the elements changed per step: %s per step against %s for a full sync of the same values (%.1f%% of its time); "+
+				"%s sent between ranks against %s dense (%.2f%% of the bytes)\n", 100*d.Change, units.FormatSeconds(d.MedianSec),
+				units.FormatSeconds(d.FullSec), 100*d.TimeRatio, units.FormatBytes(d.Sent), units.FormatBytes(d.Dense), 100*d.ByteRatio)
+		}
 		if rr.BoundSec > 0 && (rep.EmulatedBW > 0 || rep.FabricGiven) {
 			fmt.Fprintf(w, "  model bound %s (%s binds): time is %.2fx the bound\n", units.FormatSeconds(rr.BoundSec), rr.Binding, rr.Ratio)
 		}

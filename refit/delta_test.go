@@ -164,7 +164,8 @@ func (c deltaConfig) prepare(w *inproc.World, r int, tr transport.Transport, ts 
 // the dense reference (the pattern with the same updates applied). The
 // first step is a full sync (nothing counted in DenseSent); the others
 // send encodings: with nothing changed a header and an op per message, with
-// everything changed at least the dense bytes.
+// everything changed at least the dense bytes. A Resync on one rank then
+// makes the next step a full sync on every rank.
 func TestDelta(t *testing.T) {
 	var configs []deltaConfig
 	for _, dt := range []string{"bf16", "f32"} {
@@ -218,7 +219,21 @@ func TestDelta(t *testing.T) {
 				if h := c.Held(); h.Version != 6 || !h.Intact {
 					return fmt.Errorf("rank %d holds %v after 6 good steps", r, h)
 				}
-				return nil
+				// one rank asks for a full sync: every rank sends dense
+				if r == 6 {
+					c.Resync()
+				}
+				if err := d.update(0.01); err != nil {
+					return err
+				}
+				rep, err := c.Run(context.Background(), d.bufs)
+				if err != nil {
+					return fmt.Errorf("the resync: %w", err)
+				}
+				if netBytes(rep.Stats.DenseSent) != 0 {
+					return fmt.Errorf("rank %d: the step after Resync on rank 6 counts dense bytes: not a full sync", r)
+				}
+				return d.check("after the resync")
 			}))
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)

@@ -112,3 +112,16 @@ func versionMismatch(all []byte, size int) error {
 	}
 	return nil
 }
+
+// Resync makes the call's next step a full sync, for a call in delta mode
+// (Options.Delta): every element sent dense, as at its first step (a
+// destination whose buffers were changed outside the call asks for one).
+// One rank asking is enough: the ranks agree on it as the step begins. It
+// does nothing for a call not in delta mode.
+func (c *Call) Resync() {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	if c.delta != nil {
+		c.delta.dirty = true
+	}
+}
