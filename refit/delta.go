@@ -1,7 +1,9 @@
 package refit
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/m2n-dev/m2n/delta"
 	"github.com/m2n-dev/m2n/internal/checked"
@@ -44,6 +46,10 @@ type deltaPlan struct {
 	keep    []bool           // by id: a region arriving this step that a later send forwards
 	sources []int            // the distinct source regions read: what prev takes
 	staging [2][2]int64      // the encoded staging per slot and direction
+	// overlap: two distinct source regions share bytes, so that prev
+	// cannot take a region's changes as it is encoded (the others would
+	// miss them in the shared bytes): prev takes the regions at the end.
+	overlap bool
 }
 
 type deltaRound struct {
@@ -135,7 +141,30 @@ func newDeltaPlan(p *program.Program, specs []Spec) (*deltaPlan, error) {
 			}
 		}
 	}
+	d.overlap = d.sourcesOverlap()
 	return d, nil
+}
+
+// sourcesOverlap reports whether two distinct source regions of one
+// tensor share a byte, comparing their runs.
+func (d *deltaPlan) sourcesOverlap() bool {
+	runs := map[int32][][2]int64{}
+	for _, i := range d.sources {
+		r := d.regions[i]
+		if r.At.Bytes() == 0 {
+			continue
+		}
+		r.At.ForEachRun(func(off int64) { runs[r.Tensor] = append(runs[r.Tensor], [2]int64{off, off + r.At.Run}) })
+	}
+	for _, rs := range runs {
+		slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+		for k := 1; k < len(rs); k++ {
+			if rs[k][0] < rs[k-1][1] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wires numbers one direction of a round's wires and lays out their
@@ -189,6 +218,11 @@ type deltaCall struct {
 	encs    [][]byte
 	pending []int
 	scratch []byte // a local copy's encoding
+	// dense, by region id, in this step: 1 where the region goes dense
+	// (raw), 2 where it goes encoded, 0 not yet decided; rawSent lists the
+	// source regions sent raw, which prev takes at the end.
+	dense   []uint8
+	rawSent []int
 }
 
 // full reports whether the call's next step must be a full sync.
@@ -233,6 +267,7 @@ func (dc *deltaCall) ensure(mem transport.Memory, needs [][2]partNeed, bufs []Te
 	}
 	dc.prev = prev
 	dc.encs = make([][]byte, len(dc.plan.regions))
+	dc.dense = make([]uint8, len(dc.plan.regions))
 	return nil
 }
 
@@ -249,9 +284,14 @@ func hostAlloc(mem transport.Memory, n int64) (transport.HostBuffer, error) {
 	return hb, nil
 }
 
+// updatesPrev reports whether a delta step's encodings update prev as
+// they go (delta.Encoder.UpdatePrev): without Atomic, where no two
+// source regions overlap.
+func (dc *deltaCall) updatesPrev(atomic bool) bool { return !atomic && !dc.plan.overlap }
+
 // settle records a step's outcome: on success prev takes the regions the
-// step sent; a failure that may have changed destinations makes the next
-// step full.
+// step sent (unless its encodings did already); a failure that may have
+// changed destinations makes the next step full.
 func (dc *deltaCall) settle(st *step, err error, atomic bool) {
 	if err != nil {
 		if !atomic || st.committing {
@@ -259,7 +299,11 @@ func (dc *deltaCall) settle(st *step, err error, atomic bool) {
 		}
 		return
 	}
-	for _, i := range dc.plan.sources {
+	sources := dc.plan.sources
+	if st.delta && dc.updatesPrev(atomic) {
+		sources = dc.rawSent // the encodings updated prev for the rest
+	}
+	for _, i := range sources {
 		r := dc.plan.regions[i]
 		cur, _ := st.bufs[r.Tensor].Src.(transport.HostBuffer)
 		if cur == nil || dc.prev[r.Tensor] == nil {

@@ -164,7 +164,8 @@ func (c deltaConfig) prepare(w *inproc.World, r int, tr transport.Transport, ts 
 // the dense reference (the pattern with the same updates applied). The
 // first step is a full sync (nothing counted in DenseSent); the others
 // send encodings: with nothing changed a header and an op per message, with
-// everything changed at least the dense bytes. A Resync on one rank then
+// everything changed at least the dense bytes (exactly those without
+// Atomic and Verify: its wires go dense). A Resync on one rank then
 // makes the next step a full sync on every rank.
 func TestDelta(t *testing.T) {
 	var configs []deltaConfig
@@ -175,6 +176,7 @@ func TestDelta(t *testing.T) {
 	}
 	configs = append(configs,
 		deltaConfig{dtype: "bf16", route: "flat", coalesce: 4096, verify: true},
+		deltaConfig{dtype: "bf16", route: "hier", coalesce: 4096},
 		deltaConfig{dtype: "bf16", route: "hier", atomic: true, verify: true},
 		deltaConfig{dtype: "f32", route: "flat", atomic: true, coalesce: 4096})
 	for _, cfg := range configs {
@@ -212,6 +214,8 @@ func TestDelta(t *testing.T) {
 						return fmt.Errorf("step %d: nothing changed, yet %d bytes sent in %d messages", k+1, sent, rep.Stats.Messages)
 					case frac == 1 && sent < dense:
 						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense", k+1, sent, dense)
+					case frac == 1 && !cfg.atomic && !cfg.verify && sent != dense:
+						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense: the wires did not go dense", k+1, sent, dense)
 					case frac == 0.01 && sent > dense/4:
 						return fmt.Errorf("step %d: 1%% changed, yet %d bytes sent of %d dense", k+1, sent, dense)
 					}

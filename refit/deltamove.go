@@ -1,6 +1,7 @@
 package refit
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/m2n-dev/m2n/delta"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
+	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -16,11 +18,17 @@ import (
 type deltaStep struct {
 	dc     *deltaCall
 	h      *HostDriver
+	hs     hostStep // the dense path's helpers, for wires that go raw
 	p      *program.Program
 	in     StepInput
 	st     *Stats
 	atomic bool
+	raw    bool // wires whose regions changed throughout may go dense (not Atomic, not Verify)
 }
+
+// rawBit marks, in a wire's announced length, a wire that goes dense: its
+// bytes as a dense step moves them (the wire's own Bytes, below 2^62).
+const rawBit = 1 << 62
 
 // deltaRound is a round whose encodings are posted.
 type deltaInflight struct {
@@ -34,11 +42,19 @@ type deltaInflight struct {
 func (dc *deltaCall) move(ctx context.Context, h *HostDriver, in StepInput, atomic bool) (Stats, error) {
 	var st Stats
 	p := h.prog
-	d := deltaStep{dc: dc, h: h, p: p, in: in, st: &st, atomic: atomic}
+	d := deltaStep{dc: dc, h: h, p: p, in: in, st: &st, atomic: atomic, raw: !atomic && !in.Verify}
+	d.hs = hostStep{h: h, p: p, in: in, bufs: in.Bufs, st: &st}
+	if d.raw {
+		if err := d.hs.prepare(); err != nil { // the dense staging
+			return st, err
+		}
+	}
+	dc.enc.UpdatePrev = dc.updatesPrev(atomic)
 	for i := range dc.encs {
 		dc.encs[i] = dc.encs[i][:0]
+		dc.dense[i] = 0
 	}
-	dc.pending = dc.pending[:0]
+	dc.pending, dc.rawSent = dc.pending[:0], dc.rawSent[:0]
 	progress := hostStep{h: h, p: p, in: in}
 	var queue []deltaInflight
 	for ri := range p.Rounds {
@@ -96,7 +112,11 @@ func (d *deltaStep) encode(id int, out []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := dc.enc.Encode(dc.prev[r.Tensor], cur, r.At, dc.plan.elems[id], out)
+	prev := dc.prev[r.Tensor]
+	if r.Buf != reshard.BufSrc {
+		prev = nil // a forwarded region that arrived dense: it goes on dense, encoded
+	}
+	n, err := dc.enc.Encode(prev, cur, r.At, dc.plan.elems[id], out)
 	if err != nil {
 		return 0, fmt.Errorf("refit: rank %d, tensor %s: %w", d.p.Rank, d.p.Schedule().TensorName(int(r.Tensor)), err)
 	}
@@ -184,6 +204,16 @@ func (d *deltaStep) start(ctx context.Context, ri int) (deltaInflight, error) {
 	sent := make([]int64, len(s.Sends))
 	for j := range s.Sends {
 		w, dw := &s.Sends[j], &dr.sends[j]
+		if raw, err := d.rawSend(ri, j); err != nil || raw {
+			if err != nil {
+				return deltaInflight{}, err
+			}
+			sent[j] = w.Bytes | rawBit
+			st.Sent[w.Class] += w.Bytes
+			st.DenseSent[w.Class] += w.Bytes
+			st.Messages += len(w.Parts)
+			continue
+		}
 		off := dw.off
 		for k, id := range dw.ids {
 			n, err := d.encode(id, send[off:dw.off+dw.max])
@@ -208,12 +238,20 @@ func (d *deltaStep) start(ctx context.Context, ri int) (deltaInflight, error) {
 	ops := make([]transport.Op, 0, len(s.Sends)+len(s.Recvs))
 	for j := range s.Recvs {
 		w := &s.Recvs[j]
-		ops = append(ops, transport.Op{Peer: w.Peer, Tag: d.in.Tag, Buf: recv, Off: dr.recvs[j].off, Len: lens[j]})
-		st.Recv[w.Class] += lens[j]
+		op := transport.Op{Peer: w.Peer, Tag: d.in.Tag, Buf: recv, Off: dr.recvs[j].off, Len: lens[j]}
+		if lens[j]&rawBit != 0 {
+			op = d.hs.op(w, false, d.h.staging[slot][1])
+		}
+		ops = append(ops, op)
+		st.Recv[w.Class] += op.Len
 		st.Messages += len(w.Parts)
 	}
 	for j := range s.Sends {
-		ops = append(ops, transport.Op{Peer: s.Sends[j].Peer, Send: true, Tag: d.in.Tag, Buf: send, Off: dr.sends[j].off, Len: sent[j]})
+		op := transport.Op{Peer: s.Sends[j].Peer, Send: true, Tag: d.in.Tag, Buf: send, Off: dr.sends[j].off, Len: sent[j]}
+		if sent[j]&rawBit != 0 {
+			op = d.hs.op(&s.Sends[j], true, d.h.staging[slot][0])
+		}
+		ops = append(ops, op)
 	}
 	pend, err := d.h.t.Start(ops)
 	if err != nil {
@@ -235,7 +273,7 @@ func (d *deltaStep) exchangeLengths(ctx context.Context, ri int, sent []int64) (
 		ops = append(ops, transport.Op{Peer: s.Recvs[j].Peer, Tag: d.in.Tag, Buf: buf, Off: int64(8 * j), Len: 8})
 	}
 	for j := range s.Sends {
-		binary.LittleEndian.PutUint64(buf[8*(nr+j):], uint64(sent[j]))
+		binary.LittleEndian.PutUint64(buf[8*(nr+j):], uint64(sent[j])) // rawBit included
 		ops = append(ops, transport.Op{Peer: s.Sends[j].Peer, Send: true, Tag: d.in.Tag, Buf: buf, Off: int64(8 * (nr + j)), Len: 8})
 	}
 	pend, err := d.h.t.Start(ops)
@@ -249,6 +287,13 @@ func (d *deltaStep) exchangeLengths(ctx context.Context, ri int, sent []int64) (
 	for j := range s.Recvs {
 		n := binary.LittleEndian.Uint64(buf[8*j:])
 		dw := &dr.recvs[j]
+		if n&rawBit != 0 {
+			if w := &s.Recvs[j]; !d.raw || n&^rawBit != uint64(w.Bytes) {
+				return nil, fmt.Errorf("rank %d, round %d: rank %d announces %d dense bytes for a wire of %d (dense wires: %v)", d.p.Rank, s.Index, w.Peer, n&^rawBit, w.Bytes, d.raw)
+			}
+			lens[j] = int64(n)
+			continue
+		}
 		if n < uint64(delta.HeaderLen*len(dw.ids)) || n > uint64(dw.max) {
 			return nil, fmt.Errorf("rank %d, round %d: rank %d announces %d bytes of encodings for %d messages that encode to %d to %d bytes",
 				d.p.Rank, s.Index, s.Recvs[j].Peer, n, len(dw.ids), delta.HeaderLen*len(dw.ids), dw.max)
@@ -270,6 +315,12 @@ func (d *deltaStep) complete(ctx context.Context, f deltaInflight) error {
 	recv := d.dc.staging[s.Index%2][1]
 	for j := range s.Recvs {
 		w, dw := &s.Recvs[j], &dr.recvs[j]
+		if f.lens[j]&rawBit != 0 {
+			if err := d.rawArrived(w, dw, d.h.staging[s.Index%2][1]); err != nil {
+				return err
+			}
+			continue
+		}
 		buf := recv[dw.off : dw.off+f.lens[j]]
 		at := 0
 		for k, id := range dw.ids {
@@ -294,4 +345,94 @@ func (d *deltaStep) complete(ctx context.Context, f deltaInflight) error {
 		}
 	}
 	return nil
+}
+
+// rawSend decides whether send wire j of round ri goes dense, and packs
+// it if so: where dense wires may go, every source region it carries
+// changed at every sampled element (allChanged, decided once per region
+// and step) and every forwarded one arrived dense.
+func (d *deltaStep) rawSend(ri, j int) (bool, error) {
+	if !d.raw {
+		return false, nil
+	}
+	dc := d.dc
+	raw := true
+	for _, id := range dc.plan.rounds[ri].sends[j].ids {
+		r := dc.plan.regions[id]
+		if r.Buf == reshard.BufSrc && dc.dense[id] == 0 {
+			cur, err := d.host(r)
+			if err != nil {
+				return false, err
+			}
+			dc.dense[id] = 2
+			if allChanged(dc.prev[r.Tensor], cur, r.At, dc.plan.elems[id]) {
+				dc.dense[id] = 1
+				dc.rawSent = append(dc.rawSent, id)
+			}
+		}
+		raw = raw && dc.dense[id] == 1
+	}
+	s := &d.p.Rounds[ri]
+	w := &s.Sends[j]
+	if !raw || w.Mode != program.WireStaged {
+		return raw, nil
+	}
+	off, staging := w.StagingOff, d.h.staging[s.Index%2][0]
+	for _, pt := range w.Parts {
+		for _, r := range pt.Regions {
+			if err := d.h.mem.Pack(staging, off, d.hs.buf(r), r.At); err != nil {
+				return false, err
+			}
+			off += r.At.Bytes()
+		}
+	}
+	return true, d.h.mem.Sync()
+}
+
+// rawArrived unpacks a receive wire that came dense and marks its regions
+// so, for the sends that forward them.
+func (d *deltaStep) rawArrived(w *program.Wire, dw *deltaWire, staging transport.Buffer) error {
+	off := w.StagingOff
+	for k, pt := range w.Parts {
+		d.dc.dense[dw.ids[k]] = 1
+		if w.Mode != program.WireStaged {
+			continue
+		}
+		for _, r := range pt.Regions {
+			if err := d.h.mem.Unpack(d.hs.buf(r), r.At, staging, off); err != nil {
+				return err
+			}
+			off += r.At.Bytes()
+		}
+	}
+	return nil
+}
+
+// allChanged reports whether every one of up to 64 elements sampled
+// evenly over region r differs between prev and cur: a region that
+// changed throughout, which its encoding would send dense anyway.
+func allChanged(prev, cur []byte, r strided.Desc, elem int) bool {
+	const samples = 64
+	runs := r.Rows()
+	if runs <= 0 || r.Run < int64(elem) {
+		return false
+	}
+	every := max(runs/samples, 1)
+	per := max(samples/runs, 1) // samples per sampled run
+	perElems := r.Run / int64(elem)
+	i, all := int64(0), true
+	r.ForEachRun(func(off int64) {
+		if !all || i%every != 0 {
+			i++
+			return
+		}
+		i++
+		for k := int64(0); k < per && all; k++ {
+			at := off + (k*perElems/per)*int64(elem)
+			if bytes.Equal(prev[at:at+int64(elem)], cur[at:at+int64(elem)]) {
+				all = false
+			}
+		}
+	})
+	return all
 }
