@@ -7,6 +7,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -53,14 +54,14 @@ func linkBytes(v [reshard.LinkClasses]int64) int64 {
 }
 
 // deltaReport gathers the last delta step's bytes (st) from every rank
-// and compares it with the full syncs.
-func (p *Pair) deltaReport(st refit.Stats, change float64, delta, full timings) (*DeltaReport, error) {
-	all, err := gather(p.s, "report gathering", []int64{linkBytes(st.Sent), linkBytes(st.DenseSent)})
+// of s and compares it with the full syncs.
+func deltaReport(s *session.Session, st refit.Stats, change float64, delta, full timings) (*DeltaReport, error) {
+	all, err := gather(s, "report gathering", []int64{linkBytes(st.Sent), linkBytes(st.DenseSent)})
 	if err != nil {
 		return nil, err
 	}
 	d := &DeltaReport{Change: change, MedianSec: delta.Median(), FullSec: full.Median()}
-	for r := 0; r < p.s.Size(); r++ {
+	for r := 0; r < s.Size(); r++ {
 		d.Sent += all[2*r]
 		d.Dense += all[2*r+1]
 	}

@@ -176,7 +176,7 @@ func (p *Pair) measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 		return rr, err
 	}
 	if delta {
-		if rr.Delta, err = p.deltaReport(st, c.Change, times, full); err != nil {
+		if rr.Delta, err = deltaReport(s, st, c.Change, times, full); err != nil {
 			return rr, err
 		}
 	}

@@ -128,6 +128,11 @@ func (r *SyncReport) WriteText(w io.Writer) error {
 	if len(r.Failed) > 0 {
 		fmt.Fprintf(w, "failed: %v\n", r.Failed)
 	}
+	if d := r.Delta; d != nil {
+		fmt.Fprintf(w, "delta, %.3g%% of the model's elements changed per step (by bytes): %s per step against %s for a full sync of the same values (%.1f%% of its time); "+
+			"%s sent between ranks against %s dense (%.2f%% of the bytes)\n", 100*d.Change, units.FormatSeconds(d.MedianSec),
+			units.FormatSeconds(d.FullSec), 100*d.TimeRatio, units.FormatBytes(d.Sent), units.FormatBytes(d.Dense), 100*d.ByteRatio)
+	}
 	fmt.Fprintf(w, "bytes sent, all ranks: network %s, local %s, self copy %s\n", units.FormatBytes(r.Links[0]), units.FormatBytes(r.Links[1]), units.FormatBytes(r.Links[2]))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\nstage\troute\ttensors\tbytes\trounds\ttime\t")
