@@ -112,6 +112,11 @@
 //     the pairs first exchange their encodings' lengths (one small grouped
 //     round of 8 bytes per pair and step), then move exactly those bytes.
 //
+// The refit runtime (refit/delta.go) takes the second way on every
+// transport, MPI and in-process included (whose receives must match their
+// sends' counts), and sends a message whose region changed at every
+// sampled element dense, flagged in its length, without encoding it.
+//
 // With the hier route a leader forwards the encoding as it came to the
 // other replicas of its domain, which hold the same version and apply it
 // the same way.

@@ -31,5 +31,9 @@
 // FillFloats and CheckFloats use finite values spread over many binades
 // instead, for sources that convert to FP8, and CheckFP8 checks an FP8
 // destination and its scales against quantizing the whole tensor at once.
+// Change and CheckChanged model training updates for a delta sync: each
+// update changes a given fraction of a tensor's elements, drawn from the
+// global index alone, so that sources change their parts and
+// destinations check theirs without exchanging anything.
 // The package is pure.
 package pattern

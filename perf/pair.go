@@ -73,6 +73,10 @@ type Pair struct {
 	dstHost   []byte // host copy of the destination, for poison and checks
 	scaleBuf  transport.Buffer
 	scaleHost []byte
+	// updates applied to the source in delta mode (change), each of
+	// fraction frac of the elements
+	updates uint64
+	frac    float64
 }
 
 // NewPair checks the pair's memory on every rank (session.CheckMemory),
@@ -283,7 +287,7 @@ func (p *Pair) check(when string) (string, error) {
 		}
 		err = pattern.CheckFP8(p.cfg.Src.DType(), p.cfg.Dst, p.scale, p.s.Rank(), p.cfg.Seed, p.dstHost, placement.View{}, p.scaleHost)
 	} else {
-		err = pattern.Check(p.cfg.Dst, p.s.Rank(), p.cfg.Seed, p.dstHost, placement.View{})
+		err = pattern.CheckChanged(p.cfg.Dst, p.s.Rank(), p.cfg.Seed, p.updates, p.frac, p.dstHost, placement.View{})
 	}
 	if err == nil {
 		return "", nil

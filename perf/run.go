@@ -53,6 +53,7 @@ type RouteReport struct {
 	Check      string        `json:"check"` // "passed", "not checked", or "FAILED: " and the first wrong element
 	Rounds     int           `json:"rounds"`
 	Ranks      []RankTraffic `json:"ranks,omitempty"`
+	Delta      *DeltaReport  `json:"delta,omitempty"` // in delta mode: against full syncs
 	Extra      any           `json:"extra,omitempty"` // PlainReport for the plain exchange
 }
 
@@ -98,10 +99,15 @@ type PlainReport struct {
 // element after (inSteps); Atomic checks, after a failed call, that every
 // destination is untouched. Progress, when set, hears of every iteration
 // done (done of total: Warmup+Iters) of route; AtReport runs before the
-// traffic is gathered (a program's test hooks).
+// traffic is gathered (a program's test hooks). In delta mode (the
+// session's Options.Delta) Change is the fraction of the elements every
+// iteration after the first changes, each iteration is timed as a delta
+// step and as a full sync (DeltaReport), and Check poisons the
+// destinations once, before the first.
 type MeasureConfig struct {
 	Warmup, Iters int
 	Check, Atomic bool
+	Change        float64
 	Progress      func(route string, done, total int64)
 	AtReport      func()
 }
@@ -115,10 +121,16 @@ func (p *Pair) measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 	if s.Options().Device == session.GPU {
 		rr.Driver = call.Driver().Name()
 	}
-	var times timings
+	var times, full timings
 	var st refit.Stats
+	delta := s.Options().Delta
 	checkMsg := "" // this rank's first wrong element, in any iteration
 	for it := 0; it < c.Warmup+c.Iters; it++ {
+		if delta && it > 0 {
+			if err := inSteps(s, "the sources' update", func() error { return p.change(c.Change) }); err != nil {
+				return rr, err
+			}
+		}
 		sec, stats, err := p.iteration(call, c, it == 0)
 		if err != nil {
 			return rr, err
@@ -127,6 +139,16 @@ func (p *Pair) measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 			times.Add(sec)
 		}
 		st = stats
+		if delta && it > 0 {
+			call.Resync() // the same values again, dense
+			fsec, _, err := p.iteration(call, c, false)
+			if err != nil {
+				return rr, err
+			}
+			if it >= c.Warmup {
+				full.Add(fsec)
+			}
+		}
 		p.cfg.Log.Debug().Str("route", sched.Route).Int("iter", it).Float64("seconds", sec).Msg("iteration")
 		if c.Check {
 			if err := inSteps(s, "check (comparing every destination element)", func() (err error) {
@@ -153,6 +175,11 @@ func (p *Pair) measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 	if rr.Ranks, err = p.traffic(call.Topology(), st); err != nil {
 		return rr, err
 	}
+	if delta {
+		if rr.Delta, err = deltaReport(s, st, c.Change, times, full); err != nil {
+			return rr, err
+		}
+	}
 	first, err := firstMessage(s, checkMsg)
 	rr.Check = checkResult(c.Check, first)
 	return rr, err
@@ -163,7 +190,7 @@ func (p *Pair) measure(call *refit.Call, c MeasureConfig) (RouteReport, error) {
 // time.
 func (p *Pair) iteration(call *refit.Call, c MeasureConfig, first bool) (float64, refit.Stats, error) {
 	s, ctx := p.s, context.Background()
-	if c.Check || first {
+	if c.Check && !s.Options().Delta || first {
 		if err := inSteps(s, "poison of the destinations", p.poison); err != nil {
 			return 0, refit.Stats{}, err
 		}

@@ -47,6 +47,7 @@ type SyncReport struct {
 	EmulatedBW float64        `json:"emulated_net_bw,omitempty"`
 	Bounds     []bounds.Bound `json:"bounds"`
 	Compare    *CompareRun    `json:"compare,omitempty"`
+	Delta      *DeltaReport   `json:"delta,omitempty"` // in delta mode: against full syncs
 	Baseline   *baselineRun   `json:"baseline,omitempty"`
 }
 
@@ -111,10 +112,15 @@ type baselineRun struct {
 // bytes moved (done of total; by steps where the bytes of every step
 // overflow); Failed hears of a step's error on each of the rank's stage
 // sessions (refit decides from them who reports an abort). WorldRank is
-// this process's rank in the job, which check failures name.
+// this process's rank in the job, which check failures name. In delta
+// mode (the session's Options.Delta) Change gives each tensor's fraction
+// of elements that every step after the first changes, each step runs as
+// a delta step and as a full sync (SyncReport.Delta), and Check poisons
+// the destinations once, before the first.
 type SyncConfig struct {
 	Warmup, Iters int
 	Check, Floats bool
+	Change        func(tensor string) float64
 	Progress      func(done, total int64, unit string)
 	Failed        func(stage *session.Session, err error)
 	WorldRank     int
@@ -152,6 +158,11 @@ func Sync(s *session.Session, l *model.Layouts, m *session.Model, b *session.Mod
 	}
 	rep.Check = checkResult(c.Check, first)
 	rep.Bounds = m.Bounds(fabric, float64(s.Options().ChunkBytes))
+	if s.Options().Delta {
+		if rep.Delta, err = run.deltaReport(); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 
@@ -181,6 +192,8 @@ type syncRun struct {
 	b        *session.ModelBuffers
 	c        SyncConfig
 	times    timings
+	full     timings // delta mode: the full syncs
+	updates  uint64  // delta mode: the updates applied
 	stages   []timings
 	last     []*refit.Report
 	slowRank int
@@ -210,8 +223,15 @@ func (r *syncRun) progress() {
 // the slowest rank's time and each stage's, and the check.
 func (r *syncRun) step(it int) error {
 	s, c := r.s, r.c
-	if c.Check || it == 0 {
+	delta := s.Options().Delta && c.Change != nil
+	if c.Check && !delta || it == 0 {
 		if err := inSteps(s, "poison of the destinations", func() error { return poisonModel(r.m, r.b) }); err != nil {
+			return err
+		}
+	}
+	if delta && it > 0 {
+		r.updates++
+		if err := inSteps(s, "the sources' update", func() error { return changeModel(r.m, r.b, r.updates, c.Change) }); err != nil {
 			return err
 		}
 	}
@@ -260,6 +280,15 @@ func (r *syncRun) step(it int) error {
 		r.warmPeak = peakRSS()
 	}
 	r.last = reps
+	if delta && it > 0 {
+		sec, err := r.fullStep()
+		if err != nil {
+			return err
+		}
+		if it >= c.Warmup {
+			r.full.Add(sec)
+		}
+	}
 	if c.Check {
 		return r.check(it)
 	}
@@ -274,7 +303,11 @@ func (r *syncRun) check(it int) error {
 		if r.checkMsg != "" {
 			return nil
 		}
-		if err := checkModel(r.m, r.b, r.c.Floats, r.c.WorldRank); err != nil {
+		check := func() error { return checkModel(r.m, r.b, r.c.Floats, r.c.WorldRank) }
+		if r.s.Options().Delta && r.c.Change != nil {
+			check = func() error { return checkChangedModel(r.m, r.b, r.updates, r.c.Change, r.c.WorldRank) }
+		}
+		if err := check(); err != nil {
 			when := iterationName(it, r.c.Warmup, "step")
 			r.checkMsg = fmt.Sprintf("%v, in %s", err, when)
 			r.c.Log.Error().Err(err).Str("when", when).Msg("check failed")

@@ -84,6 +84,11 @@ func (rep *RunReport) WriteText(w io.Writer) error {
 		if rr.Why != "" {
 			fmt.Fprintf(w, "  auto: %s\n", rr.Why)
 		}
+		if d := rr.Delta; d != nil {
+			fmt.Fprintf(w, "  delta, %.4g%% of the elements changed per step: %s per step against %s for a full sync of the same values (%.1f%% of its time); "+
+				"%s sent between ranks against %s dense (%.2f%% of the bytes)\n", 100*d.Change, units.FormatSeconds(d.MedianSec),
+				units.FormatSeconds(d.FullSec), 100*d.TimeRatio, units.FormatBytes(d.Sent), units.FormatBytes(d.Dense), 100*d.ByteRatio)
+		}
 		if rr.BoundSec > 0 && (rep.EmulatedBW > 0 || rep.FabricGiven) {
 			fmt.Fprintf(w, "  model bound %s (%s binds): time is %.2fx the bound\n", units.FormatSeconds(rr.BoundSec), rr.Binding, rr.Ratio)
 		}
@@ -122,6 +127,11 @@ func (r *SyncReport) WriteText(w io.Writer) error {
 		units.FormatSeconds(r.MedianSec), r.Iters, units.FormatSeconds(r.MinSec), units.FormatSeconds(r.MaxSec), r.GBps, r.Slowest, r.Check, r.Completed)
 	if len(r.Failed) > 0 {
 		fmt.Fprintf(w, "failed: %v\n", r.Failed)
+	}
+	if d := r.Delta; d != nil {
+		fmt.Fprintf(w, "delta, %.3g%% of the model's elements changed per step (by bytes): %s per step against %s for a full sync of the same values (%.1f%% of its time); "+
+			"%s sent between ranks against %s dense (%.2f%% of the bytes)\n", 100*d.Change, units.FormatSeconds(d.MedianSec),
+			units.FormatSeconds(d.FullSec), 100*d.TimeRatio, units.FormatBytes(d.Sent), units.FormatBytes(d.Dense), 100*d.ByteRatio)
 	}
 	fmt.Fprintf(w, "bytes sent, all ranks: network %s, local %s, self copy %s\n", units.FormatBytes(r.Links[0]), units.FormatBytes(r.Links[1]), units.FormatBytes(r.Links[2]))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

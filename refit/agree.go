@@ -42,6 +42,7 @@ func callFields(specs []Spec, world int, route reshard.Route, topo reshard.Topol
 		one("coalesce bytes", fmt.Sprint(opts.CoalesceBytes)),
 		one("verify", fmt.Sprint(opts.Verify)),
 		one("atomic", fmt.Sprint(opts.Atomic)),
+		one("delta", fmt.Sprint(opts.Delta)),
 	}
 	for _, f := range opts.Agree {
 		fs = append(fs, one(f.Name, f.Value))

@@ -78,6 +78,14 @@ type Options struct {
 	// every rank: if a step fails, every destination buffer still holds its
 	// old values, bit for bit.
 	Atomic bool
+	// Delta sends, each step but the first, only what changed: per
+	// message, the source's region encoded against what it last sent
+	// (package delta), applied in place by the destination; a step after
+	// a failed step that was not Atomic is a full sync again. It needs
+	// host memory and tensors that do not convert to FP8, and runs on the
+	// host driver. Report.Stats says what moved (Sent) against what a
+	// dense step moves (DenseSent).
+	Delta bool
 	// Timeout bounds every wait of the host driver for a round (0: none).
 	Timeout time.Duration
 	// Agree lists more fields that must match across ranks (the session
@@ -129,6 +137,7 @@ type Call struct {
 	needs   [][2]partNeed  // what this rank's buffers must be
 	checked []bufferKey    // the buffers the last good check saw
 	quant   []*quantTensor // per spec, for the tensors converted to FP8 (nil: none converts)
+	delta   *deltaCall     // with Options.Delta
 	steps   uint64         // steps begun
 	// version is the last begun step's, nextVersion the next one's when
 	// SetVersion gave it, held what the destination buffers hold.
@@ -191,7 +200,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 	if err := agreeSchedule(WithPhase(ctx, "agreement on the schedule built"), g, c.fingerprint, err); err != nil {
 		return nil, g.Fail(err)
 	}
-	if on.Device != nil && !opts.Verify && c.quant == nil && len(specs) > 0 {
+	if on.Device != nil && !opts.Verify && c.quant == nil && !opts.Delta && len(specs) > 0 {
 		c.driver, err = on.Device(c.prog)
 	} else {
 		c.driver, err = NewHostDriver(c.prog, c.tr, c.mem, opts.Timeout)
@@ -231,8 +240,15 @@ func (c *Call) compile(route reshard.Route) error {
 	if c.needs, err = partNeeds(sched, c.rank, views); err != nil {
 		return err
 	}
-	c.quant, err = prepareQuant(c.rank, c.specs)
-	return err
+	if c.quant, err = prepareQuant(c.rank, c.specs); err != nil || !c.opts.Delta {
+		return err
+	}
+	plan, err := newDeltaPlan(c.prog, c.specs)
+	if err != nil {
+		return fmt.Errorf("delta mode: %w", err)
+	}
+	c.delta = &deltaCall{plan: plan}
+	return nil
 }
 
 // validateSpecs checks this rank's inputs and plans every tensor. It
@@ -358,6 +374,9 @@ func (c *Call) Close() error {
 	}
 	c.closed = true
 	delete(c.rt.open, c.number)
+	if c.delta != nil {
+		c.delta.close(c.mem)
+	}
 	if derr := c.driver.Close(); err == nil {
 		err = derr
 	}

@@ -32,9 +32,14 @@ type Stats struct {
 	// Packed counts bytes that went through staging (packed before a send
 	// or unpacked after a receive) rather than straight from or into a
 	// tensor buffer.
-	Packed   int64
-	Messages int
-	Rounds   int
+	Packed int64
+	// DenseSent counts, in a step of a call in delta mode that was not a
+	// full sync, the bytes the sends (and copies) would have moved dense,
+	// by link class; Sent counts their encodings. It is zero in a dense
+	// step.
+	DenseSent [reshard.LinkClasses]int64
+	Messages  int
+	Rounds    int
 	// SentSums and RecvSums hold, with StepInput.Verify, the CRC-32C of
 	// every message this rank sent (or copied) and received, by the
 	// message's index in the schedule.
@@ -55,6 +60,7 @@ func (s *Stats) Add(o Stats) {
 	for c := range s.Sent {
 		s.Sent[c] += o.Sent[c]
 		s.Recv[c] += o.Recv[c]
+		s.DenseSent[c] += o.DenseSent[c]
 	}
 	s.Packed += o.Packed
 	s.Messages += o.Messages

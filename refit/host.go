@@ -373,26 +373,26 @@ func (d *hostStep) op(w *program.Wire, send bool, staging transport.Buffer) tran
 	return transport.Op{Peer: w.Peer, Send: send, Tag: d.in.Tag, Buf: staging, Off: w.StagingOff, Len: w.Bytes}
 }
 
-// complete waits for a posted step, unpacks what it staged and checksums
-// what it received.
-func (d *hostStep) complete(ctx context.Context, f inflight) error {
-	h, s := d.h, f.st
+// wait waits for posted round s of program p, bounded by the driver's
+// timeout: a round that times out is a *TimeoutError naming the peers
+// still owed and the tensors the round carries.
+func (h *HostDriver) wait(ctx context.Context, p *program.Program, s *program.Round, pending transport.Pending) error {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if h.timeout > 0 {
 		wctx, cancel = context.WithTimeout(ctx, h.timeout)
 	}
-	err := f.pending.Wait(wctx)
+	err := pending.Wait(wctx)
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && h.timeout > 0 && ctx.Err() == nil {
-			te := &TimeoutError{Rank: d.p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
-			if inc, ok := f.pending.(transport.Incompleter); ok {
+			te := &TimeoutError{Rank: p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
+			if inc, ok := pending.(transport.Incompleter); ok {
 				te.Peers = inc.Incomplete()
 			}
 			for _, list := range [][]program.Wire{s.Sends, s.Recvs} {
 				for _, w := range list {
 					for _, pt := range w.Parts {
-						t := d.p.Schedule().TensorName(int(d.p.Schedule().Messages[pt.Msg].Tensor))
+						t := p.Schedule().TensorName(int(p.Schedule().Messages[pt.Msg].Tensor))
 						if !slices.Contains(te.Tensors, t) {
 							te.Tensors = append(te.Tensors, t)
 						}
@@ -404,7 +404,17 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 			return cause
 		}
-		return fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Index, err)
+		return fmt.Errorf("rank %d, round %d: %w", p.Rank, s.Index, err)
+	}
+	return nil
+}
+
+// complete waits for a posted step, unpacks what it staged and checksums
+// what it received.
+func (d *hostStep) complete(ctx context.Context, f inflight) error {
+	h, s := d.h, f.st
+	if err := d.h.wait(ctx, d.p, s, f.pending); err != nil {
+		return err
 	}
 	for i := range s.Recvs {
 		w := &s.Recvs[i]

@@ -37,8 +37,9 @@ type step struct {
 	version uint64
 	// begun: every rank agreed to begin it and its scales and shadows are
 	// ready (bytes may move from here on); committing: an atomic step's
-	// commit began.
-	begun, committing bool
+	// commit began; delta: a step of a call in delta mode that moves
+	// encodings (not a full sync).
+	begun, committing, delta bool
 }
 
 // Run moves one step's data: bufs holds this rank's buffers, one entry per
@@ -86,7 +87,12 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 	if err != nil {
 		return c.failedReport(st), g.Fail(err)
 	}
-	stats, err := c.driver.Move(ctx, st.in)
+	var stats Stats
+	if st.delta {
+		stats, err = c.delta.move(ctx, c.driver.(*HostDriver), st.in, c.opts.Atomic)
+	} else {
+		stats, err = c.driver.Move(ctx, st.in)
+	}
 	if err == nil {
 		// a pause of this process after the driver's last wait: a peer
 		// may have given up on this rank meanwhile (transport.WithPoll)
@@ -224,7 +230,8 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 			localErr = c.checkRunBuffers(c.mem, bufs)
 		}
 	}
-	err := c.rt.agreeBegin(WithPhase(ctx, "buffer check before a step"), c, st.n, st.version, localErr)
+	full := c.delta != nil && c.delta.full()
+	full, err := c.rt.agreeBegin(WithPhase(ctx, "buffer check before a step"), c, st.n, st.version, full, localErr)
 	var mismatch *CallMismatchError
 	if !errors.As(err, &mismatch) {
 		c.steps = st.n // every rank began this step of this call
@@ -243,7 +250,13 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		}
 		st.in.Quant = st.scales.exec
 	}
-	if c.opts.Atomic {
+	if c.delta != nil {
+		if err := c.delta.ensure(c.mem, c.needs, bufs); err != nil {
+			return st, fmt.Errorf("rank %d: %w", c.rank, err)
+		}
+		st.delta = !full
+	}
+	if c.opts.Atomic && !st.delta {
 		if st.in.Bufs, st.shadows, err = c.shadow(bufs); err != nil {
 			st.release(c.mem)
 			return st, err
@@ -380,6 +393,9 @@ func (c *Call) shadow(bufs []TensorBuffers) ([]TensorBuffers, []transport.Buffer
 // commit copies an atomic step's shadows into the destinations and writes
 // the scales.
 func (c *Call) commit(st *step) error {
+	if st.delta {
+		return c.delta.commit(st.bufs)
+	}
 	done := map[bufferKey]bool{}
 	for i := range st.bufs {
 		d := st.bufs[i].Dst
@@ -429,14 +445,16 @@ func wireTag(number int, n uint64) int32 {
 }
 
 // beginWord is what every rank says at the start of a step: its status,
-// the call it begins, the step of that call and the step's version.
-const beginWord = 24
+// the call it begins, the step of that call, the step's version and
+// whether it needs the step to be a full sync (delta mode).
+const beginWord = 25
 
 // agreeBegin is the one collective before a step: every rank's status and
 // identity (call number, step). Ranks that began different steps all
 // return a *CallMismatchError naming both; a rank whose localErr is set
-// makes every rank return its error, typed, in a *ValidationError.
-func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, localErr error) error {
+// makes every rank return its error, typed, in a *ValidationError. It
+// returns whether any rank asked for a full sync (full).
+func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, full bool, localErr error) (bool, error) {
 	g := rt.g
 	mine := make([]byte, beginWord)
 	if localErr != nil {
@@ -445,9 +463,15 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, l
 	binary.LittleEndian.PutUint32(mine[4:], uint32(c.number))
 	binary.LittleEndian.PutUint64(mine[8:], n)
 	binary.LittleEndian.PutUint64(mine[16:], version)
+	if full {
+		mine[24] = 1
+	}
 	all := make([]byte, beginWord*g.Size())
 	if err := g.Allgather(ctx, mine, all); err != nil {
-		return err
+		return false, err
+	}
+	for r := 0; r < g.Size(); r++ {
+		full = full || all[beginWord*r+24] != 0
 	}
 	at := func(r int) (status, number uint32, n uint64) {
 		w := all[beginWord*r:]
@@ -470,16 +494,16 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, l
 		e.Differing = append(e.Differing, r)
 	}
 	if e != nil {
-		return e
+		return full, e
 	}
 	verr := versionMismatch(all, g.Size())
 	if verr == nil {
 		c.version = version // every rank began this version
 	}
 	if failing >= 0 {
-		return spread(ctx, g, failing, localErr)
+		return full, spread(ctx, g, failing, localErr)
 	}
-	return verr
+	return full, verr
 }
 
 // callName names the group's call number in a mismatch seen from rank r.

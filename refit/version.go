@@ -87,6 +87,9 @@ func (c *Call) settle(st *step, err error) {
 	if st == nil || !st.begun {
 		return
 	}
+	if c.delta != nil {
+		c.delta.settle(st, err, c.opts.Atomic)
+	}
 	if err == nil {
 		c.held = Held{Version: st.version, Verified: c.opts.Verify, Intact: true}
 		return
@@ -108,4 +111,17 @@ func versionMismatch(all []byte, size int) error {
 		}
 	}
 	return nil
+}
+
+// Resync makes the call's next step a full sync, for a call in delta mode
+// (Options.Delta): every element sent dense, as at its first step (a
+// destination whose buffers were changed outside the call asks for one).
+// One rank asking is enough: the ranks agree on it as the step begins. It
+// does nothing for a call not in delta mode.
+func (c *Call) Resync() {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	if c.delta != nil {
+		c.delta.dirty = true
+	}
 }

@@ -55,6 +55,7 @@ func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard
 		CoalesceBytes: s.opts.CoalesceBytes,
 		Verify:        s.opts.Verify,
 		Atomic:        s.opts.Atomic,
+		Delta:         s.opts.Delta,
 		Timeout:       s.opts.Timeout,
 		Derived:       s.derived,
 		// the session's options were agreed at Join.

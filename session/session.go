@@ -74,6 +74,9 @@ type Options struct {
 	// before a step succeeds; Atomic leaves every destination untouched
 	// unless every tensor of the step arrived everywhere.
 	Verify, Atomic bool
+	// Delta sends, each step after a call's first, only the elements that
+	// changed since the step before (refit.Options.Delta): CPU sessions.
+	Delta bool
 	// EmulateNetBW, in bytes per second, caps each rank's cross-domain
 	// send and receive rate (netem.Wrap), so that routes' schedules show
 	// on one machine; 0 is the real network.

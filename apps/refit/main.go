@@ -35,7 +35,7 @@ var optionSources = map[string]string{
 	"device": "--device", "timeout": "--timeout or M2N_TIMEOUT", "chunk bytes": "--chunk-bytes or M2N_CHUNK_BYTES",
 	"staging bytes": "--staging-bytes or M2N_STAGING_BYTES", "coalesce bytes": "--coalesce-bytes or M2N_COALESCE_BYTES",
 	"domain sizes":     "--src-domain-size, --dst-domain-size or M2N_SRC_DOMAIN_SIZE, M2N_DST_DOMAIN_SIZE",
-	"replica striping": "--stripe", "verify": "--verify", "atomic": "--atomic",
+	"replica striping": "--stripe", "verify": "--verify", "atomic": "--atomic", "delta": "--delta",
 	"emulated network rate": "--emulate-net-bw or M2N_EMULATE_NET_BW", "in-place strided moves off": "M2N_MPI_INPLACE",
 }
 

@@ -64,7 +64,7 @@ func (j *job) runRoutes(p *perf.Pair, f *runFlags, members []int) (*perf.RunRepo
 	rep, err := p.RunRoutes(perf.RoutesConfig{Routes: names, Route: j.set.routeOpts(j.set.Fabric), MeasureLocal: j.set.MeasureLocal,
 		FabricGiven: j.set.FabricGiven, BeforePrepare: func() { stopHere("prepare") },
 		Prepared: func(c *refit.Call) error { return j.checkEmulation(s, c.Schedule(), members) },
-		Measure: perf.MeasureConfig{Warmup: f.warmup, Iters: f.iters, Check: f.check, Atomic: f.atomic, AtReport: func() { stopHere("report") },
+		Measure: perf.MeasureConfig{Warmup: f.warmup, Iters: f.iters, Check: f.check, Atomic: f.atomic, Change: f.change, AtReport: func() { stopHere("report") },
 			Progress: func(route string, done, total int64) {
 				if _, ok := bars[route]; !ok {
 					bars[route] = j.newProgress(fmt.Sprintf("route %s: iterations", route), total, "iterations", f.asJSON || f.noProgress)

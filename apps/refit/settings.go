@@ -44,6 +44,8 @@ type runFlags struct {
 	ppStages  int
 	verify    bool
 	atomic    bool
+	delta     bool
+	change    float64 // --change: the fraction of elements each step changes, with --delta
 	timeout   string
 	dstDType  string
 	fp8Scale  string
@@ -81,6 +83,8 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.device, "device", "cpu", "where tensors live: cpu (host memory, MPI) or cuda (one GPU per rank by local rank, NCCL)")
 	fs.BoolVar(&f.verify, "verify", false, "checksum (CRC-32C) every message on both sides and compare across ranks; a mismatch fails the call naming the tensor, box and ranks")
 	fs.BoolVar(&f.atomic, "atomic", false, "receive into shadow buffers and copy them in only when every tensor arrived (and verified) everywhere: a failed call leaves destinations untouched")
+	fs.BoolVar(&f.delta, "delta", false, "send each step after the first only the elements that changed (CPU): every step changes --change of the elements and runs as a delta step and as a full sync, timed apart")
+	fs.Float64Var(&f.change, "change", 0.01, "with --delta, the fraction of every tensor's elements each step changes, drawn uniformly (pattern.Change; --check verifies every element)")
 	fs.StringVar(&f.driver, "driver", "", "with --device cuda, what runs each step: replay (the whole step queued on the GPU's streams, one host wait; the default without --verify, or M2N_GPU_DRIVER), graph (the same captured once as a CUDA graph) or host (round by round from the host, as --verify does)")
 	fs.StringVar(&f.timeout, "timeout", "", "bound on every wait (MPI start-up, which gets at least 3s and must take less than the timeout; set-up, each collective, each round): a rank that times out names the ranks it waited for and stops the job (default 5m, or M2N_TIMEOUT)")
 	fs.StringVar(&f.dstDType, "dst-dtype", "", "convert in flight: e4m3 (float8_e4m3fn) makes the destination FP8, quantized while packing from a bf16 or f32 source, with its float32 scales (weight_scale_inv) delivered beside it (default: the source's dtype)")
@@ -165,7 +169,10 @@ func (f *runFlags) settings() (settings, error) {
 	if f.ppStages > 0 && f.pair.srcRanks != "" {
 		return s, usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
 	}
-	s.opts.Stripe, s.opts.Verify, s.opts.Atomic = f.stripe, f.verify, f.atomic
+	s.opts.Stripe, s.opts.Verify, s.opts.Atomic, s.opts.Delta = f.stripe, f.verify, f.atomic, f.delta
+	if !(f.change >= 0 && f.change <= 1) {
+		return s, flagError("change", fmt.Sprint(f.change), fmt.Errorf("want a fraction in [0, 1]"))
+	}
 	if f.driver != "" {
 		if s.opts.Driver, err = refit.ParseDriver(f.driver); err != nil {
 			return s, flagError("driver", f.driver, fmt.Errorf("want host, replay or graph"))

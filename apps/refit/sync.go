@@ -34,6 +34,7 @@ type syncFlags struct {
 	compare  bool
 	baseline bool
 	buckets  string
+	changes  string // --change-model
 }
 
 func newSyncCmd() *cobra.Command {
@@ -89,6 +90,7 @@ the overhead per step beyond moving the bytes.
 	fs.BoolVar(&f.mtp, "mtp", false, "include DeepSeek-V3's multi-token-prediction layer")
 	fs.BoolVar(&f.compare, "compare", false, "also move the model one call per tensor, and print both against the whole model's bound")
 	fs.BoolVar(&f.baseline, "baseline", false, "interleave a plain exchange of the same bytes and report the overhead per step")
+	fs.StringVar(&f.changes, "change-model", "", "with --delta: each tensor changes the fraction of its elements this change model (testdata/change-model.json, lr 1e-6) measured for its kind, instead of --change")
 	fs.StringVar(&f.buckets, "bucket-bytes", "", "with --route auto: group each stage's tensors in order into buckets of at most this size and pick each bucket's route with the model, all in one joint schedule (default: the staging bytes; 0: one route per stage)")
 	for _, hide := range []string{"shape", "dtype", "src-mesh", "src-placements", "dst-mesh", "dst-placements", "src-ranks", "dst-ranks",
 		"world", "pp-stages", "stripe"} {
@@ -255,7 +257,11 @@ func (j *job) syncSteps(l *model.Layouts, m *session.Model, b *session.ModelBuff
 	_, tensors := m.Total()
 	var bar *launcher.Progress
 	defer func() { bar.Finish() }()
-	return perf.Sync(j.Session, l, m, b, start, fabric, perf.SyncConfig{Warmup: f.run.warmup, Iters: f.run.iters, Check: f.run.check,
+	change, err := perf.Changes(f.changes, f.run.change)
+	if err := j.Ready(err); err != nil {
+		return nil, err
+	}
+	return perf.Sync(j.Session, l, m, b, start, fabric, perf.SyncConfig{Warmup: f.run.warmup, Iters: f.run.iters, Check: f.run.check, Change: change,
 		Floats: j.set.fp8 != 0, WorldRank: j.Rank, Log: j.Log, Failed: j.NoteFailure,
 		Progress: func(done, total int64, unit string) {
 			if bar == nil {

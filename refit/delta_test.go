@@ -1,0 +1,398 @@
+package refit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/transport"
+	"github.com/m2n-dev/m2n/transport/inproc"
+)
+
+// deltaTensor is one tensor of a delta test call.
+type deltaTensor struct {
+	name     string
+	src, dst placement.Layout
+}
+
+// deltaRank is one rank's side of a delta test: its buffers and the
+// destination bytes every step must leave.
+type deltaRank struct {
+	rank  int
+	ts    []deltaTensor
+	bufs  []refit.TensorBuffers
+	want  [][]byte // per tensor, the destination part's expected bytes (nil: none)
+	steps uint64   // updates applied so far
+}
+
+func newDeltaRank(t testing.TB, rank int, ts []deltaTensor) *deltaRank {
+	d := &deltaRank{rank: rank, ts: ts}
+	for i, x := range ts {
+		b := buffers(x.src, x.dst, rank)
+		if b.Src != nil {
+			if err := pattern.Fill(x.src, rank, uint64(i), b.Src.(transport.HostBuffer), placement.View{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var w []byte
+		if b.Dst != nil {
+			w = make([]byte, b.Dst.Len())
+			if err := pattern.Fill(x.dst, rank, uint64(i), w, placement.View{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d.bufs, d.want = append(d.bufs, b), append(d.want, w)
+	}
+	return d
+}
+
+// update applies the next update, changing a fraction frac of every
+// tensor's elements, to the sources and the expected destinations.
+func (d *deltaRank) update(frac float64) error {
+	d.steps++
+	for i, x := range d.ts {
+		if s := d.bufs[i].Src; s != nil {
+			if err := pattern.Change(x.src, d.rank, uint64(i), d.steps, frac, s.(transport.HostBuffer), placement.View{}); err != nil {
+				return err
+			}
+		}
+		if d.want[i] != nil {
+			if err := pattern.Change(x.dst, d.rank, uint64(i), d.steps, frac, d.want[i], placement.View{}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// check compares every destination element with the expected bytes.
+func (d *deltaRank) check(what string) error {
+	for i, w := range d.want {
+		if w == nil {
+			continue
+		}
+		got := d.bufs[i].Dst.(transport.HostBuffer)
+		if !bytes.Equal(got, w) {
+			n := 0
+			for k := range w {
+				if got[k] != w[k] {
+					n++
+				}
+			}
+			return fmt.Errorf("%s: rank %d, tensor %s: %d of %d destination bytes wrong", what, d.rank, d.ts[i].name, n, len(w))
+		}
+	}
+	return nil
+}
+
+// netBytes sums s's bytes over the links between ranks.
+func netBytes(s [reshard.LinkClasses]int64) int64 {
+	var n int64
+	for c, b := range s {
+		if reshard.LinkClass(c) != reshard.LinkSelf {
+			n += b
+		}
+	}
+	return n
+}
+
+// abortOnError aborts the world when a rank's fn fails, so that the
+// other ranks' collectives end instead of waiting for it.
+func abortOnError(fn func(transport.Transport) error) func(transport.Transport) error {
+	return func(tr transport.Transport) error {
+		err := fn(tr)
+		if err != nil {
+			tr.Abort(err)
+		}
+		return err
+	}
+}
+
+// deltaConfig is one configuration of TestDelta.
+type deltaConfig struct {
+	dtype    string
+	route    string
+	coalesce int64
+	verify   bool
+	atomic   bool
+}
+
+func deltaTensors(t testing.TB, dtype string) []deltaTensor {
+	return []deltaTensor{
+		// replicated destinations: each source region goes to two replicas
+		{"w", mustLay(t, "96x80", dtype, "4", "S0", rng(0, 4)), mustLay(t, "96x80", dtype, "2x2", "R,S1", rng(4, 4))},
+		// small messages (coalesced when asked), a shape that cuts blocks
+		{"b", mustLay(t, "10x7", dtype, "2x2", "S0,S1", rng(0, 4)), mustLay(t, "10x7", dtype, "4", "S1", rng(4, 4))},
+	}
+}
+
+func (c deltaConfig) prepare(w *inproc.World, r int, tr transport.Transport, ts []deltaTensor) (*refit.Call, error) {
+	specs := make([]refit.Spec, len(ts))
+	for i, x := range ts {
+		specs[i] = refit.Spec{Name: x.name, Src: x.src, Dst: x.dst}
+	}
+	o := flatOpts()
+	o.Delta, o.Verify, o.Atomic, o.CoalesceBytes, o.Timeout = true, c.verify, c.atomic, c.coalesce, 5*time.Second
+	var route reshard.Route = reshard.Flat{}
+	topo := reshard.Topology{}
+	if c.route == "hier" {
+		route = hier.Hier{}
+		var err error
+		if topo, err = hier.Domains(make([]int, 8), ts[0].src, ts[0].dst, hier.DomainSizes{Dst: 2}); err != nil {
+			return nil, err
+		}
+	}
+	return refit.New(refit.Plain(w.Collective(r))).Prepare(context.Background(), specs, route, refit.Target{Transport: tr, Memory: transport.HostMemory{}, Topology: topo}, o)
+}
+
+// TestDelta runs a call in delta mode for steps that change 0%, 1%, 50%
+// and 100% of the elements (then 1% again), bf16 and f32, over the flat
+// and hier routes (hier's leaders forward what they receive to the other
+// replicas of their domain), with and without coalescing, Verify and
+// Atomic, and checks every destination element after every step against
+// the dense reference (the pattern with the same updates applied). The
+// first step is a full sync (nothing counted in DenseSent); the others
+// send encodings: with nothing changed a header and an op per message, with
+// everything changed at least the dense bytes (exactly those without
+// Atomic and Verify: its wires go dense). A Resync on one rank then
+// makes the next step a full sync on every rank.
+func TestDelta(t *testing.T) {
+	var configs []deltaConfig
+	for _, dt := range []string{"bf16", "f32"} {
+		for _, route := range []string{"flat", "hier"} {
+			configs = append(configs, deltaConfig{dtype: dt, route: route})
+		}
+	}
+	configs = append(configs,
+		deltaConfig{dtype: "bf16", route: "flat", coalesce: 4096, verify: true},
+		deltaConfig{dtype: "bf16", route: "hier", coalesce: 4096},
+		deltaConfig{dtype: "bf16", route: "hier", atomic: true, verify: true},
+		deltaConfig{dtype: "f32", route: "flat", atomic: true, coalesce: 4096})
+	for _, cfg := range configs {
+		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
+			ts := deltaTensors(t, cfg.dtype)
+			w := inproc.NewWorld(8)
+			errs := w.Run(abortOnError(func(tr transport.Transport) error {
+				r := tr.Rank()
+				c, err := cfg.prepare(w, r, tr, ts)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				d := newDeltaRank(t, r, ts)
+				for k, frac := range []float64{-1, 0, 0.01, 0.5, 1, 0.01} {
+					if k > 0 {
+						if err := d.update(frac); err != nil {
+							return err
+						}
+					}
+					rep, err := c.Run(context.Background(), d.bufs)
+					if err != nil {
+						return fmt.Errorf("step %d (%v changed): %w", k+1, frac, err)
+					}
+					if err := d.check(fmt.Sprintf("step %d (%v changed)", k+1, frac)); err != nil {
+						return err
+					}
+					sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
+					switch {
+					case k == 0 && dense != 0:
+						return fmt.Errorf("step 1 counts %d dense bytes: it must be a full sync", dense)
+					case k > 0 && sent > 0 && dense == 0:
+						return fmt.Errorf("step %d sent %d bytes but counts no dense bytes: not a delta step", k+1, sent)
+					case frac == 0 && sent > int64(32*rep.Stats.Messages):
+						return fmt.Errorf("step %d: nothing changed, yet %d bytes sent in %d messages", k+1, sent, rep.Stats.Messages)
+					case frac == 1 && sent < dense:
+						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense", k+1, sent, dense)
+					case frac == 1 && !cfg.atomic && !cfg.verify && sent != dense:
+						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense: the wires did not go dense", k+1, sent, dense)
+					case frac == 0.01 && sent > dense/4:
+						return fmt.Errorf("step %d: 1%% changed, yet %d bytes sent of %d dense", k+1, sent, dense)
+					}
+				}
+				if h := c.Held(); h.Version != 6 || !h.Intact {
+					return fmt.Errorf("rank %d holds %v after 6 good steps", r, h)
+				}
+				// one rank asks for a full sync: every rank sends dense
+				if r == 6 {
+					c.Resync()
+				}
+				if err := d.update(0.01); err != nil {
+					return err
+				}
+				rep, err := c.Run(context.Background(), d.bufs)
+				if err != nil {
+					return fmt.Errorf("the resync: %w", err)
+				}
+				if netBytes(rep.Stats.DenseSent) != 0 {
+					return fmt.Errorf("rank %d: the step after Resync on rank 6 counts dense bytes: not a full sync", r)
+				}
+				return d.check("after the resync")
+			}))
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// flipper flips, once armed, one byte of the first message of more than
+// 64 bytes its rank receives (an encoding, not a length): at offset at
+// of the message, or its last byte when at is negative.
+type flipper struct {
+	transport.Transport
+	arm *atomic.Bool
+	at  int64
+}
+
+func (f flipper) Start(ops []transport.Op) (transport.Pending, error) {
+	p, err := f.Transport.Start(ops)
+	if err != nil {
+		return nil, err
+	}
+	return flipPending{p, f, ops}, nil
+}
+
+type flipPending struct {
+	transport.Pending
+	f   flipper
+	ops []transport.Op
+}
+
+func (p flipPending) Wait(ctx context.Context) error {
+	if err := p.Pending.Wait(ctx); err != nil {
+		return err
+	}
+	for _, o := range p.ops {
+		if !o.Send && o.Len > 64 && p.f.arm.CompareAndSwap(true, false) {
+			at := p.f.at
+			if at < 0 {
+				at = o.Len - 1
+			}
+			o.Buf.(transport.HostBuffer)[o.Off+at] ^= 0x10
+		}
+	}
+	return nil
+}
+
+// TestDeltaFaults flips a byte of an encoding on the wire into rank 5 in
+// the third step of a verified call in delta mode (a value byte, or the
+// header's first), so that every rank fails the step with a checksum
+// error. Not atomic, the next step must be a full sync and end with every
+// element right; atomic, rank 5's destination must still hold the
+// second step's bytes, Held intact, and the next step is a delta again.
+func TestDeltaFaults(t *testing.T) {
+	for _, cfg := range []struct {
+		atomic bool
+		at     int64
+	}{{false, -1}, {false, 0}, {true, -1}, {true, 0}} {
+		t.Run(fmt.Sprintf("atomic=%v,at=%d", cfg.atomic, cfg.at), func(t *testing.T) {
+			ts := deltaTensors(t, "bf16")
+			w := inproc.NewWorld(8)
+			var arm atomic.Bool
+			errs := w.Run(abortOnError(func(tr transport.Transport) error {
+				r := tr.Rank()
+				if r == 5 {
+					tr = flipper{tr, &arm, cfg.at}
+				}
+				c, err := deltaConfig{dtype: "bf16", route: "hier", verify: true, atomic: cfg.atomic}.prepare(w, r, tr, ts)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				d := newDeltaRank(t, r, ts)
+				for k := 1; k <= 2; k++ {
+					if k > 1 {
+						if err := d.update(0.01); err != nil {
+							return err
+						}
+					}
+					if _, err := c.Run(context.Background(), d.bufs); err != nil {
+						return fmt.Errorf("step %d: %w", k, err)
+					}
+				}
+				before := make([][]byte, len(d.bufs))
+				for i, b := range d.bufs {
+					if b.Dst != nil {
+						before[i] = bytes.Clone(b.Dst.(transport.HostBuffer))
+					}
+				}
+				if err := d.update(0.05); err != nil {
+					return err
+				}
+				if r == 5 {
+					arm.Store(true)
+				}
+				_, err = c.Run(context.Background(), d.bufs)
+				if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
+					return fmt.Errorf("rank %d: the step with a flipped byte returned %v, want a checksum error", r, err)
+				}
+				if h := c.Held(); h.Version != 2 || h.Intact != cfg.atomic {
+					return fmt.Errorf("rank %d holds %v after the failed step", r, h)
+				}
+				if cfg.atomic {
+					for i, b := range before {
+						if b != nil && !bytes.Equal(b, d.bufs[i].Dst.(transport.HostBuffer)) {
+							return fmt.Errorf("rank %d: the failed atomic step changed tensor %s", r, d.ts[i].name)
+						}
+					}
+				}
+				if err := d.update(0.01); err != nil {
+					return err
+				}
+				rep, err := c.Run(context.Background(), d.bufs)
+				if err != nil {
+					return fmt.Errorf("the step after the failed one: %w", err)
+				}
+				if full := netBytes(rep.Stats.DenseSent) == 0; full != !cfg.atomic && netBytes(rep.Stats.Sent) > 0 {
+					return fmt.Errorf("rank %d: the step after the failed one is a full sync: %v, want %v", r, full, !cfg.atomic)
+				}
+				return d.check("after the failed step")
+			}))
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestDeltaRefused: delta mode refuses, at Prepare and on every rank, a
+// tensor converted to FP8 and a route that forwards regions it did not
+// receive whole (agbcast's broadcast chunks).
+func TestDeltaRefused(t *testing.T) {
+	for _, c := range []struct {
+		dstType string
+		route   reshard.Route
+		want    string
+	}{
+		{"fp8e4m3", reshard.Flat{}, "delta mode moves tensors as they are"},
+		{"bf16", reshard.AllGatherBroadcast{}, "did not arrive whole"},
+	} {
+		src := mustLay(t, "64x64", "bf16", "4", "S0", rng(0, 4))
+		dst := mustLay(t, "64x64", c.dstType, "2x2", "R,S1", rng(4, 4))
+		_, errs := runCall(8, func(r int) call {
+			o := flatOpts()
+			o.Delta = true
+			x := tensor{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}
+			if c.dstType == "fp8e4m3" {
+				x.Scale = fp8.Block
+			}
+			return call{tensors: []tensor{x}, opts: o, route: c.route}
+		}, nil)
+		for r, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s over %s: rank %d: %v, want an error saying %q", c.dstType, c.route.Name(), r, err, c.want)
+			}
+		}
+	}
+}
