@@ -240,6 +240,15 @@ func (c *Call) compile(route reshard.Route) error {
 	if c.needs, err = partNeeds(sched, c.rank, views); err != nil {
 		return err
 	}
+	return c.prepareState()
+}
+
+// prepareState makes what a call keeps of its own beside its compiled
+// program, whether compiled or re-used (Derived): the FP8 state of the
+// tensors that convert (their scales change every step) and, in delta
+// mode, what the sources last sent.
+func (c *Call) prepareState() error {
+	var err error
 	if c.quant, err = prepareQuant(c.rank, c.specs); err != nil || !c.opts.Delta {
 		return err
 	}

@@ -104,9 +104,7 @@ func (c *Call) compileOrReuse(route reshard.Route, d *Derived, hit *derivedCall,
 		return err
 	}
 	c.sched, c.fingerprint, c.prog, c.needs = hit.sched, hit.fingerprint, hit.prog, hit.needs
-	var err error
-	c.quant, err = prepareQuant(c.rank, c.specs) // a call's own: its scales change every step
-	return err
+	return c.prepareState()
 }
 
 func (d *Derived) keep(k [sha256.Size]byte, e *derivedCall) {
