@@ -103,9 +103,16 @@ func (s *Session) pipeline(l pipeline.Layout) (*Pipeline, error) {
 			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, owns: []*mpi.Comm{comm}, nic: s.nic,
 				parent: s, stage: i, members: l.Members(i), memcpyMin: s.memcpyMin, derived: s.derived}
 			st.Sessions[i] = child
-			// the stage's control plane shares its communicator with the
-			// data (see tagAbort): a communicator fewer per stage.
-			if child.ctl, err = newControl(comm, s.opts.Timeout); err != nil {
+			// the stage's control plane has a communicator of its own:
+			// sharing the stage's with the data (as a two-job session's
+			// does) made the Python model test's third model in one
+			// session fail with MPI_ERR_TRUNCATE, cause not found yet.
+			cc, err := comm.Dup()
+			if err != nil {
+				return err
+			}
+			child.owns = append(child.owns, cc)
+			if child.ctl, err = newControl(cc, s.opts.Timeout); err != nil {
 				return err
 			}
 			child.rt = refit.New(group{child.ctl, child})
