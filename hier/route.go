@@ -78,6 +78,9 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if err != nil {
 		return nil, err
 	}
+	if err := b.SetNetReceiveBudget(receiveBudget(plans, opts)); err != nil {
+		return nil, err
+	}
 	all := make([]int, len(plans))
 	for i := range all {
 		all[i] = i
@@ -103,9 +106,8 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	for _, ti := range tensors {
 		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
 	}
-	// a chunk is at most what a round may receive (a Builder's network
-	// receive budget, the round budget unless set), so that no receiver
-	// needs a round of its own for one chunk.
+	// a chunk is at most what a round may receive (receiveBudget), so that
+	// no receiver needs a round of its own for one chunk.
 	chunk := min(opts.ChunkBytes, b.NetReceiveBudget())
 	// count: every chunk of a chain is one message per hop into a leader
 	// and one per replica a leader fans out to.
@@ -156,6 +158,33 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		active = next
 	}
 	return b.Err()
+}
+
+// receiveBudget is the network receive budget of a round (see
+// reshard.Builder.SetNetReceiveBudget): with S ranks sending and D > S
+// receiving, the round budget times S/D, so that every round spreads the
+// senders' full rounds evenly over the receivers: calls that run at once
+// into the same receivers (a model's pipeline stages, S sources each,
+// together as many as the receivers) then bring each receiver at most
+// about one round budget per round between them, where each call could
+// bring a full one and the receiver's NIC would bind the round. With
+// S >= D, the round budget. Chunks are cut to the budget (AddTensors).
+func receiveBudget(plans []*reshard.Plan, opts reshard.ScheduleOptions) int64 {
+	srcs, dsts := map[int]bool{}, map[int]bool{}
+	for _, p := range plans {
+		for i := 0; i < p.Len(); i++ {
+			t := p.Transfer(i)
+			if t.Src != t.Dst {
+				srcs[t.Src], dsts[t.Dst] = true, true
+			}
+		}
+	}
+	round := opts.RoundBytes()
+	if len(srcs) == 0 || len(srcs) >= len(dsts) {
+		return round
+	}
+	n := round / int64(len(dsts)) * int64(len(srcs)) // < round: no overflow
+	return max(n, 1)
 }
 
 // chain is the path of one piece of one contribution: from its source owner

@@ -43,6 +43,33 @@ func TestLeadersRotate(t *testing.T) {
 	}
 }
 
+// TestReceiveShare: one source feeding four destinations 16 KiB each,
+// with 32 KiB rounds, gives each destination at most a quarter of a round
+// (8 KiB: its share of the one sender's round) per round, in chunks cut to
+// that size, so that calls running at once into the same destinations add
+// up to no more than a round; without the share, a destination would take
+// 16 KiB in round 0.
+func TestReceiveShare(t *testing.T) {
+	shape := []int64{128, 256} // 64 KiB: 16 KiB per destination
+	src := layoutOf(t, shape, []int{1}, []int{0}, "R")
+	dst := layoutOf(t, shape, []int{4}, seq(1, 4), "S0")
+	opts := reshard.ScheduleOptions{ChunkBytes: 16 << 10, StagingBytes: 256 << 10}
+	s := schedule1(t, src, dst, 5, DomainSizes{Src: 1, Dst: 4}, opts)
+	type key struct{ round, rank int }
+	recv := map[key]int64{}
+	for _, m := range s.Messages {
+		if m.Class == reshard.LinkNetwork {
+			recv[key{m.Round, m.Dst}] += m.Bytes
+		}
+	}
+	share := opts.RoundBytes() / 4
+	for k, v := range recv {
+		if v > share {
+			t.Errorf("round %d: rank %d receives %d bytes, want at most %d", k.round, k.rank, v, share)
+		}
+	}
+}
+
 // schedule1 schedules one tensor's hier route.
 func schedule1(t *testing.T, src, dst placement.Layout, world int, sizes DomainSizes, opts reshard.ScheduleOptions) *reshard.Schedule {
 	t.Helper()

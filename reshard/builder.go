@@ -51,7 +51,7 @@ type Builder struct {
 	err      error
 	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the maxRounds error
 	hints    map[uint64]*pairHint
-	recvNet  int64 // the per-round budget of network receives (setNetReceiveBudget)
+	recvNet  int64 // the per-round budget of network receives (SetNetReceiveBudget)
 }
 
 // rankUsage is a rank's usage lists, [send, recv][network, local]; nil
@@ -97,7 +97,7 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 	return b, nil
 }
 
-// setNetReceiveBudget lowers the most a rank receives over the network in
+// SetNetReceiveBudget lowers the most a rank receives over the network in
 // one round to n bytes (0 < n <= the round budget; the default is the
 // round budget), so that a route whose few senders feed many receivers can
 // make every round spread its sends over the receivers evenly: calls that
@@ -106,7 +106,7 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 // could otherwise bring a full one. Sends and local receives keep the
 // round budget. It must come before the first Add; otherwise, or with n
 // out of range, it makes the Builder fail.
-func (b *Builder) setNetReceiveBudget(n int64) error {
+func (b *Builder) SetNetReceiveBudget(n int64) error {
 	switch {
 	case b.err != nil:
 		return b.err
@@ -122,7 +122,7 @@ func (b *Builder) setNetReceiveBudget(n int64) error {
 }
 
 // NetReceiveBudget returns the most a rank receives over the network in
-// one round (setNetReceiveBudget; the round budget by default).
+// one round (SetNetReceiveBudget; the round budget by default).
 func (b *Builder) NetReceiveBudget() int64 { return b.recvNet }
 
 // budget returns the per-round budget of direction dir over class c.

@@ -7,7 +7,7 @@ package reshard
 // place every message in exactly the round this one does.
 type oracleBuilder struct {
 	roundBytes int64
-	recvNet    int64 // the network receive budget (setNetReceiveBudget)
+	recvNet    int64 // the network receive budget (SetNetReceiveBudget)
 	topo       Topology
 	use        [2][2][][]int64 // [send, recv][network, local][rank][round] bytes
 	open       []int           // [rank] every round before this is full

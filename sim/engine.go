@@ -409,11 +409,12 @@ func (e *engine) settle() {
 		if !gr.live || gr.m == 0 {
 			continue
 		}
-		rem := gr.mem[0].key - gr.served
+		sv := &e.f.serv[g]
+		rem := sv.next - sv.served
 		if rem < 0 {
 			rem = 0
 		}
-		e.gh.set(g, gr.tLast+rem/gr.rate)
+		e.gh.set(g, sv.tLast+rem/gr.rate)
 	}
 	e.dirty = e.dirty[:0]
 	e.dep++
@@ -421,23 +422,23 @@ func (e *engine) settle() {
 
 // advance brings a group's service up to now at its current rate.
 func (e *engine) advance(g int32) {
-	gr := &e.f.groups[g]
-	dt := e.now - gr.tLast
+	gr, sv := &e.f.groups[g], &e.f.serv[g]
+	dt := e.now - sv.tLast
 	if dt > 0 && gr.m > 0 && gr.rate > 0 {
 		s := gr.rate * dt
-		gr.served += s
+		sv.served += s
 		if !gr.boundIn {
-			gr.servedOut += s
+			sv.servedOut += s
 		}
 		b := s * float64(gr.m)
 		e.f.bytes[gr.out] += b
 		e.f.bytes[gr.in] += b
 		if e.ser != nil {
-			e.ser.add(gr.out, gr.tLast, e.now, b)
-			e.ser.add(gr.in, gr.tLast, e.now, b)
+			e.ser.add(gr.out, sv.tLast, e.now, b)
+			e.ser.add(gr.in, sv.tLast, e.now, b)
 		}
 	}
-	gr.tLast = e.now
+	sv.tLast = e.now
 }
 
 // begin starts a message's flow (its latency has passed).
@@ -450,8 +451,8 @@ func (e *engine) begin(mi int32) {
 	}
 	g := e.f.groupFor(e.out[mi], e.in[mi], e.now)
 	e.advance(g)
-	gr := &e.f.groups[g]
-	gr.push(member{key: gr.served + float64(m.Bytes), out0: gr.servedOut, msg: mi})
+	gr, sv := &e.f.groups[g], &e.f.serv[g]
+	sv.push(member{key: sv.served + float64(m.Bytes), out0: sv.servedOut, msg: mi})
 	gr.m++
 	e.seed(gr.out)
 	e.seed(gr.in)
@@ -461,19 +462,19 @@ func (e *engine) begin(mi int32) {
 // completeDue completes the members of a group whose service is reached.
 func (e *engine) completeDue(g int32) {
 	e.advance(g)
-	gr := &e.f.groups[g]
+	gr, sv := &e.f.groups[g], &e.f.serv[g]
 	for gr.m > 0 {
-		top := gr.mem[0]
+		top := sv.mem[0]
 		tol := 1e-9*math.Max(top.key, 1) + gr.rate*2*e.epsT()
-		if top.key > gr.served+tol {
+		if top.key > sv.served+tol {
 			break
 		}
-		gr.pop()
+		sv.pop()
 		gr.m--
 		bytes := float64(e.p.msgs[top.msg].Bytes)
-		e.boundIn[top.msg] = gr.servedOut-top.out0 < bytes/2
+		e.boundIn[top.msg] = sv.servedOut-top.out0 < bytes/2
 		e.finishMsg(top.msg)
-		gr = &e.f.groups[g]
+		gr, sv = &e.f.groups[g], &e.f.serv[g]
 	}
 	e.seed(gr.out)
 	e.seed(gr.in)

@@ -1,9 +1,6 @@
 package sim
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // fabric holds the links and the flows on them and keeps the flows' rates
 // max-min fair.
@@ -35,6 +32,7 @@ type fabric struct {
 	bytes []float64 // bytes each link has carried
 
 	groups []group
+	serv   []service // [group]
 	free   []int32
 	index  map[uint64]int32
 
@@ -58,6 +56,7 @@ type fabric struct {
 	touched []int32
 	caplist []capEntry
 	heap    lheap
+	caps2   capSorter
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
 	// whole connected component.
@@ -80,19 +79,25 @@ type capEntry struct {
 	in    bool // the cap is the group's in link
 }
 
-// group is the flows on one pair of links.
+// group is the flows on one pair of links: what the solver reads, kept
+// small so that a fill's walk over the groups stays in cache; the service
+// the engine keeps is in a service of the same index.
 type group struct {
-	out, in   int32
-	posOut    int32 // index in adj[out]
-	posIn     int32 // index in adj[in]
-	m         int32
-	rate      float64 // per member
+	out, in int32
+	posOut  int32 // index in adj[out]
+	posIn   int32 // index in adj[in]
+	m       int32
+	boundIn bool
+	live    bool
+	rate    float64 // per member
+}
+
+// service is what a group's members have received.
+type service struct {
 	served    float64 // per-member service at tLast
 	servedOut float64 // the part of served while the out link bound the group
 	tLast     float64
-	boundIn   bool
-	ver       uint32
-	live      bool
+	next      float64  // mem[0].key, kept beside the heap for the engine's reads
 	mem       []member // min-heap by (key, msg)
 }
 
@@ -128,13 +133,15 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 	} else {
 		g = int32(len(f.groups))
 		f.groups = append(f.groups, group{})
+		f.serv = append(f.serv, service{})
 		f.gstamp = append(f.gstamp, 0)
 		f.nr = append(f.nr, 0)
 		f.nbIn = append(f.nbIn, false)
 	}
 	gr := &f.groups[g]
-	mem := gr.mem[:0]
-	*gr = group{out: out, in: in, live: true, tLast: t, mem: mem, ver: gr.ver + 1}
+	*gr = group{out: out, in: in, live: true}
+	sv := &f.serv[g]
+	*sv = service{tLast: t, mem: sv.mem[:0]}
 	gr.posOut = int32(len(f.adj[out]))
 	f.adj[out] = append(f.adj[out], g)
 	gr.posIn = int32(len(f.adj[in]))
@@ -153,7 +160,6 @@ func (f *fabric) drop(g int32) {
 	f.unlink(gr.in, gr.posIn)
 	delete(f.index, pairKey(gr.out, gr.in))
 	gr.live = false
-	gr.ver++
 	f.free = append(f.free, g)
 }
 
@@ -175,7 +181,7 @@ func (f *fabric) unlink(l int32, pos int32) {
 	}
 }
 
-func (h *group) push(m member) {
+func (h *service) push(m member) {
 	h.mem = append(h.mem, m)
 	i := len(h.mem) - 1
 	for i > 0 {
@@ -186,9 +192,10 @@ func (h *group) push(m member) {
 		h.mem[i], h.mem[p] = h.mem[p], h.mem[i]
 		i = p
 	}
+	h.next = h.mem[0].key
 }
 
-func (h *group) pop() member {
+func (h *service) pop() member {
 	top := h.mem[0]
 	n := len(h.mem) - 1
 	h.mem[0] = h.mem[n]
@@ -208,6 +215,9 @@ func (h *group) pop() member {
 		}
 		h.mem[i], h.mem[c] = h.mem[c], h.mem[i]
 		i = c
+	}
+	if n > 0 {
+		h.next = h.mem[0].key
 	}
 	return top
 }
@@ -309,6 +319,7 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	for _, l := range seeds {
 		f.addRegion(l)
 	}
+	f.predict()
 	for growth := 0; ; growth++ {
 		if growth == f.growths {
 			f.closeRegion()
@@ -324,33 +335,58 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	if len(f.region) > f.stats.maxRegion {
 		f.stats.maxRegion = len(f.region)
 	}
-	// commit
+	// commit: every group on a region link is touched, so the region's
+	// sums are rebuilt in the same walk
 	for _, l := range f.region {
 		f.level[l] = f.newLvl[l]
+		f.sum[l] = 0
 	}
 	for _, g := range f.touched {
 		gr := &f.groups[g]
 		nr := f.nr[g]
+		inOut, inIn := f.inRegion(gr.out), f.inRegion(gr.in)
 		if math.Abs(nr-gr.rate) > commitTol*math.Max(nr, gr.rate) || f.nbIn[g] != gr.boundIn {
 			d := float64(gr.m) * (nr - gr.rate)
-			if !f.inRegion(gr.out) {
+			if !inOut {
 				f.sum[gr.out] += d
 			}
-			if !f.inRegion(gr.in) {
+			if !inIn {
 				f.sum[gr.in] += d
 			}
 			change(g, nr, f.nbIn[g])
 			gr.rate, gr.boundIn = nr, f.nbIn[g]
 			f.stats.rateChanges++
 		}
+		r := float64(gr.m) * gr.rate
+		if inOut {
+			f.sum[gr.out] += r
+		}
+		if inIn {
+			f.sum[gr.in] += r
+		}
 	}
-	for _, l := range f.region {
-		s := 0.0
+}
+
+// predict adds the links a change of the region's levels reaches through
+// the groups bound there: a group bound at a region link whose level moves
+// moves its own rate, and with it the level of its other link where that
+// link is saturated. Growing the region this way before the first fill
+// saves the fills that would find those links one at a time; grow still
+// finds what it misses (a group that changes bottleneck).
+func (f *fabric) predict() {
+	inf := math.Inf(1)
+	for i := 0; i < len(f.region); i++ {
+		l := f.region[i]
 		for _, g := range f.adj[l] {
 			gr := &f.groups[g]
-			s += float64(gr.m) * gr.rate
+			o := gr.in
+			if o == l {
+				o = gr.out
+			}
+			if (gr.in == l) == gr.boundIn && f.level[o] < inf {
+				f.addRegion(o)
+			}
 		}
-		f.sum[l] = s
 	}
 }
 
@@ -406,7 +442,7 @@ func (f *fabric) fill() {
 			}
 		}
 	}
-	sortCaps(f.caplist)
+	f.caplist = f.caps2.sort(f.caplist)
 	// The heap holds a lower bound of each link's fair level: freezing a
 	// flow at a rate no higher than the link's level only raises the level
 	// (rem-v*m)/(cnt-m), so a stale entry is refreshed when it reaches the
@@ -441,11 +477,12 @@ func (f *fabric) fill() {
 		for ci < len(f.caplist) && f.nr[f.caplist[ci].g] >= 0 {
 			ci++
 		}
-		haveLink, haveCap := len(f.heap) > 0, ci < len(f.caplist)
-		if !haveLink && !haveCap {
+		// every touched group keeps an unfixed region link until it is
+		// frozen: an empty heap leaves none to freeze
+		if len(f.heap) == 0 {
 			break
 		}
-		if haveCap && (!haveLink || f.caplist[ci].level <= f.heap[0].key) {
+		if ci < len(f.caplist) && f.caplist[ci].level <= f.heap[0].key {
 			c := f.caplist[ci]
 			ci++
 			if c.level > level {
@@ -466,33 +503,6 @@ func (f *fabric) fill() {
 				f.freeze(g, top.key, f.groups[g].in == l)
 			}
 		}
-	}
-}
-
-// sortCaps orders caps by level, then group: insertion sort for the short
-// lists that are the rule, the library's sort beyond.
-func sortCaps(c []capEntry) {
-	less := func(a, b capEntry) bool { return a.level < b.level || (a.level == b.level && a.g < b.g) }
-	if len(c) > 24 {
-		slices.SortFunc(c, func(a, b capEntry) int {
-			switch {
-			case less(a, b):
-				return -1
-			case less(b, a):
-				return 1
-			}
-			return 0
-		})
-		return
-	}
-	for i := 1; i < len(c); i++ {
-		x := c[i]
-		j := i
-		for j > 0 && less(x, c[j-1]) {
-			c[j] = c[j-1]
-			j--
-		}
-		c[j] = x
 	}
 }
 

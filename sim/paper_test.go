@@ -85,7 +85,7 @@ func TestPaperSingleLayer(t *testing.T) {
 	flatWant := map[int]float64{2: 17.92e-3, 4: 35.84e-3, 8: 71.68e-3}
 	// hier's excess over 8.96 ms with these options, from the fan-out lag
 	// described above (rho 2 has none).
-	hierExcess := map[int]float64{2: 0.01, 4: 0.05, 8: 0.07}
+	hierExcess := map[int]float64{2: 0.01, 4: 0.05, 8: 0.06}
 	for _, rho := range []int{2, 4, 8} {
 		fl := simulatePaper(t, rho, "flat", opts)
 		hr := simulatePaper(t, rho, "hier", opts)
