@@ -111,8 +111,10 @@ M2N_INLINE unsigned int m2n_e4m3x2(float lo, float hi) {
 // normal E4M3 range with a margin of 256 ulps at both ends, and its bits
 // [19:0] (its place between two E4M3 values, whose midpoint is 0x80000)
 // are more than 16 ulps from the midpoint.
-M2N_INLINE int m2n_qdiv_fast(unsigned int a) {
-	return a > 0x3C800100u && a < 0x43DFFF00u && (a & 0xFFFFFu) - 0x7FFF0u > 0x20u;
+M2N_INLINE unsigned int m2n_qdiv_fast(unsigned int a) {
+	// bitwise, not &&: no branch (0x3C800100 < a < 0x43DFFF00 as one
+	// unsigned compare)
+	return (a - 0x3C800101u < 0x43DFFF00u - 0x3C800101u) & ((a & 0xFFFFFu) - 0x7FFF0u > 0x20u);
 }
 
 // m2n_qdiv returns a float that m2n_e4m3 rounds exactly as it rounds the
@@ -154,10 +156,8 @@ M2N_INLINE float m2n_qdiv(float x, float s, float r) {
 // far below E4M3's smallest half step (2^-10) and rounds to the same
 // signed zero (a NaN scale makes q NaN, which is slow).
 M2N_INLINE unsigned int m2n_qslow(float q) {
-	const unsigned int u = m2n_as_uint(q), a = u & 0x7FFFFFFFu;
-	const unsigned int inside = a - 0x3C800101u < 0x43DFFF00u - 0x3C800101u; // 0x3C800100 < a < 0x43DFFF00
-	const unsigned int away = (u & 0xFFFFFu) - 0x7FFF0u > 0x20u;
-	return ((inside & away) | (a == 0u)) ^ 1u;
+	const unsigned int a = m2n_as_uint(q) & 0x7FFFFFFFu;
+	return (m2n_qdiv_fast(a) | (a == 0u)) ^ 1u;
 }
 
 // m2n_e4m3x2_raw is m2n_e4m3x2 without the NaN fix-up: a NaN's byte may
@@ -213,12 +213,6 @@ M2N_INLINE unsigned int m2n_q1_bracket(float x, float s, float r) {
 	return m2n_e4m3(M2N_FDIV(x, s));
 }
 
-// m2n_udiv is a / b, in a 32-bit division where both fit (a 64-bit one
-// costs several times as many instructions on the GPU).
-M2N_INLINE unsigned long long m2n_udiv(unsigned long long a, unsigned long long b) {
-	return ((a | b) >> 32) == 0 ? (unsigned long long)((unsigned int)a / (unsigned int)b) : a / b;
-}
-
 // m2n_win_row returns the window index of the first block of box row `row`
 // (its matrix and block row) less the window's first block column, so
 // that adding a block column gives the block's index.
@@ -229,17 +223,11 @@ M2N_INLINE long long m2n_win_row(const m2n_quant_params *p, unsigned long long r
 	for (int i = M2N_MAX_DIMS - 2; i >= 0; --i) {
 		if (i < nd - 1) {
 			const unsigned long long e = p->ext[i];
-			unsigned long long q;
-			if (((row | e) >> 32) == 0) {
-				q = (unsigned int)row / (unsigned int)e;
-			} else {
-				q = row / e;
-			}
+			const unsigned long long q = m2n_udiv(row, e);
 			unsigned long long idx = p->lo[i] + (row - q * e);
 			row = q;
 			if (i == nd - 2) {
-				const unsigned long long b = p->block_rows;
-				idx = ((idx | b) >> 32) == 0 ? (unsigned long long)((unsigned int)idx / (unsigned int)b) : idx / b;
+				idx = m2n_udiv(idx, p->block_rows);
 			}
 			base += ((long long)idx - (long long)p->wlo[i]) * (long long)p->wstride[i];
 		}

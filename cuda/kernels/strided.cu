@@ -53,6 +53,12 @@ typedef M2N_ALIGNED(16) m2n_v16 { unsigned int x, y, z, w; } m2n_v16;
 	const unsigned long long step = (grid) * teams; \
 	unsigned long long item = (block) * teams + (threadIdx.x >> shift)
 
+// m2n_udiv is a / b, in a 32-bit division where both fit (a 64-bit one
+// costs several times as many instructions on the GPU).
+M2N_INLINE unsigned long long m2n_udiv(unsigned long long a, unsigned long long b) {
+	return ((a | b) >> 32) == 0 ? (unsigned long long)((unsigned int)a / (unsigned int)b) : a / b;
+}
+
 M2N_INLINE unsigned long long m2n_row_offset(const m2n_side *s, unsigned long long row) {
 	// Unrolled with constant indices so that the arrays stay in the
 	// parameter bank; nd is the same for every thread, so the branches are
@@ -63,12 +69,7 @@ M2N_INLINE unsigned long long m2n_row_offset(const m2n_side *s, unsigned long lo
 	for (int i = M2N_MAX_DIMS - 1; i > 0; --i) {
 		if (i < nd) {
 			const unsigned long long c = s->count[i];
-			unsigned long long q;
-			if (((row | c) >> 32) == 0) {
-				q = (unsigned int)row / (unsigned int)c;
-			} else {
-				q = row / c;
-			}
+			const unsigned long long q = m2n_udiv(row, c);
 			off += (row - q * c) * s->stride[i];
 			row = q;
 		}
