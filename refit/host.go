@@ -385,9 +385,18 @@ func (h *HostDriver) wait(ctx context.Context, p *program.Program, s *program.Ro
 	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && h.timeout > 0 && ctx.Err() == nil {
+			// a process stopped in the wait as long as the timeout saw
+			// its deadline pass without its poll having seen the pause
+			// (the stop fell between the poll and the deadline's test):
+			// the poll says so now, before the peers are blamed.
+			if err := transport.PollOnce(ctx); err != nil {
+				return err
+			}
 			te := &TimeoutError{Rank: p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
 			if inc, ok := pending.(transport.Incompleter); ok {
-				te.Peers = inc.Incomplete()
+				if te.Peers = inc.Incomplete(); len(te.Peers) == 0 {
+					return nil // it completed as its deadline passed
+				}
 			}
 			for _, list := range [][]program.Wire{s.Sends, s.Recvs} {
 				for _, w := range list {

@@ -151,16 +151,6 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 	deadline := time.Now().Add(c.timeout)
 	last, lateOnce := time.Now(), false
 	for spin := 0; ; spin++ {
-		// time this process did not run (stopped by SIGSTOP or a
-		// debugger, or starved) is not time spent waiting for the
-		// others: a rank that resumes must not blame the peers that
-		// waited for it (and it tells them, noteGap).
-		now := time.Now()
-		if gap := now.Sub(last); gap > frozenGap {
-			deadline = deadline.Add(gap)
-			c.noteGap(now, gap)
-		}
-		last = now
 		c.mu.Lock()
 		done, err := req.Test()
 		c.mu.Unlock()
@@ -188,7 +178,19 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 			}
 			return c.abort(ctx.Err())
 		}
-		if time.Now().After(deadline) {
+		// time this process did not run (stopped by SIGSTOP or a
+		// debugger, or starved) is not time spent waiting for the
+		// others: a rank that resumes must not blame the peers that
+		// waited for it (and it tells them, noteGap). The pause is
+		// measured up to the very time the deadline is compared with, so
+		// that a stop anywhere in the loop (in poll, say) counts.
+		now := time.Now()
+		if gap := now.Sub(last); gap > frozenGap {
+			deadline = deadline.Add(gap)
+			c.noteGap(now, gap)
+		}
+		last = now
+		if now.After(deadline) {
 			missing, elsewhere, stopped := c.rollCall(seq)
 			if len(stopped) > 0 {
 				// the ranks that did not run for as long as the timeout
