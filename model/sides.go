@@ -153,6 +153,8 @@ func trainerSide(m *Model, t Tensor, tr Trainer) (sideLayout, fusion, error) {
 	case k == Query, k == Key, k == Value:
 		f = fusedAs(t.Name, interleave, []string{"q_proj", "k_proj", "v_proj"}, "linear_qkv", k)
 		s.axes, err = megatronQKV(m, t, tr)
+	case k == kindLoRAA, k == kindLoRAB:
+		s.axes, err = trainerAdapter(t, tr)
 	case k.experts():
 		err = divides(t, 0, "experts", tr.EP, side, "ep", "Megatron-Core gives every EP rank num_moe_experts / ep experts")
 		etp := rep(tr.ETP)
@@ -303,6 +305,8 @@ func generatorSide(m *Model, t Tensor, g Generator, start int, latentFused bool)
 				s.axes[2] = shard(r, 1)
 			}
 		}
+	case k == kindLoRAA, k == kindLoRAB:
+		s, err = generatorAdapter(m, t, g, start)
 	case k.experts():
 		s.axes, s.rows, err = vllmExperts(t, g)
 	default:

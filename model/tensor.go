@@ -76,6 +76,10 @@ const (
 	kindTransposedExpertsDown
 	// kindExpertsDownBias is gpt-oss's experts.down_proj_bias [E, H].
 	kindExpertsDownBias
+	// kindLoRAA and kindLoRAB are a LoRA adapter's A [rank, in] and B
+	// [out, rank] (Tensor.Adapter; model.Adapters).
+	kindLoRAA
+	kindLoRAB
 )
 
 var kindNames = [...]string{
@@ -84,6 +88,7 @@ var kindNames = [...]string{
 	kindGate: "gate", kindUp: "up", ExpertsGateUp: "experts-gate-up", ExpertsDown: "experts-down", kindMTPProj: "mtp-proj",
 	kindSinks: "sinks", kindInterleavedExpertsGateUp: "interleaved-experts-gate-up", kindInterleavedExpertsGateUpBias: "interleaved-experts-gate-up-bias",
 	kindTransposedExpertsDown: "transposed-experts-down", kindExpertsDownBias: "experts-down-bias",
+	kindLoRAA: "lora-a", kindLoRAB: "lora-b",
 }
 
 // experts reports whether the kind is one of the routed experts' tensors
@@ -137,6 +142,9 @@ type Tensor struct {
 	// (disable_tp) when its MoE runs sequence-parallel (DeepSeek's shared
 	// experts).
 	SeqParallelReplicated bool
+	// Adapter, on the tensors of an adapter model (Adapters), says which
+	// weight's LoRA matrix the tensor is.
+	Adapter *Adapter
 	// Layer is the decoder layer the tensor belongs to (MTP layers follow
 	// the decoder layers), or -1 for the tensors outside the layers: the
 	// embedding (first pipeline stage), the final norm and the LM head

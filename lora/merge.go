@@ -1,0 +1,121 @@
+package lora
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+// Merger merges one rank's LoRA adapters into its parts of the weights
+// they adapt, step after step. The weight a generator serves is W0 +
+// scale x (B @ A) for the adapters of the latest step, while its buffers
+// hold the weight with the previous step's adapters merged, so each Merge
+// adds the new product and takes the previous one away, per element in
+// one float32 sum rounded once to the weight's dtype:
+//
+//	w = round(f32(w) + sum_k f32(s*B[i,k]) * A[k,j] - sum_k f32(s*B'[i,k]) * A'[k,j])
+//
+// (k in order, each product rounded to float32 before it is added, s the
+// scale in float32, B' and A' the matrices of the previous Merge of the
+// weight: none before the first). The Merger keeps this rank's parts of
+// the previous adapters, in float32 (rank x its columns of A plus its rows
+// of B x rank per weight: a fraction of a percent of the weights at rank
+// 16). It is not safe for concurrent use.
+type Merger struct {
+	prev map[string]*merged
+}
+
+// merged is what a Merger keeps of the adapters it last merged into one
+// weight: this rank's parts of A and B in float32, with their rectangles,
+// and the scale.
+type merged struct {
+	a, b   []float32
+	ar, br rect
+	scale  float32
+}
+
+// NewMerger returns a Merger that has merged nothing.
+func NewMerger() *Merger { return &Merger{prev: map[string]*merged{}} }
+
+// Reset forgets every adapter merged so far: the next Merge of each weight
+// adds its product to the weight as it is (after the generator reloaded
+// its base weights, say).
+func (mg *Merger) Reset() { clear(mg.prev) }
+
+// Merge merges the adapter (a, b) of weight name into rank's part w of the
+// weight, in place, as the Merger's doc says. The part of B must hold
+// every row of w's part, and the part of A every column, with all of the
+// adapter's rank: the layouts of model.Adapters on the generator give
+// every rank what its weight part needs (a part that misses rows or
+// columns is an error naming them). Nothing is written unless the whole
+// merge can be done.
+func (mg *Merger) Merge(name string, w, a, b Matrix, scale float64) error {
+	wsegs, wr, err := w.segments()
+	if err != nil {
+		return fmt.Errorf("lora: weight %s: %w", name, err)
+	}
+	if len(wsegs) == 0 {
+		return nil
+	}
+	af, ar, err := a.dense()
+	if err != nil {
+		return fmt.Errorf("lora: weight %s, A: %w", name, err)
+	}
+	bf, br, err := b.dense()
+	if err != nil {
+		return fmt.Errorf("lora: weight %s, B: %w", name, err)
+	}
+	cur := &merged{a: af, b: bf, ar: ar, br: br, scale: float32(scale)}
+	if err := cur.covers(wr); err != nil {
+		return fmt.Errorf("lora: weight %s: %w", name, err)
+	}
+	prev := mg.prev[name]
+	if prev != nil && (prev.ar != ar || prev.br != br) {
+		return fmt.Errorf("lora: weight %s: its adapter parts changed shape since the last merge (A %v then %v, B %v then %v); Reset first", name, prev.ar, ar, prev.br, br)
+	}
+	dt := w.Layout.DType()
+	var acc []float32
+	for _, s := range wsegs {
+		if int64(cap(acc)) < s.n {
+			acc = make([]float32, s.n)
+		}
+		acc = acc[:s.n]
+		if err := toFloat(dt, w.Buf[s.off:], acc); err != nil {
+			return fmt.Errorf("lora: weight %s: %w", name, err)
+		}
+		cur.add(acc, s, 1)
+		if prev != nil {
+			prev.add(acc, s, -1)
+		}
+		fromFloat(dt, acc, w.Buf[s.off:])
+	}
+	mg.prev[name] = cur
+	return nil
+}
+
+// covers checks that the adapter parts hold every row and column of a
+// weight part over rect wr, and agree on the rank.
+func (m *merged) covers(wr rect) error {
+	r := m.ar.rows()
+	switch {
+	case m.ar.i0 != 0 || m.br.j0 != 0 || m.br.cols() != r:
+		return fmt.Errorf("its A part holds rank rows [%d, %d) and its B part rank columns [%d, %d): every rank needs the whole rank of both", m.ar.i0, m.ar.i1, m.br.j0, m.br.j1)
+	case m.br.i0 > wr.i0 || m.br.i1 < wr.i1:
+		return fmt.Errorf("its B part holds rows [%d, %d), the weight part rows [%d, %d)", m.br.i0, m.br.i1, wr.i0, wr.i1)
+	case m.ar.j0 > wr.j0 || m.ar.j1 < wr.j1:
+		return fmt.Errorf("its A part holds columns [%d, %d), the weight part columns [%d, %d)", m.ar.j0, m.ar.j1, wr.j0, wr.j1)
+	}
+	return nil
+}
+
+// add adds sign x scale x (B @ A) over segment s to acc, k in order.
+func (m *merged) add(acc []float32, s segment, sign float32) {
+	r, acols := m.ar.rows(), m.ar.cols()
+	y := blas32.Vector{N: int(s.n), Inc: 1, Data: acc}
+	brow := m.b[(s.i-m.br.i0)*r:]
+	for k := range r {
+		alpha := sign * (m.scale * brow[k])
+		at := k*acols + (s.j - m.ar.j0)
+		blas32.Axpy(alpha, blas32.Vector{N: int(s.n), Inc: 1, Data: m.a[at : at+s.n]}, y)
+	}
+}
