@@ -440,3 +440,24 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 	}
 	return nil
 }
+
+// Float returns element g of tensor seed as FillFloats fills a bf16 or f32
+// tensor, as a float32 (exact: a bf16 value widens without rounding); 0
+// for other dtypes.
+func Float(dt placement.DType, g int64, seed uint64) float32 {
+	switch dt {
+	case placement.BF16:
+		return math.Float32frombits(uint32(floatBF16(g, seed)) << 16)
+	case placement.F32:
+		return math.Float32frombits(floatF32(g, seed))
+	}
+	return 0
+}
+
+// CheckFunc is Check against any values: want writes the bytes that
+// element g (its global linear index in l) must hold into out (len(out)
+// is l's element size). Callers that transform the pattern (a merge of
+// adapters into weights, say) check with it.
+func CheckFunc(l placement.Layout, rank int, buf []byte, v placement.View, want func(g int64, out []byte)) error {
+	return check(l, rank, buf, v, want)
+}

@@ -35,6 +35,7 @@ type syncFlags struct {
 	baseline bool
 	buckets  string
 	changes  string // --change-model
+	lora     loraFlags
 }
 
 func newSyncCmd() *cobra.Command {
@@ -92,6 +93,7 @@ the overhead per step beyond moving the bytes.
 	fs.BoolVar(&f.baseline, "baseline", false, "interleave a plain exchange of the same bytes and report the overhead per step")
 	fs.StringVar(&f.changes, "change-model", "", "with --delta: each tensor changes the fraction of its elements this change model (testdata/change-model.json, lr 1e-6) measured for its kind, instead of --change")
 	fs.StringVar(&f.buckets, "bucket-bytes", "", "with --route auto: group each stage's tensors in order into buckets of at most this size and pick each bucket's route with the model, all in one joint schedule (default: the staging bytes; 0: one route per stage)")
+	f.lora.register(fs)
 	for _, hide := range []string{"shape", "dtype", "src-mesh", "src-placements", "dst-mesh", "dst-placements", "src-ranks", "dst-ranks",
 		"world", "pp-stages", "stripe"} {
 		_ = fs.MarkHidden(hide)
@@ -175,8 +177,11 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if bufs, err = m.Alloc(); err != nil {
 		return err
 	}
-	if err := perf.FillModel(j.Session, m, bufs, j.set.fp8 != 0); err != nil {
+	if err := perf.FillModel(j.Session, m, bufs, j.set.fp8 != 0 || f.lora.rank > 0); err != nil {
 		return err
+	}
+	if f.lora.rank > 0 {
+		return j.syncLoRA(out, in, m, bufs, f)
 	}
 	rep, err := j.syncSteps(in.layouts, m, bufs, start, fabric, f)
 	if err != nil {

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/m2n-dev/m2n/perf"
+)
+
+// TestSyncLoRA runs refit sync --lora as real mpirun jobs: full syncs of a
+// scaled model, then LoRA steps that move only the adapters and merge
+// them into the generator's weights; --check compares every element of
+// every weight on every generator rank with the merges recomputed from
+// the patterns (and the adapters with the last step's). Qwen3-8B into a
+// generator at the trainer's TP, and Llama-3.1-70B from tp=2,dp=2 to
+// tp=4 (vLLM's B rows then follow its split of the fused qkv_proj and
+// gate_up_proj views); and --lora with --delta is refused.
+func TestSyncLoRA(t *testing.T) {
+	for _, tc := range []struct {
+		name, model, scale, layers, train, gen string
+		np                                     int
+	}{
+		{"qwen3-8b", "../../model/testdata/models/qwen3-8b.config.json", "16", "2", "tp=2", "tp=2", 4},
+		{"llama-3.1-70b", "llama-3.1-70b", "64", "1", "tp=2,dp=2", "tp=4", 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, err := mpirunRefit(t, tc.np, nil, "sync", "--model", tc.model, "--scale", tc.scale, "--layers", tc.layers,
+				"--train", tc.train, "--gen", tc.gen, "--lora", "16", "--lora-alpha", "32", "--check", "--json", "--iters", "2", "--warmup", "1")
+			if err != nil {
+				t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+			}
+			var rep perf.LoRAReport
+			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+				t.Fatalf("%v\n%s", err, stdout)
+			}
+			if rep.Check != "passed" || rep.Rank != 16 || rep.Adapters == 0 || rep.ByteRatio <= 0 || rep.ByteRatio > 0.05 || rep.StepSec <= 0 || rep.FullSec <= 0 {
+				t.Fatalf("report %+v", rep)
+			}
+		})
+	}
+	_, stderr, err := mpirunRefit(t, 4, nil, "sync", "--model", "../../model/testdata/models/qwen3-8b.config.json", "--scale", "16", "--layers", "1",
+		"--train", "tp=2", "--gen", "tp=2", "--lora", "16", "--delta")
+	if err == nil || !strings.Contains(stderr, "--lora does not combine with --delta") {
+		t.Errorf("--lora --delta: %v\n%s", err, stderr)
+	}
+}

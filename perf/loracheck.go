@@ -1,0 +1,161 @@
+package perf
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/pattern"
+	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/session"
+)
+
+// checkLoRA checks this rank's destination weights of full after steps
+// LoRA steps of LoRASync: each adapted element against the merges
+// recomputed from the patterns of the base weight and of every step's
+// adapters, one element at a time (lora.Merger's sum, written out again
+// here as the reference), the other weights against the base; and the
+// adapters against the last step's. The first wrong element is named
+// with its tensor and worldRank.
+func checkLoRA(full *session.Model, wb *session.ModelBuffers, ad *session.Model, ab *session.ModelBuffers, steps uint64, worldRank int) error {
+	err := ad.EachPart(ab, model.Dst, false, func(p session.ModelPart) error {
+		err := pattern.CheckFloats(p.Tensor.Dst, p.Rank, adapterSeed(p.Index, steps), p.Bytes, p.Part.View)
+		if err != nil {
+			nameWorldRank(err, p.Tensor.Name, worldRank)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	byBase := map[string]*adapterRef{}
+	for i, t := range ad.Layouts.Model.Tensors {
+		r := byBase[t.Adapter.Base]
+		if r == nil {
+			r = &adapterRef{rank: t.Adapter.Rank, scale: float32(t.Adapter.Scale), steps: steps}
+			byBase[t.Adapter.Base] = r
+		}
+		if t.Adapter.B {
+			r.b, r.dt = i, t.DType
+		} else {
+			r.a, r.in = i, t.Shape[1]
+		}
+	}
+	return full.EachPart(wb, model.Dst, false, func(p session.ModelPart) error {
+		t := p.Tensor
+		ref := byBase[t.Whole().Name]
+		var err error
+		if ref == nil {
+			err = pattern.CheckFloats(t.Dst, p.Rank, uint64(p.Index), p.Bytes, p.Part.View)
+		} else {
+			err = pattern.CheckFunc(t.Dst, p.Rank, p.Bytes, p.Part.View, ref.want(t, uint64(p.Index)))
+		}
+		if err != nil {
+			nameWorldRank(err, t.Name, worldRank)
+		}
+		return err
+	})
+}
+
+// adapterRef recomputes merged weights: the adapter's A and B (indices in
+// the adapter model, their dtype), its rank and scale, the steps merged.
+type adapterRef struct {
+	a, b  int
+	dt    placement.DType
+	in    int64
+	rank  int64
+	scale float32
+	steps uint64
+}
+
+// want returns the bytes that element g of weight part t (seed its
+// pattern's) holds after the merges: w = round(f32(w) + sum_k
+// f32(f32(s*B[i,k])*A[k,j]) - the previous step's, the same sum), step
+// by step, B's rows and A's columns drawn once each.
+func (r *adapterRef) want(t *model.TensorLayout, seed uint64) func(g int64, out []byte) {
+	whole := t.Whole().LayoutShape
+	rows, cols := map[int64][]float32{}, map[int64][]float32{}
+	T, R := int64(r.steps), r.rank
+	bRow := func(i int64) []float32 { // s*B_t[i,k] for t = 1..T, k < R
+		if v, ok := rows[i]; ok {
+			return v
+		}
+		v := make([]float32, T*R)
+		for s := range T {
+			for k := range R {
+				v[s*R+k] = r.scale * pattern.Float(r.dt, i*R+k, adapterSeed(r.b, uint64(s+1)))
+			}
+		}
+		rows[i] = v
+		return v
+	}
+	aCol := func(j int64) []float32 {
+		if v, ok := cols[j]; ok {
+			return v
+		}
+		v := make([]float32, T*R)
+		for s := range T {
+			for k := range R {
+				v[s*R+k] = pattern.Float(r.dt, k*r.in+j, adapterSeed(r.a, uint64(s+1)))
+			}
+		}
+		cols[j] = v
+		return v
+	}
+	dt := t.Dst.DType()
+	return func(g int64, out []byte) {
+		w := pattern.Float(dt, g, seed)
+		G := wholeIndex(t, whole, g)
+		b, a := bRow(G/r.in), aCol(G%r.in)
+		for s := range T {
+			acc := w
+			for k := range R {
+				acc += float32(b[s*R+k] * a[s*R+k])
+			}
+			if s > 0 {
+				for k := range R {
+					acc += float32(-b[(s-1)*R+k] * a[(s-1)*R+k])
+				}
+			}
+			w = rounded(dt, acc)
+		}
+		switch dt {
+		case placement.BF16:
+			binary.LittleEndian.PutUint16(out, uint16(math.Float32bits(w)>>16))
+		default:
+			binary.LittleEndian.PutUint32(out, math.Float32bits(w))
+		}
+	}
+}
+
+// wholeIndex turns element g of piece t into its linear index in the
+// whole tensor's layout shape (g itself for a whole tensor).
+func wholeIndex(t *model.TensorLayout, whole []int64, g int64) int64 {
+	if t.Origin == nil {
+		return g
+	}
+	shape := t.LayoutShape
+	idx := make([]int64, len(shape))
+	for d := len(shape) - 1; d >= 0; d-- {
+		idx[d] = g%shape[d] + t.Origin[d]
+		g /= shape[d]
+	}
+	G := int64(0)
+	for d := range whole {
+		G = G*whole[d] + idx[d]
+	}
+	return G
+}
+
+// rounded is x stored in dtype dt and read back: bf16 rounds to nearest
+// even.
+func rounded(dt placement.DType, x float32) float32 {
+	if dt != placement.BF16 {
+		return x
+	}
+	u := math.Float32bits(x)
+	if x != x {
+		return math.Float32frombits((u | 0x400000) &^ 0xFFFF)
+	}
+	return math.Float32frombits((u + 0x7FFF + (u>>16)&1) &^ 0xFFFF)
+}
