@@ -111,6 +111,9 @@ type syncInput struct {
 	layouts *model.Layouts
 	route   string
 	buckets int64 // auto's bucket size; 0: one route per stage
+	// adapters, with --lora, are the LoRA adapters of layouts' model,
+	// laid out on the same trainer and generator.
+	adapters *model.Layouts
 }
 
 func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
@@ -140,7 +143,10 @@ func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
 		return in, usageError{fmt.Errorf("--train %s --gen %s need %d ranks (trainer %d, generator %d); this job has %d (mpirun -np %d)",
 			f.train, f.gen, w, tr.Ranks(), gen.Ranks(), world, w)}
 	}
-	return in, nil
+	if f.lora.rank != 0 {
+		in.adapters, err = f.loraLayouts(in.layouts, mode != 0)
+	}
+	return in, err
 }
 
 func runSync(out io.Writer, f *syncFlags) (err error) {
@@ -177,10 +183,10 @@ func runSync(out io.Writer, f *syncFlags) (err error) {
 	if bufs, err = m.Alloc(); err != nil {
 		return err
 	}
-	if err := perf.FillModel(j.Session, m, bufs, j.set.fp8 != 0 || f.lora.rank > 0); err != nil {
+	if err := perf.FillModel(j.Session, m, bufs, j.set.fp8 != 0 || in.adapters != nil); err != nil {
 		return err
 	}
-	if f.lora.rank > 0 {
+	if in.adapters != nil {
 		return j.syncLoRA(out, in, m, bufs, f)
 	}
 	rep, err := j.syncSteps(in.layouts, m, bufs, start, fabric, f)

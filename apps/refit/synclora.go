@@ -24,36 +24,34 @@ func (f *loraFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.targets, "lora-targets", "", "with --lora: comma-separated projections that carry adapters (default: "+strings.Join(model.DefaultLoRATargets, ",")+")")
 }
 
-// options returns the adapters' options; an error for flags that
-// --lora does not combine with.
-func (f *syncFlags) loraOptions() (model.LoRA, error) {
+// loraLayouts lays out the LoRA adapters of l's model on l's trainer and
+// generator; an error for flags that --lora does not combine with (fp8:
+// the generator's dtype is FP8).
+func (f *syncFlags) loraLayouts(l *model.Layouts, fp8 bool) (*model.Layouts, error) {
+	bad := func(err error) error { return flagError("lora", fmt.Sprint(f.lora.rank), err) }
+	if fp8 {
+		return nil, bad(fmt.Errorf("the merge adds into bf16 or f32 weights; an FP8 generator (--dst-dtype e4m3) would need its blocks re-quantized, which m2n does not do"))
+	}
+	for flag, on := range map[string]bool{"delta": f.run.delta, "compare": f.compare, "baseline": f.baseline} {
+		if on {
+			return nil, bad(fmt.Errorf("--lora does not combine with --%s", flag))
+		}
+	}
 	o := model.LoRA{Rank: f.lora.rank, Alpha: f.lora.alpha}
 	if f.lora.targets != "" {
 		o.Targets = strings.Split(f.lora.targets, ",")
 	}
-	for flag, on := range map[string]bool{"delta": f.run.delta, "compare": f.compare, "baseline": f.baseline} {
-		if on {
-			return o, flagError("lora", fmt.Sprint(f.lora.rank), fmt.Errorf("--lora does not combine with --%s", flag))
-		}
+	ad, err := model.Adapters(l.Model, o)
+	if err != nil {
+		return nil, bad(err)
 	}
-	return o, nil
+	return model.New(ad, l.Trainer, l.Generator)
 }
 
 // syncLoRA is sync with --lora: the model's full syncs, then the LoRA
 // steps on the adapters of in's model (perf.LoRASync).
 func (j *job) syncLoRA(out io.Writer, in syncInput, m *session.Model, wb *session.ModelBuffers, f *syncFlags) error {
-	o, err := f.loraOptions()
-	var al *model.Layouts
-	if err == nil {
-		var ad *model.Model
-		if ad, err = model.Adapters(in.layouts.Model, o); err == nil {
-			al, err = model.New(ad, in.layouts.Trainer, in.layouts.Generator)
-		}
-	}
-	if err := j.Ready(err); err != nil {
-		return err
-	}
-	am, _, err := j.prepareModel(syncInput{layouts: al, route: in.route, buckets: in.buckets})
+	am, _, err := j.prepareModel(syncInput{layouts: in.adapters, route: in.route, buckets: in.buckets})
 	if err != nil {
 		return err
 	}
