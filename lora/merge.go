@@ -1,10 +1,6 @@
 package lora
 
-import (
-	"fmt"
-
-	"gonum.org/v1/gonum/blas/blas32"
-)
+import "fmt"
 
 // Merger merges one rank's LoRA adapters into its parts of the weights
 // they adapt, step after step. The weight a generator serves is W0 +
@@ -75,6 +71,7 @@ func (mg *Merger) Merge(name string, w, a, b Matrix, scale float64) error {
 	}
 	dt := w.Layout.DType()
 	var acc []float32
+	alpha := make([]float32, ar.rows())
 	for _, s := range wsegs {
 		if int64(cap(acc)) < s.n {
 			acc = make([]float32, s.n)
@@ -83,9 +80,9 @@ func (mg *Merger) Merge(name string, w, a, b Matrix, scale float64) error {
 		if err := toFloat(dt, w.Buf[s.off:], acc); err != nil {
 			return fmt.Errorf("lora: weight %s: %w", name, err)
 		}
-		cur.add(acc, s, 1)
+		cur.add(acc, s, 1, alpha)
 		if prev != nil {
-			prev.add(acc, s, -1)
+			prev.add(acc, s, -1, alpha)
 		}
 		fromFloat(dt, acc, w.Buf[s.off:])
 	}
@@ -108,14 +105,13 @@ func (m *merged) covers(wr rect) error {
 	return nil
 }
 
-// add adds sign x scale x (B @ A) over segment s to acc, k in order.
-func (m *merged) add(acc []float32, s segment, sign float32) {
-	r, acols := m.ar.rows(), m.ar.cols()
-	y := blas32.Vector{N: int(s.n), Inc: 1, Data: acc}
-	brow := m.b[(s.i-m.br.i0)*r:]
-	for k := range r {
-		alpha := sign * (m.scale * brow[k])
-		at := k*acols + (s.j - m.ar.j0)
-		blas32.Axpy(alpha, blas32.Vector{N: int(s.n), Inc: 1, Data: m.a[at : at+s.n]}, y)
+// add adds sign x scale x (B @ A) over segment s to acc, k in order;
+// alpha is scratch of the adapter's rank.
+func (m *merged) add(acc []float32, s segment, sign float32, alpha []float32) {
+	r := m.ar.rows()
+	brow := m.b[(s.i-m.br.i0)*r : (s.i-m.br.i0+1)*r]
+	for k, b := range brow {
+		alpha[k] = sign * (m.scale * b)
 	}
+	addRows(acc, alpha[:r], m.a[s.j-m.ar.j0:], int(m.ar.cols()))
 }
