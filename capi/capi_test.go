@@ -305,7 +305,8 @@ func mpirunWithin(t *testing.T, limit time.Duration, np int, env []string, args 
 // TestPython runs the Python package's tests under mpirun: every element
 // checked, bad inputs on one rank raising on every rank with the rank and
 // field, a layout mismatch raising AgreementError, whole models through
-// their fused views, FP8 in flight (bytes and scales), torch tensors.
+// their fused views, delta mode (calls and a model, resync, its bytes
+// against dense), FP8 in flight (bytes and scales), torch tensors.
 func TestPython(t *testing.T) {
 	py := python(t)
 	mpitest.Require(t)
@@ -316,6 +317,7 @@ func TestPython(t *testing.T) {
 	}{
 		{"test_calls.py", 6, false},
 		{"test_model.py", 6, false},
+		{"test_delta.py", 6, false},
 		{"test_fp8.py", 4, false},
 		{"test_crossed.py", 4, false},
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks

@@ -478,8 +478,10 @@ int m2n_model_close(m2n_model m);
 int m2n_model_set_version(m2n_model m, uint64_t v);
 int m2n_model_held(m2n_model m, uint64_t *version, int32_t *verified, int32_t *intact);
 /* m2n_call_resync and m2n_call_delta_report for every stage of a model
- * this rank is in (the report sums the stages' bytes, as m2n_model_run's
- * does; delta is 1 where every stage's step was a delta step). */
+ * this rank is in: a generator rank is in every stage, so its resync
+ * makes the whole model's next step a full sync, a trainer rank's its own
+ * stage's. The report sums the stages' bytes, as m2n_model_run's does;
+ * delta is 1 where every stage's step was a delta step. */
 int m2n_model_resync(m2n_model m);
 int m2n_model_delta_report(m2n_model m, m2n_delta_report *out);
 

@@ -1,9 +1,11 @@
-"""What Call.run and Model.run share: the report dict, the CUDA stream a
-step waits for, and the library's JSON descriptions and held versions."""
+"""What Call.run and Model.run share: the report dict (delta mode's
+numbers too), the CUDA stream a step waits for, and the library's JSON
+descriptions and held versions."""
 
 import ctypes
 import json
 
+from . import _lib
 from .buffers import is_torch
 from .errors import check
 
@@ -39,6 +41,14 @@ def _stream(stream, arrays):
             import torch
             return int(torch.cuda.current_stream(x.device).cuda_stream)
     return 0
+
+
+def _delta(fn, h):
+    """What m2n_call_delta_report or m2n_model_delta_report says of the last
+    step, as the report's "delta" and "dense"."""
+    d = _lib.DeltaReport(struct_size=ctypes.sizeof(_lib.DeltaReport))
+    check(fn(h, ctypes.byref(d)))
+    return {"delta": bool(d.delta), "dense": {"network": d.dense_network, "local": d.dense_local, "copied": d.dense_copied}}
 
 
 def _held(fn, h):

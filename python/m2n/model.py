@@ -3,7 +3,7 @@
 import ctypes
 
 from . import _lib
-from ._run import _describe, _held, _report, _stream
+from ._run import _delta, _describe, _held, _report, _stream
 from .buffers import buffer, cstr, empty, is_torch
 from .errors import InvalidArgument, check
 from .placement import _side
@@ -142,7 +142,8 @@ class Model:
         stage; the byte and message counts are this rank's, summed over the
         stages it is in (a trainer rank's own stage, every stage for a
         generator rank). version: the version the step carries, as in
-        Call.run."""
+        Call.run. "delta" and "dense" are Call.run's, summed over the
+        stages ("delta": every stage's step sent deltas)."""
         lib = _lib.lib()
         h = self._handle(run=True)
         if version is not None:
@@ -171,6 +172,7 @@ class Model:
                                 ctypes.byref(rep)))
         out = {"completed": rep.completed, "failed": rep.failed}
         out.update(_report(rep))
+        out.update(_delta(lib.m2n_model_delta_report, h))
         self._last_dst = dst or {}
         return out
 
@@ -203,6 +205,14 @@ class Model:
             entries = groups[module]
             hook(module, entries, {e["buffer"]: last[e["buffer"]] for e in entries if e["buffer"] in last})
         return len(groups)
+
+    def resync(self):
+        """Call.resync for every stage of the model this rank is in: their
+        next step is a full sync. A generator rank is in every stage, so
+        one generator rank asking resyncs the whole model (after its
+        buffers were changed outside the model, say); a trainer rank
+        asking resyncs its own pipeline stage only."""
+        check(_lib.lib().m2n_model_resync(self._handle()))
 
     def close(self):
         if self._h and self.session._h:

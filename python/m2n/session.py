@@ -10,7 +10,7 @@ import time
 import traceback
 
 from . import _lib
-from ._run import _describe, _held, _report, _stream
+from ._run import _delta, _describe, _held, _report, _stream
 from .buffers import buffer, cstr, empty
 from .errors import Error, InvalidArgument, check
 from .model import Model
@@ -35,8 +35,12 @@ class Session:
     GPU whose ordinal is the rank's local rank; "cuda:N" picks GPU N. Two
     ranks of a host on one GPU fail at once, naming them. timeout bounds
     every wait, in seconds (default 300; NaN, infinite, negative or
-    sub-nanosecond values are refused). The other options are
-    m2n_options' (m2n.h). An option this rank cannot read fails every
+    sub-nanosecond values are refused). delta=True: delta mode (CPU
+    sessions; a "cuda" session raises ValidationError naming delta): each
+    step of a call after its first sends only the elements that changed
+    since the step before, per block, dense where that is smaller (see
+    Call.resync, and "delta" and "dense" in Call.run's report). The other
+    options are m2n_options' (m2n.h). An option this rank cannot read fails every
     rank's Session(...) at once with a ValidationError naming it. Close it
     (or use `with`) on every rank after its last step; a rank that leaves
     early (an uncaught exception, a call used after closing it, a program
@@ -45,7 +49,7 @@ class Session:
 
     def __init__(self, comm=None, device="cpu", timeout=None, verify=False, atomic=False, stripe=False,
                  chunk_bytes=0, staging_bytes=0, coalesce_bytes=0, src_domain_size=0, dst_domain_size=0,
-                 emulate_net_bw=0.0, _link=None):
+                 emulate_net_bw=0.0, delta=False, _link=None):
         lib = _lib.lib()
         self._h = 0
         if comm is None:
@@ -57,6 +61,7 @@ class Session:
         try:
             self._options(o, device, timeout, verify, atomic, stripe, chunk_bytes, staging_bytes, coalesce_bytes,
                           src_domain_size, dst_domain_size, emulate_net_bw)
+            o.delta = int(bool(delta))
         except (TypeError, ValueError, OverflowError) as e:
             # take part in the others' join, failing it on every rank at
             # once with this rank's reason, rather than leave them waiting.
@@ -312,7 +317,15 @@ class Call:
         report: completed and failed tensor names, seconds, and bytes by
         link. version (an int of at least 1, the same on every rank) is
         the version this step carries; without it, the last step's plus
-        one (see held)."""
+        one (see held). In delta mode (Session(delta=True)) the
+        destinations are updated in place: pass the same dst arrays every
+        step, holding what the last step delivered. The report's "delta"
+        says whether the step sent deltas (False for a full sync: the first
+        step, the one after resync(), the one after a failed step that was
+        not atomic, every step of a session not in delta mode), and
+        "dense" ({"network", "local", "copied"}) what its sends and copies
+        move dense, a full sync's bytes, against "sent" and "copied": what
+        they moved on this rank."""
         lib = _lib.lib()
         h = self._handle(run=True)
         if version is not None:
@@ -344,6 +357,7 @@ class Call:
         out = {"completed": [m for i, m in enumerate(self.names) if done[i]],
                "failed": [m for i, m in enumerate(self.names) if not done[i]]}
         out.update(_report(rep))
+        out.update(_delta(lib.m2n_call_delta_report, h))
         return out
 
     def _want_shape(self, i, side):
@@ -386,6 +400,14 @@ class Call:
                     n *= d
                 out[t.name] = empty(t.side_dtype(side), n, lib, device).reshape(shape)
         return out
+
+    def resync(self):
+        """Makes the next step a full sync in delta mode, every element
+        sent dense, as the first step is (after this rank's destination
+        arrays were changed outside the call, say). Not collective: one
+        rank asking is enough, every rank's next step is then a full sync.
+        It does nothing on a session not in delta mode."""
+        check(_lib.lib().m2n_call_resync(self._handle()))
 
     def describe(self):
         """The schedule: route (as chosen), note, fingerprint, rounds,
