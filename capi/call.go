@@ -28,8 +28,9 @@ import (
 
 // callEntry is a prepared call behind a handle.
 type callEntry struct {
-	se *sessionEntry
-	c  *refit.Call
+	se   *sessionEntry
+	c    *refit.Call
+	last *refit.Report // the last run's (m2n_call_delta_report), nil if none began
 }
 
 func callOf(h C.m2n_call) (*callEntry, error) {
@@ -370,6 +371,7 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 	}
 	ce.se.mu.Lock()
 	defer ce.se.mu.Unlock()
+	ce.last = nil
 	s := ce.se.s
 	specs := ce.c.Specs()
 	rank, dev := s.Rank(), s.Options().Device
@@ -411,6 +413,7 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 	} else {
 		rep, err = ce.c.Run(ctx, bufs)
 	}
+	ce.last = rep
 	fillReport(report, []*refit.Report{rep})
 	if completed != nil && rep != nil {
 		done := map[string]bool{}

@@ -2,10 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,24 +29,12 @@ var callsBin struct {
 
 func callsProgram(t testing.TB) string {
 	t.Helper()
-	so := library(t)
-	callsBin.once.Do(func() {
-		cc, err := exec.LookPath("mpicc")
-		if err != nil {
-			callsBin.err = fmt.Errorf("skip: no mpicc (OpenMPI's compiler wrapper, from libopenmpi-dev): %v", err)
-			return
-		}
-		callsBin.path = filepath.Join(lib.dir, "calls")
-		cmd := exec.Command(cc, "-Wall", "-Wextra", "-Werror", "-I.", "testdata/calls.c", "-L"+filepath.Dir(so), "-lm2n",
-			"-Wl,-rpath,"+filepath.Dir(so), "-lpthread", "-o", callsBin.path)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			callsBin.err = fmt.Errorf("mpicc testdata/calls.c: %v\n%s", err, out)
-		}
-	})
+	library(t) // lib.dir
+	callsBin.once.Do(func() { callsBin.path, callsBin.err = compileC(t, "calls", lib.dir, "-lpthread") })
+	if errors.Is(callsBin.err, errNoMpicc) {
+		t.Skip(callsBin.err)
+	}
 	if callsBin.err != nil {
-		if strings.HasPrefix(callsBin.err.Error(), "skip: ") {
-			t.Skip(callsBin.err.Error()[6:])
-		}
 		t.Fatal(callsBin.err)
 	}
 	return callsBin.path

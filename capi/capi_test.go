@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -157,19 +158,37 @@ func TestHeader(t *testing.T) {
 	}
 }
 
-// cProgram compiles testdata/smoke.c against m2n.h and the library.
-func cProgram(t *testing.T) string {
+// errNoMpicc is compileC's error where there is no mpicc.
+var errNoMpicc = errors.New("no mpicc (OpenMPI's compiler wrapper, from libopenmpi-dev: scripts/ensure-deps.sh installs it)")
+
+// compileC compiles testdata/name.c against m2n.h and the library into
+// dir/name and returns its path; extra (-lpthread) follows the library.
+func compileC(t testing.TB, name, dir string, extra ...string) (string, error) {
 	t.Helper()
 	so := library(t)
 	cc, err := exec.LookPath("mpicc")
 	if err != nil {
-		t.Skipf("no mpicc (OpenMPI's compiler wrapper, from libopenmpi-dev: scripts/ensure-deps.sh installs it): %v", err)
+		return "", fmt.Errorf("%w: %v", errNoMpicc, err)
 	}
-	bin := filepath.Join(t.TempDir(), "smoke")
-	cmd := exec.Command(cc, "-Wall", "-Wextra", "-Werror", "-I.", "testdata/smoke.c", "-L"+filepath.Dir(so), "-lm2n",
-		"-Wl,-rpath,"+filepath.Dir(so), "-o", bin)
+	bin := filepath.Join(dir, name)
+	args := []string{"-Wall", "-Wextra", "-Werror", "-I.", filepath.Join("testdata", name+".c"), "-L" + filepath.Dir(so), "-lm2n",
+		"-Wl,-rpath," + filepath.Dir(so)}
+	cmd := exec.Command(cc, append(append(args, extra...), "-o", bin)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mpicc: %v\n%s", err, out)
+		return "", fmt.Errorf("mpicc testdata/%s.c: %v\n%s", name, err, out)
+	}
+	return bin, nil
+}
+
+// cProgram compiles testdata/name.c (compileC), skipping without mpicc.
+func cProgram(t *testing.T, name string) string {
+	t.Helper()
+	bin, err := compileC(t, name, t.TempDir())
+	if errors.Is(err, errNoMpicc) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -177,7 +196,7 @@ func cProgram(t *testing.T) string {
 // TestC runs testdata/smoke.c: without MPI initialised (refused), then as
 // a checked 4-rank reshard under mpirun with an error on one rank.
 func TestC(t *testing.T) {
-	bin := cProgram(t)
+	bin := cProgram(t, "smoke")
 	if out, err := exec.Command(bin, "--no-init").CombinedOutput(); err != nil || !strings.Contains(string(out), "refused") {
 		t.Fatalf("smoke --no-init: %v\n%s", err, out)
 	}
@@ -191,14 +210,14 @@ func TestC(t *testing.T) {
 // TestStructSizes compares the C structs' sizes with the Python package's
 // ctypes mirrors.
 func TestStructSizes(t *testing.T) {
-	bin := cProgram(t)
+	bin := cProgram(t, "smoke")
 	py := python(t)
 	out, err := exec.Command(bin, "--sizes").CombinedOutput()
 	if err != nil {
 		t.Fatalf("smoke --sizes: %v\n%s", err, out)
 	}
 	script := `import sys, ctypes; sys.path.insert(0, "../python"); from m2n import _lib
-for n in ("Options", "Side", "Tensor", "Buffer", "TensorBuffers", "Report", "NamedBuffer"):
+for n in ("Options", "Side", "Tensor", "Buffer", "TensorBuffers", "Report", "NamedBuffer", "DeltaReport"):
     print(n, ctypes.sizeof(getattr(_lib, n)))`
 	pout, err := exec.Command(py, "-c", script).CombinedOutput()
 	if err != nil {
@@ -286,7 +305,8 @@ func mpirunWithin(t *testing.T, limit time.Duration, np int, env []string, args 
 // TestPython runs the Python package's tests under mpirun: every element
 // checked, bad inputs on one rank raising on every rank with the rank and
 // field, a layout mismatch raising AgreementError, whole models through
-// their fused views, FP8 in flight (bytes and scales), torch tensors.
+// their fused views, delta mode (calls and a model, resync, its bytes
+// against dense), FP8 in flight (bytes and scales), torch tensors.
 func TestPython(t *testing.T) {
 	py := python(t)
 	mpitest.Require(t)
@@ -297,6 +317,7 @@ func TestPython(t *testing.T) {
 	}{
 		{"test_calls.py", 6, false},
 		{"test_model.py", 6, false},
+		{"test_delta.py", 6, false},
 		{"test_fp8.py", 4, false},
 		{"test_crossed.py", 4, false},
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks

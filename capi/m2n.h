@@ -60,8 +60,10 @@ extern "C" {
 
 /* The interface version this header describes; m2n_abi_version returns the
  * library's. 2 added M2N_ERR_CALL_MISMATCH, M2N_ERR_LEFT,
- * m2n_session_leave and m2n_session_refuse. */
-#define M2N_ABI_VERSION 2
+ * m2n_session_leave and m2n_session_refuse; 3 delta mode:
+ * m2n_options.delta, m2n_delta_report, m2n_call_resync,
+ * m2n_call_delta_report, m2n_model_resync and m2n_model_delta_report. */
+#define M2N_ABI_VERSION 3
 
 /* Result codes. */
 enum {
@@ -133,7 +135,8 @@ enum {
 /* Session options. Start from m2n_options_init; every rank must pass equal
  * options (m2n_session_join checks), except cuda_device. */
 typedef struct m2n_options {
-	uint32_t struct_size;   /* sizeof(m2n_options), as m2n_options_init sets it */
+	uint32_t struct_size;   /* sizeof(m2n_options), as m2n_options_init sets it; the size of
+	                           version 2's (up to emulate_net_bw) is read with delta 0 */
 	int32_t device;         /* M2N_DEVICE_CPU (default) or M2N_DEVICE_CUDA */
 	int32_t cuda_device;    /* CUDA: this rank's GPU, the current device (cudaGetDevice,
 	                           torch.cuda.current_device()); default M2N_CUDA_DEVICE_LOCAL_RANK */
@@ -147,6 +150,20 @@ typedef struct m2n_options {
 	int32_t atomic;          /* nonzero: destinations change only if every tensor arrived everywhere */
 	int32_t stripe;          /* nonzero: spread the sends of a replicated source over its replicas */
 	double emulate_net_bw;   /* bytes per second capping cross-domain traffic per rank; 0: off */
+	/* nonzero: delta mode, on CPU sessions (a CUDA session's join fails with
+	 * M2N_ERR_VALIDATION naming the field delta: it runs on the host, over
+	 * host memory). Each step of a call after its first sends only the
+	 * elements that changed since the step before: every message encoded
+	 * against what its source last sent, per block, dense where that is
+	 * smaller, applied in place by the destinations (with atomic, all at
+	 * once). The first step, the step after m2n_call_resync and the step
+	 * after a failed step that was not atomic are full syncs. Tensors of
+	 * 1-, 2- or 4-byte elements that do not convert to FP8, on the flat or
+	 * hier route; others fail m2n_call_prepare with M2N_ERR_VALIDATION.
+	 * A source keeps a copy of what it last sent: its source parts' bytes
+	 * again. m2n_call_delta_report says what a step saved. */
+	int32_t delta;
+	int32_t reserved;        /* 0 */
 } m2n_options;
 
 /* m2n_tensor placements: Replicate(); any value d >= 0 is Shard(d). */
@@ -244,6 +261,20 @@ typedef struct m2n_report {
 	int64_t messages;
 	int64_t rounds;
 } m2n_report;
+
+/* What this rank's sends and copies moved in the last step of a call or
+ * model (m2n_call_delta_report), against what they move dense. */
+typedef struct m2n_delta_report {
+	uint32_t struct_size;  /* sizeof(m2n_delta_report): the caller sets it */
+	int32_t delta;         /* 1: a delta step (of a model: on every stage this rank is in); 0: a full
+	                          sync, a session not in delta mode, or no step ran */
+	int64_t sent_network;  /* bytes sent across domains (encodings, in a delta step): m2n_report's */
+	int64_t sent_local;    /* bytes sent inside this rank's domain */
+	int64_t copied;        /* bytes copied inside this rank */
+	int64_t dense_network; /* what those sends and copies move dense, a full sync's bytes: equal to */
+	int64_t dense_local;   /* sent_network, sent_local and copied in a full sync; in a delta step, */
+	int64_t dense_copied;  /* dense minus sent is what delta mode saved on this rank */
+} m2n_delta_report;
 
 /* A named buffer of a model (m2n_model_run). */
 typedef struct m2n_named_buffer {
@@ -387,6 +418,17 @@ int m2n_call_close(m2n_call c);
  * to move (never with atomic, which commits all at once). */
 int m2n_call_set_version(m2n_call c, uint64_t v);
 int m2n_call_held(m2n_call c, uint64_t *version, int32_t *verified, int32_t *intact);
+/* Delta mode (m2n_options.delta). m2n_call_resync makes the call's next
+ * step a full sync, every element sent dense, as its first step is (after
+ * a destination's buffers were changed outside the call, say). Not
+ * collective: one rank asking is enough, the ranks agree on it as the
+ * step begins. It does nothing for a session not in delta mode.
+ * m2n_call_delta_report fills out (struct_size set by the caller) with
+ * what the call's last m2n_call_run moved on this rank against what a
+ * full sync moves; all zero before the first step, and after a run that
+ * failed before a byte moved. */
+int m2n_call_resync(m2n_call c);
+int m2n_call_delta_report(m2n_call c, m2n_delta_report *out);
 
 /* Prepares a whole model (collective over the session): model is a
  * built-in name (deepseek-v3, qwen3-235b-a22b, llama-3.1-70b), a
@@ -435,6 +477,13 @@ int m2n_model_close(m2n_model m);
  * stage's is). */
 int m2n_model_set_version(m2n_model m, uint64_t v);
 int m2n_model_held(m2n_model m, uint64_t *version, int32_t *verified, int32_t *intact);
+/* m2n_call_resync and m2n_call_delta_report for every stage of a model
+ * this rank is in: a generator rank is in every stage, so its resync
+ * makes the whole model's next step a full sync, a trainer rank's its own
+ * stage's. The report sums the stages' bytes, as m2n_model_run's does;
+ * delta is 1 where every stage's step was a delta step. */
+int m2n_model_resync(m2n_model m);
+int m2n_model_delta_report(m2n_model m, m2n_delta_report *out);
 
 /* Whether a session of this process aborted, so that MPI_Finalize would
  * wait for peers that are gone. */

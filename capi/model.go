@@ -33,6 +33,7 @@ type modelEntry struct {
 	m      *session.Model
 	bufs   [2]map[string]modelBuffer // by side
 	scales map[string]modelScale     // by session.ScaleName of the tensor
+	last   []*refit.Report           // the last run's, by stage (m2n_model_delta_report)
 }
 
 // modelScale is one of this rank's scale tensors of a model converted to
@@ -433,6 +434,7 @@ func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *
 	}
 	me.se.mu.Lock()
 	defer me.se.mu.Unlock()
+	me.last = nil
 	rank := me.se.s.Rank()
 	var named [2][]C.m2n_named_buffer
 	var scales []C.m2n_named_buffer
@@ -467,6 +469,7 @@ func m2n_model_run(h C.m2n_model, src *C.m2n_named_buffer, nsrc C.int64_t, dst *
 	} else {
 		reps, err = me.m.Run(ctx, mb)
 	}
+	me.last = reps
 	fillReport(report, reps)
 	completed, cerr := me.modelCompleted(ctx, reps)
 	if err == nil {

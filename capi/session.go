@@ -37,8 +37,13 @@ func sessionOf(h C.m2n_session) (*sessionEntry, error) {
 	return lookup[*sessionEntry](uint64(h), "session")
 }
 
-// optionsV1 is the size of the first m2n_options (ABI version 1).
-const optionsV1 = C.sizeof_m2n_options
+// optionsSize is the size of this library's m2n_options; optionsV2 that of
+// ABI version 2's (and 1's), which ended at emulate_net_bw: a caller built
+// against it passes that size, and reads as delta off.
+const (
+	optionsSize = C.sizeof_m2n_options
+	optionsV2   = C.size_t(unsafe.Offsetof(C.m2n_options{}.delta))
+)
 
 //export m2n_options_init
 func m2n_options_init(o *C.m2n_options) {
@@ -47,7 +52,7 @@ func m2n_options_init(o *C.m2n_options) {
 		return
 	}
 	*o = C.m2n_options{}
-	o.struct_size = C.uint32_t(optionsV1)
+	o.struct_size = C.uint32_t(optionsSize)
 	o.device = C.M2N_DEVICE_CPU
 	o.cuda_device = C.M2N_CUDA_DEVICE_LOCAL_RANK
 }
@@ -94,8 +99,9 @@ func optionsOf(o *C.m2n_options) (session.Options, error) {
 	if o == nil {
 		return opts, nil
 	}
-	if o.struct_size != C.uint32_t(optionsV1) {
-		return opts, invalidf("options: struct_size %d, want %d (this library's m2n_options; call m2n_options_init)", o.struct_size, optionsV1)
+	if o.struct_size != C.uint32_t(optionsSize) && o.struct_size != C.uint32_t(optionsV2) {
+		return opts, invalidf("options: struct_size %d, want %d (this library's m2n_options; call m2n_options_init) or %d (ABI version 2's)",
+			o.struct_size, optionsSize, optionsV2)
 	}
 	switch o.device {
 	case C.M2N_DEVICE_CPU:
@@ -126,6 +132,9 @@ func optionsOf(o *C.m2n_options) (session.Options, error) {
 	opts.Atomic = o.atomic != 0
 	opts.Stripe = o.stripe != 0
 	opts.EmulateNetBW = float64(o.emulate_net_bw)
+	if o.struct_size == C.uint32_t(optionsSize) {
+		opts.Delta = o.delta != 0 // a CUDA session refuses it at join (session.Options)
+	}
 	return opts, nil
 }
 

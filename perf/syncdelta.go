@@ -33,14 +33,9 @@ func checkChangedModel(m *session.Model, b *session.ModelBuffers, steps uint64, 
 }
 
 // fullStep runs the step again as a full sync of the same values
-// (refit.Call.Resync on every stage of this rank) and returns the slowest
-// rank's time.
+// (session.Model.Resync) and returns the slowest rank's time.
 func (r *syncRun) fullStep() (float64, error) {
-	for _, c := range r.m.Call.Calls {
-		if c != nil {
-			c.Resync()
-		}
-	}
+	r.m.Resync()
 	if err := r.s.Barrier(context.Background()); err != nil {
 		return 0, err
 	}

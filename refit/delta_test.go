@@ -206,6 +206,8 @@ func TestDelta(t *testing.T) {
 					}
 					sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
 					switch {
+					case rep.Delta != (k > 0):
+						return fmt.Errorf("step %d: Report.Delta %v, want %v (the first step is a full sync, the others delta steps)", k+1, rep.Delta, k > 0)
 					case k == 0 && dense != 0:
 						return fmt.Errorf("step 1 counts %d dense bytes: it must be a full sync", dense)
 					case k > 0 && sent > 0 && dense == 0:
@@ -234,7 +236,7 @@ func TestDelta(t *testing.T) {
 				if err != nil {
 					return fmt.Errorf("the resync: %w", err)
 				}
-				if netBytes(rep.Stats.DenseSent) != 0 {
+				if netBytes(rep.Stats.DenseSent) != 0 || rep.Delta {
 					return fmt.Errorf("rank %d: the step after Resync on rank 6 counts dense bytes: not a full sync", r)
 				}
 				return d.check("after the resync")

@@ -20,6 +20,12 @@ type Report struct {
 	// verified, with Verify), in call order; Failed the others.
 	Completed, Failed []string
 	Stats             Stats
+	// Delta says the step was a delta step of a call in delta mode
+	// (Options.Delta): its sends moved encodings, and Stats.DenseSent
+	// says what they would have moved dense. It is false for a full sync
+	// (a call's first step, the step after Resync or after a failed step
+	// that was not Atomic) and for every step of a call not in delta mode.
+	Delta bool
 	// Seconds is how long the step took on this rank, from its buffer
 	// check to its last agreement.
 	Seconds float64
@@ -271,7 +277,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) {
 	defer st.release(c.mem)
 	g := c.rt.g
-	rep := &Report{Step: st.n, Version: st.version, Stats: stats}
+	rep := &Report{Step: st.n, Version: st.version, Stats: stats, Delta: st.delta}
 	defer func() { rep.Seconds = time.Since(st.start).Seconds() }()
 	if len(c.specs) == 0 {
 		return rep, nil

@@ -232,6 +232,18 @@ func (m *Model) Held() refit.Held {
 	return h
 }
 
+// Resync makes the model's next step a full sync on every stage this rank
+// is in (refit.Call.Resync): for a session in delta mode, every element
+// sent dense. One rank asking is enough: each stage's ranks agree on it as
+// the step begins. It does nothing on a session not in delta mode.
+func (m *Model) Resync() {
+	for _, c := range m.Call.Calls {
+		if c != nil {
+			c.Resync()
+		}
+	}
+}
+
 // OnProgress sets fn to be called as this rank's stages progress through
 // a run, with the bytes moved and tensors done so far in the run, summed
 // over its stages (which run concurrently: fn must be safe for that; it is

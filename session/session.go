@@ -75,7 +75,8 @@ type Options struct {
 	// unless every tensor of the step arrived everywhere.
 	Verify, Atomic bool
 	// Delta sends, each step after a call's first, only the elements that
-	// changed since the step before (refit.Options.Delta): CPU sessions.
+	// changed since the step before (refit.Options.Delta): CPU sessions
+	// only (Join refuses it on GPUs, a *reshard.FieldError naming delta).
 	Delta bool
 	// EmulateNetBW, in bytes per second, caps each rank's cross-domain
 	// send and receive rate (netem.Wrap), so that routes' schedules show
@@ -309,6 +310,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.EmulateNetBW < 0 {
 		return o, &reshard.FieldError{Field: "emulated network rate", Got: fmt.Sprint(o.EmulateNetBW), Why: "must not be negative"}
+	}
+	if o.Delta && o.Device == GPU {
+		return o, &reshard.FieldError{Field: "delta", Got: "on", Why: "delta mode runs on the host driver, over host memory: " +
+			"a session of device " + string(GPU) + " cannot use it (join with device cpu, or without delta)"}
 	}
 	return o, nil
 }

@@ -525,3 +525,17 @@ func leftRank(le *refit.LeftError) int {
 	}
 	return le.Rank
 }
+
+// TestDeltaOnlyOnCPUs: Join (through Resolved, which it uses) refuses
+// delta mode on a GPU session before it touches a GPU, naming the field;
+// on CPUs delta mode is an option like the others.
+func TestDeltaOnlyOnCPUs(t *testing.T) {
+	_, err := session.Options{Device: session.GPU, Delta: true}.Resolved()
+	var fe *reshard.FieldError
+	if !errors.As(err, &fe) || fe.Field != "delta" || !strings.Contains(err.Error(), "host memory") {
+		t.Fatalf("a GPU session in delta mode: %v, want a FieldError naming delta and why", err)
+	}
+	if o, err := (session.Options{Device: session.CPU, Delta: true}).Resolved(); err != nil || !o.Delta {
+		t.Fatalf("a CPU session in delta mode: %+v, %v", o, err)
+	}
+}

@@ -20,9 +20,9 @@ static int failures, rank = -1;
 int main(int argc, char **argv) {
 	if (argc > 1 && strcmp(argv[1], "--sizes") == 0) {
 		/* the same lines as the Go test's Python snippet prints from ctypes */
-		printf("Options %zu\nSide %zu\nTensor %zu\nBuffer %zu\nTensorBuffers %zu\nReport %zu\nNamedBuffer %zu\n",
+		printf("Options %zu\nSide %zu\nTensor %zu\nBuffer %zu\nTensorBuffers %zu\nReport %zu\nNamedBuffer %zu\nDeltaReport %zu\n",
 		       sizeof(m2n_options), sizeof(m2n_side), sizeof(m2n_tensor), sizeof(m2n_buffer), sizeof(m2n_tensor_buffers),
-		       sizeof(m2n_report), sizeof(m2n_named_buffer));
+		       sizeof(m2n_report), sizeof(m2n_named_buffer), sizeof(m2n_delta_report));
 		return 0;
 	}
 	if (argc > 1 && strcmp(argv[1], "--no-init") == 0) {

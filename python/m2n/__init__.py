@@ -29,7 +29,8 @@ from .errors import (AbortError, AgreementError, CallMismatchError, ChecksumErro
                      InvalidArgument, LeftError, TimeoutError, Unavailable, ValidationError)
 from .fused import Fused, fuse
 from .placement import Layout, Mesh, Replicate, Shard, Tensor
-from .session import Call, Model, Session, vllm_refresh_hook
+from .model import Model, vllm_refresh_hook
+from .session import Call, Session
 
 __all__ = [
     "AbortError", "AgreementError", "Call", "CallMismatchError", "ChecksumError", "Error", "Fused", "InternalError",

@@ -4,7 +4,7 @@ the prototypes of its functions, and how the library is found."""
 import ctypes
 import os
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # Result codes (m2n.h).
 OK = 0
@@ -50,6 +50,8 @@ class Options(ctypes.Structure):
         ("atomic", ctypes.c_int32),
         ("stripe", ctypes.c_int32),
         ("emulate_net_bw", ctypes.c_double),
+        ("delta", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
     ]
 
 
@@ -108,6 +110,19 @@ class Report(ctypes.Structure):
     ]
 
 
+class DeltaReport(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("delta", ctypes.c_int32),
+        ("sent_network", ctypes.c_int64),
+        ("sent_local", ctypes.c_int64),
+        ("copied", ctypes.c_int64),
+        ("dense_network", ctypes.c_int64),
+        ("dense_local", ctypes.c_int64),
+        ("dense_copied", ctypes.c_int64),
+    ]
+
+
 class NamedBuffer(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("buffer", Buffer)]
 
@@ -143,6 +158,8 @@ _PROTOTYPES = {
     "m2n_call_close": (_int, [_u64]),
     "m2n_call_set_version": (_int, [_u64, ctypes.c_uint64]),
     "m2n_call_held": (_int, [_u64, ctypes.POINTER(ctypes.c_uint64), c_int32_p, c_int32_p]),
+    "m2n_call_resync": (_int, [_u64]),
+    "m2n_call_delta_report": (_int, [_u64, ctypes.POINTER(DeltaReport)]),
     "m2n_model_prepare": (_int, [_u64, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
                                  ctypes.c_char_p, _u64_p]),
     "m2n_model_describe": (_int, [_u64, ctypes.c_char_p, ctypes.c_size_t, _size_p]),
@@ -153,6 +170,8 @@ _PROTOTYPES = {
     "m2n_model_close": (_int, [_u64]),
     "m2n_model_set_version": (_int, [_u64, ctypes.c_uint64]),
     "m2n_model_held": (_int, [_u64, ctypes.POINTER(ctypes.c_uint64), c_int32_p, c_int32_p]),
+    "m2n_model_resync": (_int, [_u64]),
+    "m2n_model_delta_report": (_int, [_u64, ctypes.POINTER(DeltaReport)]),
     "m2n_job_failed": (ctypes.c_int32, []),
     "m2n_abort_job": (None, [ctypes.c_int32]),
 }

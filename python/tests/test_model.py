@@ -7,77 +7,17 @@ one rank raises the same ValidationError on every rank, naming it."""
 
 import json
 import os
-import tempfile
-import zlib
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from harness import box, case, check, comm, expect, fail, finish, m2n, pattern, rank, raw
+from harness import case, check, comm, expect, fail, finish, m2n, rank
+from models import LLAMA, config, fill, poisoned, stepped, verify
 
 assert comm.size == 6, "run with mpirun -np 6"
 
-LLAMA = {"model_type": "llama", "hidden_size": 64, "head_dim": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 256, "dtype": "bfloat16"}
 QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 64, "head_dim": 16, "num_attention_heads": 4,
              "num_key_value_heads": 2, "intermediate_size": 96, "moe_intermediate_size": 32, "num_local_experts": 4,
              "num_experts_per_tok": 2, "num_hidden_layers": 2, "vocab_size": 256, "dtype": "bfloat16"}
-
-
-def config(name, body):
-    """A config.json that every rank reads (the model name, the file's,
-    must agree): rank 0 writes it."""
-    path = comm.bcast(os.path.join(tempfile.gettempdir(), "m2n-test-%s-%d.json" % (name, os.getpid())), root=0)
-    if rank == 0:
-        with open(path, "w") as f:
-            json.dump(body, f)
-    comm.Barrier()
-    return path
-
-
-def seed(tensor):
-    return zlib.crc32(tensor.encode()) & 0xffff
-
-
-def part_view(buf, p):
-    """The strided view of a buffer that holds one part."""
-    b = raw(buf)
-    return as_strided(b[p["view_offset"]:], shape=tuple(p["local_shape"]),
-                      strides=tuple(st * b.itemsize for st in p["view_strides"]), writeable=True)
-
-
-def fill(m, step):
-    """The sources, filled through Model.parts (verify reads through
-    part_view, the test's own)."""
-    src = m.empty("src")
-    parts = {p["entry"]: p for b in m.buffers("src").values() for p in b["parts"]}
-    for entry, view in m.parts("src", {k: raw(a) for k, a in src.items()}).items():
-        p = parts[entry]
-        view[...] = box(pattern(p["layout_shape"], view.itemsize, seed(p["tensor"]), step), p["offset"], p["local_shape"])
-    return src
-
-
-def poisoned(m):
-    dst = m.empty("dst")
-    for a in dst.values():
-        raw(a)[...] = np.array(0xAAAAAAAA).astype(raw(a).dtype)
-    return dst
-
-
-def verify(m, dst, step):
-    parts = 0
-    for name, b in m.buffers("dst").items():
-        for p in b["parts"]:
-            parts += 1
-            want = box(pattern(p["layout_shape"], dst[name].itemsize, seed(p["tensor"]), step), p["offset"],
-                       p["local_shape"])
-            got = part_view(dst[name], p)
-            bad = np.argwhere(got != want)
-            if len(bad):
-                k = tuple(bad[0])
-                fail("buffer %s, tensor %s step %d: %d of %d elements wrong; first at %s: got %#x, want %#x" %
-                     (name, p["tensor"], step, len(bad), got.size, k, int(got[k]), int(want[k])))
-    return parts
 
 
 s = m2n.Session(comm, timeout=60)
@@ -98,12 +38,12 @@ for name, body, trainer, generator in (("llama", LLAMA, "tp=2,pp=2", "tp=2"),
             check(m.buffers("dst") == {} and len(m.buffers("src")) > 0, "trainer rank buffers")
         for step in range(2):
             dst = poisoned(m)
-            rep = m.run(src=fill(m, step), dst=dst, version=7 + step)
+            rep = m.run(src=fill(m, stepped(step)), dst=dst, version=7 + step)
             # the whole model's tensors on every rank, trainer ranks of one
             # stage included
             check(rep["failed"] == 0 and rep["completed"] == info["tensors"], "report %s, want %d completed" %
                   (rep, info["tensors"]))
-            verify(m, dst, step)
+            verify(m, dst, stepped(step), "step %d" % step)
             check(m.held == {"version": 7 + step, "verified": False, "intact": True}, "model held %s" % m.held)
         # every tensor of the model reached the generator: the two TP ranks'
         # parts together name all of them.
@@ -132,7 +72,7 @@ for name, body, trainer, generator in (("llama", LLAMA, "tp=2,pp=2", "tp=2"),
         for bad_rank, mutate, words in ((4, short, ("rank 4", ("another size", "has shape"))),
                                         (1, strided, ("rank 1", "not contiguous")),
                                         (5, transposed, ("rank 5", "has shape", "want ("))):
-            src, dst = fill(m, 0), poisoned(m)
+            src, dst = fill(m, stepped(0)), poisoned(m)
             if rank == bad_rank:
                 mutate(src, dst)
             e = expect(m2n.ValidationError, m.run, src=src, dst=dst)
@@ -141,8 +81,8 @@ for name, body, trainer, generator in (("llama", LLAMA, "tp=2,pp=2", "tp=2"),
                     alts = w if isinstance(w, tuple) else (w,)
                     check(any(a in str(e) for a in alts), "message lacks %r: %s" % (w, e))
         dst = poisoned(m)
-        m.run(src=fill(m, 3), dst=dst)
-        verify(m, dst, 3)
+        m.run(src=fill(m, stepped(3)), dst=dst)
+        verify(m, dst, stepped(3), "step 3")
         m.close()
     comm.Barrier()
     if rank == 0:
@@ -221,9 +161,9 @@ for name in ("deepseek-lite-tp2-to-tp4", "kimi-dp2ep2-to-ep4", "mixtral-dp2ep2-t
         # every element moves: the destination receives what the source holds
         for step in range(2):
             dst = poisoned(m)
-            rep = m.run(src=fill(m, step), dst=dst)
+            rep = m.run(src=fill(m, stepped(step)), dst=dst)
             check(rep["failed"] == 0, "report %s" % rep)
-            verify(m, dst, step)
+            verify(m, dst, stepped(step), "step %d" % step)
         if name.startswith("deepseek"):
             targets = m.refresh_targets()
             if side == "dst":
