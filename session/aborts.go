@@ -119,9 +119,13 @@ func (c *control) nextNotice() (*refit.AbortError, bool) {
 	if err != nil || !done {
 		return nil, false
 	}
-	cause := refit.DecodeError(trimZeros(c.noteBuf))
+	ours := c.ours(c.noteBuf)
+	cause := refit.DecodeError(trimZeros(c.noteBuf[8:]))
 	clear(c.noteBuf) // notices are read up to their zero padding
 	c.notice, _ = c.comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort)
+	if !ours {
+		return nil, false // a stale session's
+	}
 	var ab *refit.AbortError
 	if errors.As(cause, &ab) && ab.Rank >= 0 && ab.Rank < c.size {
 		return ab, true

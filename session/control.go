@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -47,7 +48,14 @@ type control struct {
 	size    int
 	timeout time.Duration
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// id is the session's identity, the same on every rank (sessionID):
+	// every control message carries it first, and one that carries
+	// another is a stale one of an earlier session (MPI gives a new
+	// communicator the context id of a freed one, and a notice sent to a
+	// peer that had already closed is delivered to whatever comes next
+	// with that id) and is dropped.
+	id      uint64
 	seq     uint64 // collectives entered so far
 	aborted error  // the *reshard.AbortError that ended the session, if any
 	notice  *mpi.Request
@@ -266,10 +274,11 @@ func (c *control) abort(err error) error {
 	}
 	ab = &refit.AbortError{Rank: c.rank, Cause: err}
 	c.aborted = ab
-	msg := refit.EncodeError(ab)
-	if len(msg) > noticeBytes {
-		msg = refit.EncodeError(&refit.AbortError{Rank: c.rank, Cause: errors.New(truncate(err.Error(), noticeBytes/2))})
+	enc := refit.EncodeError(ab)
+	if len(enc) > noticeBytes-8 {
+		enc = refit.EncodeError(&refit.AbortError{Rank: c.rank, Cause: errors.New(truncate(err.Error(), noticeBytes/2))})
 	}
+	msg := append(binary.LittleEndian.AppendUint64(nil, c.id), enc...)
 	for r := 0; r < c.size; r++ {
 		if r == c.rank {
 			continue

@@ -1,8 +1,10 @@
 package session
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -27,29 +29,37 @@ func (c *control) poll() error {
 	}
 	if c.query != nil {
 		if done, err := c.query.Test(); err == nil && done {
-			from := int(binary.LittleEndian.Uint64(c.qBuf))
-			ans := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
-			ans = binary.LittleEndian.AppendUint64(ans, c.seq)
-			ans = binary.LittleEndian.AppendUint64(ans, uint64(c.recentGap()))
-			if r, err := c.comm.Isend(ans, from, tagAnswer); err == nil {
-				c.keep = append(c.keep, r)
+			if c.ours(c.qBuf) {
+				from := int(binary.LittleEndian.Uint64(c.qBuf[8:]))
+				ans := binary.LittleEndian.AppendUint64(nil, c.id)
+				ans = binary.LittleEndian.AppendUint64(ans, uint64(c.rank))
+				ans = binary.LittleEndian.AppendUint64(ans, c.seq)
+				ans = binary.LittleEndian.AppendUint64(ans, uint64(c.recentGap()))
+				if r, err := c.comm.Isend(ans, from, tagAnswer); err == nil {
+					c.keep = append(c.keep, r)
+				}
 			}
 			c.query, _ = c.comm.Irecv(c.qBuf, mpi.AnySource, tagQuery)
 		}
 	}
 	if c.leave != nil {
 		if done, err := c.leave.Test(); err == nil && done {
-			st, _ := c.leave.Status()
-			n := binary.LittleEndian.Uint64(c.lBuf)
-			c.left[st.Source] = leftRank{after: n, cause: refit.DecodeError(trimZeros(c.lBuf[8:]))}
+			if c.ours(c.lBuf) {
+				st, _ := c.leave.Status()
+				n := binary.LittleEndian.Uint64(c.lBuf[8:])
+				c.left[st.Source] = leftRank{after: n, cause: refit.DecodeError(trimZeros(c.lBuf[16:]))}
+			}
 			clear(c.lBuf)
 			c.leave, _ = c.comm.Irecv(c.lBuf, mpi.AnySource, tagLeave)
 		}
 	}
 	if c.notice != nil {
-		if done, err := c.notice.Test(); err == nil && done {
+		if done, err := c.notice.Test(); err == nil && done && !c.ours(c.noteBuf) {
+			clear(c.noteBuf) // a stale session's
+			c.notice, _ = c.comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort)
+		} else if err == nil && done {
 			c.notice = nil
-			cause := refit.DecodeError(trimZeros(c.noteBuf))
+			cause := refit.DecodeError(trimZeros(c.noteBuf[8:]))
 			var ab *refit.AbortError
 			if !errors.As(cause, &ab) {
 				ab = &refit.AbortError{Rank: -1, Cause: cause}
@@ -74,8 +84,9 @@ func trimZeros(b []byte) []byte {
 // collective are out of step.
 func (c *control) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
 	grace := min(max(c.timeout/4, 200*time.Millisecond), 2*time.Second)
-	q := binary.LittleEndian.AppendUint64(nil, uint64(c.rank))
 	c.mu.Lock()
+	q := binary.LittleEndian.AppendUint64(nil, c.id)
+	q = binary.LittleEndian.AppendUint64(q, uint64(c.rank))
 	for r := 0; r < c.size; r++ {
 		if r == c.rank {
 			continue
@@ -89,7 +100,7 @@ func (c *control) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
 	answered[c.rank] = true
 	at := make([]uint64, c.size)
 	paused := make([]time.Duration, c.size)
-	buf := make([]byte, 24)
+	buf := make([]byte, 32)
 	var req *mpi.Request
 	end := time.Now().Add(grace)
 	for spin := 0; time.Now().Before(end); spin++ {
@@ -100,11 +111,13 @@ func (c *control) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
 			}
 		}
 		if done, err := req.Test(); err == nil && done {
-			r := int(binary.LittleEndian.Uint64(buf))
-			if r >= 0 && r < c.size {
+			c.mu.Lock()
+			ours := c.ours(buf)
+			c.mu.Unlock()
+			if r := int(binary.LittleEndian.Uint64(buf[8:])); ours && r >= 0 && r < c.size {
 				answered[r] = true
-				at[r] = binary.LittleEndian.Uint64(buf[8:])
-				paused[r] = time.Duration(binary.LittleEndian.Uint64(buf[16:]))
+				at[r] = binary.LittleEndian.Uint64(buf[16:])
+				paused[r] = time.Duration(binary.LittleEndian.Uint64(buf[24:]))
 			}
 			req = nil
 			if !slices.Contains(answered, false) {
@@ -158,10 +171,11 @@ func (c *control) sayLeaving(cause error) {
 	if c.aborted != nil || c.size == 1 {
 		return
 	}
-	msg := binary.LittleEndian.AppendUint64(nil, c.seq)
+	msg := binary.LittleEndian.AppendUint64(nil, c.id)
+	msg = binary.LittleEndian.AppendUint64(msg, c.seq)
 	if cause != nil {
 		enc := refit.EncodeError(cause)
-		if len(enc) > noticeBytes-8 {
+		if len(enc) > noticeBytes-16 {
 			enc = refit.EncodeError(errors.New(truncate(cause.Error(), noticeBytes/2)))
 		}
 		msg = append(msg, enc...)
@@ -174,4 +188,69 @@ func (c *control) sayLeaving(cause error) {
 			c.keep = append(c.keep, req)
 		}
 	}
+}
+
+// drainLeaves waits, up to d, for the leave notice of every peer of a
+// session this rank is leaving, and reports whether all came: then no
+// peer sends this control plane anything more, and its communicator can
+// be freed.
+func (c *control) drainLeaves(d time.Duration) bool {
+	end := time.Now().Add(d)
+	for spin := 0; ; spin++ {
+		c.mu.Lock()
+		all := len(c.left) >= c.size-1
+		c.mu.Unlock()
+		if all {
+			return true
+		}
+		if c.poll() != nil || time.Now().After(end) {
+			return false
+		}
+		backoff(spin)
+	}
+}
+
+// ours reports whether a control message (its first 8 bytes) carries this
+// session's id; c.mu is held.
+func (c *control) ours(msg []byte) bool {
+	return len(msg) >= 8 && binary.LittleEndian.Uint64(msg) == c.id
+}
+
+// setID gives the control plane the session's id (sessionID).
+func (c *control) setID(id uint64) {
+	c.mu.Lock()
+	c.id = id
+	c.mu.Unlock()
+}
+
+// sessionID draws the identity of a session joining over c: every rank's
+// random number, gathered in one bounded collective and mixed, the same
+// on every rank and, but for a chance of 2^-64, different from every
+// session before it on the same communicator.
+func sessionID(c *control) (uint64, error) {
+	mine := binary.LittleEndian.AppendUint64(nil, rand.Uint64())
+	all := make([]byte, 8*c.size)
+	if err := c.Allgather(refit.WithPhase(context.Background(), "session set-up (its identity)"), mine, all); err != nil {
+		return 0, err
+	}
+	id := uint64(0x9E3779B97F4A7C15)
+	for r := range c.size {
+		id = mix(id ^ binary.LittleEndian.Uint64(all[8*r:]))
+	}
+	return id, nil
+}
+
+// stageID is the id of stage i of a session's pipeline number n (the
+// same on every member: pipelines are made by every rank in one order).
+func stageID(parent uint64, n, i int) uint64 {
+	return mix(parent ^ mix(uint64(n)<<32|uint64(i)+1))
+}
+
+// mix is a 64-bit finalizer (splitmix64's).
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	return x ^ x>>31
 }

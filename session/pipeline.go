@@ -91,6 +91,7 @@ func (s *Session) pipeline(l pipeline.Layout) (*Pipeline, error) {
 		ph.mark("stage communicators (none: the session's)")
 		return st, nil
 	}
+	s.pipelines++ // every rank makes its pipelines in one order: stageID
 	err := s.guard("pipeline stage set-up", func() error {
 		comms, err := s.comm.SplitStages(l)
 		if err != nil {
@@ -115,6 +116,7 @@ func (s *Session) pipeline(l pipeline.Layout) (*Pipeline, error) {
 			if child.ctl, err = newControl(cc, s.opts.Timeout); err != nil {
 				return err
 			}
+			child.ctl.setID(stageID(s.ctl.id, s.pipelines, i))
 			child.rt = refit.New(group{child.ctl, child})
 			members := l.Members(i)
 			child.hosts = make([]int, len(members))

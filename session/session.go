@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/m2n-dev/m2n/hier"
@@ -127,8 +128,11 @@ type Session struct {
 	base     transport.Transport
 	rt       *refit.Runtime // the step runtime of the session's calls
 	closed   bool
-	owned    bool       // the device is this session's to close (not a stage's parent's)
-	nic      *netem.NIC // the emulated network interface, shared with this rank's stage sessions
+	// pipelines counts the pipelines made over the session: each stage's
+	// control plane takes its id from it (stageID).
+	pipelines int
+	owned     bool       // the device is this session's to close (not a stage's parent's)
+	nic       *netem.NIC // the emulated network interface, shared with this rank's stage sessions
 	// of a pipeline stage's session (Stages): the session it was split
 	// from, which a stage's abort aborts too, and the stage's place in it.
 	parent  *Session
@@ -338,6 +342,11 @@ func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 		return err
 	}
 	err = refit.Agree(refit.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
+	var id uint64
+	if err == nil {
+		id, err = sessionID(arrive)
+		arrive.setID(id)
+	}
 	if err == nil && ph != nil {
 		ph.mark("options agreed")
 		s.comm, s.ctl = comm, arrive
@@ -371,6 +380,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 		if s.ctl, err = newControl(ctlComm, s.opts.Timeout); err != nil {
 			return err
 		}
+		s.ctl.setID(id)
 		s.rt = refit.New(group{s.ctl, s})
 		s.hosts, err = hostIDs(s.comm)
 		s.machines = s.hosts
@@ -538,6 +548,14 @@ func (s *Session) Leave(cause error) error {
 		mpi.MarkFailed(err)
 		return err
 	}
+	// A control message that reaches a peer after it freed the control
+	// communicator is delivered to the next communicator MPI gives the same
+	// context id (a later session's), where it takes a place in OpenMPI's
+	// per-peer message order and stalls that communicator. So the control
+	// communicator is freed only once every peer's leave notice, the last
+	// control message a peer sends, has come; else it is kept, unused, for
+	// the life of the process (retired).
+	retire := s.ctl != nil && !s.ctl.drainLeaves(min(s.opts.Timeout, time.Second))
 	var errs []error
 	if s.base != nil {
 		errs = append(errs, closeTransport(s.base))
@@ -549,12 +567,25 @@ func (s *Session) Leave(cause error) error {
 		errs = append(errs, s.ctl.close())
 	}
 	for _, c := range s.owns {
-		if c != nil {
+		switch {
+		case c == nil:
+		case retire && c == s.ctl.comm:
+			retired.Lock()
+			retired.comms = append(retired.comms, c)
+			retired.Unlock()
+		default:
 			errs = append(errs, c.Free())
 		}
 	}
 	errs = append(errs, s.link.close(s.opts.Timeout))
 	return errors.Join(errs...)
+}
+
+// retired keeps the control communicators that closed sessions could not
+// free safely (Leave) for the life of the process.
+var retired struct {
+	sync.Mutex
+	comms []*mpi.Comm
 }
 
 func closeTransport(t transport.Transport) error {

@@ -539,3 +539,42 @@ func TestDeltaOnlyOnCPUs(t *testing.T) {
 		t.Fatalf("a CPU session in delta mode: %+v, %v", o, err)
 	}
 }
+
+// TestRejoinAfterClose: sessions joined and closed one after another on
+// the same communicator (a Python `with Session(comm)` in a loop) do not
+// hear each other: a leave notice that one session's close sent to a
+// peer that had already closed must not reach the next session, whose
+// control communicator MPI may give the same context id, as a stale
+// "closed the session" (it failed the next session's steps).
+func TestRejoinAfterClose(t *testing.T) {
+	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
+		for round := 0; round < 4; round++ {
+			s, err := session.Join(c, session.Options{Timeout: 20 * time.Second})
+			if err != nil {
+				t.Fatalf("round %d: join: %v", round, err)
+			}
+			if round%2 == 1 {
+				// some steps, so that this session's collective count
+				// (which a leave notice carries) is not the next one's
+				for step := 0; step < 3; step++ {
+					if err := s.Barrier(context.Background()); err != nil {
+						t.Fatalf("round %d, barrier %d: %v", round, step, err)
+					}
+				}
+			}
+			if c.Rank() == round%4 {
+				time.Sleep(50 * time.Millisecond) // the others close first
+			}
+			if err := s.Close(); err != nil {
+				t.Fatalf("round %d: close: %v", round, err)
+			}
+		}
+		s, call, bufs := twoByTwo(t, c, 20*time.Second)
+		defer s.Close()
+		for step := 0; step < 12; step++ {
+			if _, err := call.Run(context.Background(), bufs); err != nil {
+				t.Fatalf("step %d after the rejoins: %v", step, err)
+			}
+		}
+	})
+}
