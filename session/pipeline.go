@@ -104,16 +104,13 @@ func (s *Session) pipeline(l pipeline.Layout) (*Pipeline, error) {
 			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, owns: []*mpi.Comm{comm}, nic: s.nic,
 				parent: s, stage: i, members: l.Members(i), memcpyMin: s.memcpyMin, derived: s.derived}
 			st.Sessions[i] = child
-			// the stage's control plane has a communicator of its own:
-			// sharing the stage's with the data (as a two-job session's
-			// does) made the Python model test's third model in one
-			// session fail with MPI_ERR_TRUNCATE, cause not found yet.
-			cc, err := comm.Dup()
-			if err != nil {
-				return err
-			}
-			child.owns = append(child.owns, cc)
-			if child.ctl, err = newControl(cc, s.opts.Timeout); err != nil {
+			// the stage's control plane shares the stage's communicator
+			// with the data, as a two-job session's does (control tags
+			// lie above the data's, see tagAbort). A Dup of its own once
+			// hid a stale leave notice of an earlier model's stage
+			// (MPI_ERR_TRUNCATE in the Python model test's third model),
+			// which Leave's drain now prevents.
+			if child.ctl, err = newControl(comm, s.opts.Timeout); err != nil {
 				return err
 			}
 			child.ctl.setID(stageID(s.ctl.id, s.pipelines, i))

@@ -315,16 +315,16 @@ func TestStagesConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		// two communicators per stage this rank is in (the stage's and
-		// its control plane's), the generator's rank in both.
+		// one communicator per stage this rank is in, which the stage's
+		// data and control plane share; the generator's rank in both.
 		in := 0
 		for _, ss := range st.Sessions {
 			if ss != nil {
 				in++
 			}
 		}
-		if _, after := mpi.Live(); after-before != 2*int64(in) {
-			t.Errorf("the stages made %d communicators on a rank in %d stages, want %d", after-before, in, 2*in)
+		if _, after := mpi.Live(); after-before != int64(in) {
+			t.Errorf("the stages made %d communicators on a rank in %d stages, want %d", after-before, in, in)
 		}
 		specsOf := func(int) []refit.Spec {
 			return []refit.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
