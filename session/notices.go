@@ -203,7 +203,10 @@ func (c *control) drainLeaves(d time.Duration) bool {
 		if all {
 			return true
 		}
-		if c.poll() != nil || time.Now().After(end) {
+		// a job that is failing (another session of this process aborted,
+		// a peer's MPI_Abort under way) drains nothing: its MPI may be
+		// torn down under the wait.
+		if mpi.Failed() != nil || c.poll() != nil || time.Now().After(end) {
 			return false
 		}
 		backoff(spin)
