@@ -318,6 +318,7 @@ func TestPython(t *testing.T) {
 		{"test_calls.py", 6, false},
 		{"test_model.py", 6, false},
 		{"test_delta.py", 6, false},
+		{"test_lora.py", 6, false},
 		{"test_fp8.py", 4, false},
 		{"test_crossed.py", 4, false},
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks

@@ -62,8 +62,9 @@ extern "C" {
  * library's. 2 added M2N_ERR_CALL_MISMATCH, M2N_ERR_LEFT,
  * m2n_session_leave and m2n_session_refuse; 3 delta mode:
  * m2n_options.delta, m2n_delta_report, m2n_call_resync,
- * m2n_call_delta_report, m2n_model_resync and m2n_model_delta_report. */
-#define M2N_ABI_VERSION 3
+ * m2n_call_delta_report, m2n_model_resync and m2n_model_delta_report; 4
+ * LoRA: m2n_model_lora and m2n_model_merge_lora. */
+#define M2N_ABI_VERSION 4
 
 /* Result codes. */
 enum {
@@ -484,6 +485,29 @@ int m2n_model_held(m2n_model m, uint64_t *version, int32_t *verified, int32_t *i
  * delta is 1 where every stage's step was a delta step. */
 int m2n_model_resync(m2n_model m);
 int m2n_model_delta_report(m2n_model m, m2n_delta_report *out);
+/* LoRA. m2n_model_lora prepares the LoRA adapters of model base (every
+ * rank calls it, as m2n_model_prepare): an A [rank, in] and a B [out, rank]
+ * for every dense projection named in targets (comma-separated
+ * transformers module names; NULL or "" for q_proj, k_proj, v_proj,
+ * o_proj, gate_proj, up_proj, down_proj), held as Megatron-Bridge's
+ * CanonicalLoRA trains them and as vLLM's LoRA layers hold them, laid out
+ * on base's trainer and generator and prepared on route as a model of
+ * their own: m2n_model_describe lists their buffers, m2n_model_run moves
+ * them. alpha 0 is alpha = rank; merging scales B @ A by alpha / rank.
+ * A base whose generator holds FP8 is refused (M2N_ERR_VALIDATION).
+ *
+ * m2n_model_merge_lora merges what this rank's destination buffers of
+ * adapters (adapter_dst, as given to its last m2n_model_run) hold into this
+ * rank's destination buffers of base (dst), in place: each weight part
+ * gains its part of (alpha / rank) (B @ A) less the previous merge's
+ * product, so the buffers hold the weights the adapters were trained on
+ * plus the latest adapters (one float32 sum per element, rounded once to
+ * bf16). Call it on every generator rank after each adapter step that
+ * completed; it is local to the rank (no collective), and trainer ranks
+ * have nothing to merge. On GPU sessions it runs on host copies. */
+int m2n_model_lora(m2n_model base, int64_t rank, double alpha, const char *targets, const char *route, m2n_model *out);
+int m2n_model_merge_lora(m2n_model base, m2n_model adapters, const m2n_named_buffer *dst, int64_t ndst,
+                         const m2n_named_buffer *adapter_dst, int64_t nadapter);
 
 /* Whether a session of this process aborted, so that MPI_Finalize would
  * wait for peers that are gone. */

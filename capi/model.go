@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
@@ -34,6 +35,10 @@ type modelEntry struct {
 	bufs   [2]map[string]modelBuffer // by side
 	scales map[string]modelScale     // by session.ScaleName of the tensor
 	last   []*refit.Report           // the last run's, by stage (m2n_model_delta_report)
+	// loraOf, on a model of LoRA adapters (m2n_model_lora), is the model
+	// they adapt, and merger what m2n_model_merge_lora merged of them.
+	loraOf *modelEntry
+	merger *lora.Merger
 }
 
 // modelScale is one of this rank's scale tensors of a model converted to
@@ -199,9 +204,24 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 	if err := se.s.Agree(ctx, nil, localErr); err != nil {
 		return result(err)
 	}
-	m, err := se.s.PrepareModel(ctx, l, r)
+	me, err := newModelEntry(se, l, r)
 	if err != nil {
 		return result(err)
+	}
+	mh := register(me)
+	se.models[mh] = me
+	*out = C.m2n_model(mh)
+	return C.M2N_OK
+}
+
+// newModelEntry prepares layouts l on route r over the session of se
+// (every rank agreed on them) and lists this rank's buffers and scale
+// tensors of them.
+func newModelEntry(se *sessionEntry, l *model.Layouts, r reshard.Route) (*modelEntry, error) {
+	rank := se.s.Rank()
+	m, err := se.s.PrepareModel(context.Background(), l, r)
+	if err != nil {
+		return nil, err
 	}
 	me := &modelEntry{se: se, m: m}
 	for side := range 2 {
@@ -216,7 +236,7 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 				if old, dup := me.bufs[side][b.Name]; dup {
 					// never so for the built-in layouts; refuse rather than alias.
 					m.Close()
-					return result(fmt.Errorf("rank %d: model buffer %q is in stages %d and %d", rank, b.Name, old.Stage, si))
+					return nil, fmt.Errorf("rank %d: model buffer %q is in stages %d and %d", rank, b.Name, old.Stage, si)
 				}
 				me.bufs[side][b.Name] = modelBuffer{Name: b.Name, Stage: si, DType: b.DType.String(), Elems: b.Elems, Bytes: b.Bytes(),
 					Tensors: b.Tensors, Parts: partsOf(l.Stages[si], model.Side(side), ss.Rank(), b.Name), dt: b.DType}
@@ -239,10 +259,7 @@ func m2n_model_prepare(h C.m2n_session, spec, trainer, generator, load, route *C
 				Offset: gridOffset(t, sp, box.Lo)}
 		}
 	}
-	mh := register(me)
-	se.models[mh] = me
-	*out = C.m2n_model(mh)
-	return C.M2N_OK
+	return me, nil
 }
 
 // gridOffset moves a piece's scale box corner into its whole tensor's

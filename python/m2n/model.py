@@ -149,22 +149,8 @@ class Model:
         if version is not None:
             check(lib.m2n_model_set_version(h, version))
         s = self.session
-        kept, named = [], []
-        for side, bufs in (("src", src or {}), ("dst", dst or {}), ("scale", scale or {})):
-            listed = self.buffers(side)
-            arr = (_lib.NamedBuffer * max(1, len(bufs)))()
-            for i, (name, x) in enumerate(bufs.items()):
-                want = listed[name]["dtype"] if name in listed else "u8"
-                b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device,
-                                shapes=_buffer_shapes(listed.get(name), side))
-                kept.append(b)
-                if why:
-                    what = {"src": "source", "dst": "destination", "scale": "scale"}[side]
-                    check(lib.m2n_model_refuse(h, cstr("%s buffer %r %s" % (what, name, why))))
-                arr[i].name = cstr(name)
-                arr[i].buffer = b
-            kept.append(arr)
-            named.append((arr, len(bufs)))
+        kept = []
+        named = [self._named(side, bufs or {}, kept) for side, bufs in (("src", src), ("dst", dst), ("scale", scale))]
         rep = _lib.Report()
         every = [x for d in (src, dst, scale) for x in (d or {}).values()]
         stream = _stream(stream, every) if s.device == "cuda" else 0
@@ -175,6 +161,61 @@ class Model:
         out.update(_delta(lib.m2n_model_delta_report, h))
         self._last_dst = dst or {}
         return out
+
+    def _named(self, side, bufs, kept):
+        """bufs (buffer names to arrays) as the C library's named buffers
+        of a side, and their count; kept keeps what they point into. A
+        buffer that does not fit is refused on every rank
+        (m2n_model_refuse: the next collective fails everywhere)."""
+        s, h = self.session, self._handle()
+        listed = self.buffers(side)
+        arr = (_lib.NamedBuffer * max(1, len(bufs)))()
+        for i, (name, x) in enumerate(bufs.items()):
+            want = listed[name]["dtype"] if name in listed else "u8"
+            b, why = buffer(x, want, _lib.SRC if side == "src" else _lib.DST, s.device, s.cuda_device,
+                            shapes=_buffer_shapes(listed.get(name), side))
+            kept.append(b)
+            if why:
+                what = {"src": "source", "dst": "destination", "scale": "scale"}[side]
+                check(_lib.lib().m2n_model_refuse(h, cstr("%s buffer %r %s" % (what, name, why))))
+            arr[i].name = cstr(name)
+            arr[i].buffer = b
+        kept.append(arr)
+        return arr, len(bufs)
+
+    def lora(self, rank, alpha=0, targets=None, route="hier"):
+        """The LoRA adapters of this model, prepared as a model of their own
+        (collective): an A [rank, in] and a B [out, rank] for every dense
+        projection named in targets (transformers' module names; default
+        q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj),
+        named as PEFT names them ("model.layers.0.self_attn.q_proj.lora_A.weight"),
+        held as Megatron-Bridge's CanonicalLoRA trains them (A split over
+        TP by its rank rows, or by columns for o_proj and down_proj; B by
+        rows) and as vLLM's LoRA layers hold them (A whole and B split as
+        the weight's rows for column-parallel projections; A split by
+        columns and B whole for row-parallel ones). Its buffers() and run()
+        are a model's: run moves the adapters only. After each run, every
+        generator rank calls merge_lora. alpha 0 means alpha = rank. A model
+        whose generator holds FP8 raises ValidationError."""
+        h = ctypes.c_uint64()
+        check(_lib.lib().m2n_model_lora(self._handle(), rank, float(alpha), cstr(",".join(targets or [])), cstr(route),
+                                        ctypes.byref(h)))
+        return Model(self.session, h.value)
+
+    def merge_lora(self, adapters, dst, adapter_dst):
+        """Merges what this rank's destination buffers of adapters (a
+        Model from lora(), adapter_dst as given to its last run) hold into
+        this rank's destination buffers of this model (dst), in place:
+        each weight part gains its part of alpha/rank x (B @ A) less the
+        previous merge's product, so the weights are the ones the adapters
+        were trained on plus the latest adapters (one float32 sum per
+        element, rounded once to bfloat16). Local to this rank (no
+        collective): call it on every generator rank after each adapter
+        step; trainer ranks have nothing to merge."""
+        kept = []
+        w, n = self._named("dst", dst or {}, kept)
+        a, na = adapters._named("dst", adapter_dst or {}, kept)
+        check(_lib.lib().m2n_model_merge_lora(self._handle(), adapters._handle(), w, n, a, na))
 
     def refresh_targets(self):
         """The tensors this rank holds for the generator that need the

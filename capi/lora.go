@@ -1,0 +1,114 @@
+package main
+
+/*
+#define M2N_NO_PROTOTYPES
+#include "m2n.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/m2n-dev/m2n/lora"
+	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// LoRA (model.Adapters, session.Model.MergeLoRA): m2n_model_lora prepares
+// the adapters of a prepared model as a model of their own on its
+// session, m2n_model_merge_lora merges what their last run delivered into
+// the model's destination buffers.
+
+//export m2n_model_lora
+func m2n_model_lora(base C.m2n_model, rank C.int64_t, alpha C.double, targets, route *C.char, out *C.m2n_model) (rc C.int) {
+	defer recovered(&rc)
+	be, err := modelOf(base)
+	if err != nil {
+		return result(usedAfterClose(uint64(base), "model", "m2n_model_lora", err))
+	}
+	if out == nil {
+		return result(invalidf("m2n_model_lora: out is NULL"))
+	}
+	*out = 0
+	se := be.se
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	l, localErr := adapterLayouts(be.m.Layouts, int64(rank), float64(alpha), goString(targets))
+	r, rerr := routeOf(goString(route))
+	if localErr == nil {
+		localErr = rerr
+	}
+	if localErr != nil {
+		localErr = fmt.Errorf("rank %d: %w", se.s.Rank(), localErr)
+	}
+	if err := se.s.Agree(context.Background(), nil, localErr); err != nil {
+		return result(err)
+	}
+	me, err := newModelEntry(se, l, r)
+	if err != nil {
+		return result(err)
+	}
+	me.loraOf, me.merger = be, lora.NewMerger()
+	mh := register(me)
+	se.models[mh] = me
+	*out = C.m2n_model(mh)
+	return C.M2N_OK
+}
+
+// adapterLayouts lays out the LoRA adapters of base's model on base's
+// trainer and generator; targets is a comma-separated list of projections
+// ("" for model.DefaultLoRATargets).
+func adapterLayouts(base *model.Layouts, rank int64, alpha float64, targets string) (*model.Layouts, error) {
+	if base.FP8 != 0 {
+		return nil, &reshard.FieldError{Field: "lora", Got: strconv.FormatInt(rank, 10),
+			Why: "the merge adds into bf16 or f32 weights; a model whose generator holds FP8 would need its blocks re-quantized, which m2n does not do"}
+	}
+	o := model.LoRA{Rank: rank, Alpha: alpha}
+	if strings.TrimSpace(targets) != "" {
+		for _, t := range strings.Split(targets, ",") {
+			o.Targets = append(o.Targets, strings.TrimSpace(t))
+		}
+	}
+	ad, err := model.Adapters(base.Model, o)
+	if err != nil {
+		return nil, &reshard.FieldError{Field: "lora", Got: strconv.FormatInt(rank, 10), Why: err.Error()}
+	}
+	return model.New(ad, base.Trainer, base.Generator)
+}
+
+//export m2n_model_merge_lora
+func m2n_model_merge_lora(base, adapters C.m2n_model, dst *C.m2n_named_buffer, ndst C.int64_t, adapterDst *C.m2n_named_buffer, nadapter C.int64_t) (rc C.int) {
+	defer recovered(&rc)
+	be, err := modelOf(base)
+	if err != nil {
+		return result(usedAfterClose(uint64(base), "model", "m2n_model_merge_lora", err))
+	}
+	ae, err := modelOf(adapters)
+	if err != nil {
+		return result(usedAfterClose(uint64(adapters), "model", "m2n_model_merge_lora", err))
+	}
+	if ae.loraOf != be {
+		return result(invalidf("m2n_model_merge_lora: the adapters model was not made from this model by m2n_model_lora"))
+	}
+	be.se.mu.Lock()
+	defer be.se.mu.Unlock()
+	var wn, an [2][]C.m2n_named_buffer
+	if wn[1], err = namedOf(dst, ndst); err != nil {
+		return result(invalidf("m2n_model_merge_lora: dst: %v", err))
+	}
+	if an[1], err = namedOf(adapterDst, nadapter); err != nil {
+		return result(invalidf("m2n_model_merge_lora: adapter_dst: %v", err))
+	}
+	wb, err := be.modelBuffers(wn, nil)
+	if err != nil {
+		return result(err)
+	}
+	ab, err := ae.modelBuffers(an, nil)
+	if err != nil {
+		return result(err)
+	}
+	return result(be.m.MergeLoRA(ae.merger, wb, ae.m, ab))
+}
