@@ -166,7 +166,7 @@ func (f *runFlags) settings() (settings, error) {
 	if f.ppStages < 0 {
 		return s, flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))
 	}
-	if f.ppStages > 0 && f.pair.srcRanks != "" {
+	if f.ppStages > 0 && f.pair.Src.Ranks != "" {
 		return s, usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
 	}
 	s.opts.Stripe, s.opts.Verify, s.opts.Atomic, s.opts.Delta = f.stripe, f.verify, f.atomic, f.delta
