@@ -193,30 +193,10 @@ func (f *runFlags) settings() (settings, error) {
 // fp8Mode reads --dst-dtype and --fp8-scale: the scaling mode of a
 // conversion to FP8 in flight, or 0 without one.
 func (f *runFlags) fp8Mode() (fp8.Mode, error) {
-	if f.dstDType == "" {
-		if f.fp8Scale != "" {
-			return 0, flagError("fp8-scale", f.fp8Scale, fmt.Errorf("it needs --dst-dtype e4m3"))
-		}
-		return 0, nil
-	}
-	if f.cmd != nil && f.cmd.Name() != "run" && f.cmd.Name() != "sync" {
+	if f.dstDType != "" && f.cmd != nil && f.cmd.Name() != "run" && f.cmd.Name() != "sync" {
 		return 0, flagError("dst-dtype", f.dstDType, fmt.Errorf("only refit run and refit sync convert in flight"))
 	}
-	dt, err := placement.ParseDType(f.dstDType)
-	if err != nil {
-		return 0, flagError("dst-dtype", f.dstDType, err)
-	}
-	if dt != placement.FP8E4M3 {
-		return 0, flagError("dst-dtype", f.dstDType, fmt.Errorf("the one conversion in flight is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the source's dtype"))
-	}
-	if f.fp8Scale == "" {
-		return fp8.Block, nil
-	}
-	m, err := fp8.ParseMode(f.fp8Scale)
-	if err != nil {
-		return 0, flagError("fp8-scale", f.fp8Scale, err)
-	}
-	return m, nil
+	return parseFP8(f.dstDType, f.fp8Scale, "the one conversion in flight is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the source's dtype")
 }
 
 // dstOf returns a destination layout in the dtype the flags ask for: FP8
