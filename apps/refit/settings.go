@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"sort"
 	"strings"
 
 	"github.com/m2n-dev/m2n/bounds"
@@ -227,20 +225,9 @@ func agreedFields(cmd *cobra.Command) []refit.Field {
 			out = append(out, refit.Field{Name: "flag --" + fl.Name, Value: v})
 		})
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "M2N_") && !strings.HasPrefix(k, "M2N_FAULT_") && k != "M2N_LOG_LEVEL" && !strings.HasPrefix(k, "M2N_MPITEST") {
-			env = append(env, k)
-		}
-	}
-	sort.Strings(env)
-	for i, k := range env {
-		env[i] = k + "=" + getenv(k)
-	}
 	// one field for them all: a variable set on one rank only must not
 	// shift the other fields.
-	return append(out, refit.Field{Name: "M2N_ environment", Value: "[" + strings.Join(env, " ") + "]"})
+	return append(out, refit.Field{Name: "M2N_ environment", Value: "[" + strings.Join(envopts.Agreed(), " ") + "]"})
 }
 
 // settingsStaging is the staging bytes the flags or the environment give,
