@@ -2,11 +2,14 @@
 // people give: a model (a built-in name, a HuggingFace config.json or a
 // tensor list), a Megatron-style trainer ("tp=2,pp=4,dp=4,ep=16") and a
 // vLLM-style generator ("tp=8,dp=8"), cut and scaled to fit (scale,
-// layers, MTP), with the generator's weights in FP8 or not. refit's
-// commands (layouts, sync, sim) build models through it alone (the C
-// ABI's m2n_model_prepare still reads its load string and calls package
-// model itself), and every error names the part of the spec to blame, so
-// that a program can name its own flag or argument.
+// layers, MTP), with the generator's weights in FP8 or not; and one
+// tensor's reshard from the words of its two layouts (Pair: a shape, a
+// dtype, and each side's mesh, placements and ranks). refit's commands
+// build models (layouts, sync, sim) and single-tensor layouts (layout,
+// plan, bound, run, sim) through it alone (the C ABI's m2n_model_prepare
+// still reads its load string and calls package model itself), and every
+// error names the part of the spec to blame, so that a program can name
+// its own flag or argument.
 //
 //	l, err := modelspec.Spec{Model: "deepseek-v3", Train: "tp=1,pp=4,ep=16,dp=32", Gen: "tp=8,dp=16"}.Layouts()
 //	var e *modelspec.Error
@@ -44,10 +47,13 @@ type Spec struct {
 	FP8 fp8.Mode
 }
 
-// Error is a part of a Spec that cannot be used. Field is the part to
-// blame: "model", "train", "gen", "scale", "layers", "mtp", "fp8" (the
-// scaling the model's tensors cannot take) or "dtype" (tensors that
-// cannot convert to FP8); Value is its text ("" for mtp and dtype).
+// Error is a part of a Spec or a Pair that cannot be used. Field is the
+// part to blame: of a Spec "model", "train", "gen", "scale", "layers",
+// "mtp", "fp8" (the scaling the model's tensors cannot take) or "dtype"
+// (tensors that cannot convert to FP8); of a Pair "shape", "dtype",
+// "world", "pp-stages" and each side's "mesh", "placements" and "ranks"
+// after its prefix ("src-mesh"). Value is its text ("" for mtp, a Spec's dtype, and
+// a missing part: ErrRequired).
 type Error struct {
 	Field, Value string
 	Err          error

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +153,7 @@ func trainerRanks(train string) int {
 // M2N_FUZZ_LIST, to choose syncFuzzSeeds from.
 func TestSyncFuzzSeedsList(t *testing.T) {
 	n := 0
-	fmt.Sscan(getenv("M2N_FUZZ_LIST"), &n)
+	fmt.Sscan(os.Getenv("M2N_FUZZ_LIST"), &n)
 	if n == 0 {
 		t.Skip("set M2N_FUZZ_LIST=N to list the sync configurations of seeds 1 to N")
 	}

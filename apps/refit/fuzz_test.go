@@ -145,17 +145,17 @@ func decodeConfig(data []byte) runConfig {
 		elems *= max(d, 1)
 		shape[i] = fmt.Sprint(d)
 	}
-	pf.shape = strings.Join(shape, "x")
+	pf.Shape = strings.Join(shape, "x")
 	switch {
 	case r.rare(24):
-		pf.shape, c.bad = "99999999999x99999999999", append(c.bad, "--shape")
+		pf.Shape, c.bad = "99999999999x99999999999", append(c.bad, "--shape")
 	case r.rare(24):
-		pf.shape, c.bad = "8x-4", append(c.bad, "--shape")
+		pf.Shape, c.bad = "8x-4", append(c.bad, "--shape")
 	}
 	dtypes := []string{"f32", "bf16", "f64", "u8", "i32", "f16", "i8", "i64", "fp8e4m3", "fp8e5m2"}
-	pf.dtype = dtypes[r.pick(len(dtypes))]
+	pf.DType = dtypes[r.pick(len(dtypes))]
 	if r.rare(24) {
-		pf.dtype, c.bad = "q4", append(c.bad, "--dtype")
+		pf.DType, c.bad = "q4", append(c.bad, "--dtype")
 	}
 	meshes := []string{"2", "1", "4", "2x2", "3", "1x2", "2x1"}
 	placements := func(mesh string) string {
@@ -173,10 +173,10 @@ func decodeConfig(data []byte) runConfig {
 		}
 		return strings.Join(pl, ",")
 	}
-	pf.srcMesh = meshes[r.pick(len(meshes))]
-	pf.srcPl = placements(pf.srcMesh)
-	pf.dstMesh = meshes[r.pick(len(meshes))]
-	pf.dstPl = placements(pf.dstMesh)
+	pf.Src.Mesh = meshes[r.pick(len(meshes))]
+	pf.Src.Placements = placements(pf.Src.Mesh)
+	pf.Dst.Mesh = meshes[r.pick(len(meshes))]
+	pf.Dst.Placements = placements(pf.Dst.Mesh)
 	size := func(m string) int {
 		n := 1
 		for _, a := range strings.Split(m, "x") {
@@ -194,8 +194,8 @@ func decodeConfig(data []byte) runConfig {
 			j := r.pick(i + 1)
 			perm[i], perm[j] = perm[j], perm[i]
 		}
-		ns, nd := size(pf.srcMesh), size(pf.dstMesh)
-		pf.srcRanks = ranksList(perm[:ns])
+		ns, nd := size(pf.Src.Mesh), size(pf.Dst.Mesh)
+		pf.Src.Ranks = ranksList(perm[:ns])
 		off := ns
 		if r.pick(2) == 1 {
 			off = r.pick(ns + 1) // overlap
@@ -203,7 +203,7 @@ func decodeConfig(data []byte) runConfig {
 		if off+nd > len(perm) {
 			off = len(perm) - nd
 		}
-		pf.dstRanks = ranksList(perm[off : off+nd])
+		pf.Dst.Ranks = ranksList(perm[off : off+nd])
 	}
 	_, dst, world, err := pf.layouts()
 	c.layoutErr, c.needWorld = err, world
@@ -216,10 +216,10 @@ func decodeConfig(data []byte) runConfig {
 	case r.pick(4) == 1 && world < 8:
 		c.world = world + 1 // an idle rank
 	}
-	args := []string{"run", "--shape", pf.shape, "--dtype", pf.dtype, "--src-mesh", pf.srcMesh, "--src-placements", pf.srcPl,
-		"--dst-mesh", pf.dstMesh, "--dst-placements", pf.dstPl, "--check"}
-	if pf.srcRanks != "" {
-		args = append(args, "--src-ranks", pf.srcRanks, "--dst-ranks", pf.dstRanks)
+	args := []string{"run", "--shape", pf.Shape, "--dtype", pf.DType, "--src-mesh", pf.Src.Mesh, "--src-placements", pf.Src.Placements,
+		"--dst-mesh", pf.Dst.Mesh, "--dst-placements", pf.Dst.Placements, "--check"}
+	if pf.Src.Ranks != "" {
+		args = append(args, "--src-ranks", pf.Src.Ranks, "--dst-ranks", pf.Dst.Ranks)
 	}
 	routes := []string{"flat", "all", "hier", "agbcast", "auto", "flat,hier"}
 	args = append(args, "--route", routes[r.pick(len(routes))])

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
 )
@@ -36,9 +37,9 @@ Ranks are listed in row-major coordinate order.`,
 			if err != nil {
 				return flagError("dtype", dtype, err)
 			}
-			l, err := parseLayout(s, dt, meshSpec, pl, ranks, 0, "mesh", "placements", "ranks")
+			l, err := modelspec.Side{Mesh: meshSpec, Placements: pl, Ranks: ranks}.Layout(s, dt, 0, "")
 			if err != nil {
-				return err
+				return pairError(err)
 			}
 			if asJSON {
 				return l.WriteJSON(cmd.OutOrStdout())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -99,8 +100,16 @@ all as JSON, --parts with every rank's buffers and parts.`,
 	return cmd
 }
 
-// layoutsFP8 reads --dst-dtype and --fp8-scale as refit sync does.
+// layoutsFP8 reads --dst-dtype and --fp8-scale as refit sync does, for
+// the generator of a model.
 func layoutsFP8(dstDType, fp8Scale string) (fp8.Mode, error) {
+	return parseFP8(dstDType, fp8Scale, "the one conversion is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the trainer's dtypes")
+}
+
+// parseFP8 reads --dst-dtype and --fp8-scale: the scaling mode of a
+// conversion to FP8 E4M3 (block where --fp8-scale is not given), or 0
+// without one; notE4M3 is the error for a dtype other than e4m3.
+func parseFP8(dstDType, fp8Scale, notE4M3 string) (fp8.Mode, error) {
 	if dstDType == "" {
 		if fp8Scale != "" {
 			return 0, flagError("fp8-scale", fp8Scale, fmt.Errorf("it needs --dst-dtype e4m3"))
@@ -112,7 +121,7 @@ func layoutsFP8(dstDType, fp8Scale string) (fp8.Mode, error) {
 		return 0, flagError("dst-dtype", dstDType, err)
 	}
 	if dt != placement.FP8E4M3 {
-		return 0, flagError("dst-dtype", dstDType, fmt.Errorf("the one conversion is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the trainer's dtypes"))
+		return 0, flagError("dst-dtype", dstDType, errors.New(notE4M3))
 	}
 	if fp8Scale == "" {
 		return fp8.Block, nil

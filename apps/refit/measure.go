@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/m2n-dev/m2n/envopts"
 	"github.com/m2n-dev/m2n/faults"
 	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/perf"
@@ -72,7 +73,8 @@ func (j *job) runRoutes(p *perf.Pair, f *runFlags, members []int) (*perf.RunRepo
 				bars[route].Set(done)
 			}}})
 	if err != nil {
-		return nil, f.explainSchedule(err, p.Plan(), schedOf(s.Options()))
+		o := s.Options()
+		return nil, envopts.ExplainSchedule(err, p.Plan(), reshard.ScheduleOptions{ChunkBytes: o.ChunkBytes, StagingBytes: o.StagingBytes}, f.lookup)
 	}
 	return rep, nil
 }

@@ -63,7 +63,7 @@ like 400Gbps (= 50GB/s).`,
 			}
 			var prob bounds.Problem
 			explicit := cmd.Flags().Changed("bytes")
-			layoutForm := pf.shape != ""
+			layoutForm := pf.Shape != ""
 			switch {
 			case explicit && layoutForm:
 				return usageError{fmt.Errorf("give either --bytes (explicit form) or --shape (layout form), not both")}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/m2n-dev/m2n/mesh"
+	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
@@ -86,7 +88,7 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *pe
 	}
 	src, dst, world, err := f.pair.layouts()
 	dst = j.set.dstOf(dst)
-	if err == nil && (world > j.World || (f.pair.world != 0 && world != j.World)) {
+	if err == nil && (world > j.World || (f.pair.World != 0 && world != j.World)) {
 		err = usageError{fmt.Errorf("the meshes need a communicator of %d ranks; this job has %d (mpirun -np %d)", world, j.World, world)}
 	}
 	if err := j.Ready(err); err != nil {
@@ -150,57 +152,26 @@ func (j *job) runStages(out io.Writer, f *runFlags) error {
 	return checkFailures(all)
 }
 
-// stageLayout reads the stage layout of --pp-stages and returns it with
-// a function that gives stage s's layouts, local to its communicator.
+// stageLayout reads the stage layout of --pp-stages (modelspec.Pair.Stages)
+// and returns it with a function that gives stage s's layouts, local to
+// its communicator.
 func (f *runFlags) stageLayout(world int, set settings) (pipeline.Layout, func(s int) (placement.Layout, placement.Layout, error), error) {
-	var l pipeline.Layout
-	shape, err := placement.ParseShape(f.pair.shape)
-	if err != nil {
-		return l, nil, flagError("shape", f.pair.shape, err)
-	}
-	dt, err := placement.ParseDType(f.pair.dtype)
-	if err != nil {
-		return l, nil, flagError("dtype", f.pair.dtype, err)
-	}
-	if f.pair.srcMesh == "" || f.pair.dstMesh == "" || f.pair.srcPl == "" || f.pair.dstPl == "" {
+	l, stage, err := f.pair.Stages(f.ppStages, world)
+	var e *modelspec.Error
+	switch {
+	case errors.Is(err, modelspec.ErrRequired):
 		return l, nil, usageError{fmt.Errorf("--src-mesh, --src-placements, --dst-mesh and --dst-placements are required")}
-	}
-	sm, err := mesh.ParseShape(f.pair.srcMesh)
-	if err != nil {
-		return l, nil, flagError("src-mesh", f.pair.srcMesh, err)
-	}
-	dm, err := mesh.ParseShape(f.pair.dstMesh)
-	if err != nil {
-		return l, nil, flagError("dst-mesh", f.pair.dstMesh, err)
-	}
-	m, g := prodInts(sm), prodInts(dm)
-	l = pipeline.Contiguous(f.ppStages, m, g)
-	if f.pair.dstRanks != "" {
-		if l.Generators, err = mesh.ParseRanks(f.pair.dstRanks); err != nil {
-			return l, nil, flagError("dst-ranks", f.pair.dstRanks, err)
-		}
-	}
-	if err := l.Validate(world); err != nil {
-		return l, nil, usageError{fmt.Errorf("--pp-stages %d with a %d-rank trainer stage and %d generator ranks on %d ranks: %w", f.ppStages, m, g, world, err)}
+	case errors.As(err, &e) && e.Field == "pp-stages":
+		return l, nil, usageError{fmt.Errorf("--pp-stages %s %w", e.Value, e.Err)}
+	case err != nil:
+		return l, nil, pairError(err)
 	}
 	perStage := func(s int) (placement.Layout, placement.Layout, error) {
-		src, err := parseLayout(shape, dt, f.pair.srcMesh, f.pair.srcPl, mesh.FormatRanks(l.SrcRanks(s)), 0, "src-mesh", "src-placements", "src-ranks")
-		if err != nil {
-			return src, src, err
-		}
-		dst, err := parseLayout(shape, dt, f.pair.dstMesh, f.pair.dstPl, mesh.FormatRanks(l.DstRanks(s)), 0, "dst-mesh", "dst-placements", "dst-ranks")
+		src, dst, err := stage(s)
 		if err == nil && dst.NDim() > 0 {
 			dst = set.dstOf(dst)
 		}
-		return src, dst, err
+		return src, dst, pairError(err)
 	}
 	return l, perStage, nil
-}
-
-func prodInts(v []int) int {
-	n := 1
-	for _, x := range v {
-		n *= x
-	}
-	return n
 }

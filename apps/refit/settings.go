@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"sort"
 	"strings"
 
 	"github.com/m2n-dev/m2n/bounds"
@@ -166,7 +164,7 @@ func (f *runFlags) settings() (settings, error) {
 	if f.ppStages < 0 {
 		return s, flagError("pp-stages", fmt.Sprint(f.ppStages), fmt.Errorf("want a positive number of stages"))
 	}
-	if f.ppStages > 0 && f.pair.srcRanks != "" {
+	if f.ppStages > 0 && f.pair.Src.Ranks != "" {
 		return s, usageError{fmt.Errorf("--pp-stages places the trainers itself (stage s on world ranks [s*M, (s+1)*M)); drop --src-ranks")}
 	}
 	s.opts.Stripe, s.opts.Verify, s.opts.Atomic, s.opts.Delta = f.stripe, f.verify, f.atomic, f.delta
@@ -193,30 +191,10 @@ func (f *runFlags) settings() (settings, error) {
 // fp8Mode reads --dst-dtype and --fp8-scale: the scaling mode of a
 // conversion to FP8 in flight, or 0 without one.
 func (f *runFlags) fp8Mode() (fp8.Mode, error) {
-	if f.dstDType == "" {
-		if f.fp8Scale != "" {
-			return 0, flagError("fp8-scale", f.fp8Scale, fmt.Errorf("it needs --dst-dtype e4m3"))
-		}
-		return 0, nil
-	}
-	if f.cmd != nil && f.cmd.Name() != "run" && f.cmd.Name() != "sync" {
+	if f.dstDType != "" && f.cmd != nil && f.cmd.Name() != "run" && f.cmd.Name() != "sync" {
 		return 0, flagError("dst-dtype", f.dstDType, fmt.Errorf("only refit run and refit sync convert in flight"))
 	}
-	dt, err := placement.ParseDType(f.dstDType)
-	if err != nil {
-		return 0, flagError("dst-dtype", f.dstDType, err)
-	}
-	if dt != placement.FP8E4M3 {
-		return 0, flagError("dst-dtype", f.dstDType, fmt.Errorf("the one conversion in flight is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the source's dtype"))
-	}
-	if f.fp8Scale == "" {
-		return fp8.Block, nil
-	}
-	m, err := fp8.ParseMode(f.fp8Scale)
-	if err != nil {
-		return 0, flagError("fp8-scale", f.fp8Scale, err)
-	}
-	return m, nil
+	return parseFP8(f.dstDType, f.fp8Scale, "the one conversion in flight is to e4m3 (fp8e4m3, float8_e4m3fn); leave it out to keep the source's dtype")
 }
 
 // dstOf returns a destination layout in the dtype the flags ask for: FP8
@@ -247,20 +225,9 @@ func agreedFields(cmd *cobra.Command) []refit.Field {
 			out = append(out, refit.Field{Name: "flag --" + fl.Name, Value: v})
 		})
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "M2N_") && !strings.HasPrefix(k, "M2N_FAULT_") && k != "M2N_LOG_LEVEL" && !strings.HasPrefix(k, "M2N_MPITEST") {
-			env = append(env, k)
-		}
-	}
-	sort.Strings(env)
-	for i, k := range env {
-		env[i] = k + "=" + getenv(k)
-	}
 	// one field for them all: a variable set on one rank only must not
 	// shift the other fields.
-	return append(out, refit.Field{Name: "M2N_ environment", Value: "[" + strings.Join(env, " ") + "]"})
+	return append(out, refit.Field{Name: "M2N_ environment", Value: "[" + strings.Join(envopts.Agreed(), " ") + "]"})
 }
 
 // settingsStaging is the staging bytes the flags or the environment give,

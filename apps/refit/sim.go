@@ -290,9 +290,9 @@ func (f *simFlags) measuredRun(c *sim.Config) (*sim.Measured, error) {
 
 // problem reads the layout flags, or the model flags.
 func (f *simFlags) problem() (sim.Problem, error) {
-	p := sim.Problem{SrcDomain: f.srcDomain, DstDomain: f.dstDomain, Stripe: f.stripe, PPStages: f.ppStages, World: f.pair.world}
+	p := sim.Problem{SrcDomain: f.srcDomain, DstDomain: f.dstDomain, Stripe: f.stripe, PPStages: f.ppStages, World: f.pair.World}
 	if f.model != "" || f.train != "" || f.gen != "" {
-		if f.pair.shape != "" {
+		if f.pair.Shape != "" {
 			return p, usageError{fmt.Errorf("give either --model (with --train and --gen) or the layout flags (--shape ...), not both")}
 		}
 		if f.train == "" || f.gen == "" || f.model == "" {
@@ -305,10 +305,10 @@ func (f *simFlags) problem() (sim.Problem, error) {
 		p.Model, err = modelLayouts(modelspec.Spec{Model: f.model, Train: f.train, Gen: f.gen, Scale: int64(f.scale), Layers: f.layers, MTP: f.mtp, FP8: mode})
 		return p, err
 	}
-	if f.pair.shape == "" {
+	if f.pair.Shape == "" {
 		return p, usageError{fmt.Errorf("--shape is required (e.g. --shape 7168x2048), or --model")}
 	}
-	if f.ppStages > 0 && (f.pair.srcRanks != "" || f.pair.dstRanks != "") {
+	if f.ppStages > 0 && (f.pair.Src.Ranks != "" || f.pair.Dst.Ranks != "") {
 		return p, usageError{fmt.Errorf("--pp-stages places the trainers and the generator itself; drop --src-ranks and --dst-ranks")}
 	}
 	var err error

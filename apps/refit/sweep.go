@@ -92,14 +92,14 @@ func parseSweep(f *runFlags, sources, tp int, rhoList, domainList string, world 
 	if sources < 1 || tp < 1 {
 		return sw, usageError{fmt.Errorf("--sources %d --tp %d: want at least 1 each", sources, tp)}
 	}
-	if sw.shape, err = placement.ParseShape(f.pair.shape); err != nil {
-		return sw, flagError("shape", f.pair.shape, err)
+	if sw.shape, err = placement.ParseShape(f.pair.Shape); err != nil {
+		return sw, flagError("shape", f.pair.Shape, err)
 	}
 	if len(sw.shape) != 2 {
-		return sw, flagError("shape", f.pair.shape, fmt.Errorf("sweep moves a 2-dim tensor"))
+		return sw, flagError("shape", f.pair.Shape, fmt.Errorf("sweep moves a 2-dim tensor"))
 	}
-	if sw.dt, err = placement.ParseDType(f.pair.dtype); err != nil {
-		return sw, flagError("dtype", f.pair.dtype, err)
+	if sw.dt, err = placement.ParseDType(f.pair.DType); err != nil {
+		return sw, flagError("dtype", f.pair.DType, err)
 	}
 	need := 0
 	for _, rho := range sw.rhos {
