@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/model"
@@ -59,24 +58,14 @@ func m2n_model_lora(base C.m2n_model, rank C.int64_t, alpha C.double, targets, r
 }
 
 // adapterLayouts lays out the LoRA adapters of base's model on base's
-// trainer and generator; targets is a comma-separated list of projections
-// ("" for model.DefaultLoRATargets).
+// trainer and generator (model.NewAdapters); targets is a comma-separated
+// list of projections ("" for model.DefaultLoRATargets).
 func adapterLayouts(base *model.Layouts, rank int64, alpha float64, targets string) (*model.Layouts, error) {
-	if base.FP8 != 0 {
-		return nil, &reshard.FieldError{Field: "lora", Got: strconv.FormatInt(rank, 10),
-			Why: "the merge adds into bf16 or f32 weights; a model whose generator holds FP8 would need its blocks re-quantized, which m2n does not do"}
-	}
-	o := model.LoRA{Rank: rank, Alpha: alpha}
-	if strings.TrimSpace(targets) != "" {
-		for _, t := range strings.Split(targets, ",") {
-			o.Targets = append(o.Targets, strings.TrimSpace(t))
-		}
-	}
-	ad, err := model.Adapters(base.Model, o)
+	l, err := model.NewAdapters(base, model.LoRA{Rank: rank, Alpha: alpha, Targets: model.ParseLoRATargets(targets)})
 	if err != nil {
 		return nil, &reshard.FieldError{Field: "lora", Got: strconv.FormatInt(rank, 10), Why: err.Error()}
 	}
-	return model.New(ad, base.Trainer, base.Generator)
+	return l, nil
 }
 
 //export m2n_model_merge_lora

@@ -197,3 +197,31 @@ func generatorAdapter(m *Model, t Tensor, g Generator, start int) (sideLayout, e
 	base, _, err := generatorSide(m, like, g, start, false)
 	return base, err
 }
+
+// NewAdapters lays out the LoRA adapters of l's model (Adapters) on l's
+// trainer and generator. Layouts whose generator holds FP8 are refused:
+// the merge adds into bf16 or f32 weights, and an FP8 weight would need
+// its blocks re-quantized.
+func NewAdapters(l *Layouts, o LoRA) (*Layouts, error) {
+	if l.FP8 != 0 {
+		return nil, fmt.Errorf("model %s: the merge adds into bf16 or f32 weights; a generator that holds FP8 would need its blocks re-quantized, which m2n does not do", l.Model.Name)
+	}
+	ad, err := Adapters(l.Model, o)
+	if err != nil {
+		return nil, err
+	}
+	return New(ad, l.Trainer, l.Generator)
+}
+
+// ParseLoRATargets reads a comma-separated list of projection names
+// ("q_proj, v_proj"); "" is nil (DefaultLoRATargets).
+func ParseLoRATargets(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var out []string
+	for _, t := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(t))
+	}
+	return out
+}

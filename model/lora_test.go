@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -106,6 +107,21 @@ func TestAdaptersRefuse(t *testing.T) {
 		if _, err := Adapters(base, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Adapters(%+v) = %v, want an error with %q", c.o, err, c.want)
 		}
+	}
+	if got := ParseLoRATargets(" q_proj, v_proj "); len(got) != 2 || got[0] != "q_proj" || got[1] != "v_proj" {
+		t.Errorf("ParseLoRATargets = %q", got)
+	}
+	if got := ParseLoRATargets(" "); got != nil {
+		t.Errorf("ParseLoRATargets(blank) = %q, want nil (the default targets)", got)
+	}
+	tr1, _ := ParseTrainer("tp=1")
+	gen1, _ := ParseGenerator("tp=1")
+	q, err := NewQuantized(base, tr1, gen1, fp8.Row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewAdapters(q, LoRA{Rank: 8}); err == nil || !strings.Contains(err.Error(), "re-quantized") {
+		t.Errorf("adapters of an FP8 generator: %v, want a refusal", err)
 	}
 	ad, err := Adapters(base, LoRA{Rank: 6})
 	if err != nil {

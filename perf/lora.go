@@ -52,14 +52,7 @@ func LoRASync(s *session.Session, full *session.Model, wb *session.ModelBuffers,
 		if c.Progress != nil {
 			c.Progress(int64(it), int64(2*steps), "steps")
 		}
-		if err := s.Barrier(ctx); err != nil {
-			return nil, err
-		}
-		t0 := time.Now()
-		if _, err := full.Run(ctx, wb); err != nil {
-			return nil, err
-		}
-		sec, _, err := maxOver(s, time.Since(t0).Seconds())
+		sec, err := timedRun(s, full, wb)
 		if err != nil {
 			return nil, err
 		}

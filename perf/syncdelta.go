@@ -36,14 +36,20 @@ func checkChangedModel(m *session.Model, b *session.ModelBuffers, steps uint64, 
 // (session.Model.Resync) and returns the slowest rank's time.
 func (r *syncRun) fullStep() (float64, error) {
 	r.m.Resync()
-	if err := r.s.Barrier(context.Background()); err != nil {
+	return timedRun(r.s, r.m, r.b)
+}
+
+// timedRun runs one step of model m (buffers b) after a barrier of s and
+// returns the slowest rank's time.
+func timedRun(s *session.Session, m *session.Model, b *session.ModelBuffers) (float64, error) {
+	if err := s.Barrier(context.Background()); err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
-	if _, err := r.m.Run(context.Background(), r.b); err != nil {
+	if _, err := m.Run(context.Background(), b); err != nil {
 		return 0, err
 	}
-	sec, _, err := maxOver(r.s, time.Since(t0).Seconds())
+	sec, _, err := maxOver(s, time.Since(t0).Seconds())
 	return sec, err
 }
 

@@ -144,7 +144,7 @@ func (f *syncFlags) input(world int, mode fp8.Mode) (syncInput, error) {
 			f.train, f.gen, w, tr.Ranks(), gen.Ranks(), world, w)}
 	}
 	if f.lora.rank != 0 {
-		in.adapters, err = f.loraLayouts(in.layouts, mode != 0)
+		in.adapters, err = f.loraLayouts(in.layouts)
 	}
 	return in, err
 }

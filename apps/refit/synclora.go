@@ -25,27 +25,20 @@ func (f *loraFlags) register(fs *pflag.FlagSet) {
 }
 
 // loraLayouts lays out the LoRA adapters of l's model on l's trainer and
-// generator; an error for flags that --lora does not combine with (fp8:
-// the generator's dtype is FP8).
-func (f *syncFlags) loraLayouts(l *model.Layouts, fp8 bool) (*model.Layouts, error) {
+// generator (model.NewAdapters); an error for flags that --lora does not
+// combine with.
+func (f *syncFlags) loraLayouts(l *model.Layouts) (*model.Layouts, error) {
 	bad := func(err error) error { return flagError("lora", fmt.Sprint(f.lora.rank), err) }
-	if fp8 {
-		return nil, bad(fmt.Errorf("the merge adds into bf16 or f32 weights; an FP8 generator (--dst-dtype e4m3) would need its blocks re-quantized, which m2n does not do"))
-	}
 	for flag, on := range map[string]bool{"delta": f.run.delta, "compare": f.compare, "baseline": f.baseline} {
 		if on {
 			return nil, bad(fmt.Errorf("--lora does not combine with --%s", flag))
 		}
 	}
-	o := model.LoRA{Rank: f.lora.rank, Alpha: f.lora.alpha}
-	if f.lora.targets != "" {
-		o.Targets = strings.Split(f.lora.targets, ",")
-	}
-	ad, err := model.Adapters(l.Model, o)
+	ad, err := model.NewAdapters(l, model.LoRA{Rank: f.lora.rank, Alpha: f.lora.alpha, Targets: model.ParseLoRATargets(f.lora.targets)})
 	if err != nil {
 		return nil, bad(err)
 	}
-	return model.New(ad, l.Trainer, l.Generator)
+	return ad, nil
 }
 
 // syncLoRA is sync with --lora: the model's full syncs, then the LoRA
