@@ -70,25 +70,49 @@ func PackQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8W
 // using the bytes. The window must hold the blocks r touches.
 //
 // Every quotient is the true float32 division's, made by a multiply with
-// the block's reciprocal and checked one of two ways, both exact
-// (kernels/quant.h): the midpoint test (m2n_qdiv, the default) or, with
-// M2N_FUSED_DIV=bracket in the environment, the bracket test
-// (m2n_q2_bracket), which spends multiplies and conversions instead of
-// integer tests; the variable is there to measure them on a GPU.
+// the block's reciprocal and made exact one of three ways (kernels/quant.h):
+// the corrected multiply (m2n_qfma, the default: a fused multiply-add takes
+// the multiply's remainder and one more corrects it, exact for every scale
+// but those of blocks whose amax is below about 2^-117, which take the
+// midpoint test), the midpoint test (m2n_qdiv: the true division near an
+// E4M3 rounding point) or the bracket test (m2n_q2_bracket, multiplies and
+// conversions instead of integer tests). M2N_FUSED_DIV=midpoint or bracket
+// selects the others, to measure them on a GPU; PackQuantize follows it too
+// (the bracket test is the fused kernels' only: there it means midpoint).
 func FusedQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8Window) error {
 	return launchQuant(s, quantFused, g, r, scales, dst)
 }
 
-// fusedBracket reports whether M2N_FUSED_DIV asks for the bracket test
-// (package envopts refuses values other than midpoint and bracket).
-func fusedBracket() bool { return os.Getenv("M2N_FUSED_DIV") == "bracket" }
+// divMode is the kernels' div_mode for M2N_FUSED_DIV (package envopts
+// refuses values other than fma, midpoint and bracket): 2 the corrected
+// multiply (fma, the default), 0 the midpoint test, 1 the bracket test,
+// which only the fused kernels have (the others take the midpoint test).
+func divMode(kind quantKind) uint64 {
+	switch os.Getenv("M2N_FUSED_DIV") {
+	case "midpoint":
+		return divMidpoint
+	case "bracket":
+		if kind == quantFused {
+			return divBracket
+		}
+		return divMidpoint
+	}
+	return divFMA
+}
+
+// The kernels' division modes (div_mode in kernels/params.h).
+const (
+	divMidpoint = 0 // m2n_qdiv
+	divBracket  = 1 // m2n_q2_bracket, fused kernels only
+	divFMA      = 2 // m2n_qfma where m2n_qfma_ok, else m2n_qdiv
+)
 
 // launchQuant plans an FP8 kernel and queues it on s; a plan of no items
 // launches nothing.
 func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst DevicePtr) error {
 	op := map[quantKind]string{quantAmax: "BlockAmax", quantPack: "PackQuantize", quantFused: "FusedQuantize"}[kind]
 	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst,
-		bracket: kind == quantFused && fusedBracket()}
+		divMode: divMode(kind)}
 	p, err := planQuant(req)
 	if err != nil {
 		return fmt.Errorf("cuda: %s of %v: %w", op, r.Box, err)

@@ -31,10 +31,10 @@ func TestFusedKernelsOnCPU(t *testing.T) {
 	used := map[string]int{}
 	for i, c := range cases {
 		restore := SetFusedGridCap([]int{maxGridBlocks, 3, 1}[i%3]) // several rounds per block
-		for _, bracket := range []bool{false, true} {
-			if err := checkFused(c, maxGridBlocks, bracket, used); err != nil {
+		for _, mode := range []uint64{divMidpoint, divBracket, divFMA} {
+			if err := checkFused(c, maxGridBlocks, mode, used); err != nil {
 				restore()
-				t.Fatalf("bracket test %v: %v", bracket, err)
+				t.Fatalf("division mode %d: %v", mode, err)
 			}
 		}
 		restore()
@@ -60,7 +60,7 @@ func TestFusedKernelsOnCPU(t *testing.T) {
 
 // checkFused runs the fused kernel of a case through the emulator on at
 // most maxBlocks blocks and compares its window and bytes with the case's.
-func checkFused(c QuantCase, maxBlocks int, bracket bool, used map[string]int) error {
+func checkFused(c QuantCase, maxBlocks int, mode uint64, used map[string]int) error {
 	src, freeSrc := kernels.Alloc(len(c.Src))
 	defer freeSrc()
 	copy(src, c.Src)
@@ -76,7 +76,7 @@ func checkFused(c QuantCase, maxBlocks int, bracket bool, used map[string]int) e
 		dst[i] = 0xA5
 	}
 	p, err := planQuant(quantRequest{kind: quantFused, grid: c.Grid, dtype: c.DType, src: addrOf(src), at: c.At, box: c.Box,
-		win: addrOf(win), blocks: c.Blocks, dst: addrOf(dst) + DevicePtr(c.DstOff), bracket: bracket})
+		win: addrOf(win), blocks: c.Blocks, dst: addrOf(dst) + DevicePtr(c.DstOff), divMode: mode})
 	if err != nil {
 		return fmt.Errorf("%v: %w", c, err)
 	}
@@ -198,9 +198,9 @@ func TestFusedPatternsOnCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, bracket := range []bool{false, true} {
-				if err := checkFused(c, 1<<20, bracket, map[string]int{}); err != nil {
-					t.Fatalf("bracket test %v: %v", bracket, err)
+			for _, div := range []uint64{divMidpoint, divBracket, divFMA} {
+				if err := checkFused(c, 1<<20, div, map[string]int{}); err != nil {
+					t.Fatalf("division mode %d: %v", div, err)
 				}
 			}
 		}
@@ -228,7 +228,7 @@ func TestFusedNonFiniteOnCPU(t *testing.T) {
 	defer freeDst()
 	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
 	p, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: placement.BF16, src: addrOf(src), at: strided.Describe(all, all, 2),
-		box: all, win: addrOf(win), blocks: g.All(), dst: addrOf(dst)})
+		box: all, win: addrOf(win), blocks: g.All(), dst: addrOf(dst), divMode: divFMA})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 
@@ -47,7 +48,7 @@ type quantPlan struct {
 	items     uint64
 	teamShift uint
 	vec       int
-	divMode   uint64 // fused: 0 the midpoint test (m2n_qdiv), 1 the bracket test (m2n_q2_bracket)
+	divMode   uint64 // 0 the midpoint test (m2n_qdiv), 1 the bracket test (m2n_q2_bracket, fused only), 2 the corrected multiply (m2n_qfma)
 }
 
 // quantRequest is what a plan is made from: the grid, the source region
@@ -63,9 +64,8 @@ type quantRequest struct {
 	win    DevicePtr
 	blocks placement.Box // the window's blocks, 4 bytes each at win
 	dst    DevicePtr
-	// bracket: the fused kernels make quotients exact by the bracket test
-	// (m2n_q2_bracket) instead of the midpoint test (m2n_qdiv)
-	bracket bool
+	// divMode: how the kernels make quotients exact (quantPlan.divMode)
+	divMode uint64
 }
 
 // planQuant checks a request and plans its launch. An empty box gives a
@@ -114,8 +114,13 @@ func planQuant(q quantRequest) (quantPlan, error) {
 			strided.ErrInvalid, q.box, q.dtype, elems*esz, q.at, q.at.Bytes())
 	}
 	p := quantPlan{kind: q.kind, nd: nd, win: uint64(q.win), dst: uint64(q.dst)}
-	if q.bracket && q.kind == quantFused {
-		p.divMode = 1
+	switch {
+	case q.divMode > 2:
+		return quantPlan{}, fmt.Errorf("division mode %d: want 0, 1 or 2", q.divMode)
+	case q.divMode == 1 && q.kind != quantFused:
+		return quantPlan{}, errors.New("the bracket test is the fused kernels' only")
+	case q.kind != quantAmax:
+		p.divMode = q.divMode
 	}
 	shape := g.Shape()
 	for d := range nd {

@@ -42,12 +42,14 @@ func TestQuantKernelsOnCPU(t *testing.T) {
 				t.Fatalf("%v: amax of window block %d is %v, fp8 says %v", c, j, got[j], v)
 			}
 		}
-		out, err := emuPack(c, grid, used)
-		if err != nil {
-			t.Fatalf("%v: quantize: %v", c, err)
-		}
-		if i := firstDiff(out, c.Want); i >= 0 {
-			t.Fatalf("%v: byte %d is %#02x, fp8 says %#02x", c, i, out[i], c.Want[i])
+		for _, mode := range []uint64{divMidpoint, divFMA} {
+			out, err := emuPackMode(c, grid, mode, used)
+			if err != nil {
+				t.Fatalf("%v: quantize (division mode %d): %v", c, mode, err)
+			}
+			if i := firstDiff(out, c.Want); i >= 0 {
+				t.Fatalf("%v (division mode %d): byte %d is %#02x, fp8 says %#02x", c, mode, i, out[i], c.Want[i])
+			}
 		}
 	}
 	for _, name := range quantKernels() {
@@ -92,9 +94,16 @@ func emuQuant(c QuantCase, kind quantKind, maxBlocks int, used map[string]int) (
 	return out, nil
 }
 
-// emuPack runs the quantize kernel of a case through the emulator and
-// returns the bytes it wrote (checking it wrote nothing else).
+// emuPack runs the quantize kernel of a case through the emulator, its
+// quotients made exact the default way, and returns the bytes it wrote
+// (checking it wrote nothing else).
 func emuPack(c QuantCase, maxBlocks int, used map[string]int) ([]byte, error) {
+	return emuPackMode(c, maxBlocks, divMode(quantPack), used)
+}
+
+// emuPackMode is emuPack with the quotients made exact by division mode
+// mode (quantPlan.divMode).
+func emuPackMode(c QuantCase, maxBlocks int, mode uint64, used map[string]int) ([]byte, error) {
 	src, freeSrc := kernels.Alloc(len(c.Src))
 	defer freeSrc()
 	copy(src, c.Src)
@@ -109,7 +118,7 @@ func emuPack(c QuantCase, maxBlocks int, used map[string]int) ([]byte, error) {
 		dst[i] = 0xA5
 	}
 	p, err := planQuant(quantRequest{kind: quantPack, grid: c.Grid, dtype: c.DType, src: addrOf(src), at: c.At, box: c.Box,
-		win: addrOf(win), blocks: c.Blocks, dst: addrOf(dst) + DevicePtr(c.DstOff)})
+		win: addrOf(win), blocks: c.Blocks, dst: addrOf(dst) + DevicePtr(c.DstOff), divMode: mode})
 	if err != nil {
 		return nil, err
 	}

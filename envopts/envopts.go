@@ -227,9 +227,9 @@ func resolveOthers(get Lookup, s *Settings) error {
 		}
 	}
 	switch src := get("fused-div"); src.Value {
-	case "", "midpoint", "bracket":
+	case "", "fma", "midpoint", "bracket":
 	default:
-		return src.Bad(errors.New("want midpoint (the default) or bracket (how the fused FP8 kernels make a quotient exact)"))
+		return src.Bad(errors.New("want fma (the default), midpoint or bracket (how the FP8 kernels make a quotient exact)"))
 	}
 	if src := get("memcpy-min"); src.Value != "" {
 		if _, err := strconv.ParseInt(src.Value, 10, 64); err != nil {

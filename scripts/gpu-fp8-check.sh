@@ -15,8 +15,9 @@ set -uo pipefail
 gpu_setup
 if [ "$part" = all ] || [ "$part" = tests ]; then
 # The exact fast division over every bf16 significand and all 2^23 float32 scale significands
-# in the five binades that matter (5 x 2^30 pairs, on the CPU cores), and the kernels' CPU twins.
-(cd cuda/kernels && run fp8-qdiv-full env M2N_QDIV_FULL=1 "$bin/kernels.test" -test.run 'Qdiv' -test.v -test.timeout 600s)
+# in the five binades that matter (5 x 2^30 pairs, on the CPU cores), the corrected multiply over
+# every 5th scale significand in 77 binade pairs (TestQfmaSweep), and the kernels' CPU twins.
+(cd cuda/kernels && run fp8-qdiv-full env M2N_QDIV_FULL=1 "$bin/kernels.test" -test.run 'Qdiv|Qfma' -test.v -test.timeout 600s)
 # The kernels on the GPU: NVRTC compiles the fused kernels (TestKernelSourceCompiles lists every entry),
 # the fused cases and every bf16 pattern under 32 block scales, 2^24 f32 patterns, each mode, bit for
 # bit with package fp8; the two-pass kernels' tests beside them; their emulated twins.

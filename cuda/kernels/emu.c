@@ -4,6 +4,7 @@
 // share no memory between threads and never synchronise (the amax kernels'
 // shuffles and atomics are GPU-only: here every lane folds its own amax in),
 // so running the threads in sequence computes what the GPU computes.
+#include <math.h>
 #include <string.h>
 
 #include "emu.h"
@@ -91,14 +92,17 @@ int m2n_emu_launch_quant(const char *name, const m2n_quant_params *p, unsigned i
 	return 0;
 }
 
-// m2n_emu_quot returns the E4M3 byte the kernels make of x/s in mode 0
-// or 1 (m2n_q2_bracket). Mode 0 has two forms, the quantize-pack kernels'
+// m2n_emu_quot returns the E4M3 byte the kernels make of x/s in mode 0,
+// 1 (m2n_q2_bracket) or 2 (m2n_qfma where m2n_qfma_ok(s), else mode 0). Mode 0 has two forms, the quantize-pack kernels'
 // m2n_qdiv and the fused kernels' vector form (M2N_QVEC: m2n_qslow, the
 // true division where it marks, else the conversion of x*r); where they
 // disagree it returns 0x100, which no byte matches.
 static unsigned int m2n_emu_quot(float x, float s, float r, int mode) {
 	if (mode == 1) {
 		return m2n_q2_bracket(x, x, s, r) & 0xFFu;
+	}
+	if (mode == 2 && m2n_qfma_ok(s)) {
+		return m2n_e4m3(m2n_qfma(x, s, r));
 	}
 	const unsigned int a = m2n_e4m3(m2n_qdiv(x, s, r));
 	const float q = M2N_FMUL(x, r);
@@ -135,6 +139,30 @@ long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned i
 			}
 			if (m2n_emu_quot(x, s, r, mode) != m2n_e4m3(t)) {
 				bad++;
+			}
+		}
+	}
+	return bad;
+}
+
+long long m2n_emu_qfma_sweep(int sb, int k, unsigned int i0, unsigned int i1, unsigned int jstep, long long *exact) {
+	long long bad = 0;
+	const float ps = ldexpf(1.0f, sb);
+	for (unsigned int j = 0; j < (1u << 23); j += jstep) {
+		const float s = m2n_as_float((127u << 23) | j) * ps;
+		const float r = 1.0f / s;
+		for (unsigned int i = i0; i <= i1 && i <= 128u; i++) {
+			// i == 128: the zeros
+			const float m = i == 128u ? 0.0f : ldexpf(1.0f + (float)i / 128.0f, k);
+			for (int sign = 0; sign < 2; sign++) {
+				const float x = sign ? -m : m;
+				const float q = m2n_qfma(x, s, r), t = x / s;
+				if (m2n_as_uint(q) == m2n_as_uint(t)) {
+					(*exact)++;
+				}
+				if (m2n_e4m3(q) != m2n_e4m3(t)) {
+					bad++;
+				}
 			}
 		}
 	}

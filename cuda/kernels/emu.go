@@ -1,5 +1,6 @@
 package kernels
 
+// #cgo LDFLAGS: -lm
 // #include <stdlib.h>
 // #include <string.h>
 // #include "emu.h"
@@ -95,21 +96,35 @@ func EmulateQuant(name string, params []byte, grid, block int) error {
 }
 
 // QdivMismatches counts the pairs for which the kernels' fast division
-// (m2n_qdiv; with bracket, m2n_q2_bracket) rounds to another E4M3 value
+// in mode (m2n_qdiv, m2n_q2_bracket or m2n_qfma) rounds to another E4M3 value
 // than the true float32 division x[i]/s[i]: zero, if the fast path is
 // exact.
-func QdivMismatches(x, s []float32, bracket bool) int64 {
+func QdivMismatches(x, s []float32, mode Div) int64 {
 	if len(x) == 0 || len(x) != len(s) {
 		return 0
 	}
-	return int64(C.m2n_emu_qdiv_mismatches((*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&s[0])), C.longlong(len(x)), cMode(bracket)))
+	return int64(C.m2n_emu_qdiv_mismatches((*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&s[0])), C.longlong(len(x)), C.int(mode)))
 }
 
-func cMode(bracket bool) C.int {
-	if bracket {
-		return 1
-	}
-	return 0
+// Div names the kernels' ways of making a quotient exact (div_mode in
+// params.h).
+type Div int
+
+const (
+	Midpoint Div = 0 // m2n_qdiv: the true division near an E4M3 rounding point
+	Bracket  Div = 1 // m2n_q2_bracket
+	FMA      Div = 2 // m2n_qfma where m2n_qfma_ok, else Midpoint
+)
+
+// QfmaSweep runs m2n_emu_qfma_sweep: x = +-(1 + i/128) * 2^k for i0 <= i
+// <= i1 (i = 128: the zeros) against every jstep-th float32 scale
+// significand in [2^sb, 2^(sb+1)), through m2n_qfma. It returns the pairs
+// whose E4M3 bytes differ from the true division's (zero, if it is exact
+// there) and the pairs whose float32 quotients are the division's.
+func QfmaSweep(sb, k, i0, i1 int, jstep uint32) (bad, exact int64) {
+	var e C.longlong
+	b := C.m2n_emu_qfma_sweep(C.int(sb), C.int(k), C.uint(i0), C.uint(i1), C.uint(jstep), &e)
+	return int64(b), int64(e)
 }
 
 // QdivSweep runs m2n_emu_qdiv_sweep (with bracket, of m2n_q2_bracket): the bfloat16 significands i0 <= i <
@@ -122,6 +137,10 @@ func cMode(bracket bool) C.int {
 func QdivSweep(k, i0, i1 int, jstep uint32, bracket bool) (bad, fast int64, maxULPs uint32) {
 	var f C.longlong
 	var m C.uint
-	b := C.m2n_emu_qdiv_sweep(C.int(k), C.uint(i0), C.uint(i1), C.uint(jstep), cMode(bracket), &f, &m)
+	mode := Midpoint
+	if bracket {
+		mode = Bracket
+	}
+	b := C.m2n_emu_qdiv_sweep(C.int(k), C.uint(i0), C.uint(i1), C.uint(jstep), C.int(mode), &f, &m)
 	return int64(b), int64(f), uint32(m)
 }

@@ -32,4 +32,11 @@ long long m2n_emu_qdiv_mismatches(const float *x, const float *s, long long n, i
 // and the division's among them.
 long long m2n_emu_qdiv_sweep(int k, unsigned int i0, unsigned int i1, unsigned int jstep, int mode, long long *fast, unsigned int *maxulps);
 
+// m2n_emu_qfma_sweep checks m2n_qfma against the true division x/s for
+// x = +-(1 + i/128) * 2^k, i0 <= i <= i1 (i = 128: the zeros), and every
+// jstep-th float32 significand of s in [2^sb, 2^(sb+1)): it returns the
+// pairs whose E4M3 bytes differ and adds to *exact the pairs whose float32
+// quotients are equal.
+long long m2n_emu_qfma_sweep(int sb, int k, unsigned int i0, unsigned int i1, unsigned int jstep, long long *exact);
+
 #endif

@@ -85,9 +85,10 @@ typedef struct m2n_quant_params {
 	unsigned long long groups;
 	unsigned long long items;
 	unsigned long long team_shift;
-	// fused kernels: how an element's quotient is made exact (0: the true
-	// division near an E4M3 midpoint, m2n_qdiv; 1: the bracket test,
-	// m2n_q2_bracket)
+	// how an element's quotient is made exact (0: the true division near
+	// an E4M3 midpoint, m2n_qdiv; 1, fused kernels only: the bracket test,
+	// m2n_q2_bracket; 2: the corrected multiply, m2n_qfma, in blocks whose
+	// scale m2n_qfma_ok accepts, else mode 0)
 	unsigned long long div_mode;
 } m2n_quant_params;
 

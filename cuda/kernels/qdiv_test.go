@@ -26,11 +26,23 @@ func TestQdivExact(t *testing.T) {
 	scales = append(scales, 1, 448*r448, float32(math.Ldexp(1, -20))*r448)
 	var x, s []float32
 	var pairs int64
+	var fx, fs []float32
 	flush := func() {
-		for _, bracket := range []bool{false, true} {
-			if bad := QdivMismatches(x, s, bracket); bad != 0 {
-				t.Fatalf("%d of %d pairs round differently through the fast division (bracket test: %v)", bad, len(x), bracket)
+		for _, mode := range []Div{Midpoint, Bracket} {
+			if bad := QdivMismatches(x, s, mode); bad != 0 {
+				t.Fatalf("%d of %d pairs round differently through the fast division (mode %d)", bad, len(x), mode)
 			}
+		}
+		// m2n_qfma wants a finite quotient, as the rule's are (|x| <= amax,
+		// so |x/s| <= 448 and a little)
+		fx, fs = fx[:0], fs[:0]
+		for i := range x {
+			if math.Abs(float64(x[i])/float64(s[i])) < 0x1p126 {
+				fx, fs = append(fx, x[i]), append(fs, s[i])
+			}
+		}
+		if bad := QdivMismatches(fx, fs, FMA); bad != 0 {
+			t.Fatalf("%d of %d pairs round differently through the corrected multiply", bad, len(fx))
 		}
 		pairs += int64(len(x))
 		x, s = x[:0], s[:0]
@@ -143,4 +155,60 @@ func sweep(t *testing.T, steps map[int]uint32, workers int, bracket bool) {
 		t.Logf("quotients in [2^%d, 2^%d), bracket test %v: %d pairs (every %d-th scale significand), %d by the multiply (at most %d steps from the division), all exact",
 			k-1, k+1, bracket, pairs, steps[k], fast, worst)
 	}
+}
+
+// TestQfmaSweep checks m2n_qfma (quant.h), the corrected multiply, where
+// its claim rests on this test and not on a theorem: every bfloat16
+// significand of either sign, and the zeros, divided by scales in binades
+// from 2^-90 (the smallest m2n_qfma_ok takes) to 2^119 (the rule's
+// largest scales), with quotients from the rule's largest, 2^9, down
+// through E4M3's subnormals and zero to float32 subnormals; E4M3 bytes
+// compared with the true division's. By default every 997th scale
+// significand (every 4999th with -short); M2N_QDIV_FULL=1 every 5th, about
+// 3.4 x 10^10 pairs (scripts/gpu-fp8-check.sh runs it on the GPU machine).
+func TestQfmaSweep(t *testing.T) {
+	step := uint32(997)
+	if testing.Short() {
+		step = 4999
+	}
+	if os.Getenv("M2N_QDIV_FULL") == "1" {
+		step = 5
+	}
+	type job struct{ sb, k int }
+	var jobs []job
+	for _, sb := range []int{-90, -89, -60, 0, 118, 119} {
+		for _, dk := range []int{9, 8, 1, 0, -1, -6, -7, -10, -11, -20} {
+			if k := sb + dk; k >= -133 && k <= 127 {
+				jobs = append(jobs, job{sb, k})
+			}
+		}
+		jobs = append(jobs, job{sb, -126}, job{sb, -127}, job{sb, -133})
+	}
+	workers := max(1, min(runtime.GOMAXPROCS(0), 128))
+	var mu sync.Mutex
+	var bad, exact, pairs int64
+	next := make(chan job)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				b, e := QfmaSweep(j.sb, j.k, 0, 128, step)
+				mu.Lock()
+				bad, exact, pairs = bad+b, exact+e, pairs+2*129*int64((1<<23+step-1)/step)
+				if b != 0 {
+					t.Errorf("scales in [2^%d, 2^%d), x in [2^%d, 2^%d): %d pairs round differently through the corrected multiply", j.sb, j.sb+1, j.k, j.k+1, b)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	t.Logf("%d pairs (every %d-th scale significand, %d binade pairs): %d E4M3 bytes differ; %d float32 quotients equal the division's (the rest: float32 subnormal quotients, E4M3 zeros either way)",
+		pairs, step, len(jobs), bad, exact)
 }

@@ -40,6 +40,7 @@ M2N_INLINE unsigned int m2n_as_uint(float f) { return __float_as_uint(f); }
 #define M2N_FADD(a, b) __fadd_rn((a), (b))
 #define M2N_FMUL(a, b) __fmul_rn((a), (b))
 #define M2N_FRCP(a) __frcp_rn(a)
+#define M2N_FFMA(a, b, c) __fmaf_rn((a), (b), (c))
 #else
 #define M2N_QKERNEL M2N_KERNEL
 #define M2N_FKERNEL M2N_KERNEL
@@ -57,6 +58,8 @@ M2N_INLINE unsigned int m2n_as_uint(float f) {
 #define M2N_FADD(a, b) ((a) + (b))
 #define M2N_FMUL(a, b) ((a) * (b))
 #define M2N_FRCP(a) (1.0f / (a))
+// fmaf is one rounding of a*b+c, as the GPU's fused multiply-add
+#define M2N_FFMA(a, b, c) fmaf((a), (b), (c))
 #endif
 
 // m2n_e4m3 rounds q to float8_e4m3fn, nearest with ties to even,
@@ -211,6 +214,48 @@ M2N_INLINE unsigned int m2n_q1_bracket(float x, float s, float r) {
 		return v;
 	}
 	return m2n_e4m3(M2N_FDIV(x, s));
+}
+
+// m2n_qfma returns the true float32 division x/s, RN(x/s), from r = 1/s
+// rounded, by one correction of the multiply's quotient: q = RN(x*r), its
+// remainder e = q*s - x (exact: one fused multiply-add), and RN(q - e*r).
+// That the correction lands on RN(x/s) is not taken from a theorem but
+// checked (TestQfmaSweep, qdiv_test.go): every bfloat16 significand of
+// either sign, and the zeros, against float32 scale significands in scale
+// binades from 2^-90 to 2^119 and quotient binades from 2^9 down to
+// float32 subnormals, as E4M3 bytes.
+// It holds where m2n_qfma_ok(s), 2^-90 <= s < 2^120: every scale the rule
+// makes (amax*float32(1/448) <= FLT_MAX/448 < 2^120) but those of blocks
+// whose amax is below about 2^-81. Below that the remainder of a quotient
+// that E4M3 still resolves (down to 2^-11) falls under float32's smallest
+// normal and is not exact (the sweep finds such pairs with scales near
+// 2^-120). The remainder is taken as q*s - x, not x - q*s, so that a zero
+// x keeps its sign (-0 - ... gives -0 where x - q*s gives +0). Three
+// floating-point operations per element and no test, where m2n_qdiv spends
+// a multiply and about eight integer operations.
+M2N_INLINE float m2n_qfma(float x, float s, float r) {
+	const float q = M2N_FMUL(x, r);
+	const float e = M2N_FFMA(q, s, -x);
+	return M2N_FFMA(-e, r, q);
+}
+
+// m2n_qfma_ok says whether m2n_qfma is exact for scale s: 2^-90 <= s <
+// 2^120 (one unsigned compare of its bits; false for zero, negative,
+// infinite and NaN scales, so for blocks holding a NaN or infinity, whose
+// scale is not finite).
+M2N_INLINE unsigned int m2n_qfma_ok(float s) {
+	return m2n_as_uint(s) - 0x12800000u < 0x7B800000u - 0x12800000u;
+}
+
+// m2n_qfma_lim returns the float bits of the largest magnitude m2n_qfma
+// takes with scale s (where m2n_qfma_ok(s)): s*2^100, or FLT_MAX where
+// that overflows, so that every quotient is below 2^100 and finite (and
+// NaN and infinite elements, whose bits are above FLT_MAX's, never pass).
+// The fused kernels need no such bound: their scale is their block's, so
+// every quotient is at most 448 and a little.
+M2N_INLINE unsigned int m2n_qfma_lim(float s) {
+	const unsigned int l = m2n_as_uint(M2N_FMUL(s, m2n_as_float(0x71800000u)));
+	return l < 0x7F800000u ? l : 0x7F7FFFFFu;
 }
 
 // m2n_win_row returns the window index of the first block of box row `row`
@@ -416,6 +461,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_ANAME m2n_amax_bf16_8
 #define M2N_FNAME m2n_fquant_bf16_8
 #define M2N_QVEC m2n_qvec_bf16_8
+#define M2N_QFVEC m2n_qfvec_bf16_8
 #define M2N_FVMAX(v, m) m2n_vamax_bf16_8(v, m)
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_8
@@ -430,6 +476,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_ANAME m2n_amax_bf16_4
 #define M2N_FNAME m2n_fquant_bf16_4
 #define M2N_QVEC m2n_qvec_bf16_4
+#define M2N_QFVEC m2n_qfvec_bf16_4
 #define M2N_FVMAX(v, m) m2n_vamax_bf16_4(v, m)
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_4
@@ -444,6 +491,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_ANAME m2n_amax_bf16_2
 #define M2N_FNAME m2n_fquant_bf16_2
 #define M2N_QVEC m2n_qvec_bf16_2
+#define M2N_QFVEC m2n_qfvec_bf16_2
 #define M2N_FVMAX(v, m) m2n_bf16x2_amax(v, m)
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_2
@@ -458,6 +506,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_ANAME m2n_amax_bf16_1
 #define M2N_FNAME m2n_fquant_bf16_1
 #define M2N_QVEC m2n_qvec_bf16_1
+#define M2N_QFVEC m2n_qfvec_bf16_1
 #define M2N_FVMAX(v, m) m2n_bf16x2_amax((unsigned int)(v), m)
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_1
@@ -483,6 +532,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_ANAME m2n_amax_f32_4
 #define M2N_FNAME m2n_fquant_f32_4
 #define M2N_QVEC m2n_qvec_f32_4
+#define M2N_QFVEC m2n_qfvec_f32_4
 #define M2N_FVMAX(v, m) m2n_vamax_f32_4(v, m)
 #define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_4
@@ -497,6 +547,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_ANAME m2n_amax_f32_2
 #define M2N_FNAME m2n_fquant_f32_2
 #define M2N_QVEC m2n_qvec_f32_2
+#define M2N_QFVEC m2n_qfvec_f32_2
 #define M2N_FVMAX(v, m) m2n_vamax_f32_2(v, m)
 #define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_2
@@ -511,6 +562,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_ANAME m2n_amax_f32_1
 #define M2N_FNAME m2n_fquant_f32_1
 #define M2N_QVEC m2n_qvec_f32_1
+#define M2N_QFVEC m2n_qfvec_f32_1
 #define M2N_FVMAX(v, m) m2n_f32_amax(v, m)
 #define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_1

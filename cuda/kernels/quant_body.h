@@ -46,6 +46,30 @@ M2N_INLINE M2N_STORE_T M2N_QVEC(M2N_LOAD_T v, float scale, float rcp) {
 #endif
 }
 
+// M2N_QFVEC quantizes one vector by scale (rcp its reciprocal rounded)
+// through m2n_qfma, for a scale m2n_qfma_ok accepts: three floating-point
+// operations per element and a conversion per pair, no test. Such a
+// scale is finite, so the block holds no NaN (its amax would be one) and
+// the conversion needs no NaN fix-up.
+M2N_INLINE M2N_STORE_T M2N_QFVEC(M2N_LOAD_T v, float scale, float rcp) {
+	union {
+		M2N_LOAD_T v;
+		M2N_ELEM_T e[M2N_VEC];
+	} x;
+	x.v = v;
+#if M2N_VEC == 1
+	return (M2N_STORE_T)m2n_e4m3(m2n_qfma(M2N_TO_FLOAT(x.e[0]), scale, rcp));
+#else
+	unsigned long long out = 0;
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_VEC; k += 2) {
+		const unsigned int two = m2n_e4m3x2_raw(m2n_qfma(M2N_TO_FLOAT(x.e[k]), scale, rcp), m2n_qfma(M2N_TO_FLOAT(x.e[k + 1]), scale, rcp));
+		out |= (unsigned long long)two << (8 * k);
+	}
+	return (M2N_STORE_T)out;
+#endif
+}
+
 M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
 	M2N_TEAMS(p.team_shift, (unsigned long long)blockIdx.x, (unsigned long long)gridDim.x);
 	const unsigned long long lo_c = p.lo[p.nd - 1];
@@ -82,6 +106,13 @@ M2N_QKERNEL M2N_QNAME(M2N_QPARAMS p) {
 				if (cu < end) {
 					const float scale = sc[m2n_block_col(&p, lo_c + cu)];
 					const float rcp = M2N_FRCP(scale);
+					// m2n_qfma where the scale allows it and the vector's
+					// quotients are finite (here the scale comes from a
+					// window: its elements need not be its block's)
+					if (p.div_mode == 2 && m2n_qfma_ok(scale) && M2N_FVMAG(M2N_FVMAX(in[u].v, 0u)) <= m2n_qfma_lim(scale)) {
+						*(M2N_STORE_T *)(d + cu) = M2N_QFVEC(in[u].v, scale, rcp);
+						continue;
+					}
 					union {
 						M2N_STORE_T v;
 						unsigned char b[M2N_VEC];
@@ -209,8 +240,12 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 }
 
 // M2N_FQVEC quantizes one vector by scale (rcp its reciprocal), each
-// quotient made exact by m2n_qdiv (mode 0) or m2n_q2_bracket (mode 1).
+// quotient made exact by m2n_qdiv (mode 0), m2n_q2_bracket (mode 1) or
+// m2n_qfma (mode 2: M2N_FSTORE asks for it only where m2n_qfma_ok).
 M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp, unsigned long long mode) {
+	if (mode == 2) {
+		return M2N_QFVEC(v, scale, rcp);
+	}
 	if (mode != 1) {
 		return M2N_QVEC(v, scale, rcp);
 	}
@@ -242,6 +277,8 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 	unsigned long long r, cv, dr, dc;
 	m2n_fused_start(t->vpr, tid, nt, &r, &cv, &dr, &dc);
 	const float rcp = M2N_FRCP(scale);
+	// the tile's mode: m2n_qfma only for a scale it is exact for
+	const unsigned long long mode = p->div_mode == 2 && !m2n_qfma_ok(scale) ? 0 : p->div_mode;
 	unsigned char *d = (unsigned char *)p->dst + t->c0;
 	if (t->lin && dc == 0) {
 		const unsigned char *sp = (const unsigned char *)(p->src.base + t->soff + r * t->sstride + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
@@ -250,25 +287,25 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 		M2N_UNROLL_PRAGMA
 		for (int k = 0; k < M2N_FREGS; k++) {
 			if (r < t->rows) {
-				*(M2N_STORE_T *)dp = M2N_FQVEC(in[k], scale, rcp, p->div_mode);
+				*(M2N_STORE_T *)dp = M2N_FQVEC(in[k], scale, rcp, mode);
 				sp += step, dp += dstep, r += dr;
 			}
 		}
 		for (; r < t->rows; sp += step, dp += dstep, r += dr) {
-			*(M2N_STORE_T *)dp = M2N_FQVEC(*(const M2N_LOAD_T *)sp, scale, rcp, p->div_mode);
+			*(M2N_STORE_T *)dp = M2N_FQVEC(*(const M2N_LOAD_T *)sp, scale, rcp, mode);
 		}
 		return;
 	}
 	M2N_UNROLL_PRAGMA
 	for (int k = 0; k < M2N_FREGS; k++) {
 		if (r < t->rows) {
-			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k], scale, rcp, p->div_mode);
+			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k], scale, rcp, mode);
 			M2N_FSTEP(r, cv, dr, dc, t->vpr);
 		}
 	}
 	while (r < t->rows) {
 		const M2N_LOAD_T v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
-		*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(v, scale, rcp, p->div_mode);
+		*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(v, scale, rcp, mode);
 		M2N_FSTEP(r, cv, dr, dc, t->vpr);
 	}
 }
@@ -367,6 +404,7 @@ M2N_KERNEL M2N_FNAME(M2N_QPARAMS p) {
 #undef M2N_FSTORE
 #undef M2N_FQVEC
 #undef M2N_QVEC
+#undef M2N_QFVEC
 #undef M2N_FVMAX
 #undef M2N_FVMAG
 #undef M2N_ANAME
