@@ -56,7 +56,7 @@ func (h *HostDriver) Name() string { return string(DriverHost) }
 // Move implements Driver: it returns when every operation of the program
 // has completed and every byte this rank receives is in place. With
 // in.Verify the memory must be a transport.RegionReader; a program that
-// converts to FP8 needs in.Quant and a transport.QuantMemory.
+// converts to FP8 needs in.quant and a transport.QuantMemory.
 func (h *HostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 	var st Stats
 	p, bufs := h.prog, in.Bufs
@@ -285,8 +285,8 @@ func (d *hostStep) start(s *program.Round) (inflight, error) {
 			if err != nil {
 				return inflight{}, err
 			}
-			st.SentSums = append(st.SentSums, Checksum{cp.Msg, a})
-			st.RecvSums = append(st.RecvSums, Checksum{cp.Msg, b})
+			st.sentSums = append(st.sentSums, checksum{cp.Msg, a})
+			st.recvSums = append(st.recvSums, checksum{cp.Msg, b})
 		}
 	}
 	if len(s.Sends)+len(s.Recvs) == 0 {
@@ -344,7 +344,7 @@ func (d *hostStep) start(s *program.Round) (inflight, error) {
 					return inflight{}, err
 				}
 				off += n
-				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
+				st.sentSums = append(st.sentSums, checksum{pt.Msg, crc})
 			}
 		}
 		ops = append(ops, d.op(w, true, sendStaging))
@@ -449,7 +449,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 				if err != nil {
 					return err
 				}
-				d.st.RecvSums = append(d.st.RecvSums, Checksum{pt.Msg, crc})
+				d.st.recvSums = append(d.st.recvSums, checksum{pt.Msg, crc})
 			}
 		}
 	}
@@ -558,10 +558,10 @@ func (d *hostStep) packQuant(dst transport.Buffer, off int64, msg int32, r progr
 	if !ok {
 		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but memory %T cannot quantize (it is not a QuantMemory)", d.p.Rank, name, d.h.mem)
 	}
-	if int(r.Tensor) >= len(d.in.Quant) || d.in.Quant[r.Tensor].Grid.NDim() == 0 {
+	if int(r.Tensor) >= len(d.in.quant) || d.in.quant[r.Tensor].Grid.NDim() == 0 {
 		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but the executor has no scales for it (a converting program runs through a prepared call, which exchanges the scales)", d.p.Rank, name)
 	}
-	tq := &d.in.Quant[r.Tensor]
+	tq := &d.in.quant[r.Tensor]
 	if err := qm.QuantPack(tq.Grid, dst, off, transport.QuantRegion{DType: tq.DType, Buf: d.buf(r), At: r.At, Box: m.Box}, tq.Scales); err != nil {
 		return fmt.Errorf("refit: rank %d, tensor %q: quantizing box %v: %w", d.p.Rank, name, m.Box, err)
 	}

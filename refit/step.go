@@ -254,7 +254,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		if st.scales, err = c.exchangeAmax(ctx, c.mem, g, bufs); err != nil {
 			return st, err
 		}
-		st.in.Quant = st.scales.exec
+		st.in.quant = st.scales.exec
 	}
 	if c.delta != nil {
 		if err := c.delta.ensure(c.mem, c.needs, bufs); err != nil {
