@@ -17,7 +17,7 @@ import (
 // deltaStep is one delta step of a call in progress (see Delta mode).
 type deltaStep struct {
 	dc     *deltaCall
-	h      *HostDriver
+	h      *hostDriver
 	hs     hostStep // the dense path's helpers, for wires that go raw
 	p      *program.Program
 	in     StepInput
@@ -39,7 +39,7 @@ type deltaInflight struct {
 
 // move moves one delta step of h's program: it returns when every
 // encoding this rank receives is applied (or, atomic, checked and kept).
-func (dc *deltaCall) move(ctx context.Context, h *HostDriver, in StepInput, atomic bool) (Stats, error) {
+func (dc *deltaCall) move(ctx context.Context, h *hostDriver, in StepInput, atomic bool) (Stats, error) {
 	var st Stats
 	p := h.prog
 	d := deltaStep{dc: dc, h: h, p: p, in: in, st: &st, atomic: atomic, raw: !atomic && !in.Verify}

@@ -72,7 +72,7 @@ type DriverKind string
 
 const (
 	// DriverHost drives each step round by round from the host
-	// (HostDriver): every call on CPUs, and on GPUs the calls with Verify
+	// (NewHostDriver): every call on CPUs, and on GPUs the calls with Verify
 	// or a tensor converted to FP8.
 	DriverHost DriverKind = "host"
 	// DriverReplay queues a whole step on a GPU's streams (batched copies,
