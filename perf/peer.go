@@ -16,11 +16,11 @@ import (
 	"github.com/m2n-dev/m2n/units"
 )
 
-// TorchPeer is what the torch peer of the FP8 benchmark
+// torchPeer is what the torch peer of the FP8 benchmark
 // (bench/peers/torch_fp8_block.py) measured: a PyTorch user's own 128x128
 // block quantize of the same bf16 bytes, eager and under torch.compile,
 // and a copy_ of them, each the median of its launches.
-type TorchPeer struct {
+type torchPeer struct {
 	Copy, Eager, Compile time.Duration // 0 where the peer did not report one
 	// SameAsEager is what the peer said of torch.compile's bytes against
 	// eager's ("True", "False", or "" when compile failed).
@@ -28,25 +28,25 @@ type TorchPeer struct {
 	Output      string // the peer's whole output
 }
 
-// ErrNoPeer says the peer could not run here: no python3, or no torch
+// errNoPeer says the peer could not run here: no python3, or no torch
 // with CUDA behind it. The error wraps it with the reason.
-var ErrNoPeer = errors.New("the torch peer cannot run on this machine")
+var errNoPeer = errors.New("the torch peer cannot run on this machine")
 
 var peerLine = regexp.MustCompile(`(?m)^\s*(copy_ of the bf16 bytes|eager block quantize|torch\.compile block quantize):\s*([0-9.]+) us(.*)$`)
 
 // runTorchPeer runs the peer script on rows x cols of bf16 (multiples of
 // 128) with python3 (the first on PATH, or $M2N_PYTHON) and parses its
-// medians. It fails wrapping ErrNoPeer
+// medians. It fails wrapping errNoPeer
 // when python3 or torch is missing, and stops the peer after timeout.
-func runTorchPeer(script []byte, rows, cols int64, timeout time.Duration) (TorchPeer, error) {
+func runTorchPeer(script []byte, rows, cols int64, timeout time.Duration) (torchPeer, error) {
 	if rows <= 0 || cols <= 0 || rows%128 != 0 || cols%128 != 0 {
-		return TorchPeer{}, fmt.Errorf("perf: torch peer: a %dx%d tensor is not whole 128x128 blocks", rows, cols)
+		return torchPeer{}, fmt.Errorf("perf: torch peer: a %dx%d tensor is not whole 128x128 blocks", rows, cols)
 	}
 	py := os.Getenv("M2N_PYTHON")
 	if py == "" {
 		var err error
 		if py, err = exec.LookPath("python3"); err != nil {
-			return TorchPeer{}, fmt.Errorf("%w: no python3 on PATH (M2N_PYTHON names another)", ErrNoPeer)
+			return torchPeer{}, fmt.Errorf("%w: no python3 on PATH (M2N_PYTHON names another)", errNoPeer)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -57,22 +57,22 @@ func runTorchPeer(script []byte, rows, cols int64, timeout time.Duration) (Torch
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ExitCode() == 3 {
 			why = "torch sees no CUDA device"
 		}
-		return TorchPeer{}, fmt.Errorf("%w: %s (%v: %s)", ErrNoPeer, why, err, bytes.TrimSpace(lastLine(out)))
+		return torchPeer{}, fmt.Errorf("%w: %s (%v: %s)", errNoPeer, why, err, bytes.TrimSpace(lastLine(out)))
 	}
 	f, err := os.CreateTemp("", "m2n-torch-peer-*.py")
 	if err != nil {
-		return TorchPeer{}, err
+		return torchPeer{}, err
 	}
 	defer os.Remove(f.Name())
 	if _, err := f.Write(script); err != nil {
 		f.Close()
-		return TorchPeer{}, err
+		return torchPeer{}, err
 	}
 	if err := f.Close(); err != nil {
-		return TorchPeer{}, err
+		return torchPeer{}, err
 	}
 	out, err := exec.CommandContext(ctx, py, f.Name(), strconv.FormatInt(rows, 10), strconv.FormatInt(cols, 10)).CombinedOutput()
-	p := TorchPeer{Output: string(out)}
+	p := torchPeer{Output: string(out)}
 	if err != nil {
 		return p, fmt.Errorf("perf: torch peer: %v: %s", err, bytes.TrimSpace(lastLine(out)))
 	}

@@ -26,7 +26,7 @@ print("  torch.compile block quantize:    605.2 us (83.8% of the copy; same byte
 	}
 	t.Setenv("PYTHONPATH", dir)
 	p, err := runTorchPeer(fake, 16384, 32768, time.Minute)
-	if errors.Is(err, ErrNoPeer) {
+	if errors.Is(err, errNoPeer) {
 		t.Skipf("no python3 here: %v", err)
 	}
 	if err != nil {
@@ -36,8 +36,8 @@ print("  torch.compile block quantize:    605.2 us (83.8% of the copy; same byte
 		t.Errorf("parsed %+v", p)
 	}
 	t.Setenv("PATH", dir) // no python3
-	if _, err := runTorchPeer(fake, 128, 128, time.Minute); !errors.Is(err, ErrNoPeer) {
-		t.Errorf("without python3: %v, want ErrNoPeer", err)
+	if _, err := runTorchPeer(fake, 128, 128, time.Minute); !errors.Is(err, errNoPeer) {
+		t.Errorf("without python3: %v, want errNoPeer", err)
 	}
 	if _, err := runTorchPeer(fake, 100, 128, time.Minute); err == nil {
 		t.Error("a shape of partial blocks accepted")
@@ -60,7 +60,7 @@ print("  torch.compile block quantize:    605.2 us (same bytes as eager: True)")
 	res := []QuantResult{{RowBytes: 65536, Op: "pack", Median: time.Millisecond}, {RowBytes: 65536, Op: "stage-fused", Median: 302600 * time.Nanosecond}}
 	var b strings.Builder
 	WriteTorchPeer(&b, fake, 1<<30, res)
-	if strings.Contains(b.String(), ErrNoPeer.Error()) {
+	if strings.Contains(b.String(), errNoPeer.Error()) {
 		t.Skipf("no python3 here: %s", b.String())
 	}
 	if !strings.Contains(b.String(), "stage-fused       torch.compile / m2n = 2.00x") || strings.Contains(b.String(), " pack ") {

@@ -221,7 +221,7 @@ func (p *Pair) traffic(topo reshard.Topology, st refit.Stats) ([]RankTraffic, er
 	var out []RankTraffic
 	for r := 0; r < p.s.Size(); r++ {
 		v := all[r*len(mine):]
-		t := RankTraffic{Rank: r, Role: Role(p.cfg.Src, p.cfg.Dst, r), Domain: topo.Domain[r], SentNetwork: v[0], RecvNetwork: v[1],
+		t := RankTraffic{Rank: r, Role: rankRole(p.cfg.Src, p.cfg.Dst, r), Domain: topo.Domain[r], SentNetwork: v[0], RecvNetwork: v[1],
 			SentLocal: v[2], RecvLocal: v[3], Copied: v[4], Packed: v[5]}
 		t.Sent, t.Recv = t.SentNetwork+t.SentLocal, t.RecvNetwork+t.RecvLocal
 		out = append(out, t)
@@ -251,8 +251,8 @@ func iterationName(it, warmup int, unit string) string {
 	return fmt.Sprintf("%s %d", unit, it-warmup)
 }
 
-// Role names rank r's part in a reshard: src, dst, src+dst or idle.
-func Role(src, dst placement.Layout, r int) string {
+// rankRole names rank r's part in a reshard: src, dst, src+dst or idle.
+func rankRole(src, dst placement.Layout, r int) string {
 	s, d := src.Mesh().Contains(r), dst.Mesh().Contains(r)
 	switch {
 	case s && d:

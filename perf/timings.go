@@ -61,7 +61,7 @@ func (t *timings) Max() float64 { return t.max }
 
 // Median returns the median of the times (of the reservoir beyond
 // keepSamples), 0 for none.
-func (t *timings) Median() float64 { return Median(t.sample) }
+func (t *timings) Median() float64 { return median(t.sample) }
 
 // Mean returns the mean, 0 for none.
 func (t *timings) Mean() float64 {
@@ -74,8 +74,8 @@ func (t *timings) Mean() float64 {
 // First returns the first keepHead (1024) times, in order.
 func (t *timings) First() []float64 { return append([]float64(nil), t.head...) }
 
-// Median returns the median of v, 0 for none.
-func Median(v []float64) float64 {
+// median returns the median of v, 0 for none.
+func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	if len(s) == 0 {

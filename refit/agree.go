@@ -371,8 +371,8 @@ type sumFailure struct {
 // compareSums gathers every rank's sent checksums and compares this rank's
 // received ones with them.
 func compareSums(ctx context.Context, coll Collective, s *reshard.Schedule, st Stats) ([]sumFailure, error) {
-	mine := make([]byte, 8*len(st.SentSums))
-	for i, c := range st.SentSums {
+	mine := make([]byte, 8*len(st.sentSums))
+	for i, c := range st.sentSums {
 		binary.LittleEndian.PutUint32(mine[8*i:], uint32(c.Message))
 		binary.LittleEndian.PutUint32(mine[8*i+4:], c.CRC)
 	}
@@ -387,7 +387,7 @@ func compareSums(ctx context.Context, coll Collective, s *reshard.Schedule, st S
 		}
 	}
 	var out []sumFailure
-	for _, c := range st.RecvSums {
+	for _, c := range st.recvSums {
 		want, ok := sent[c.Message]
 		m := &s.Messages[c.Message]
 		if ok && want == c.CRC {

@@ -108,7 +108,7 @@ type Target struct {
 	// device (package refit/gpu's replay on GPUs). Prepare uses it for
 	// calls whose steps the host need not see (no Verify, no tensor
 	// converted to FP8); every other call, and every call without Device,
-	// runs on the HostDriver.
+	// runs on the host driver (NewHostDriver).
 	Device func(p *program.Program) (Driver, error)
 }
 
@@ -343,7 +343,7 @@ func (c *Call) Topology() reshard.Topology { return c.topo }
 // Transport returns the transport the call moves over.
 func (c *Call) Transport() transport.Transport { return c.tr }
 
-// Driver returns what moves the call's steps (a *HostDriver, or the
+// Driver returns what moves the call's steps (the host driver, or the
 // device driver Target.Device made).
 func (c *Call) Driver() Driver { return c.driver }
 

@@ -17,7 +17,7 @@ import (
 // deltaStep is one delta step of a call in progress (see Delta mode).
 type deltaStep struct {
 	dc     *deltaCall
-	h      *HostDriver
+	h      *hostDriver
 	hs     hostStep // the dense path's helpers, for wires that go raw
 	p      *program.Program
 	in     StepInput
@@ -39,7 +39,7 @@ type deltaInflight struct {
 
 // move moves one delta step of h's program: it returns when every
 // encoding this rank receives is applied (or, atomic, checked and kept).
-func (dc *deltaCall) move(ctx context.Context, h *HostDriver, in StepInput, atomic bool) (Stats, error) {
+func (dc *deltaCall) move(ctx context.Context, h *hostDriver, in StepInput, atomic bool) (Stats, error) {
 	var st Stats
 	p := h.prog
 	d := deltaStep{dc: dc, h: h, p: p, in: in, st: &st, atomic: atomic, raw: !atomic && !in.Verify}
@@ -181,8 +181,8 @@ func (d *deltaStep) copies(ri int) error {
 		st.DenseSent[reshard.LinkSelf] += cp.Bytes
 		st.Messages++
 		if d.in.Verify {
-			st.SentSums = append(st.SentSums, Checksum{cp.Msg, d.sum(enc)})
-			st.RecvSums = append(st.RecvSums, Checksum{cp.Msg, d.sum(enc)})
+			st.sentSums = append(st.sentSums, checksum{cp.Msg, d.sum(enc)})
+			st.recvSums = append(st.recvSums, checksum{cp.Msg, d.sum(enc)})
 		}
 	}
 	return nil
@@ -221,7 +221,7 @@ func (d *deltaStep) start(ctx context.Context, ri int) (deltaInflight, error) {
 				return deltaInflight{}, err
 			}
 			if d.in.Verify {
-				st.SentSums = append(st.SentSums, Checksum{w.Parts[k].Msg, d.sum(send[off : off+int64(n)])})
+				st.sentSums = append(st.sentSums, checksum{w.Parts[k].Msg, d.sum(send[off : off+int64(n)])})
 			}
 			off += int64(n)
 		}
@@ -339,7 +339,7 @@ func (d *deltaStep) complete(ctx context.Context, f deltaInflight) error {
 				n = len(buf) - at // the rest, whose sum cannot match
 			}
 			if d.in.Verify {
-				d.st.RecvSums = append(d.st.RecvSums, Checksum{w.Parts[k].Msg, d.sum(buf[at : at+n])})
+				d.st.recvSums = append(d.st.recvSums, checksum{w.Parts[k].Msg, d.sum(buf[at : at+n])})
 			}
 			at += n
 		}

@@ -40,14 +40,14 @@ type Stats struct {
 	DenseSent [reshard.LinkClasses]int64
 	Messages  int
 	Rounds    int
-	// SentSums and RecvSums hold, with StepInput.Verify, the CRC-32C of
+	// sentSums and recvSums hold, with StepInput.Verify, the CRC-32C of
 	// every message this rank sent (or copied) and received, by the
 	// message's index in the schedule.
-	SentSums, RecvSums []Checksum
+	sentSums, recvSums []checksum
 }
 
-// Checksum is the CRC-32C (Castagnoli) of one message's bytes.
-type Checksum struct {
+// checksum is the CRC-32C (Castagnoli) of one message's bytes.
+type checksum struct {
 	Message int32
 	CRC     uint32
 }
@@ -72,7 +72,7 @@ type DriverKind string
 
 const (
 	// DriverHost drives each step round by round from the host
-	// (HostDriver): every call on CPUs, and on GPUs the calls with Verify
+	// (NewHostDriver): every call on CPUs, and on GPUs the calls with Verify
 	// or a tensor converted to FP8.
 	DriverHost DriverKind = "host"
 	// DriverReplay queues a whole step on a GPU's streams (batched copies,
@@ -136,11 +136,11 @@ type StepInput struct {
 	// Tag is the call's identity on the wire (transport.Op.Tag).
 	Tag int32
 	// Verify makes the host driver checksum every message (CRC-32C, seeded
-	// with the tag) into Stats.SentSums and Stats.RecvSums.
+	// with the tag) into the Stats, which the runtime compares across ranks.
 	Verify bool
-	// Quant holds, per tensor, what the host driver needs to pack a tensor
+	// quant holds, per tensor, what the host driver needs to pack a tensor
 	// converted to FP8: its grid and this step's global scales.
-	Quant []TensorQuant
+	quant []tensorQuant
 	// Progress, if set, is called after every round completes, with the
 	// bytes this rank has moved so far in the step and the tensors it is
 	// done with (once, at the end, on a device driver).

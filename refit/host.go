@@ -14,7 +14,7 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// HostDriver moves a compiled program's steps round by round from the
+// hostDriver (NewHostDriver) moves a compiled program's steps round by round from the
 // host, over a Transport and a Memory: it does each round's local copies,
 // packs what it stages, posts the round's operations, and completes the
 // round two behind, unpacking and checksumming as it goes. It is the
@@ -22,7 +22,7 @@ import (
 // (Verify reads every message back; FP8 quantizes while packing). It keeps
 // its staging and scratch between steps; Close frees them. It is not safe
 // for concurrent use (the runtime runs one step at a time).
-type HostDriver struct {
+type hostDriver struct {
 	prog    *program.Program
 	t       transport.Transport
 	mem     transport.Memory
@@ -43,21 +43,29 @@ type HostDriver struct {
 // timeout bounds every wait for a round (0: none), and a round that times
 // out fails the step with a *TimeoutError naming the peers still owed
 // (the caller must then abort the transport).
-func NewHostDriver(p *program.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (*HostDriver, error) {
+func NewHostDriver(p *program.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (Driver, error) {
+	h, err := newHostDriver(p, t, mem, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func newHostDriver(p *program.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (*hostDriver, error) {
 	if t.Rank() != p.Rank || t.Size() != p.World {
 		return nil, fmt.Errorf("refit: program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
 	}
-	return &HostDriver{prog: p, t: t, mem: mem, timeout: timeout}, nil
+	return &hostDriver{prog: p, t: t, mem: mem, timeout: timeout}, nil
 }
 
 // Name returns "host".
-func (h *HostDriver) Name() string { return string(DriverHost) }
+func (h *hostDriver) Name() string { return string(DriverHost) }
 
 // Move implements Driver: it returns when every operation of the program
 // has completed and every byte this rank receives is in place. With
 // in.Verify the memory must be a transport.RegionReader; a program that
-// converts to FP8 needs in.Quant and a transport.QuantMemory.
-func (h *HostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
+// converts to FP8 needs in.quant and a transport.QuantMemory.
+func (h *hostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 	var st Stats
 	p, bufs := h.prog, in.Bufs
 	if len(bufs) != len(p.Full) {
@@ -125,7 +133,7 @@ func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memor
 	if err != nil {
 		return Stats{}, err
 	}
-	h, err := NewHostDriver(p, t, mem, 0)
+	h, err := newHostDriver(p, t, mem, 0)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -141,9 +149,9 @@ type inflight struct {
 	staging transport.Buffer // the round's receive staging
 }
 
-// hostStep is one step of a HostDriver in progress.
+// hostStep is one step of a hostDriver in progress.
 type hostStep struct {
-	h      *HostDriver
+	h      *hostDriver
 	p      *program.Program
 	in     StepInput
 	bufs   []TensorBuffers
@@ -285,8 +293,8 @@ func (d *hostStep) start(s *program.Round) (inflight, error) {
 			if err != nil {
 				return inflight{}, err
 			}
-			st.SentSums = append(st.SentSums, Checksum{cp.Msg, a})
-			st.RecvSums = append(st.RecvSums, Checksum{cp.Msg, b})
+			st.sentSums = append(st.sentSums, checksum{cp.Msg, a})
+			st.recvSums = append(st.recvSums, checksum{cp.Msg, b})
 		}
 	}
 	if len(s.Sends)+len(s.Recvs) == 0 {
@@ -344,7 +352,7 @@ func (d *hostStep) start(s *program.Round) (inflight, error) {
 					return inflight{}, err
 				}
 				off += n
-				st.SentSums = append(st.SentSums, Checksum{pt.Msg, crc})
+				st.sentSums = append(st.sentSums, checksum{pt.Msg, crc})
 			}
 		}
 		ops = append(ops, d.op(w, true, sendStaging))
@@ -376,7 +384,7 @@ func (d *hostStep) op(w *program.Wire, send bool, staging transport.Buffer) tran
 // wait waits for posted round s of program p, bounded by the driver's
 // timeout: a round that times out is a *TimeoutError naming the peers
 // still owed and the tensors the round carries.
-func (h *HostDriver) wait(ctx context.Context, p *program.Program, s *program.Round, pending transport.Pending) error {
+func (h *hostDriver) wait(ctx context.Context, p *program.Program, s *program.Round, pending transport.Pending) error {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if h.timeout > 0 {
 		wctx, cancel = context.WithTimeout(ctx, h.timeout)
@@ -449,7 +457,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 				if err != nil {
 					return err
 				}
-				d.st.RecvSums = append(d.st.RecvSums, Checksum{pt.Msg, crc})
+				d.st.recvSums = append(d.st.recvSums, checksum{pt.Msg, crc})
 			}
 		}
 	}
@@ -457,7 +465,7 @@ func (d *hostStep) complete(ctx context.Context, f inflight) error {
 }
 
 // Close releases the driver's staging and scratch memory.
-func (h *HostDriver) Close() error {
+func (h *hostDriver) Close() error {
 	for i, b := range h.scratch {
 		if b != nil {
 			h.mem.Free(b)
@@ -529,7 +537,7 @@ func (d *hostStep) copyLocal(cp *program.Copy) (uint32, error) {
 // localBuffer returns the local bounce buffer, at least n bytes long. The
 // copies that use it run one after another on the memory's stream, so one
 // buffer serves them all.
-func (h *HostDriver) localBuffer(n int64) (transport.Buffer, error) {
+func (h *hostDriver) localBuffer(n int64) (transport.Buffer, error) {
 	if h.local != nil && h.local.Len() >= n {
 		return h.local, nil
 	}
@@ -558,10 +566,10 @@ func (d *hostStep) packQuant(dst transport.Buffer, off int64, msg int32, r progr
 	if !ok {
 		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but memory %T cannot quantize (it is not a QuantMemory)", d.p.Rank, name, d.h.mem)
 	}
-	if int(r.Tensor) >= len(d.in.Quant) || d.in.Quant[r.Tensor].Grid.NDim() == 0 {
+	if int(r.Tensor) >= len(d.in.quant) || d.in.quant[r.Tensor].Grid.NDim() == 0 {
 		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but the executor has no scales for it (a converting program runs through a prepared call, which exchanges the scales)", d.p.Rank, name)
 	}
-	tq := &d.in.Quant[r.Tensor]
+	tq := &d.in.quant[r.Tensor]
 	if err := qm.QuantPack(tq.Grid, dst, off, transport.QuantRegion{DType: tq.DType, Buf: d.buf(r), At: r.At, Box: m.Box}, tq.Scales); err != nil {
 		return fmt.Errorf("refit: rank %d, tensor %q: quantizing box %v: %w", d.p.Rank, name, m.Box, err)
 	}

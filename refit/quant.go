@@ -14,10 +14,10 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// TensorQuant is what an executor needs to pack one converting tensor:
+// tensorQuant is what an executor needs to pack one converting tensor:
 // its block grid and the global scales of every block this rank's source
 // part touches, loaded into the executor's memory.
-type TensorQuant struct {
+type tensorQuant struct {
 	Grid   fp8.Grid
 	Scales transport.Scales
 	// DType is the source's dtype (bf16 or f32).
@@ -354,7 +354,7 @@ func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
 // converting tensor, the scales it packs with (loaded into the memory) and
 // the bytes of its destination scale tensor.
 type stepScales struct {
-	exec    []TensorQuant
+	exec    []tensorQuant
 	bytes   [][]byte // little-endian float32s over quantTensor.dstBlocks
 	release func()   // frees the scales LoadScales loaded (nil: none)
 }
@@ -472,7 +472,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 			return nil, &ValidationError{Rank: nonFinite.rank, Msg: e.Error(), Err: e}
 		}
 	}
-	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}
+	out := &stepScales{exec: make([]tensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}
 	combine := func(i int, blocks placement.Box) (fp8.Window, error) {
 		q := c.quant[i]
 		w, err := q.grid.NewWindow(blocks)
@@ -519,7 +519,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 		out.release = release
 		for k, i := range srcTensor {
 			q := c.quant[i]
-			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: sc[k]}
+			out.exec[i] = tensorQuant{Grid: q.grid, DType: q.dtype, Scales: sc[k]}
 		}
 	}
 	return out, nil

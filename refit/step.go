@@ -81,7 +81,7 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 		return nil, err
 	}
 	g := rt.g
-	if _, host := c.driver.(*HostDriver); host && g.Size() > 1 {
+	if _, host := c.driver.(*hostDriver); host && g.Size() > 1 {
 		// the host driver's waits end on a peer's abort notice (polled
 		// by the waits themselves where the transport can); a device
 		// driver polls for it itself.
@@ -95,7 +95,7 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 	}
 	var stats Stats
 	if st.delta {
-		stats, err = c.delta.move(ctx, c.driver.(*HostDriver), st.in, c.opts.Atomic)
+		stats, err = c.delta.move(ctx, c.driver.(*hostDriver), st.in, c.opts.Atomic)
 	} else {
 		stats, err = c.driver.Move(ctx, st.in)
 	}
@@ -254,7 +254,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		if st.scales, err = c.exchangeAmax(ctx, c.mem, g, bufs); err != nil {
 			return st, err
 		}
-		st.in.Quant = st.scales.exec
+		st.in.quant = st.scales.exec
 	}
 	if c.delta != nil {
 		if err := c.delta.ensure(c.mem, c.needs, bufs); err != nil {

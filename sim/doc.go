@@ -33,7 +33,7 @@
 // rank), its rounds of messages, made from schedules in one place (the
 // only code here that reads a reshard.Schedule, so that another source of
 // per-rank rounds could feed the simulator through a constructor of its
-// own). It runs them as the host driver (refit.HostDriver) does: rounds in
+// own). It runs them as the host driver (refit.NewHostDriver) does: rounds in
 // order, at most two in flight (round w starts once the rank's rounds up
 // to w-2 have completed and been unpacked), a round's local copies and
 // packing on the rank first, all its receives and sends posted at once, a

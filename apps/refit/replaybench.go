@@ -42,7 +42,7 @@ func newReplayBenchCmd() *cobra.Command {
 		Long: `replay-bench measures prepared calls on one GPU, with both meshes on the one
 rank (so every byte is a local copy), on each driver in the same run:
 
-  host    the round-by-round host driver (refit.HostDriver), the driver
+  host    the round-by-round host driver (refit.NewHostDriver), the driver
           before the replay, which --verify still uses
   replay  the whole step queued on the streams, one host wait at the end
   graph   the same step captured once as a CUDA graph and launched

@@ -7,7 +7,7 @@
 // graph), and Simulate runs plans of every rank on the CPU in adversarial
 // interleavings, so that the ordering is tested where there is no GPU.
 //
-// The ordering mirrors refit.HostDriver, the round-by-round host driver,
+// The ordering mirrors refit.NewHostDriver, the round-by-round host driver,
 // with events in place of host waits. For each of the program's rounds
 // (round k, staging slot k mod 2), on the compute stream:
 //

@@ -143,7 +143,7 @@ func (r *Replay) Name() string {
 // Move implements refit.Driver: it binds in.Bufs (see Replay), queues the
 // step and waits until it is done, polling the streams, the communicators'
 // asynchronous errors, ctx and Poll, with each round bounded by Timeout.
-// It ignores in.Verify and in.Quant (the runtime drives such calls from the
+// It ignores in.Verify and FP8 conversion (the runtime drives such calls from the
 // host) and the tag (NCCL has none: the runtime agrees on the step first).
 // After an error the caller must abort the transport.
 func (r *Replay) Move(ctx context.Context, in refit.StepInput) (refit.Stats, error) {
