@@ -15,18 +15,20 @@ import (
 // recomputed from the patterns of the base weight and of every step's
 // adapters, one element at a time (lora.Merger's sum, written out again
 // here as the reference), the other weights against the base; and the
-// adapters against the last step's. The first wrong element is named
-// with its tensor and worldRank.
+// adapters against the last step's (none after 0 steps). The first wrong
+// element is named with its tensor and worldRank.
 func checkLoRA(full *session.Model, wb *session.ModelBuffers, ad *session.Model, ab *session.ModelBuffers, steps uint64, worldRank int) error {
-	err := ad.EachPart(ab, model.Dst, false, func(p session.ModelPart) error {
-		err := pattern.CheckFloats(p.Tensor.Dst, p.Rank, adapterSeed(p.Index, steps), p.Bytes, p.Part.View)
+	if steps > 0 {
+		err := ad.EachPart(ab, model.Dst, false, func(p session.ModelPart) error {
+			err := pattern.CheckFloats(p.Tensor.Dst, p.Rank, adapterSeed(p.Index, steps), p.Bytes, p.Part.View)
+			if err != nil {
+				nameWorldRank(err, p.Tensor.Name, worldRank)
+			}
+			return err
+		})
 		if err != nil {
-			nameWorldRank(err, p.Tensor.Name, worldRank)
+			return err
 		}
-		return err
-	})
-	if err != nil {
-		return err
 	}
 	byBase := map[string]*adapterRef{}
 	for i, t := range ad.Layouts.Model.Tensors {

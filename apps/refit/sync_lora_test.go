@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/m2n-dev/m2n/perf"
 )
@@ -43,5 +45,33 @@ func TestSyncLoRA(t *testing.T) {
 		"--train", "tp=2", "--gen", "tp=2", "--lora", "16", "--delta")
 	if err == nil || !strings.Contains(stderr, "--lora does not combine with --delta") {
 		t.Errorf("--lora --delta: %v\n%s", err, stderr)
+	}
+}
+
+// TestSyncLoRAFaults injects faults into the adapters' move of a LoRA
+// step (M2N_FAULT_CALL=1: the adapters are the job's second prepared call,
+// after the model's full syncs): a byte flipped on the wire into generator
+// rank 3 in the adapters' second round, with --verify --atomic, must fail
+// the job with one message naming the step and the tensor, after which
+// every element of every generator weight (and adapter) still holds the
+// previous step's merge, checked against the reference; and rank 3 killed
+// there must end the job within the timeout, naming it.
+func TestSyncLoRAFaults(t *testing.T) {
+	args := []string{"sync", "--model", "../../model/testdata/models/qwen3-8b.config.json", "--scale", "16", "--layers", "2",
+		"--train", "tp=2", "--gen", "tp=2", "--lora", "16", "--lora-alpha", "32", "--check", "--atomic", "--iters", "2", "--warmup", "1"}
+	o := launch(t, 2*time.Minute, []string{"M2N_FAULT_CALL=1", "M2N_FAULT_WIRE=3:1"}, app{np: 4, args: append(args, "--verify", "--timeout", "30s")})
+	msg := oneMessage(t, o, 2*time.Minute, "LoRA step ", ", the adapters' move: ", "lora_", "arrived with CRC-32C",
+		"atomic: every generator weight still holds LoRA step ")
+	if !regexp.MustCompile(`LoRA step ([2-9]), .*still holds LoRA step ([1-8])'s merge`).MatchString(msg) {
+		t.Errorf("the fault did not land in a LoRA step after the first: %s", msg)
+	}
+	o = launch(t, 5*time.Second+margin, []string{"M2N_FAULT_CALL=1", "M2N_FAULT_KILL=3:1"}, app{np: 4, args: append(args, "--timeout", "5s")})
+	if o.code == 0 || o.elapsed > 5*time.Second+margin {
+		t.Errorf("a rank killed in a LoRA step: exit %d after %v\n%v", o.code, o.elapsed, o)
+	}
+	noCrash(t, o)
+	if out := o.stdout + o.stderr; !strings.Contains(out, "M2N_FAULT_KILL: killing myself at round 1") ||
+		!strings.Contains(out, "process rank 3") && !strings.Contains(out, "waiting for ranks [3]") {
+		t.Errorf("the kill did not fire in the adapters' move, or the output does not name rank 3:\n%v", o)
 	}
 }
