@@ -2,6 +2,7 @@ package perf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,8 +74,10 @@ func LoRASync(s *session.Session, full *session.Model, wb *session.ModelBuffers,
 			return nil, err
 		}
 		t0 := time.Now()
-		if _, err := ad.Run(ctx, ab); err != nil {
-			if s.Options().Atomic {
+		_, err := ad.Run(ctx, ab)
+		if _, _, err = stepOver(s, ad, 0, err); err != nil {
+			var agreed Agreed
+			if s.Options().Atomic && errors.As(err, &agreed) {
 				err = loraUntouched(s, full, wb, ad, ab, uint64(it), c.WorldRank, err)
 			}
 			return nil, err
@@ -124,13 +127,9 @@ func LoRASync(s *session.Session, full *session.Model, wb *session.ModelBuffers,
 // previous step's merge, every element against the reference (checkLoRA
 // of merged steps), and its adapters the previous step's: nothing of the
 // failed step reached a weight. Its error, every rank's alike, says which.
-// Where the session aborted (a rank lost) nothing more can be agreed:
-// callErr as it is.
+// callErr is the step's failure as every rank agreed on it (stepOver).
 func loraUntouched(s *session.Session, full *session.Model, wb *session.ModelBuffers, ad *session.Model, ab *session.ModelBuffers,
 	merged uint64, worldRank int, callErr error) error {
-	if aborted, _ := s.Aborted(); aborted {
-		return callErr
-	}
 	callErr = fmt.Errorf("LoRA step %d, the adapters' move: %w", merged+1, callErr)
 	msg := ""
 	err := inSteps(s, "check after the failed LoRA step (comparing every merged weight)", func() error {
