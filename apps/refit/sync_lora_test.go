@@ -17,18 +17,24 @@ import (
 // the patterns (and the adapters with the last step's). Qwen3-8B into a
 // generator at the trainer's TP, and Llama-3.1-70B from tp=2,dp=2 to
 // tp=4 (vLLM's B rows then follow its split of the fused qkv_proj and
-// gate_up_proj views); and --lora with --delta is refused.
+// gate_up_proj views), Qwen3-8B into an FP8 generator (row scales, each
+// merge re-quantizing from the full sync's FP8 base); --lora with --delta
+// is refused, as is an FP8 generator whose parts cut scale blocks.
 func TestSyncLoRA(t *testing.T) {
 	for _, tc := range []struct {
 		name, model, scale, layers, train, gen string
 		np                                     int
+		extra                                  []string
 	}{
-		{"qwen3-8b", "../../model/testdata/models/qwen3-8b.config.json", "16", "2", "tp=2", "tp=2", 4},
-		{"llama-3.1-70b", "llama-3.1-70b", "64", "1", "tp=2,dp=2", "tp=4", 8},
+		{"qwen3-8b", "../../model/testdata/models/qwen3-8b.config.json", "16", "2", "tp=2", "tp=2", 4, nil},
+		{"llama-3.1-70b", "llama-3.1-70b", "64", "1", "tp=2,dp=2", "tp=4", 8, nil},
+		// an FP8 generator: each merge re-quantizes the weights' row blocks
+		// from the full sync's FP8 base (every byte and scale checked)
+		{"qwen3-8b-e4m3", "../../model/testdata/models/qwen3-8b.config.json", "16", "2", "tp=2", "tp=1", 3, []string{"--dst-dtype", "e4m3", "--fp8-scale", "row"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stdout, stderr, err := mpirunRefit(t, tc.np, nil, "sync", "--model", tc.model, "--scale", tc.scale, "--layers", tc.layers,
-				"--train", tc.train, "--gen", tc.gen, "--lora", "16", "--lora-alpha", "32", "--check", "--json", "--iters", "2", "--warmup", "1")
+			stdout, stderr, err := mpirunRefit(t, tc.np, nil, append([]string{"sync", "--model", tc.model, "--scale", tc.scale, "--layers", tc.layers,
+				"--train", tc.train, "--gen", tc.gen, "--lora", "16", "--lora-alpha", "32", "--check", "--json", "--iters", "2", "--warmup", "1"}, tc.extra...)...)
 			if err != nil {
 				t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
@@ -45,6 +51,13 @@ func TestSyncLoRA(t *testing.T) {
 		"--train", "tp=2", "--gen", "tp=2", "--lora", "16", "--delta")
 	if err == nil || !strings.Contains(stderr, "--lora does not combine with --delta") {
 		t.Errorf("--lora --delta: %v\n%s", err, stderr)
+	}
+	// row scales of o_proj split by its columns over tp=2: every generator
+	// rank's part cuts the row blocks it would re-quantize
+	_, stderr, err = mpirunRefit(t, 4, nil, "sync", "--model", "../../model/testdata/models/qwen3-8b.config.json", "--scale", "16", "--layers", "1",
+		"--train", "tp=2", "--gen", "tp=2", "--lora", "16", "--dst-dtype", "e4m3", "--fp8-scale", "row")
+	if err == nil || strings.Count(stderr, "cuts row blocks") != 1 {
+		t.Errorf("--lora into FP8 parts that cut row blocks: %v\n%s", err, stderr)
 	}
 }
 
