@@ -494,7 +494,10 @@ int m2n_model_delta_report(m2n_model m, m2n_delta_report *out);
  * on base's trainer and generator and prepared on route as a model of
  * their own: m2n_model_describe lists their buffers, m2n_model_run moves
  * them. alpha 0 is alpha = rank; merging scales B @ A by alpha / rank.
- * A base whose generator holds FP8 is refused (M2N_ERR_VALIDATION).
+ * A base whose generator holds FP8 is refused (M2N_ERR_VALIDATION) where
+ * a generator rank's part of an adapted weight cuts a scale block; else
+ * m2n_model_merge_lora re-quantizes its blocks (give the weights' scale
+ * buffers among dst), from the FP8 weights of the first merge.
  *
  * m2n_model_merge_lora merges what this rank's destination buffers of
  * adapters (adapter_dst, as given to its last m2n_model_run) hold into this

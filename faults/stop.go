@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/m2n-dev/m2n/transport"
 )
 
 // M2N_FAULT_STOP=r:where is a test-only fault switch: rank r stops its
@@ -72,26 +70,3 @@ func StopHere(rank int, where string) {
 	defer runtime.UnlockOSThread()
 	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
-
-// stopper is the transport of M2N_FAULT_STOP=r:step (and
-// M2N_FAULT_PANIC=r:step): it stops its process when the first round
-// starts.
-type stopper struct {
-	transport.Transport
-	rank int
-	done bool
-}
-
-func (s *stopper) Start(ops []transport.Op) (transport.Pending, error) {
-	if !s.done {
-		s.done = true
-		StopHere(s.rank, "step")
-	}
-	return s.Transport.Start(ops)
-}
-
-// MaxInPlaceBytes forwards the wrapped transport's in-place support.
-func (s *stopper) MaxInPlaceBytes() int64 { return transport.MaxInPlace(s.Transport) }
-
-// PollsInline forwards the wrapped transport's inline polling.
-func (s *stopper) PollsInline() bool { return transport.PollsInline(s.Transport) }

@@ -12,6 +12,9 @@
 // A Merger keeps the adapters it merged last and takes their product away
 // as it adds the new one, so the weights always hold the base plus the
 // latest adapters (rounded once per step to the weight's dtype: bf16 and
-// f32 weights; a generator in FP8 is not merged). session.Model.MergeLoRA
+// f32 weights). A generator's FP8 weight is re-quantized, block by block
+// with package fp8's rule, from the FP8 base it held at the first merge
+// plus the latest product, so that it does not drift step after step
+// (Merger). session.Model.MergeLoRA
 // merges a whole model's adapters. The package is pure.
 package lora

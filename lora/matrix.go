@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 )
@@ -16,7 +17,11 @@ import (
 // of the buffer that holds the part and the view that places the part in
 // them. For a piece of a larger tensor (model.TensorLayout.Origin),
 // Origin is the piece's corner in Whole, the whole tensor's layout shape;
-// both nil for a whole tensor.
+// both nil for a whole tensor. A weight the generator holds in
+// float8_e4m3fn (Layout's dtype) also gives Scales, the float32 scales
+// (weight_scale_inv, little-endian) of the blocks its part touches, in
+// row-major order of fp8.Grid.WindowFor of the part's box, over Mode's
+// grid of Layout's shape: as refit delivers them.
 type Matrix struct {
 	Layout placement.Layout
 	Rank   int
@@ -24,6 +29,8 @@ type Matrix struct {
 	View   placement.View
 	Origin []int64
 	Whole  []int64
+	Scales []byte
+	Mode   fp8.Mode
 }
 
 // segment is one run of a part within one row of its matrix: row i,
@@ -130,7 +137,7 @@ func toFloat(dt placement.DType, b []byte, out []float32) error {
 			out[k] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*k:]))
 		}
 	default:
-		return fmt.Errorf("lora: a merge of %s weights (bf16 and f32 are merged)", dt)
+		return fmt.Errorf("lora: a merge of %s weights (bf16, f32 and fp8e4m3 are merged)", dt)
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package lora
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/m2n-dev/m2n/placement"
+)
 
 // Merger merges one rank's LoRA adapters into its parts of the weights
 // they adapt, step after step. The weight a generator serves is W0 +
@@ -17,8 +21,15 @@ import "fmt"
 // the previous adapters, in float32 (rank x its columns of A plus its rows
 // of B x rank per weight: a fraction of a percent of the weights at rank
 // 16). It is not safe for concurrent use.
+//
+// A weight in float8_e4m3fn (Matrix.Scales) is merged otherwise, from a
+// base the Merger keeps rather than from the previous step's weight, and
+// re-quantized block by block with fp8's rule (mergeFP8 says why):
+//
+//	W = Q(D(Wq0) + s x (B @ A))
 type Merger struct {
 	prev map[string]*merged
+	base map[string]*fp8Base
 }
 
 // merged is what a Merger keeps of the adapters it last merged into one
@@ -31,12 +42,18 @@ type merged struct {
 }
 
 // NewMerger returns a Merger that has merged nothing.
-func NewMerger() *Merger { return &Merger{prev: map[string]*merged{}} }
+func NewMerger() *Merger {
+	return &Merger{prev: map[string]*merged{}, base: map[string]*fp8Base{}}
+}
 
 // Reset forgets every adapter merged so far: the next Merge of each weight
 // adds its product to the weight as it is (after the generator reloaded
-// its base weights, say).
-func (mg *Merger) Reset() { clear(mg.prev) }
+// its base weights, say; an FP8 weight's next Merge takes the weight as
+// it is as its new base).
+func (mg *Merger) Reset() {
+	clear(mg.prev)
+	clear(mg.base)
+}
 
 // Merge merges the adapter (a, b) of weight name into rank's part w of the
 // weight, in place, as the Merger's doc says. The part of B must hold
@@ -46,6 +63,9 @@ func (mg *Merger) Reset() { clear(mg.prev) }
 // columns is an error naming them). Nothing is written unless the whole
 // merge can be done.
 func (mg *Merger) Merge(name string, w, a, b Matrix, scale float64) error {
+	if w.Layout.DType() == placement.FP8E4M3 {
+		return mg.mergeFP8(name, w, a, b, scale)
+	}
 	wsegs, wr, err := w.segments()
 	if err != nil {
 		return fmt.Errorf("lora: weight %s: %w", name, err)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/checked"
 )
 
@@ -199,18 +200,55 @@ func generatorAdapter(m *Model, t Tensor, g Generator, start int) (sideLayout, e
 }
 
 // NewAdapters lays out the LoRA adapters of l's model (Adapters) on l's
-// trainer and generator. Layouts whose generator holds FP8 are refused:
-// the merge adds into bf16 or f32 weights, and an FP8 weight would need
-// its blocks re-quantized.
+// trainer and generator, in the model's dtypes. With a generator that
+// holds FP8 weights (NewQuantized) the merge re-quantizes each adapted
+// weight's scale blocks on the rank that holds them (lora.Merger), so
+// every generator rank's part of an adapted FP8 weight must hold whole
+// blocks: layouts where one cuts a block (row or tensor scales of a
+// weight split by columns, 128-row blocks cut by TP) are refused, naming
+// the tensor, the rank and the option.
 func NewAdapters(l *Layouts, o LoRA) (*Layouts, error) {
-	if l.FP8 != 0 {
-		return nil, fmt.Errorf("model %s: the merge adds into bf16 or f32 weights; a generator that holds FP8 would need its blocks re-quantized, which m2n does not do", l.Model.Name)
-	}
 	ad, err := Adapters(l.Model, o)
 	if err != nil {
 		return nil, err
 	}
+	if l.FP8 != 0 {
+		if err := wholeFP8Blocks(l, ad); err != nil {
+			return nil, err
+		}
+	}
 	return New(ad, l.Trainer, l.Generator)
+}
+
+// wholeFP8Blocks checks that every generator rank holds whole scale blocks
+// of each FP8 weight that ad adapts.
+func wholeFP8Blocks(l *Layouts, ad *Model) error {
+	adapted := map[string]bool{}
+	for _, t := range ad.Tensors {
+		adapted[t.Adapter.Base] = true
+	}
+	for _, st := range l.Stages {
+		for _, t := range st.Tensors {
+			if t.Scale == 0 || !adapted[t.Whole().Name] {
+				continue
+			}
+			g, err := fp8.NewGrid(t.Dst.Shape(), t.Scale)
+			if err != nil {
+				return err
+			}
+			for _, r := range t.Dst.Mesh().Ranks() {
+				box, ok := t.Dst.RankBox(r)
+				if !ok || box.Empty() {
+					continue
+				}
+				if err := g.WholeBlocks(box); err != nil {
+					return fmt.Errorf("model %s: tensor %s: LoRA into an FP8 generator re-quantizes each scale block where one rank holds it whole, and generator rank %d's part %v cuts %v blocks (%v); use --fp8-scale block with TP splits of whole 128-row and -column blocks, or a generator in bf16",
+						l.Model.Name, t.Name, r-st.Trainers, box, t.Scale, err)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // ParseLoRATargets reads a comma-separated list of projection names

@@ -120,8 +120,16 @@ func TestAdaptersRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewAdapters(q, LoRA{Rank: 8}); err == nil || !strings.Contains(err.Error(), "re-quantized") {
-		t.Errorf("adapters of an FP8 generator: %v, want a refusal", err)
+	if _, err := NewAdapters(q, LoRA{Rank: 8}); err != nil {
+		t.Errorf("adapters of an FP8 generator at tp=1: %v", err)
+	}
+	// row scales of o_proj, split by its columns at tp=2: every row block cut
+	gen2, _ := ParseGenerator("tp=2")
+	if q, err = NewQuantized(base, tr1, gen2, fp8.Row); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewAdapters(q, LoRA{Rank: 8}); err == nil || !strings.Contains(err.Error(), "cuts row blocks") || !strings.Contains(err.Error(), "--fp8-scale block") {
+		t.Errorf("adapters of an FP8 generator whose parts cut row blocks: %v, want a refusal", err)
 	}
 	ad, err := Adapters(base, LoRA{Rank: 6})
 	if err != nil {

@@ -454,6 +454,14 @@ func Float(dt placement.DType, g int64, seed uint64) float32 {
 	return 0
 }
 
+// WantFP8 returns what CheckFP8 expects of the box of an FP8 tensor of
+// shape converted from FillFloats' src values with seed: its E4M3 bytes,
+// row-major over box, and the scales of the blocks it touches (the bytes
+// and scales of quantizing the whole tensor at once).
+func WantFP8(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
+	return fp8Want(src, shape, mode, box, seed)
+}
+
 // CheckFunc is Check against any values: want writes the bytes that
 // element g (its global linear index in l) must hold into out (len(out)
 // is l's element size). Callers that transform the pattern (a merge of

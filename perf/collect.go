@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 
 	"github.com/m2n-dev/m2n/refit"
@@ -78,3 +79,70 @@ func firstMessage(s *session.Session, msg string) (string, error) {
 	}
 	return "", nil
 }
+
+// stepOver is maxOver of a model step's time (sec) that also agrees, over
+// the world session s, whether the step failed anywhere: a pipeline
+// stage's failure (a checksum that did not match, say) is known only to
+// the stage's ranks, and the ranks of the other stages, whose own stages
+// succeeded, would otherwise go on to the next collective and fail there
+// with a second message ("rank 0 closed the session"). With a failure on
+// any rank every rank returns the lowest failed rank's error as Agreed
+// (printed once); a rank whose own stage aborted (a rank lost: nothing
+// more can be agreed) returns its error at once, as does every rank
+// after a failed exchange of the messages. The success path is one
+// allgather, as maxOver's.
+func stepOver(s *session.Session, m *session.Model, sec float64, stepErr error) (float64, int, error) {
+	if stepErr != nil {
+		for si := range m.StageCount() {
+			if ss := m.Session(si); ss != nil {
+				if aborted, _ := ss.Aborted(); aborted {
+					return 0, 0, stepErr
+				}
+			}
+		}
+	}
+	failed := int64(0)
+	if stepErr != nil {
+		failed = 1
+	}
+	all, err := gather(s, "iteration timing", []int64{int64(math.Float64bits(sec)), failed})
+	if err != nil {
+		if stepErr != nil {
+			return 0, 0, stepErr
+		}
+		return 0, 0, err
+	}
+	mx, at, anyFailed := math.Inf(-1), 0, false
+	for r := 0; r < len(all)/2; r++ {
+		if f := math.Float64frombits(uint64(all[2*r])); f > mx {
+			mx, at = f, r
+		}
+		anyFailed = anyFailed || all[2*r+1] != 0
+	}
+	if !anyFailed {
+		return mx, at, nil
+	}
+	msg := ""
+	if stepErr != nil {
+		msg = stepErr.Error()
+	}
+	first, err := firstMessage(s, msg)
+	switch {
+	case err != nil && stepErr != nil:
+		return 0, 0, stepErr
+	case err != nil:
+		return 0, 0, err
+	case stepErr != nil:
+		return 0, 0, Agreed{agreedAs{first, stepErr}}
+	}
+	return 0, 0, Agreed{errors.New(first)}
+}
+
+// agreedAs is a rank's own error under the message every rank returns.
+type agreedAs struct {
+	msg string
+	err error
+}
+
+func (e agreedAs) Error() string { return e.msg }
+func (e agreedAs) Unwrap() error { return e.err }

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,7 +74,12 @@ func LoRASync(s *session.Session, full *session.Model, wb *session.ModelBuffers,
 			return nil, err
 		}
 		t0 := time.Now()
-		if _, err := ad.Run(ctx, ab); err != nil {
+		_, err := ad.Run(ctx, ab)
+		if _, _, err = stepOver(s, ad, 0, err); err != nil {
+			var agreed Agreed
+			if s.Options().Atomic && errors.As(err, &agreed) {
+				err = loraUntouched(s, full, wb, ad, ab, uint64(it), c.WorldRank, err)
+			}
 			return nil, err
 		}
 		t1 := time.Now()
@@ -114,6 +120,35 @@ func LoRASync(s *session.Session, full *session.Model, wb *session.ModelBuffers,
 	first, err := firstMessage(s, msg)
 	rep.Check = checkResult(c.Check, first)
 	return rep, err
+}
+
+// loraUntouched checks, after LoRA step merged+1's adapters failed to
+// move in atomic mode, that every generator rank's weights still hold the
+// previous step's merge, every element against the reference (checkLoRA
+// of merged steps), and its adapters the previous step's: nothing of the
+// failed step reached a weight. Its error, every rank's alike, says which.
+// callErr is the step's failure as every rank agreed on it (stepOver).
+func loraUntouched(s *session.Session, full *session.Model, wb *session.ModelBuffers, ad *session.Model, ab *session.ModelBuffers,
+	merged uint64, worldRank int, callErr error) error {
+	callErr = fmt.Errorf("LoRA step %d, the adapters' move: %w", merged+1, callErr)
+	msg := ""
+	err := inSteps(s, "check after the failed LoRA step (comparing every merged weight)", func() error {
+		if err := checkLoRA(full, wb, ad, ab, merged, worldRank); err != nil {
+			msg = err.Error()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; %v", callErr, err)
+	}
+	first, err := firstMessage(s, msg)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w; %v", callErr, err)
+	case first != "":
+		return Agreed{fmt.Errorf("%w; atomic mode broken: a weight or adapter changed although the step failed: %s", callErr, first)}
+	}
+	return Agreed{fmt.Errorf("%w; atomic: every generator weight still holds LoRA step %d's merge, every element checked", callErr, merged)}
 }
 
 // adapterSeed is the pattern seed of adapter tensor index at step.

@@ -251,9 +251,8 @@ func (r *syncRun) step(it int) error {
 				c.Failed(ss, err)
 			}
 		}
-		return err
 	}
-	slowest, slowRank, err := maxOver(s, time.Since(t0).Seconds())
+	slowest, slowRank, err := stepOver(s, r.m, time.Since(t0).Seconds(), err)
 	if err != nil {
 		return err
 	}

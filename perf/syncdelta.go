@@ -46,10 +46,8 @@ func timedRun(s *session.Session, m *session.Model, b *session.ModelBuffers) (fl
 		return 0, err
 	}
 	t0 := time.Now()
-	if _, err := m.Run(context.Background(), b); err != nil {
-		return 0, err
-	}
-	sec, _, err := maxOver(s, time.Since(t0).Seconds())
+	_, err := m.Run(context.Background(), b)
+	sec, _, err := stepOver(s, m, time.Since(t0).Seconds(), err)
 	return sec, err
 }
 

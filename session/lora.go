@@ -14,8 +14,10 @@ import (
 // does after every adapter step, so that no weight crosses the network.
 // mg keeps what it merged before (lora.Merger: the weights hold the base
 // plus the latest adapters); give every step of the pair the same one.
-// Ranks that hold no generator part do nothing. On GPU sessions the merge
-// runs on host copies of the buffers (EachPart).
+// Ranks that hold no generator part do nothing. A generator's FP8 weight
+// is re-quantized with its scales, block by block, from the base mg kept
+// (lora.Merger). On GPU sessions the merge runs on host copies of the
+// buffers (EachPart).
 func (m *Model) MergeLoRA(mg *lora.Merger, wb *ModelBuffers, adapters *Model, ab *ModelBuffers) error {
 	if len(m.Layouts.Stages) != len(adapters.Layouts.Stages) {
 		return fmt.Errorf("session: LoRA merge of a model of %d pipeline stages with adapters of %d: lay both out on the same trainer and generator",
@@ -58,7 +60,11 @@ func (m *Model) MergeLoRA(mg *lora.Merger, wb *ModelBuffers, adapters *Model, ab
 		if pr.a == nil || pr.b == nil {
 			return fmt.Errorf("weight %s: this rank holds only one of its adapter's A and B", p.Tensor.Name)
 		}
-		return mg.Merge(p.Tensor.Name, matrixOf(p), *pr.a, *pr.b, pr.scale)
+		w := matrixOf(p)
+		if p.Tensor.Scale != 0 {
+			w.Scales, w.Mode = p.Scale, p.Tensor.Scale // an FP8 weight: re-quantized (lora.Merger)
+		}
+		return mg.Merge(p.Tensor.Name, w, *pr.a, *pr.b, pr.scale)
 	})
 }
 

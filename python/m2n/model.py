@@ -196,7 +196,9 @@ class Model:
         columns and B whole for row-parallel ones). Its buffers() and run()
         are a model's: run moves the adapters only. After each run, every
         generator rank calls merge_lora. alpha 0 means alpha = rank. A model
-        whose generator holds FP8 raises ValidationError."""
+        whose generator holds FP8 raises ValidationError where a generator
+        rank's part of an adapted weight cuts a scale block; else merge_lora
+        re-quantizes the blocks (pass the scale buffers among dst)."""
         h = ctypes.c_uint64()
         check(_lib.lib().m2n_model_lora(self._handle(), rank, float(alpha), cstr(",".join(targets or [])), cstr(route),
                                         ctypes.byref(h)))
