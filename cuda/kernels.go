@@ -61,8 +61,8 @@ func packBatch() string {
 
 // fusedMinBlocks returns the resident blocks per SM the fused FP8 kernels
 // ask for (their __launch_bounds__): M2N_FUSED_MINB if set to 1 to 8, else
-// the source's default (4: at most 64 registers, for the 8 vectors of 16
-// bytes a thread holds). For measuring on a GPU without a rebuild.
+// the source's default (5: at most 51 registers; the 8 vectors a thread
+// reads wait in shared memory). For measuring on a GPU without a rebuild.
 func fusedMinBlocks() string {
 	if v := os.Getenv("M2N_FUSED_MINB"); v >= "1" && v <= "8" && len(v) == 1 {
 		return v

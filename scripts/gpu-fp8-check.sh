@@ -43,8 +43,8 @@ run quant-bench-block "$bin/refit" quant-bench --mode block --rows 256,1KiB,4KiB
 run quant-bench-row "$bin/refit" quant-bench --mode row --peer off
 # The fused kernels with the bracket test instead of the midpoint test (bytes checked against stage-2pass).
 run quant-bench-block-bracket env M2N_FUSED_DIV=bracket "$bin/refit" quant-bench --mode block --rows 256,4KiB,64KiB --peer off
-# The fused kernels' resident blocks per SM (their __launch_bounds__; 4 by default), at 256 B and 4 KiB rows.
-for minb in 2 3 6 8; do
+# The fused kernels' resident blocks per SM (their __launch_bounds__; 5 by default), at 256 B and 4 KiB rows.
+for minb in 3 4 6 8; do
 	run quant-bench-fused-minb$minb env M2N_FUSED_MINB=$minb "$bin/refit" quant-bench --rows 256,4KiB --peer off --iters 10
 done
 fi

@@ -13,8 +13,9 @@
 // hold their blocks whole (no other rank has a part of them, so their
 // amax needs no exchange): a thread block per block, read once, amax
 // reduced with shuffles and a shared atomic, scale written, elements
-// quantized from registers. The rule and its reference are in Go, package
-// fp8; the tests compare these kernels with it bit for bit.
+// quantized from where they were staged (shared memory from sm_80 on).
+// The rule and its reference are in Go, package fp8; the tests compare
+// these kernels with it bit for bit.
 
 #ifdef __CUDACC__
 // The quantize-pack kernels ask for at least 5 resident blocks of 256
@@ -25,11 +26,15 @@
 // bound to 5 they ran 8% slower.
 #define M2N_QKERNEL extern "C" __global__ void __launch_bounds__(256, 5)
 #define M2N_QPARAMS const __grid_constant__ m2n_quant_params
-// The fused kernels keep 8 vectors of 16 bytes per thread in registers:
-// bound to 4 resident blocks (64 registers), not 5; the host may compile
-// with -DM2N_FMINB=n to change it (M2N_FUSED_MINB, cuda/kernels.go).
+// The fused kernels stage a thread's 8 vectors in shared memory (cp.async,
+// quant_body.h's M2N_FSTAGE; 32 KiB a block of 256 threads for 16-byte
+// vectors) and ask for 5 resident blocks per SM (at most 51 registers).
+// Measured on an H200 (bench/results/h200-fp8-stage.txt): 5 blocks 505-513
+// us per GiB, 4 518-520, 6 666-674 and 7 or 8 about 900 (spilling); the
+// host may compile with -DM2N_FMINB=n to change it (M2N_FUSED_MINB,
+// cuda/kernels.go).
 #ifndef M2N_FMINB
-#define M2N_FMINB 4
+#define M2N_FMINB 5
 #endif
 #define M2N_FKERNEL extern "C" __global__ void __launch_bounds__(256, M2N_FMINB)
 M2N_INLINE float m2n_as_float(unsigned int u) { return __uint_as_float(u); }
@@ -309,9 +314,27 @@ M2N_INLINE void m2n_amax_commit(unsigned int *w, unsigned int m, unsigned int la
 #endif
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// m2n_cp_async copies n (4, 8 or 16) bytes from global src to shared dst
+// without a register in between (cp.async; 16 bytes bypass L1); the copies
+// a thread started are complete, and visible to it, after
+// m2n_cp_async_wait.
+M2N_INLINE void m2n_cp_async(void *dst, const void *src, int n) {
+	const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+	if (n == 16) {
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+	} else if (n == 8) {
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+	} else {
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+	}
+}
+M2N_INLINE void m2n_cp_async_wait(void) { asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory"); }
+#endif
+
 // The fused kernels' geometry (quant_body.h): M2N_FTHREADS threads per
 // block at most (the plan launches blockThreads), each keeping M2N_FREGS
-// vectors of its block in registers (fusedRegs in quant_plan.go).
+// vectors of its block staged (fusedRegs in quant_plan.go).
 #define M2N_FTHREADS 256
 #define M2N_FREGS 8
 

@@ -179,11 +179,27 @@ M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
 // exchange); the plan sizes teams for about 4 vectors per lane, up to a
 // thread block (a 128x128 block takes all 256 threads, a row of 128 bf16
 // elements 4). A team loads its block once, keeping up to M2N_FREGS
-// vectors per lane in registers (a 128x128 bf16 block is 8 per thread;
+// vectors per lane (in shared memory where M2N_FSTAGE, else in registers;
+// a 128x128 bf16 block is 8 per thread;
 // larger blocks, rows of more than 16384 bf16 elements or f32 blocks, read
 // the rest again), reduces its amax, writes its scale and quantizes from
 // the registers. M2N_FLOAD and M2N_FSTORE are one lane's halves, shared by
 // the GPU kernel and its emulation.
+
+// M2N_FSTAGE: on GPUs with asynchronous copies to shared memory (sm_80
+// on) and vectors of 4 bytes or more, the fused kernel stages a lane's
+// vectors in shared memory (its k-th at in[k * M2N_FISTRIDE], M2N_FISTRIDE =
+// M2N_FTHREADS) instead of registers: the copies in flight hold no
+// registers, so more blocks fit on an SM and more of the tensor is in
+// flight. A lane reads back only what it copied itself, after waiting for
+// its own copies, so no barrier is needed for the data.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && M2N_VEC * M2N_ESZ >= 4
+#define M2N_FSTAGE 1
+#define M2N_FISTRIDE M2N_FTHREADS
+#else
+#define M2N_FSTAGE 0
+#define M2N_FISTRIDE 1
+#endif
 
 // M2N_FLOAD loads lane tid's vectors of tile t (of a team of nt), keeping
 // the first M2N_FREGS in in[], and returns the largest magnitude among them.
@@ -199,6 +215,25 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 		// rows at one stride and whole rows per step: a pointer per lane
 		const unsigned char *sp = (const unsigned char *)(p->src.base + t->soff + r * t->sstride + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
 		const unsigned long long step = dr * t->sstride;
+#if M2N_FSTAGE
+		int n = 0;
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (r < t->rows) {
+				m2n_cp_async(&in[k * M2N_FISTRIDE], sp, M2N_VEC * M2N_ESZ);
+				n = k + 1;
+				sp += step, r += dr;
+			}
+		}
+		m2n_cp_async_wait();
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (k < n) {
+				x.v = in[k * M2N_FISTRIDE];
+				m = M2N_FVMAX(x.v, m);
+			}
+		}
+#else
 		M2N_UNROLL_PRAGMA
 		for (int k = 0; k < M2N_FREGS; k++) {
 			if (r < t->rows) {
@@ -208,6 +243,7 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 				sp += step, r += dr;
 			}
 		}
+#endif
 		for (; r < t->rows; sp += step, r += dr) {
 			x.v = *(const M2N_LOAD_T *)sp;
 			m = M2N_FVMAX(x.v, m);
@@ -218,7 +254,7 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 	for (int k = 0; k < M2N_FREGS; k++) {
 		if (r < t->rows) {
 			x.v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
-			in[k] = x.v;
+			in[k * M2N_FISTRIDE] = x.v;
 			M2N_UNROLL_PRAGMA
 			for (int j = 0; j < M2N_VEC; j++) {
 				const unsigned int a = M2N_MAG(x.e[j]);
@@ -287,7 +323,7 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 		M2N_UNROLL_PRAGMA
 		for (int k = 0; k < M2N_FREGS; k++) {
 			if (r < t->rows) {
-				*(M2N_STORE_T *)dp = M2N_FQVEC(in[k], scale, rcp, mode);
+				*(M2N_STORE_T *)dp = M2N_FQVEC(in[k * M2N_FISTRIDE], scale, rcp, mode);
 				sp += step, dp += dstep, r += dr;
 			}
 		}
@@ -299,7 +335,7 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 	M2N_UNROLL_PRAGMA
 	for (int k = 0; k < M2N_FREGS; k++) {
 		if (r < t->rows) {
-			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k], scale, rcp, mode);
+			*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(in[k * M2N_FISTRIDE], scale, rcp, mode);
 			M2N_FSTEP(r, cv, dr, dc, t->vpr);
 		}
 	}
@@ -321,6 +357,9 @@ M2N_FKERNEL M2N_FNAME(M2N_QPARAMS p) {
 	// round suffices. Rounds are uniform over the block (a team past the
 	// last item idles through them), so every thread meets every barrier.
 	__shared__ unsigned int red[3][4];
+#if M2N_FSTAGE
+	__shared__ M2N_LOAD_T stage[M2N_FREGS * M2N_FTHREADS];
+#endif
 	const unsigned int shift = (unsigned int)p.team_shift;
 	const unsigned int team = 1u << shift;
 	const unsigned int lane = threadIdx.x & (team - 1u);
@@ -338,7 +377,11 @@ M2N_FKERNEL M2N_FNAME(M2N_QPARAMS p) {
 		const unsigned long long item = base + tix;
 		const bool valid = item < p.items;
 		m2n_fused_tile t = {0, 0, 0, 1, 0, 0, 0, 0};
+#if M2N_FSTAGE
+		M2N_LOAD_T *in = stage + threadIdx.x;
+#else
 		M2N_LOAD_T in[M2N_FREGS];
+#endif
 		unsigned int m = 0;
 		if (valid) {
 			t = m2n_fused_tile_of(&p, item, M2N_VEC);
@@ -411,3 +454,5 @@ M2N_KERNEL M2N_FNAME(M2N_QPARAMS p) {
 #undef M2N_LOAD_T
 #undef M2N_STORE_T
 #undef M2N_VEC
+#undef M2N_FSTAGE
+#undef M2N_FISTRIDE
