@@ -106,6 +106,7 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	for _, ti := range tensors {
 		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
 	}
+	spreadSources(chains)
 	// a chunk is at most what a round may receive (receiveBudget), so that
 	// no receiver needs a round of its own for one chunk.
 	chunk := min(opts.ChunkBytes, b.NetReceiveBudget())
@@ -195,6 +196,7 @@ type chain struct {
 	srcElem  int64         // bytes of a source element
 	elem     int64         // bytes of an element on the wire and in the destination
 	src      int           // source owner
+	srcs     []int         // the source ranks that may send it (spreadSources picks src among them)
 	srcLocal placement.Box // the region the owner holds
 	dstLocal placement.Box // the region every replica of the shard holds
 	hops     []hop         // in ring order, the entry domain first
@@ -233,6 +235,10 @@ func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 type shard struct {
 	replicas []int              // in destination mesh order
 	contribs []reshard.Transfer // what the first replica receives
+	// srcs[ci] are the source ranks the plan names for contribution ci
+	// across the replicas (more than one when the plan stripes a
+	// replicated source region over its holders), first replica's first.
+	srcs [][]int
 }
 
 // tensorChains derives the chains of one tensor.
@@ -258,7 +264,12 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			for _, t := range recvs {
 				s.contribs = append(s.contribs, p.Transfer(int(t)))
 			}
+			for _, t := range s.contribs {
+				s.srcs = append(s.srcs, []int{t.Src})
+			}
 			shards = append(shards, s)
+		} else {
+			shards[k].noteSources(p, recvs)
 		}
 		shards[k].replicas = append(shards[k].replicas, r)
 	}
@@ -274,14 +285,14 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 					n = max(n, len(d))
 				}
 				for j, part := range t.Box.Split(n) {
-					pieces = append(pieces, piece{t: t, box: part, slot: j, entry: (ci*n + j) % nd})
+					pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: j, entry: (ci*n + j) % nd})
 				}
 				continue
 			}
-			pieces = append(pieces, piece{t: t, box: t.Box, slot: ci, entry: ci % nd})
+			pieces = append(pieces, piece{t: t, ci: ci, box: t.Box, slot: ci, entry: ci % nd})
 		}
 		for _, pc := range pieces {
-			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
+			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcs: s.srcs[pc.ci], srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
 				reps := domains[(pc.entry+step)%nd]
 				li := leaderOf(pc, len(s.contribs), len(reps), balance, ti+si)
@@ -302,6 +313,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 // piece is a contribution, or with BalanceBytes one part of it.
 type piece struct {
 	t     reshard.Transfer
+	ci    int // the contribution's index in its shard
 	box   placement.Box
 	slot  int // which leader: contribution index (count) or part index (bytes)
 	entry int // the domain the piece enters the ring at

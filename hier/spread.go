@@ -1,0 +1,79 @@
+package hier
+
+import (
+	"slices"
+
+	"github.com/m2n-dev/m2n/reshard"
+)
+
+// noteSources adds the sources that another replica of the shard receives
+// its contributions from (recvs, in plan order) to s.srcs: a plan that
+// stripes a replicated source region over its holders names a different
+// holder for each destination rank, and hier, which moves each
+// contribution over the network once per domain, may take it from any of
+// them. A replica whose contributions do not line up with the first
+// replica's (another count, or another box at some index) adds nothing.
+func (s *shard) noteSources(p *reshard.Plan, recvs []int32) {
+	if len(recvs) != len(s.contribs) {
+		return
+	}
+	ts := make([]reshard.Transfer, len(recvs))
+	for ci, ti := range recvs {
+		t := p.Transfer(int(ti))
+		if !t.Box.Equal(s.contribs[ci].Box) || !t.SrcLocal.Equal(s.contribs[ci].SrcLocal) {
+			return
+		}
+		ts[ci] = t
+	}
+	for ci, t := range ts {
+		if t.Src == t.Dst || s.contribs[ci].Src == s.contribs[ci].Dst {
+			continue // a local copy on some replica: keep the plan's source
+		}
+		if !slices.Contains(s.srcs[ci], t.Src) {
+			s.srcs[ci] = append(s.srcs[ci], t.Src)
+		}
+	}
+}
+
+// spreadSources picks each chain's source among the holders the plan
+// names for it (chain.srcs) so that the source ranks inject about equal
+// bytes: a source's network egress is what binds hier (every contribution
+// leaves its source once), and the plan's striping, which deals a region's
+// holders out to the destination ranks round-robin, gives the first
+// replica of every shard the same few holders. Chains with one holder
+// count first; the rest go, largest first (ties in chain order), each to
+// its least loaded holder (ties to the first in the list). Every rank
+// computes the same choice from the same plans.
+func spreadSources(chains []chain) {
+	load := map[int]int64{}
+	var free []int
+	for i := range chains {
+		c := &chains[i]
+		if len(c.srcs) <= 1 {
+			load[c.src] += c.box.Elems() * c.elem
+			continue
+		}
+		free = append(free, i)
+	}
+	slices.SortStableFunc(free, func(a, b int) int {
+		na, nb := chains[a].box.Elems(), chains[b].box.Elems()
+		switch {
+		case na > nb:
+			return -1
+		case na < nb:
+			return 1
+		}
+		return 0
+	})
+	for _, i := range free {
+		c := &chains[i]
+		best := c.srcs[0]
+		for _, r := range c.srcs[1:] {
+			if load[r] < load[best] {
+				best = r
+			}
+		}
+		c.src = best
+		load[best] += c.box.Elems() * c.elem
+	}
+}
