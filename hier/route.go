@@ -3,6 +3,7 @@ package hier
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
@@ -49,11 +50,15 @@ func ParseBalance(s string) (Balance, error) {
 // contribution (a box one destination shard needs from one source owner)
 // crosses the network once into one destination domain, to a leader among
 // the shard's replicas there; the domain's leader forwards it to the
-// matching leader of the next domain, around a ring of the domains that hold
-// the shard, one network copy per domain; and inside each domain the leader
-// fans it out to the other replicas over the local fabric. Contributions
-// enter the ring at rotating domains, so each domain receives every byte of
-// its shards once and forwards a share. Chunks pipeline: the chain of each
+// matching leaders of other domains, down a binary tree over the domains
+// that hold the shard (in ring order from the entry domain: log n network
+// hops to the last of n, where a ring takes n-1), one network copy per
+// domain; and inside each domain the leader fans it out to the other
+// replicas over the local fabric. Contributions enter at rotating domains,
+// so each domain receives every byte of its shards once and forwards a
+// share. Sources are spread over the holders of a replicated region and
+// leaders over the replicas of a shard by the bytes they already carry
+// (spreadSources, spreadLeaders). Chunks pipeline: the chain of each
 // chunk depends only on its own receipt, so chunk i fans out and moves on
 // while chunk i+1 crosses the network, through the bounded staging of the
 // schedule's rounds.
@@ -103,8 +108,9 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		return b.Expect(transfers)
 	}
 	var chains []chain
+	lead := map[int]int64{}
 	for _, ti := range tensors {
-		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
+		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, lead)...)
 	}
 	spreadSources(chains)
 	// a chunk is at most what a round may receive (receiveBudget), so that
@@ -143,20 +149,38 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	}
 	// Add chunk-major: every chain's first chunk, then every second, ...
 	// active lists, in chain order, the chains with chunks left.
-	active := make([]int, len(chains))
-	for i := range active {
-		active[i] = i
+	// Add chunk-major (every chain's first chunk, then every second, ...),
+	// chains through more domains first: all of a depth's chunks before
+	// the next shallower depth's, so that the deep chains, whose last hop
+	// lands 2 x depth rounds after their first, start and end early while
+	// the one-domain chains fill the rounds around them (Add places a
+	// message in the earliest round with room, before the ones added
+	// earlier where they left room).
+	order := make([]int, len(chains))
+	for i := range order {
+		order[i] = i
 	}
-	for k := 0; len(active) > 0; k++ {
-		next := active[:0]
-		for _, i := range active {
-			c := &chains[i]
-			c.add(b, c.chunks[k])
-			if k+1 < len(c.chunks) {
-				next = append(next, i)
-			}
+	depth := func(i int) int { return treeDepth(len(chains[i].hops)) }
+	slices.SortStableFunc(order, func(a, b int) int { return depth(b) - depth(a) })
+	for lo := 0; lo < len(order); {
+		hi := lo
+		for hi < len(order) && depth(order[hi]) == depth(order[lo]) {
+			hi++
 		}
-		active = next
+		// active lists, in chain order, the group's chains with chunks left.
+		active := slices.Clone(order[lo:hi])
+		for k := 0; len(active) > 0; k++ {
+			next := active[:0]
+			for _, i := range active {
+				c := &chains[i]
+				c.add(b, c.chunks[k])
+				if k+1 < len(c.chunks) {
+					next = append(next, i)
+				}
+			}
+			active = next
+		}
+		lo = hi
 	}
 	return b.Err()
 }
@@ -214,21 +238,51 @@ func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	bytes := sub.Elems() * c.elem
 	dstAt := strided.Describe(c.dstLocal, sub, c.elem)
 	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: strided.Describe(c.srcLocal, sub, c.srcElem)}}
-	prev := c.src
-	after := 0
-	for _, h := range c.hops {
-		to := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufDst, At: dstAt}}
-		r := b.Add(reshard.Message{Src: prev, Dst: h.leader, Bytes: bytes, From: from, To: to, Tensor: c.tensor, Box: sub}, after)
+	to := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufDst, At: dstAt}}
+	// ready[i] is the first round in which hop i's leader holds the chunk.
+	ready := make([]int, len(c.hops))
+	for i, h := range c.hops {
+		prev, seg, after := c.src, from, 0
+		if p := treeParent(i); p >= 0 {
+			prev, seg, after = c.hops[p].leader, to, ready[p]
+		}
+		r := b.Add(reshard.Message{Src: prev, Dst: h.leader, Bytes: bytes, From: seg, To: to, Tensor: c.tensor, Box: sub}, after)
 		if prev == h.leader {
-			after = r // a local copy is complete within its round
+			ready[i] = r // a local copy is complete within its round
 		} else {
-			after = reshard.AfterRecv(r)
+			ready[i] = reshard.AfterRecv(r)
 		}
 		for _, o := range h.others {
-			b.Add(reshard.Message{Src: h.leader, Dst: o, Bytes: bytes, From: to, To: to, Tensor: c.tensor, Box: sub}, after)
+			b.Add(reshard.Message{Src: h.leader, Dst: o, Bytes: bytes, From: to, To: to, Tensor: c.tensor, Box: sub}, ready[i])
 		}
-		from, prev = to, h.leader
 	}
+}
+
+// treeArity is how many domains a domain's leader forwards a chunk to:
+// the domains holding a shard form a tree of this arity in ring order from
+// the entry domain (hop i's parent is hop (i-1)/treeArity), so a chunk
+// reaches the last of n domains after about log(n) network hops where a
+// ring takes n-1. Each domain still receives every byte once; a forwarder
+// sends up to treeArity copies, out of a NIC that otherwise only receives.
+const treeArity = 2
+
+// treeDepth returns the network hops from the entry domain to the last of
+// n domains in the tree.
+func treeDepth(n int) int {
+	d := 0
+	for i := n - 1; i > 0; i = treeParent(i) {
+		d++
+	}
+	return d
+}
+
+// treeParent returns the hop that forwards to hop i, or -1 for the entry
+// hop (which the source sends to).
+func treeParent(i int) int {
+	if i == 0 {
+		return -1
+	}
+	return (i - 1) / treeArity
 }
 
 // shard is one destination region and the ranks that hold it.
@@ -242,7 +296,9 @@ type shard struct {
 }
 
 // tensorChains derives the chains of one tensor.
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance) []chain {
+// lead holds each rank's bytes received as a leader so far in the call
+// (spreadLeaders adds this tensor's).
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead map[int]int64) []chain {
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.
@@ -291,11 +347,16 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			}
 			pieces = append(pieces, piece{t: t, ci: ci, box: t.Box, slot: ci, entry: ci % nd})
 		}
+		rots := make([]int, nd)
+		for d, reps := range domains {
+			rots[d] = spreadLeaders(pieces, len(s.contribs), reps, balance, ti+si, elem, lead)
+		}
 		for _, pc := range pieces {
 			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcs: s.srcs[pc.ci], srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
-				reps := domains[(pc.entry+step)%nd]
-				li := leaderOf(pc, len(s.contribs), len(reps), balance, ti+si)
+				d := (pc.entry + step) % nd
+				reps := domains[d]
+				li := leaderOf(pc, len(s.contribs), len(reps), balance, rots[d])
 				h := hop{leader: reps[li]}
 				for j, r := range reps {
 					if j != li {
