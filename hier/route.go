@@ -69,6 +69,17 @@ func ParseBalance(s string) (Balance, error) {
 type Hier struct {
 	// Balance says how the replicas of a shard share its contributions.
 	Balance Balance
+	// Stage is the pipeline stage the call serves (ForStage): it rotates
+	// the order in which the schedule walks its chains, so that stages of
+	// equal layouts running at once do not send into the same receivers in
+	// the same rounds.
+	Stage int
+}
+
+// ForStage implements reshard.StageRoute.
+func (h Hier) ForStage(s int) reshard.Route {
+	h.Stage = s
+	return h
 }
 
 // Name returns "hier".
@@ -167,8 +178,9 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		for hi < len(order) && depth(order[hi]) == depth(order[lo]) {
 			hi++
 		}
-		// active lists, in chain order, the group's chains with chunks left.
-		active := slices.Clone(order[lo:hi])
+		// active lists, in chain order rotated by the stage, the group's
+		// chains with chunks left.
+		active := rotate(order[lo:hi], h.Stage)
 		for k := 0; len(active) > 0; k++ {
 			next := active[:0]
 			for _, i := range active {

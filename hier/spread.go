@@ -1,6 +1,7 @@
 package hier
 
 import (
+	"math"
 	"slices"
 
 	"github.com/m2n-dev/m2n/reshard"
@@ -113,4 +114,19 @@ func spreadLeaders(pieces []piece, n int, reps []int, balance Balance, def int, 
 		}
 	}
 	return best
+}
+
+// rotate returns a copy of x rotated left by stage's share of its length:
+// the fractional part of stage x (the golden ratio - 1), so that any few
+// consecutive stages start far apart whatever their count.
+func rotate(x []int, stage int) []int {
+	out := make([]int, 0, len(x))
+	if len(x) == 0 {
+		return out
+	}
+	const phi = 0.6180339887498949
+	f := float64(stage) * phi
+	k := int((f - math.Floor(f)) * float64(len(x)))
+	k = min(max(k, 0), len(x)-1)
+	return append(append(out, x[k:]...), x[:k]...)
 }
