@@ -101,14 +101,21 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	for i := range all {
 		all[i] = i
 	}
-	if err := h.AddTensors(b, plans, all, topo, opts); err != nil {
+	if err := h.addTensors(b, plans, all, topo, opts, true); err != nil {
 		return nil, err
 	}
 	return b.Schedule(), nil
 }
 
-// AddTensors implements reshard.BucketRoute.
+// AddTensors implements reshard.BucketRoute. The builder's budgets are its
+// owner's: a bucket leaves the local budget as it is (see localBudget).
 func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions) error {
+	return h.addTensors(b, plans, tensors, topo, opts, false)
+}
+
+// addTensors is AddTensors; with budget, it first sets b's local budget
+// from the chains (localBudget).
+func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions, budget bool) error {
 	// every transfer reaches its destination in at least one message:
 	// refuse an absurd plan before deriving chains from it.
 	var transfers int64
@@ -124,6 +131,11 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, lead)...)
 	}
 	spreadSources(chains)
+	if budget {
+		if err := b.SetLocalBudget(localBudget(chains, b.NetReceiveBudget(), opts.RoundBytes())); err != nil {
+			return err
+		}
+	}
 	// a chunk is at most what a round may receive (receiveBudget), so that
 	// no receiver needs a round of its own for one chunk.
 	chunk := min(opts.ChunkBytes, b.NetReceiveBudget())
