@@ -190,20 +190,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		for hi < len(order) && depth(order[hi]) == depth(order[lo]) {
 			hi++
 		}
-		// active lists, in chain order rotated by the stage, the group's
-		// chains with chunks left.
-		active := rotate(order[lo:hi], h.Stage)
-		for k := 0; len(active) > 0; k++ {
-			next := active[:0]
-			for _, i := range active {
-				c := &chains[i]
-				c.add(b, c.chunks[k])
-				if k+1 < len(c.chunks) {
-					next = append(next, i)
-				}
-			}
-			active = next
-		}
+		addGroup(b, chains, rotate(order[lo:hi], h.Stage), int(max(1, opts.RoundBytes()/chunk)))
 		lo = hi
 	}
 	return b.Err()

@@ -130,3 +130,65 @@ func rotate(x []int, stage int) []int {
 	k = min(max(k, 0), len(x)-1)
 	return append(append(out, x[k:]...), x[:k]...)
 }
+
+// addGroup adds the chunks of the chains group (indices into chains) to b,
+// chunk-major per source: each source's chains, in group order rotated by
+// the source's place among the group's sources (by an even share of its
+// chains, or by one chain where it has fewer chains than there are
+// sources, so that the sources do not start on the same receivers), give its chunks, every chain's
+// first chunk, then every second, ...; the sources then take turns, the
+// one that has added the fewest bytes next (ties to the earlier source),
+// so that every source fills the early rounds alike where chain order
+// alone let the first sources of each shard take the receivers' room.
+func addGroup(b *reshard.Builder, chains []chain, group []int, per int) {
+	var srcs []int
+	bySrc := map[int][]int{}
+	for _, i := range group {
+		s := chains[i].src
+		if _, ok := bySrc[s]; !ok {
+			srcs = append(srcs, s)
+		}
+		bySrc[s] = append(bySrc[s], i)
+	}
+	type queue struct {
+		items [][2]int // (chain, chunk)
+		next  int
+		added int64
+	}
+	qs := make([]*queue, len(srcs))
+	for si, s := range srcs {
+		own := bySrc[s]
+		k := si * per % len(own)
+		own = append(slices.Clone(own[k:]), own[:k]...)
+		q := &queue{}
+		for c := 0; len(own) > 0; c++ {
+			next := own[:0]
+			for _, i := range own {
+				q.items = append(q.items, [2]int{i, c})
+				if c+1 < len(chains[i].chunks) {
+					next = append(next, i)
+				}
+			}
+			own = next
+		}
+		qs[si] = q
+	}
+	for {
+		best := -1
+		for si, q := range qs {
+			if q.next < len(q.items) && (best < 0 || q.added < qs[best].added) {
+				best = si
+			}
+		}
+		if best < 0 {
+			return
+		}
+		q := qs[best]
+		it := q.items[q.next]
+		q.next++
+		c := &chains[it[0]]
+		sub := c.chunks[it[1]]
+		q.added += sub.Elems() * c.elem
+		c.add(b, sub)
+	}
+}
