@@ -169,6 +169,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		if c.chunks, err = reshard.SplitBox(c.box, c.elem, chunk); err != nil {
 			return err
 		}
+		c.arity = arityOf(len(c.chunks), len(c.hops))
 	}
 	// Add chunk-major: every chain's first chunk, then every second, ...
 	// active lists, in chain order, the chains with chunks left.
@@ -183,7 +184,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	for i := range order {
 		order[i] = i
 	}
-	depth := func(i int) int { return treeDepth(len(chains[i].hops)) }
+	depth := func(i int) int { return treeDepth(len(chains[i].hops), chains[i].arity) }
 	slices.SortStableFunc(order, func(a, b int) int { return depth(b) - depth(a) })
 	for lo := 0; lo < len(order); {
 		hi := lo
@@ -235,6 +236,7 @@ type chain struct {
 	srcLocal placement.Box // the region the owner holds
 	dstLocal placement.Box // the region every replica of the shard holds
 	hops     []hop         // in ring order, the entry domain first
+	arity    int           // how many hops a hop forwards to (arityOf)
 	box      placement.Box // what the chain carries
 	chunks   []placement.Box
 }
@@ -254,7 +256,7 @@ func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	ready := make([]int, len(c.hops))
 	for i, h := range c.hops {
 		prev, seg, after := c.src, from, 0
-		if p := treeParent(i); p >= 0 {
+		if p := treeParent(i, c.arity); p >= 0 {
 			prev, seg, after = c.hops[p].leader, to, ready[p]
 		}
 		r := b.Add(reshard.Message{Src: prev, Dst: h.leader, Bytes: bytes, From: seg, To: to, Tensor: c.tensor, Box: sub}, after)
@@ -269,31 +271,45 @@ func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	}
 }
 
-// treeArity is how many domains a domain's leader forwards a chunk to:
-// the domains holding a shard form a tree of this arity in ring order from
-// the entry domain (hop i's parent is hop (i-1)/treeArity), so a chunk
-// reaches the last of n domains after about log(n) network hops where a
-// ring takes n-1. Each domain still receives every byte once; a forwarder
-// sends up to treeArity copies, out of a NIC that otherwise only receives.
+// treeArity is how many domains a domain's leader forwards a chunk to
+// when the chain has fewer chunks than domains: the domains holding a
+// shard then form a tree of this arity in ring order from the entry domain
+// (hop i's parent is hop (i-1)/arity), so a chunk reaches the last of n
+// domains after about log(n) network hops where a ring takes n-1, and a
+// small replicated tensor does not wait out n-1 hops. A chain of at least
+// as many chunks as domains goes around the ring (arity 1): its chunks
+// pipeline over the ring's hops, and each forwarder sends one copy of what
+// it receives, where a tree's inner leaders send two out of a NIC that
+// also receives (4 emulated domains of TP2: 203 ms on the ring, 263 ms in
+// a tree). Each domain receives every byte once either way.
 const treeArity = 2
 
+// arityOf returns the forwarding arity of a chain of chunks chunks
+// through domains domains (see treeArity).
+func arityOf(chunks, domains int) int {
+	if chunks < domains {
+		return treeArity
+	}
+	return 1
+}
+
 // treeDepth returns the network hops from the entry domain to the last of
-// n domains in the tree.
-func treeDepth(n int) int {
+// n domains in the tree of the arity.
+func treeDepth(n, arity int) int {
 	d := 0
-	for i := n - 1; i > 0; i = treeParent(i) {
+	for i := n - 1; i > 0; i = treeParent(i, arity) {
 		d++
 	}
 	return d
 }
 
-// treeParent returns the hop that forwards to hop i, or -1 for the entry
-// hop (which the source sends to).
-func treeParent(i int) int {
+// treeParent returns the hop that forwards to hop i in a tree of the
+// arity, or -1 for the entry hop (which the source sends to).
+func treeParent(i, arity int) int {
 	if i == 0 {
 		return -1
 	}
-	return (i - 1) / treeArity
+	return (i - 1) / arity
 }
 
 // shard is one destination region and the ranks that hold it.
