@@ -369,6 +369,15 @@ type Auto struct {
 	// joint schedule (small tensors share rounds and messages, large ones
 	// pipeline). 0 picks one route for the whole call.
 	Buckets int64
+	// Stage is the pipeline stage the call serves, passed to hier
+	// (hier.Hier.Stage; ForStage sets it).
+	Stage int
+}
+
+// ForStage implements reshard.StageRoute.
+func (a Auto) ForStage(s int) reshard.Route {
+	a.Stage = s
+	return a
 }
 
 // Name returns "auto".
@@ -414,7 +423,7 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 		return a.scheduleBuckets(plans, topo, opts)
 	}
 	c := a.Choose(plans, topo, opts)
-	var r reshard.Route = hier.Hier{Balance: a.Balance}
+	var r reshard.Route = hier.Hier{Balance: a.Balance, Stage: a.Stage}
 	switch c.Route {
 	case "flat":
 		r = reshard.Flat{}
@@ -438,7 +447,7 @@ func (a Auto) route(name string) reshard.BucketRoute {
 	case "agbcast":
 		return reshard.AllGatherBroadcast{}
 	}
-	return hier.Hier{Balance: a.Balance}
+	return hier.Hier{Balance: a.Balance, Stage: a.Stage}
 }
 
 // Bucket is a run of a call's tensors that auto schedules on one route.

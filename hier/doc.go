@@ -2,7 +2,7 @@
 // domains it routes between: each contribution crosses the network once
 // into one destination domain, to a leader among the replicas that need
 // it (leader loads differ by at most one, or bytes balance with
-// BalanceBytes), leaders forward around a ring of domains and fan out to
+// BalanceBytes), leaders forward down a tree of domains and fan out to
 // the other replicas over the local fabric, chunk by chunk through bounded
 // staging.
 //

@@ -3,6 +3,7 @@ package hier
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
@@ -49,11 +50,15 @@ func ParseBalance(s string) (Balance, error) {
 // contribution (a box one destination shard needs from one source owner)
 // crosses the network once into one destination domain, to a leader among
 // the shard's replicas there; the domain's leader forwards it to the
-// matching leader of the next domain, around a ring of the domains that hold
-// the shard, one network copy per domain; and inside each domain the leader
-// fans it out to the other replicas over the local fabric. Contributions
-// enter the ring at rotating domains, so each domain receives every byte of
-// its shards once and forwards a share. Chunks pipeline: the chain of each
+// matching leaders of other domains, down a binary tree over the domains
+// that hold the shard (in ring order from the entry domain: log n network
+// hops to the last of n, where a ring takes n-1), one network copy per
+// domain; and inside each domain the leader fans it out to the other
+// replicas over the local fabric. Contributions enter at rotating domains,
+// so each domain receives every byte of its shards once and forwards a
+// share. Sources are spread over the holders of a replicated region and
+// leaders over the replicas of a shard by the bytes they already carry
+// (spreadSources, spreadLeaders). Chunks pipeline: the chain of each
 // chunk depends only on its own receipt, so chunk i fans out and moves on
 // while chunk i+1 crosses the network, through the bounded staging of the
 // schedule's rounds.
@@ -64,6 +69,17 @@ func ParseBalance(s string) (Balance, error) {
 type Hier struct {
 	// Balance says how the replicas of a shard share its contributions.
 	Balance Balance
+	// Stage is the pipeline stage the call serves (ForStage): it rotates
+	// the order in which the schedule walks its chains, so that stages of
+	// equal layouts running at once do not send into the same receivers in
+	// the same rounds.
+	Stage int
+}
+
+// ForStage implements reshard.StageRoute.
+func (h Hier) ForStage(s int) reshard.Route {
+	h.Stage = s
+	return h
 }
 
 // Name returns "hier".
@@ -85,14 +101,21 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	for i := range all {
 		all[i] = i
 	}
-	if err := h.AddTensors(b, plans, all, topo, opts); err != nil {
+	if err := h.addTensors(b, plans, all, topo, opts, true); err != nil {
 		return nil, err
 	}
 	return b.Schedule(), nil
 }
 
-// AddTensors implements reshard.BucketRoute.
+// AddTensors implements reshard.BucketRoute. The builder's budgets are its
+// owner's: a bucket leaves the local budget as it is (see localBudget).
 func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions) error {
+	return h.addTensors(b, plans, tensors, topo, opts, false)
+}
+
+// addTensors is AddTensors; with budget, it first sets b's local budget
+// from the chains (localBudget).
+func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions, budget bool) error {
 	// every transfer reaches its destination in at least one message:
 	// refuse an absurd plan before deriving chains from it.
 	var transfers int64
@@ -103,8 +126,15 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		return b.Expect(transfers)
 	}
 	var chains []chain
+	lead := map[int]int64{}
 	for _, ti := range tensors {
-		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance)...)
+		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, lead)...)
+	}
+	spreadSources(chains)
+	if budget {
+		if err := b.SetLocalBudget(localBudget(chains, b.NetReceiveBudget(), opts.RoundBytes())); err != nil {
+			return err
+		}
 	}
 	// a chunk is at most what a round may receive (receiveBudget), so that
 	// no receiver needs a round of its own for one chunk.
@@ -139,23 +169,30 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		if c.chunks, err = reshard.SplitBox(c.box, c.elem, chunk); err != nil {
 			return err
 		}
+		c.arity = arityOf(len(c.chunks), len(c.hops))
 	}
 	// Add chunk-major: every chain's first chunk, then every second, ...
 	// active lists, in chain order, the chains with chunks left.
-	active := make([]int, len(chains))
-	for i := range active {
-		active[i] = i
+	// Add chunk-major (every chain's first chunk, then every second, ...),
+	// chains through more domains first: all of a depth's chunks before
+	// the next shallower depth's, so that the deep chains, whose last hop
+	// lands 2 x depth rounds after their first, start and end early while
+	// the one-domain chains fill the rounds around them (Add places a
+	// message in the earliest round with room, before the ones added
+	// earlier where they left room).
+	order := make([]int, len(chains))
+	for i := range order {
+		order[i] = i
 	}
-	for k := 0; len(active) > 0; k++ {
-		next := active[:0]
-		for _, i := range active {
-			c := &chains[i]
-			c.add(b, c.chunks[k])
-			if k+1 < len(c.chunks) {
-				next = append(next, i)
-			}
+	depth := func(i int) int { return treeDepth(len(chains[i].hops), chains[i].arity) }
+	slices.SortStableFunc(order, func(a, b int) int { return depth(b) - depth(a) })
+	for lo := 0; lo < len(order); {
+		hi := lo
+		for hi < len(order) && depth(order[hi]) == depth(order[lo]) {
+			hi++
 		}
-		active = next
+		addGroup(b, chains, rotate(order[lo:hi], h.Stage), int(max(1, opts.RoundBytes()/chunk)))
+		lo = hi
 	}
 	return b.Err()
 }
@@ -195,9 +232,11 @@ type chain struct {
 	srcElem  int64         // bytes of a source element
 	elem     int64         // bytes of an element on the wire and in the destination
 	src      int           // source owner
+	srcs     []int         // the source ranks that may send it (spreadSources picks src among them)
 	srcLocal placement.Box // the region the owner holds
 	dstLocal placement.Box // the region every replica of the shard holds
 	hops     []hop         // in ring order, the entry domain first
+	arity    int           // how many hops a hop forwards to (arityOf)
 	box      placement.Box // what the chain carries
 	chunks   []placement.Box
 }
@@ -212,31 +251,81 @@ func (c *chain) add(b *reshard.Builder, sub placement.Box) {
 	bytes := sub.Elems() * c.elem
 	dstAt := strided.Describe(c.dstLocal, sub, c.elem)
 	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: strided.Describe(c.srcLocal, sub, c.srcElem)}}
-	prev := c.src
-	after := 0
-	for _, h := range c.hops {
-		to := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufDst, At: dstAt}}
-		r := b.Add(reshard.Message{Src: prev, Dst: h.leader, Bytes: bytes, From: from, To: to, Tensor: c.tensor, Box: sub}, after)
+	to := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufDst, At: dstAt}}
+	// ready[i] is the first round in which hop i's leader holds the chunk.
+	ready := make([]int, len(c.hops))
+	for i, h := range c.hops {
+		prev, seg, after := c.src, from, 0
+		if p := treeParent(i, c.arity); p >= 0 {
+			prev, seg, after = c.hops[p].leader, to, ready[p]
+		}
+		r := b.Add(reshard.Message{Src: prev, Dst: h.leader, Bytes: bytes, From: seg, To: to, Tensor: c.tensor, Box: sub}, after)
 		if prev == h.leader {
-			after = r // a local copy is complete within its round
+			ready[i] = r // a local copy is complete within its round
 		} else {
-			after = reshard.AfterRecv(r)
+			ready[i] = reshard.AfterRecv(r)
 		}
 		for _, o := range h.others {
-			b.Add(reshard.Message{Src: h.leader, Dst: o, Bytes: bytes, From: to, To: to, Tensor: c.tensor, Box: sub}, after)
+			b.Add(reshard.Message{Src: h.leader, Dst: o, Bytes: bytes, From: to, To: to, Tensor: c.tensor, Box: sub}, ready[i])
 		}
-		from, prev = to, h.leader
 	}
+}
+
+// treeArity is how many domains a domain's leader forwards a chunk to
+// when the chain has fewer chunks than domains: the domains holding a
+// shard then form a tree of this arity in ring order from the entry domain
+// (hop i's parent is hop (i-1)/arity), so a chunk reaches the last of n
+// domains after about log(n) network hops where a ring takes n-1, and a
+// small replicated tensor does not wait out n-1 hops. A chain of at least
+// as many chunks as domains goes around the ring (arity 1): its chunks
+// pipeline over the ring's hops, and each forwarder sends one copy of what
+// it receives, where a tree's inner leaders send two out of a NIC that
+// also receives (4 emulated domains of TP2: 203 ms on the ring, 263 ms in
+// a tree). Each domain receives every byte once either way.
+const treeArity = 2
+
+// arityOf returns the forwarding arity of a chain of chunks chunks
+// through domains domains (see treeArity).
+func arityOf(chunks, domains int) int {
+	if chunks < domains {
+		return treeArity
+	}
+	return 1
+}
+
+// treeDepth returns the network hops from the entry domain to the last of
+// n domains in the tree of the arity.
+func treeDepth(n, arity int) int {
+	d := 0
+	for i := n - 1; i > 0; i = treeParent(i, arity) {
+		d++
+	}
+	return d
+}
+
+// treeParent returns the hop that forwards to hop i in a tree of the
+// arity, or -1 for the entry hop (which the source sends to).
+func treeParent(i, arity int) int {
+	if i == 0 {
+		return -1
+	}
+	return (i - 1) / arity
 }
 
 // shard is one destination region and the ranks that hold it.
 type shard struct {
 	replicas []int              // in destination mesh order
 	contribs []reshard.Transfer // what the first replica receives
+	// srcs[ci] are the source ranks the plan names for contribution ci
+	// across the replicas (more than one when the plan stripes a
+	// replicated source region over its holders), first replica's first.
+	srcs [][]int
 }
 
 // tensorChains derives the chains of one tensor.
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance) []chain {
+// lead holds each rank's bytes received as a leader so far in the call
+// (spreadLeaders adds this tensor's).
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead map[int]int64) []chain {
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.
@@ -258,7 +347,12 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			for _, t := range recvs {
 				s.contribs = append(s.contribs, p.Transfer(int(t)))
 			}
+			for _, t := range s.contribs {
+				s.srcs = append(s.srcs, []int{t.Src})
+			}
 			shards = append(shards, s)
+		} else {
+			shards[k].noteSources(p, recvs)
 		}
 		shards[k].replicas = append(shards[k].replicas, r)
 	}
@@ -274,17 +368,22 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 					n = max(n, len(d))
 				}
 				for j, part := range t.Box.Split(n) {
-					pieces = append(pieces, piece{t: t, box: part, slot: j, entry: (ci*n + j) % nd})
+					pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: j, entry: (ci*n + j) % nd})
 				}
 				continue
 			}
-			pieces = append(pieces, piece{t: t, box: t.Box, slot: ci, entry: ci % nd})
+			pieces = append(pieces, piece{t: t, ci: ci, box: t.Box, slot: ci, entry: ci % nd})
+		}
+		rots := make([]int, nd)
+		for d, reps := range domains {
+			rots[d] = spreadLeaders(pieces, len(s.contribs), reps, balance, ti+si, elem, lead)
 		}
 		for _, pc := range pieces {
-			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
+			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcs: s.srcs[pc.ci], srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
-				reps := domains[(pc.entry+step)%nd]
-				li := leaderOf(pc, len(s.contribs), len(reps), balance, ti+si)
+				d := (pc.entry + step) % nd
+				reps := domains[d]
+				li := leaderOf(pc, len(s.contribs), len(reps), balance, rots[d])
 				h := hop{leader: reps[li]}
 				for j, r := range reps {
 					if j != li {
@@ -302,6 +401,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 // piece is a contribution, or with BalanceBytes one part of it.
 type piece struct {
 	t     reshard.Transfer
+	ci    int // the contribution's index in its shard
 	box   placement.Box
 	slot  int // which leader: contribution index (count) or part index (bytes)
 	entry int // the domain the piece enters the ring at

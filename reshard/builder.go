@@ -52,6 +52,7 @@ type Builder struct {
 	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the maxRounds error
 	hints    map[uint64]*pairHint
 	recvNet  int64 // the per-round budget of network receives (SetNetReceiveBudget)
+	local    int64 // the per-round budget of local sends and receives (SetLocalBudget)
 }
 
 // rankUsage is a rank's usage lists, [send, recv][network, local]; nil
@@ -88,6 +89,7 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 		use:     make([]rankUsage, world),
 		hints:   map[uint64]*pairHint{},
 		recvNet: roundBytes,
+		local:   roundBytes,
 	}
 	for dir := range b.totals {
 		for class := range b.totals[dir] {
@@ -121,13 +123,44 @@ func (b *Builder) SetNetReceiveBudget(n int64) error {
 	return b.err
 }
 
+// SetLocalBudget sets the most a rank sends, and separately receives,
+// over the local fabric in one round to n bytes (n > 0; the default is the
+// round budget), apart from the network's budgets: a route whose ranks
+// forward over the local fabric a multiple of what they receive over the
+// network (hier's leaders fan each chunk out to the other replicas of
+// their domain) gives the local fabric a budget of that multiple, so that
+// a round's fan-out does not fall behind the round's network receives and
+// finish after them. A round's local staging, for the messages that are
+// packed, can then reach n. It must come before the first Add; otherwise,
+// or with n <= 0, it makes the Builder fail.
+func (b *Builder) SetLocalBudget(n int64) error {
+	switch {
+	case b.err != nil:
+		return b.err
+	case len(b.s.Messages) > 0:
+		b.err = fmt.Errorf("reshard: %s schedule: the local budget must be set before the first message", b.s.Route)
+	case n <= 0:
+		b.err = &FieldError{Field: "local budget", Got: fmt.Sprint(n), Want: "> 0", Why: "a round must move some bytes"}
+	default:
+		b.local = n
+	}
+	return b.err
+}
+
+// LocalBudget returns the most a rank sends or receives over the local
+// fabric in one round (SetLocalBudget; the round budget by default).
+func (b *Builder) LocalBudget() int64 { return b.local }
+
 // NetReceiveBudget returns the most a rank receives over the network in
 // one round (SetNetReceiveBudget; the round budget by default).
 func (b *Builder) NetReceiveBudget() int64 { return b.recvNet }
 
 // budget returns the per-round budget of direction dir over class c.
 func (b *Builder) budget(dir int, c LinkClass) int64 {
-	if dir == 1 && c == LinkNetwork {
+	switch {
+	case c == LinkLocal:
+		return b.local
+	case dir == 1:
 		return b.recvNet
 	}
 	return b.s.RoundBytes
@@ -202,7 +235,7 @@ func (b *Builder) Add(m Message, after int) int {
 		from := r
 		r = max(r, min(b.open(m.Src), b.open(m.Dst)))
 		h := b.hint(m.Src, m.Dst)
-		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes, b.budget(1, m.Class))
+		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes, b.budget(0, m.Class), b.budget(1, m.Class))
 		h.learn(from, r, m.Bytes)
 		b.totals[0][m.Class][m.Src] = checked.SatSum(b.totals[0][m.Class][m.Src], m.Bytes)
 		b.totals[1][m.Class][m.Dst] = checked.SatSum(b.totals[1][m.Class][m.Dst], m.Bytes)
@@ -225,11 +258,11 @@ func (b *Builder) Add(m Message, after int) int {
 }
 
 // place returns the first round at or after r in which n more bytes fit
-// both the sender's list su and the receiver's list du, whose budget is
-// recv (maxRounds or more if none does). A round fits when its usage is
-// zero or at most budget-n.
-func (b *Builder) place(su, du *usage, r int, n int64, recv int64) int {
-	sl, rl := fitLimit(b.s.RoundBytes, n), fitLimit(recv, n)
+// both the sender's list su and the receiver's list du, whose budgets are
+// send and recv (maxRounds or more if none does). A round fits when its
+// usage is zero or at most budget-n.
+func (b *Builder) place(su, du *usage, r int, n int64, send, recv int64) int {
+	sl, rl := fitLimit(send, n), fitLimit(recv, n)
 	for r < maxRounds {
 		r = su.find(r, sl)
 		if r2 := du.find(r, rl); r2 != r {

@@ -8,6 +8,7 @@ package reshard
 type oracleBuilder struct {
 	roundBytes int64
 	recvNet    int64 // the network receive budget (SetNetReceiveBudget)
+	local      int64 // the local budget (SetLocalBudget)
 	topo       Topology
 	use        [2][2][][]int64 // [send, recv][network, local][rank][round] bytes
 	open       []int           // [rank] every round before this is full
@@ -17,6 +18,7 @@ func newOracleBuilder(world int, topo Topology, roundBytes int64) *oracleBuilder
 	return &oracleBuilder{
 		roundBytes: roundBytes,
 		recvNet:    roundBytes,
+		local:      roundBytes,
 		topo:       topo,
 		use: [2][2][][]int64{
 			{make([][]int64, world), make([][]int64, world)},
@@ -32,7 +34,7 @@ func (b *oracleBuilder) add(m Message, after int) int {
 	if m.Src != m.Dst {
 		send, recv := &b.use[0][m.Class][m.Src], &b.use[1][m.Class][m.Dst]
 		r = max(r, min(b.open[m.Src], b.open[m.Dst]))
-		for !(b.fits(*send, r, m.Bytes, b.roundBytes) && b.fits(*recv, r, m.Bytes, b.budget(1, m.Class))) {
+		for !(b.fits(*send, r, m.Bytes, b.budget(0, m.Class)) && b.fits(*recv, r, m.Bytes, b.budget(1, m.Class))) {
 			r++
 		}
 		*send = oracleCharge(*send, r, m.Bytes)
@@ -51,7 +53,10 @@ func (b *oracleBuilder) fits(use []int64, r int, n, budget int64) bool {
 }
 
 func (b *oracleBuilder) budget(dir int, c LinkClass) int64 {
-	if dir == 1 && c == LinkNetwork {
+	switch {
+	case c == LinkLocal:
+		return b.local
+	case dir == 1:
 		return b.recvNet
 	}
 	return b.roundBytes

@@ -14,7 +14,7 @@ func WatchBuilders() (stop func() (int, error)) {
 		o := oracles[b]
 		if o == nil {
 			o = newOracleBuilder(b.s.world, b.topo, b.s.RoundBytes)
-			o.recvNet = b.recvNet
+			o.recvNet, o.local = b.recvNet, b.local
 			oracles[b] = o
 		}
 		n++

@@ -47,3 +47,17 @@ func scheduleAll(r BucketRoute, plans []*Plan, topo Topology, opts ScheduleOptio
 	}
 	return b.Schedule(), nil
 }
+
+// StageRoute is a Route whose schedule can depend on the pipeline stage
+// it serves: the stages of a model reshard at once into the same
+// receivers, each on a communicator of its own, and stages with equal
+// layouts would otherwise build equal schedules that walk the receivers
+// in the same order at the same time (every stage's round r into the same
+// few ranks). Whoever schedules stage s (session.Pipeline, the simulator)
+// schedules ForStage(s); every rank of a stage's communicator passes the
+// same s.
+type StageRoute interface {
+	Route
+	// ForStage returns the route for stage s (s >= 0).
+	ForStage(s int) Route
+}

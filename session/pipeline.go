@@ -176,14 +176,19 @@ func layoutField(l pipeline.Layout) refit.Field {
 
 // Prepare prepares every stage this rank is in: specs(s) returns stage
 // s's specs, with meshes local to stage s's communicator. Stages are
-// prepared one after another in stage order.
+// prepared one after another in stage order; a reshard.StageRoute
+// prepares stage s with route.ForStage(s).
 func (st *Pipeline) Prepare(ctx context.Context, specs func(stage int) []refit.Spec, route reshard.Route) (*PipelineCall, error) {
 	sc := &PipelineCall{Calls: make([]*refit.Call, len(st.Sessions)), st: st}
 	for i, s := range st.Sessions {
 		if s == nil {
 			continue
 		}
-		c, err := s.Prepare(ctx, specs(i), route)
+		r := route
+		if sr, ok := route.(reshard.StageRoute); ok {
+			r = sr.ForStage(i)
+		}
+		c, err := s.Prepare(ctx, specs(i), r)
 		if err != nil {
 			sc.Close()
 			return nil, st.Wrap(i, err)

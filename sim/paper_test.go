@@ -68,24 +68,23 @@ func simulatePaper(t testing.TB, rho int, route string, opts reshard.ScheduleOpt
 // staging), so it shows what they add to the bound:
 //
 //   - flat reaches its bound within 1% at every rho;
-//   - hier reaches 8.96 ms within 1% at rho 2, but at rho 4 and 8 ends
-//     4.5% and 5.3% above it (4.9% and 6.1% before leaders rotated over
-//     the replicas, issue 25): the schedule gives each rank's local fan-out
-//     the same per-round budget as its network traffic (staging/8 each), a
-//     leader must forward (rho-1)*Ns/(K*rho) = 1.5 and 1.75 times what it
-//     receives per round, and a rank's rounds advance at the pace of the
-//     network's, so the fan-out falls behind and finishes after the last
-//     network byte (the critical path ends in local transfers). That is the
-//     schedule's cost, not the model's; the test pins it so that a change
-//     to the schedule or to the simulator shows.
+//   - hier ends 0.7%, 1.0% and 1.2% above 8.96 ms at rho 2, 4 and 8
+//     (0.7%, 4.5% and 5.3% before hier's local budget, issue 25: a leader
+//     forwards (rho-1)*Ns/(K*rho) = 1.5 and 1.75 times what it receives
+//     per round, and with the network's per-round budget for its fan-out
+//     the fan-out fell behind and finished after the last network byte;
+//     hier.localBudget now gives the local fabric that multiple). What is
+//     left is the fan-out of the last network round, after the last
+//     network byte. That is the schedule's cost, not the model's; the test
+//     pins it so that a change to the schedule or to the simulator shows.
 //
 // Every route must stay at or above its bound.
 func TestPaperSingleLayer(t *testing.T) {
 	opts := reshard.DefaultScheduleOptions
 	flatWant := map[int]float64{2: 17.92e-3, 4: 35.84e-3, 8: 71.68e-3}
-	// hier's excess over 8.96 ms with these options, from the fan-out lag
-	// described above (rho 2 has none).
-	hierExcess := map[int]float64{2: 0.01, 4: 0.05, 8: 0.06}
+	// hier's excess over 8.96 ms with these options: the last round's
+	// fan-out described above.
+	hierExcess := map[int]float64{2: 0.01, 4: 0.015, 8: 0.015}
 	for _, rho := range []int{2, 4, 8} {
 		fl := simulatePaper(t, rho, "flat", opts)
 		hr := simulatePaper(t, rho, "hier", opts)

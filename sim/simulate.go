@@ -76,13 +76,16 @@ type RouteResult struct {
 
 // schedule builds one stage's schedule for a route ("auto" resolved
 // already).
-func schedule(route string, st Stage, s Setup) (*reshard.Schedule, error) {
+func schedule(route string, st Stage, index int, s Setup) (*reshard.Schedule, error) {
 	if route == "auto" {
 		return nil, fmt.Errorf("sim: auto must be resolved before scheduling")
 	}
 	r, err := routespec.Parse(route, routespec.Options{Balance: s.Balance, Fabric: s.Cluster.Fabric()})
 	if err != nil {
 		return nil, err
+	}
+	if sr, ok := r.(reshard.StageRoute); ok {
+		r = sr.ForStage(index) // as session.Pipeline schedules stage index
 	}
 	return r.Schedule(st.Plans, st.Topo, s.Schedule)
 }
@@ -179,7 +182,7 @@ func SimulateRoute(route string, stages []Stage, s Setup) (*RouteResult, error) 
 				return
 			}
 			go func(i int) {
-				sc, err := schedule(rr.Chosen, stages[i], s)
+				sc, err := schedule(rr.Chosen, stages[i], i, s)
 				if err == nil && len(stages[i].Names) > 0 {
 					sc.TensorNames = stages[i].Names
 				}

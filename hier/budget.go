@@ -1,0 +1,46 @@
+package hier
+
+// localBudget is the local fabric's per-round budget for a schedule of
+// these chains (reshard.Builder.SetLocalBudget): a leader forwards every
+// chunk it receives to the other replicas of its domain, so in a round in
+// which it receives its network share (net bytes) it has that many bytes
+// times its fan-out to send over the local fabric, and the other replicas
+// as many to receive. With the round budget for both (the default), the
+// fan-out takes more rounds than the receives it forwards, falls behind,
+// and ends after the last network byte. The budget is net times the
+// largest ratio, over the ranks, of the bytes a rank moves over the local
+// fabric (sent or received) to the bytes it leads in over the network,
+// and at least the round budget. The local fabric shares no link with the
+// network, so the larger budget takes nothing from it; what it costs is
+// staging for the local messages a round packs.
+func localBudget(chains []chain, net, round int64) int64 {
+	lead := map[int]int64{}     // network bytes a rank receives as a leader
+	local := map[int][2]int64{} // local bytes a rank sends and receives
+	for i := range chains {
+		c := &chains[i]
+		n := c.box.Elems() * c.elem
+		for _, h := range c.hops {
+			lead[h.leader] += n
+			l := local[h.leader]
+			l[0] += n * int64(len(h.others))
+			local[h.leader] = l
+			for _, o := range h.others {
+				l := local[o]
+				l[1] += n
+				local[o] = l
+			}
+		}
+	}
+	// the ratio over the ranks that lead anything (a rank that only
+	// receives locally moves its bytes in the rounds its leaders send).
+	var most float64
+	for r, v := range lead {
+		if v == 0 {
+			continue
+		}
+		l := local[r]
+		most = max(most, float64(max(l[0], l[1]))/float64(v))
+	}
+	b := int64(most * float64(net))
+	return max(b, round)
+}
