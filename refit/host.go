@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
@@ -41,7 +42,7 @@ type hostDriver struct {
 
 // NewHostDriver returns the host driver of program p over t and mem;
 // timeout bounds every wait for a round (0: none), and a round that times
-// out fails the step with a *TimeoutError naming the peers still owed
+// out fails the step with a *control.TimeoutError naming the peers still owed
 // (the caller must then abort the transport).
 func NewHostDriver(p *program.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (Driver, error) {
 	h, err := newHostDriver(p, t, mem, timeout)
@@ -382,7 +383,7 @@ func (d *hostStep) op(w *program.Wire, send bool, staging transport.Buffer) tran
 }
 
 // wait waits for posted round s of program p, bounded by the driver's
-// timeout: a round that times out is a *TimeoutError naming the peers
+// timeout: a round that times out is a *control.TimeoutError naming the peers
 // still owed and the tensors the round carries.
 func (h *hostDriver) wait(ctx context.Context, p *program.Program, s *program.Round, pending transport.Pending) error {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -400,7 +401,7 @@ func (h *hostDriver) wait(ctx context.Context, p *program.Program, s *program.Ro
 			if err := transport.PollOnce(ctx); err != nil {
 				return err
 			}
-			te := &TimeoutError{Rank: p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
+			te := &control.TimeoutError{Rank: p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
 			if inc, ok := pending.(transport.Incompleter); ok {
 				if te.Peers = inc.Incomplete(); len(te.Peers) == 0 {
 					return nil // it completed as its deadline passed
