@@ -115,33 +115,6 @@ func (h *hostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 	return st, h.mem.Sync()
 }
 
-// RunSchedule compiles rank's part of s with dense views and moves it once
-// with the host driver over t and mem, after checking bufs against the
-// layouts: a convenience for tests and one-off moves. A call that runs
-// every step is prepared once (Runtime.Prepare).
-func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memory, s *reshard.Schedule, bufs []TensorBuffers) (Stats, error) {
-	if t.Size() != s.World() {
-		return Stats{}, fmt.Errorf("refit: schedule for %d ranks on a communicator of %d", s.World(), t.Size())
-	}
-	needs, err := partNeeds(s, t.Rank(), nil)
-	if err != nil {
-		return Stats{}, err
-	}
-	if err := checkBuffers(s, t.Rank(), needs, bufs); err != nil {
-		return Stats{}, err
-	}
-	p, err := program.Compile(s, t.Rank(), program.CompileOptions{MaxInPlace: transport.MaxInPlace(t)})
-	if err != nil {
-		return Stats{}, err
-	}
-	h, err := newHostDriver(p, t, mem, 0)
-	if err != nil {
-		return Stats{}, err
-	}
-	defer h.Close()
-	return h.Move(ctx, StepInput{Bufs: bufs})
-}
-
 // inflight is a posted round.
 type inflight struct {
 	st      *program.Round
