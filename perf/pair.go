@@ -219,9 +219,6 @@ func (p *Pair) Close() {
 	}
 }
 
-// Session returns the pair's session.
-func (p *Pair) Session() *session.Session { return p.s }
-
 // Plan returns the pair's plan.
 func (p *Pair) Plan() *reshard.Plan { return p.plan }
 
