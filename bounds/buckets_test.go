@@ -15,6 +15,7 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
 	"github.com/m2n-dev/m2n/transport/inproc"
 )
@@ -86,7 +87,21 @@ func TestAutoBuckets(t *testing.T) {
 				bufs[i].Dst = transport.HostBuffer(bytes.Repeat([]byte{pattern.Poison}, int(sp.Dst.LocalBytes(r))))
 			}
 		}
-		if _, err := refit.RunSchedule(context.Background(), tr, transport.HostMemory{}, s, bufs); err != nil {
+		// one move of the joint schedule with the host driver
+		move := func() error {
+			prog, err := program.Compile(s, r, program.CompileOptions{MaxInPlace: transport.MaxInPlace(tr)})
+			if err != nil {
+				return err
+			}
+			d, err := refit.NewHostDriver(prog, tr, transport.HostMemory{}, 0)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			_, err = d.Move(context.Background(), refit.StepInput{Bufs: bufs})
+			return err
+		}
+		if err := move(); err != nil {
 			tr.Abort(err)
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
@@ -110,13 +111,13 @@ func m2n_last_error_code() (code C.int32_t) {
 // then the abort's cause (a timeout), the abort, and the rest.
 func codeOf(err error) int {
 	var (
-		ag *refit.AgreementError
-		ve *refit.ValidationError
+		ag *control.AgreementError
+		ve *control.ValidationError
 		cs *refit.ChecksumError
-		to *refit.TimeoutError
-		ab *refit.AbortError
+		to *control.TimeoutError
+		ab *control.AbortError
 		cm *refit.CallMismatchError
-		le *refit.LeftError
+		le *control.LeftError
 		ae *argError
 		ie *internalError
 	)
@@ -170,9 +171,9 @@ func detailOf(code int, err error) map[string]any {
 	var chain []string
 	walk(err, func(e error) {
 		switch e := e.(type) {
-		case *refit.ValidationError:
+		case *control.ValidationError:
 			setOnce(d, "rank", e.Rank)
-		case *refit.AgreementError:
+		case *control.AgreementError:
 			setOnce(d, "rank", e.Rank)
 			setOnce(d, "field", e.Field)
 			if e.Tensor != "" {
@@ -185,11 +186,11 @@ func detailOf(code int, err error) map[string]any {
 			setOnce(d, "tensor", e.Tensor)
 			setOnce(d, "rank", e.Dst)
 			setOnce(d, "src", e.Src)
-		case *refit.TimeoutError:
+		case *control.TimeoutError:
 			setOnce(d, "rank", e.Rank)
 			setOnce(d, "peers", e.Peers)
 			setOnce(d, "phase", e.Phase)
-		case *refit.AbortError:
+		case *control.AbortError:
 			setOnce(d, "rank", e.Rank)
 		case *refit.CallMismatchError:
 			setOnce(d, "rank", e.Rank)
@@ -198,7 +199,7 @@ func detailOf(code int, err error) map[string]any {
 			setOnce(d, "want", e.Want)
 			setOnce(d, "want_step", e.WantStep)
 			setOnce(d, "differing", e.Differing)
-		case *refit.LeftError:
+		case *control.LeftError:
 			// the rank that left, not the one that aborted on hearing it
 			d["rank"] = e.Rank
 			setOnce(d, "phase", e.Phase)

@@ -6,27 +6,27 @@ import (
 	"sync"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
 
 // agreeToJoin is the first collective of m2n_session_join and
 // m2n_session_refuse: every rank of c says whether it can join (localErr,
 // its options unreadable, say), bounded by timeout. When one cannot, every
-// rank returns the same *refit.ValidationError carrying the lowest such
+// rank returns the same *control.ValidationError carrying the lowest such
 // rank's error, typed, and nobody joins. It comes before session.Join's
 // own agreement, which compares the options first: a rank that refused
 // with options it could not read would otherwise be reported as a rank
 // whose options differ ("rank 1 has timeout 5m0s, rank 0 has 30s" for a
 // timeout_seconds of NaN). A rank that never comes makes the others return
-// a *refit.TimeoutError after timeout (the job is then marked failed, so
+// a *control.TimeoutError after timeout (the job is then marked failed, so
 // that MPI_Finalize ends it rather than wait).
 func agreeToJoin(c *mpi.Comm, timeout time.Duration, localErr error) error {
 	n, rank := c.Size(), c.Rank()
 	if n == 1 {
 		if localErr != nil {
-			return &refit.ValidationError{Rank: 0, Msg: localErr.Error(), Err: localErr}
+			return &control.ValidationError{Rank: 0, Msg: localErr.Error(), Err: localErr}
 		}
 		return nil
 	}
@@ -55,7 +55,7 @@ func agreeToJoin(c *mpi.Comm, timeout time.Duration, localErr error) error {
 	// the lowest failing rank's error, typed, to every rank
 	var mine []byte
 	if localErr != nil {
-		mine = refit.EncodeError(localErr)
+		mine = control.EncodeError(localErr)
 	}
 	lens := make([]byte, 8*n)
 	if err := boundedCollective(c, deadline, timeout, func() (*mpi.Request, error) {
@@ -79,11 +79,11 @@ func agreeToJoin(c *mpi.Comm, timeout time.Duration, localErr error) error {
 	}); err != nil {
 		return err
 	}
-	cause := refit.DecodeError(blobs[displs[failing] : displs[failing]+counts[failing]])
+	cause := control.DecodeError(blobs[displs[failing] : displs[failing]+counts[failing]])
 	if cause == nil {
 		cause = fmt.Errorf("rank %d refused to join without a reason", failing)
 	}
-	return &refit.ValidationError{Rank: failing, Msg: cause.Error(), Err: cause}
+	return &control.ValidationError{Rank: failing, Msg: cause.Error(), Err: cause}
 }
 
 // stranded keeps collectives that timed out reachable (their buffers stay
@@ -118,7 +118,7 @@ func boundedCollective(c *mpi.Comm, deadline time.Time, timeout time.Duration, s
 					peers = append(peers, r)
 				}
 			}
-			err := &refit.TimeoutError{Rank: c.Rank(), After: timeout, Peers: peers,
+			err := &control.TimeoutError{Rank: c.Rank(), After: timeout, Peers: peers,
 				Phase: "first agreement of m2n_session_join (some of the ranks named never joined)"}
 			mpi.MarkFailed(err)
 			return err

@@ -112,7 +112,7 @@ enum {
 	M2N_ERR_CALL_MISMATCH = 10,
 	/* A peer left the session (m2n_session_close, or m2n_session_leave after
 	 * a failure of its own program) before a collective this rank waits
-	 * in, which it will never join (refit.LeftError, naming it and why):
+	 * in, which it will never join (control.LeftError, naming it and why):
 	 * the session aborted, as with M2N_ERR_ABORT. Detail: "rank" (the rank
 	 * that left), "cause", "phase". */
 	M2N_ERR_LEFT = 11

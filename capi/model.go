@@ -17,6 +17,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/model"
@@ -518,7 +519,7 @@ func (me *modelEntry) modelCompleted(ctx context.Context, reps []*refit.Report) 
 		}
 		binary.LittleEndian.PutUint64(mine[8*si:], uint64(v))
 	}
-	all, err := refit.Exchange(refit.WithPhase(ctx, "model completion count"), me.se.s.Collective(), mine)
+	all, err := control.Exchange(control.WithPhase(ctx, "model completion count"), me.se.s.Collective(), mine)
 	if err != nil {
 		return 0, err // the session aborted (the exchange is bounded, and ends on a peer's notice)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda/kernels"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
@@ -201,7 +202,7 @@ func TestFP8CallKernelsOnCPU(t *testing.T) {
 				defer cancel()
 				env := transporttest.Env{T: tr, Mem: mem, IO: mem, Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * chunk},
 					Padded: ri == 0}
-				_, err := transporttest.RunFP8Case(ctx, env, refit.Plain(w.Collective(tr.Rank())), c, route, mode, refit.Options{Verify: ci%2 == 0}, 2)
+				_, err := transporttest.RunFP8Case(ctx, env, control.Plain(w.Collective(tr.Rank())), c, route, mode, refit.Options{Verify: ci%2 == 0}, 2)
 				if err != nil {
 					tr.Abort(err)
 				}

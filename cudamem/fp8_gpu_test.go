@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
@@ -49,7 +50,7 @@ func TestGPUFP8(t *testing.T) {
 		for ri, r := range routes {
 			mode := fp8.Mode(1 + (ci+ri)%3)
 			err := runOnDevice(t, ctx, wire, c, r.deviceRoute, func(cctx context.Context, w *inproc.World, env transporttest.Env) error {
-				_, err := transporttest.RunFP8Case(cctx, env, refit.Plain(w.Collective(env.T.Rank())), c, r.route, mode, r.opts, 2)
+				_, err := transporttest.RunFP8Case(cctx, env, control.Plain(w.Collective(env.T.Rank())), c, r.route, mode, r.opts, 2)
 				return err
 			})
 			if err != nil {
@@ -107,7 +108,7 @@ func TestGPUFP8NonFinite(t *testing.T) {
 				}
 				defer mem.Free(b.Scale)
 			}
-			call, err := refit.New(refit.Plain(w.Collective(rank))).Prepare(context.Background(), []refit.Spec{spec}, reshard.Flat{},
+			call, err := refit.New(control.Plain(w.Collective(rank))).Prepare(context.Background(), []refit.Spec{spec}, reshard.Flat{},
 				refit.Target{Transport: tr, Memory: mem}, refit.Options{Schedule: reshard.DefaultScheduleOptions, Atomic: true, Timeout: time.Minute})
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
@@ -120,7 +121,7 @@ func TestGPURefit(t *testing.T) {
 					}
 					opts := refit.Options{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true, Timeout: time.Minute}
 					cctx := context.Background()
-					call, err := refit.New(refit.Plain(w.Collective(rank))).Prepare(cctx, []refit.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
+					call, err := refit.New(control.Plain(w.Collective(rank))).Prepare(cctx, []refit.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
 						reshard.Flat{}, refit.Target{Transport: w.Transport(rank), Memory: mem}, opts)
 					if err != nil {
 						return err

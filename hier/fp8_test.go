@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
@@ -44,7 +45,7 @@ func TestFP8Hier(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
 					env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Topo: topo, Opts: opts}
-					_, err := transporttest.RunFP8Case(ctx, env, refit.Plain(w.Collective(tr.Rank())), c, hier.Hier{Balance: bal}, mode, refit.Options{Verify: ci%2 == 0}, 2)
+					_, err := transporttest.RunFP8Case(ctx, env, control.Plain(w.Collective(tr.Rank())), c, hier.Hier{Balance: bal}, mode, refit.Options{Verify: ci%2 == 0}, 2)
 					if err != nil {
 						tr.Abort(err)
 					}

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"math"
 
-	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/session"
 )
 
@@ -18,7 +18,7 @@ func gather(s *session.Session, phase string, v []int64) ([]int64, error) {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
 	all := make([]byte, len(b)*s.Size())
-	if err := s.Collective().Allgather(refit.WithPhase(context.Background(), phase), b, all); err != nil {
+	if err := s.Collective().Allgather(control.WithPhase(context.Background(), phase), b, all); err != nil {
 		return nil, err
 	}
 	out := make([]int64, len(all)/8)
@@ -68,7 +68,7 @@ func maxOverEach(s *session.Session, v []float64) ([]float64, error) {
 // firstMessage gathers every rank's message and returns the lowest
 // rank's that is not empty ("" when all are).
 func firstMessage(s *session.Session, msg string) (string, error) {
-	blobs, err := refit.Exchange(refit.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
+	blobs, err := control.Exchange(control.WithPhase(context.Background(), "check results gathering"), s.Collective(), []byte(msg))
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/pattern"
@@ -185,7 +186,7 @@ func stageOutcomes(s *session.Session, m *session.Model, reps []*refit.Report, r
 // fromStageMembers completes a per-stage list that every rank knows for
 // its own stages ("" for the others) from every rank's.
 func fromStageMembers(s *session.Session, mine []string) ([]string, error) {
-	got, err := refit.Exchange(context.Background(), s.Collective(), []byte(strings.Join(mine, ",")))
+	got, err := control.Exchange(context.Background(), s.Collective(), []byte(strings.Join(mine, ",")))
 	if err != nil {
 		return nil, err
 	}

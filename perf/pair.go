@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/pattern"
@@ -98,7 +99,7 @@ func NewPair(s *session.Session, cfg PairConfig) (*Pair, error) {
 	p.plan = plan
 	if localErr == nil {
 		localErr = inSteps(s, "buffer set-up (filling the sources)", p.allocate)
-		var ab *refit.AbortError
+		var ab *control.AbortError
 		if errors.As(localErr, &ab) {
 			p.Close()
 			return nil, localErr
@@ -135,7 +136,7 @@ func (p *Pair) checkMemory() error {
 		}
 	}
 	fp.Buffers = checked.SatSum(fp.Buffers, p.cfg.ExtraBuffers)
-	return s.CheckMemory(refit.WithPhase(context.Background(), "memory check before the buffers"), fp)
+	return s.CheckMemory(control.WithPhase(context.Background(), "memory check before the buffers"), fp)
 }
 
 // allocate makes this rank's buffers, the source filled.
@@ -217,9 +218,6 @@ func (p *Pair) Close() {
 		}
 	}
 }
-
-// Session returns the pair's session.
-func (p *Pair) Session() *session.Session { return p.s }
 
 // Plan returns the pair's plan.
 func (p *Pair) Plan() *reshard.Plan { return p.plan }

@@ -8,18 +8,18 @@ import (
 	"sort"
 	"text/tabwriter"
 
-	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/units"
 )
 
 // gatherReports collects every rank's reports of pipeline stages on
 // every rank, ordered by stage, over the bounded collective coll.
-func gatherReports(coll refit.Collective, mine []*RunReport) ([]*RunReport, error) {
+func gatherReports(coll control.Collective, mine []*RunReport) ([]*RunReport, error) {
 	payload, err := json.Marshal(mine)
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := refit.Exchange(refit.WithPhase(context.Background(), "report gathering"), coll, payload)
+	blobs, err := control.Exchange(control.WithPhase(context.Background(), "report gathering"), coll, payload)
 	if err != nil {
 		return nil, err
 	}

@@ -5,27 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
 )
-
-// Collective is the control-plane collective a call agrees over: the
-// ranks that take part, the same ones and in the same order as the
-// transport's. Every rank must make the same collective calls in the same
-// order. Implementations bound every call (package session's returns a
-// *TimeoutError naming the ranks that never arrived).
-type Collective interface {
-	Rank() int
-	Size() int
-	// Allgather gathers len(send) bytes from every rank into recv, rank r's
-	// at recv[r*len(send):].
-	Allgather(ctx context.Context, send, recv []byte) error
-	// Allgatherv gathers counts[r] bytes from rank r into recv at displs[r].
-	Allgatherv(ctx context.Context, send, recv []byte, counts, displs []int64) error
-}
 
 // Spec is one named tensor of a call: its two layouts, the same on every
 // rank, and where this rank's parts sit in its buffers (its own views; the
@@ -52,9 +38,6 @@ type Spec struct {
 	Views    program.TensorViews
 	Scale    fp8.Mode
 }
-
-// Field is one named value every rank of a call must agree on.
-type Field struct{ Name, Value string }
 
 // Options configure a call. Every rank must pass equal values (but for
 // Timeout, which the session agrees on at join); Prepare checks that they
@@ -90,7 +73,7 @@ type Options struct {
 	Timeout time.Duration
 	// Agree lists more fields that must match across ranks (the session
 	// adds its device, domain overrides, timeout, ...).
-	Agree []Field
+	Agree []control.Field
 	// Derived, if set, keeps what this rank derives (plans, schedule,
 	// program) for later calls with the same inputs, and gives this call
 	// what an earlier one derived (see Derived).
@@ -155,17 +138,17 @@ type Call struct {
 //
 //   - before scheduling, on everything the ranks were given (layouts,
 //     names, route, topology, options): a rank given something else makes
-//     every rank fail at once with an *AgreementError naming the first
+//     every rank fail at once with an *control.AgreementError naming the first
 //     rank and field that differ, and a rank whose input does not validate
-//     makes every rank fail with a *ValidationError carrying its typed
+//     makes every rank fail with a *control.ValidationError carrying its typed
 //     error;
 //   - after compiling, on a fingerprint of the schedule actually built (and
 //     each rank's success): a rank that built another schedule is an
-//     *AgreementError on field "schedule".
+//     *control.AgreementError on field "schedule".
 //
 // Every rank of the group must call Prepare for the same calls in the same
 // order; the order numbers them (their identity on the wire). A driver
-// that cannot be built on this rank aborts the group (Group.Fail).
+// that cannot be built on this rank aborts the group (control.Group.Fail).
 func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Route, on Target, opts Options) (*Call, error) {
 	g := rt.g
 	if err := g.Usable(); err != nil {
@@ -189,7 +172,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if err := agree(WithPhase(ctx, "agreement on the call's inputs"), g, callFields(specs, world, route, topo, opts), localErr); err != nil {
+	if err := control.Agree(control.WithPhase(ctx, "agreement on the call's inputs"), g, callFields(specs, world, route, topo, opts), localErr); err != nil {
 		return nil, g.Fail(err)
 	}
 	c := &Call{rt: rt, name: opts.Name, specs: specs, plans: plans, topo: topo, tr: on.Transport, mem: on.Memory, opts: opts, rank: rank, world: world, held: Held{Intact: true}}
@@ -197,7 +180,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 	if err != nil {
 		err = fmt.Errorf("rank %d: route %s: %w", rank, route.Name(), err)
 	}
-	if err := agreeSchedule(WithPhase(ctx, "agreement on the schedule built"), g, c.fingerprint, err); err != nil {
+	if err := agreeSchedule(control.WithPhase(ctx, "agreement on the schedule built"), g, c.fingerprint, err); err != nil {
 		return nil, g.Fail(err)
 	}
 	if on.Device != nil && !opts.Verify && c.quant == nil && !opts.Delta && len(specs) > 0 {

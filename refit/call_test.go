@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pattern"
@@ -133,14 +134,14 @@ func runCall(world int, mk func(rank int) call, wrap func(transport.Transport) t
 			if c.timeout > 0 {
 				opts.Timeout = c.timeout
 			}
-			p, err := refit.New(refit.Plain(w.Collective(r))).Prepare(ctx, specs, route, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, opts)
+			p, err := refit.New(control.Plain(w.Collective(r))).Prepare(ctx, specs, route, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, opts)
 			if err != nil {
 				errs[r] = err
 				return
 			}
 			defer p.Close()
 			reps[r], errs[r] = p.Run(ctx, bufs)
-			if errors.Is(errs[r], refit.ErrTimeout) {
+			if errors.Is(errs[r], control.ErrTimeout) {
 				tr.Abort(errs[r])
 			}
 		}(r)
@@ -428,7 +429,7 @@ func TestTimeoutNamesPeers(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("took %v", el)
 	}
-	var te *refit.TimeoutError
+	var te *control.TimeoutError
 	if !errors.As(errs[6], &te) || len(te.Peers) != 1 || te.Peers[0] != 2 || te.Tensors[0] != "w" {
 		t.Fatalf("rank 6: %v, want a timeout waiting for rank 2 on tensor w", errs[6])
 	}
@@ -457,7 +458,7 @@ func TestRefuse(t *testing.T) {
 			tr := w.Transport(r)
 			opts := flatOpts()
 			opts.Timeout = 5 * time.Second
-			p, err := refit.New(refit.Plain(w.Collective(r))).Prepare(ctx, specs, reshard.Flat{}, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, opts)
+			p, err := refit.New(control.Plain(w.Collective(r))).Prepare(ctx, specs, reshard.Flat{}, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, opts)
 			if err != nil {
 				errs[r] = err
 				return
@@ -476,7 +477,7 @@ func TestRefuse(t *testing.T) {
 	}
 	wg.Wait()
 	for r, err := range errs {
-		var ve *refit.ValidationError
+		var ve *control.ValidationError
 		var be *refit.BufferError
 		if !errors.As(err, &ve) || ve.Rank != 1 || !errors.As(err, &be) || be.Tensor != "w" || be.Side != "source" {
 			t.Errorf("rank %d: refused step returned %v; want a ValidationError of rank 1 wrapping its BufferError", r, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/pattern"
@@ -153,7 +154,7 @@ func (c deltaConfig) prepare(w *inproc.World, r int, tr transport.Transport, ts 
 			return nil, err
 		}
 	}
-	return refit.New(refit.Plain(w.Collective(r))).Prepare(context.Background(), specs, route, refit.Target{Transport: tr, Memory: transport.HostMemory{}, Topology: topo}, o)
+	return refit.New(control.Plain(w.Collective(r))).Prepare(context.Background(), specs, route, refit.Target{Transport: tr, Memory: transport.HostMemory{}, Topology: topo}, o)
 }
 
 // TestDelta runs a call in delta mode for steps that change 0%, 1%, 50%

@@ -62,8 +62,11 @@ func derivedKey(rank, world int, specs []Spec, route reshard.Route, on Target, o
 		h.Write([]byte(s))
 	}
 	for _, f := range callFields(specs, world, route, on.Topology, opts) {
-		word(f.name)
-		for _, v := range f.values {
+		word(f.Name)
+		if f.PerTensor == nil {
+			word(f.Value)
+		}
+		for _, v := range f.PerTensor {
 			word(v)
 		}
 	}

@@ -103,7 +103,7 @@ type Driver interface {
 	Name() string
 	// Move runs every round of the program over in.Bufs and returns when
 	// every byte this rank receives is in place. A round that does not
-	// complete within the driver's timeout is a *TimeoutError naming the
+	// complete within the driver's timeout is a *control.TimeoutError naming the
 	// rank, the round and its peers; after any error the caller must abort
 	// the transport.
 	Move(ctx context.Context, in StepInput) (Stats, error)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -59,7 +60,7 @@ func TestFP8Inproc(t *testing.T) {
 					defer cancel()
 					env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: su.opts,
 						Coalesce: su.coalesce, Padded: su.padded}
-					_, err := transporttest.RunFP8Case(ctx, env, refit.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, mode, su.call, 2)
+					_, err := transporttest.RunFP8Case(ctx, env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, mode, su.call, 2)
 					if err != nil {
 						tr.Abort(err)
 					}
@@ -88,7 +89,7 @@ func TestFP8Colocated(t *testing.T) {
 		mode := fp8.Mode(1 + i%3)
 		errs := w.Run(func(tr transport.Transport) error {
 			env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: reshard.DefaultScheduleOptions}
-			_, err := transporttest.RunFP8Case(context.Background(), env, refit.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, mode, refit.Options{Verify: i%2 == 0}, 1)
+			_, err := transporttest.RunFP8Case(context.Background(), env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, mode, refit.Options{Verify: i%2 == 0}, 1)
 			if err != nil {
 				tr.Abort(err)
 			}
@@ -114,7 +115,7 @@ func TestFP8NetworkBytesHalve(t *testing.T) {
 			env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: reshard.DefaultScheduleOptions}
 			var err error
 			if d.Scale != 0 {
-				reps[tr.Rank()], err = transporttest.RunFP8Case(context.Background(), env, refit.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, d.Scale, refit.Options{}, 1)
+				reps[tr.Rank()], err = transporttest.RunFP8Case(context.Background(), env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, d.Scale, refit.Options{}, 1)
 				return err
 			}
 			st, err := transporttest.RunCase(context.Background(), env, c, reshard.Flat{})
@@ -242,7 +243,7 @@ func TestFP8NonFinite(t *testing.T) {
 			return c
 		}, nil)
 		for r, err := range errs {
-			var ve *refit.ValidationError
+			var ve *control.ValidationError
 			var nf *refit.NonFiniteError
 			if !errors.As(err, &ve) || !errors.As(err, &nf) {
 				t.Fatalf("atomic %v: rank %d: %v, want a *ValidationError wrapping a *NonFiniteError", atomic, r, err)
@@ -252,7 +253,7 @@ func TestFP8NonFinite(t *testing.T) {
 				t.Errorf("atomic %v: rank %d: %v, want %q", atomic, r, err, want)
 			}
 			// the error keeps its type across ranks
-			back := refit.DecodeError(refit.EncodeError(err))
+			back := control.DecodeError(control.EncodeError(err))
 			var nf2 *refit.NonFiniteError
 			if !errors.As(back, &nf2) || back.Error() != err.Error() || nf2.Flat != 77100 || !slices.Equal(nf2.Index, []int64{200, 300}) {
 				t.Errorf("decoded %v (%+v), want %v", back, nf2, err)

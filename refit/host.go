@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
@@ -41,7 +42,7 @@ type hostDriver struct {
 
 // NewHostDriver returns the host driver of program p over t and mem;
 // timeout bounds every wait for a round (0: none), and a round that times
-// out fails the step with a *TimeoutError naming the peers still owed
+// out fails the step with a *control.TimeoutError naming the peers still owed
 // (the caller must then abort the transport).
 func NewHostDriver(p *program.Program, t transport.Transport, mem transport.Memory, timeout time.Duration) (Driver, error) {
 	h, err := newHostDriver(p, t, mem, timeout)
@@ -112,33 +113,6 @@ func (h *hostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 		d.progress(f.index)
 	}
 	return st, h.mem.Sync()
-}
-
-// RunSchedule compiles rank's part of s with dense views and moves it once
-// with the host driver over t and mem, after checking bufs against the
-// layouts: a convenience for tests and one-off moves. A call that runs
-// every step is prepared once (Runtime.Prepare).
-func RunSchedule(ctx context.Context, t transport.Transport, mem transport.Memory, s *reshard.Schedule, bufs []TensorBuffers) (Stats, error) {
-	if t.Size() != s.World() {
-		return Stats{}, fmt.Errorf("refit: schedule for %d ranks on a communicator of %d", s.World(), t.Size())
-	}
-	needs, err := partNeeds(s, t.Rank(), nil)
-	if err != nil {
-		return Stats{}, err
-	}
-	if err := checkBuffers(s, t.Rank(), needs, bufs); err != nil {
-		return Stats{}, err
-	}
-	p, err := program.Compile(s, t.Rank(), program.CompileOptions{MaxInPlace: transport.MaxInPlace(t)})
-	if err != nil {
-		return Stats{}, err
-	}
-	h, err := newHostDriver(p, t, mem, 0)
-	if err != nil {
-		return Stats{}, err
-	}
-	defer h.Close()
-	return h.Move(ctx, StepInput{Bufs: bufs})
 }
 
 // inflight is a posted round.
@@ -382,7 +356,7 @@ func (d *hostStep) op(w *program.Wire, send bool, staging transport.Buffer) tran
 }
 
 // wait waits for posted round s of program p, bounded by the driver's
-// timeout: a round that times out is a *TimeoutError naming the peers
+// timeout: a round that times out is a *control.TimeoutError naming the peers
 // still owed and the tensors the round carries.
 func (h *hostDriver) wait(ctx context.Context, p *program.Program, s *program.Round, pending transport.Pending) error {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -400,7 +374,7 @@ func (h *hostDriver) wait(ctx context.Context, p *program.Program, s *program.Ro
 			if err := transport.PollOnce(ctx); err != nil {
 				return err
 			}
-			te := &TimeoutError{Rank: p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
+			te := &control.TimeoutError{Rank: p.Rank, Round: s.Index, After: h.timeout, Peers: s.Peers()}
 			if inc, ok := pending.(transport.Incompleter); ok {
 				if te.Peers = inc.Incomplete(); len(te.Peers) == 0 {
 					return nil // it completed as its deadline passed

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
@@ -34,7 +35,7 @@ func prepareTwoCalls(t *testing.T, w *inproc.World, src, dst placement.Layout) [
 	var mu sync.Mutex
 	errs := w.Run(func(tr transport.Transport) error {
 		r := tr.Rank()
-		rt := refit.New(refit.Plain(w.Collective(r)))
+		rt := refit.New(control.Plain(w.Collective(r)))
 		var rk twoCallRank
 		for k, name := range []string{"a", "b"} {
 			// the same tensor name in both calls: only the order tells them apart

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
@@ -41,7 +42,7 @@ func BenchmarkPreparedCall(b *testing.B) {
 	ctx := context.Background()
 	runtimes := make([]*refit.Runtime, world)
 	for r := range runtimes {
-		runtimes[r] = refit.New(refit.Plain(w.Collective(r)))
+		runtimes[r] = refit.New(control.Plain(w.Collective(r)))
 	}
 	prepare := func(r int) (*refit.Call, error) {
 		return runtimes[r].Prepare(ctx, specs, reshard.Flat{}, refit.Target{Transport: w.Transport(r), Memory: transport.HostMemory{}}, opts)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -422,7 +423,7 @@ func (c *Call) amaxFailure(blob []byte, i int, err error) []byte {
 // bounded collective, and every rank combines the windows that touch the
 // blocks it packs and the blocks its destination part holds, so that every
 // block's scale is the whole tensor's. A NaN or infinity anywhere fails
-// every rank alike with a *ValidationError carrying a *NonFiniteError of
+// every rank alike with a *control.ValidationError carrying a *NonFiniteError of
 // the first one (the lowest flat index, over the first tensor in call
 // order that has one).
 //
@@ -430,10 +431,10 @@ func (c *Call) amaxFailure(blob []byte, i int, err error) []byte {
 // 4 bytes per block of every converting tensor (a block of 128x128 bf16
 // elements is 32 KiB; its scale 4 bytes, 1/8192 of the weights), over an
 // allgather, and combines only the windows of the tensors it holds.
-func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Collective, bufs []TensorBuffers) (*stepScales, error) {
+func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll control.Collective, bufs []TensorBuffers) (*stepScales, error) {
 	qm := mem.(transport.QuantMemory) // checked with the buffers
 	blob := c.partialAmaxes(qm, bufs)
-	blobs, err := Exchange(WithPhase(ctx, "FP8 amax exchange"), coll, blob)
+	blobs, err := control.Exchange(control.WithPhase(ctx, "FP8 amax exchange"), coll, blob)
 	if err != nil {
 		return nil, err
 	}
@@ -464,12 +465,12 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll Coll
 			}
 		}
 		if fail != nil {
-			return nil, &ValidationError{Rank: fail.rank, Msg: fail.msg, Err: errors.New(fail.msg)}
+			return nil, &control.ValidationError{Rank: fail.rank, Msg: fail.msg, Err: errors.New(fail.msg)}
 		}
 		if nonFinite != nil {
 			e := &NonFiniteError{Tensor: c.specs[i].Name, Rank: nonFinite.rank, Flat: nonFinite.flat,
 				Index: unravel(c.specs[i].Src.Shape(), nonFinite.flat), Value: nonFinite.value, ValueText: nonFiniteText(nonFinite.value)}
-			return nil, &ValidationError{Rank: nonFinite.rank, Msg: e.Error(), Err: e}
+			return nil, &control.ValidationError{Rank: nonFinite.rank, Msg: e.Error(), Err: e}
 		}
 	}
 	out := &stepScales{exec: make([]tensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}

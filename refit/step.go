@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -57,7 +58,7 @@ type step struct {
 //   - begin: this rank's buffers are checked and every rank agrees, in one
 //     small collective, that every rank's are good and that every rank
 //     begins this same step of this same call (a bad buffer anywhere is a
-//     *ValidationError wrapping a *BufferError on every rank; ranks that
+//     *control.ValidationError wrapping a *BufferError on every rank; ranks that
 //     began different calls or steps all return a *CallMismatchError);
 //     for tensors converted to FP8 the ranks then combine this step's
 //     scales (a NaN anywhere fails every rank here, destinations
@@ -67,11 +68,11 @@ type step struct {
 //   - end: with Verify the ranks compare checksums, every rank agrees on
 //     which tensors completed, and with Atomic the shadows are committed.
 //
-// Errors every rank agreed on (*ValidationError, *CallMismatchError,
+// Errors every rank agreed on (*control.ValidationError, *CallMismatchError,
 // *ChecksumError; with Atomic nothing changed anywhere) leave the group
 // usable. Any other error is this rank's alone (a timeout, a transport
-// error, a cancelled ctx): the group aborts (Group.Fail), telling every
-// peer, which returns a *AbortError naming this rank. A step Launch queued
+// error, a cancelled ctx): the group aborts (control.Group.Fail), telling every
+// peer, which returns a *control.AbortError naming this rank. A step Launch queued
 // on any call of the group and not yet waited for is ended first.
 func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 	rt := c.rt
@@ -125,7 +126,7 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 // run it because of what only it can tell about its own inputs (err: a
 // buffer of another dtype or device, a non-contiguous tensor), so that
 // every rank fails at the buffer check before a byte moves, with err,
-// typed, in a *ValidationError, and the group stays usable, instead of the
+// typed, in a *control.ValidationError, and the group stays usable, instead of the
 // others waiting for this rank until the timeout. The other ranks call
 // Run as usual; should several ranks fail, every rank returns the lowest
 // one's error. A nil err refuses without a reason.
@@ -159,7 +160,7 @@ func (c *Call) Refuse(ctx context.Context, err error) error {
 // and agrees on its outcome with every rank. A Run, Refuse or Launch of
 // any call of the group first ends a launched step, so that the ranks'
 // collectives stay in step. Errors are Run's; a rank that cannot launch
-// fails every rank's Launch with a *ValidationError.
+// fails every rank's Launch with a *control.ValidationError.
 func (c *Call) Launch(ctx context.Context, bufs []TensorBuffers, after Event) (Event, error) {
 	rt := c.rt
 	rt.mu.Lock()
@@ -237,7 +238,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		}
 	}
 	full := c.delta != nil && c.delta.full()
-	full, err := c.rt.agreeBegin(WithPhase(ctx, "buffer check before a step"), c, st.n, st.version, full, localErr)
+	full, err := c.rt.agreeBegin(control.WithPhase(ctx, "buffer check before a step"), c, st.n, st.version, full, localErr)
 	var mismatch *CallMismatchError
 	if !errors.As(err, &mismatch) {
 		c.steps = st.n // every rank began this step of this call
@@ -292,7 +293,7 @@ func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) 
 	failed := make([]byte, len(c.specs))
 	var firstErr error
 	if c.opts.Verify {
-		bad, err := compareSums(WithPhase(ctx, "checksum comparison"), g, c.sched, stats)
+		bad, err := compareSums(control.WithPhase(ctx, "checksum comparison"), g, c.sched, stats)
 		if err != nil {
 			rep.Failed = names
 			return rep, err
@@ -304,7 +305,7 @@ func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) 
 			}
 		}
 	}
-	allFailed, first, err := agreeStatus(WithPhase(ctx, "completion status of a step"), g, failed, firstErr)
+	allFailed, first, err := agreeStatus(control.WithPhase(ctx, "completion status of a step"), g, failed, firstErr)
 	if err != nil {
 		rep.Failed = names
 		return rep, err
@@ -458,7 +459,7 @@ const beginWord = 25
 // agreeBegin is the one collective before a step: every rank's status and
 // identity (call number, step). Ranks that began different steps all
 // return a *CallMismatchError naming both; a rank whose localErr is set
-// makes every rank return its error, typed, in a *ValidationError. It
+// makes every rank return its error, typed, in a *control.ValidationError. It
 // returns whether any rank asked for a full sync (full).
 func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, full bool, localErr error) (bool, error) {
 	g := rt.g
@@ -507,7 +508,7 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, f
 		c.version = version // every rank began this version
 	}
 	if failing >= 0 {
-		return full, spread(ctx, g, failing, localErr)
+		return full, control.Spread(ctx, g, failing, localErr)
 	}
 	return full, verr
 }

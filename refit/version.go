@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/m2n-dev/m2n/control"
 )
 
 // Versions. Every step of a call carries a version number that every rank
@@ -50,11 +52,11 @@ func (h Held) String() string {
 
 // SetVersion gives the call's next step version v (at least 1); every rank
 // must give the same, or that step fails on every rank, nothing moved,
-// with a *ValidationError naming a rank that differs. Without it a step's
+// with a *control.ValidationError naming a rank that differs. Without it a step's
 // version is the last step's plus one.
 func (c *Call) SetVersion(v uint64) error {
 	if v == 0 {
-		return &ValidationError{Rank: c.rank, Msg: "version 0: versions start at 1", Err: errors.New("version 0")}
+		return &control.ValidationError{Rank: c.rank, Msg: "version 0: versions start at 1", Err: errors.New("version 0")}
 	}
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
@@ -107,7 +109,7 @@ func versionMismatch(all []byte, size int) error {
 	for r := 1; r < size; r++ {
 		if v := binary.LittleEndian.Uint64(all[beginWord*r+16:]); v != v0 {
 			msg := fmt.Sprintf("rank %d begins the step as version %d, rank 0 as version %d (SetVersion must be given the same on every rank)", r, v, v0)
-			return &ValidationError{Rank: r, Msg: msg, Err: errors.New(msg)}
+			return &control.ValidationError{Rank: r, Msg: msg, Err: errors.New(msg)}
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport"
@@ -67,7 +68,7 @@ func TestVersions(t *testing.T) {
 			}
 			o := flatOpts()
 			o.Verify, o.Atomic, o.Timeout = true, atomicCall, 5*time.Second
-			c, err := refit.New(refit.Plain(w.Collective(r))).Prepare(context.Background(), []refit.Spec{{Name: "w", Src: src, Dst: dst}},
+			c, err := refit.New(control.Plain(w.Collective(r))).Prepare(context.Background(), []refit.Spec{{Name: "w", Src: src, Dst: dst}},
 				reshard.Flat{}, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, o)
 			if err != nil {
 				return err

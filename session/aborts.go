@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/refit"
 )
 
 // FirstToAbort returns the session rank whose own failure ended the
@@ -41,7 +41,7 @@ const outOfStep = " (the ranks named are in another collective: their calls are 
 // that names ranks busy elsewhere, then a rank's own report that it was
 // stopped (stoppedError).
 func standing(cause error) int {
-	var te *refit.TimeoutError
+	var te *control.TimeoutError
 	switch {
 	case strings.Contains(cause.Error(), stoppedMark):
 		// a rank that was stopped as long as the timeout says least:
@@ -58,8 +58,8 @@ func standing(cause error) int {
 	return 1 // a round: the peers named may themselves be waiting
 }
 
-func (c *control) firstToAbort(grace time.Duration) int {
-	var ab *refit.AbortError
+func (c *mpiControl) firstToAbort(grace time.Duration) int {
+	var ab *control.AbortError
 	if err := c.abortedErr(); err == nil || !errors.As(err, &ab) {
 		return -1
 	}
@@ -85,7 +85,7 @@ func (c *control) firstToAbort(grace time.Duration) int {
 
 // saysMore reports whether abort a's cause says more than b's, in the
 // order FirstToAbort describes.
-func saysMore(a, b *refit.AbortError) bool {
+func saysMore(a, b *control.AbortError) bool {
 	if sa, sb := standing(a.Cause), standing(b.Cause); sa != sb {
 		return sa < sb
 	}
@@ -99,7 +99,7 @@ func saysMore(a, b *refit.AbortError) bool {
 // cause (collectives' roll calls and other failures are ranked by
 // standing alone).
 func peersNamed(cause error) int {
-	var te *refit.TimeoutError
+	var te *control.TimeoutError
 	if !errors.As(cause, &te) || te.Phase != "" {
 		return 0
 	}
@@ -109,7 +109,7 @@ func peersNamed(cause error) int {
 // nextNotice tests the standing notice receive of an aborted control
 // plane once and returns a notice that arrived, posting the receive
 // again.
-func (c *control) nextNotice() (*refit.AbortError, bool) {
+func (c *mpiControl) nextNotice() (*control.AbortError, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.notice == nil {
@@ -120,13 +120,13 @@ func (c *control) nextNotice() (*refit.AbortError, bool) {
 		return nil, false
 	}
 	ours := c.ours(c.noteBuf)
-	cause := refit.DecodeError(trimZeros(c.noteBuf[8:]))
+	cause := control.DecodeError(trimZeros(c.noteBuf[8:]))
 	clear(c.noteBuf) // notices are read up to their zero padding
 	c.notice, _ = c.comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort)
 	if !ours {
 		return nil, false // a stale session's
 	}
-	var ab *refit.AbortError
+	var ab *control.AbortError
 	if errors.As(cause, &ab) && ab.Rank >= 0 && ab.Rank < c.size {
 		return ab, true
 	}

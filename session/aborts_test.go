@@ -5,23 +5,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/control"
 )
 
 // TestSaysMore orders abort causes as FirstToAbort promises: a roll call's
 // silent ranks, then other failures, then round timeouts by how few peers
 // they blame, then out-of-step roll calls; the lowest rank among equals.
 func TestSaysMore(t *testing.T) {
-	round := func(rank int, peers ...int) *refit.AbortError {
-		return &refit.AbortError{Rank: rank, Cause: &refit.TimeoutError{Rank: rank, After: 4 * time.Second, Peers: peers}}
+	round := func(rank int, peers ...int) *control.AbortError {
+		return &control.AbortError{Rank: rank, Cause: &control.TimeoutError{Rank: rank, After: 4 * time.Second, Peers: peers}}
 	}
-	roll := func(rank int, phase string) *refit.AbortError {
-		return &refit.AbortError{Rank: rank, Cause: &refit.TimeoutError{Rank: rank, After: 4 * time.Second, Peers: []int{5}, Phase: phase}}
+	roll := func(rank int, phase string) *control.AbortError {
+		return &control.AbortError{Rank: rank, Cause: &control.TimeoutError{Rank: rank, After: 4 * time.Second, Peers: []int{5}, Phase: phase}}
 	}
-	other := &refit.AbortError{Rank: 6, Cause: errors.New("transport failed")}
+	other := &control.AbortError{Rank: 6, Cause: errors.New("transport failed")}
 	for _, c := range []struct {
 		name string
-		a, b *refit.AbortError
+		a, b *control.AbortError
 		want bool
 	}{
 		{"fewer peers blamed", round(7, 5), round(4, 5, 7), true},

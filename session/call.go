@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -28,11 +29,11 @@ import (
 // route, and prepare the session's calls in the same order: that order is
 // each call's identity, which every step checks (a rank running another
 // call or step than the others makes every rank fail with a
-// *refit.CallMismatchError). Errors: *refit.AgreementError and
-// *refit.ValidationError on every rank alike, and a *MemoryError when a
+// *refit.CallMismatchError). Errors: *control.AgreementError and
+// *control.ValidationError on every rank alike, and a *MemoryError when a
 // rank's plans, schedule, staging or scratch would not fit; a rank that
-// does not come makes the others return a *refit.AbortError wrapping a
-// *refit.TimeoutError that names it.
+// does not come makes the others return a *control.AbortError wrapping a
+// *control.TimeoutError that names it.
 func (s *Session) Prepare(ctx context.Context, specs []refit.Spec, route reshard.Route) (*refit.Call, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -119,29 +120,29 @@ func (s *Session) topology(specs []refit.Spec) (reshard.Topology, error) {
 	return hier.DomainsOf(s.hosts, src, dst, s.opts.Domains)
 }
 
-// group is the session as the step runtime's refit.Group: its bounded
+// group is the session as the step runtime's control.Group: its bounded
 // control-plane collectives, abort notices and failure handling.
 type group struct {
-	*control
+	*mpiControl
 	s *Session
 }
 
-// Watch implements refit.Group. A session of one rank has no peer to hear
+// Watch implements control.Group. A session of one rank has no peer to hear
 // from.
 func (g group) Watch(ctx context.Context, inline bool) (context.Context, func()) {
 	if g.s.size == 1 {
 		return ctx, func() {}
 	}
 	if inline {
-		return g.control.watchInline(ctx)
+		return g.mpiControl.watchInline(ctx)
 	}
-	return g.control.watch(ctx)
+	return g.mpiControl.watch(ctx)
 }
 
-// Fail implements refit.Group.
+// Fail implements control.Group.
 func (g group) Fail(err error) error { return g.s.fail(err) }
 
-// Usable implements refit.Group.
+// Usable implements control.Group.
 func (g group) Usable() error { return g.s.usable() }
 
 // usable fails once the session is closed or aborted.
@@ -157,13 +158,13 @@ func (s *Session) usable() error {
 
 // fail classifies a call's error: errors every rank agreed on leave the
 // session usable; anything else is this rank's alone, so it aborts the
-// session (telling every peer why) and returns the *refit.AbortError.
+// session (telling every peer why) and returns the *control.AbortError.
 func (s *Session) fail(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ve *refit.ValidationError
-	var ae *refit.AgreementError
+	var ve *control.ValidationError
+	var ae *control.AgreementError
 	var ce *refit.ChecksumError
 	var cm *refit.CallMismatchError
 	var me *MemoryError
@@ -171,9 +172,9 @@ func (s *Session) fail(err error) error {
 	case errors.As(err, &ve), errors.As(err, &ae), errors.As(err, &ce), errors.As(err, &cm), errors.As(err, &me):
 		return err
 	}
-	var ab *refit.AbortError
+	var ab *control.AbortError
 	own := !errors.As(err, &ab) // this rank's own failure, not a peer's notice
-	var te *refit.TimeoutError
+	var te *control.TimeoutError
 	if at, d := pauses.last(); own && errors.As(err, &te) && te.Rank == s.rank && d >= s.opts.Timeout/2 && time.Since(at) <= 2*s.opts.Timeout {
 		// its round timed out because this process did not run: the
 		// peers it names waited for it, not it for them.

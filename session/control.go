@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/transport"
 )
 
@@ -37,12 +37,12 @@ const (
 // it eagerly, so it completes even if its receiver never looks.
 const noticeBytes = 4000
 
-// control is a session's control plane on its own communicator: bounded
-// collectives (refit.Collective), abort notices and roll calls. Every
+// mpiControl is a session's control plane on its own communicator: bounded
+// collectives (control.Collective), abort notices and roll calls. Every
 // wait of the session polls it, so a rank that gives up stops every other
 // rank promptly with its reason, and a collective that times out names the
 // ranks that never came.
-type control struct {
+type mpiControl struct {
 	comm    *mpi.Comm
 	rank    int
 	size    int
@@ -72,9 +72,9 @@ type control struct {
 	frozenFor time.Duration
 }
 
-func newControl(comm *mpi.Comm, timeout time.Duration) (*control, error) {
+func newControl(comm *mpi.Comm, timeout time.Duration) (*mpiControl, error) {
 	pauses.start()
-	c := &control{comm: comm, rank: comm.Rank(), size: comm.Size(), timeout: timeout,
+	c := &mpiControl{comm: comm, rank: comm.Rank(), size: comm.Size(), timeout: timeout,
 		noteBuf: make([]byte, noticeBytes), qBuf: make([]byte, 16), lBuf: make([]byte, noticeBytes), left: map[int]leftRank{}}
 	var err error
 	if c.notice, err = comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort); err != nil {
@@ -89,22 +89,22 @@ func newControl(comm *mpi.Comm, timeout time.Duration) (*control, error) {
 	return c, nil
 }
 
-// Rank implements refit.Collective.
-func (c *control) Rank() int { return c.rank }
+// Rank implements control.Collective.
+func (c *mpiControl) Rank() int { return c.rank }
 
-// Size implements refit.Collective.
-func (c *control) Size() int { return c.size }
+// Size implements control.Collective.
+func (c *mpiControl) Size() int { return c.size }
 
-// Allgather implements refit.Collective, bounded by the session timeout.
-func (c *control) Allgather(ctx context.Context, send, recv []byte) error {
+// Allgather implements control.Collective, bounded by the session timeout.
+func (c *mpiControl) Allgather(ctx context.Context, send, recv []byte) error {
 	if c.size == 1 {
 		return c.alone(func() { copy(recv, send) })
 	}
 	return c.collective(ctx, "allgather", func() (*mpi.Request, error) { return c.comm.Iallgather(send, recv) })
 }
 
-// Allgatherv implements refit.Collective, bounded by the session timeout.
-func (c *control) Allgatherv(ctx context.Context, send, recv []byte, counts, displs []int64) error {
+// Allgatherv implements control.Collective, bounded by the session timeout.
+func (c *mpiControl) Allgatherv(ctx context.Context, send, recv []byte, counts, displs []int64) error {
 	if c.size == 1 {
 		return c.alone(func() { copy(recv[displs[0]:displs[0]+counts[0]], send[:counts[0]]) })
 	}
@@ -112,7 +112,7 @@ func (c *control) Allgatherv(ctx context.Context, send, recv []byte, counts, dis
 }
 
 // barrier is a bounded barrier.
-func (c *control) barrier(ctx context.Context, phase string) error {
+func (c *mpiControl) barrier(ctx context.Context, phase string) error {
 	if c.size == 1 {
 		return c.alone(func() {})
 	}
@@ -122,7 +122,7 @@ func (c *control) barrier(ctx context.Context, phase string) error {
 // alone is a collective of a one-rank session: nothing to wait for, so no
 // MPI call; it only counts the collective (for roll calls) and fails once
 // the session has aborted, as every collective does.
-func (c *control) alone(f func()) error {
+func (c *mpiControl) alone(f func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.aborted != nil {
@@ -135,8 +135,8 @@ func (c *control) alone(f func()) error {
 
 // collective starts a non-blocking collective and polls it against the
 // deadline, the context and the side channels.
-func (c *control) collective(ctx context.Context, phase string, start func() (*mpi.Request, error)) error {
-	if p := refit.PhaseOf(ctx); p != "" {
+func (c *mpiControl) collective(ctx context.Context, phase string, start func() (*mpi.Request, error)) error {
+	if p := control.PhaseOf(ctx); p != "" {
 		phase = p
 	}
 	c.mu.Lock()
@@ -204,7 +204,7 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 				// the ranks that did not run for as long as the timeout
 				// are the cause, wherever they answer from.
 				c.keepRequest(req)
-				return c.abort(&refit.TimeoutError{Rank: c.rank, Phase: phase + wereStopped, After: c.timeout, Peers: stopped})
+				return c.abort(&control.TimeoutError{Rank: c.rank, Phase: phase + wereStopped, After: c.timeout, Peers: stopped})
 			}
 			if len(missing) == 0 && len(elsewhere) == 0 && !lateOnce {
 				// every rank answered from this collective: the late
@@ -213,7 +213,7 @@ func (c *control) collective(ctx context.Context, phase string, start func() (*m
 				continue
 			}
 			c.keepRequest(req)
-			te := &refit.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
+			te := &control.TimeoutError{Rank: c.rank, Phase: phase, After: c.timeout, Peers: missing}
 			if len(missing) == 0 && len(elsewhere) > 0 {
 				te.Peers = elsewhere
 				te.Phase = phase + outOfStep
@@ -247,7 +247,7 @@ func backoff(spin int) {
 	}
 }
 
-func (c *control) keepRequest(r *mpi.Request) {
+func (c *mpiControl) keepRequest(r *mpi.Request) {
 	c.mu.Lock()
 	c.keep = append(c.keep, r)
 	c.mu.Unlock()
@@ -257,8 +257,8 @@ func (c *control) keepRequest(r *mpi.Request) {
 // notice with the reason (so that none waits for this rank), and the
 // returned *reshard.AbortError wraps err. An abort that arrived from a peer
 // is returned as it is.
-func (c *control) abort(err error) error {
-	var ab *refit.AbortError
+func (c *mpiControl) abort(err error) error {
+	var ab *control.AbortError
 	if errors.As(err, &ab) {
 		c.mu.Lock()
 		if c.aborted == nil {
@@ -272,11 +272,11 @@ func (c *control) abort(err error) error {
 	if c.aborted != nil {
 		return c.aborted
 	}
-	ab = &refit.AbortError{Rank: c.rank, Cause: err}
+	ab = &control.AbortError{Rank: c.rank, Cause: err}
 	c.aborted = ab
-	enc := refit.EncodeError(ab)
+	enc := control.EncodeError(ab)
 	if len(enc) > noticeBytes-8 {
-		enc = refit.EncodeError(&refit.AbortError{Rank: c.rank, Cause: errors.New(truncate(err.Error(), noticeBytes/2))})
+		enc = control.EncodeError(&control.AbortError{Rank: c.rank, Cause: errors.New(truncate(err.Error(), noticeBytes/2))})
 	}
 	msg := append(binary.LittleEndian.AppendUint64(nil, c.id), enc...)
 	for r := 0; r < c.size; r++ {
@@ -298,7 +298,7 @@ func truncate(s string, n int) string {
 }
 
 // abortedErr returns the error that ended the session, or nil.
-func (c *control) abortedErr() error {
+func (c *mpiControl) abortedErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.aborted
@@ -307,7 +307,7 @@ func (c *control) abortedErr() error {
 // watch polls the side channels while a run moves data, every
 // millisecond, and cancels the run's context with the abort error when a
 // notice arrives. The returned stop ends it.
-func (c *control) watch(ctx context.Context) (context.Context, func()) {
+func (c *mpiControl) watch(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -346,7 +346,7 @@ func (c *control) watch(ctx context.Context) (context.Context, func()) {
 // first poll sees a notice that came meanwhile, and a pause of this
 // process there as long as the timeout (which the process's pause watch
 // saw end after the watch began).
-func (c *control) watchInline(ctx context.Context) (context.Context, func()) {
+func (c *mpiControl) watchInline(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	begun := time.Now()
 	poll := func(gap time.Duration) error {
@@ -366,7 +366,7 @@ func (c *control) watchInline(ctx context.Context) (context.Context, func()) {
 // after the previous one: a peer's notice first (when it came, the peers
 // know), then whether this process stopped for as long as the timeout.
 // It returns the abort error that should end the run, or nil.
-func (c *control) watchOnce(gap time.Duration) error {
+func (c *mpiControl) watchOnce(gap time.Duration) error {
 	if gap > frozenGap {
 		c.noteGap(time.Now(), gap) // before poll answers a roll call
 	}
@@ -381,7 +381,7 @@ func (c *control) watchOnce(gap time.Duration) error {
 
 // close withdraws the side-channel receives of a session that did not
 // abort.
-func (c *control) close() error {
+func (c *mpiControl) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
@@ -418,7 +418,7 @@ var stranded struct {
 
 // closeIfHealthy closes a control plane that did not abort; an aborted
 // one keeps its requests (peers may still send to it).
-func (c *control) closeIfHealthy() error {
+func (c *mpiControl) closeIfHealthy() error {
 	if c.abortedErr() != nil {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/internal/nvlink"
@@ -56,9 +57,9 @@ func newDevice(s *Session) (device, error) {
 		// without a GPU fails every rank at once with its loader's
 		// message, once, rather than each rank alone or some stuck in a
 		// collective with the ones that loaded.
-		err := refit.Agree(refit.WithPhase(context.Background(), "GPU set-up (loading CUDA and NCCL)"), s.ctl, nil, loadGPU(s.rank))
+		err := control.Agree(control.WithPhase(context.Background(), "GPU set-up (loading CUDA and NCCL)"), s.ctl, nil, loadGPU(s.rank))
 		if err != nil {
-			var ab *refit.AbortError
+			var ab *control.AbortError
 			if errors.As(err, &ab) {
 				mpi.MarkFailed(err)
 			}

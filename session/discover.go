@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/refit"
 )
 
 // stderr is where the watchdog says why it ends a job.
@@ -43,14 +43,14 @@ func hostIDs(comm *mpi.Comm) ([]int, error) {
 // shared-memory split would make a communicator that spans both jobs
 // (about 100 ms with OpenMPI 4.1). Ranks whose host has no name, or a
 // name longer than the exchange holds, are each a host of their own.
-func hostsByName(ctl *control) ([]int, error) {
+func hostsByName(ctl *mpiControl) ([]int, error) {
 	const width = 256
 	b := make([]byte, width)
 	if name, err := os.Hostname(); err == nil && len(name) < width {
 		copy(b, name)
 	}
 	all := make([]byte, width*ctl.size)
-	if err := ctl.Allgather(refit.WithPhase(context.Background(), "session set-up (host names)"), b, all); err != nil {
+	if err := ctl.Allgather(control.WithPhase(context.Background(), "session set-up (host names)"), b, all); err != nil {
 		return nil, err
 	}
 	first := map[string]int{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
@@ -55,13 +56,13 @@ func Example() {
 }
 
 // Errors keep their types on every rank: a rank that never arrives is
-// named by a *refit.TimeoutError on every other rank; a bad buffer on any
+// named by a *control.TimeoutError on every other rank; a bad buffer on any
 // rank is a *refit.BufferError everywhere.
 func ExampleSession_Prepare_errors() {
 	var call *refit.Call // prepared as in the package example
 	var bufs []refit.TensorBuffers
 	_, err := call.Run(context.Background(), bufs)
-	var te *refit.TimeoutError
+	var te *control.TimeoutError
 	var be *refit.BufferError
 	switch {
 	case errors.As(err, &te):

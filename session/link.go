@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/refit"
 )
@@ -149,7 +150,7 @@ func (l *Listener) acceptOnce(deadline time.Time) (*Session, bool, error) {
 	}
 	lk.listener = l
 	if err := l.handshake(lk); err != nil {
-		var ab *refit.AbortError
+		var ab *control.AbortError
 		if errors.As(err, &ab) {
 			return nil, false, l.breakDown(err)
 		}
@@ -260,9 +261,9 @@ func Connect(comm *mpi.Comm, path string, opts Options) (*Session, error) {
 		err = sendBounded(lk.merged, hello, 0, opts.Timeout)
 	}
 	if err := agreeOn(lk.merged, opts.Timeout, "joining (the job token)", err); err != nil {
-		var ve *refit.ValidationError
+		var ve *control.ValidationError
 		if errors.As(err, &ve) { // one message that names this job's file
-			err = &refit.ValidationError{Rank: ve.Rank, Msg: fmt.Sprintf("port file %s: the trainer refused this job: %s", path, ve.Msg), Err: ve.Err}
+			err = &control.ValidationError{Rank: ve.Rank, Msg: fmt.Sprintf("port file %s: the trainer refused this job: %s", path, ve.Msg), Err: ve.Err}
 		}
 		return nil, errors.Join(err, lk.close(opts.Timeout))
 	}
@@ -282,7 +283,7 @@ func agreeOn(comm *mpi.Comm, timeout time.Duration, phase string, localErr error
 	if err != nil {
 		return err
 	}
-	err = refit.Agree(refit.WithPhase(context.Background(), phase), c, nil, localErr)
+	err = control.Agree(control.WithPhase(context.Background(), phase), c, nil, localErr)
 	if cerr := c.closeIfHealthy(); err == nil {
 		err = cerr
 	}

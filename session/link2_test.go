@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -42,7 +42,7 @@ func TestSecondGeneratorBusy(t *testing.T) {
 			if _, err := os.Stat(os.Getenv("M2N_TEST_DONE")); err == nil || time.Now().After(deadline) {
 				seen[0] = 1
 			}
-			all, err := refit.Exchange(context.Background(), s.Collective(), seen)
+			all, err := control.Exchange(context.Background(), s.Collective(), seen)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/refit"
@@ -113,8 +114,8 @@ func (s *Session) CheckMemory(ctx context.Context, fp Footprint) error {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
 	all := make([]byte, len(b)*s.size)
-	if refit.PhaseOf(ctx) == "" {
-		ctx = refit.WithPhase(ctx, "memory check")
+	if control.PhaseOf(ctx) == "" {
+		ctx = control.WithPhase(ctx, "memory check")
 	}
 	if err := s.ctl.Allgather(ctx, b, all); err != nil {
 		return s.fail(err)
@@ -199,7 +200,7 @@ func (s *Session) CallFootprint(specs []refit.Spec) Footprint {
 func (s *Session) checkCall(ctx context.Context, specs []refit.Spec) error {
 	fp := s.CallFootprint(specs)
 	fp.Staging = 0
-	return s.CheckMemory(refit.WithPhase(ctx, "memory check of the call's plans and schedule"), fp)
+	return s.CheckMemory(control.WithPhase(ctx, "memory check of the call's plans and schedule"), fp)
 }
 
 // checkProgram is Prepare's check after compiling: the staging, the
@@ -222,7 +223,7 @@ func (s *Session) checkProgram(ctx context.Context, specs []refit.Spec, p *progr
 			}
 		}
 	}
-	return s.CheckMemory(refit.WithPhase(ctx, "memory check of the call's staging and scratch"), fp)
+	return s.CheckMemory(control.WithPhase(ctx, "memory check of the call's staging and scratch"), fp)
 }
 
 func callName(specs []refit.Spec) string {

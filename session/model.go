@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/refit"
@@ -48,7 +49,7 @@ func (s *Session) PrepareModel(ctx context.Context, l *model.Layouts, route resh
 	ph.mark("the program's own work")
 	// one agreement on the model and its stage layout, before the stages
 	// are made (Pipeline's own agreement, folded in).
-	if err := s.Agree(ctx, []refit.Field{{Name: "model", Value: l.Model.Name}, {Name: "trainer", Value: l.Trainer.String()},
+	if err := s.Agree(ctx, []control.Field{{Name: "model", Value: l.Model.Name}, {Name: "trainer", Value: l.Trainer.String()},
 		{Name: "generator", Value: fmt.Sprint(l.Generator)}, {Name: "model tensors", Value: fmt.Sprint(len(l.Model.Tensors))},
 		layoutField(l.Ranks)}, localErr); err != nil {
 		return nil, err

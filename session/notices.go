@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/refit"
 )
 
 // leftRank is a peer's leave notice: the collectives it entered before it
@@ -21,7 +21,7 @@ type leftRank struct {
 
 // poll handles the side channels once: it answers a pending roll call and
 // returns the abort error if a notice came (or the session had aborted).
-func (c *control) poll() error {
+func (c *mpiControl) poll() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.aborted != nil {
@@ -47,7 +47,7 @@ func (c *control) poll() error {
 			if c.ours(c.lBuf) {
 				st, _ := c.leave.Status()
 				n := binary.LittleEndian.Uint64(c.lBuf[8:])
-				c.left[st.Source] = leftRank{after: n, cause: refit.DecodeError(trimZeros(c.lBuf[16:]))}
+				c.left[st.Source] = leftRank{after: n, cause: control.DecodeError(trimZeros(c.lBuf[16:]))}
 			}
 			clear(c.lBuf)
 			c.leave, _ = c.comm.Irecv(c.lBuf, mpi.AnySource, tagLeave)
@@ -59,10 +59,10 @@ func (c *control) poll() error {
 			c.notice, _ = c.comm.Irecv(c.noteBuf, mpi.AnySource, tagAbort)
 		} else if err == nil && done {
 			c.notice = nil
-			cause := refit.DecodeError(trimZeros(c.noteBuf[8:]))
-			var ab *refit.AbortError
+			cause := control.DecodeError(trimZeros(c.noteBuf[8:]))
+			var ab *control.AbortError
 			if !errors.As(cause, &ab) {
-				ab = &refit.AbortError{Rank: -1, Cause: cause}
+				ab = &control.AbortError{Rank: -1, Cause: cause}
 			}
 			c.aborted = ab
 			return ab
@@ -82,7 +82,7 @@ func trimZeros(b []byte) []byte {
 // grace for the answers: the ranks that do not answer never arrived (gone,
 // stopped, or busy outside the library); those that answer with another
 // collective are out of step.
-func (c *control) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
+func (c *mpiControl) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
 	grace := min(max(c.timeout/4, 200*time.Millisecond), 2*time.Second)
 	c.mu.Lock()
 	q := binary.LittleEndian.AppendUint64(nil, c.id)
@@ -146,7 +146,7 @@ func (c *control) rollCall(seq uint64) (missing, elsewhere, stopped []int) {
 
 // gone returns a *LeftError for the lowest peer that left before
 // collective seq, which it will never join; c.mu is held.
-func (c *control) gone(seq uint64, phase string) error {
+func (c *mpiControl) gone(seq uint64, phase string) error {
 	lowest := -1
 	for r, l := range c.left {
 		if l.after < seq && (lowest < 0 || r < lowest) {
@@ -157,7 +157,7 @@ func (c *control) gone(seq uint64, phase string) error {
 		return nil
 	}
 	l := c.left[lowest]
-	return &refit.LeftError{Rank: lowest, After: l.after, Phase: phase, Cause: l.cause}
+	return &control.LeftError{Rank: lowest, After: l.after, Phase: phase, Cause: l.cause}
 }
 
 // sayLeaving tells every peer that this rank joins no collective after the
@@ -165,7 +165,7 @@ func (c *control) gone(seq uint64, phase string) error {
 // in, or later enters, a collective this rank never joined fails at once
 // with a *LeftError naming it; one still finishing a collective this rank
 // took part in is not disturbed.
-func (c *control) sayLeaving(cause error) {
+func (c *mpiControl) sayLeaving(cause error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.aborted != nil || c.size == 1 {
@@ -174,9 +174,9 @@ func (c *control) sayLeaving(cause error) {
 	msg := binary.LittleEndian.AppendUint64(nil, c.id)
 	msg = binary.LittleEndian.AppendUint64(msg, c.seq)
 	if cause != nil {
-		enc := refit.EncodeError(cause)
+		enc := control.EncodeError(cause)
 		if len(enc) > noticeBytes-16 {
-			enc = refit.EncodeError(errors.New(truncate(cause.Error(), noticeBytes/2)))
+			enc = control.EncodeError(errors.New(truncate(cause.Error(), noticeBytes/2)))
 		}
 		msg = append(msg, enc...)
 	}
@@ -194,7 +194,7 @@ func (c *control) sayLeaving(cause error) {
 // session this rank is leaving, and reports whether all came: then no
 // peer sends this control plane anything more, and its communicator can
 // be freed.
-func (c *control) drainLeaves(d time.Duration) bool {
+func (c *mpiControl) drainLeaves(d time.Duration) bool {
 	end := time.Now().Add(d)
 	for spin := 0; ; spin++ {
 		c.mu.Lock()
@@ -215,12 +215,12 @@ func (c *control) drainLeaves(d time.Duration) bool {
 
 // ours reports whether a control message (its first 8 bytes) carries this
 // session's id; c.mu is held.
-func (c *control) ours(msg []byte) bool {
+func (c *mpiControl) ours(msg []byte) bool {
 	return len(msg) >= 8 && binary.LittleEndian.Uint64(msg) == c.id
 }
 
 // setID gives the control plane the session's id (sessionID).
-func (c *control) setID(id uint64) {
+func (c *mpiControl) setID(id uint64) {
 	c.mu.Lock()
 	c.id = id
 	c.mu.Unlock()
@@ -230,10 +230,10 @@ func (c *control) setID(id uint64) {
 // random number, gathered in one bounded collective and mixed, the same
 // on every rank and, but for a chance of 2^-64, different from every
 // session before it on the same communicator.
-func sessionID(c *control) (uint64, error) {
+func sessionID(c *mpiControl) (uint64, error) {
 	mine := binary.LittleEndian.AppendUint64(nil, rand.Uint64())
 	all := make([]byte, 8*c.size)
-	if err := c.Allgather(refit.WithPhase(context.Background(), "session set-up (its identity)"), mine, all); err != nil {
+	if err := c.Allgather(control.WithPhase(context.Background(), "session set-up (its identity)"), mine, all); err != nil {
 		return 0, err
 	}
 	id := uint64(0x9E3779B97F4A7C15)

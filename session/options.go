@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -92,7 +93,7 @@ type Options struct {
 	Driver refit.DriverKind
 	// Agree lists more fields every rank must share (a program's own
 	// settings); Prepare fails naming the first rank and field that differ.
-	Agree []refit.Field
+	Agree []control.Field
 	// GPU, on GPU sessions, returns the ordinal of this rank's GPU given
 	// its local rank on its host; nil picks the GPU whose ordinal is the
 	// local rank. A program that already gave each rank its GPU (as
@@ -106,8 +107,8 @@ type Options struct {
 }
 
 // fields are the options every rank must share, as agreed fields.
-func (o Options) fields() []refit.Field {
-	fs := []refit.Field{
+func (o Options) fields() []control.Field {
+	fs := []control.Field{
 		{Name: "device", Value: string(o.Device)},
 		{Name: "timeout", Value: o.Timeout.String()},
 		{Name: "chunk bytes", Value: fmt.Sprint(o.ChunkBytes)},

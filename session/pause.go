@@ -30,7 +30,7 @@ const stoppedMark = "this process was stopped for"
 const wereStopped = " (the ranks named were stopped: they did not run for as long as the timeout)"
 
 // noteGap records a pause of gap that a wait of this rank saw end at now.
-func (c *control) noteGap(now time.Time, gap time.Duration) {
+func (c *mpiControl) noteGap(now time.Time, gap time.Duration) {
 	c.mu.Lock()
 	c.frozenAt, c.frozenFor = now, gap
 	c.mu.Unlock()
@@ -40,7 +40,7 @@ func (c *control) noteGap(now time.Time, gap time.Duration) {
 // last two timeouts (a roll call's asker waits for one), as this rank's
 // waits saw it (noteGap) or the process's pause watch (pauses) did, else
 // 0; the caller holds c.mu.
-func (c *control) recentGap() time.Duration {
+func (c *mpiControl) recentGap() time.Duration {
 	gap := time.Duration(0)
 	if time.Since(c.frozenAt) <= 2*c.timeout {
 		gap = c.frozenFor

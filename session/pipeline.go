@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/pipeline"
@@ -164,14 +165,14 @@ func identity(n int) []int {
 // agreeLayout makes every rank check that all were given the same stage
 // layout (and none failed to validate it) before the blocking split.
 func (s *Session) agreeLayout(l pipeline.Layout, localErr error) error {
-	err := refit.Agree(refit.WithPhase(context.Background(), "agreement on the stage layout"), s.ctl,
-		[]refit.Field{layoutField(l)}, localErr)
+	err := control.Agree(control.WithPhase(context.Background(), "agreement on the stage layout"), s.ctl,
+		[]control.Field{layoutField(l)}, localErr)
 	return s.fail(err)
 }
 
 // layoutField is a stage layout as an agreed field.
-func layoutField(l pipeline.Layout) refit.Field {
-	return refit.Field{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}
+func layoutField(l pipeline.Layout) control.Field {
+	return control.Field{Name: "stage layout", Value: fmt.Sprint(l.Trainers, l.Generators)}
 }
 
 // Prepare prepares every stage this rank is in: specs(s) returns stage

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/transport"
@@ -23,10 +24,10 @@ type Session struct {
 	opts     Options
 	rank     int
 	size     int
-	comm     *mpi.Comm // data: the transport's
-	ctl      *control  // control: collectives, abort notices, roll calls (on comm, or a communicator of its own)
-	hosts    []int     // each rank's discovered domain
-	machines []int     // each rank's host (the shared-memory split), for host memory
+	comm     *mpi.Comm   // data: the transport's
+	ctl      *mpiControl // control: collectives, abort notices, roll calls (on comm, or a communicator of its own)
+	hosts    []int       // each rank's discovered domain
+	machines []int       // each rank's host (the shared-memory split), for host memory
 	dev      device
 	base     transport.Transport
 	rt       *refit.Runtime // the step runtime of the session's calls
@@ -153,7 +154,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 	if err != nil {
 		return err
 	}
-	err = refit.Agree(refit.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
+	err = control.Agree(control.WithPhase(context.Background(), "session set-up (Join)"), arrive, s.opts.fields(), localErr)
 	var id uint64
 	if err == nil {
 		id, err = sessionID(arrive)
@@ -172,7 +173,7 @@ func (s *Session) join(comm *mpi.Comm, localErr error, ph *phases) error {
 		err = cerr
 	}
 	if err != nil {
-		var ab *refit.AbortError
+		var ab *control.AbortError
 		if errors.As(err, &ab) {
 			mpi.MarkFailed(err)
 			s.ctl = arrive // aborted: Close keeps its requests; FirstToAbort reads its notices
@@ -258,7 +259,7 @@ func (s *Session) Options() Options { return s.opts }
 // Collective returns the session's bounded control collective, for a
 // program's own small exchanges (reports, say): the same bounds and abort
 // handling as the session's own.
-func (s *Session) Collective() refit.Collective { return s.ctl }
+func (s *Session) Collective() control.Collective { return s.ctl }
 
 // Memory returns where this rank's tensors live: host memory on CPUs, the
 // GPU's memory on GPUs. Buffers for calls come from its Alloc; Upload and
@@ -291,12 +292,12 @@ func (s *Session) Aborted() (bool, error) {
 // collective: every rank returns the same error, a *reshard.AgreementError
 // naming the first rank and field that differ or a *reshard.ValidationError
 // carrying the failing rank's error, typed (see reshard.Agree).
-func (s *Session) Agree(ctx context.Context, fields []refit.Field, localErr error) error {
+func (s *Session) Agree(ctx context.Context, fields []control.Field, localErr error) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	err := refit.Agree(refit.WithPhase(ctx, "agreement"), s.ctl, fields, localErr)
-	var ab *refit.AbortError
+	err := control.Agree(control.WithPhase(ctx, "agreement"), s.ctl, fields, localErr)
+	var ab *control.AbortError
 	if errors.As(err, &ab) {
 		return s.fail(err)
 	}
@@ -320,7 +321,7 @@ func (s *Session) Close() error { return s.Leave(nil) }
 // own program (cause; nil is a plain Close). Either way every peer learns
 // that this rank joins no more collectives: a peer that waits in, or
 // later enters, a collective this rank never joined fails at once with a
-// *refit.LeftError naming this rank and cause (its session aborts), instead of
+// *control.LeftError naming this rank and cause (its session aborts), instead of
 // waiting out the timeout; a peer still finishing a collective this rank
 // took part in (the last step, the closing barrier) is not disturbed. So
 // a program needs only `defer s.Close()` (or Leave(err) on its error path)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
@@ -181,7 +182,7 @@ func TestPrepareAgreesOnEverything(t *testing.T) {
 				defer s.Close()
 				_, err = s.Prepare(context.Background(), specs(t), tc.route(c.Rank()))
 			}
-			var ae *refit.AgreementError
+			var ae *control.AgreementError
 			if !errors.As(err, &ae) || ae.Rank != 3 || ae.Field != tc.field {
 				t.Fatalf("%s: %v, want an agreement error on %q naming rank 3", tc.name, err, tc.field)
 			}
@@ -253,7 +254,7 @@ func TestStoppedRankNamed(t *testing.T) {
 		}
 		start := time.Now()
 		_, err := call.Run(context.Background(), bufs)
-		var te *refit.TimeoutError
+		var te *control.TimeoutError
 		aborted, _ := s.Aborted()
 		fmt.Printf("RESULT rank %d after %.1fs: timeout=%v peers=%v aborted=%v: %v\n", c.Rank(), time.Since(start).Seconds(),
 			errors.As(err, &te), peersOf(te), aborted, err)
@@ -295,7 +296,7 @@ func twoByTwo(t mpitest.T, c *mpi.Comm, timeout time.Duration) (*session.Session
 	return s, call, buffers(t, s, specs)
 }
 
-func peersOf(te *refit.TimeoutError) []int {
+func peersOf(te *control.TimeoutError) []int {
 	if te == nil {
 		return nil
 	}
@@ -433,7 +434,7 @@ func TestOneRank(t *testing.T) {
 		if _, err := session.Join(c, session.Options{Timeout: 30 * time.Second, Driver: refit.DriverReplay}); err == nil || !strings.Contains(err.Error(), "join with device cuda") {
 			t.Errorf("the replay driver on a CPU session: %v", err)
 		}
-		var ve *refit.ValidationError
+		var ve *control.ValidationError
 		if _, err := call.Launch(context.Background(), bufs, nil); !errors.As(err, &ve) || !strings.Contains(err.Error(), "Launch needs a call moved by a device driver") {
 			t.Errorf("Launch on a CPU call: %v", err)
 		}
@@ -455,7 +456,7 @@ func TestOneRank(t *testing.T) {
 // TestLeaveNamedAtOnce: rank 2's program fails after preparing a call
 // and leaves the session with its error; the other ranks, in the step's
 // first collective, fail at once (well inside the minute-long timeout)
-// with a *refit.LeftError naming rank 2 and its cause.
+// with a *control.LeftError naming rank 2 and its cause.
 func TestLeaveNamedAtOnce(t *testing.T) {
 	const timeout = time.Minute
 	out, _ := mpitest.Output(t, 4, func(t mpitest.T, c *mpi.Comm) {
@@ -478,7 +479,7 @@ func TestLeaveNamedAtOnce(t *testing.T) {
 		}
 		start := time.Now()
 		_, err := call.Run(context.Background(), bufs)
-		var le *refit.LeftError
+		var le *control.LeftError
 		fmt.Printf("RESULT rank %d after %.1fs: left=%v rank=%d: %v\n", c.Rank(), time.Since(start).Seconds(),
 			errors.As(err, &le), leftRank(le), err)
 		s.Close()
@@ -519,7 +520,7 @@ func TestCloseAfterLastStep(t *testing.T) {
 	})
 }
 
-func leftRank(le *refit.LeftError) int {
+func leftRank(le *control.LeftError) int {
 	if le == nil {
 		return -1
 	}

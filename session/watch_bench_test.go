@@ -9,7 +9,7 @@ import (
 // (a goroutine, a ticker and a cancellable context, started and stopped):
 // the cost a replay's own polling, and a one-rank session, avoid.
 func BenchmarkWatch(b *testing.B) {
-	c := &control{}
+	c := &mpiControl{}
 	ctx := context.Background()
 	for b.Loop() {
 		_, stop := c.watch(ctx)
@@ -19,7 +19,7 @@ func BenchmarkWatch(b *testing.B) {
 
 // BenchmarkAlone is a collective of a one-rank session.
 func BenchmarkAlone(b *testing.B) {
-	c := &control{size: 1}
+	c := &mpiControl{size: 1}
 	ctx := context.Background()
 	send, recv := []byte{1}, []byte{0}
 	for b.Loop() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -13,7 +14,7 @@ import (
 var (
 	// OptionSources names what sets each session option that ranks agree
 	// on at Join (a flag, a variable), by the option's name in its
-	// *refit.AgreementError: "...; --timeout or M2N_TIMEOUT sets it".
+	// *control.AgreementError: "...; --timeout or M2N_TIMEOUT sets it".
 	OptionSources map[string]string
 	// IsAgreed reports an error of the program's own that every rank of
 	// the job returns alike (a failed check the ranks agreed on), which
@@ -26,8 +27,8 @@ var (
 // memory checks, a rank's bad input spread to all (Refused), and the
 // program's own (IsAgreed).
 func agreed(err error) bool {
-	var ve *refit.ValidationError
-	var ae *refit.AgreementError
+	var ve *control.ValidationError
+	var ae *control.AgreementError
 	var ce *refit.ChecksumError
 	var rf Refused
 	var me *session.MemoryError
@@ -37,10 +38,10 @@ func agreed(err error) bool {
 // describe renders a job's error for this rank's stderr.
 func describe(err error) string {
 	var rf Refused
-	var ve *refit.ValidationError
-	var ab *refit.AbortError
+	var ve *control.ValidationError
+	var ab *control.AbortError
 	var se *session.StageError
-	var ae *refit.AgreementError
+	var ae *control.AgreementError
 	switch {
 	case errors.As(err, &ae) && OptionSources[ae.Field] != "":
 		return fmt.Sprintf("%v; %s sets it", err, OptionSources[ae.Field])

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
@@ -22,19 +23,19 @@ func TestDescribe(t *testing.T) {
 		err  error
 		want string
 	}{
-		{Refused{&refit.ValidationError{Rank: 1, Msg: "--shape: bad"}}, "rank 1: --shape: bad"},
-		{Refused{&refit.ValidationError{Rank: 1, Msg: "rank 1: --shape: bad"}}, "rank 1: --shape: bad"},
-		{&refit.ValidationError{Rank: 1, Msg: "bad"}, "invalid input: bad"},
-		{&refit.AbortError{Rank: 2, Cause: cause}, "timed out waiting for rank 3; stopping the job"},
-		{fmt.Errorf("route flat: %w", &refit.AbortError{Rank: 0, Cause: cause}),
+		{Refused{&control.ValidationError{Rank: 1, Msg: "--shape: bad"}}, "rank 1: --shape: bad"},
+		{Refused{&control.ValidationError{Rank: 1, Msg: "rank 1: --shape: bad"}}, "rank 1: --shape: bad"},
+		{&control.ValidationError{Rank: 1, Msg: "bad"}, "invalid input: bad"},
+		{&control.AbortError{Rank: 2, Cause: cause}, "timed out waiting for rank 3; stopping the job"},
+		{fmt.Errorf("route flat: %w", &control.AbortError{Rank: 0, Cause: cause}),
 			"rank 2: stopping: route flat: rank 0 aborted the call: timed out waiting for rank 3"},
-		{&session.StageError{Stage: 1, Rank: 0, Members: []int{4, 5}, Err: &refit.AbortError{Rank: 0, Cause: cause}},
+		{&session.StageError{Stage: 1, Rank: 0, Members: []int{4, 5}, Err: &control.AbortError{Rank: 0, Cause: cause}},
 			"stage 1 (stage ranks 0-1 are world ranks 4,5): timed out waiting for rank 3; stopping the job"},
-		{&session.StageError{Stage: 1, Rank: 1, Members: []int{4, 5}, Err: &refit.AbortError{Rank: 0, Cause: cause}},
+		{&session.StageError{Stage: 1, Rank: 1, Members: []int{4, 5}, Err: &control.AbortError{Rank: 0, Cause: cause}},
 			"rank 2: stopping: stage 1 (stage ranks 0-1 are world ranks 4,5): rank 0 aborted the call: timed out waiting for rank 3"},
-		{&refit.AgreementError{Field: "timeout", Rank: 1, Value: "1s", Want: "2s", Differing: []int{1}},
+		{&control.AgreementError{Field: "timeout", Rank: 1, Value: "1s", Want: "2s", Differing: []int{1}},
 			"ranks disagree: rank 1 has timeout 1s, rank 0 has 2s (ranks differing from rank 0: [1]); --timeout or M2N_TIMEOUT sets it"},
-		{&refit.AgreementError{Field: "flag --iters", Rank: 1, Value: "1", Want: "2", Differing: []int{1}},
+		{&control.AgreementError{Field: "flag --iters", Rank: 1, Value: "1", Want: "2", Differing: []int{1}},
 			"ranks disagree: rank 1 has flag --iters 1, rank 0 has 2 (ranks differing from rank 0: [1])"},
 		{errors.New("plain"), "plain"},
 	} {
@@ -57,13 +58,13 @@ func TestAgreed(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{&refit.ValidationError{}, true},
-		{fmt.Errorf("x: %w", &refit.AgreementError{}), true},
+		{&control.ValidationError{}, true},
+		{fmt.Errorf("x: %w", &control.AgreementError{}), true},
 		{&refit.ChecksumError{}, true},
 		{Refused{errors.New("bad")}, true},
 		{&session.MemoryError{}, true},
 		{fmt.Errorf("x: %w", mine{errors.New("check failed")}), true},
-		{&refit.AbortError{Cause: errors.New("x")}, false},
+		{&control.AbortError{Cause: errors.New("x")}, false},
 		{errors.New("plain"), false},
 		{Printed{errors.New("plain")}, false},
 	} {

@@ -23,9 +23,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/rs/zerolog"
 )
@@ -103,7 +103,7 @@ func Init(t time.Duration) (*Job, error) {
 // (refuse, not nil: its flags do not parse, say) still takes part, so
 // that every rank fails at once with its message instead of waiting for
 // it (session.Refuse): every rank then returns a Refused carrying the
-// agreed *refit.ValidationError, or an abort where a peer never came.
+// agreed *control.ValidationError, or an abort where a peer never came.
 // A rank's input that Join itself finds invalid is Refused too.
 func (j *Job) Join(opts session.Options, refuse error) error {
 	if refuse != nil {
@@ -115,7 +115,7 @@ func (j *Job) Join(opts session.Options, refuse error) error {
 			_ = os.Unsetenv(v)
 		}
 		err := session.Refuse(j.comm, opts, refuse)
-		var ab *refit.AbortError
+		var ab *control.AbortError
 		if errors.As(err, &ab) {
 			return err // not agreed: a peer never came
 		}
@@ -124,7 +124,7 @@ func (j *Job) Join(opts session.Options, refuse error) error {
 	stopAt("join")
 	var err error
 	if j.Session, err = session.Join(j.comm, opts); err != nil {
-		var ve *refit.ValidationError
+		var ve *control.ValidationError
 		if errors.As(err, &ve) {
 			return Refused{err} // a rank's input: named with its rank
 		}
@@ -147,7 +147,7 @@ func (j *Job) Ready(localErr error) error {
 }
 
 // Refused is the error every rank returns when a rank's input was bad:
-// the agreed *refit.ValidationError carrying that rank's error. Rank 0
+// the agreed *control.ValidationError carrying that rank's error. Rank 0
 // prints it, as that rank's (describe).
 type Refused struct{ Err error }
 

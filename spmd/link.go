@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/session"
 )
 
@@ -42,7 +42,7 @@ func (j *Job) JoinLink(opts session.Options, refuse error, listen, connect strin
 			j.Session.Close()
 			j.Session = nil
 		}
-		var ve *refit.ValidationError
+		var ve *control.ValidationError
 		if errors.As(err, &ve) {
 			return Refused{err}
 		}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/launcher"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/rs/zerolog"
 )
@@ -71,7 +71,7 @@ func aborts(s *session.Session) abortOrder {
 // (FirstToAbort) of the session it failed in (stage, the pipeline
 // stage's, else the job's session, world) is another.
 func othersSpeak(err error, rank int, stage, world abortOrder, log zerolog.Logger) bool {
-	var ab *refit.AbortError
+	var ab *control.AbortError
 	if !errors.As(err, &ab) {
 		return false
 	}
@@ -118,7 +118,7 @@ func (j *Job) NoteFailure(s *session.Session, err error) {
 // failed skips it: its error ends the job.
 func (j *Job) closingBarrier() error {
 	stopAt("end")
-	err := j.Session.Barrier(refit.WithPhase(context.Background(), "closing barrier (the end of the job)"))
+	err := j.Session.Barrier(control.WithPhase(context.Background(), "closing barrier (the end of the job)"))
 	if err != nil && j.quiet(err) {
 		return Printed{err}
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/rs/zerolog"
 )
 
@@ -23,7 +23,7 @@ func (o *order) Rank() int                      { return o.rank }
 // session the abort's own rank decides; errors other than aborts are
 // always said.
 func TestOthersSpeak(t *testing.T) {
-	ab := fmt.Errorf("route flat: %w", &refit.AbortError{Rank: 1, Cause: errors.New("timeout")})
+	ab := fmt.Errorf("route flat: %w", &control.AbortError{Rank: 1, Cause: errors.New("timeout")})
 	nop := zerolog.Nop()
 	for _, c := range []struct {
 		name         string
@@ -38,7 +38,7 @@ func TestOthersSpeak(t *testing.T) {
 		{"no notice yet", ab, 3, nil, &order{-1, 3}, false},
 		{"no session, another's abort", ab, 3, nil, nil, true},
 		{"no session, this rank's abort", ab, 1, nil, nil, false},
-		{"no session, no rank", fmt.Errorf("%w", &refit.AbortError{Rank: -1, Cause: errors.New("x")}), 3, nil, nil, false},
+		{"no session, no rank", fmt.Errorf("%w", &control.AbortError{Rank: -1, Cause: errors.New("x")}), 3, nil, nil, false},
 		{"stage: another first", ab, 5, &order{0, 1}, &order{5, 5}, true},
 		{"stage first, world names another", ab, 5, &order{1, 1}, &order{4, 5}, true},
 		{"stage first, world first", ab, 5, &order{1, 1}, &order{5, 5}, false},
@@ -59,7 +59,7 @@ func TestOthersSpeak(t *testing.T) {
 // ends nothing.
 func TestNilJob(t *testing.T) {
 	var j *Job
-	if j.quiet(&refit.AbortError{Rank: 1, Cause: errors.New("x")}) {
+	if j.quiet(&control.AbortError{Rank: 1, Cause: errors.New("x")}) {
 		t.Error("a nil job is quiet")
 	}
 	err := errors.New("MPI_Init failed")

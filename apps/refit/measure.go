@@ -45,17 +45,16 @@ func (j *job) measurePair(s *session.Session, src, dst placement.Layout, seed ui
 		return nil, err
 	}
 	defer p.Close()
-	return j.runRoutes(p, f, members)
+	return j.runRoutes(s, p, f, members)
 }
 
-// runRoutes prepares and measures every route of the flags on pair p
-// (perf.RunRoutes), with rank 0's progress, the emulation's check and the
-// fault points; members maps the pair's session's ranks to world ranks
-// (nil: they are the world's). A schedule the route refuses is explained
-// with where its sizes came from.
-func (j *job) runRoutes(p *perf.Pair, f *runFlags, members []int) (*perf.RunReport, error) {
+// runRoutes prepares and measures every route of the flags on pair p,
+// made on session s (perf.RunRoutes), with rank 0's progress, the
+// emulation's check and the fault points; members maps s's ranks to world
+// ranks (nil: they are the world's). A schedule the route refuses is
+// explained with where its sizes came from.
+func (j *job) runRoutes(s *session.Session, p *perf.Pair, f *runFlags, members []int) (*perf.RunReport, error) {
 	names, _ := f.routes()
-	s := p.Session()
 	bars := map[string]*launcher.Progress{}
 	defer func() {
 		for _, b := range bars {

@@ -99,7 +99,7 @@ func runJob(out io.Writer, f *runFlags, extra func(j *job, p *perf.Pair, rep *pe
 		return err
 	}
 	defer p.Close()
-	rep, err := j.runRoutes(p, f, nil)
+	rep, err := j.runRoutes(j.Session, p, f, nil)
 	if err != nil {
 		return err
 	}

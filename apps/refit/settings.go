@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/envopts"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
@@ -211,8 +212,8 @@ func (s settings) dstOf(l placement.Layout) placement.Layout {
 // at Join: a rank started with other flags fails every rank at once,
 // naming the flag. The test-only fault switches (M2N_FAULT_*) and the log
 // level are this rank's own.
-func agreedFields(cmd *cobra.Command) []refit.Field {
-	var out []refit.Field
+func agreedFields(cmd *cobra.Command) []control.Field {
+	var out []control.Field
 	if cmd != nil {
 		cmd.Flags().VisitAll(func(fl *pflag.Flag) {
 			if fl.Name == "log-level" || fl.Name == "help" || fl.Name == "listen" || fl.Name == "connect" {
@@ -222,12 +223,12 @@ func agreedFields(cmd *cobra.Command) []refit.Field {
 			if v == "" {
 				v = "(unset)" // reads better in "rank 0 has (unset)"
 			}
-			out = append(out, refit.Field{Name: "flag --" + fl.Name, Value: v})
+			out = append(out, control.Field{Name: "flag --" + fl.Name, Value: v})
 		})
 	}
 	// one field for them all: a variable set on one rank only must not
 	// shift the other fields.
-	return append(out, refit.Field{Name: "M2N_ environment", Value: "[" + strings.Join(envopts.Agreed(), " ") + "]"})
+	return append(out, control.Field{Name: "M2N_ environment", Value: "[" + strings.Join(envopts.Agreed(), " ") + "]"})
 }
 
 // settingsStaging is the staging bytes the flags or the environment give,

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/launcher"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/perf"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/routespec"
 	"github.com/m2n-dev/m2n/session"
 	"github.com/m2n-dev/m2n/spmd"
@@ -229,7 +229,7 @@ func (j *job) prepareModel(in syncInput) (*session.Model, bounds.Fabric, error) 
 	if j.set.MeasureLocal {
 		fp.Buffers += 16 << 20 // the two buffers of the local-bandwidth probe (perf)
 	}
-	if err := j.Session.CheckMemory(refit.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
+	if err := j.Session.CheckMemory(control.WithPhase(context.Background(), "memory check before the model's buffers"), fp); err != nil {
 		return nil, fabric, err
 	}
 	if j.set.MeasureLocal {

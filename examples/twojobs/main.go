@@ -26,11 +26,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/pattern"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/session"
 )
 
@@ -193,7 +193,7 @@ func more(s *session.Session, want bool) error {
 	if want {
 		mine[0] = 1
 	}
-	all, err := refit.Exchange(context.Background(), s.Collective(), mine)
+	all, err := control.Exchange(context.Background(), s.Collective(), mine)
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func linkSizes(s *session.Session) (int, int, error) {
 	if os.Args[1] == "trainer" {
 		mine[0] = 1
 	}
-	all, err := refit.Exchange(context.Background(), s.Collective(), mine)
+	all, err := control.Exchange(context.Background(), s.Collective(), mine)
 	tr := 0
 	for _, b := range all {
 		if len(b) == 1 && b[0] == 1 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
@@ -229,7 +230,7 @@ func TestGPUReplayStuckPeer(t *testing.T) {
 		start := time.Now()
 		_, err = rp.Move(context.Background(), refit.StepInput{Bufs: []refit.TensorBuffers{{Dst: dst}}})
 		tr.Abort(err)
-		var te *refit.TimeoutError
+		var te *control.TimeoutError
 		if !errors.As(err, &te) || te.Rank != 1 || len(te.Peers) != 1 || te.Peers[0] != 0 {
 			t.Fatalf("after %v: %v, want a timeout on rank 1 naming rank 0", time.Since(start), err)
 		}

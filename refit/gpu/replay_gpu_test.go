@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/hier"
@@ -467,7 +468,7 @@ func TestGPUReplayTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = rp.Wait(context.Background())
-	var te *refit.TimeoutError
+	var te *control.TimeoutError
 	if !errors.As(err, &te) || te.Rank != 0 || te.Round != 0 || len(te.Peers) != 1 || te.Peers[0] != 0 {
 		t.Fatalf("after %v: %v, want a timeout of round 0 naming rank 0", time.Since(start), err)
 	}

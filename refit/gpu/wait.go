@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/internal/pace"
 	"github.com/m2n-dev/m2n/nccl"
-	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -116,6 +116,6 @@ func (r *Replay) stepError(next int, err error) error {
 // timeout is the error of a round that made no progress in time.
 func (r *Replay) timeout(next int) error {
 	i := r.stuck(next)
-	return &refit.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Rounds[i].Index, After: r.opts.Timeout,
+	return &control.TimeoutError{Rank: r.prog.Rank, Round: r.prog.Rounds[i].Index, After: r.opts.Timeout,
 		Peers: r.prog.PeersOf(i), Tensors: r.prog.TensorsOf(i)}
 }

@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/m2n-dev/m2n/refit"
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -250,10 +250,10 @@ func (w *World) Run(fn func(t transport.Transport) error) []error {
 }
 
 // Collective returns rank's endpoint of the world's control-plane
-// collective (refit.Collective), for calls over in-process ranks. Its
+// collective (control.Collective), for calls over in-process ranks. Its
 // collectives wait for every rank without a deadline (an aborted world
 // ends them).
-func (w *World) Collective(rank int) refit.Collective { return &collective{w: w, rank: rank} }
+func (w *World) Collective(rank int) control.Collective { return &collective{w: w, rank: rank} }
 
 type collective struct {
 	w    *World

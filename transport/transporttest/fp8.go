@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/conformance"
 	"github.com/m2n-dev/m2n/pattern"
@@ -42,7 +43,7 @@ func FP8Cases() ([]Case, error) {
 // and its scale buffer poisoned; after every step every destination byte
 // and scale is compared with quantizing the whole tensor at once
 // (pattern.CheckFP8). It returns the last step's report.
-func RunFP8Case(ctx context.Context, env Env, g refit.Group, c Case, route reshard.Route, mode fp8.Mode, opts refit.Options, steps int) (*refit.Report, error) {
+func RunFP8Case(ctx context.Context, env Env, g control.Group, c Case, route reshard.Route, mode fp8.Mode, opts refit.Options, steps int) (*refit.Report, error) {
 	rank := env.T.Rank()
 	spec := refit.Spec{Name: "w", Src: c.Src, Dst: c.Dst, Scale: mode}
 	var bufs refit.TensorBuffers

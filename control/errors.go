@@ -1,4 +1,4 @@
-package refit
+package control
 
 import (
 	"context"
@@ -77,33 +77,6 @@ func PhaseOf(ctx context.Context) string {
 	p, _ := ctx.Value(phaseKey{}).(string)
 	return p
 }
-
-// CallMismatchError reports ranks that began different steps at once: a
-// rank that runs one call while another runs a second call of the same
-// group, or another step of the same call (a rank that skipped a step).
-// Every rank of the group returns it, before a byte moves, and the group
-// stays usable. Calls are numbered as the group prepared them (every rank
-// prepares the same calls in the same order); Call and Other name them as
-// "call #N" with the name Options.Name gave (if any).
-type CallMismatchError struct {
-	Rank      int    `json:"rank"`      // the first rank that differs from rank 0
-	Call      string `json:"call"`      // the call it began
-	Step      uint64 `json:"step"`      // and its step of that call
-	Want      string `json:"want"`      // the call rank 0 began
-	WantStep  uint64 `json:"want_step"` // and its step
-	Differing []int  `json:"differing"` // every rank that differs from rank 0
-}
-
-func (e *CallMismatchError) Error() string {
-	return fmt.Sprintf("ranks run different steps: rank %d began %s, step %d, where rank 0 began %s, step %d (ranks differing from rank 0: %v); every rank must run the calls of a session in the same order, one step each",
-		e.Rank, e.Call, e.Step, e.Want, e.WantStep, e.Differing)
-}
-
-// ErrCallMismatch matches every *CallMismatchError with errors.Is.
-var ErrCallMismatch = errors.New("refit: ranks run different steps")
-
-// Is makes errors.Is(err, ErrCallMismatch) true.
-func (e *CallMismatchError) Is(target error) bool { return target == ErrCallMismatch }
 
 // LeftError reports a peer that left the group (closed its session, or its
 // program failed and left it: session.Session.Leave) before a collective
