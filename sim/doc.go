@@ -17,6 +17,16 @@
 // out and in; the switches behind them are non-blocking, so a flow is
 // limited by its sender's out link and its receiver's in link only.
 //
+// Beyond bandwidth and latency (docs/sim.md): each NIC link has a message
+// rate (Cluster.MsgRate, a token bucket of MsgBurst messages; the presets
+// assume 50 M/s, burst 1024, which no published configuration reaches),
+// and the network is a fat tree or, with Topology "rail", rail-optimised:
+// a message between NICs of different rails leaves through the NIC of the
+// sender's host on the receiver's rail (relayed over NVLink, as NCCL's PXN
+// does). Result.Network says whether the rate held messages back and how
+// many were relayed; a rate that binds on the critical path shows there as
+// a "message rate" step.
+//
 // # Flows and fairness
 //
 // Flows share links max-min fairly, by progressive filling, recomputed at
@@ -72,8 +82,9 @@
 //
 // # What it leaves out
 //
-// Congestion inside the network and the switches (both non-blocking),
-// transport protocol costs beyond the per-message latency (rendezvous,
+// Congestion inside the network and the switches (both non-blocking; a
+// rail topology has no spine), transport protocol costs beyond the
+// per-message latency and the message rate (rendezvous,
 // kernel launches, host polling), the trainer's and generator's work around
 // the reshard (gathering, converting or loading weights), and, for packing,
 // the fused views the model package places some tensors in (packing is

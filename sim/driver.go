@@ -118,7 +118,7 @@ func (c Config) routeReport(route string, rr *RouteResult) RouteReport {
 	js := RouteReport{Route: route, Chosen: rr.Chosen, Why: rr.Why, Seconds: res.Seconds, BoundSeconds: rr.Bound.Seconds,
 		BoundBinding: rr.Bound.Binding, Predicted: rr.Bound.Predicted, Ratio: rr.Ratio(), BindingLink: res.Critical.Binding,
 		BindingSec: res.Critical.BindingSeconds, Shares: res.Critical.Shares, Messages: rr.Messages, Rounds: rr.Rounds,
-		Classes: res.Classes, Busiest: res.Busiest, Parts: res.Parts, Stats: res.Stats}
+		Classes: res.Classes, Busiest: res.Busiest, Parts: res.Parts, Network: res.Network, Stats: res.Stats}
 	if c.Series {
 		js.Series = res.Series
 	}

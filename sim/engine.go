@@ -183,6 +183,13 @@ type engine struct {
 
 	nicFirst, nicLast []int
 
+	// the network model beyond bandwidth and latency (docs/sim.md)
+	relayed  []bool              // [msg] relayed across rails (nil on a fat tree)
+	nRelayed int64               // messages relayed
+	tat      []float64           // [link] the message-rate bucket's theoretical arrival time (nil: no limit)
+	rateWait map[int32]rateDelay // messages the message rate delayed
+	msgCount []int32             // [link] network messages through each NIC link
+
 	flowEvents int64
 	batches    int64
 	wakes      int64
@@ -203,7 +210,10 @@ func newEngine(p *simProgram, c Cluster, pl rankPlacement, o runOptions) (*engin
 		out: make([]int32, nm), in: make([]int32, nm), sendRS: make([]int32, nm), recvRS: make([]int32, nm),
 		posted: make([]uint8, nm), lastSide: make([]uint8, nm), postAt: make([]float64, nm), mEnd: make([]float64, nm),
 		boundIn: make([]bool, nm), tensorEnd: make([]float64, len(p.tensor)), tensorBytes: make([]int64, len(p.tensor)),
-		sstmp: make([]uint32, nLinks)}
+		sstmp: make([]uint32, nLinks), msgCount: make([]int32, nLinks)}
+	if c.MsgRate > 0 {
+		e.tat, e.rateWait = make([]float64, nLinks), map[int32]rateDelay{}
+	}
 	for i := range p.msgs {
 		m := &p.msgs[i]
 		var cls reshard.LinkClass
@@ -224,7 +234,20 @@ func newEngine(p *simProgram, c Cluster, pl rankPlacement, o runOptions) (*engin
 		case reshard.LinkLocal:
 			e.out[i], e.in[i] = int32(2*m.Src), int32(2*m.Dst+1)
 		case reshard.LinkNetwork:
-			e.out[i], e.in[i] = int32(2*world+2*pl.Nic[m.Src]), int32(2*world+2*pl.Nic[m.Dst]+1)
+			src := pl.Nic[m.Src]
+			if c.rail() {
+				if r := pl.relayNic(c, src, pl.Nic[m.Dst]); r != src {
+					if e.relayed == nil {
+						e.relayed = make([]bool, nm)
+					}
+					e.relayed[i] = true
+					e.nRelayed++
+					src = r
+				}
+			}
+			e.out[i], e.in[i] = int32(2*world+2*src), int32(2*world+2*pl.Nic[m.Dst]+1)
+			e.msgCount[e.out[i]]++
+			e.msgCount[e.in[i]]++
 		default:
 			e.out[i], e.in[i] = -1, -1
 		}

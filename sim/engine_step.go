@@ -13,6 +13,51 @@ func (e *engine) latency(cls reshard.LinkClass) float64 {
 	return e.c.LocalLatency
 }
 
+// msgLatency is message mi's per-message latency: its class's, and for a
+// message relayed across rails the NVLink hop's besides.
+func (e *engine) msgLatency(mi int32) float64 {
+	lat := e.latency(e.p.msgs[mi].Class)
+	if e.relayed != nil && e.relayed[mi] {
+		lat += e.c.LocalLatency
+	}
+	return lat
+}
+
+// rateDelay is how long the NIC message rate held a message back after
+// its latency, and the NIC link whose bucket did.
+type rateDelay struct {
+	wait float64
+	link int32
+}
+
+// rateStart is when a network message whose latency ends at t may start
+// under the NIC message rate: a token bucket per NIC link (GCRA: a
+// theoretical arrival time per link, a message conforming up to burst-1
+// intervals early). Both of its NIC links take the message at the start.
+// Without a limit, or when neither bucket is empty, it is t itself.
+func (e *engine) rateStart(mi int32, t float64) float64 {
+	if e.tat == nil || e.p.msgs[mi].Class != reshard.LinkNetwork {
+		return t
+	}
+	T := 1 / e.c.MsgRate
+	tau := float64(max(e.c.MsgBurst, 1)-1) * T
+	o, i := e.out[mi], e.in[mi]
+	s := t
+	by := int32(-1)
+	if x := e.tat[o] - tau; x > s {
+		s, by = x, o
+	}
+	if x := e.tat[i] - tau; x > s {
+		s, by = x, i
+	}
+	e.tat[o] = math.Max(e.tat[o], s) + T
+	e.tat[i] = math.Max(e.tat[i], s) + T
+	if by >= 0 {
+		e.rateWait[mi] = rateDelay{wait: s - t, link: by}
+	}
+	return s
+}
+
 // post records one side's post of a message; the second post starts it.
 func (e *engine) post(mi int32, side uint8) {
 	if e.posted[mi] == 0 {
@@ -20,9 +65,9 @@ func (e *engine) post(mi int32, side uint8) {
 		return
 	}
 	e.posted[mi], e.lastSide[mi], e.postAt[mi] = 2, side, e.now
-	m := &e.p.msgs[mi]
-	if lat := e.latency(m.Class); lat > 0 {
-		e.push(e.now+lat, evStart, mi, 0)
+	lat := e.msgLatency(mi)
+	if t := e.rateStart(mi, e.now+lat); lat > 0 || t > e.now {
+		e.push(t, evStart, mi, 0)
 		return
 	}
 	e.begin(mi)

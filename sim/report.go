@@ -57,6 +57,7 @@ type RouteReport struct {
 	Tensors      []TensorResult `json:"tensors,omitempty"`
 	Critical     []Step         `json:"critical_path,omitempty"`
 	Series       *Series        `json:"series,omitempty"`
+	Network      NetworkUse     `json:"network"`
 	Stats        Stats          `json:"stats"`
 }
 

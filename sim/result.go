@@ -28,7 +28,32 @@ type Result struct {
 	Busiest []LinkUsage `json:"busiest_links"`
 	// Series is link utilisation over time (nil with runOptions.Bins < 0).
 	Series *Series `json:"series,omitempty"`
-	Stats  Stats   `json:"stats"`
+	// Network is what the network model beyond bandwidth and latency did:
+	// the NIC message rate and the rail topology.
+	Network NetworkUse `json:"network"`
+	Stats   Stats      `json:"stats"`
+}
+
+// NetworkUse is what the NIC message rate and the topology did in a run.
+type NetworkUse struct {
+	// MsgRate is the cluster's NIC message rate (0: no limit).
+	MsgRate float64 `json:"msg_rate,omitempty"`
+	// RateDelayed counts the network messages the message rate held back
+	// after their latency, RateDelaySec their waits summed; zero for both
+	// means the rate never bound, and the run is what it is without it.
+	RateDelayed  int     `json:"rate_delayed_messages"`
+	RateDelaySec float64 `json:"rate_delay_s"`
+	// MostMessagesLink is the NIC link that carried the most network
+	// messages, MostMessages their count, and MsgRateUse that count over
+	// what the rate allows in the run's time (0 without a limit).
+	MostMessagesLink string  `json:"most_messages_link,omitempty"`
+	MostMessages     int     `json:"most_messages"`
+	MsgRateUse       float64 `json:"msg_rate_use,omitempty"`
+	// Topology is "fattree" or "rail"; Relayed counts the network
+	// messages a rail topology relayed through the source domain's NIC on
+	// the destination's rail.
+	Topology string `json:"topology"`
+	Relayed  int64  `json:"relayed_messages,omitempty"`
 }
 
 // PartResult is one part's completion.
@@ -256,6 +281,7 @@ func (e *engine) result() *Result {
 		res.Busiest = append(res.Busiest, LinkUsage{Link: name, Class: class, Dir: dir, Bytes: f.bytes[l], Utilisation: f.bytes[l] / (f.caps[l] * span)})
 	}
 	res.Critical = e.path()
+	res.Network = e.networkUse(res.Seconds)
 	if e.ser != nil {
 		// the busiest link of each class and direction, and the link the
 		// critical path spent the most time on
@@ -282,6 +308,30 @@ func (e *engine) result() *Result {
 		res.Stats.MeanRegion = float64(st.regionLinks) / float64(st.solves)
 	}
 	return res
+}
+
+func (e *engine) networkUse(span float64) NetworkUse {
+	u := NetworkUse{MsgRate: e.c.MsgRate, Topology: TopoFatTree, Relayed: e.nRelayed, RateDelayed: len(e.rateWait)}
+	if e.c.rail() {
+		u.Topology = TopoRail
+	}
+	for _, d := range e.rateWait {
+		u.RateDelaySec += d.wait
+	}
+	most := int32(-1)
+	for l, n := range e.msgCount {
+		if n > 0 && (most < 0 || n > e.msgCount[most]) {
+			most = int32(l)
+		}
+	}
+	if most >= 0 {
+		u.MostMessagesLink, _, _ = e.linkName(most)
+		u.MostMessages = int(e.msgCount[most])
+		if e.c.MsgRate > 0 && span > 0 {
+			u.MsgRateUse = float64(u.MostMessages) / (e.c.MsgRate * span)
+		}
+	}
+	return u
 }
 
 func compareStrings(a, b string) int {
@@ -396,8 +446,12 @@ func (e *engine) path() Path {
 			break
 		}
 		m := &e.p.msgs[mi]
-		lat := e.latency(m.Class)
+		lat := e.msgLatency(mi)
 		start := e.postAt[mi] + lat
+		rd, waited := e.rateWait[mi]
+		if waited {
+			start += rd.wait
+		}
 		link := e.out[mi]
 		if e.boundIn[mi] {
 			link = e.in[mi]
@@ -407,8 +461,14 @@ func (e *engine) path() Path {
 		steps = append(steps, Step{Kind: "transfer", From: start, To: e.mEnd[mi], Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
 			Message: int(m.Index), Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes, Link: lname})
 		stepLink = append(stepLink, link)
+		if waited {
+			rname, _, _ := e.linkName(rd.link)
+			steps = append(steps, Step{Kind: "message rate", From: start - rd.wait, To: start, Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
+				Message: int(m.Index), Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes, Link: rname + " (message rate)"})
+			stepLink = append(stepLink, -1)
+		}
 		if lat > 0 {
-			steps = append(steps, Step{Kind: "latency", From: e.postAt[mi], To: start, Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
+			steps = append(steps, Step{Kind: "latency", From: e.postAt[mi], To: start - rd.wait, Rank: int(m.Dst), Part: pt.Name, Round: int(m.Round),
 				Message: int(m.Index), Src: int(m.Src), Dst: int(m.Dst), Bytes: m.Bytes})
 			stepLink = append(stepLink, -1)
 		}
@@ -437,9 +497,12 @@ func (e *engine) path() Path {
 			links[s.Link] += d
 		case "latency", "compute":
 			shares[s.Kind] += d
+		case "message rate":
+			shares[s.Kind] += d
+			links[s.Link] += d
 		}
 	}
-	for _, k := range []string{"network out", "network in", "local out", "local in", "latency", "compute"} {
+	for _, k := range []string{"network out", "network in", "local out", "local in", "latency", "message rate", "compute"} {
 		if v := shares[k]; v > 0 {
 			p.Shares = append(p.Shares, Share{Kind: k, Seconds: v})
 		}

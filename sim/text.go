@@ -83,6 +83,9 @@ func (rep *Report) WriteText(w io.Writer, perStage bool) error {
 			cls = append(cls, fmt.Sprintf("%s %s %.0f%% mean (%d links, max %.0f%%)", c.Class, c.Dir, 100*c.MeanUtil, c.Links, 100*c.MaxUtil))
 		}
 		fmt.Fprintf(w, "\n%s: %d messages, %d rounds; link use: %s\n", r.Route, r.Messages, r.Rounds, strings.Join(cls, "; "))
+		if n := r.Network.text(); n != "" {
+			fmt.Fprintf(w, "  network: %s\n", n)
+		}
 		if perStage && len(r.Parts) > 1 {
 			for _, p := range r.Parts {
 				fmt.Fprintf(w, "  %s: %s (%d messages)\n", p.Name, units.FormatSeconds(p.Seconds), p.Messages)
@@ -119,10 +122,31 @@ func formatStep(s Step) string {
 			units.FormatSeconds(s.To), s.Message, s.Part, s.Round, s.Src, s.Dst, units.FormatBytes(s.Bytes), s.Link)
 	case "latency":
 		return fmt.Sprintf("%10s -> %10s  latency   message %d: rank %d -> %d", units.FormatSeconds(s.From), units.FormatSeconds(s.To), s.Message, s.Src, s.Dst)
+	case "message rate":
+		return fmt.Sprintf("%10s -> %10s  msg rate  message %d: rank %d -> %d, held by %s", units.FormatSeconds(s.From), units.FormatSeconds(s.To), s.Message, s.Src, s.Dst, s.Link)
 	case "post":
 		return fmt.Sprintf("%10s               post      rank %d posts round %d of %s", units.FormatSeconds(s.From), s.Rank, s.Round, s.Part)
 	case "compute":
 		return fmt.Sprintf("%10s -> %10s  compute   rank %d copies, packs or unpacks", units.FormatSeconds(s.From), units.FormatSeconds(s.To), s.Rank)
 	}
 	return fmt.Sprintf("%10s               %s  rank %d (%s)", units.FormatSeconds(s.From), s.Kind, s.Rank, s.Part)
+}
+
+// text says whether the message rate bound and what the topology relayed
+// ("" when there is neither a rate nor a rail topology).
+func (u NetworkUse) text() string {
+	var parts []string
+	if u.MsgRate > 0 {
+		if u.RateDelayed == 0 {
+			parts = append(parts, fmt.Sprintf("message rate %s/s per NIC not binding (most: %s, %d messages, %.2g%% of the rate over the run)",
+				formatCount(u.MsgRate), u.MostMessagesLink, u.MostMessages, 100*u.MsgRateUse))
+		} else {
+			parts = append(parts, fmt.Sprintf("message rate %s/s per NIC binding: %d messages held back, %s in all (most: %s, %d messages, %.0f%% of the rate over the run)",
+				formatCount(u.MsgRate), u.RateDelayed, units.FormatSeconds(u.RateDelaySec), u.MostMessagesLink, u.MostMessages, 100*u.MsgRateUse))
+		}
+	}
+	if u.Topology == TopoRail {
+		parts = append(parts, fmt.Sprintf("rail-optimised, %d cross-rail messages relayed through the source domain's NIC on the destination's rail", u.Relayed))
+	}
+	return strings.Join(parts, "; ")
 }

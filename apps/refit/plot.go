@@ -17,8 +17,8 @@ import (
 func newPlotCmd() *cobra.Command {
 	var f plotFlags
 	cmd := &cobra.Command{
-		Use:   "plot rho|models|links --in FILE [flags]",
-		Short: "Draw PNG plots from refit sim --json (time against rho, whole-model bars, link utilisation)",
+		Use:   "plot rho|models|links|scale --in FILE [flags]",
+		Short: "Draw PNG plots from refit sim --json (time against rho, whole-model bars, link utilisation, sim/bound against ranks)",
 		Long: `plot draws one figure, as a PNG, from the JSON that refit sim --json prints
 (one object per line; a file may hold many):
 
@@ -36,11 +36,18 @@ func newPlotCmd() *cobra.Command {
   links   link utilisation over time for one run: each link class's mean over
           the links that carried bytes, the busiest link of each class and
           the critical path's binding link, for one route (--route, default
-          hier) of one report (--report, default the first).`,
+          hier) of one report (--report, default the first).
+  scale   sim/bound against the world's ranks: reports of one problem at
+          growing rank counts (a refit sim --json per count), one line per
+          route (--route, default hier; all for every route) and per model
+          and cluster, beside the bound (1) and issue 25's 1.15x target.`,
 		Example: `  for rho in 2 4 8; do refit sim --shape 256x2000x7000 --dtype bf16 --src-mesh 16 --src-placements S0 \
       --dst-mesh ${rho}x8 --dst-placements R,S1 --latency 0 --local-latency 0 --copy-bw 0 --json; done > fig4.jsonl
   refit plot rho --in fig4.jsonl --paper --out docs/sim-rho-paper.png
-  refit plot links --in fig4.jsonl --route hier --out docs/sim-links.png`,
+  refit plot links --in fig4.jsonl --route hier --out docs/sim-links.png
+  for n in 256 512 1024; do refit sim --model deepseek-v3 --train tp=1,dp=$((n/8)),pp=4,ep=16 --gen tp=8,dp=$((n/16)) \
+      --src-domain-size 64 --dst-domain-size 64 --stripe --route hier --bins 0 --json; done > scale.jsonl
+  refit plot scale --in scale.jsonl --out docs/sim-scale.png`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runPlot(cmd.OutOrStdout(), args[0], &f)
@@ -52,7 +59,7 @@ func newPlotCmd() *cobra.Command {
 	fs.StringVar(&f.measured, "measured", "", "rho: a refit sweep --json file of measured times")
 	fs.BoolVar(&f.paper, "paper", false, "rho: add the paper's measured single-layer times (GB200, 7168 MB)")
 	fs.IntVar(&f.domains, "domains", 0, "rho: the destination domain count to plot (default: the fewest in the input)")
-	fs.StringVar(&f.route, "route", "hier", "links: the route whose utilisation to draw")
+	fs.StringVar(&f.route, "route", "hier", "links: the route whose utilisation to draw; scale: the route to draw (all: every route)")
 	fs.IntVar(&f.report, "report", 1, "links: which report of the input to draw (1 is the first)")
 	fs.StringVar(&f.title, "title", "", "the figure's title (default: from the input)")
 	fs.Float64Var(&f.width, "width", 7, "width in inches")
@@ -122,8 +129,10 @@ func (f *plotFlags) draw(kind string, reps []sim.Report) (*plot.Plot, error) {
 		return simplot.Models(reps)
 	case "links":
 		return simplot.Links(reps, f.route, f.report)
+	case "scale":
+		return simplot.Scale(reps, f.route)
 	}
-	return nil, usageError{fmt.Errorf("unknown plot %q: want rho, models or links", kind)}
+	return nil, usageError{fmt.Errorf("unknown plot %q: want rho, models, links or scale", kind)}
 }
 
 // readFile opens path and reads it with read.

@@ -32,6 +32,8 @@ type simFlags struct {
 	netBW, localBW   string
 	latency, localLt string
 	copyBW           string
+	msgRate          string
+	topology         string
 	inPlace          bool
 	ppStages         int
 	sequential       bool
@@ -76,9 +78,17 @@ own, and the stages run concurrently (--sequential-stages: one after another).
 
 Clusters: gb200-nvl72 (72 GPUs per NVLink domain, 900 GB/s each way, 50 GB/s
 NICs), hgx-h200 (8 per host, 450 GB/s, 50 GB/s NICs), or
-custom:gpus=G,net=BW,local=BW[,net-latency=5us,local-latency=2us,copy=BW,gpus-per-nic=n];
-a preset takes overrides the same way (hgx-h200:net=25GB/s), and --net-bw,
---local-bw, --latency, --local-latency and --copy-bw override any of them.
+custom:gpus=G,net=BW,local=BW[,net-latency=5us,local-latency=2us,copy=BW,gpus-per-nic=n,
+msg-rate=50M,msg-burst=1024,topology=rail|fattree,rails=R];
+a preset takes overrides the same way (hgx-h200:net=25GB/s,topology=rail), and
+--net-bw, --local-bw, --latency, --local-latency, --copy-bw, --msg-rate and
+--topology override any of them. The presets are NVL72 (gb200-nvl72) and NVL8
+(hgx-h200) domains; --src-domain-size and --dst-domain-size use any size up to
+the cluster's (72 on gb200-nvl72, 8 on hgx-h200, gpus=G on others). The
+presets limit each NIC to 50 M messages/s each way (burst 1024, an
+assumption) on a non-blocking fat tree; each route's "network:" line says
+whether the message rate bound and, on topology=rail, how many messages
+crossed rails (docs/sim.md).
 
 With --measured run.json (the output of refit run --json for the same layout
 flags) sim takes the run's domains, chunk and staging, and, when the run
@@ -132,6 +142,8 @@ each stage's and each tensor's completion.`,
 	fs.StringVar(&f.latency, "latency", "", "override the per-message network latency, e.g. 5us or 0")
 	fs.StringVar(&f.localLt, "local-latency", "", "override the per-message local latency, e.g. 2us or 0")
 	fs.StringVar(&f.copyBW, "copy-bw", "", "override the copy bandwidth of local copies and pack/unpack (0: free)")
+	fs.StringVar(&f.msgRate, "msg-rate", "", "override the NIC message rate per direction, e.g. 50M (messages/s; 0: no limit)")
+	fs.StringVar(&f.topology, "topology", "", "override the network: fattree (non-blocking) or rail (rail-optimised: cross-rail messages relayed through the source host's NIC on the destination's rail)")
 	fs.BoolVar(&f.inPlace, "in-place", false, "the transport moves strided regions in place (MPI datatypes): only multi-part messages are packed")
 	fs.IntVar(&f.ppStages, "pp-stages", 0, "pipeline stages: stage s trains on ranks [s*M, (s+1)*M), the generator follows")
 	fs.BoolVar(&f.sequential, "sequential-stages", false, "with --pp-stages, run the stages one after another instead of concurrently")
@@ -169,7 +181,8 @@ func (f *simFlags) clusterFromFlags() (sim.Cluster, error) {
 	}
 	for _, o := range []struct{ flag, key, value string }{
 		{"net-bw", "net", f.netBW}, {"local-bw", "local", f.localBW}, {"latency", "net-latency", f.latency},
-		{"local-latency", "local-latency", f.localLt}, {"copy-bw", "copy", f.copyBW},
+		{"local-latency", "local-latency", f.localLt}, {"copy-bw", "copy", f.copyBW}, {"msg-rate", "msg-rate", f.msgRate},
+		{"topology", "topology", f.topology},
 	} {
 		if o.value == "" {
 			continue

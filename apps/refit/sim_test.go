@@ -65,6 +65,9 @@ func TestSimErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--cluster", "custom:gpus=8"}, "network bandwidth"},
 		{[]string{"--net-bw", "-3GB/s"}, `--net-bw "-3GB/s"`},
 		{[]string{"--latency", "soon"}, `--latency "soon"`},
+		{[]string{"--msg-rate", "fast"}, `--msg-rate "fast"`},
+		{[]string{"--topology", "torus"}, `--topology "torus"`},
+		{[]string{"--cluster", "hgx-h200:topology=torus"}, `--cluster "hgx-h200:topology=torus"`},
 		{[]string{"--chunk-bytes", "lots"}, `--chunk-bytes "lots"`},
 		{[]string{"--staging-bytes", "1MiB"}, "staging bytes"},
 		{[]string{"--balance", "even"}, `--balance "even"`},
@@ -85,6 +88,42 @@ func TestSimErrorsNameTheFlag(t *testing.T) {
 		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want a usage error containing %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestSimClusterNetwork: the message rate and the rail topology reach the
+// report (text and --json), the NVL8 and NVL72 presets take domains of
+// their full size, and a rate low enough binds.
+func TestSimClusterNetwork(t *testing.T) {
+	base := []string{"sim", "--shape", "64x2000x70", "--src-mesh", "8", "--src-placements", "S0", "--dst-mesh", "2x8", "--dst-placements", "R,S1",
+		"--route", "flat"}
+	out, err := runRefit(t, append(base, "--cluster", "hgx-h200", "--topology", "rail")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"50M messages/s per NIC (burst 1024)", "rail-optimised network (8 rails", "network: message rate 50M/s per NIC not binding",
+		"cross-rail messages relayed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("hgx-h200 rail report lacks %q:\n%s", want, out)
+		}
+	}
+	js, err := runRefit(t, append(base, "--cluster", "gb200-nvl72:msg-rate=20k,msg-burst=1", "--src-domain-size", "8", "--dst-domain-size", "72", "--json", "--bins", "0")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep sim.Report
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	n := rep.Routes[0].Network
+	if rep.Cluster.MsgRate != 20e3 || n.RateDelayed == 0 || !strings.Contains(rep.Routes[0].BindingLink, "message rate") || n.Topology != "fattree" {
+		t.Errorf("20k messages/s: cluster %+v, network %+v, binding %q; want the rate to bind", rep.Cluster, n, rep.Routes[0].BindingLink)
+	}
+	if _, err := runRefit(t, append(base, "--cluster", "gb200-nvl72", "--dst-domain-size", "72", "--src-domain-size", "8")...); err != nil {
+		t.Errorf("a full NVL72 domain: %v", err)
+	}
+	if _, err := runRefit(t, append(base, "--cluster", "hgx-h200", "--dst-domain-size", "16")...); err == nil || !strings.Contains(err.Error(), "--dst-domain-size") {
+		t.Errorf("16 GPUs in an HGX domain: %v, want an error naming --dst-domain-size", err)
 	}
 }
 
@@ -119,6 +158,7 @@ func TestPlotWritesPNGs(t *testing.T) {
 	for _, c := range [][]string{
 		{"plot", "rho", "--in", in, "--paper", "--out", filepath.Join(dir, "rho.png")},
 		{"plot", "links", "--in", in, "--report", "2", "--out", filepath.Join(dir, "links.png")},
+		{"plot", "scale", "--in", in, "--route", "all", "--out", filepath.Join(dir, "scale.png")},
 	} {
 		if _, err := runRefit(t, c...); err != nil {
 			t.Fatalf("%v: %v", c, err)

@@ -1,8 +1,8 @@
 // Package plot draws m2n's simulator reports (sim.Report, refit sim
 // --json) as gonum plots: Rho (time against the destination replication,
 // like the paper's Figure 4), Models (whole-model bars beside published
-// figures) and Links (link utilisation over time). A program saves the
-// plot (refit plot writes PNGs).
+// figures), Links (link utilisation over time) and Scale (sim/bound
+// against the ranks). A program saves the plot (refit plot writes PNGs).
 //
 //	reps, _ := sim.ReadReports(f)
 //	p, err := plot.Rho(reps, plot.RhoOptions{Paper: true})

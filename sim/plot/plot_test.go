@@ -85,3 +85,42 @@ func TestPlots(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestPlotScale draws sim/bound against the ranks (the two reports have 8
+// and 12 ranks) for one route and for all, and names the setting to blame.
+func TestPlotScale(t *testing.T) {
+	reps := reports(t)
+	dir := t.TempDir()
+	for _, route := range []string{"hier", "all"} {
+		p, err := plot.Scale(reps, route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, route+".png")
+		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, file); err != nil {
+			t.Fatal(err)
+		}
+		fh, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(fh)
+		fh.Close()
+		if err != nil || img.Bounds().Dx() < 300 {
+			t.Errorf("%s: not a plot (%v)", file, err)
+		}
+	}
+	for _, tc := range []struct {
+		err     error
+		setting string
+		want    string
+	}{
+		{second(plot.Scale(reps[:1], "hier")), "in", "1 rank count(s)"},
+		{second(plot.Scale(reps, "nope")), "route", "no such route"},
+	} {
+		var ce *sim.ConfigError
+		if !errors.As(tc.err, &ce) || ce.Setting != tc.setting || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%v, want a %s error containing %q", tc.err, tc.setting, tc.want)
+		}
+	}
+}
