@@ -73,7 +73,7 @@ func PackQuantize(s *Stream, g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8W
 // the block's reciprocal and made exact one of three ways (kernels/quant.h):
 // the corrected multiply (m2n_qfma, the default: a fused multiply-add takes
 // the multiply's remainder and one more corrects it, exact for every scale
-// but those of blocks whose amax is below about 2^-117, which take the
+// but those of blocks whose amax is below about 2^-81, which take the
 // midpoint test), the midpoint test (m2n_qdiv: the true division near an
 // E4M3 rounding point) or the bracket test (m2n_q2_bracket, multiplies and
 // conversions instead of integer tests). M2N_FUSED_DIV=midpoint or bracket

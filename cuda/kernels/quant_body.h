@@ -183,7 +183,7 @@ M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
 // a 128x128 bf16 block is 8 per thread;
 // larger blocks, rows of more than 16384 bf16 elements or f32 blocks, read
 // the rest again), reduces its amax, writes its scale and quantizes from
-// the registers. M2N_FLOAD and M2N_FSTORE are one lane's halves, shared by
+// where it kept them. M2N_FLOAD and M2N_FSTORE are one lane's halves, shared by
 // the GPU kernel and its emulation.
 
 // M2N_FSTAGE: on GPUs with asynchronous copies to shared memory (sm_80
