@@ -200,7 +200,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 // compile schedules, fingerprints and compiles the call on this rank.
 func (c *Call) compile(route reshard.Route) error {
 	if len(c.specs) == 0 {
-		c.sched = reshard.EmptySchedule(route.Name(), c.world)
+		c.sched = &reshard.Schedule{Route: route.Name(), World: c.world}
 		var err error
 		c.prog, err = program.Compile(c.sched, c.rank, program.CompileOptions{})
 		return err

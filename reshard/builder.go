@@ -84,7 +84,7 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 		return nil, fmt.Errorf("reshard: round budget %d bytes, want > 0", roundBytes)
 	}
 	b := &Builder{
-		s:       &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
+		s:       &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, World: world},
 		topo:    topo,
 		use:     make([]rankUsage, world),
 		hints:   map[uint64]*pairHint{},
@@ -200,7 +200,7 @@ func (b *Builder) Add(m Message, after int) int {
 	if b.err != nil {
 		return r
 	}
-	world := b.s.world
+	world := b.s.World
 	switch {
 	case m.Src < 0 || m.Src >= world || m.Dst < 0 || m.Dst >= world:
 		b.err = fmt.Errorf("reshard: %s schedule, message %d from rank %d to rank %d: ranks must lie in the communicator [0, %d)",

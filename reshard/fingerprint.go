@@ -81,7 +81,7 @@ func ScheduleFingerprint(s *Schedule, topo Topology, coalesce int64) uint64 {
 	put(scheduleVersion)
 	put(int64(len(s.Route)))
 	b = append(b, s.Route...)
-	put(int64(s.World()))
+	put(int64(s.World))
 	put(s.RoundBytes)
 	put(int64(s.Rounds))
 	put(coalesce)
