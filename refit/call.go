@@ -216,7 +216,7 @@ func (c *Call) compile(route reshard.Route) error {
 	}
 	sched.TensorNames = names
 	c.sched = sched
-	c.fingerprint = reshard.ScheduleFingerprint(sched, c.topo, c.opts.CoalesceBytes)
+	c.fingerprint = scheduleFingerprint(sched, c.topo, c.opts.CoalesceBytes)
 	if c.prog, err = program.Compile(sched, c.rank, program.CompileOptions{Views: views, MaxInPlace: transport.MaxInPlace(c.tr), CoalesceBytes: c.opts.CoalesceBytes}); err != nil {
 		return err
 	}
