@@ -52,7 +52,7 @@ func CheckOptions(o session.Options, get Lookup) error {
 // too many rounds: the chunks are too small for the tensor) where the
 // chunk and staging sizes of opts came from (through get, or the
 // defaults) and, for too many messages, the smallest power-of-two chunk
-// that brings plan's messages within the cap (reshard.SuggestChunk).
+// that brings plan's messages within the cap (suggestChunk).
 // Other errors pass unchanged; the result keeps err's chain, so that an
 // error every rank agreed on stays one.
 func ExplainSchedule(err error, plan *reshard.Plan, opts reshard.ScheduleOptions, get Lookup) error {
@@ -70,7 +70,7 @@ func ExplainSchedule(err error, plan *reshard.Plan, opts reshard.ScheduleOptions
 		opts.StagingBytes, from("staging-bytes"))
 	var n int64
 	if _, serr := fmt.Sscanf(fe.Got, "%d messages", &n); serr == nil && plan != nil {
-		if c, m, ok := reshard.SuggestChunk(plan, opts.ChunkBytes, n); ok {
+		if c, m, ok := suggestChunk(plan, opts.ChunkBytes, n); ok {
 			msg += fmt.Sprintf(": chunks of %d bytes (--chunk-bytes %d --staging-bytes %d) would make about %d", c, c, 8*c, m)
 		}
 	}
@@ -95,4 +95,45 @@ func Agreed() []string {
 		env[i] = k + "=" + strings.TrimSpace(os.Getenv(k))
 	}
 	return env
+}
+
+// suggestChunk is what to suggest when a schedule of chunks too small for
+// the tensor is refused: the smallest power-of-two chunk, above the one
+// that made routeMsgs messages, with which the route's messages
+// (estimated: the flat route's count for the plan, scaled by the route's
+// ratio to it at the old chunk) fall within half of reshard.MaxMessages. It
+// returns the chunk and the estimated messages, or false where no chunk
+// up to 1 TiB does.
+func suggestChunk(plan *reshard.Plan, chunk, routeMsgs int64) (int64, int64, bool) {
+	count := func(c int64) (int64, bool) {
+		var n int64
+		elem := plan.Src().ElemSize()
+		for i := 0; i < plan.Len(); i++ {
+			k, err := reshard.CountChunks(plan.Transfer(i).Box, elem, c)
+			if err != nil {
+				return 0, false
+			}
+			n += k
+		}
+		return n, n > 0
+	}
+	base, ok := count(chunk)
+	if !ok {
+		return 0, 0, false
+	}
+	ratio := float64(routeMsgs) / float64(base)
+	c := int64(1)
+	for c <= chunk && c <= 1<<40 { // bounded: a chunk near MaxInt64 would overflow c
+		c *= 2
+	}
+	for ; c > 0 && c <= 1<<40; c *= 2 {
+		n, ok := count(c)
+		if !ok {
+			return 0, 0, false
+		}
+		if est := int64(float64(n) * ratio); est <= reshard.MaxMessages/2 {
+			return c, est, true
+		}
+	}
+	return 0, 0, false
 }

@@ -2,6 +2,7 @@ package envopts
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -77,6 +78,16 @@ func TestExplainSchedule(t *testing.T) {
 	other := errors.New("other")
 	if ExplainSchedule(other, p, opts, lookup(nil)) != other || ExplainSchedule(nil, p, opts, lookup(nil)) != nil {
 		t.Errorf("other errors changed")
+	}
+	// 64 MiB in 1-byte chunks made 2^24 messages; 16-byte chunks make
+	// 2^22, half of MaxMessages.
+	if c, n, ok := suggestChunk(p, 1, 16777216); !ok || c != 16 || n != 4194304 {
+		t.Errorf("suggestChunk = %d, %d, %v; want 16, 4194304, true", c, n, ok)
+	}
+	for _, chunk := range []int64{1 << 40, math.MaxInt64} {
+		if _, _, ok := suggestChunk(p, chunk, 16777216); ok {
+			t.Errorf("suggestChunk from %d found a chunk past 1 TiB", chunk)
+		}
 	}
 }
 

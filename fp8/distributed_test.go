@@ -154,7 +154,8 @@ func quantizeThroughPlan(r *rand.Rand, src, dst placement.Layout, mode fp8.Mode)
 		dstData[rank] = bytes.Repeat([]byte{0x7F}, int(box.Elems())) // poison: NaN
 	}
 	var mem transport.HostMemory
-	for _, tr := range plan.Transfers() {
+	for i := range plan.Len() {
+		tr := plan.Transfer(i)
 		s := sources[tr.Src]
 		staging := make([]byte, tr.Box.Elems())
 		reg := fp8.Region{DType: dt, Data: s.data, At: tr.SrcAt, Box: tr.Box}

@@ -1,7 +1,7 @@
 package hier
 
 // localBudget is the local fabric's per-round budget for a schedule of
-// these chains (reshard.Builder.SetLocalBudget): a leader forwards every
+// these chains (reshard.Builder.SetBudgets): a leader forwards every
 // chunk it receives to the other replicas of its domain, so in a round in
 // which it receives its network share (net bytes) it has that many bytes
 // times its fan-out to send over the local fabric, and the other replicas

@@ -94,9 +94,6 @@ func (h Hier) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	if err != nil {
 		return nil, err
 	}
-	if err := b.SetNetReceiveBudget(receiveBudget(plans, opts)); err != nil {
-		return nil, err
-	}
 	all := make([]int, len(plans))
 	for i := range all {
 		all[i] = i
@@ -113,8 +110,9 @@ func (h Hier) AddTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	return h.addTensors(b, plans, tensors, topo, opts, false)
 }
 
-// addTensors is AddTensors; with budget, it first sets b's local budget
-// from the chains (localBudget).
+// addTensors is AddTensors; with budget, it first sets b's budgets: the
+// network receive budget from the plans (receiveBudget) and the local
+// budget from the chains (localBudget).
 func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []int, topo reshard.Topology, opts reshard.ScheduleOptions, budget bool) error {
 	// every transfer reaches its destination in at least one message:
 	// refuse an absurd plan before deriving chains from it.
@@ -132,7 +130,8 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	}
 	spreadSources(chains)
 	if budget {
-		if err := b.SetLocalBudget(localBudget(chains, b.NetReceiveBudget(), opts.RoundBytes())); err != nil {
+		recv := receiveBudget(plans, opts)
+		if err := b.SetBudgets(recv, localBudget(chains, recv, opts.RoundBytes())); err != nil {
 			return err
 		}
 	}
@@ -198,7 +197,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 }
 
 // receiveBudget is the network receive budget of a round (see
-// reshard.Builder.SetNetReceiveBudget): with S ranks sending and D > S
+// reshard.Builder.SetBudgets): with S ranks sending and D > S
 // receiving, the round budget times S/D, so that every round spreads the
 // senders' full rounds evenly over the receivers: calls that run at once
 // into the same receivers (a model's pipeline stages, S sources each,

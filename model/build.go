@@ -14,16 +14,6 @@ import (
 // more is refused before any tensor is built.
 const maxTensors = 1 << 20
 
-// Options choose what FromConfig includes beyond transformers' model.
-type Options struct {
-	// MTP adds DeepSeek's multi-token-prediction layers (num_nextn_predict_layers
-	// of them, as the checkpoint names them: model.layers.<L>.*), which
-	// transformers' model does not hold. Off by default; an error for a
-	// configuration without them, and for model types other than
-	// deepseek_v3 and kimi_k2.
-	MTP bool
-}
-
 // FromConfig builds the model a configuration describes: every parameter
 // (and persistent buffer, such as DeepSeek's router score-correction bias)
 // named, shaped and ordered as transformers 5's ForCausalLM class for the
@@ -35,7 +25,22 @@ type Options struct {
 // from one layer of each kind before any tensor is built: a count over
 // 1<<20 tensors or a total that overflows int64 is an error naming the
 // numbers, in time independent of the layer count.
-func FromConfig(name string, c Config, opts Options) (*Model, error) {
+//
+// Options' Layers and Scale cut and scale the configuration first (as
+// Load does), and MTP adds DeepSeek's multi-token-prediction layers.
+func FromConfig(name string, c Config, opts LoadOptions) (*Model, error) {
+	var err error
+	if opts.Layers > 0 {
+		if c, err = c.withLayers(opts.Layers); err != nil {
+			return nil, fmt.Errorf("model %s: %w", name, err)
+		}
+	}
+	if opts.Scale > 1 {
+		if c, err = c.scale(opts.Scale); err != nil {
+			return nil, fmt.Errorf("model %s: %w", name, err)
+		}
+		name = fmt.Sprintf("%s/%d", name, opts.Scale)
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -70,7 +75,7 @@ func FromConfig(name string, c Config, opts Options) (*Model, error) {
 	return b.m, nil
 }
 
-func newBuilder(name string, c Config, opts Options) *builder {
+func newBuilder(name string, c Config, opts LoadOptions) *builder {
 	b := &builder{c: c, m: &Model{Name: name, Config: &c, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads}}
 	if c.isMLA() {
 		b.m.Heads, b.m.KVHeads = c.Heads, c.Heads
@@ -113,10 +118,10 @@ func (z *modelSize) add(n int64, m *Model) {
 // layer of each kind (every dense layer has the same tensors, and so has
 // every MoE layer), before anything is built, and refuses what overflows
 // or passes maxTensors.
-func checkSize(name string, c Config, opts Options) error {
+func checkSize(name string, c Config, opts LoadOptions) error {
 	moe := c.moeLayers(c.Layers)
 	one := func(fill func(b *builder)) (*Model, error) {
-		b := newBuilder(name, c, Options{})
+		b := newBuilder(name, c, LoadOptions{})
 		fill(b)
 		return b.m, b.err
 	}
@@ -464,14 +469,14 @@ func skipped(module string, ignored []string) bool {
 	return false
 }
 
-// layoutShape returns the reshape of t.Shape (of t.MovedShape for a
+// layoutShape returns the reshape of t.Shape (of t.movedShape for a
 // Transposed tensor) that both layouts shard: Query rows grouped by
 // key-value head ([kv, heads/kv*head_dim, ...]), Key and Value rows by
 // head ([kv, head_dim, ...]), the experts' fused gate_up_proj split into
 // its gate and up halves ([E, 2, I, H]), gpt-oss's interleaved one into
 // its gate-up pairs ([E, I, 2, H], its bias [E, I, 2, 1]).
 func layoutShape(t Tensor, heads, kvHeads int64) ([]int64, error) {
-	s := t.MovedShape()
+	s := t.movedShape()
 	switch t.Kind {
 	case Query, Key, Value:
 		if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 || len(s) < 1 || len(s) > 2 {

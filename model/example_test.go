@@ -13,7 +13,7 @@ import (
 func ExampleNew() {
 	c := model.Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 16, IntermediateSize: 32, Layers: 1,
 		Heads: 8, KVHeads: 2, HeadDim: 2}
-	m, _ := model.FromConfig("tiny", c, model.Options{})
+	m, _ := model.FromConfig("tiny", c, model.LoadOptions{})
 	l, _ := model.New(m, model.Trainer{TP: 2}, model.Generator{TP: 4})
 	s := l.Stages[0]
 	var qkv []*model.TensorLayout

@@ -49,7 +49,7 @@ func checkGrid(t Tensor, mode fp8.Mode) error {
 	}
 	return fmt.Errorf("tensor %s: --fp8-scale %v: the checkpoint and vLLM (Fp8LinearMethod.create_weights) scale the %s weight %s as one matrix, "+
 		"and its %d rows per key-value head (%d heads) are not whole %d-row blocks, so m2n's per-head layout would scale other blocks; use --fp8-scale row",
-		t.Name, mode, t.Kind, placement.FormatShape(t.MovedShape()), rows, kv, fp8.BlockSize)
+		t.Name, mode, t.Kind, placement.FormatShape(t.movedShape()), rows, kv, fp8.BlockSize)
 }
 
 // checkPieceGrid refuses FP8 pieces whose own scale grids would differ
@@ -99,7 +99,7 @@ func ScaleShape(t Tensor, mode fp8.Mode) []int64 {
 		}
 		return []int64{s[0], s[1] * s[2], s[3]}
 	}
-	g, err := fp8.NewGrid(t.MovedShape(), mode)
+	g, err := fp8.NewGrid(t.movedShape(), mode)
 	if err != nil {
 		return nil
 	}

@@ -279,7 +279,7 @@ func TestPublishedConfigurations(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := mustLayouts(t, tc.spec, LoadOptions{Options: Options{MTP: tc.mtp}}, tc.train, tc.gen)
+			l := mustLayouts(t, tc.spec, LoadOptions{MTP: tc.mtp}, tc.train, tc.gen)
 			if got := stageCounts(l); !slices.Equal(got, tc.stages) {
 				t.Errorf("stage layers %v, want %v", got, tc.stages)
 			}
@@ -338,7 +338,7 @@ func TestScaledLayouts(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			mtp := strings.HasPrefix(tc.spec, "deepseek")
 			_ = mtp
-			l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, Options: Options{MTP: mtp}}, tc.train, tc.gen)
+			l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, MTP: mtp}, tc.train, tc.gen)
 			checkLayouts(t, l)
 		})
 	}
@@ -402,7 +402,7 @@ func TestLayoutErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	odd, err := FromConfig("odd", Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 48, IntermediateSize: 48, Layers: 1,
-		Heads: 12, KVHeads: 4, HeadDim: 4}, Options{})
+		Heads: 12, KVHeads: 4, HeadDim: 4}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

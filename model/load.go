@@ -9,9 +9,14 @@ import (
 	"strings"
 )
 
-// LoadOptions say how Load shapes the model it finds.
+// LoadOptions say how Load and FromConfig shape the model they build.
 type LoadOptions struct {
-	Options
+	// MTP adds DeepSeek's multi-token-prediction layers (num_nextn_predict_layers
+	// of them, as the checkpoint names them: model.layers.<L>.*), which
+	// transformers' model does not hold. Off by default; an error for a
+	// configuration without them, and for model types other than
+	// deepseek_v3 and kimi_k2.
+	MTP bool
 	// Scale divides the model's widths, head dims and expert count by
 	// Scale (head counts stay, so that the real model's head constraints
 	// hold); 0 or 1 keeps them, and a size it does not divide is an error.
@@ -28,7 +33,7 @@ type LoadOptions struct {
 // file that cannot be read or parsed (the error names the file).
 func Load(spec string, opts LoadOptions) (*Model, error) {
 	if c, display, err := lookupBuiltin(spec); err == nil {
-		return build(display, c, opts)
+		return FromConfig(display, c, opts)
 	}
 	data, err := os.ReadFile(spec)
 	if err != nil {
@@ -46,7 +51,7 @@ func Load(spec string, opts LoadOptions) (*Model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", spec, err)
 		}
-		return build(name, c, opts)
+		return FromConfig(name, c, opts)
 	}
 	if opts.Scale > 1 || opts.Layers > 0 || opts.MTP {
 		return nil, fmt.Errorf("%s is a tensor list: scaling, cutting layers and MTP need a config.json", spec)
@@ -90,20 +95,4 @@ func isConfig(data []byte) bool {
 	}
 	_, ok := probe["model_type"]
 	return ok
-}
-
-func build(name string, c Config, opts LoadOptions) (*Model, error) {
-	var err error
-	if opts.Layers > 0 {
-		if c, err = c.withLayers(opts.Layers); err != nil {
-			return nil, fmt.Errorf("model %s: %w", name, err)
-		}
-	}
-	if opts.Scale > 1 {
-		if c, err = c.scale(opts.Scale); err != nil {
-			return nil, fmt.Errorf("model %s: %w", name, err)
-		}
-		name = fmt.Sprintf("%s/%d", name, opts.Scale)
-	}
-	return FromConfig(name, c, opts.Options)
 }

@@ -43,10 +43,10 @@ type Adapter struct {
 	base Kind
 }
 
-// Column reports whether the adapted weight is column-parallel (split by
+// column reports whether the adapted weight is column-parallel (split by
 // its output rows), as q, k, v, gate and up projections are; else it is
 // row-parallel (o_proj, down_proj: split by its input columns).
-func (a *Adapter) Column() bool { return a.base != kindRow }
+func (a *Adapter) column() bool { return a.base != kindRow }
 
 // Adapters returns the model of the LoRA adapters of m's target weights:
 // for each, "<module>.lora_A.weight" and "<module>.lora_B.weight" (PEFT's
@@ -150,7 +150,7 @@ func trainerAdapter(t Tensor, tr Trainer) ([]axis, error) {
 	dense := tr.DP * tr.CP
 	ad := t.Adapter
 	switch {
-	case !ad.B && ad.Column():
+	case !ad.B && ad.column():
 		return []axis{rep(dense), shard(tr.TP, 0)}, divides(t, 0, "LoRA rank rows", tr.TP, side, "tp",
 			"Megatron-Bridge's ParallelLinearAdapter splits A's rank over TP for a column-parallel weight")
 	case !ad.B:
@@ -183,7 +183,7 @@ func trainerAdapter(t Tensor, tr Trainer) ([]axis, error) {
 func generatorAdapter(m *Model, t Tensor, g Generator, start int) (sideLayout, error) {
 	s := sideLayout{start: start}
 	ad := t.Adapter
-	if t.SeqParallelReplicated && g.seqParallelMoE() || !ad.B && ad.Column() || ad.B && !ad.Column() {
+	if t.SeqParallelReplicated && g.seqParallelMoE() || !ad.B && ad.column() || ad.B && !ad.column() {
 		s.axes = []axis{rep(g.Ranks())}
 		return s, nil
 	}

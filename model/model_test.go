@@ -95,7 +95,7 @@ func TestPublishedTotals(t *testing.T) {
 		{"qwen2.5-72b", false, 963, 72706203648, "72.7", 2},                         // Qwen2.5-72B's published 72.7B
 		{"testdata/models/qwen3-0.6b.config.json", false, 310, 596049920, "0.6", 2}, // tied: no lm_head
 	} {
-		m, err := Load(tc.spec, LoadOptions{Options: Options{MTP: tc.mtp}})
+		m, err := Load(tc.spec, LoadOptions{MTP: tc.mtp})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func billions(n int64) string { return fmt.Sprintf("%.1f", float64(n)/1e9) }
 // TestTensorNames spot-checks names, shapes and kinds against transformers
 // 5's modules.
 func TestTensorNames(t *testing.T) {
-	ds, _ := Load("deepseek-v3", LoadOptions{Options: Options{MTP: true}})
+	ds, _ := Load("deepseek-v3", LoadOptions{MTP: true})
 	qw, _ := Load("qwen3-235b-a22b", LoadOptions{})
 	ll, _ := Load("llama-3.1-70b", LoadOptions{})
 	mx, _ := Load("testdata/models/mixtral-8x7b.config.json", LoadOptions{})
@@ -158,7 +158,7 @@ func TestTensorNames(t *testing.T) {
 		{mx, "model.layers.0.mlp.experts.gate_up_proj", []int64{8, 28672, 4096}, placement.BF16, ExpertsGateUp, 0},
 		{mx, "model.layers.0.mlp.gate.weight", []int64{8, 4096}, placement.BF16, kindReplicated, 0},
 	} {
-		got, ok := tc.m.Tensor(tc.name)
+		got, ok := tc.m.tensor(tc.name)
 		if !ok {
 			t.Errorf("%s: no tensor %s", tc.m.Name, tc.name)
 			continue
@@ -168,12 +168,12 @@ func TestTensorNames(t *testing.T) {
 				placement.FormatShape(tc.shape), tc.dtype, tc.kind, tc.layer)
 		}
 	}
-	if _, ok := ll.Tensor("model.layers.0.self_attn.q_norm.weight"); ok {
+	if _, ok := ll.tensor("model.layers.0.self_attn.q_norm.weight"); ok {
 		t.Error("llama has no q_norm")
 	}
-	q, _ := qw.Tensor("model.layers.0.self_attn.q_proj.weight")
-	k, _ := qw.Tensor("model.layers.0.self_attn.k_proj.weight")
-	g, _ := qw.Tensor("model.layers.0.mlp.experts.gate_up_proj")
+	q, _ := qw.tensor("model.layers.0.self_attn.q_proj.weight")
+	k, _ := qw.tensor("model.layers.0.self_attn.k_proj.weight")
+	g, _ := qw.tensor("model.layers.0.mlp.experts.gate_up_proj")
 	if !reflect.DeepEqual(q.LayoutShape, []int64{4, 2048, 4096}) || !reflect.DeepEqual(k.LayoutShape, []int64{4, 128, 4096}) ||
 		!reflect.DeepEqual(g.LayoutShape, []int64{128, 2, 1536, 4096}) {
 		t.Errorf("layout shapes q %v k %v gate_up %v", q.LayoutShape, k.LayoutShape, g.LayoutShape)
@@ -186,7 +186,7 @@ func TestTensorNames(t *testing.T) {
 // [E, H, 2I] cannot be told from transformers 5's [E, 2I, H] by name.
 func TestListRoundTrip(t *testing.T) {
 	for _, name := range Builtins() {
-		m, err := Load(name, LoadOptions{Options: Options{MTP: name == "deepseek-v3"}})
+		m, err := Load(name, LoadOptions{MTP: name == "deepseek-v3"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +290,7 @@ func TestParseErrors(t *testing.T) {
 	if _, err := Load(noType, LoadOptions{}); err == nil || !strings.Contains(err.Error(), "neither model_type") {
 		t.Errorf("a config without model_type: %v, want it named as such", err)
 	}
-	if _, err := Load("llama-3.1-70b", LoadOptions{Options: Options{MTP: true}}); err == nil || !strings.Contains(err.Error(), "no num_nextn_predict_layers") {
+	if _, err := Load("llama-3.1-70b", LoadOptions{MTP: true}); err == nil || !strings.Contains(err.Error(), "no num_nextn_predict_layers") {
 		t.Errorf("MTP on llama: %v", err)
 	}
 }
@@ -333,14 +333,14 @@ func TestTransformersDefaults(t *testing.T) {
 	// a deepseek_v3 config without n_routed_experts is DeepSeek-V3's MoE, not a dense model
 	c, _ := parseConfig([]byte(`{"model_type":"deepseek_v3","num_hidden_layers":4,"hidden_size":64,"intermediate_size":64,"moe_intermediate_size":8,
 		"num_attention_heads":4,"kv_lora_rank":8,"q_lora_rank":8,"qk_nope_head_dim":4,"qk_rope_head_dim":2,"v_head_dim":4,"vocab_size":64}`))
-	m, err := FromConfig("ds", c, Options{})
+	m, err := FromConfig("ds", c, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Tensor("model.layers.3.mlp.experts.gate_up_proj"); !ok {
+	if _, ok := m.tensor("model.layers.3.mlp.experts.gate_up_proj"); !ok {
 		t.Error("layer 3 has no routed experts")
 	}
-	if _, ok := m.Tensor("model.layers.2.mlp.gate_proj.weight"); !ok {
+	if _, ok := m.tensor("model.layers.2.mlp.gate_proj.weight"); !ok {
 		t.Error("layer 2 is not dense (first_k_dense_replace 3)")
 	}
 }

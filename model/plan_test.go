@@ -22,7 +22,7 @@ func TestPlansCompatible(t *testing.T) {
 		{"gpt-oss-120b", 16, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2"},
 		{"llama-3.1-70b", 32, "tp=2,pp=2,dp=2", "tp=8,dp=2"},
 	} {
-		l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, Options: Options{MTP: tc.spec == "deepseek-v3"}}, tc.train, tc.gen)
+		l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, MTP: tc.spec == "deepseek-v3"}, tc.train, tc.gen)
 		n := 0
 		for _, s := range l.Stages {
 			world := len(s.Members)

@@ -16,7 +16,7 @@ import (
 // the embedding, the LM head, norms, the router and its score-correction
 // bias, MTP's eh_proj stay, and the generator's fused buffers hold FP8.
 func TestNewQuantized(t *testing.T) {
-	m, err := Load("deepseek-v3", LoadOptions{Scale: 64, Layers: 4, Options: Options{MTP: true}})
+	m, err := Load("deepseek-v3", LoadOptions{Scale: 64, Layers: 4, MTP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestFP8IgnoredLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := FromConfig("q", c, Options{})
+	m, err := FromConfig("q", c, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestFP8Refusals(t *testing.T) {
 	// one 128-row block; m2n's per-head [2, 64, 256] would make two (issue case 9).
 	c := Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 256, IntermediateSize: 256, Layers: 1,
 		Heads: 4, KVHeads: 2, HeadDim: 64}
-	m, err := FromConfig("hd64", c, Options{})
+	m, err := FromConfig("hd64", c, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,12 +135,12 @@ func TestFP8Refusals(t *testing.T) {
 	if _, err := NewQuantized(m, tr, g, fp8.Row); err != nil {
 		t.Errorf("row scales are the checkpoint's whatever the view: %v", err)
 	}
-	k, _ := m.Tensor("model.layers.0.self_attn.k_proj.weight")
+	k, _ := m.tensor("model.layers.0.self_attn.k_proj.weight")
 	if got := ScaleShape(k, fp8.Block); !slices.Equal(got, []int64{1, 2}) {
 		t.Errorf("k_proj's weight_scale_inv %v, want the checkpoint's [1 2]", got)
 	}
 	c.HeadDim, c.HiddenSize, c.Heads, c.KVHeads = 128, 512, 4, 2
-	m, _ = FromConfig("hd128", c, Options{})
+	m, _ = FromConfig("hd128", c, LoadOptions{})
 	if _, err := NewQuantized(m, tr, g, fp8.Block); err != nil {
 		t.Errorf("head_dim 128 blocks are whole per head: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestFP8Refusals(t *testing.T) {
 	// each group, whose block scales would restart at every cut
 	tr4, _ := ParseTrainer("tp=4")
 	c2 := Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 512, IntermediateSize: 256, Layers: 1, Heads: 8, KVHeads: 2, HeadDim: 64}
-	m2, _ := FromConfig("tp4", c2, Options{})
+	m2, _ := FromConfig("tp4", c2, LoadOptions{})
 	// q's 256 rows a group are whole blocks, but rank 0 of each group holds
 	// its first 192: the cut at 192 is inside a block
 	if _, err := NewQuantized(m2, tr4, g, fp8.Block); err == nil || !strings.Contains(err.Error(), "q_proj.weight: --fp8-scale block: Megatron-Core and vLLM split its rows differently") {
@@ -161,7 +161,7 @@ func TestFP8Refusals(t *testing.T) {
 	if _, err := NewQuantized(m2, tr4, g, fp8.Row); err != nil {
 		t.Errorf("row scales of Megatron's row pieces: %v", err)
 	}
-	q, _ := m.Tensor("model.layers.0.self_attn.q_proj.weight")
+	q, _ := m.tensor("model.layers.0.self_attn.q_proj.weight")
 	if got := ScaleShape(q, fp8.Block); !slices.Equal(got, []int64{4, 4}) {
 		t.Errorf("q_proj [512, 512] scales %v, want [4 4]", got)
 	}

@@ -39,7 +39,7 @@ func TestScale(t *testing.T) {
 		if !tc.check(s) {
 			t.Errorf("%s / %d: %+v", tc.name, tc.n, s)
 		}
-		if _, err := FromConfig(tc.name, s, Options{MTP: s.MTPLayers > 0}); err != nil {
+		if _, err := FromConfig(tc.name, s, LoadOptions{MTP: s.MTPLayers > 0}); err != nil {
 			t.Errorf("%s / %d: %v", tc.name, tc.n, err)
 		}
 	}
@@ -70,7 +70,7 @@ func TestWithLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := FromConfig("ds4", s, Options{MTP: true})
+	m, err := FromConfig("ds4", s, LoadOptions{MTP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestWithLayers(t *testing.T) {
 		t.Fatalf("layers %d mtp %d", m.Layers, m.MTPLayers)
 	}
 	for _, name := range []string{"model.layers.2.mlp.gate_proj.weight", "model.layers.3.mlp.experts.gate_up_proj", "model.layers.4.eh_proj.weight"} {
-		if _, ok := m.Tensor(name); !ok {
+		if _, ok := m.tensor(name); !ok {
 			t.Errorf("no %s", name)
 		}
 	}

@@ -32,7 +32,7 @@ func TestHugeLayerCounts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d layers: %v", tc.layers, err)
 		}
-		m, err := build("huge", c, LoadOptions{Layers: tc.keep})
+		m, err := FromConfig("huge", c, LoadOptions{Layers: tc.keep})
 		el := time.Since(start)
 		runtime.ReadMemStats(&after)
 		if el > 2*time.Second || after.TotalAlloc-before.TotalAlloc > 64<<20 {
@@ -48,7 +48,7 @@ func TestHugeLayerCounts(t *testing.T) {
 	// sizes that overflow are errors, not wrapped numbers
 	c, err := parseConfig([]byte(`{"model_type":"llama","vocab_size":4503599627370496,"hidden_size":1048576,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":1}`))
 	if err == nil {
-		_, err = FromConfig("big", c, Options{})
+		_, err = FromConfig("big", c, LoadOptions{})
 	}
 	if err == nil || !strings.Contains(err.Error(), "overflows int64") {
 		t.Errorf("a vocabulary of 2^52 rows of 2^20: %v", err)
@@ -83,7 +83,7 @@ func BenchmarkModelSetup(b *testing.B) {
 			b.ReportAllocs()
 			var n int
 			for i := 0; i < b.N; i++ {
-				m, err := FromConfig("bench", c, Options{})
+				m, err := FromConfig("bench", c, LoadOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -152,9 +152,9 @@ type Tensor struct {
 	Layer int
 }
 
-// MovedShape returns the shape the frameworks hold the tensor in: Shape,
+// movedShape returns the shape the frameworks hold the tensor in: Shape,
 // with its last two dims swapped when Transposed.
-func (t Tensor) MovedShape() []int64 {
+func (t Tensor) movedShape() []int64 {
 	s := slices.Clone(t.Shape)
 	if t.Transposed && len(s) >= 2 {
 		s[len(s)-1], s[len(s)-2] = s[len(s)-2], s[len(s)-1]
@@ -210,8 +210,8 @@ func (m *Model) Bytes() int64 {
 	return n
 }
 
-// Tensor returns the tensor of the given name.
-func (m *Model) Tensor(name string) (Tensor, bool) {
+// tensor returns the tensor of the given name.
+func (m *Model) tensor(name string) (Tensor, bool) {
 	i := slices.IndexFunc(m.Tensors, func(t Tensor) bool { return t.Name == name })
 	if i < 0 {
 		return Tensor{}, false

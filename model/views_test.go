@@ -89,7 +89,7 @@ func TestViewsMatchFrameworks(t *testing.T) {
 	const heads, kv, hd, H, I = 8, 2, 2, 8, 8
 	c := Config{ModelType: "llama", DType: placement.F32, VocabSize: 8, HiddenSize: H, IntermediateSize: I, Layers: 1,
 		Heads: heads, KVHeads: kv, HeadDim: hd, AttentionBias: true}
-	m, err := FromConfig("tiny", c, Options{})
+	m, err := FromConfig("tiny", c, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestExpertViewsMatchFrameworks(t *testing.T) {
 	const E, H, I = 4, 3, 4
 	c := Config{ModelType: "qwen3_moe", DType: placement.BF16, VocabSize: 8, HiddenSize: H, IntermediateSize: 8, Layers: 1,
 		Heads: 4, KVHeads: 2, HeadDim: 2, Experts: E, MoEIntermediateSize: I, DecoderSparseStep: 1, ExpertsPerToken: 2}
-	m, err := FromConfig("tiny-moe", c, Options{})
+	m, err := FromConfig("tiny-moe", c, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func (s Spec) Load() (*model.Model, error) {
 		return nil, &Error{Field: "layers", Value: strconv.Itoa(s.Layers), Err: errors.New("want at least 1 (0 keeps them all)")}
 	}
 	if s.MTP {
-		if _, err := model.Load(s.Model, model.LoadOptions{Options: model.Options{MTP: true}, Layers: probe.Layers}); err != nil {
+		if _, err := model.Load(s.Model, model.LoadOptions{MTP: true, Layers: probe.Layers}); err != nil {
 			return nil, &Error{Field: "mtp", Err: err}
 		}
 	}
@@ -102,7 +102,7 @@ func (s Spec) Load() (*model.Model, error) {
 			return nil, &Error{Field: "layers", Value: strconv.Itoa(s.Layers), Err: err}
 		}
 	}
-	m, err := model.Load(s.Model, model.LoadOptions{Options: model.Options{MTP: s.MTP}, Scale: s.Scale, Layers: s.Layers})
+	m, err := model.Load(s.Model, model.LoadOptions{MTP: s.MTP, Scale: s.Scale, Layers: s.Layers})
 	if err != nil {
 		return nil, &Error{Field: "scale", Value: scale, Err: err}
 	}

@@ -73,7 +73,8 @@ func newVectorExchange(tr transport.Transport, mem transport.Memory, plan *resha
 			return nil, fmt.Errorf("perf: the vector exchange needs host memory, got %T", dst)
 		}
 	}
-	for _, t := range plan.Transfers() {
+	for i := range plan.Len() {
+		t := plan.Transfer(i)
 		switch {
 		case t.Src == rank && t.Dst == rank:
 			v.self = append(v.self, t)

@@ -200,7 +200,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 // compile schedules, fingerprints and compiles the call on this rank.
 func (c *Call) compile(route reshard.Route) error {
 	if len(c.specs) == 0 {
-		c.sched = reshard.EmptySchedule(route.Name(), c.world)
+		c.sched = &reshard.Schedule{Route: route.Name(), World: c.world}
 		var err error
 		c.prog, err = program.Compile(c.sched, c.rank, program.CompileOptions{})
 		return err
@@ -216,7 +216,7 @@ func (c *Call) compile(route reshard.Route) error {
 	}
 	sched.TensorNames = names
 	c.sched = sched
-	c.fingerprint = reshard.ScheduleFingerprint(sched, c.topo, c.opts.CoalesceBytes)
+	c.fingerprint = scheduleFingerprint(sched, c.topo, c.opts.CoalesceBytes)
 	if c.prog, err = program.Compile(sched, c.rank, program.CompileOptions{Views: views, MaxInPlace: transport.MaxInPlace(c.tr), CoalesceBytes: c.opts.CoalesceBytes}); err != nil {
 		return err
 	}

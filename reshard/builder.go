@@ -51,8 +51,8 @@ type Builder struct {
 	err      error
 	totals   [2][2][]int64 // [send, recv][network, local][rank] bytes added, for the maxRounds error
 	hints    map[uint64]*pairHint
-	recvNet  int64 // the per-round budget of network receives (SetNetReceiveBudget)
-	local    int64 // the per-round budget of local sends and receives (SetLocalBudget)
+	recvNet  int64 // the per-round budget of network receives (SetBudgets)
+	local    int64 // the per-round budget of local sends and receives (SetBudgets)
 }
 
 // rankUsage is a rank's usage lists, [send, recv][network, local]; nil
@@ -84,7 +84,7 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 		return nil, fmt.Errorf("reshard: round budget %d bytes, want > 0", roundBytes)
 	}
 	b := &Builder{
-		s:       &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, world: world},
+		s:       &Schedule{Route: route, Plans: plans, RoundBytes: roundBytes, World: world},
 		topo:    topo,
 		use:     make([]rankUsage, world),
 		hints:   map[uint64]*pairHint{},
@@ -99,60 +99,46 @@ func NewBuilder(route string, plans []*Plan, topo Topology, roundBytes int64) (*
 	return b, nil
 }
 
-// SetNetReceiveBudget lowers the most a rank receives over the network in
-// one round to n bytes (0 < n <= the round budget; the default is the
-// round budget), so that a route whose few senders feed many receivers can
-// make every round spread its sends over the receivers evenly: calls that
-// run at once into the same receivers (a model's pipeline stages) then
-// add up to at most a round budget per receiver and round, where each
-// could otherwise bring a full one. Sends and local receives keep the
-// round budget. It must come before the first Add; otherwise, or with n
+// SetBudgets sets a round's budgets apart from the round budget: the
+// most a rank receives over the network in one round to netReceive bytes
+// (0 < netReceive <= the round budget; the default is the round budget),
+// and the most a rank sends, and separately receives, over the local
+// fabric in one round to local bytes (local > 0; the default is the round
+// budget). Network sends keep the round budget.
+//
+// A lower network receive budget lets a route whose few senders feed many
+// receivers make every round spread its sends over the receivers evenly:
+// calls that run at once into the same receivers (a model's pipeline
+// stages) then add up to at most a round budget per receiver and round,
+// where each could otherwise bring a full one. A local budget apart from
+// the network's serves a route whose ranks forward over the local fabric
+// a multiple of what they receive over the network (hier's leaders fan
+// each chunk out to the other replicas of their domain): a local budget of
+// that multiple keeps a round's fan-out from falling behind the round's
+// network receives and finishing after them. A round's local staging, for
+// the messages that are packed, can then reach local.
+//
+// SetBudgets must come before the first Add; otherwise, or with a budget
 // out of range, it makes the Builder fail.
-func (b *Builder) SetNetReceiveBudget(n int64) error {
+func (b *Builder) SetBudgets(netReceive, local int64) error {
 	switch {
 	case b.err != nil:
 		return b.err
 	case len(b.s.Messages) > 0:
-		b.err = fmt.Errorf("reshard: %s schedule: the receive budget must be set before the first message", b.s.Route)
-	case n <= 0 || n > b.s.RoundBytes:
-		b.err = &FieldError{Field: "network receive budget", Got: fmt.Sprint(n), Want: fmt.Sprintf("in (0, %d], the round budget", b.s.RoundBytes),
+		b.err = fmt.Errorf("reshard: %s schedule: the budgets must be set before the first message", b.s.Route)
+	case netReceive <= 0 || netReceive > b.s.RoundBytes:
+		b.err = &FieldError{Field: "network receive budget", Got: fmt.Sprint(netReceive), Want: fmt.Sprintf("in (0, %d], the round budget", b.s.RoundBytes),
 			Why: "receives are bounded by the staging a round holds"}
+	case local <= 0:
+		b.err = &FieldError{Field: "local budget", Got: fmt.Sprint(local), Want: "> 0", Why: "a round must move some bytes"}
 	default:
-		b.recvNet = n
+		b.recvNet, b.local = netReceive, local
 	}
 	return b.err
 }
-
-// SetLocalBudget sets the most a rank sends, and separately receives,
-// over the local fabric in one round to n bytes (n > 0; the default is the
-// round budget), apart from the network's budgets: a route whose ranks
-// forward over the local fabric a multiple of what they receive over the
-// network (hier's leaders fan each chunk out to the other replicas of
-// their domain) gives the local fabric a budget of that multiple, so that
-// a round's fan-out does not fall behind the round's network receives and
-// finish after them. A round's local staging, for the messages that are
-// packed, can then reach n. It must come before the first Add; otherwise,
-// or with n <= 0, it makes the Builder fail.
-func (b *Builder) SetLocalBudget(n int64) error {
-	switch {
-	case b.err != nil:
-		return b.err
-	case len(b.s.Messages) > 0:
-		b.err = fmt.Errorf("reshard: %s schedule: the local budget must be set before the first message", b.s.Route)
-	case n <= 0:
-		b.err = &FieldError{Field: "local budget", Got: fmt.Sprint(n), Want: "> 0", Why: "a round must move some bytes"}
-	default:
-		b.local = n
-	}
-	return b.err
-}
-
-// LocalBudget returns the most a rank sends or receives over the local
-// fabric in one round (SetLocalBudget; the round budget by default).
-func (b *Builder) LocalBudget() int64 { return b.local }
 
 // NetReceiveBudget returns the most a rank receives over the network in
-// one round (SetNetReceiveBudget; the round budget by default).
+// one round (SetBudgets; the round budget by default).
 func (b *Builder) NetReceiveBudget() int64 { return b.recvNet }
 
 // budget returns the per-round budget of direction dir over class c.
@@ -214,7 +200,7 @@ func (b *Builder) Add(m Message, after int) int {
 	if b.err != nil {
 		return r
 	}
-	world := b.s.world
+	world := b.s.World
 	switch {
 	case m.Src < 0 || m.Src >= world || m.Dst < 0 || m.Dst >= world:
 		b.err = fmt.Errorf("reshard: %s schedule, message %d from rank %d to rank %d: ranks must lie in the communicator [0, %d)",

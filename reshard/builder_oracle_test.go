@@ -7,8 +7,8 @@ package reshard
 // place every message in exactly the round this one does.
 type oracleBuilder struct {
 	roundBytes int64
-	recvNet    int64 // the network receive budget (SetNetReceiveBudget)
-	local      int64 // the local budget (SetLocalBudget)
+	recvNet    int64 // the network receive budget (SetBudgets)
+	local      int64 // the local budget (SetBudgets)
 	topo       Topology
 	use        [2][2][][]int64 // [send, recv][network, local][rank][round] bytes
 	open       []int           // [rank] every round before this is full

@@ -67,7 +67,7 @@ func TestBuilderMatchesOracle(t *testing.T) {
 		o := newOracleBuilder(world, topo, budget)
 		if rng.IntN(3) == 0 { // a lower network receive budget
 			o.recvNet = 1 + rng.Int64N(budget)
-			if err := b.SetNetReceiveBudget(o.recvNet); err != nil {
+			if err := b.SetBudgets(o.recvNet, budget); err != nil {
 				t.Fatal(err)
 			}
 		}

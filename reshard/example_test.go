@@ -22,7 +22,8 @@ func ExampleNewPlan() {
 	if err != nil {
 		panic(err)
 	}
-	for _, t := range plan.Transfers() {
+	for i := range plan.Len() {
+		t := plan.Transfer(i)
 		fmt.Printf("rank %d -> rank %d: rows %d:%d (%d bytes) lands at byte %d\n",
 			t.Src, t.Dst, t.Box.Lo[0], t.Box.Hi[0], t.DstAt.Bytes(), t.DstAt.Offset)
 	}

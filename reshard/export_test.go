@@ -13,7 +13,7 @@ func WatchBuilders() (stop func() (int, error)) {
 	addHook = func(b *Builder, m Message, after int) {
 		o := oracles[b]
 		if o == nil {
-			o = newOracleBuilder(b.s.world, b.topo, b.s.RoundBytes)
+			o = newOracleBuilder(b.s.World, b.topo, b.s.RoundBytes)
 			o.recvNet, o.local = b.recvNet, b.local
 			oracles[b] = o
 		}

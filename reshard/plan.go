@@ -407,8 +407,8 @@ func (p *Plan) Transfer(i int) Transfer {
 	return t
 }
 
-// Transfers materializes every transfer, in plan order.
-func (p *Plan) Transfers() []Transfer {
+// transfers materializes every transfer, in plan order.
+func (p *Plan) transfers() []Transfer {
 	out := make([]Transfer, len(p.pieces))
 	for i := range out {
 		out[i] = p.Transfer(i)

@@ -103,7 +103,7 @@ func TestPlanCases(t *testing.T) {
 				}
 			}
 			local := 0
-			for _, tr := range p.Transfers() {
+			for _, tr := range p.transfers() {
 				if tr.Src == tr.Dst {
 					local++
 				}

@@ -97,7 +97,7 @@ func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opt
 		// a converting plan reads source elements and sends destination
 		// (FP8) ones: chunks and messages are sized on the wire.
 		srcElem, elem := p.Src().ElemSize(), p.Dst().ElemSize() // messages carry the destination dtype
-		transfers := p.Transfers()
+		transfers := p.transfers()
 		chunks := make([][]placement.Box, len(transfers))
 		for i, t := range transfers {
 			var err error

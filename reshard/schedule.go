@@ -91,11 +91,11 @@ type Schedule struct {
 	// RoundBytes bounds the bytes a rank sends, and separately receives,
 	// in one round over each link class (network, local).
 	RoundBytes int64
-	world      int
+	// World is the communicator size: every message's ranks lie in
+	// [0, World). A schedule of no tensors (no plans, no messages) is
+	// &Schedule{Route: route, World: world}.
+	World int
 }
-
-// World returns the communicator size.
-func (s *Schedule) World() int { return s.world }
 
 // Topology says which domain each rank of a communicator belongs to.
 // Ranks of one domain share a fast local fabric.
@@ -145,12 +145,6 @@ const MaxMessages = 1 << 23
 // its segments, box and descriptors, for comparing a schedule's size with
 // the memory a rank has.
 const MessageBytes = 512
-
-// EmptySchedule returns the schedule of a call of no tensors over world
-// ranks: no messages, no rounds.
-func EmptySchedule(route string, world int) *Schedule {
-	return &Schedule{Route: route, world: world}
-}
 
 // addHook, set only by tests, sees every message Add places (with its
 // round) and the lower bound it was given, to compare with a reference.

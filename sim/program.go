@@ -183,7 +183,7 @@ func (p *simProgram) AddSchedule(s *reshard.Schedule, o addOptions) (int, error)
 // checkAdd checks that schedule s can join the program as o says and
 // returns the map from its ranks to the program's.
 func (p *simProgram) checkAdd(s *reshard.Schedule, o addOptions) (func(int) int32, error) {
-	world := s.World()
+	world := s.World
 	if o.Ranks != nil && len(o.Ranks) != world {
 		return nil, fmt.Errorf("sim: %d ranks mapped for a schedule of %d", len(o.Ranks), world)
 	}
@@ -218,7 +218,7 @@ type rankEntry struct {
 // round's small messages between one pair coalesced into one, as Compile
 // does) and returns each schedule rank's entries, in schedule order.
 func (p *simProgram) addMessages(s *reshard.Schedule, o addOptions, part, firstTensor int, global func(int) int32) ([][]rankEntry, error) {
-	world := s.World()
+	world := s.World
 	direct := func(segs []reshard.Segment) bool {
 		if len(segs) != 1 {
 			return false
@@ -331,7 +331,7 @@ func (p *simProgram) addProcs(ents [][]rankEntry, part, after int, global func(i
 
 // programOf is a program of one schedule on its own ranks.
 func programOf(s *reshard.Schedule, inPlace bool) (*simProgram, error) {
-	p := newSimProgram(s.World())
+	p := newSimProgram(s.World)
 	if _, err := p.AddSchedule(s, addOptions{InPlace: inPlace, After: -1}); err != nil {
 		return nil, err
 	}

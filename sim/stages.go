@@ -36,8 +36,8 @@ func (p *simProgram) AddStages(l pipeline.Layout, scheds []*reshard.Schedule, in
 	var parts []int
 	for s, sc := range scheds {
 		members := l.Members(s)
-		if sc.World() != len(members) {
-			return nil, fmt.Errorf("sim: stage %d's schedule is for %d ranks, its communicator has %d", s, sc.World(), len(members))
+		if sc.World != len(members) {
+			return nil, fmt.Errorf("sim: stage %d's schedule is for %d ranks, its communicator has %d", s, sc.World, len(members))
 		}
 		after := -1
 		if sequential && s > 0 {

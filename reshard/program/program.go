@@ -148,14 +148,14 @@ type CompileOptions struct {
 // Compile derives rank's Program from a schedule. It fails when a view
 // does not fit its tensor's part on this rank.
 func Compile(s *reshard.Schedule, rank int, opts CompileOptions) (*Program, error) {
-	if rank < 0 || rank >= s.World() {
-		return nil, fmt.Errorf("reshard: rank %d outside a schedule of %d ranks", rank, s.World())
+	if rank < 0 || rank >= s.World {
+		return nil, fmt.Errorf("reshard: rank %d outside a schedule of %d ranks", rank, s.World)
 	}
 	c := compiler{s: s, rank: rank, opts: opts}
 	if err := c.resolveViews(); err != nil {
 		return nil, err
 	}
-	p := &Program{Rank: rank, World: s.World(), Route: s.Route, Full: make([]int64, len(s.Plans)), sched: s}
+	p := &Program{Rank: rank, World: s.World, Route: s.Route, Full: make([]int64, len(s.Plans)), sched: s}
 	p.Done = make([]int, len(s.Plans))
 	for t := range p.Done {
 		p.Done[t] = -1
