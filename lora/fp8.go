@@ -77,17 +77,9 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 	if len(w.Scales) != 4*len(win.Values) {
 		return fmt.Errorf("lora: weight %s: rank %d holds %d bytes of scales, its part's %d blocks need %d", name, w.Rank, len(w.Scales), len(win.Values), 4*len(win.Values))
 	}
-	af, ar, err := a.dense()
+	cur, err := product(name, wr, a, b, scale)
 	if err != nil {
-		return fmt.Errorf("lora: weight %s, A: %w", name, err)
-	}
-	bf, br, err := b.dense()
-	if err != nil {
-		return fmt.Errorf("lora: weight %s, B: %w", name, err)
-	}
-	cur := &merged{a: af, b: bf, ar: ar, br: br, scale: float32(scale)}
-	if err := cur.covers(wr); err != nil {
-		return fmt.Errorf("lora: weight %s: %w", name, err)
+		return err
 	}
 	n := box.Elems()
 	base := mg.base[name]
@@ -109,7 +101,7 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 	nd := len(shape)
 	rows, cols := g.BlockShape()
 	acc := make([]float32, n)
-	alpha := make([]float32, ar.rows())
+	alpha := make([]float32, cur.ar.rows())
 	coord, idx := make([]int64, nd), make([]int64, nd)
 	pos := int64(0)
 	for r, s := range wsegs {

@@ -73,25 +73,17 @@ func (mg *Merger) Merge(name string, w, a, b Matrix, scale float64) error {
 	if len(wsegs) == 0 {
 		return nil
 	}
-	af, ar, err := a.dense()
+	cur, err := product(name, wr, a, b, scale)
 	if err != nil {
-		return fmt.Errorf("lora: weight %s, A: %w", name, err)
-	}
-	bf, br, err := b.dense()
-	if err != nil {
-		return fmt.Errorf("lora: weight %s, B: %w", name, err)
-	}
-	cur := &merged{a: af, b: bf, ar: ar, br: br, scale: float32(scale)}
-	if err := cur.covers(wr); err != nil {
-		return fmt.Errorf("lora: weight %s: %w", name, err)
+		return err
 	}
 	prev := mg.prev[name]
-	if prev != nil && (prev.ar != ar || prev.br != br) {
-		return fmt.Errorf("lora: weight %s: its adapter parts changed shape since the last merge (A %v then %v, B %v then %v); Reset first", name, prev.ar, ar, prev.br, br)
+	if prev != nil && (prev.ar != cur.ar || prev.br != cur.br) {
+		return fmt.Errorf("lora: weight %s: its adapter parts changed shape since the last merge (A %v then %v, B %v then %v); Reset first", name, prev.ar, cur.ar, prev.br, cur.br)
 	}
 	dt := w.Layout.DType()
 	var acc []float32
-	alpha := make([]float32, ar.rows())
+	alpha := make([]float32, cur.ar.rows())
 	for _, s := range wsegs {
 		if int64(cap(acc)) < s.n {
 			acc = make([]float32, s.n)
@@ -134,4 +126,23 @@ func (m *merged) add(acc []float32, s segment, sign float32, alpha []float32) {
 		alpha[k] = sign * (m.scale * b)
 	}
 	addRows(acc, alpha[:r], m.a[s.j-m.ar.j0:], int(m.ar.cols()))
+}
+
+// product reads weight name's adapter parts a and b densely into the
+// product both merges add, scaled by scale, and checks that they cover
+// every row and column of wr, the weight part's.
+func product(name string, wr rect, a, b Matrix, scale float64) (*merged, error) {
+	af, ar, err := a.dense()
+	if err != nil {
+		return nil, fmt.Errorf("lora: weight %s, A: %w", name, err)
+	}
+	bf, br, err := b.dense()
+	if err != nil {
+		return nil, fmt.Errorf("lora: weight %s, B: %w", name, err)
+	}
+	cur := &merged{a: af, b: bf, ar: ar, br: br, scale: float32(scale)}
+	if err := cur.covers(wr); err != nil {
+		return nil, fmt.Errorf("lora: weight %s: %w", name, err)
+	}
+	return cur, nil
 }
