@@ -52,19 +52,7 @@ func TestPlots(t *testing.T) {
 	for name, p := range map[string]interface {
 		Save(w, h vg.Length, file string) error
 	}{"rho.png": rho, "links.png": links} {
-		file := filepath.Join(dir, name)
-		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, file); err != nil {
-			t.Fatal(err)
-		}
-		fh, err := os.Open(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := png.Decode(fh)
-		fh.Close()
-		if err != nil || img.Bounds().Dx() < 300 {
-			t.Errorf("%s: not a plot (%v)", name, err)
-		}
+		savePNG(t, p, filepath.Join(dir, name))
 	}
 	for _, tc := range []struct {
 		err     error
@@ -86,6 +74,26 @@ func TestPlots(t *testing.T) {
 
 func second[T any](_ T, err error) error { return err }
 
+// savePNG saves p as a PNG file and checks that it reads back as an image
+// of plot size.
+func savePNG(t *testing.T, p interface {
+	Save(w, h vg.Length, file string) error
+}, file string) {
+	t.Helper()
+	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, file); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(fh)
+	fh.Close()
+	if err != nil || img.Bounds().Dx() < 300 {
+		t.Errorf("%s: not a plot (%v)", file, err)
+	}
+}
+
 // TestPlotScale draws sim/bound against the ranks (the two reports have 8
 // and 12 ranks) for one route and for all, and names the setting to blame.
 func TestPlotScale(t *testing.T) {
@@ -96,19 +104,7 @@ func TestPlotScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		file := filepath.Join(dir, route+".png")
-		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, file); err != nil {
-			t.Fatal(err)
-		}
-		fh, err := os.Open(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := png.Decode(fh)
-		fh.Close()
-		if err != nil || img.Bounds().Dx() < 300 {
-			t.Errorf("%s: not a plot (%v)", file, err)
-		}
+		savePNG(t, p, filepath.Join(dir, route+".png"))
 	}
 	for _, tc := range []struct {
 		err     error
