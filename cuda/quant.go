@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/m2n-dev/m2n/cuda/kernels"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -107,13 +108,17 @@ const (
 	divFMA      = 2 // m2n_qfma where m2n_qfma_ok, else m2n_qdiv
 )
 
+// newQuantRequest is what planQuant needs of one FP8 kernel's launch.
+func newQuantRequest(kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst DevicePtr) quantRequest {
+	return quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst,
+		divMode: divMode(kind)}
+}
+
 // launchQuant plans an FP8 kernel and queues it on s; a plan of no items
 // launches nothing.
 func launchQuant(s *Stream, kind quantKind, g fp8.Grid, r FP8Region, w FP8Window, dst DevicePtr) error {
 	op := map[quantKind]string{quantAmax: "BlockAmax", quantPack: "PackQuantize", quantFused: "FusedQuantize"}[kind]
-	req := quantRequest{kind: kind, grid: g, dtype: r.DType, src: r.Src, at: r.At, box: r.Box, win: w.Values, blocks: w.Blocks, dst: dst,
-		divMode: divMode(kind)}
-	p, err := planQuant(req)
+	p, err := planQuant(newQuantRequest(kind, g, r, w, dst))
 	if err != nil {
 		return fmt.Errorf("cuda: %s of %v: %w", op, r.Box, err)
 	}
@@ -178,3 +183,15 @@ func (p *quantPlan) cParams() C.m2n_quant_params {
 
 // paramBytes returns the parameter block's bytes, for the CPU emulator.
 func (p *quantPlan) paramBytes() []byte { return cBytes(p.cParams()) }
+
+// EmulatePackQuantize plans the PackQuantize of region r as a launch would
+// and runs it through the FP8 kernels' source compiled for the CPU (package
+// kernels), on a grid of at most maxGrid blocks. It is for tests: every
+// address must lie in host memory from kernels.Alloc.
+func EmulatePackQuantize(g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8Window, maxGrid int) error {
+	p, err := planQuant(newQuantRequest(quantPack, g, r, scales, dst))
+	if err != nil || p.items == 0 {
+		return err
+	}
+	return kernels.EmulateQuant(p.name, p.paramBytes(), p.grid(maxGrid), blockThreads)
+}

@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
@@ -18,7 +19,7 @@ func Build(p *program.Program, b Buffers, opts Options) (*Plan, error) {
 	if opts.MemcpyMin == 0 {
 		opts.MemcpyMin = DefaultMemcpyMin
 	}
-	bd := &builder{p: p, b: b, opts: opts, pl: &Plan{Done: make([][]int, len(p.Rounds))}}
+	bd := &builder{p: p, b: b, opts: opts, pl: &Plan{Done: make([][]int, len(p.Rounds)), Quant: b.Quant}}
 	if err := bd.build(); err != nil {
 		return nil, err
 	}
@@ -286,6 +287,7 @@ func (bd *builder) copies(i int) error {
 	// an op is one or more items that read rd and write wr.
 	type op struct {
 		items  []Copy
+		quant  *QuantOp // a quantize-while-packing instead of items
 		rd, wr []ival
 	}
 	var ops []op
@@ -328,7 +330,20 @@ func (bd *builder) copies(i int) error {
 		base := bd.b.Scratch.Addr + scratch
 		pack, unpack := op{}, op{}
 		off := int64(0)
+		if cp.Quant {
+			q, err := bd.quantOp(s.Index, "local copy", cp.Msg, cp.From, base)
+			if err != nil {
+				return err
+			}
+			pack.quant = &q
+			pack.rd = append(pack.rd, span(q.Src, q.SrcAt))
+			pack.wr = append(pack.wr, span(base, strided.Desc{Run: cp.Bytes}))
+			off = cp.Bytes
+		}
 		for k, r := range cp.From {
+			if cp.Quant {
+				break // quantized above
+			}
 			c := Copy{Dst: base, DstAt: strided.Desc{Offset: off, Run: r.At.Bytes()}, Src: from[k], SrcAt: r.At}
 			pack.items = append(pack.items, c)
 			pack.rd = append(pack.rd, span(c.Src, c.SrcAt))
@@ -351,6 +366,14 @@ func (bd *builder) copies(i int) error {
 	}
 	k := -1
 	var rd, wr spans
+	var quants []QuantOp // the wave's
+	flush := func() {
+		bd.launch(i, k)
+		for _, q := range quants {
+			bd.quantize(i, q)
+		}
+		quants = quants[:0]
+	}
 	for _, o := range ops {
 		conflict := false
 		for _, r := range o.rd {
@@ -361,13 +384,16 @@ func (bd *builder) copies(i int) error {
 		}
 		if k < 0 || conflict {
 			if k >= 0 {
-				bd.launch(i, k)
+				flush()
 			}
 			k = bd.newBatch()
 			rd, wr = nil, nil
 		}
 		for _, c := range o.items {
 			bd.add(k, c)
+		}
+		if o.quant != nil {
+			quants = append(quants, *o.quant)
 		}
 		for _, r := range o.rd {
 			rd.insert(r)
@@ -376,7 +402,7 @@ func (bd *builder) copies(i int) error {
 			wr.insert(w)
 		}
 	}
-	bd.launch(i, k)
+	flush()
 	return nil
 }
 
@@ -387,6 +413,7 @@ func (bd *builder) wires(i int) (bool, error) {
 	slot := s.Index % 2
 	var ops [2][]P2P // by communicator: network, local
 	var packs, unpacks []Copy
+	var quants []QuantOp
 	for dir, list := range [][]program.Wire{s.Recvs, s.Sends} {
 		send := dir == 1
 		for wi := range list {
@@ -422,6 +449,18 @@ func (bd *builder) wires(i int) (bool, error) {
 				st.Packed += w.Bytes
 				off := w.StagingOff
 				for _, pt := range w.Parts {
+					if send && pt.Quant {
+						q, err := bd.quantOp(s.Index, op, pt.Msg, pt.Regions, sp.Addr+uint64(off))
+						if err != nil {
+							return false, err
+						}
+						off += q.Box.Elems()
+						if off > w.StagingOff+w.Bytes {
+							return false, fmt.Errorf("replay: rank %d, round %d: %s: parts of more than %d bytes", p.Rank, s.Index, op, w.Bytes)
+						}
+						quants = append(quants, q)
+						continue
+					}
 					for _, r := range pt.Regions {
 						a, err := bd.region(s.Index, op, r)
 						if err != nil {
@@ -465,6 +504,9 @@ func (bd *builder) wires(i int) (bool, error) {
 		}
 		bd.launch(i, k)
 	}
+	for _, q := range quants {
+		bd.quantize(i, q)
+	}
 	if len(unpacks) > 0 {
 		k := bd.newBatch()
 		for _, c := range unpacks {
@@ -496,4 +538,55 @@ func (bd *builder) wires(i int) (bool, error) {
 		bd.pl.Done[i] = append(bd.pl.Done[i], done)
 	}
 	return true, nil
+}
+
+// quantOp resolves the quantize-while-packing of message msg, whose one
+// source region is regs[0], into the bytes at dst.
+func (bd *builder) quantOp(round int, op string, msg int32, regs []program.Region, dst uint64) (QuantOp, error) {
+	sched := bd.p.Schedule()
+	if len(regs) != 1 || sched == nil || int(msg) >= len(sched.Messages) {
+		return QuantOp{}, fmt.Errorf("replay: rank %d, round %d: %s: a message converting to FP8 needs its one source region and its box (%d regions)",
+			bd.p.Rank, round, op, len(regs))
+	}
+	r := regs[0]
+	a, err := bd.region(round, op, r)
+	if err != nil {
+		return QuantOp{}, err
+	}
+	if int(r.Tensor) >= len(bd.b.Quant) || bd.b.Quant[r.Tensor].Grid.NDim() == 0 {
+		return QuantOp{}, fmt.Errorf("replay: rank %d, round %d, tensor %s: %s converts to FP8, but the buffers hold no scales for it",
+			bd.p.Rank, round, bd.tensor(int(r.Tensor)), op)
+	}
+	qt := bd.b.Quant[r.Tensor]
+	box := sched.Messages[msg].Box
+	if blocks, err := qt.Grid.Blocks(box); err != nil || !boxWithin(blocks, qt.Blocks) {
+		return QuantOp{}, fmt.Errorf("replay: rank %d, round %d, tensor %s: %s: the scales cover blocks %v, the message's box %v needs %v (%v)",
+			bd.p.Rank, round, bd.tensor(int(r.Tensor)), op, qt.Blocks, box, blocks, err)
+	}
+	if need := 4 * qt.Blocks.Elems(); qt.Scales.Len < need || qt.Scales.Addr == 0 {
+		return QuantOp{}, fmt.Errorf("replay: rank %d, tensor %s: a scale window of %d bytes for %d blocks", bd.p.Rank, bd.tensor(int(r.Tensor)), qt.Scales.Len, qt.Blocks.Elems())
+	}
+	return QuantOp{Tensor: int(r.Tensor), Box: box, Src: a, SrcAt: r.At, Dst: dst}, nil
+}
+
+// quantize emits a Quantize command on the current stream.
+func (bd *builder) quantize(round int, q QuantOp) {
+	bd.pl.Quants = append(bd.pl.Quants, q)
+	bd.emit(Cmd{Kind: Quantize, Stream: bd.stream, Quant: len(bd.pl.Quants) - 1, Round: round})
+}
+
+// boxWithin reports whether inner lies within outer (an empty inner does).
+func boxWithin(inner, outer placement.Box) bool {
+	if inner.Empty() {
+		return true
+	}
+	if inner.NDim() != outer.NDim() {
+		return false
+	}
+	for d := range inner.Lo {
+		if inner.Lo[d] < outer.Lo[d] || inner.Hi[d] > outer.Hi[d] {
+			return false
+		}
+	}
+	return true
 }

@@ -31,6 +31,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
@@ -84,6 +86,21 @@ type Buffers struct {
 	// Scratch holds the local copies whose two sides cut their bytes into
 	// regions that do not pair up, packed and unpacked through it.
 	Scratch Span
+	// Quant[t] is, for a tensor t converted to FP8 in flight, where the
+	// step's scales of its blocks lie (the zero value for the others).
+	Quant []QuantTensor
+}
+
+// QuantTensor is a tensor converted to FP8 in flight, as its Quantize
+// commands need it: its block grid and source dtype, and the device window
+// of the float32 scales of Blocks (the blocks this rank's source part
+// touches, row-major), which the executor fills every step before the
+// plan runs (refit.StepInput.Quant).
+type QuantTensor struct {
+	Grid   fp8.Grid
+	DType  placement.DType
+	Blocks placement.Box
+	Scales Span
 }
 
 // Needs is the memory a program's replay needs beyond the tensor buffers.
@@ -109,9 +126,10 @@ func NeedsOf(p *program.Program) Needs {
 }
 
 // pairs reports whether a copy's regions pair up one to one (equal byte
-// counts), so that each pair is one strided copy.
+// counts), so that each pair is one strided copy. A copy that converts
+// to FP8 never does: it is quantized into the scratch, then unpacked.
 func pairs(cp program.Copy) bool {
-	if len(cp.From) != len(cp.To) {
+	if cp.Quant || len(cp.From) != len(cp.To) {
 		return false
 	}
 	for i := range cp.From {
@@ -156,10 +174,27 @@ const (
 	Memcpy
 	// Group posts Ops as one NCCL group on the stream's communicator.
 	Group
+	// Quantize queues Quants[Quant]: a region in the source dtype
+	// quantized to FP8 E4M3 with this step's scales of its tensor, packed.
+	Quantize
 )
 
 func (k Kind) String() string {
-	return [...]string{"wait", "record", "batch", "memcpy", "group"}[k]
+	return [...]string{"wait", "record", "batch", "memcpy", "group", "quantize"}[k]
+}
+
+// QuantOp is one quantize-while-packing of a message that converts to FP8:
+// the region SrcAt of the buffer at Src (in the tensor's source dtype,
+// holding the elements of Box, the message's box of the global tensor, in
+// row-major order of Box) becomes Box.Elems() E4M3 bytes at Dst, each
+// divided by its block's scale of this step (the runtime's
+// refit.StepInput.Quant[Tensor]), as fp8.Grid.Pack writes them.
+type QuantOp struct {
+	Tensor int
+	Box    placement.Box
+	Src    uint64
+	SrcAt  strided.Desc
+	Dst    uint64
 }
 
 // Cmd is one command on one stream.
@@ -171,6 +206,8 @@ type Cmd struct {
 	Dst, Src uint64
 	Len      int64
 	Ops      []P2P
+	// Quant indexes Plan.Quants (Quantize).
+	Quant int
 	// Round is the index in the program's Rounds of the round the command
 	// belongs to.
 	Round int
@@ -181,6 +218,10 @@ type Cmd struct {
 type Plan struct {
 	Cmds    []Cmd
 	Batches [][]Copy
+	// Quants are the Quantize commands' operations; Quant[t] (Buffers.Quant)
+	// tensor t's grid and scales.
+	Quants []QuantOp
+	Quant  []QuantTensor
 	// Events is the number of distinct events the commands use.
 	Events int
 	// Done[i] are the events whose completion means round i's groups are

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/internal/replay/replaytest"
@@ -139,4 +140,62 @@ func TestNoMergeAcrossBuffers(t *testing.T) {
 	if memcpys != 2 {
 		t.Errorf("%d memcpys, want 2 (one per tensor's buffer)", memcpys)
 	}
+}
+
+// TestSimulatedFP8 runs every FP8 conformance case (and colocated ones,
+// whose local copies quantize) through replay plans in each scaling mode,
+// on flat and hier (agbcast does not convert), all ranks simulated
+// together, and checks every E4M3 byte against quantizing the whole
+// tensor: the plan's Quantize commands read the right regions into the
+// right staging with the right scales, in an order the events enforce.
+func TestSimulatedFP8(t *testing.T) {
+	cases, err := transporttest.FP8Cases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	colocated, err := transporttest.ColocatedCases(transporttest.ParsePairs(strings.NewReader(
+		"256x128 | bf16 | 2 | S0 | 2 | S1\n130x260 | f32 | 1 | S0 | 2 | S0\n"), "colocated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range colocated {
+		cases = append(cases, c.FP8())
+	}
+	fp8Variants := []variant{
+		{route: reshard.Flat{}, domains: 1},
+		{route: hier.Hier{}, domains: 2, runs: 2},
+		{route: reshard.Flat{}, domains: 1, padded: true, coalesce: 1 << 10},
+	}
+	runs, quants := 0, 0
+	for ci, c := range cases {
+		for mi, mode := range []fp8.Mode{fp8.Block, fp8.Row, fp8.Tensor} {
+			for vi, v := range fp8Variants {
+				topo := replaytest.DomainTopology(t, c, v.domains)
+				r := rand.New(rand.NewPCG(uint64(ci), uint64(100*mi+vi)))
+				env := replaytest.Env{Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10},
+					Coalesce: v.coalesce, Padded: v.padded, Runs: v.runs, FP8: mode}
+				heap := &countingHeap{}
+				if err := replaytest.RunCase(heap, env, c, v.route, r); err != nil {
+					t.Fatalf("%v, %v scales, %s over %d domains (views %v, coalesce %d): %v", c, mode, v.route.Name(), v.domains, v.padded, v.coalesce, err)
+				}
+				runs++
+				quants += heap.quants
+			}
+		}
+	}
+	if quants == 0 {
+		t.Fatal("no Quantize command ran")
+	}
+	t.Logf("%d simulated FP8 reshards (%d quantize commands) checked byte by byte", runs, quants)
+}
+
+// countingHeap counts the Quantize commands it runs.
+type countingHeap struct {
+	replaytest.GoHeap
+	quants int
+}
+
+func (h *countingHeap) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
+	h.quants++
+	return h.GoHeap.Quantize(t, q)
 }

@@ -12,6 +12,9 @@ import (
 type Memory interface {
 	Copy(c Copy) error
 	Memcpy(dst, src uint64, n int64) error
+	// Quantize runs one quantize-while-packing of tensor t (its scales in
+	// the memory at t.Scales).
+	Quantize(t QuantTensor, q QuantOp) error
 }
 
 // Simulate runs plans on the CPU as the streams of a GPU would run them,
@@ -152,6 +155,8 @@ func (s *sim) actions() []func() error {
 				acts = append(acts, func() error { pop(); return nil })
 			case Memcpy:
 				acts = append(acts, func() error { pop(); return s.mem.Memcpy(c.cmd.Dst, c.cmd.Src, c.cmd.Len) })
+			case Quantize:
+				acts = append(acts, func() error { pop(); q := c.plan.Quants[c.cmd.Quant]; return s.mem.Quantize(c.plan.Quant[q.Tensor], q) })
 			case Batch:
 				if !c.started {
 					acts = append(acts, func() error {

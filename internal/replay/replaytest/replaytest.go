@@ -13,6 +13,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/pattern"
@@ -46,6 +47,13 @@ type Env struct {
 	Runs int
 	// MemcpyMin is replay.Options.MemcpyMin.
 	MemcpyMin int64
+	// FP8, for a case whose destination is fp8e4m3 (Case.FP8), is the
+	// scaling mode: the sources hold pattern.FillFloats' values, each
+	// source rank's scales of its blocks (those of quantizing the whole
+	// tensor at once, as the runtime's amax exchange gives them) lie in
+	// the heap, and every destination byte is checked against quantizing
+	// the whole tensor (pattern.CheckFP8).
+	FP8 fp8.Mode
 }
 
 // DomainTopology returns the topology of c's world on one host, with c's
@@ -100,7 +108,14 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 			}
 			st.views.Src = v
 			host := make([]byte, n)
-			if err := pattern.Fill(c.Src, rank, 0, host, v); err != nil {
+			fill := pattern.Fill
+			if env.FP8 != 0 {
+				fill = pattern.FillFloats
+				if bufs.Quant, err = loadScales(heap, c, env.FP8, rank); err != nil {
+					return err
+				}
+			}
+			if err := fill(c.Src, rank, 0, host, v); err != nil {
 				return err
 			}
 			if bufs.Tensors[0][0], err = heap.Alloc(n); err != nil {
@@ -158,7 +173,7 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 		if err := heap.Read(st.dst, st.got); err != nil {
 			return err
 		}
-		if err := checkDst(c.Dst, rank, st.got, st.views.Dst, env.Padded); err != nil {
+		if err := checkDst(c, env.FP8, rank, st.got, st.views.Dst, env.Padded); err != nil {
 			return fmt.Errorf("%s: %w", sched.Route, err)
 		}
 	}
@@ -187,10 +202,46 @@ func allocNeeds(heap Heap, needs replay.Needs, bufs *replay.Buffers) error {
 	return err
 }
 
-// checkDst checks a destination rank's bytes got against the pattern
-// and, with padded views, that no byte outside the view changed.
-func checkDst(dst placement.Layout, rank int, got []byte, view placement.View, padded bool) error {
-	if err := pattern.Check(dst, rank, 0, got, view); err != nil {
+// loadScales writes into the heap the scales of the blocks rank's source
+// part of c touches, as the amax exchange gives them (those of quantizing
+// the whole tensor), and returns the buffers' Quant.
+func loadScales(heap Heap, c transporttest.Case, mode fp8.Mode, rank int) ([]replay.QuantTensor, error) {
+	box, _ := c.Src.RankBox(rank)
+	_, w, err := pattern.WantFP8(c.Src.DType(), c.Src.Shape(), mode, box, 0)
+	if err != nil {
+		return nil, err
+	}
+	g, err := fp8.NewGrid(c.Src.Shape(), mode)
+	if err != nil {
+		return nil, err
+	}
+	sp, err := heap.Alloc(4 * int64(len(w.Values)))
+	if err != nil {
+		return nil, err
+	}
+	if err := heap.Write(sp, w.AppendBits(nil)); err != nil {
+		return nil, err
+	}
+	return []replay.QuantTensor{{Grid: g, DType: c.Src.DType(), Blocks: w.Blocks, Scales: sp}}, nil
+}
+
+// checkDst checks a destination rank's bytes got against the pattern (or,
+// with mode set, against quantizing the whole tensor: the plan moves the
+// E4M3 bytes only, so the scale tensor checked is the expected one, which
+// the runtime writes) and, with padded views, that no byte outside the
+// view changed.
+func checkDst(c transporttest.Case, mode fp8.Mode, rank int, got []byte, view placement.View, padded bool) error {
+	dst := c.Dst
+	if mode != 0 {
+		box, _ := dst.RankBox(rank)
+		_, w, err := pattern.WantFP8(c.Src.DType(), dst.Shape(), mode, box, 0)
+		if err != nil {
+			return err
+		}
+		if err := pattern.CheckFP8(c.Src.DType(), dst, mode, rank, 0, got, view, w.AppendBits(nil)); err != nil {
+			return err
+		}
+	} else if err := pattern.Check(dst, rank, 0, got, view); err != nil {
 		return err
 	}
 	if !padded {
@@ -262,6 +313,12 @@ func (h *GoHeap) Copy(c replay.Copy) error {
 	return transport.HostMemory{}.Copy(transport.HostBuffer(d), c.DstAt, transport.HostBuffer(s), c.SrcAt)
 }
 
+// Quantize implements replay.Memory with the host oracle
+// (transport.HostMemory.QuantPack).
+func (h *GoHeap) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
+	return Bytes(h.at).Quantize(t, q)
+}
+
 // Memcpy implements replay.Memory.
 func (h *GoHeap) Memcpy(dst, src uint64, n int64) error { return Bytes(h.at).Memcpy(dst, src, n) }
 
@@ -291,6 +348,32 @@ func (at Bytes) Memcpy(dst, src uint64, n int64) error {
 	}
 	copy(d[:n], s[:n])
 	return nil
+}
+
+// Quantize runs q with the host oracle (transport.HostMemory.QuantPack),
+// reading t's scales from the heap.
+func (at Bytes) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
+	w, err := t.Grid.NewWindow(t.Blocks)
+	if err != nil {
+		return err
+	}
+	bits := make([]byte, 4*len(w.Values))
+	if err := at.Read(t.Scales, bits); err != nil {
+		return err
+	}
+	if err := w.ReadBits(bits); err != nil {
+		return err
+	}
+	src, err := at(q.Src)
+	if err != nil {
+		return err
+	}
+	dst, err := at(q.Dst)
+	if err != nil {
+		return err
+	}
+	r := transport.QuantRegion{DType: t.DType, Buf: transport.HostBuffer(src), At: q.SrcAt, Box: q.Box}
+	return transport.HostMemory{}.QuantPack(t.Grid, transport.HostBuffer(dst), 0, r, transport.Scales{Window: w})
 }
 
 // Write copies b to sp.Addr.
