@@ -133,6 +133,9 @@ type replay struct {
 	drivers []refit.DriverKind
 	copyBW  float64 // bytes/s of the expert's memcpy
 	rank0   mesh.Mesh
+	// bf16 holds each model's bf16 step time by driver ("model|driver"),
+	// the FP8 row's goal.
+	bf16 map[string]float64
 }
 
 // WriteReplay writes rows as a table, then each row's note.
@@ -227,7 +230,7 @@ func (b *replay) timeDriver(c *benchCase, d refit.DriverKind) ([]replayRow, erro
 			Bound: c.bound, BoundSec: c.boundAt}
 		row.Goal, row.Met = c.goal(d, row.Sec)
 		if got := call.Driver().Name(); got != string(d) {
-			row.Note = fmt.Sprintf("ran on the %s driver: the runtime drives a call that converts to FP8 from the host", got)
+			row.Note = fmt.Sprintf("ran on the %s driver", got)
 		}
 		if err := c.poison(); err != nil {
 			return nil, err

@@ -23,6 +23,11 @@ type modelPart struct {
 	scale   fp8.Mode // the generator holds it in FP8 with these scales (0: not)
 }
 
+// fp8StepGoal is the most an FP8 model step may take, as a fraction of the
+// bf16 step of the same model on the same driver (issue 24's target: the
+// FP8 step moves half the bytes, and pays an amax pass and the exchange).
+const fp8StepGoal = 0.8
+
 // model times every tensor of a scaled model, both sides on this rank:
 // the trainer's (Megatron, TP 1) and the generator's (vLLM, TP 1) layouts
 // and fused buffers, the generator's moved onto rank 0. With mode, the
@@ -121,8 +126,22 @@ func (b *replay) model(name string, mode fp8.Mode) ([]replayRow, error) {
 	c.check = func() error { return b.checkModel(parts, c.bufs, bufs[1], hosts[1], scales) }
 	c.boundAt = float64(c.bytes) / b.copyBW
 	c.bound = fmt.Sprintf("bytes at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
-	c.goal = func(refit.DriverKind, float64) (string, string) { return "", "" }
+	c.goal = func(d refit.DriverKind, sec float64) (string, string) {
+		bf, ok := b.bf16[m.Name+"|"+string(d)]
+		if mode == 0 || !ok {
+			return "", ""
+		}
+		return fmt.Sprintf("<= 0.8x bf16 (%s)", fmtSec(fp8StepGoal*bf)), yesNo(sec <= fp8StepGoal*bf)
+	}
 	rows, err := b.timeCalls(c)
+	if mode == 0 && err == nil {
+		if b.bf16 == nil {
+			b.bf16 = map[string]float64{}
+		}
+		for _, r := range rows {
+			b.bf16[m.Name+"|"+r.Driver] = r.Sec
+		}
+	}
 	for i := range rows {
 		rows[i].Case = fmt.Sprintf("%s (%d tensors, %s)", c.name, len(c.specs), "scale 1/"+fmt.Sprint(b.opt.Scale))
 	}

@@ -89,9 +89,10 @@ type Target struct {
 	Topology  reshard.Topology
 	// Device, if set, makes the driver of the call's compiled program on a
 	// device (package refit/gpu's replay on GPUs). Prepare uses it for
-	// calls whose steps the host need not see (no Verify, no tensor
-	// converted to FP8); every other call, and every call without Device,
-	// runs on the host driver (NewHostDriver).
+	// calls whose steps the host need not see (no Verify, not in delta
+	// mode; tensors converted to FP8 pack with StepInput.Quant's scales);
+	// every other call, and every call without Device, runs on the host
+	// driver (NewHostDriver).
 	Device func(p *program.Program) (Driver, error)
 }
 
@@ -183,7 +184,7 @@ func (rt *Runtime) Prepare(ctx context.Context, specs []Spec, route reshard.Rout
 	if err := agreeSchedule(control.WithPhase(ctx, "agreement on the schedule built"), g, c.fingerprint, err); err != nil {
 		return nil, g.Fail(err)
 	}
-	if on.Device != nil && !opts.Verify && c.quant == nil && !opts.Delta && len(specs) > 0 {
+	if on.Device != nil && !opts.Verify && !opts.Delta && len(specs) > 0 {
 		c.driver, err = on.Device(c.prog)
 	} else {
 		c.driver, err = NewHostDriver(c.prog, c.tr, c.mem, opts.Timeout)

@@ -73,7 +73,7 @@ type DriverKind string
 const (
 	// DriverHost drives each step round by round from the host
 	// (NewHostDriver): every call on CPUs, and on GPUs the calls with Verify
-	// or a tensor converted to FP8.
+	// or in delta mode.
 	DriverHost DriverKind = "host"
 	// DriverReplay queues a whole step on a GPU's streams (batched copies,
 	// NCCL groups and the events that order them) and waits once, at the
@@ -138,9 +138,11 @@ type StepInput struct {
 	// Verify makes the host driver checksum every message (CRC-32C, seeded
 	// with the tag) into the Stats, which the runtime compares across ranks.
 	Verify bool
-	// quant holds, per tensor, what the host driver needs to pack a tensor
-	// converted to FP8: its grid and this step's global scales.
-	quant []tensorQuant
+	// Quant holds, per tensor, what a driver needs to pack a tensor
+	// converted to FP8 (the zero value for the others): its grid, its
+	// source dtype and this step's scales of the blocks this rank's source
+	// part touches, from the amax exchange the runtime ran before Move.
+	Quant []TensorQuant
 	// Progress, if set, is called after every round completes, with the
 	// bytes this rank has moved so far in the step and the tensors it is
 	// done with (once, at the end, on a device driver).

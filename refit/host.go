@@ -540,10 +540,10 @@ func (d *hostStep) packQuant(dst transport.Buffer, off int64, msg int32, r progr
 	if !ok {
 		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but memory %T cannot quantize (it is not a QuantMemory)", d.p.Rank, name, d.h.mem)
 	}
-	if int(r.Tensor) >= len(d.in.quant) || d.in.quant[r.Tensor].Grid.NDim() == 0 {
+	if int(r.Tensor) >= len(d.in.Quant) || d.in.Quant[r.Tensor].Grid.NDim() == 0 {
 		return fmt.Errorf("refit: rank %d, tensor %q converts to FP8, but the executor has no scales for it (a converting program runs through a prepared call, which exchanges the scales)", d.p.Rank, name)
 	}
-	tq := &d.in.quant[r.Tensor]
+	tq := &d.in.Quant[r.Tensor]
 	if err := qm.QuantPack(tq.Grid, dst, off, transport.QuantRegion{DType: tq.DType, Buf: d.buf(r), At: r.At, Box: m.Box}, tq.Scales); err != nil {
 		return fmt.Errorf("refit: rank %d, tensor %q: quantizing box %v: %w", d.p.Rank, name, m.Box, err)
 	}

@@ -15,10 +15,11 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-// tensorQuant is what an executor needs to pack one converting tensor:
-// its block grid and the global scales of every block this rank's source
-// part touches, loaded into the executor's memory.
-type tensorQuant struct {
+// TensorQuant is what a driver needs to pack one converting tensor: its
+// block grid and the global scales of every block this rank's source part
+// touches (Scales.Window on the host, Scales.Dev loaded into the call's
+// memory), the same blocks every step.
+type TensorQuant struct {
 	Grid   fp8.Grid
 	Scales transport.Scales
 	// DType is the source's dtype (bf16 or f32).
@@ -355,7 +356,7 @@ func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
 // converting tensor, the scales it packs with (loaded into the memory) and
 // the bytes of its destination scale tensor.
 type stepScales struct {
-	exec    []tensorQuant
+	exec    []TensorQuant
 	bytes   [][]byte // little-endian float32s over quantTensor.dstBlocks
 	release func()   // frees the scales LoadScales loaded (nil: none)
 }
@@ -431,7 +432,12 @@ func (c *Call) amaxFailure(blob []byte, i int, err error) []byte {
 // 4 bytes per block of every converting tensor (a block of 128x128 bf16
 // elements is 32 KiB; its scale 4 bytes, 1/8192 of the weights), over an
 // allgather, and combines only the windows of the tensors it holds.
-func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll control.Collective, bufs []TensorBuffers) (*stepScales, error) {
+//
+// With hostScales the scales stay on the host (Scales.Dev nil): a device
+// driver loads them itself (the GPU replay, into windows at fixed
+// addresses); else they are loaded into mem (QuantMemory.LoadScales) for
+// the host driver's QuantPack.
+func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll control.Collective, bufs []TensorBuffers, hostScales bool) (*stepScales, error) {
 	qm := mem.(transport.QuantMemory) // checked with the buffers
 	blob := c.partialAmaxes(qm, bufs)
 	blobs, err := control.Exchange(control.WithPhase(ctx, "FP8 amax exchange"), coll, blob)
@@ -473,7 +479,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 			return nil, &control.ValidationError{Rank: nonFinite.rank, Msg: e.Error(), Err: e}
 		}
 	}
-	out := &stepScales{exec: make([]tensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}
+	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}
 	combine := func(i int, blocks placement.Box) (fp8.Window, error) {
 		q := c.quant[i]
 		w, err := q.grid.NewWindow(blocks)
@@ -512,7 +518,12 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 			out.bytes[i] = w.AppendBits(make([]byte, 0, 4*len(w.Values)))
 		}
 	}
-	if len(srcWindows) > 0 {
+	if len(srcWindows) > 0 && !hostScales {
+		for k, i := range srcTensor {
+			q := c.quant[i]
+			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: transport.Scales{Window: srcWindows[k]}}
+		}
+	} else if len(srcWindows) > 0 {
 		sc, release, err := qm.LoadScales(srcWindows)
 		if err != nil {
 			return nil, fmt.Errorf("refit: rank %d: loading the scales of %d tensors: %w", c.rank, len(srcWindows), err)
@@ -520,7 +531,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 		out.release = release
 		for k, i := range srcTensor {
 			q := c.quant[i]
-			out.exec[i] = tensorQuant{Grid: q.grid, DType: q.dtype, Scales: sc[k]}
+			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: sc[k]}
 		}
 	}
 	return out, nil

@@ -252,10 +252,10 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		return st, nil
 	}
 	if c.quant != nil {
-		if st.scales, err = c.exchangeAmax(ctx, c.mem, g, bufs); err != nil {
+		if st.scales, err = c.exchangeAmax(ctx, c.mem, g, bufs, c.driver.Name() != string(DriverHost)); err != nil {
 			return st, err
 		}
-		st.in.quant = st.scales.exec
+		st.in.Quant = st.scales.exec
 	}
 	if c.delta != nil {
 		if err := c.delta.ensure(c.mem, c.needs, bufs); err != nil {

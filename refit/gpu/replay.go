@@ -73,6 +73,14 @@ type Replay struct {
 	ext       []*cuda.Event // graph: events recorded as graph nodes, for progress
 	fin       *cuda.Event
 
+	// quant[t] is tensor t's scale window, for a tensor converted to FP8
+	// (the zero value for the others): the replay's own device memory,
+	// at a fixed address the bound commands (and a graph) read, filled
+	// every step from StepInput.Quant before the step is queued.
+	quant      []replay.QuantTensor
+	scaleArena cudamem.Buffer // the windows, one after another
+	scaleBits  []byte         // the step's scales, uploaded at once
+
 	key      []uint64 // the bound buffers: address and length of each
 	keyBuf   []uint64 // the key of a run's buffers, reused
 	plan     *replay.Plan
@@ -143,11 +151,13 @@ func (r *Replay) Name() string {
 // Move implements refit.Driver: it binds in.Bufs (see Replay), queues the
 // step and waits until it is done, polling the streams, the communicators'
 // asynchronous errors, ctx and Poll, with each round bounded by Timeout.
-// It ignores in.Verify and FP8 conversion (the runtime drives such calls from the
-// host) and the tag (NCCL has none: the runtime agrees on the step first).
-// After an error the caller must abort the transport.
+// Tensors converted to FP8 are quantized while packed, with in.Quant's
+// scales (uploaded to the replay's scale windows first). It ignores
+// in.Verify (the runtime drives such calls from the host) and the tag
+// (NCCL has none: the runtime agrees on the step first). After an error
+// the caller must abort the transport.
 func (r *Replay) Move(ctx context.Context, in refit.StepInput) (refit.Stats, error) {
-	if err := r.bind(in.Bufs); err != nil {
+	if err := r.bindStep(in); err != nil {
 		return refit.Stats{}, err
 	}
 	if err := r.enqueue(nil); err != nil {
@@ -185,7 +195,7 @@ func (r *Replay) Launch(in refit.StepInput, after refit.Event) (refit.Event, err
 		}
 		wait = e
 	}
-	if err := r.bind(in.Bufs); err != nil {
+	if err := r.bindStep(in); err != nil {
 		return nil, err
 	}
 	if r.fin == nil {
@@ -228,7 +238,7 @@ func (r *Replay) Close() error {
 		}
 	}
 	var errs []error
-	errs = append(errs, r.unbind())
+	errs = append(errs, r.unbind(), r.freeScales())
 	for _, e := range append(append(r.events, r.ext...), r.fin) {
 		if e != nil {
 			errs = append(errs, e.Destroy())
@@ -277,6 +287,12 @@ func (r *Replay) issue(capturing bool) error {
 			err = r.launches[c.Batch].Launch(s)
 		case replay.Memcpy:
 			err = s.CopyDtoD(cuda.DevicePtr(c.Dst), cuda.DevicePtr(c.Src), int(c.Len))
+		case replay.Quantize:
+			q := &p.Quants[c.Quant]
+			t := &r.quant[q.Tensor]
+			err = cuda.PackQuantize(s, t.Grid, cuda.DevicePtr(q.Dst),
+				cuda.FP8Region{DType: t.DType, Src: cuda.DevicePtr(q.Src), At: q.SrcAt, Box: q.Box},
+				cuda.FP8Window{Blocks: t.Blocks, Values: cuda.DevicePtr(t.Scales.Addr)})
 		case replay.Group:
 			class := reshard.LinkNetwork
 			if c.Stream == replay.Local {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/internal/replay/replaytest"
@@ -22,8 +23,9 @@ import (
 // batched kernel's source on the CPU, item by item, through the same
 // conversion (batchCopies, cuda.EmulateBatch, the item table) a Replay uses.
 type emuHeap struct {
-	bufs  []emuBuf
-	items int
+	bufs   []emuBuf
+	items  int
+	quants int
 }
 
 type emuBuf struct {
@@ -86,6 +88,24 @@ func (h *emuHeap) Copy(c replay.Copy) error {
 	return err
 }
 
+// Quantize runs the FP8 kernels' source on the CPU, through the same
+// planning a Replay's launch uses (cuda.EmulatePackQuantize).
+func (h *emuHeap) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
+	if err := h.inside(q.Src, q.SrcAt); err != nil {
+		return err
+	}
+	if err := h.inside(q.Dst, strided.Desc{Run: q.Box.Elems()}); err != nil {
+		return err
+	}
+	if err := h.inside(t.Scales.Addr, strided.Desc{Run: 4 * t.Blocks.Elems()}); err != nil {
+		return err
+	}
+	h.quants++
+	return cuda.EmulatePackQuantize(t.Grid, cuda.DevicePtr(q.Dst),
+		cuda.FP8Region{DType: t.DType, Src: cuda.DevicePtr(q.Src), At: q.SrcAt, Box: q.Box},
+		cuda.FP8Window{Blocks: t.Blocks, Values: cuda.DevicePtr(t.Scales.Addr)}, 3)
+}
+
 func (h *emuHeap) Memcpy(dst, src uint64, n int64) error {
 	return replaytest.Bytes(h.at).Memcpy(dst, src, n)
 }
@@ -138,4 +158,43 @@ func TestReplayOnCPU(t *testing.T) {
 		heap.bufs = slices.Delete(heap.bufs, 0, len(heap.bufs))
 	}
 	t.Logf("%d reshards simulated with the batched kernel on the CPU (%d items), checked element by element", runs, heap.items)
+}
+
+// TestReplayFP8OnCPU runs FP8 conformance cases through replay plans whose
+// Quantize commands run the FP8 kernels' source compiled for the CPU, as a
+// Replay launches them, with the scales in the heap: every E4M3 byte
+// checked against quantizing the whole tensor.
+func TestReplayFP8OnCPU(t *testing.T) {
+	cases, err := transporttest.FP8Cases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Short() {
+		cases = cases[:min(len(cases), 24)]
+	}
+	heap := &emuHeap{}
+	defer heap.close()
+	runs := 0
+	for ci, c := range cases {
+		for mi, mode := range []fp8.Mode{fp8.Block, fp8.Row} {
+			for vi, v := range []struct {
+				route   reshard.Route
+				domains int
+			}{{reshard.Flat{}, 1}, {hier.Hier{}, 2}} {
+				env := replaytest.Env{Topo: replaytest.DomainTopology(t, c, v.domains),
+					Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}, FP8: mode}
+				r := rand.New(rand.NewPCG(uint64(ci), uint64(10*mi+vi)))
+				if err := replaytest.RunCase(heap, env, c, v.route, r); err != nil {
+					t.Fatalf("%v, %v scales, %s over %d domains: %v", c, mode, v.route.Name(), v.domains, err)
+				}
+				runs++
+			}
+		}
+		heap.close()
+		heap.bufs = slices.Delete(heap.bufs, 0, len(heap.bufs))
+	}
+	if heap.quants == 0 {
+		t.Fatal("no Quantize command ran")
+	}
+	t.Logf("%d FP8 reshards simulated with the FP8 kernels on the CPU (%d quantize launches), checked byte by byte", runs, heap.quants)
 }
