@@ -518,7 +518,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 			out.bytes[i] = w.AppendBits(make([]byte, 0, 4*len(w.Values)))
 		}
 	}
-	if len(srcWindows) > 0 && !hostScales {
+	if len(srcWindows) > 0 && hostScales {
 		for k, i := range srcTensor {
 			q := c.quant[i]
 			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: transport.Scales{Window: srcWindows[k]}}
