@@ -36,24 +36,20 @@ type fabric struct {
 	free   []int32
 	index  map[uint64]int32
 
-	// solve scratch
+	// solve scratch: per link (ls) and per group (gs), each kept in one
+	// record so that a fill's visit to a link or a group reads one line
 	epoch   uint32
-	lstamp  []uint32
-	rem     []float64
-	cnt     []float64
-	fixed   []bool
-	newLvl  []float64
+	ls      []linkScratch
+	gs      []groupScratch
 	dsum    []float64
 	dstamp  []uint32
 	depoch  uint32
 	add     []int32
 	unsat   []int32
 	gepoch  uint32
-	gstamp  []uint32
-	nr      []float64
-	nbIn    []bool
 	region  []int32
 	touched []int32
+	changed []int32
 	caplist []capEntry
 	heap    lheap
 	caps2   capSorter
@@ -71,6 +67,24 @@ type fairStats struct {
 	maxGroups    int
 	maxRegion    int
 	expansionRun int64
+}
+
+// linkScratch is a link's state during a solve: whether it is in the
+// region (stamp == epoch), and the fill's remaining capacity, unfrozen
+// flows, whether it is saturated, and its new level.
+type linkScratch struct {
+	rem, cnt, newLvl float64
+	stamp            uint32
+	fixed            bool
+}
+
+// groupScratch is a group's state during a fill: its new rate (-1 until
+// frozen), whether its in link bounds it, and the fill that listed it
+// (stamp == gepoch).
+type groupScratch struct {
+	nr    float64
+	stamp uint32
+	nbIn  bool
 }
 
 type capEntry struct {
@@ -110,8 +124,7 @@ type member struct {
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
 	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
-		index: map[uint64]int32{}, growths: maxGrowth, lstamp: make([]uint32, n), rem: make([]float64, n), cnt: make([]float64, n),
-		fixed: make([]bool, n), newLvl: make([]float64, n), dsum: make([]float64, n), dstamp: make([]uint32, n)}
+		index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
 	}
@@ -134,9 +147,7 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 		g = int32(len(f.groups))
 		f.groups = append(f.groups, group{})
 		f.serv = append(f.serv, service{})
-		f.gstamp = append(f.gstamp, 0)
-		f.nr = append(f.nr, 0)
-		f.nbIn = append(f.nbIn, false)
+		f.gs = append(f.gs, groupScratch{})
 	}
 	gr := &f.groups[g]
 	*gr = group{out: out, in: in, live: true}
@@ -297,13 +308,24 @@ const (
 	maxGrowth = 8     // default region growths before taking the whole component
 )
 
-func (f *fabric) inRegion(l int32) bool { return f.lstamp[l] == f.epoch }
+func (f *fabric) inRegion(l int32) bool { return f.ls[l].stamp == f.epoch }
 
 func (f *fabric) addRegion(l int32) {
-	if f.lstamp[l] != f.epoch {
-		f.lstamp[l] = f.epoch
+	if ls := &f.ls[l]; ls.stamp != f.epoch {
+		ls.stamp = f.epoch
 		f.region = append(f.region, l)
 	}
+}
+
+// relChange reports whether rate b differs from a by more than tol of the
+// larger (rates are never negative or NaN, so this is
+// math.Abs(b-a) > tol*math.Max(b, a) without the calls).
+func relChange(a, b, tol float64) bool {
+	d, m := b-a, b
+	if d < 0 {
+		d, m = -d, a
+	}
+	return d > tol*m
 }
 
 // solve makes the rates max-min fair again after the groups on the seed
@@ -335,33 +357,44 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	if len(f.region) > f.stats.maxRegion {
 		f.stats.maxRegion = len(f.region)
 	}
-	// commit: every group on a region link is touched, so the region's
-	// sums are rebuilt in the same walk
+	// commit: the changed groups first (their outside links' sums and the
+	// engine), then the region's sums rebuilt from every touched group; a
+	// link is either in the region or outside it, so each link's sum adds
+	// in the touched order as before
 	for _, l := range f.region {
-		f.level[l] = f.newLvl[l]
+		f.level[l] = f.ls[l].newLvl
 		f.sum[l] = 0
 	}
+	f.changed = f.changed[:0]
+	for _, g := range f.touched {
+		gr, s := &f.groups[g], &f.gs[g]
+		if relChange(gr.rate, s.nr, commitTol) || s.nbIn != gr.boundIn {
+			f.changed = append(f.changed, g)
+		}
+	}
+	for _, g := range f.changed {
+		gr, s := &f.groups[g], &f.gs[g]
+		nr, nbIn := s.nr, s.nbIn
+		d := float64(gr.m) * (nr - gr.rate)
+		if !f.inRegion(gr.out) {
+			f.sum[gr.out] += d
+		}
+		if !f.inRegion(gr.in) {
+			f.sum[gr.in] += d
+		}
+		change(g, nr, nbIn)
+		gr = &f.groups[g]
+		gr.rate, gr.boundIn = nr, nbIn
+	}
+	f.stats.rateChanges += int64(len(f.changed))
+	ep := f.epoch
 	for _, g := range f.touched {
 		gr := &f.groups[g]
-		nr := f.nr[g]
-		inOut, inIn := f.inRegion(gr.out), f.inRegion(gr.in)
-		if math.Abs(nr-gr.rate) > commitTol*math.Max(nr, gr.rate) || f.nbIn[g] != gr.boundIn {
-			d := float64(gr.m) * (nr - gr.rate)
-			if !inOut {
-				f.sum[gr.out] += d
-			}
-			if !inIn {
-				f.sum[gr.in] += d
-			}
-			change(g, nr, f.nbIn[g])
-			gr.rate, gr.boundIn = nr, f.nbIn[g]
-			f.stats.rateChanges++
-		}
 		r := float64(gr.m) * gr.rate
-		if inOut {
+		if f.ls[gr.out].stamp == ep {
 			f.sum[gr.out] += r
 		}
-		if inIn {
+		if f.ls[gr.in].stamp == ep {
 			f.sum[gr.in] += r
 		}
 	}
@@ -411,61 +444,58 @@ func (f *fabric) fill() {
 	f.caplist = f.caplist[:0]
 	f.heap = f.heap[:0]
 	inf := math.Inf(1)
+	ep, gep := f.epoch, f.gepoch
+	ls, gs, groups, level := f.ls, f.gs, f.groups, f.level
 	for _, l := range f.region {
-		f.rem[l] = f.caps[l]
-		f.cnt[l] = 0
-		f.fixed[l] = false
-		f.newLvl[l] = inf
+		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf, stamp: ep}
 	}
 	for _, l := range f.region {
 		for _, g := range f.adj[l] {
-			if f.gstamp[g] == f.gepoch {
+			s := &gs[g]
+			if s.stamp == gep {
 				continue
 			}
-			f.gstamp[g] = f.gepoch
+			s.stamp, s.nr = gep, -1
 			f.touched = append(f.touched, g)
-			gr := &f.groups[g]
-			f.nr[g] = -1
+			gr := &groups[g]
 			m := float64(gr.m)
-			inOut, inIn := f.inRegion(gr.out), f.inRegion(gr.in)
-			if inOut {
-				f.cnt[gr.out] += m
+			if lo := &ls[gr.out]; lo.stamp == ep {
+				lo.cnt += m
+			} else if lv := level[gr.out]; lv < inf {
+				f.caplist = append(f.caplist, capEntry{lv, g, false})
 			}
-			if inIn {
-				f.cnt[gr.in] += m
-			}
-			if !inOut && f.level[gr.out] < inf {
-				f.caplist = append(f.caplist, capEntry{f.level[gr.out], g, false})
-			}
-			if !inIn && f.level[gr.in] < inf {
-				f.caplist = append(f.caplist, capEntry{f.level[gr.in], g, true})
+			if li := &ls[gr.in]; li.stamp == ep {
+				li.cnt += m
+			} else if lv := level[gr.in]; lv < inf {
+				f.caplist = append(f.caplist, capEntry{lv, g, true})
 			}
 		}
 	}
 	f.caplist = f.caps2.sort(f.caplist)
+	caplist := f.caplist
 	// The heap holds a lower bound of each link's fair level: freezing a
 	// flow at a rate no higher than the link's level only raises the level
 	// (rem-v*m)/(cnt-m), so a stale entry is refreshed when it reaches the
 	// top instead of on every freeze.
 	for _, l := range f.region {
-		if f.cnt[l] > 0 {
-			f.heap.push(lentry{f.rem[l] / f.cnt[l], l})
+		if x := &ls[l]; x.cnt > 0 {
+			f.heap.push(lentry{x.rem / x.cnt, l})
 		}
 	}
-	level := 0.0
+	level0 := 0.0
 	ci := 0
 	for {
 		// the next link to saturate, with its true level
 		for len(f.heap) > 0 {
 			top := f.heap[0]
-			l := top.l
-			if f.fixed[l] || f.cnt[l] == 0 {
+			x := &ls[top.l]
+			if x.fixed || x.cnt == 0 {
 				f.heap.pop()
 				continue
 			}
-			k := f.rem[l] / f.cnt[l]
-			if k < level {
-				k = level
+			k := x.rem / x.cnt
+			if k < level0 {
+				k = level0
 			}
 			if k > top.key {
 				f.heap[0].key = k
@@ -474,7 +504,7 @@ func (f *fabric) fill() {
 			}
 			break
 		}
-		for ci < len(f.caplist) && f.nr[f.caplist[ci].g] >= 0 {
+		for ci < len(caplist) && gs[caplist[ci].g].nr >= 0 {
 			ci++
 		}
 		// every touched group keeps an unfixed region link until it is
@@ -482,25 +512,26 @@ func (f *fabric) fill() {
 		if len(f.heap) == 0 {
 			break
 		}
-		if ci < len(f.caplist) && f.caplist[ci].level <= f.heap[0].key {
-			c := f.caplist[ci]
+		if ci < len(caplist) && caplist[ci].level <= f.heap[0].key {
+			c := caplist[ci]
 			ci++
-			if c.level > level {
-				level = c.level
+			if c.level > level0 {
+				level0 = c.level
 			}
 			f.freeze(c.g, c.level, c.in)
 			continue
 		}
 		top := f.heap.pop()
 		l := top.l
-		if top.key > level {
-			level = top.key
+		if top.key > level0 {
+			level0 = top.key
 		}
-		f.fixed[l] = true
-		f.newLvl[l] = top.key
+		x := &ls[l]
+		x.fixed = true
+		x.newLvl = top.key
 		for _, g := range f.adj[l] {
-			if f.nr[g] < 0 {
-				f.freeze(g, top.key, f.groups[g].in == l)
+			if gs[g].nr < 0 {
+				f.freeze(g, top.key, groups[g].in == l)
 			}
 		}
 	}
@@ -509,20 +540,21 @@ func (f *fabric) fill() {
 // freeze fixes group g's rate at v, bound by its in link or its out link,
 // and takes its flows off the unfrozen counts of its region links.
 func (f *fabric) freeze(g int32, v float64, boundIn bool) {
-	f.nr[g] = v
-	f.nbIn[g] = boundIn
+	s := &f.gs[g]
+	s.nr, s.nbIn = v, boundIn
 	gr := &f.groups[g]
 	m := float64(gr.m)
-	if l := gr.out; f.lstamp[l] == f.epoch && !f.fixed[l] {
-		f.rem[l] -= v * m
-		if f.cnt[l] -= m; f.cnt[l] < 0.5 {
-			f.cnt[l] = 0
+	ep := f.epoch
+	if x := &f.ls[gr.out]; x.stamp == ep && !x.fixed {
+		x.rem -= v * m
+		if x.cnt -= m; x.cnt < 0.5 {
+			x.cnt = 0
 		}
 	}
-	if l := gr.in; f.lstamp[l] == f.epoch && !f.fixed[l] {
-		f.rem[l] -= v * m
-		if f.cnt[l] -= m; f.cnt[l] < 0.5 {
-			f.cnt[l] = 0
+	if x := &f.ls[gr.in]; x.stamp == ep && !x.fixed {
+		x.rem -= v * m
+		if x.cnt -= m; x.cnt < 0.5 {
+			x.cnt = 0
 		}
 	}
 }
@@ -537,8 +569,8 @@ func (f *fabric) grow() bool {
 	f.depoch++
 	for _, g := range f.touched {
 		gr := &f.groups[g]
-		nr := f.nr[g]
-		if math.Abs(nr-gr.rate) <= rateTol*math.Max(nr, gr.rate) {
+		nr := f.gs[g].nr
+		if !relChange(gr.rate, nr, rateTol) {
 			continue
 		}
 		for _, o := range [2]int32{gr.out, gr.in} {
