@@ -334,7 +334,7 @@ func replicaRings(l placement.Layout) [][]int {
 		coord = m.Coord(i, coord)
 		key := 0
 		for a, pl := range ps {
-			if !pl.IsShard() {
+			if pl == placement.Replicate() {
 				key = key*m.Dim(a) + coord[a]
 			}
 		}
