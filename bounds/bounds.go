@@ -426,9 +426,9 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 	var r reshard.Route = hier.Hier{Balance: a.Balance, Stage: a.Stage}
 	switch c.Route {
 	case "flat":
-		r = reshard.Flat{}
+		r = reshard.Flat
 	case "agbcast":
-		r = reshard.AllGatherBroadcast{}
+		r = reshard.AllGatherBroadcast
 	}
 	s, err := r.Schedule(plans, topo, opts)
 	if err != nil {
@@ -443,9 +443,9 @@ func (a Auto) Schedule(plans []*reshard.Plan, topo reshard.Topology, opts reshar
 func (a Auto) route(name string) reshard.BucketRoute {
 	switch name {
 	case "flat":
-		return reshard.Flat{}
+		return reshard.Flat
 	case "agbcast":
-		return reshard.AllGatherBroadcast{}
+		return reshard.AllGatherBroadcast
 	}
 	return hier.Hier{Balance: a.Balance, Stage: a.Stage}
 }

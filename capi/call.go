@@ -189,7 +189,7 @@ func m2n_tensor_scale(t *C.m2n_tensor, rank C.int32_t, held *C.int32_t, shape, o
 		return C.M2N_OK
 	}
 	*held = 1
-	n := min(box.NDim(), int(t.ndim)) // the grid has the tensor's dims
+	n := min(len(box.Lo), int(t.ndim)) // the grid has the tensor's dims
 	if shape != nil {
 		copy(unsafe.Slice(shape, n), toC(box.Shape()[:n]))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/model"
+	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
@@ -57,48 +58,24 @@ type modelScale struct {
 
 // modelBuffer is one of this rank's buffers of a model.
 type modelBuffer struct {
-	Name    string      `json:"name"`
-	Stage   int         `json:"stage"`
-	DType   string      `json:"dtype"`
-	Elems   int64       `json:"elems"`
-	Bytes   int64       `json:"bytes"`
-	Tensors []string    `json:"tensors"`
-	Parts   []modelPart `json:"parts"`
+	Name    string           `json:"name"`
+	Stage   int              `json:"stage"`
+	DType   string           `json:"dtype"`
+	Elems   int64            `json:"elems"`
+	Bytes   int64            `json:"bytes"`
+	Tensors []string         `json:"tensors"`
+	Parts   []modelspec.Part `json:"parts"` // the parts it holds, in the stage's order
 	dt      placement.DType
-}
-
-// modelPart is where one tensor's part sits in a buffer: the tensor, its
-// global shape as transformers holds it and the layout shape both sides
-// shard, this rank's box of the layout shape (local shape at a global
-// offset), and the view (offset and strides, in elements) that places it
-// in the buffer. A tensor a framework splits otherwise than torch.chunk
-// moves as pieces (model.TensorLayout): each is a part of its own, named
-// by Entry, its box given in the whole tensor's layout shape.
-type modelPart struct {
-	Tensor      string  `json:"tensor"`
-	Entry       string  `json:"entry"`
-	Transposed  bool    `json:"transposed"` // the layout moves Shape with its last two dims swapped
-	Shape       []int64 `json:"shape"`
-	LayoutShape []int64 `json:"layout_shape"`
-	LocalShape  []int64 `json:"local_shape"`
-	Offset      []int64 `json:"offset"`
-	ViewOffset  int64   `json:"view_offset"`
-	ViewStrides []int64 `json:"view_strides"`
 }
 
 // partsOf lists the parts of stage stg's tensors that rank (local to the
 // stage) holds in buffer name on side.
-func partsOf(stg *model.Stage, side model.Side, rank int, name string) []modelPart {
-	var out []modelPart
+func partsOf(stg *model.Stage, side model.Side, rank int, name string) []modelspec.Part {
+	var out []modelspec.Part
 	for _, t := range stg.Tensors {
-		p, ok := t.Part(side, rank)
-		if !ok || p.Buffer != name {
-			continue
+		if p, buf, ok := modelspec.PartOf(t, side, rank); ok && buf == name {
+			out = append(out, p)
 		}
-		box, _ := t.Box(side, rank)
-		sh, w := box.Shape(), t.Whole()
-		out = append(out, modelPart{Tensor: w.Name, Entry: t.Name, Transposed: w.Transposed, Shape: w.Shape, LayoutShape: w.LayoutShape, LocalShape: sh, Offset: box.Lo,
-			ViewOffset: p.View.Offset, ViewStrides: p.View.ResolvedStrides(sh)})
 	}
 	return out
 }

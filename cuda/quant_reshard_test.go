@@ -189,7 +189,7 @@ func TestFP8CallKernelsOnCPU(t *testing.T) {
 			continue
 		}
 		world := c.World()
-		for ri, route := range []reshard.Route{reshard.Flat{}, hier.Hier{}} {
+		for ri, route := range []reshard.Route{reshard.Flat, hier.Hier{}} {
 			topo, err := hier.Domains(make([]int, world), c.Src, c.Dst, hier.DomainSizes{Dst: (c.Dst.Mesh().Size() + 1) / 2})
 			if err != nil {
 				t.Fatal(err)

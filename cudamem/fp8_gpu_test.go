@@ -43,8 +43,8 @@ func TestGPUFP8(t *testing.T) {
 		deviceRoute
 		opts refit.Options
 	}
-	routes := []route{{deviceRoute{reshard.Flat{}, 1, false, 0}, refit.Options{}}, {deviceRoute{hier.Hier{}, 1, false, 0}, refit.Options{}},
-		{deviceRoute{hier.Hier{}, 2, false, 0}, refit.Options{}}, {deviceRoute{reshard.Flat{}, 1, true, 1 << 10}, refit.Options{Verify: true, Atomic: true}}}
+	routes := []route{{deviceRoute{reshard.Flat, 1, false, 0}, refit.Options{}}, {deviceRoute{hier.Hier{}, 1, false, 0}, refit.Options{}},
+		{deviceRoute{hier.Hier{}, 2, false, 0}, refit.Options{}}, {deviceRoute{reshard.Flat, 1, true, 1 << 10}, refit.Options{Verify: true, Atomic: true}}}
 	runs := 0
 	for ci, c := range cases {
 		for ri, r := range routes {
@@ -108,7 +108,7 @@ func TestGPUFP8NonFinite(t *testing.T) {
 				}
 				defer mem.Free(b.Scale)
 			}
-			call, err := refit.New(control.Plain(w.Collective(rank))).Prepare(context.Background(), []refit.Spec{spec}, reshard.Flat{},
+			call, err := refit.New(control.Plain(w.Collective(rank))).Prepare(context.Background(), []refit.Spec{spec}, reshard.Flat,
 				refit.Target{Transport: tr, Memory: mem}, refit.Options{Schedule: reshard.DefaultScheduleOptions, Atomic: true, Timeout: time.Minute})
 			if err != nil {
 				return err

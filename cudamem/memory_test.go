@@ -39,8 +39,8 @@ func TestGPUConformance(t *testing.T) {
 	// Every route, and flat again with parts in padded buffers through
 	// views and small messages coalesced (the pack kernels gather several
 	// regions into one staged operation).
-	routes := []deviceRoute{{reshard.Flat{}, 1, false, 0}, {reshard.AllGatherBroadcast{}, 1, false, 0}, {hier.Hier{}, 1, false, 0},
-		{hier.Hier{}, 2, false, 0}, {reshard.Flat{}, 1, true, 1 << 10}}
+	routes := []deviceRoute{{reshard.Flat, 1, false, 0}, {reshard.AllGatherBroadcast, 1, false, 0}, {hier.Hier{}, 1, false, 0},
+		{hier.Hier{}, 2, false, 0}, {reshard.Flat, 1, true, 1 << 10}}
 	runs := 0
 	for _, c := range cases {
 		for _, r := range routes {
@@ -122,7 +122,7 @@ func TestGPURefit(t *testing.T) {
 					opts := refit.Options{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true, Timeout: time.Minute}
 					cctx := context.Background()
 					call, err := refit.New(control.Plain(w.Collective(rank))).Prepare(cctx, []refit.Spec{{Name: "w", Src: c.Src, Dst: c.Dst}},
-						reshard.Flat{}, refit.Target{Transport: w.Transport(rank), Memory: mem}, opts)
+						reshard.Flat, refit.Target{Transport: w.Transport(rank), Memory: mem}, opts)
 					if err != nil {
 						return err
 					}

@@ -65,7 +65,7 @@ func TestExplainSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := reshard.ScheduleOptions{ChunkBytes: 1, StagingBytes: 8}
-	_, serr := reshard.Flat{}.Schedule([]*reshard.Plan{p}, reshard.Topology{}, opts)
+	_, serr := reshard.Flat.Schedule([]*reshard.Plan{p}, reshard.Topology{}, opts)
 	got := ExplainSchedule(serr, p, opts, lookup(map[string]string{"chunk-bytes": "1"})).Error()
 	want := serr.Error() + "; chunk bytes 1 (from --chunk-bytes), staging bytes 8 (the default; --staging-bytes or M2N_STAGING_BYTES sets it)" +
 		": chunks of 16 bytes (--chunk-bytes 16 --staging-bytes 128) would make about 4194304"

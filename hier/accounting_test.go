@@ -73,7 +73,7 @@ func TestAccounting(t *testing.T) {
 				}
 			}
 
-			fs, err := reshard.Flat{}.Schedule([]*reshard.Plan{plan}, topo, opts)
+			fs, err := reshard.Flat.Schedule([]*reshard.Plan{plan}, topo, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestAccounting(t *testing.T) {
 				t.Errorf("flat: sources inject %d bytes, want rho*B = %d", inject, int64(tc.rho)*B)
 			}
 
-			as, err := reshard.AllGatherBroadcast{}.Schedule([]*reshard.Plan{plan}, topo, opts)
+			as, err := reshard.AllGatherBroadcast.Schedule([]*reshard.Plan{plan}, topo, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

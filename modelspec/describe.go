@@ -280,19 +280,46 @@ type stageJSON struct {
 	Tensors int    `json:"tensors"`
 }
 
-// partJSON is one entry a rank holds: where in its buffer (view) and what
-// of the whole tensor (box corner Offset and LocalShape over LayoutShape).
-type partJSON struct {
-	Entry       string  `json:"entry"`
+// Part is where one entry of a stage sits on a rank: the tensor, the
+// entry (the tensor's name, or the piece's, for a tensor a framework splits
+// otherwise than torch.chunk: model.TensorLayout), its global shape as
+// transformers holds it and the layout shape both sides shard (Transposed:
+// the layout moves Shape with its last two dims swapped), this rank's box
+// of the layout shape (LocalShape at the global Offset; a piece's box is
+// in the whole tensor's layout shape) and the view (ViewOffset and
+// ViewStrides, in elements) that places it in its buffer. It is what refit
+// layouts --json --parts and the C ABI's model description (Python's
+// Model.buffers) print per part.
+type Part struct {
 	Tensor      string  `json:"tensor"`
-	Buffer      string  `json:"buffer"`
-	LayoutShape []int64 `json:"layout_shape"`
-	Transposed  bool    `json:"transposed,omitempty"`
+	Entry       string  `json:"entry"`
+	Transposed  bool    `json:"transposed"`
 	Shape       []int64 `json:"shape"`
+	LayoutShape []int64 `json:"layout_shape"`
 	LocalShape  []int64 `json:"local_shape"`
 	Offset      []int64 `json:"offset"`
 	ViewOffset  int64   `json:"view_offset"`
 	ViewStrides []int64 `json:"view_strides"`
+}
+
+// PartOf returns the part of entry t that rank (local to t's stage) holds
+// on side, and the name of the buffer that holds it; false when the rank
+// holds none of it.
+func PartOf(t *model.TensorLayout, side model.Side, rank int) (Part, string, bool) {
+	p, ok := t.Part(side, rank)
+	if !ok {
+		return Part{}, "", false
+	}
+	box, _ := t.Box(side, rank)
+	sh, whole := box.Shape(), t.Whole()
+	return Part{Tensor: whole.Name, Entry: t.Name, Transposed: whole.Transposed, Shape: whole.Shape, LayoutShape: whole.LayoutShape,
+		LocalShape: sh, Offset: box.Lo, ViewOffset: p.View.Offset, ViewStrides: p.View.ResolvedStrides(sh)}, p.Buffer, true
+}
+
+// partJSON is one entry a rank holds and the buffer that holds it.
+type partJSON struct {
+	Buffer string `json:"buffer"`
+	Part
 }
 
 type bufferJSON struct {
@@ -381,15 +408,9 @@ func rankParts(l *model.Layouts) []rankPartsJSON {
 				rp.Buffers = append(rp.Buffers, bufferJSON{Name: b.Name, DType: b.DType.String(), Elems: b.Elems})
 			}
 			for _, t := range s.Tensors {
-				p, ok := t.Part(side, r)
-				if !ok {
-					continue
+				if p, buf, ok := PartOf(t, side, r); ok {
+					rp.Parts = append(rp.Parts, partJSON{Buffer: buf, Part: p})
 				}
-				box, _ := t.Box(side, r)
-				sh, whole := box.Shape(), t.Whole()
-				rp.Parts = append(rp.Parts, partJSON{Entry: t.Name, Tensor: whole.Name, Buffer: p.Buffer, LayoutShape: whole.LayoutShape,
-					Transposed: whole.Transposed, Shape: whole.Shape, LocalShape: sh, Offset: box.Lo, ViewOffset: p.View.Offset,
-					ViewStrides: p.View.ResolvedStrides(sh)})
 			}
 		}
 		out[w] = rp

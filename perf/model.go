@@ -18,7 +18,7 @@ import (
 )
 
 // refitFlat is the route of probe calls.
-var refitFlat reshard.Route = reshard.Flat{}
+var refitFlat reshard.Route = reshard.Flat
 
 // FillModel writes every tensor's pattern (seeded with its index in the
 // model) into this rank's source parts, through their views: finite

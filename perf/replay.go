@@ -208,7 +208,7 @@ func (b *replay) timeDriver(c *benchCase, d refit.DriverKind) ([]replayRow, erro
 	if err := b.s.SetDriver(d); err != nil {
 		return nil, err
 	}
-	call, err := b.s.Prepare(ctx, c.specs, reshard.Flat{})
+	call, err := b.s.Prepare(ctx, c.specs, reshard.Flat)
 	if err != nil {
 		return nil, err
 	}

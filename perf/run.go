@@ -351,7 +351,7 @@ func (p *Pair) runRoute(name string, c RoutesConfig) (RouteReport, reshard.Topol
 // localBandwidth measures the local-fabric bandwidth among the pair's
 // destination ranks over a flat call's transport.
 func (p *Pair) localBandwidth() (float64, error) {
-	call, err := p.s.Prepare(context.Background(), p.specs(), reshard.Flat{})
+	call, err := p.s.Prepare(context.Background(), p.specs(), reshard.Flat)
 	if err != nil {
 		return 0, err
 	}

@@ -22,20 +22,12 @@ func (iv Interval) String() string { return fmt.Sprintf("[%d:%d)", iv.Lo, iv.Hi)
 // Empty reports whether the interval holds no index.
 func (iv Interval) Empty() bool { return iv.Hi <= iv.Lo }
 
-// Intersect returns the common part of two intervals; it may be empty.
-func (iv Interval) Intersect(o Interval) Interval {
-	return Interval{max(iv.Lo, o.Lo), min(iv.Hi, o.Hi)}
-}
-
 // Box is an N-D half-open region of a global tensor: index i lies in the box
 // when Lo[d] <= i[d] < Hi[d] for every dim d. A box of a 0-dim tensor has no
 // dims and holds the tensor's single element.
 type Box struct {
 	Lo, Hi []int64
 }
-
-// NDim returns the number of dims.
-func (b Box) NDim() int { return len(b.Lo) }
 
 // Shape returns the extent of every dim.
 func (b Box) Shape() []int64 {
@@ -131,7 +123,7 @@ func (b Box) String() string {
 // back when the box is too small. A box with no dims or no elements, or
 // n <= 1, comes back whole.
 func (b Box) Split(n int) []Box {
-	nd := b.NDim()
+	nd := len(b.Lo)
 	if n <= 1 || nd == 0 || len(b.Hi) != nd || b.Empty() {
 		return []Box{b}
 	}

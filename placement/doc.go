@@ -15,7 +15,7 @@
 //
 // LocalShapeOffset reproduces DTensor's reporting, including the sentinel
 // offset (the dim's global size) of an empty shard; RankBox gives the same
-// region, by rank, as a half-open Box. Parts exposes each dim's sorted
-// split points, which the planner sweeps. Partial and strided placements
+// region, by rank, as a half-open Box. Part and NumParts expose each dim's
+// sorted parts, which the planner sweeps. Partial and strided placements
 // are rejected with errors wrapping ErrUnsupported.
 package placement

@@ -61,8 +61,8 @@ func (t DType) String() string {
 	return dtypeInfo[t].name
 }
 
-// DTypes lists every valid element type in a fixed order.
-func DTypes() []DType {
+// dtypes lists every valid element type in a fixed order.
+func dtypes() []DType {
 	out := make([]DType, 0, len(dtypeInfo)-1)
 	for t := BF16; int(t) < len(dtypeInfo); t++ {
 		out = append(out, t)
@@ -85,7 +85,7 @@ func ParseDType(s string) (DType, error) {
 		}
 	}
 	names := make([]string, 0, len(dtypeInfo))
-	for _, t := range DTypes() {
+	for _, t := range dtypes() {
 		names = append(names, t.String())
 	}
 	return invalidDType, fmt.Errorf("unknown dtype %q: want one of %s", s, strings.Join(names, ", "))

@@ -217,20 +217,18 @@ func (l Layout) Elems() int64 {
 // int64: NewLayout rejects larger shapes.
 func (l Layout) Bytes() int64 { return l.Elems() * l.ElemSize() }
 
-// Parts returns the parts tensor dim d is cut into: part j is the interval
-// held by the coordinates whose restriction to the mesh axes that shard
-// dim d (in mesh-axis order), read as a row-major index, is j. Parts are in ascending order of Lo; empty parts
-// are [hi, hi) of their parent interval.
-func (l Layout) Parts(d int) []Interval { return slices.Clone(l.parts[d]) }
-
-// NumParts returns len(Parts(d)) without copying.
+// NumParts returns how many parts tensor dim d is cut into.
 func (l Layout) NumParts(d int) int { return len(l.parts[d]) }
 
-// Part returns Parts(d)[j] without copying.
+// Part returns part j of tensor dim d: the interval held by the
+// coordinates whose restriction to the mesh axes that shard dim d (in
+// mesh-axis order), read as a row-major index, is j. Parts are in
+// ascending order of Lo; empty parts are [hi, hi) of their parent
+// interval.
 func (l Layout) Part(d, j int) Interval { return l.parts[d][j] }
 
-// PartIndex returns, for the mesh coordinate coord, the index into Parts(d)
-// of the part it holds.
+// PartIndex returns, for the mesh coordinate coord, the index j of the
+// part of dim d it holds (Part(d, j)).
 func (l Layout) PartIndex(d int, coord []int) int {
 	j := 0
 	for _, a := range l.axes[d] {

@@ -31,11 +31,9 @@ func Shard(d int) Placement { return Placement{kind: kindShard, dim: d} }
 // Replicate returns the placement that copies the tensor along the axis.
 func Replicate() Placement { return Placement{kind: kindReplicate} }
 
-// IsShard reports whether p splits a tensor dim.
-func (p Placement) IsShard() bool { return p.kind == kindShard }
-
-// Dim returns the tensor dim a Shard splits, 0 for Replicate.
-func (p Placement) Dim() int { return p.dim }
+// ShardDim returns d and true for Shard(d), and 0 and false for
+// Replicate().
+func (p Placement) ShardDim() (int, bool) { return p.dim, p.kind == kindShard }
 
 // String renders the short form: "S0" or "R".
 func (p Placement) String() string {

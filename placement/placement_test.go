@@ -49,8 +49,8 @@ func TestParse(t *testing.T) {
 
 func TestDTypes(t *testing.T) {
 	sizes := map[string]int{"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "i64": 8, "fp8e4m3": 1, "fp8e5m2": 1}
-	if len(DTypes()) != len(sizes) {
-		t.Fatalf("%d dtypes, want %d", len(DTypes()), len(sizes))
+	if len(dtypes()) != len(sizes) {
+		t.Fatalf("%d dtypes, want %d", len(dtypes()), len(sizes))
 	}
 	for name, size := range sizes {
 		dt, err := ParseDType(name)

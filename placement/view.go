@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -121,15 +122,7 @@ func (v View) Validate(shape []int64) error {
 			dims = append(dims, ds{n, v.Strides[d]})
 		}
 	}
-	slices.SortFunc(dims, func(a, b ds) int {
-		switch {
-		case a.s < b.s:
-			return -1
-		case a.s > b.s:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(dims, func(a, b ds) int { return cmp.Compare(a.s, b.s) })
 	span := int64(1)
 	for _, x := range dims {
 		if x.s < span {

@@ -120,7 +120,7 @@ func runCall(world int, mk func(rank int) call, wrap func(transport.Transport) t
 			}
 			route := c.route
 			if route == nil {
-				route = reshard.Flat{}
+				route = reshard.Flat
 			}
 			specs := make([]refit.Spec, len(c.tensors))
 			bufs := make([]refit.TensorBuffers, len(c.tensors))
@@ -458,7 +458,7 @@ func TestRefuse(t *testing.T) {
 			tr := w.Transport(r)
 			opts := flatOpts()
 			opts.Timeout = 5 * time.Second
-			p, err := refit.New(control.Plain(w.Collective(r))).Prepare(ctx, specs, reshard.Flat{}, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, opts)
+			p, err := refit.New(control.Plain(w.Collective(r))).Prepare(ctx, specs, reshard.Flat, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, opts)
 			if err != nil {
 				errs[r] = err
 				return

@@ -13,7 +13,7 @@ import (
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
-var routes = []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}}
+var routes = []reshard.Route{reshard.Flat, reshard.AllGatherBroadcast}
 
 // TestConformanceInproc runs the transport conformance suite over the
 // in-process transport: every pair of internal/conformance/reshard_pairs.txt, in every

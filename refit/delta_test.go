@@ -145,7 +145,7 @@ func (c deltaConfig) prepare(w *inproc.World, r int, tr transport.Transport, ts 
 	}
 	o := flatOpts()
 	o.Delta, o.Verify, o.Atomic, o.CoalesceBytes, o.Timeout = true, c.verify, c.atomic, c.coalesce, 5*time.Second
-	var route reshard.Route = reshard.Flat{}
+	var route reshard.Route = reshard.Flat
 	topo := reshard.Topology{}
 	if c.route == "hier" {
 		route = hier.Hier{}
@@ -378,8 +378,8 @@ func TestDeltaRefused(t *testing.T) {
 		route   reshard.Route
 		want    string
 	}{
-		{"fp8e4m3", reshard.Flat{}, "delta mode moves tensors as they are"},
-		{"bf16", reshard.AllGatherBroadcast{}, "did not arrive whole"},
+		{"fp8e4m3", reshard.Flat, "delta mode moves tensors as they are"},
+		{"bf16", reshard.AllGatherBroadcast, "did not arrive whole"},
 	} {
 		src := mustLay(t, "64x64", "bf16", "4", "S0", rng(0, 4))
 		dst := mustLay(t, "64x64", c.dstType, "2x2", "R,S1", rng(4, 4))

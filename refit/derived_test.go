@@ -68,7 +68,7 @@ func TestDerivedReused(t *testing.T) {
 func prepareAndCheck(w *inproc.World, r int, src, dst placement.Layout, chunk int64, delta bool, d *refit.Derived) error {
 	opts := refit.Options{Schedule: reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 << 20}, Timeout: 5 * time.Second, Delta: delta, Derived: d}
 	specs := []refit.Spec{{Name: "w", Src: src, Dst: dst}}
-	c, err := refit.New(control.Plain(w.Collective(r))).Prepare(context.Background(), specs, reshard.Flat{},
+	c, err := refit.New(control.Plain(w.Collective(r))).Prepare(context.Background(), specs, reshard.Flat,
 		refit.Target{Transport: w.Transport(r), Memory: transport.HostMemory{}}, opts)
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ func ExampleRuntime_Prepare() {
 		go func(rank int) {
 			defer wg.Done()
 			ctx := context.Background()
-			call, err := refit.New(control.Plain(w.Collective(rank))).Prepare(ctx, specs, reshard.Flat{}, refit.Target{Transport: w.Transport(rank), Memory: transport.HostMemory{}}, opts)
+			call, err := refit.New(control.Plain(w.Collective(rank))).Prepare(ctx, specs, reshard.Flat, refit.Target{Transport: w.Transport(rank), Memory: transport.HostMemory{}}, opts)
 			if err != nil {
 				panic(err)
 			}

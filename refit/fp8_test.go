@@ -60,7 +60,7 @@ func TestFP8Inproc(t *testing.T) {
 					defer cancel()
 					env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: su.opts,
 						Coalesce: su.coalesce, Padded: su.padded}
-					_, err := transporttest.RunFP8Case(ctx, env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, mode, su.call, 2)
+					_, err := transporttest.RunFP8Case(ctx, env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat, mode, su.call, 2)
 					if err != nil {
 						tr.Abort(err)
 					}
@@ -89,7 +89,7 @@ func TestFP8Colocated(t *testing.T) {
 		mode := fp8.Mode(1 + i%3)
 		errs := w.Run(func(tr transport.Transport) error {
 			env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: reshard.DefaultScheduleOptions}
-			_, err := transporttest.RunFP8Case(context.Background(), env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, mode, refit.Options{Verify: i%2 == 0}, 1)
+			_, err := transporttest.RunFP8Case(context.Background(), env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat, mode, refit.Options{Verify: i%2 == 0}, 1)
 			if err != nil {
 				tr.Abort(err)
 			}
@@ -115,10 +115,10 @@ func TestFP8NetworkBytesHalve(t *testing.T) {
 			env := transporttest.Env{T: tr, Mem: transport.HostMemory{}, IO: transport.HostMemory{}, Opts: reshard.DefaultScheduleOptions}
 			var err error
 			if d.Scale != 0 {
-				reps[tr.Rank()], err = transporttest.RunFP8Case(context.Background(), env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat{}, d.Scale, refit.Options{}, 1)
+				reps[tr.Rank()], err = transporttest.RunFP8Case(context.Background(), env, control.Plain(w.Collective(tr.Rank())), c, reshard.Flat, d.Scale, refit.Options{}, 1)
 				return err
 			}
-			st, err := transporttest.RunCase(context.Background(), env, c, reshard.Flat{})
+			st, err := transporttest.RunCase(context.Background(), env, c, reshard.Flat)
 			reps[tr.Rank()] = &refit.Report{Stats: st}
 			return err
 		})
@@ -154,15 +154,15 @@ func TestFP8Refused(t *testing.T) {
 		route reshard.Route
 		want  string
 	}{
-		{"no mode", refit.Spec{Name: "w", Src: src, Dst: dst}, reshard.Flat{},
+		{"no mode", refit.Spec{Name: "w", Src: src, Dst: dst}, reshard.Flat,
 			`tensor "w": fp8 scale mode none, want block, row or tensor: the tensor converts bf16 to fp8e4m3 in flight`},
-		{"mode without conversion", refit.Spec{Name: "w", Src: src, Dst: plain, Scale: fp8.Row}, reshard.Flat{},
+		{"mode without conversion", refit.Spec{Name: "w", Src: src, Dst: plain, Scale: fp8.Row}, reshard.Flat,
 			`tensor "w": fp8 scale mode row, want none: the tensor does not convert in flight (source bf16, destination bf16)`},
-		{"from f16", refit.Spec{Name: "w", Src: f16, Dst: dst, Scale: fp8.Block}, reshard.Flat{},
+		{"from f16", refit.Spec{Name: "w", Src: f16, Dst: dst, Scale: fp8.Block}, reshard.Flat,
 			`tensor "w": dtype fp8e4m3, want f16: source and destination dtypes differ, and the only conversion in flight is bf16 or f32 to fp8e4m3`},
-		{"1-D", refit.Spec{Name: "w", Src: vec, Dst: vecDst, Scale: fp8.Block}, reshard.Flat{},
+		{"1-D", refit.Spec{Name: "w", Src: vec, Dst: vecDst, Scale: fp8.Block}, reshard.Flat,
 			`tensor "w": shape 256: converting to fp8e4m3 by block: fp8: shape 256: FP8 scaling needs 2 to 8 dims`},
-		{"agbcast", refit.Spec{Name: "w", Src: src, Dst: dst, Scale: fp8.Block}, reshard.AllGatherBroadcast{},
+		{"agbcast", refit.Spec{Name: "w", Src: src, Dst: dst, Scale: fp8.Block}, reshard.AllGatherBroadcast,
 			"route agbcast, want flat or hier: tensor 0 converts bf16 to fp8e4m3 in flight, which the all-gather + broadcast route cannot carry"},
 	}
 	for _, tc := range tests {

@@ -40,7 +40,7 @@ func prepareTwoCalls(t *testing.T, w *inproc.World, src, dst placement.Layout) [
 		for k, name := range []string{"a", "b"} {
 			// the same tensor name in both calls: only the order tells them apart
 			specs := []refit.Spec{{Name: "w", Src: src, Dst: dst}}
-			c, err := rt.Prepare(context.Background(), specs, reshard.Flat{}, refit.Target{Transport: tr, Memory: transport.HostMemory{}},
+			c, err := rt.Prepare(context.Background(), specs, reshard.Flat, refit.Target{Transport: tr, Memory: transport.HostMemory{}},
 				refit.Options{Name: name, Schedule: reshard.DefaultScheduleOptions, Timeout: 5 * time.Second})
 			if err != nil {
 				return err

@@ -45,7 +45,7 @@ func BenchmarkPreparedCall(b *testing.B) {
 		runtimes[r] = refit.New(control.Plain(w.Collective(r)))
 	}
 	prepare := func(r int) (*refit.Call, error) {
-		return runtimes[r].Prepare(ctx, specs, reshard.Flat{}, refit.Target{Transport: w.Transport(r), Memory: transport.HostMemory{}}, opts)
+		return runtimes[r].Prepare(ctx, specs, reshard.Flat, refit.Target{Transport: w.Transport(r), Memory: transport.HostMemory{}}, opts)
 	}
 	run := func(fn func(r int, tr transport.Transport) error) error {
 		return errors.Join(w.Run(func(tr transport.Transport) error {

@@ -261,7 +261,7 @@ func replicaOf(l placement.Layout, rank int) (rep, count int) {
 	coord := m.Coord(i, nil)
 	count = 1
 	for a, pl := range l.Placements() {
-		if !pl.IsShard() {
+		if pl == placement.Replicate() {
 			rep = rep*m.Dim(a) + coord[a]
 			count *= m.Dim(a)
 		}

@@ -69,7 +69,7 @@ func TestVersions(t *testing.T) {
 			o := flatOpts()
 			o.Verify, o.Atomic, o.Timeout = true, atomicCall, 5*time.Second
 			c, err := refit.New(control.Plain(w.Collective(r))).Prepare(context.Background(), []refit.Spec{{Name: "w", Src: src, Dst: dst}},
-				reshard.Flat{}, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, o)
+				reshard.Flat, refit.Target{Transport: tr, Memory: transport.HostMemory{}}, o)
 			if err != nil {
 				return err
 			}

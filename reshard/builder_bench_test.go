@@ -106,7 +106,7 @@ func BenchmarkBuilderTinyChunks(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx%d", shape[0], shape[1]), func(b *testing.B) {
 			var s *Schedule
 			for b.Loop() {
-				if s, err = (Flat{}).Schedule([]*Plan{plan}, Topology{}, ScheduleOptions{ChunkBytes: 1, StagingBytes: 8}); err != nil {
+				if s, err = Flat.Schedule([]*Plan{plan}, Topology{}, ScheduleOptions{ChunkBytes: 1, StagingBytes: 8}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -136,7 +136,7 @@ func BenchmarkBuilderFlat(b *testing.B) {
 		b.Run(fmt.Sprintf("messages=%d", 64*perTransfer), func(b *testing.B) {
 			var s *Schedule
 			for b.Loop() {
-				if s, err = (Flat{}).Schedule([]*Plan{plan}, Topology{}, ScheduleOptions{ChunkBytes: chunk, StagingBytes: 16 * chunk}); err != nil {
+				if s, err = Flat.Schedule([]*Plan{plan}, Topology{}, ScheduleOptions{ChunkBytes: chunk, StagingBytes: 16 * chunk}); err != nil {
 					b.Fatal(err)
 				}
 			}

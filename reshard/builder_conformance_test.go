@@ -29,9 +29,9 @@ func TestBuilderOracleConformance(t *testing.T) {
 		route reshard.Route
 		dom   int // destination domains, 0: a domain per rank
 	}
-	builds := []build{{"flat", reshard.Flat{}, 0}, {"agbcast", reshard.AllGatherBroadcast{}, 0}}
+	builds := []build{{"flat", reshard.Flat, 0}, {"agbcast", reshard.AllGatherBroadcast, 0}}
 	for _, dom := range []int{1, 2, 4} {
-		builds = append(builds, build{"flat", reshard.Flat{}, dom}, build{"agbcast", reshard.AllGatherBroadcast{}, dom})
+		builds = append(builds, build{"flat", reshard.Flat, dom}, build{"agbcast", reshard.AllGatherBroadcast, dom})
 		for _, bal := range []hier.Balance{hier.BalanceCount, hier.BalanceBytes} {
 			builds = append(builds, build{"hier " + bal.String(), hier.Hier{Balance: bal}, dom})
 		}

@@ -29,7 +29,7 @@ func SplitBox(b placement.Box, elem, maxBytes int64) ([]placement.Box, error) {
 			Want: fmt.Sprintf("a chunk that cuts box %v into at most %d parts", b, MaxMessages),
 			Why:  fmt.Sprintf("%d-byte elements in chunks of at most %d bytes make %d parts", elem, maxBytes, sp.count)}
 	}
-	nd := b.NDim()
+	nd := len(b.Lo)
 	if sp.count == 1 {
 		return []placement.Box{b}, nil
 	}
@@ -89,7 +89,7 @@ func planSplit(b placement.Box, elem, maxBytes int64) (split, error) {
 	if err != nil {
 		return split{}, fmt.Errorf("reshard: split: %w", err)
 	}
-	nd := b.NDim()
+	nd := len(b.Lo)
 	if nd == 0 {
 		return split{count: 1}, nil
 	}

@@ -50,12 +50,13 @@ func encodeLayout(l placement.Layout) []byte {
 		put(int64(m.RankAt(i)))
 	}
 	for _, p := range l.Placements() {
-		kind := int64(0) // Replicate
-		if p.IsShard() {
+		d, shard := p.ShardDim() // 0, false for Replicate
+		kind := int64(0)
+		if shard {
 			kind = 1
 		}
 		put(kind)
-		put(int64(p.Dim()))
+		put(int64(d))
 	}
 	return b
 }

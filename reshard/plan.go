@@ -46,7 +46,7 @@ func (t Transfer) bytes() int64 { return t.DstAt.Bytes() }
 // overlap is one nonempty intersection of a source part and a destination
 // part along one tensor dim.
 type overlap struct {
-	src, dst int32 // part indices into Layout.Parts(d)
+	src, dst int32 // part indices of dim d (Layout.Part)
 	iv       placement.Interval
 }
 
@@ -278,25 +278,31 @@ func NewPlan(src, dst placement.Layout, world int, opts Options) (*Plan, error) 
 // destination order and, per destination part, the range of overlaps that
 // meet it.
 func sweep(src, dst placement.Layout, d int) ([]overlap, [][2]int32) {
-	sp, dp := src.Parts(d), dst.Parts(d)
+	ns, nd := src.NumParts(d), dst.NumParts(d)
 	// Nonempty parts are disjoint and in ascending order of Lo; empty ones
 	// are skipped by the walk.
-	out := make([]overlap, 0, len(sp)+len(dp))
-	ranges := make([][2]int32, len(dp))
+	out := make([]overlap, 0, ns+nd)
+	ranges := make([][2]int32, nd)
 	i := 0
-	for j, dv := range dp {
+	for j := range nd {
+		dv := dst.Part(d, j)
 		ranges[j] = [2]int32{int32(len(out)), int32(len(out))}
 		if dv.Empty() {
 			continue
 		}
-		for i < len(sp) && (sp[i].Empty() || sp[i].Hi <= dv.Lo) {
+		for i < ns && (src.Part(d, i).Empty() || src.Part(d, i).Hi <= dv.Lo) {
 			i++
 		}
-		for k := i; k < len(sp) && sp[k].Lo < dv.Hi; k++ {
-			if sp[k].Empty() {
+		for k := i; k < ns; k++ {
+			sv := src.Part(d, k)
+			if sv.Lo >= dv.Hi {
+				break
+			}
+			if sv.Empty() {
 				continue
 			}
-			out = append(out, overlap{src: int32(k), dst: int32(j), iv: sp[k].Intersect(dv)})
+			iv := placement.Interval{Lo: max(sv.Lo, dv.Lo), Hi: min(sv.Hi, dv.Hi)}
+			out = append(out, overlap{src: int32(k), dst: int32(j), iv: iv})
 		}
 		ranges[j][1] = int32(len(out))
 	}
@@ -315,7 +321,7 @@ func newReplicaSet(l placement.Layout) replicaSet {
 	rs := replicaSet{count: 1, regions: 1}
 	var repAxes []int
 	for a, pl := range l.Placements() {
-		if !pl.IsShard() {
+		if pl == placement.Replicate() {
 			repAxes = append(repAxes, a)
 			rs.count *= l.Mesh().Dim(a)
 		}

@@ -53,19 +53,19 @@ func (o ScheduleOptions) RoundBytes() int64 { return o.StagingBytes / 8 }
 // (every transfer's first chunk, then every second chunk, ...) so that all
 // pairs progress together. Sources inject rho*B. The messages are counted
 // before any box is cut: more than MaxMessages is an error naming the
-// count.
-type Flat struct{}
+// count. It is a value of an unexported type, as AllGatherBroadcast is:
+// the route has no options.
+var Flat BucketRoute = flat{}
 
-// Name returns "flat".
-func (Flat) Name() string { return "flat" }
+type flat struct{}
 
-// Schedule implements Route.
-func (f Flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+func (flat) Name() string { return "flat" }
+
+func (f flat) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
 	return scheduleAll(f, plans, topo, opts)
 }
 
-// AddTensors implements BucketRoute.
-func (Flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
+func (flat) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
 	// count first: every transfer is at least one message; then chunks,
 	// transfers materialised one at a time, chunks not at all.
 	var total int64
@@ -153,18 +153,18 @@ func flatCount(plans []*Plan, tensors []int, chunk int64) int64 {
 // destination receives all of it. It refuses a tensor converted to FP8 in
 // flight (Plan.Converts): its whole-tensor scratch holds the source dtype
 // and every destination would quantize the whole tensor; use flat or hier.
-type AllGatherBroadcast struct{}
+// Its Name is "agbcast".
+var AllGatherBroadcast BucketRoute = allGatherBroadcast{}
 
-// Name returns "agbcast".
-func (AllGatherBroadcast) Name() string { return "agbcast" }
+type allGatherBroadcast struct{}
 
-// Schedule implements Route.
-func (a AllGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
+func (allGatherBroadcast) Name() string { return "agbcast" }
+
+func (a allGatherBroadcast) Schedule(plans []*Plan, topo Topology, opts ScheduleOptions) (*Schedule, error) {
 	return scheduleAll(a, plans, topo, opts)
 }
 
-// AddTensors implements BucketRoute.
-func (AllGatherBroadcast) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
+func (allGatherBroadcast) AddTensors(b *Builder, plans []*Plan, tensors []int, _ Topology, opts ScheduleOptions) error {
 	for _, ti := range tensors {
 		if p := plans[ti]; p.Converts() {
 			return &FieldError{Field: "route", Got: "agbcast",
@@ -334,7 +334,7 @@ func replicaRings(l placement.Layout) [][]int {
 		coord = m.Coord(i, coord)
 		key := 0
 		for a, pl := range ps {
-			if !pl.IsShard() {
+			if pl == placement.Replicate() {
 				key = key*m.Dim(a) + coord[a]
 			}
 		}

@@ -50,7 +50,7 @@ func TestSchedulesUnchanged(t *testing.T) {
 	}
 	var builds []build
 	for _, dom := range []int{0, 1, 2, 4} {
-		builds = append(builds, build{reshard.Flat{}, dom}, build{reshard.AllGatherBroadcast{}, dom})
+		builds = append(builds, build{reshard.Flat, dom}, build{reshard.AllGatherBroadcast, dom})
 		if dom == 0 {
 			continue
 		}

@@ -134,14 +134,14 @@ func TestHugePlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, route := range []Route{Flat{}, AllGatherBroadcast{}} {
+	for _, route := range []Route{Flat, AllGatherBroadcast} {
 		name := route.Name()
 		_, err := route.Schedule([]*Plan{p}, Topology{}, DefaultScheduleOptions)
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "want at most 8388608 messages") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	_, err = Flat{}.Schedule([]*Plan{p}, Topology{}, DefaultScheduleOptions)
+	_, err = Flat.Schedule([]*Plan{p}, Topology{}, DefaultScheduleOptions)
 	if !strings.Contains(err.Error(), "flat schedule 137438953472 messages (about 70368744177664 bytes)") {
 		t.Errorf("flat: %v", err)
 	}
@@ -158,7 +158,7 @@ func TestTinyChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Flat{}.Schedule([]*Plan{p}, Topology{}, ScheduleOptions{ChunkBytes: 1, StagingBytes: 8})
+	s, err := Flat.Schedule([]*Plan{p}, Topology{}, ScheduleOptions{ChunkBytes: 1, StagingBytes: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestTinyChunks(t *testing.T) {
 	if p, err = NewPlan(src, dst, 4, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Flat{}.Schedule([]*Plan{p}, Topology{}, ScheduleOptions{ChunkBytes: 1, StagingBytes: 8})
+	_, err = Flat.Schedule([]*Plan{p}, Topology{}, ScheduleOptions{ChunkBytes: 1, StagingBytes: 8})
 	if err == nil || !strings.Contains(err.Error(), "flat schedule 16777216 messages") {
 		t.Errorf("4096x4096 with 1-byte chunks: %v", err)
 	}

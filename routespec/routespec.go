@@ -76,9 +76,9 @@ func Parse(spec string, o Options) (reshard.Route, error) {
 	}
 	switch name {
 	case "flat":
-		return reshard.Flat{}, nil
+		return reshard.Flat, nil
 	case "agbcast":
-		return reshard.AllGatherBroadcast{}, nil
+		return reshard.AllGatherBroadcast, nil
 	case "hier":
 		return hier.Hier{Balance: o.Balance}, nil
 	case "auto":

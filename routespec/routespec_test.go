@@ -16,8 +16,8 @@ func TestParse(t *testing.T) {
 		spec string
 		want reshard.Route
 	}{
-		{"flat", reshard.Flat{}},
-		{" agbcast ", reshard.AllGatherBroadcast{}},
+		{"flat", reshard.Flat},
+		{" agbcast ", reshard.AllGatherBroadcast},
 		{"hier", hier.Hier{}},
 		{"hier:balance=bytes", hier.Hier{Balance: hier.BalanceBytes}},
 		{"auto", bounds.Auto{Fabric: DefaultFabric()}},

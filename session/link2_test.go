@@ -27,7 +27,7 @@ func TestSecondGeneratorBusy(t *testing.T) {
 	// steps runs checked steps until every rank has seen the done file.
 	steps := func(t mpitest.T, s *session.Session) {
 		specs := linkSpecs(t, "20")
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func joined(t mpitest.T, s *session.Session, err error, body func(s *session.Ses
 func firstStep(t mpitest.T, s *session.Session) (*refit.Call, []refit.TensorBuffers) {
 	t.Helper()
 	specs := linkSpecs(t, "20")
-	call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+	call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func firstStep(t mpitest.T, s *session.Session) (*refit.Call, []refit.TensorBuff
 // element of every destination after each.
 func syncSteps(t mpitest.T, s *session.Session, specs []refit.Spec) {
 	t.Helper()
-	call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+	call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 	if err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
@@ -254,7 +254,7 @@ func expectDisagree(t mpitest.T, s *session.Session) {
 	if s.Rank() == 2 {
 		rows = "22"
 	}
-	_, err := s.Prepare(context.Background(), linkSpecs(t, rows), reshard.Flat{})
+	_, err := s.Prepare(context.Background(), linkSpecs(t, rows), reshard.Flat)
 	if err == nil {
 		t.Fatal("a model that differs between the jobs was prepared")
 	}

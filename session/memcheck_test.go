@@ -30,12 +30,12 @@ func TestPrepareChecksMemory(t *testing.T) {
 		defer s.Close()
 		specs := []refit.Spec{{Name: "huge", Src: layout(t, "65536x65536x64", placement.F32, []int{2}, 0, "S0"),
 			Dst: layout(t, "65536x65536x64", placement.F32, []int{2}, 2, "S1")}}
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 		if err != nil {
 			t.Fatalf("flat: %v", err)
 		}
 		call.Close()
-		_, err = s.Prepare(context.Background(), specs, reshard.AllGatherBroadcast{})
+		_, err = s.Prepare(context.Background(), specs, reshard.AllGatherBroadcast)
 		var me *session.MemoryError
 		if !errors.As(err, &me) || me.Tensor != "huge" || me.Rank != 0 || me.Need < 1<<40 || me.Have >= me.Need ||
 			!strings.Contains(err.Error(), `rank 0, tensor "huge": needs `) || !strings.Contains(err.Error(), "staging and scratch 1.0 TiB") {

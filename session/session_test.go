@@ -119,7 +119,7 @@ func TestPrepareOnceRunEverySteps(t *testing.T) {
 			{Name: "row", Src: layout(t, "48x40", placement.F32, []int{4}, 0, "S0"), Dst: layout(t, "48x40", placement.F32, []int{2, 2}, 4, "R,S1")},
 			{Name: "norm", Src: layout(t, "40", placement.BF16, []int{4}, 0, "R"), Dst: layout(t, "40", placement.BF16, []int{2, 2}, 4, "R,R")},
 		}
-		for _, route := range []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}, hier.Hier{}, bounds.Auto{Fabric: bounds.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
+		for _, route := range []reshard.Route{reshard.Flat, reshard.AllGatherBroadcast, hier.Hier{}, bounds.Auto{Fabric: bounds.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
 			call, err := s.Prepare(context.Background(), specs, route)
 			if err != nil {
 				t.Fatalf("%s: %v", route.Name(), err)
@@ -160,12 +160,12 @@ func TestPrepareAgreesOnEverything(t *testing.T) {
 				o.ChunkBytes = 1 << 20
 			}
 			return o
-		}, func(int) reshard.Route { return reshard.Flat{} }, "chunk bytes"},
+		}, func(int) reshard.Route { return reshard.Flat }, "chunk bytes"},
 		{"route", func(int) session.Options { return session.Options{Timeout: 20 * time.Second} }, func(r int) reshard.Route {
 			if r == 3 {
 				return hier.Hier{}
 			}
-			return reshard.Flat{}
+			return reshard.Flat
 		}, "route"},
 		{"topology", func(r int) session.Options {
 			o := session.Options{Timeout: 20 * time.Second}
@@ -200,7 +200,7 @@ func TestTypedErrorsCrossRanks(t *testing.T) {
 		s := join(t, c, session.Options{Timeout: 20 * time.Second, Verify: true, Atomic: true})
 		defer s.Close()
 		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
-		call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+		call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func TestStoppedRankNamed(t *testing.T) {
 func twoByTwo(t mpitest.T, c *mpi.Comm, timeout time.Duration) (*session.Session, *refit.Call, []refit.TensorBuffers) {
 	s := join(t, c, session.Options{Timeout: timeout})
 	specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
-	call, err := s.Prepare(context.Background(), specs, reshard.Flat{})
+	call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestOneRank(t *testing.T) {
 			{Name: "a", Src: layout(t, "64x64", placement.BF16, []int{1}, 0, "S0"), Dst: layout(t, "64x64", placement.BF16, []int{1}, 0, "S1")},
 			{Name: "b", Src: layout(t, "7x5", placement.F32, []int{1}, 0, "R"), Dst: layout(t, "7x5", placement.F32, []int{1}, 0, "S0")},
 		}
-		call, err := s.Prepare(context.Background(), specs, reshard.AllGatherBroadcast{})
+		call, err := s.Prepare(context.Background(), specs, reshard.AllGatherBroadcast)
 		if err != nil {
 			t.Fatal(err)
 		}

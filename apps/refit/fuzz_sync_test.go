@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -152,17 +151,12 @@ func trainerRanks(train string) int {
 // TestSyncFuzzSeedsList prints the sync configurations of seeds 1 to
 // M2N_FUZZ_LIST, to choose syncFuzzSeeds from.
 func TestSyncFuzzSeedsList(t *testing.T) {
-	n := 0
-	fmt.Sscan(os.Getenv("M2N_FUZZ_LIST"), &n)
-	if n == 0 {
-		t.Skip("set M2N_FUZZ_LIST=N to list the sync configurations of seeds 1 to N")
-	}
-	for seed := 1; seed <= n; seed++ {
-		c := decodeSyncConfig(seedBytes(uint64(seed)))
+	listSeeds(t, "sync configurations", func(seed uint64) string {
+		c := decodeSyncConfig(seedBytes(seed))
 		fault := ""
 		if c.corrupts {
 			fault = fmt.Sprintf(", byte flipped into rank %d", c.corrupt)
 		}
-		t.Logf("seed %d: valid %v, bad %v, layouts %v%s: %s", seed, c.valid(), c.bad, c.layoutErr, fault, strings.TrimPrefix(c.String(), "np "))
-	}
+		return fmt.Sprintf("valid %v, bad %v, layouts %v%s: %s", c.valid(), c.bad, c.layoutErr, fault, strings.TrimPrefix(c.String(), "np "))
+	})
 }

@@ -377,14 +377,24 @@ func (c runConfig) judge(t *testing.T, o outcome) {
 // TestFuzzSeedsList prints the configurations of seeds 1 to
 // M2N_FUZZ_LIST, to choose fuzzSeeds from.
 func TestFuzzSeedsList(t *testing.T) {
+	listSeeds(t, "configurations", func(seed uint64) string {
+		c := decodeConfig(seedBytes(seed))
+		return fmt.Sprintf("valid %v, bad %v, layouts %v, stop %d, corrupt %d: %s", c.valid(), c.bad, c.layoutErr, c.stopRank, c.corrupt, c)
+	})
+}
+
+// listSeeds logs describe(seed) for seeds 1 to M2N_FUZZ_LIST (the
+// configurations a fuzzer's seeds decode to, to choose its seeds from);
+// without M2N_FUZZ_LIST it skips.
+func listSeeds(t *testing.T, what string, describe func(seed uint64) string) {
+	t.Helper()
 	n := 0
 	fmt.Sscan(os.Getenv("M2N_FUZZ_LIST"), &n)
 	if n == 0 {
-		t.Skip("set M2N_FUZZ_LIST=N to list the configurations of seeds 1 to N")
+		t.Skipf("set M2N_FUZZ_LIST=N to list the %s of seeds 1 to N", what)
 	}
 	for seed := 1; seed <= n; seed++ {
-		c := decodeConfig(seedBytes(uint64(seed)))
-		t.Logf("seed %d: valid %v, bad %v, layouts %v, stop %d, corrupt %d: %s", seed, c.valid(), c.bad, c.layoutErr, c.stopRank, c.corrupt, c)
+		t.Logf("seed %d: %s", seed, describe(uint64(seed)))
 	}
 }
 

@@ -42,9 +42,9 @@ Ranks are listed in row-major coordinate order.`,
 				return pairError(err)
 			}
 			if asJSON {
-				return l.WriteJSON(cmd.OutOrStdout())
+				return modelspec.WriteLayoutJSON(cmd.OutOrStdout(), l)
 			}
-			return l.WriteTable(cmd.OutOrStdout())
+			return modelspec.WriteLayout(cmd.OutOrStdout(), l)
 		},
 	}
 	fs := cmd.Flags()

@@ -35,14 +35,14 @@ const colocatedPairs = `
 `
 
 var variants = []variant{
-	{route: reshard.Flat{}, domains: 1},
-	{route: reshard.AllGatherBroadcast{}, domains: 1},
-	{route: reshard.AllGatherBroadcast{}, domains: 1, runs: 2},
+	{route: reshard.Flat, domains: 1},
+	{route: reshard.AllGatherBroadcast, domains: 1},
+	{route: reshard.AllGatherBroadcast, domains: 1, runs: 2},
 	{route: hier.Hier{}, domains: 1},
 	{route: hier.Hier{}, domains: 2, runs: 2},
-	{route: reshard.Flat{}, domains: 1, padded: true, coalesce: 1 << 10},
+	{route: reshard.Flat, domains: 1, padded: true, coalesce: 1 << 10},
 	{route: hier.Hier{}, domains: 2, padded: true, coalesce: 1 << 10, memcpy: 64},
-	{route: reshard.AllGatherBroadcast{}, domains: 2, memcpy: 64},
+	{route: reshard.AllGatherBroadcast, domains: 2, memcpy: 64},
 }
 
 // TestSimulatedConformance runs every conformance case of at least 2 ranks
@@ -111,7 +111,7 @@ func TestNoMergeAcrossBuffers(t *testing.T) {
 		}
 		plans = append(plans, p)
 	}
-	s, err := reshard.Flat{}.Schedule(plans, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: 256 << 10, StagingBytes: 8 << 20})
+	s, err := reshard.Flat.Schedule(plans, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: 256 << 10, StagingBytes: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

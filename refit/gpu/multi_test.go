@@ -211,7 +211,7 @@ func TestGPUReplayStuckPeer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sched, err := reshard.Flat{}.Schedule([]*reshard.Plan{plan}, reshard.Topology{Domain: []int{0, 1}}, reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10})
+		sched, err := reshard.Flat.Schedule([]*reshard.Plan{plan}, reshard.Topology{Domain: []int{0, 1}}, reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 64 << 10})
 		if err != nil {
 			t.Fatal(err)
 		}

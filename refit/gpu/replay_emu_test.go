@@ -135,7 +135,7 @@ func TestReplayOnCPU(t *testing.T) {
 		padded   bool
 		coalesce int64
 	}
-	variants := []variant{{reshard.Flat{}, 1, false, 0}, {reshard.AllGatherBroadcast{}, 1, false, 0},
+	variants := []variant{{reshard.Flat, 1, false, 0}, {reshard.AllGatherBroadcast, 1, false, 0},
 		{hier.Hier{}, 2, false, 0}, {hier.Hier{}, 2, true, 1 << 10}}
 	if testing.Short() {
 		variants = variants[2:]

@@ -109,7 +109,7 @@ func TestGPUReplayColocated(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := transporttest.Case{Pair: p, Arrangement: transporttest.Colocated, Src: src, Dst: dst}
-			for _, route := range []reshard.Route{reshard.Flat{}, reshard.AllGatherBroadcast{}, hier.Hier{}} {
+			for _, route := range []reshard.Route{reshard.Flat, reshard.AllGatherBroadcast, hier.Hier{}} {
 				for _, padded := range []bool{false, true} {
 					cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 					env := transporttest.Env{T: tr, Mem: mem, IO: mem, Padded: padded, Coalesce: 1 << 10,
@@ -163,7 +163,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 		}
 		views = append(views, v)
 	}
-	sched, err := reshard.Flat{}.Schedule(plans, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: 64 << 20, StagingBytes: 1 << 30})
+	sched, err := reshard.Flat.Schedule(plans, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: 64 << 20, StagingBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

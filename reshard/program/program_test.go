@@ -47,7 +47,7 @@ func TestGoldenPrograms(t *testing.T) {
 			if chunk == 0 {
 				chunk = 32
 			}
-			s, err := reshard.Flat{}.Schedule([]*reshard.Plan{p}, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * 64})
+			s, err := reshard.Flat.Schedule([]*reshard.Plan{p}, reshard.Topology{}, reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: 8 * 64})
 			if err != nil {
 				t.Fatal(err)
 			}
