@@ -162,9 +162,9 @@ func TestSimulatedFP8(t *testing.T) {
 		cases = append(cases, c.FP8())
 	}
 	fp8Variants := []variant{
-		{route: reshard.Flat{}, domains: 1},
+		{route: reshard.Flat, domains: 1},
 		{route: hier.Hier{}, domains: 2, runs: 2},
-		{route: reshard.Flat{}, domains: 1, padded: true, coalesce: 1 << 10},
+		{route: reshard.Flat, domains: 1, padded: true, coalesce: 1 << 10},
 	}
 	runs, quants := 0, 0
 	for ci, c := range cases {

@@ -180,7 +180,7 @@ func TestReplayFP8OnCPU(t *testing.T) {
 			for vi, v := range []struct {
 				route   reshard.Route
 				domains int
-			}{{reshard.Flat{}, 1}, {hier.Hier{}, 2}} {
+			}{{reshard.Flat, 1}, {hier.Hier{}, 2}} {
 				env := replaytest.Env{Topo: replaytest.DomainTopology(t, c, v.domains),
 					Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}, FP8: mode}
 				r := rand.New(rand.NewPCG(uint64(ci), uint64(10*mi+vi)))
