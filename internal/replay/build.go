@@ -580,7 +580,7 @@ func boxWithin(inner, outer placement.Box) bool {
 	if inner.Empty() {
 		return true
 	}
-	if inner.NDim() != outer.NDim() {
+	if len(inner.Lo) != len(outer.Lo) {
 		return false
 	}
 	for d := range inner.Lo {
