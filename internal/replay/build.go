@@ -284,13 +284,7 @@ func (bd *builder) copies(i int) error {
 	if len(s.Copies) == 0 {
 		return nil
 	}
-	// an op is one or more items that read rd and write wr.
-	type op struct {
-		items  []Copy
-		quant  *QuantOp // a quantize-while-packing instead of items
-		rd, wr []ival
-	}
-	var ops []op
+	var ops []copyOp
 	scratch := uint64(0)
 	for _, cp := range s.Copies {
 		from := make([]uint64, len(cp.From))
@@ -310,7 +304,7 @@ func (bd *builder) copies(i int) error {
 			to[k] = a
 		}
 		if pairs(cp) {
-			o := op{}
+			o := copyOp{}
 			for k := range cp.From {
 				c := Copy{Dst: to[k], DstAt: cp.To[k].At, Src: from[k], SrcAt: cp.From[k].At}
 				o.items = append(o.items, c)
@@ -328,7 +322,7 @@ func (bd *builder) copies(i int) error {
 				bd.p.Rank, s.Index, bd.b.Scratch.Len, int64(scratch)+cp.Bytes)
 		}
 		base := bd.b.Scratch.Addr + scratch
-		pack, unpack := op{}, op{}
+		pack, unpack := copyOp{}, copyOp{}
 		off := int64(0)
 		if cp.Quant {
 			q, err := bd.quantOp(s.Index, "local copy", cp.Msg, cp.From, base)
@@ -364,6 +358,22 @@ func (bd *builder) copies(i int) error {
 		scratch += uint64(cp.Bytes)
 		ops = append(ops, pack, unpack)
 	}
+	bd.waves(i, ops)
+	return nil
+}
+
+// copyOp is one or more items of a local copy (or a quantize-while-packing
+// instead of items) that read rd and write wr.
+type copyOp struct {
+	items  []Copy
+	quant  *QuantOp
+	rd, wr []ival
+}
+
+// waves emits round i's copy operations in waves: an operation that reads
+// bytes an earlier one of the wave writes, or writes bytes one reads,
+// starts a new wave (a launch after it).
+func (bd *builder) waves(i int, ops []copyOp) {
 	k := -1
 	var rd, wr spans
 	var quants []QuantOp // the wave's
@@ -403,7 +413,6 @@ func (bd *builder) copies(i int) error {
 		}
 	}
 	flush()
-	return nil
 }
 
 // wires emits round i's packs, groups and events, and prepares its unpack
@@ -497,6 +506,14 @@ func (bd *builder) wires(i int) (bool, error) {
 			ops[c] = append(ops[c], P2P{Peer: w.Peer, Send: send, Addr: addr, Len: w.Bytes})
 		}
 	}
+	return bd.post(i, packs, unpacks, quants, ops), nil
+}
+
+// post emits round i's packs (and quantizes), the event that marks them
+// done, and one group per communicator of its operations, and prepares its
+// unpack batch for the drain. It reports whether the round posted any
+// group.
+func (bd *builder) post(i int, packs, unpacks []Copy, quants []QuantOp, ops [2][]P2P) bool {
 	if len(packs) > 0 {
 		k := bd.newBatch()
 		for _, c := range packs {
@@ -519,7 +536,7 @@ func (bd *builder) wires(i int) (bool, error) {
 			bd.launch(i, bd.unpacks[i]) // nothing to wait for
 			delete(bd.unpacks, i)
 		}
-		return false, nil
+		return false
 	}
 	ready := bd.event()
 	bd.emit(Cmd{Kind: Record, Stream: Compute, Event: ready, Round: i})
@@ -537,7 +554,7 @@ func (bd *builder) wires(i int) (bool, error) {
 		bd.emit(Cmd{Kind: Record, Stream: stream, Event: done, Round: i})
 		bd.pl.Done[i] = append(bd.pl.Done[i], done)
 	}
-	return true, nil
+	return true
 }
 
 // quantOp resolves the quantize-while-packing of message msg, whose one
