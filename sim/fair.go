@@ -69,18 +69,16 @@ type fairStats struct {
 	expansionRun int64
 }
 
-// linkScratch is a link's state during a solve: whether it is in the
-// region (stamp == epoch), and the fill's remaining capacity, unfrozen
-// flows, whether it is saturated, and its new level.
+// linkScratch is a link's state during a solve: whether it is in the region (stamp ==
+// epoch), and the fill's remaining capacity, unfrozen flows, saturation and new level.
 type linkScratch struct {
 	rem, cnt, newLvl float64
 	stamp            uint32
 	fixed            bool
 }
 
-// groupScratch is a group's state during a fill: its new rate (-1 until
-// frozen), whether its in link bounds it, and the fill that listed it
-// (stamp == gepoch).
+// groupScratch is a group's state during a fill: its new rate (-1 until frozen),
+// whether its in link bounds it, and the fill that listed it (stamp == gepoch).
 type groupScratch struct {
 	nr    float64
 	stamp uint32
