@@ -3,7 +3,7 @@
 GO      ?= go
 BIN     := bin/refit
 # refit/gpu is the runtime's GPU driver (cuda, nccl): the runtime itself is pure.
-PURE    := $(foreach d,mesh placement strided transport reshard hier bounds pipeline model fp8 sim lora pattern units routespec modelspec delta control,$(if $(wildcard $(d)/*.go),./$(d)/...)) ./refit
+PURE    := $(foreach d,mesh dtype placement strided transport reshard hier bounds pipeline model fp8 sim lora pattern units routespec modelspec delta control,$(if $(wildcard $(d)/*.go),./$(d)/...)) ./refit
 FUZZTIME ?= 30s
 
 # OpenMPI refuses to start as root unless told; CI and containers run as root.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -64,7 +65,7 @@ func TestLocalTermBinds(t *testing.T) {
 func bf16(t *testing.T, shape string, meshShape []int, start int, pl string) placement.Layout {
 	t.Helper()
 	m, err := mesh.Interval(meshShape, start)
-	l, err2 := placement.ParseLayout(shape, placement.BF16, m, pl)
+	l, err2 := placement.ParseLayout(shape, dtype.BF16, m, pl)
 	if err := errors.Join(err, err2); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestFabricValidate(t *testing.T) {
 // converts (and says so), choosing the fastest of the others.
 func TestFP8AutoSkipsAgbcast(t *testing.T) {
 	src := bf16(t, "1024x1024", []int{2}, 0, "S0")
-	dst := bf16(t, "1024x1024", []int{16}, 2, "R").WithDType(placement.FP8E4M3)
+	dst := bf16(t, "1024x1024", []int{16}, 2, "R").WithDType(dtype.FP8E4M3)
 	conv, err := reshard.NewPlan(src, dst, 18, reshard.Options{})
 	if err != nil {
 		t.Fatal(err)

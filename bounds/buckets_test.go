@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/bounds"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pattern"
@@ -34,11 +35,11 @@ func TestAutoBuckets(t *testing.T) {
 		if i%4 == 3 {
 			shape = "2048x256" // large
 		}
-		s, err := placement.ParseLayout(shape, placement.BF16, src, "S0")
+		s, err := placement.ParseLayout(shape, dtype.BF16, src, "S0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := placement.ParseLayout(shape, placement.BF16, dst, "R,S1")
+		d, err := placement.ParseLayout(shape, dtype.BF16, dst, "R,S1")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -41,7 +42,7 @@ func TestFromLayouts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := placement.NewLayout([]int64{256, 2048, 7168}, placement.BF16, m, ps)
+		l, err := placement.NewLayout([]int64{256, 2048, 7168}, dtype.BF16, m, ps)
 		if err != nil {
 			t.Fatal(err)
 		}

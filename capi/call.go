@@ -16,6 +16,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -76,7 +77,7 @@ func layoutOf(t *C.m2n_tensor, side int) (placement.Layout, placement.View, erro
 	if side == C.M2N_DST && t.dst_dtype != nil {
 		field, name = "destination dtype", goString(t.dst_dtype)
 	}
-	dt, err := placement.ParseDType(name)
+	dt, err := dtype.Parse(name)
 	if err != nil {
 		return placement.Layout{}, v, &reshard.FieldError{Field: field, Got: strconv.Quote(name), Why: err.Error()}
 	}
@@ -305,7 +306,7 @@ func m2n_call_prepare(h C.m2n_session, tp *C.m2n_tensor, n C.int64_t, route *C.c
 // bufferOf turns one m2n_buffer into a transport.Buffer (nil for none) for a
 // session on dev, checking its memory and dtype against the layout's. The
 // error, if any, is this rank's alone (the caller refuses the step with it).
-func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int, tensor, side string, want int64) (transport.Buffer, error) {
+func bufferOf(b *C.m2n_buffer, dev session.Device, dt dtype.DType, rank int, tensor, side string, want int64) (transport.Buffer, error) {
 	bad := func(format string, args ...any) error {
 		return &refit.BufferError{Rank: rank, Tensor: tensor, Side: side, Why: fmt.Sprintf(format, args...), Want: want, Got: -1}
 	}
@@ -320,7 +321,7 @@ func bufferOf(b *C.m2n_buffer, dev session.Device, dt placement.DType, rank int,
 		return nil, bad("is NULL with %d bytes", n)
 	}
 	if b.dtype != nil {
-		got, err := placement.ParseDType(goString(b.dtype))
+		got, err := dtype.Parse(goString(b.dtype))
 		if err != nil {
 			return nil, bad("has dtype %q, which m2n does not know", goString(b.dtype))
 		}
@@ -394,7 +395,7 @@ func m2n_call_run(h C.m2n_call, bp *C.m2n_tensor_buffers, n C.int64_t, stream C.
 				break
 			}
 			want, _ := sp.ScaleBytes(rank)
-			if bufs[i].Scale, localErr = bufferOf(&in[i].scale, dev, placement.F32, rank, sp.Name, "scale", want); localErr != nil {
+			if bufs[i].Scale, localErr = bufferOf(&in[i].scale, dev, dtype.F32, rank, sp.Name, "scale", want); localErr != nil {
 				break
 			}
 		}

@@ -18,11 +18,11 @@ import (
 	"unsafe"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/modelspec"
-	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
@@ -65,7 +65,7 @@ type modelBuffer struct {
 	Bytes   int64            `json:"bytes"`
 	Tensors []string         `json:"tensors"`
 	Parts   []modelspec.Part `json:"parts"` // the parts it holds, in the stage's order
-	dt      placement.DType
+	dt      dtype.DType
 }
 
 // partsOf lists the parts of stage stg's tensors that rank (local to the
@@ -363,7 +363,7 @@ func (me *modelEntry) modelBuffers(named [2][]C.m2n_named_buffer, scales []C.m2n
 		if _, dup := mb.Scale[info.Stage][info.Tensor]; dup {
 			return nil, &refit.BufferError{Rank: rank, Tensor: name, Side: "scale", Why: "is given twice", Want: info.Bytes, Got: -1}
 		}
-		b, err := bufferOf(&scales[i].buffer, dev, placement.F32, rank, info.Tensor, "scale", info.Bytes)
+		b, err := bufferOf(&scales[i].buffer, dev, dtype.F32, rank, info.Tensor, "scale", info.Bytes)
 		if err != nil {
 			return nil, err
 		}

@@ -45,7 +45,7 @@
 // compiled with the copies; the tests run them through the CPU emulator
 // and, where there is one, on the GPU):
 //
-//	reg := cuda.FP8Region{DType: placement.BF16, Src: src, At: t.SrcAt, Box: t.Box}
+//	reg := cuda.FP8Region{DType: dtype.BF16, Src: src, At: t.SrcAt, Box: t.Box}
 //	_ = cuda.BlockAmax(s, g, cuda.FP8Window{Blocks: blocks, Values: amax}, reg) // zeroed first
 //	// ... copy back, combine across ranks (fp8.Window.MaxWith), ToScales, copy in ...
 //	_ = cuda.PackQuantize(s, g, staging, reg, cuda.FP8Window{Blocks: blocks, Values: scales})

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -29,7 +30,7 @@ type FP8Window struct {
 // rows of Box (every descriptor of strided.Describe and of a placement.View
 // does).
 type FP8Region struct {
-	DType placement.DType
+	DType dtype.DType
 	Src   DevicePtr
 	At    strided.Desc
 	Box   placement.Box

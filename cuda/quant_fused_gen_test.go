@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/fp8/fp8test"
 	"github.com/m2n-dev/m2n/placement"
@@ -24,7 +25,7 @@ func FusedCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 		return nil, err
 	}
 	var out []QuantCase
-	add := func(name string, dt placement.DType, shape []int64, mode fp8.Mode, data []byte, box placement.Box, dense bool) error {
+	add := func(name string, dt dtype.DType, shape []int64, mode fp8.Mode, data []byte, box placement.Box, dense bool) error {
 		g, err := fp8.NewGrid(shape, mode)
 		if err != nil {
 			return err
@@ -60,7 +61,7 @@ func FusedCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 		if r.IntN(3) == 0 {
 			shape = append([]int64{1 + int64(r.IntN(3))}, shape...)
 		}
-		dt := []placement.DType{placement.BF16, placement.F32}[r.IntN(2)]
+		dt := []dtype.DType{dtype.BF16, dtype.F32}[r.IntN(2)]
 		mode := fp8.Mode(1 + r.IntN(3))
 		box := randomBox(r, shape)
 		if r.IntN(3) == 0 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/placement"
@@ -49,10 +50,10 @@ func TestGPUFusedEveryPattern(t *testing.T) {
 	bs, bf, fs, f := cuda.FusedPatterns(rand.New(rand.NewPCG(24, 5)), 4096)
 	for _, mode := range []fp8.Mode{fp8.Block, fp8.Row, fp8.Tensor} {
 		for _, in := range []struct {
-			dt    placement.DType
+			dt    dtype.DType
 			shape []int64
 			data  []byte
-		}{{placement.BF16, bs, bf}, {placement.F32, fs, f}} {
+		}{{dtype.BF16, bs, bf}, {dtype.F32, fs, f}} {
 			q, err := fp8.Quantize(in.dt, in.shape, mode, in.data)
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -135,7 +136,7 @@ func TestFusedPlan(t *testing.T) {
 	box := placement.Box{Lo: []int64{128, 256}, Hi: []int64{512, 1024}}
 	at := strided.Describe(box, box, 2)
 	blocks, _ := g.Blocks(box)
-	p, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: placement.BF16, src: 1 << 20, at: at, box: box, win: 1 << 30, blocks: blocks, dst: 1 << 40})
+	p, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: dtype.BF16, src: 1 << 20, at: at, box: box, win: 1 << 30, blocks: blocks, dst: 1 << 40})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestFusedPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := placement.Box{Lo: []int64{0, 0}, Hi: []int64{512, 128}}
-	p, err = planQuant(quantRequest{kind: quantFused, grid: gr, dtype: placement.BF16, src: 1 << 20, at: strided.Describe(all, all, 2), box: all, win: 1 << 30, blocks: gr.All(), dst: 1 << 40})
+	p, err = planQuant(quantRequest{kind: quantFused, grid: gr, dtype: dtype.BF16, src: 1 << 20, at: strided.Describe(all, all, 2), box: all, win: 1 << 30, blocks: gr.All(), dst: 1 << 40})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestFusedPlan(t *testing.T) {
 		t.Errorf("a 128x128 bf16 block is %d vectors, the registers hold %d", 128*128/8, blockThreads*fusedRegs)
 	}
 	cut := placement.Box{Lo: []int64{100, 256}, Hi: []int64{512, 1024}}
-	if _, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: placement.BF16, src: 1 << 20, at: strided.Describe(cut, cut, 2), box: cut, win: 1 << 30, blocks: g.All(), dst: 1 << 40}); err == nil {
+	if _, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: dtype.BF16, src: 1 << 20, at: strided.Describe(cut, cut, 2), box: cut, win: 1 << 30, blocks: g.All(), dst: 1 << 40}); err == nil {
 		t.Error("a box that cuts blocks was accepted")
 	}
 	names, sources := kernels.StridedHeaders()
@@ -189,10 +190,10 @@ func TestFusedPatternsOnCPU(t *testing.T) {
 	bs, bf, fs, f := FusedPatterns(rand.New(rand.NewPCG(24, 3)), rows)
 	for _, mode := range []fp8.Mode{fp8.Block, fp8.Row, fp8.Tensor} {
 		for _, in := range []struct {
-			dt    placement.DType
+			dt    dtype.DType
 			shape []int64
 			data  []byte
-		}{{placement.BF16, bs, bf}, {placement.F32, fs, f}} {
+		}{{dtype.BF16, bs, bf}, {dtype.F32, fs, f}} {
 			c, err := makeQuantCase(rand.New(rand.NewPCG(1, 2)), fmt.Sprintf("patterns/%v", mode), in.dt, in.shape, mode, in.data,
 				placement.Box{Lo: []int64{0, 0}, Hi: in.shape}, true)
 			if err != nil {
@@ -227,7 +228,7 @@ func TestFusedNonFiniteOnCPU(t *testing.T) {
 	dst, freeDst := kernels.Alloc(300 * 200)
 	defer freeDst()
 	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
-	p, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: placement.BF16, src: addrOf(src), at: strided.Describe(all, all, 2),
+	p, err := planQuant(quantRequest{kind: quantFused, grid: g, dtype: dtype.BF16, src: addrOf(src), at: strided.Describe(all, all, 2),
 		box: all, win: addrOf(win), blocks: g.All(), dst: addrOf(dst), divMode: divFMA})
 	if err != nil {
 		t.Fatal(err)

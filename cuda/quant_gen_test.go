@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/fp8/fp8test"
 	"github.com/m2n-dev/m2n/placement"
@@ -23,7 +24,7 @@ import (
 type QuantCase struct {
 	Name   string
 	Grid   fp8.Grid
-	DType  placement.DType
+	DType  dtype.DType
 	Src    []byte // the source buffer
 	At     strided.Desc
 	Box    placement.Box
@@ -68,7 +69,7 @@ func QuantCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 		if r.IntN(3) == 0 {
 			shape = append([]int64{1 + int64(r.IntN(3))}, shape...)
 		}
-		dt := []placement.DType{placement.BF16, placement.F32}[r.IntN(2)]
+		dt := []dtype.DType{dtype.BF16, dtype.F32}[r.IntN(2)]
 		mode := fp8.Mode(1 + r.IntN(3))
 		data := randomValues(r, dt, shape)
 		qc, err := makeQuantCase(r, fmt.Sprintf("random#%d", i), dt, shape, mode, data, randomBox(r, shape), r.IntN(4) == 0)
@@ -82,7 +83,7 @@ func QuantCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 
 // makeQuantCase cuts box out of a dense tensor into a padded buffer and
 // computes the host results. dense keeps the box dense at offset 0.
-func makeQuantCase(r *rand.Rand, name string, dt placement.DType, shape []int64, mode fp8.Mode, data []byte, box placement.Box, dense bool) (QuantCase, error) {
+func makeQuantCase(r *rand.Rand, name string, dt dtype.DType, shape []int64, mode fp8.Mode, data []byte, box placement.Box, dense bool) (QuantCase, error) {
 	whole, err := fp8.Quantize(dt, shape, mode, data)
 	if err != nil {
 		return QuantCase{}, err
@@ -216,7 +217,7 @@ func randomBox(r *rand.Rand, shape []int64) placement.Box {
 
 // randomValues returns raw values of a tensor, magnitudes varying by
 // region, some zeros and subnormals.
-func randomValues(r *rand.Rand, dt placement.DType, shape []int64) []byte {
+func randomValues(r *rand.Rand, dt dtype.DType, shape []int64) []byte {
 	n := int64(1)
 	for _, s := range shape {
 		n *= s
@@ -233,7 +234,7 @@ func randomValues(r *rand.Rand, dt placement.DType, shape []int64) []byte {
 		case 2:
 			v = math.Float32frombits(uint32(1+r.IntN(200)) << 16) // a bf16 subnormal
 		}
-		if dt == placement.BF16 {
+		if dt == dtype.BF16 {
 			binary.LittleEndian.PutUint16(out[2*i:], uint16(math.Float32bits(v)>>16))
 		} else {
 			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))

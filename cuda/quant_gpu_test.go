@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/placement"
@@ -126,7 +127,7 @@ func decode(b []byte) []float32 {
 func TestGPUQuantizeEveryPattern(t *testing.T) {
 	g := newQuantGPU(t)
 	ctx, s, upload, download := g.ctx, g.s, g.upload, g.download
-	run := func(dt placement.DType, shape []int64, src []byte, scale float32, value func(i int) float32) {
+	run := func(dt dtype.DType, shape []int64, src []byte, scale float32, value func(i int) float32) {
 		t.Helper()
 		g, err := fp8.NewGrid(shape, fp8.Tensor)
 		if err != nil {
@@ -163,7 +164,7 @@ func TestGPUQuantizeEveryPattern(t *testing.T) {
 	bfValue := func(i int) float32 { return math.Float32frombits(uint32(i) << 16) }
 	scales := []float32{1, 3, 0.7, 1e-3, 448 / 3.3895314e38, 2.5e-38}
 	for _, s := range scales {
-		run(placement.BF16, []int64{256, 256}, bf, s, bfValue)
+		run(dtype.BF16, []int64{256, 256}, bf, s, bfValue)
 	}
 	const n = 1 << 26
 	f := make([]byte, 4*n)
@@ -173,7 +174,7 @@ func TestGPUQuantizeEveryPattern(t *testing.T) {
 		}
 		value := func(i int) float32 { return math.Float32frombits(uint32(i)<<6 + low) }
 		for _, s := range []float32{1, 3} {
-			run(placement.F32, []int64{1 << 14, 1 << 12}, f, s, value)
+			run(dtype.F32, []int64{1 << 14, 1 << 12}, f, s, value)
 		}
 	}
 	t.Logf("%d bfloat16 patterns under %d scales and %d float32 patterns under 2 match package fp8", 1<<16, len(scales), 3*n)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -57,7 +58,7 @@ type quantPlan struct {
 type quantRequest struct {
 	kind   quantKind
 	grid   fp8.Grid
-	dtype  placement.DType
+	dtype  dtype.DType
 	src    DevicePtr
 	at     strided.Desc
 	box    placement.Box
@@ -75,9 +76,9 @@ func planQuant(q quantRequest) (quantPlan, error) {
 	g := q.grid
 	var esz uint64
 	switch q.dtype {
-	case placement.BF16:
+	case dtype.BF16:
 		esz = 2
-	case placement.F32:
+	case dtype.F32:
 		esz = 4
 	default:
 		return quantPlan{}, fmt.Errorf("source dtype %v: FP8 quantization takes bf16 or f32", q.dtype)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda/kernels"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -245,7 +246,7 @@ func TestQuantizeEveryPatternOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []float32{1, 3, 0.7, 1e-3, 448 / 3.3895314e38, 2.5e-38} {
-		c := QuantCase{Name: "every bf16", Grid: g, DType: placement.BF16, Src: src, At: strided.Desc{Run: int64(len(src))},
+		c := QuantCase{Name: "every bf16", Grid: g, DType: dtype.BF16, Src: src, At: strided.Desc{Run: int64(len(src))},
 			Box: all, Blocks: blocks, Scales: []float32{s}, Want: make([]byte, 1<<16)}
 		got, err := emuPack(c, maxGridBlocks, map[string]int{})
 		if err != nil {

@@ -18,7 +18,7 @@
 // region straight into float8_e4m3fn bytes with the global block scales,
 // byte for byte as package fp8 does on the host:
 //
-//	reg := cudamem.FP8Region{DType: placement.BF16, Src: local, At: t.SrcAt, Box: t.Box}
+//	reg := cudamem.FP8Region{DType: dtype.BF16, Src: local, At: t.SrcAt, Box: t.Box}
 //	_ = mem.BlockAmax(g, cudamem.FP8Window{Blocks: blocks, Values: amaxBuf}, reg) // zeroed first
 //	// ... download, combine across ranks (fp8.Window.MaxWith), ToScales, upload ...
 //	_ = mem.PackQuantize(g, staging, off, reg, cudamem.FP8Window{Blocks: blocks, Values: scaleBuf})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -26,7 +27,7 @@ type FP8Window struct {
 // of Box (every descriptor of strided.Describe and of a placement.View
 // does).
 type FP8Region struct {
-	DType placement.DType
+	DType dtype.DType
 	Src   transport.Buffer
 	At    strided.Desc
 	Box   placement.Box

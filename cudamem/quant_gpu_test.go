@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda/nvrtc"
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/placement"
@@ -34,7 +35,7 @@ func TestGPUAmaxNonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := placement.Box{Lo: []int64{0, 0}, Hi: shape}
-	reg := cudamem.FP8Region{DType: placement.BF16, Src: src, At: strided.Desc{Run: int64(len(host))}, Box: all}
+	reg := cudamem.FP8Region{DType: dtype.BF16, Src: src, At: strided.Desc{Run: int64(len(host))}, Box: all}
 	win := cudamem.Buffer{Ptr: gputest.Alloc(t, ctx, 4*6), N: 4 * 6}
 	if err := mem.Upload(win, make([]byte, 24)); err != nil {
 		t.Fatal(err)
@@ -80,7 +81,7 @@ func TestGPUFusedQuantizeMemory(t *testing.T) {
 	for i := range 300 * 200 {
 		binary.LittleEndian.PutUint16(host[2*i:], uint16(0x3F80+i%97)) // 1.0 and up
 	}
-	want, err := fp8.Quantize(placement.BF16, shape, fp8.Block, host)
+	want, err := fp8.Quantize(dtype.BF16, shape, fp8.Block, host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestGPUFusedQuantizeMemory(t *testing.T) {
 		if err := mem.Upload(src, host); err != nil {
 			t.Fatal(err)
 		}
-		reg := cudamem.FP8Region{DType: placement.BF16, Src: src, At: strided.Desc{Run: int64(len(host))}, Box: all}
+		reg := cudamem.FP8Region{DType: dtype.BF16, Src: src, At: strided.Desc{Run: int64(len(host))}, Box: all}
 		if err := mem.FusedQuantize(g, dst, 0, reg, cudamem.FP8Window{Blocks: g.All(), Values: win}); err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +123,7 @@ func TestGPUFusedQuantizeMemory(t *testing.T) {
 		t.Errorf("scales %v: want NaN in block (1, 1) and +Inf in block (2, 0)", w.Values)
 	}
 	cut := placement.Box{Lo: []int64{0, 0}, Hi: []int64{100, 200}}
-	reg := cudamem.FP8Region{DType: placement.BF16, Src: src, At: strided.Desc{Run: 2 * 100 * 200}, Box: cut}
+	reg := cudamem.FP8Region{DType: dtype.BF16, Src: src, At: strided.Desc{Run: 2 * 100 * 200}, Box: cut}
 	if err := mem.FusedQuantize(g, dst, 0, reg, cudamem.FP8Window{Blocks: g.All(), Values: win}); err == nil {
 		t.Error("a box that cuts blocks was accepted")
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -54,7 +55,7 @@ func TestExplainSchedule(t *testing.T) {
 			t.Fatal(err)
 		}
 		ps, _ := placement.Parse(pl)
-		l, err := placement.NewLayout([]int64{4096, 4096}, placement.F32, m, ps)
+		l, err := placement.NewLayout([]int64{4096, 4096}, dtype.F32, m, ps)
 		if err != nil {
 			t.Fatal(err)
 		}

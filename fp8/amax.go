@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -34,7 +35,7 @@ func (g Grid) Amax(w Window, r Region) error {
 	var wk walker
 	wk.init(&g, &r, esz, &w)
 	var bad *NonFiniteError
-	if r.DType == placement.BF16 {
+	if r.DType == dtype.BF16 {
 		wk.walk(func(s segment) bool {
 			m := amaxBF16(s.data)
 			if m >= 0x7F80 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -24,21 +25,21 @@ import (
 func BenchmarkPackQuantize(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		dt   placement.DType
+		dt   dtype.DType
 		mode fp8.Mode
 	}{
-		{"bf16-block", placement.BF16, fp8.Block},
-		{"bf16-row", placement.BF16, fp8.Row},
-		{"bf16-tensor", placement.BF16, fp8.Tensor},
-		{"f32-block", placement.F32, fp8.Block},
+		{"bf16-block", dtype.BF16, fp8.Block},
+		{"bf16-row", dtype.BF16, fp8.Row},
+		{"bf16-tensor", dtype.BF16, fp8.Tensor},
+		{"f32-block", dtype.F32, fp8.Block},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchPackQuantize(b, c.dt, c.mode) })
 	}
 }
 
-func benchPackQuantize(b *testing.B, dt placement.DType, mode fp8.Mode) {
+func benchPackQuantize(b *testing.B, dt dtype.DType, mode fp8.Mode) {
 	rows, cols := int64(2048), int64(8192)
-	if dt == placement.F32 {
+	if dt == dtype.F32 {
 		rows /= 2 // the same 32 MiB buffer and 16 MiB region
 	}
 	shape := []int64{rows, cols}
@@ -97,11 +98,11 @@ func benchPackQuantize(b *testing.B, dt placement.DType, mode fp8.Mode) {
 // TestPackAllocates nothing once warm.
 func TestPackAllocs(t *testing.T) {
 	shape := []int64{256, 512}
-	data := randomTensor(rand.New(rand.NewPCG(3, 4)), placement.BF16, shape)
+	data := randomTensor(rand.New(rand.NewPCG(3, 4)), dtype.BF16, shape)
 	box := placement.Box{Lo: []int64{0, 64}, Hi: []int64{256, 448}}
 	local := placement.Box{Lo: []int64{0, 0}, Hi: shape}
 	g, _ := fp8.NewGrid(shape, fp8.Block)
-	reg := fp8.Region{DType: placement.BF16, Data: data, At: strided.Describe(local, box, 2), Box: box}
+	reg := fp8.Region{DType: dtype.BF16, Data: data, At: strided.Describe(local, box, 2), Box: box}
 	w, _ := g.WindowFor(box)
 	out := make([]byte, box.Elems())
 	if err := g.Amax(w, reg); err != nil {

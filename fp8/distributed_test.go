@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -61,7 +62,7 @@ func TestDistributedPlans(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	n := 0
 	for _, c := range cases {
-		for _, dt := range []placement.DType{placement.BF16, placement.F32} {
+		for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
 			src, err := withDType(c.Src, dt)
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +82,7 @@ func TestDistributedPlans(t *testing.T) {
 	t.Logf("%d distributed quantizations equal the whole tensor's", n)
 }
 
-func withDType(l placement.Layout, dt placement.DType) (placement.Layout, error) {
+func withDType(l placement.Layout, dt dtype.DType) (placement.Layout, error) {
 	return placement.NewLayout(l.Shape(), dt, l.Mesh(), l.Placements())
 }
 
@@ -192,7 +193,7 @@ func quantizeThroughPlan(r *rand.Rand, src, dst placement.Layout, mode fp8.Mode)
 
 // randomTensor returns raw values with a different magnitude per region,
 // so that blocks get different scales.
-func randomTensor(r *rand.Rand, dt placement.DType, shape []int64) []byte {
+func randomTensor(r *rand.Rand, dt dtype.DType, shape []int64) []byte {
 	n := int64(1)
 	for _, s := range shape {
 		n *= s
@@ -201,7 +202,7 @@ func randomTensor(r *rand.Rand, dt placement.DType, shape []int64) []byte {
 	e := r.IntN(40) - 20
 	for i := range n {
 		v := float32(r.NormFloat64() * math.Ldexp(1, e+int(i/97%7)))
-		if dt == placement.BF16 {
+		if dt == dtype.BF16 {
 			binary.LittleEndian.PutUint16(out[2*i:], uint16(math.Float32bits(v)>>16))
 		} else {
 			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))

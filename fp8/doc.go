@@ -28,7 +28,7 @@
 // strided view or a transfer's SrcAt):
 //
 //	w, err := g.WindowFor(localBox)                       // zeroed, one value per block touched
-//	err = g.Amax(w, fp8.Dense(placement.BF16, local, localBox))
+//	err = g.Amax(w, fp8.Dense(dtype.BF16, local, localBox))
 //
 // A shard boundary may cut a block, so a block's amax is spread over the
 // ranks that hold its parts. They combine their windows with MaxWith (in a
@@ -42,7 +42,7 @@
 // the order a plain pack would write the bf16 bytes: half the bytes cross
 // the network.
 //
-//	reg := fp8.Region{DType: placement.BF16, Data: local, At: t.SrcAt, Box: t.Box}
+//	reg := fp8.Region{DType: dtype.BF16, Data: local, At: t.SrcAt, Box: t.Box}
 //	err = g.Pack(staging[:t.Box.Elems()], reg, w)
 //
 // 3. The destination unpacks the bytes as usual (1-byte elements:

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 func TestReciprocal(t *testing.T) {
@@ -204,7 +204,7 @@ func TestTinyFloat32Amax(t *testing.T) {
 	src := make([]byte, 12)
 	binary.LittleEndian.PutUint32(src, 1)              // 2^-149
 	binary.LittleEndian.PutUint32(src[4:], 0x80000003) // -3 * 2^-149
-	q, err := Quantize(placement.F32, []int64{1, 3}, Tensor, src)
+	q, err := Quantize(dtype.F32, []int64{1, 3}, Tensor, src)
 	if err != nil {
 		t.Fatal(err)
 	}

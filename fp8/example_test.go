@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -32,7 +33,7 @@ func Example() {
 	for r, box := range boxes {
 		local[r] = columns(whole, 300, box.Lo[1], box.Hi[1])
 		windows[r], _ = g.WindowFor(box)
-		_ = g.Amax(windows[r], fp8.Dense(placement.BF16, local[r], box))
+		_ = g.Amax(windows[r], fp8.Dense(dtype.BF16, local[r], box))
 		fmt.Printf("rank %d holds blocks %v, partial amaxes %v\n", r, windows[r].Blocks, windows[r].Values)
 	}
 	// The exchange: rank 0 and rank 1 both touch block (0, 1).
@@ -48,11 +49,11 @@ func Example() {
 	send := placement.Box{Lo: []int64{0, 100}, Hi: []int64{4, 200}}
 	at := strided.Desc{Offset: 2 * 100, Run: 2 * 100, Count: []int64{4}, Stride: []int64{2 * 200}}
 	part0 := make([]byte, send.Elems())
-	_ = g.Pack(part0, fp8.Region{DType: placement.BF16, Data: local[0], At: at, Box: send}, windows[0])
+	_ = g.Pack(part0, fp8.Region{DType: dtype.BF16, Data: local[0], At: at, Box: send}, windows[0])
 	part1 := make([]byte, boxes[1].Elems())
-	_ = g.Pack(part1, fp8.Dense(placement.BF16, local[1], boxes[1]), windows[1])
+	_ = g.Pack(part1, fp8.Dense(dtype.BF16, local[1], boxes[1]), windows[1])
 
-	q, _ := fp8.Quantize(placement.BF16, shape, fp8.Block, whole)
+	q, _ := fp8.Quantize(dtype.BF16, shape, fp8.Block, whole)
 	same := true
 	for row := range 4 {
 		same = same && string(part0[row*100:(row+1)*100]) == string(q.Data[row*300+100:row*300+200])

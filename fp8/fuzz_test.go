@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 )
@@ -22,9 +23,9 @@ func FuzzQuantize(f *testing.F) {
 	f.Add(uint64(1), uint8(0), uint8(0), uint32(0), []byte(nil))
 	f.Add(uint64(2), uint8(1), uint8(1), uint32(0x3FFFF), []byte{0x80, 0x7F}) // f32
 	f.Fuzz(func(t *testing.T, seed uint64, kind, modeSel uint8, dims uint32, raw []byte) {
-		dt := placement.BF16
+		dt := dtype.BF16
 		if kind&1 != 0 {
-			dt = placement.F32
+			dt = dtype.F32
 		}
 		mode := Mode(1 + modeSel%3)
 		shape := []int64{1 + int64(dims>>2&0x1FF)%272, 1 + int64(dims>>11&0x1FF)%272}
@@ -40,7 +41,7 @@ func FuzzQuantize(f *testing.F) {
 
 // checkQuantize compares Quantize, and a distributed quantization over
 // random regions, with the reference.
-func checkQuantize(t *testing.T, r *rand.Rand, dt placement.DType, shape []int64, mode Mode, src []byte) {
+func checkQuantize(t *testing.T, r *rand.Rand, dt dtype.DType, shape []int64, mode Mode, src []byte) {
 	t.Helper()
 	want, wantScales, bad := refQuantize(shape, mode, refDecode(dt, src))
 	q, err := Quantize(dt, shape, mode, src)
@@ -76,7 +77,7 @@ func checkQuantize(t *testing.T, r *rand.Rand, dt placement.DType, shape []int64
 // strided inside a padded buffer of its own; gathers partial amaxes per
 // region, combines them, and packs every region quantized: the bytes and
 // every region's scale window must equal the whole tensor's.
-func checkDistributed(t *testing.T, r *rand.Rand, dt placement.DType, whole Quantized, src []byte) {
+func checkDistributed(t *testing.T, r *rand.Rand, dt dtype.DType, whole Quantized, src []byte) {
 	t.Helper()
 	g := whole.Grid
 	shape := g.Shape()
@@ -274,7 +275,7 @@ func flatIndex(shape, idx []int64) int64 {
 // signs, bfloat16 and float32 subnormals, the smallest normals, the
 // largest finite values, E4M3 midpoints and limits times 2^E, and tiny
 // values that quantize to zero or to E4M3 subnormals. dist varies the mix.
-func genValues(r *rand.Rand, dt placement.DType, shape []int64, dist uint8) []byte {
+func genValues(r *rand.Rand, dt dtype.DType, shape []int64, dist uint8) []byte {
 	n := numElems(shape)
 	esz := dt.Size()
 	out := make([]byte, n*int64(esz))
@@ -321,7 +322,7 @@ func genValues(r *rand.Rand, dt placement.DType, shape []int64, dist uint8) []by
 			v = -v
 		}
 		f := float32(v) // round to float32 (then truncate to bf16 below)
-		if dt == placement.BF16 {
+		if dt == dtype.BF16 {
 			u := math.Float32bits(f)
 			u += 0x7FFF + (u>>16)&1 // round to nearest even
 			if u&0x7F800000 == 0x7F800000 {
@@ -344,7 +345,7 @@ func TestQuantizeRandom(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for i := range n {
-		dt := []placement.DType{placement.BF16, placement.F32}[i%2]
+		dt := []dtype.DType{dtype.BF16, dtype.F32}[i%2]
 		mode := Mode(1 + i/2%3)
 		shape := []int64{1 + int64(r.IntN(300)), 1 + int64(r.IntN(300))}
 		if i%5 == 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 )
@@ -160,13 +161,13 @@ func TestRegionErrors(t *testing.T) {
 		r    Region
 		want string
 	}{
-		{Region{DType: placement.F16, Data: data, At: strided.Desc{Run: 64}, Box: full}, "takes bf16 or f32"},
-		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 62}, Box: full}, "describes 62"},
-		{Region{DType: placement.BF16, Data: data[:60], At: strided.Desc{Run: 64}, Box: full}, "reaches byte 64 of a 60-byte buffer"},
-		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 3, Count: []int64{2}, Stride: []int64{3}}, Box: bx(0, 0, 1, 3)}, "whole number"},
-		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 2, Count: []int64{2}}, Box: bx(0, 0, 1, 2)}, "counts and"},
-		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 2, Count: []int64{2}, Stride: []int64{-2}}, Box: bx(0, 0, 1, 2)}, "negative"},
-		{Region{DType: placement.BF16, Data: data, At: strided.Desc{Run: 64}, Box: bx(0, 0, 4, 9)}, "not inside the tensor"},
+		{Region{DType: dtype.F16, Data: data, At: strided.Desc{Run: 64}, Box: full}, "takes bf16 or f32"},
+		{Region{DType: dtype.BF16, Data: data, At: strided.Desc{Run: 62}, Box: full}, "describes 62"},
+		{Region{DType: dtype.BF16, Data: data[:60], At: strided.Desc{Run: 64}, Box: full}, "reaches byte 64 of a 60-byte buffer"},
+		{Region{DType: dtype.BF16, Data: data, At: strided.Desc{Run: 3, Count: []int64{2}, Stride: []int64{3}}, Box: bx(0, 0, 1, 3)}, "whole number"},
+		{Region{DType: dtype.BF16, Data: data, At: strided.Desc{Run: 2, Count: []int64{2}}, Box: bx(0, 0, 1, 2)}, "counts and"},
+		{Region{DType: dtype.BF16, Data: data, At: strided.Desc{Run: 2, Count: []int64{2}, Stride: []int64{-2}}, Box: bx(0, 0, 1, 2)}, "negative"},
+		{Region{DType: dtype.BF16, Data: data, At: strided.Desc{Run: 64}, Box: bx(0, 0, 4, 9)}, "not inside the tensor"},
 	} {
 		if err := g.Amax(w, c.r); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Amax(%+v): %v, want %q", c.r, err, c.want)
@@ -175,7 +176,7 @@ func TestRegionErrors(t *testing.T) {
 			t.Errorf("Pack(%+v): %v, want %q", c.r, err, c.want)
 		}
 	}
-	ok := Dense(placement.BF16, data, full)
+	ok := Dense(dtype.BF16, data, full)
 	if err := g.Pack(out[:31], ok, w); err == nil || !strings.Contains(err.Error(), "needs 32") {
 		t.Errorf("short destination: %v", err)
 	}
@@ -183,11 +184,11 @@ func TestRegionErrors(t *testing.T) {
 	if err := g.Amax(small, ok); err == nil || !strings.Contains(err.Error(), "does not hold blocks") {
 		t.Errorf("window without the region's blocks: %v", err)
 	}
-	if _, err := Quantize(placement.BF16, []int64{4, 8}, Block, data[:10]); err == nil {
+	if _, err := Quantize(dtype.BF16, []int64{4, 8}, Block, data[:10]); err == nil {
 		t.Error("Quantize of a short buffer accepted")
 	}
 	// An empty region is fine and touches nothing.
-	empty := Region{DType: placement.BF16, Data: nil, At: strided.Desc{}, Box: bx(1, 1, 1, 5)}
+	empty := Region{DType: dtype.BF16, Data: nil, At: strided.Desc{}, Box: bx(1, 1, 1, 5)}
 	if err := g.Amax(w, empty); err != nil {
 		t.Error(err)
 	}
@@ -198,7 +199,7 @@ func TestRegionErrors(t *testing.T) {
 
 func TestQuantizeEmpty(t *testing.T) {
 	for _, shape := range [][]int64{{0, 200}, {3, 0}, {2, 0, 5}} {
-		q, err := Quantize(placement.BF16, shape, Block, nil)
+		q, err := Quantize(dtype.BF16, shape, Block, nil)
 		if err != nil || len(q.Data) != 0 {
 			t.Errorf("%v: %v, %d bytes", shape, err, len(q.Data))
 		}
@@ -215,10 +216,10 @@ func TestZeroGrid(t *testing.T) {
 		t.Error("zero Grid: NewWindow accepted a box")
 	}
 	w := Window{Blocks: b, Values: []float32{0}}
-	if err := g.Amax(w, Dense(placement.BF16, make([]byte, 2), b)); err == nil {
+	if err := g.Amax(w, Dense(dtype.BF16, make([]byte, 2), b)); err == nil {
 		t.Error("zero Grid: Amax accepted a region")
 	}
-	if err := g.Pack(make([]byte, 1), Dense(placement.BF16, make([]byte, 2), b), w); err == nil {
+	if err := g.Pack(make([]byte, 1), Dense(dtype.BF16, make([]byte, 2), b), w); err == nil {
 		t.Error("zero Grid: Pack accepted a region")
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 // Pack quantizes region r into dst while packing it: dst[i] becomes the
@@ -43,7 +43,7 @@ func (g Grid) Pack(dst []byte, r Region, scales Window) error {
 		bad = g.nonFinite(r.Box, s.pos+i, valueAt(s.data, esz, i))
 		return false
 	}
-	if r.DType == placement.F32 {
+	if r.DType == dtype.F32 {
 		wk.walk(func(s segment) bool {
 			if i := quantF32(dst[s.pos:s.pos+s.n], s.data, scales.Values[s.win]); i >= 0 {
 				return fail(s, i)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -20,7 +21,7 @@ type Quantized struct {
 // little-endian bf16 or f32) for mode: the reference every distributed
 // quantization must reproduce, byte for byte. It fails on a NaN or
 // infinity with a *NonFiniteError naming the first one.
-func Quantize(dt placement.DType, shape []int64, mode Mode, src []byte) (Quantized, error) {
+func Quantize(dt dtype.DType, shape []int64, mode Mode, src []byte) (Quantized, error) {
 	g, err := NewGrid(shape, mode)
 	if err != nil {
 		return Quantized{}, err

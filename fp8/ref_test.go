@@ -4,7 +4,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 // The reference: the rule of testdata/fp8/cases.json written as plainly as
@@ -121,8 +121,8 @@ func refQuantize(shape []int64, mode Mode, vals []float64) (out []byte, scales [
 }
 
 // refDecode returns the float64 value of raw source bytes.
-func refDecode(dt placement.DType, raw []byte) []float64 {
-	if dt == placement.BF16 {
+func refDecode(dt dtype.DType, raw []byte) []float64 {
+	if dt == dtype.BF16 {
 		v := make([]float64, len(raw)/2)
 		for i := range v {
 			v[i] = float64(math.Float32frombits(uint32(raw[2*i])<<16 | uint32(raw[2*i+1])<<24))

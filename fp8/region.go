@@ -3,6 +3,7 @@ package fp8
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -16,7 +17,7 @@ const maxRunDims = 16
 // Data where At says. A transfer's source is a Region: Data the rank's
 // local buffer, At the transfer's SrcAt, Box the transfer's Box.
 type Region struct {
-	DType placement.DType // BF16 or F32
+	DType dtype.DType // BF16 or F32
 	Data  []byte
 	At    strided.Desc
 	Box   placement.Box
@@ -24,17 +25,17 @@ type Region struct {
 
 // Dense returns the Region of a rank's whole local part when it is dense
 // and row-major in data: box is the part's global box.
-func Dense(dt placement.DType, data []byte, box placement.Box) Region {
+func Dense(dt dtype.DType, data []byte, box placement.Box) Region {
 	n := box.Elems() * int64(dt.Size())
 	return Region{DType: dt, Data: data, At: strided.Desc{Run: n}, Box: box}
 }
 
 // elemSize returns the byte size of a source dtype, or an error naming it.
-func elemSize(dt placement.DType) (int64, error) {
+func elemSize(dt dtype.DType) (int64, error) {
 	switch dt {
-	case placement.BF16:
+	case dtype.BF16:
 		return 2, nil
-	case placement.F32:
+	case dtype.F32:
 		return 4, nil
 	}
 	return 0, fmt.Errorf("fp8: source dtype %v: FP8 quantization takes bf16 or f32", dt)

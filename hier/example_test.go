@@ -3,6 +3,7 @@ package hier_test
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -17,8 +18,8 @@ import (
 func ExampleHier_Schedule() {
 	trainer, _ := mesh.Interval([]int{4}, 0)
 	generator, _ := mesh.Interval([]int{2, 2}, 4)
-	src, _ := placement.ParseLayout("8x4", placement.F32, trainer, "S0")
-	dst, _ := placement.ParseLayout("8x4", placement.F32, generator, "R,S0")
+	src, _ := placement.ParseLayout("8x4", dtype.F32, trainer, "S0")
+	dst, _ := placement.ParseLayout("8x4", dtype.F32, generator, "R,S0")
 	plan, _ := reshard.NewPlan(src, dst, 8, reshard.Options{})
 	host := make([]int, 8) // every rank on one host
 	for _, domains := range []int{2, 4} {

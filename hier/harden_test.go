@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -32,8 +33,8 @@ func TestDomainsShortHostList(t *testing.T) {
 // 2^58-element f64 tensor is refused with the message count before any
 // box is cut, and so are 1-byte chunks of a tensor too large for them.
 func TestRouteCountsFirst(t *testing.T) {
-	src := layoutOfDT(t, []int64{1 << 58}, placement.F64, []int{2}, []int{0, 1}, "S0")
-	dst := layoutOfDT(t, []int64{1 << 58}, placement.F64, []int{2, 2}, []int{2, 3, 4, 5}, "R,S0")
+	src := layoutOfDT(t, []int64{1 << 58}, dtype.F64, []int{2}, []int{0, 1}, "S0")
+	dst := layoutOfDT(t, []int64{1 << 58}, dtype.F64, []int{2, 2}, []int{2, 3, 4, 5}, "R,S0")
 	p, err := reshard.NewPlan(src, dst, 6, reshard.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestRouteCountsFirst(t *testing.T) {
 	}
 }
 
-func layoutOfDT(t *testing.T, shape []int64, dt placement.DType, ms []int, ranks []int, pl string) placement.Layout {
+func layoutOfDT(t *testing.T, shape []int64, dt dtype.DType, ms []int, ranks []int, pl string) placement.Layout {
 	t.Helper()
 	m, err := mesh.New(ms, ranks)
 	if err != nil {

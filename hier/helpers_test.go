@@ -3,6 +3,7 @@ package hier
 import (
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -14,7 +15,7 @@ func layoutOf(t *testing.T, shape []int64, ms []int, ranks []int, pl string) pla
 		t.Fatal(err)
 	}
 	ps, _ := placement.Parse(pl)
-	l, err := placement.NewLayout(shape, placement.BF16, m, ps)
+	l, err := placement.NewLayout(shape, dtype.BF16, m, ps)
 	if err != nil {
 		t.Fatal(err)
 	}

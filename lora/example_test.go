@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -16,9 +17,9 @@ import (
 // adapters takes the first step's product away.
 func Example() {
 	m, _ := mesh.Interval([]int{2}, 0)
-	wl, _ := placement.NewLayout([]int64{4, 3}, placement.F32, m, []placement.Placement{placement.Shard(0)})
-	bl, _ := placement.NewLayout([]int64{4, 1}, placement.F32, m, []placement.Placement{placement.Shard(0)})
-	al, _ := placement.NewLayout([]int64{1, 3}, placement.F32, m, []placement.Placement{placement.Replicate()})
+	wl, _ := placement.NewLayout([]int64{4, 3}, dtype.F32, m, []placement.Placement{placement.Shard(0)})
+	bl, _ := placement.NewLayout([]int64{4, 1}, dtype.F32, m, []placement.Placement{placement.Shard(0)})
+	al, _ := placement.NewLayout([]int64{1, 3}, dtype.F32, m, []placement.Placement{placement.Replicate()})
 	f32s := func(v ...float32) []byte {
 		b := make([]byte, 4*len(v))
 		for i, x := range v {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -134,7 +135,7 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 	for i, x := range acc {
 		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
 	}
-	reg := fp8.Dense(placement.F32, raw, box)
+	reg := fp8.Dense(dtype.F32, raw, box)
 	nw, err := g.WindowFor(box)
 	if err != nil {
 		return fmt.Errorf("lora: weight %s: %w", name, err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/mesh"
@@ -13,7 +14,7 @@ import (
 )
 
 // layoutOn is a rows x cols matrix of dtype dt on ranks 0..n-1 with pl.
-func layoutOn(t *testing.T, rows, cols int64, dt placement.DType, n int, pl placement.Placement) placement.Layout {
+func layoutOn(t *testing.T, rows, cols int64, dt dtype.DType, n int, pl placement.Placement) placement.Layout {
 	t.Helper()
 	m, err := mesh.Interval([]int{n}, 0)
 	if err != nil {
@@ -43,16 +44,16 @@ func TestMergeFP8MatchesDenseReference(t *testing.T) {
 		for g := range int64(rows * cols) {
 			binary.LittleEndian.PutUint16(src[2*g:], value("w", g, 0))
 		}
-		q0, err := fp8.Quantize(placement.BF16, []int64{rows, cols}, mode, src)
+		q0, err := fp8.Quantize(dtype.BF16, []int64{rows, cols}, mode, src)
 		if err != nil {
 			t.Fatal(err)
 		}
 		g := q0.Grid
 		br, bc := g.BlockShape()
 		sc := g.ScaleShape()
-		wl := layoutOn(t, rows, cols, placement.FP8E4M3, ranks, placement.Shard(0))
-		al := layoutOn(t, rank, cols, placement.BF16, ranks, placement.Replicate())
-		bl := layoutOn(t, rows, rank, placement.BF16, ranks, placement.Shard(0))
+		wl := layoutOn(t, rows, cols, dtype.FP8E4M3, ranks, placement.Shard(0))
+		al := layoutOn(t, rank, cols, dtype.BF16, ranks, placement.Replicate())
+		bl := layoutOn(t, rows, rank, dtype.BF16, ranks, placement.Shard(0))
 		// each rank's buffers: its rows of W (and their scales), all of A,
 		// its rows of B
 		wbuf, sbuf := make([][]byte, ranks), make([][]byte, ranks)
@@ -133,9 +134,9 @@ func TestMergeFP8MatchesDenseReference(t *testing.T) {
 		}
 	}
 	// four ranks of 64 rows each cut the 128-row blocks: refused, nothing written
-	wl := layoutOn(t, 256, 384, placement.FP8E4M3, 4, placement.Shard(0))
-	al := layoutOn(t, 4, 384, placement.BF16, 4, placement.Replicate())
-	bl := layoutOn(t, 256, 4, placement.BF16, 4, placement.Shard(0))
+	wl := layoutOn(t, 256, 384, dtype.FP8E4M3, 4, placement.Shard(0))
+	al := layoutOn(t, 4, 384, dtype.BF16, 4, placement.Replicate())
+	bl := layoutOn(t, 256, 4, dtype.BF16, 4, placement.Shard(0))
 	w := make([]byte, 64*384)
 	err := lora.NewMerger().Merge("w", lora.Matrix{Layout: wl, Rank: 1, Buf: w, Scales: make([]byte, 4*3), Mode: fp8.Block},
 		lora.Matrix{Layout: al, Rank: 1, Buf: make([]byte, 2*4*384)}, lora.Matrix{Layout: bl, Rank: 1, Buf: make([]byte, 2*64*4)}, 1)

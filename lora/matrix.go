@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -126,13 +127,13 @@ func (m Matrix) dense() ([]float32, rect, error) {
 }
 
 // toFloat converts len(out) elements of dtype dt at b to float32.
-func toFloat(dt placement.DType, b []byte, out []float32) error {
+func toFloat(dt dtype.DType, b []byte, out []float32) error {
 	switch dt {
-	case placement.BF16:
+	case dtype.BF16:
 		for k := range out {
 			out[k] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*k:])) << 16)
 		}
-	case placement.F32:
+	case dtype.F32:
 		for k := range out {
 			out[k] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*k:]))
 		}
@@ -144,9 +145,9 @@ func toFloat(dt placement.DType, b []byte, out []float32) error {
 
 // fromFloat stores v as dtype dt at b: bf16 rounded to nearest even (NaNs
 // kept NaN), as torch's float-to-bfloat16 conversion rounds.
-func fromFloat(dt placement.DType, v []float32, b []byte) {
+func fromFloat(dt dtype.DType, v []float32, b []byte) {
 	switch dt {
-	case placement.BF16:
+	case dtype.BF16:
 		for k, x := range v {
 			u := math.Float32bits(x)
 			var h uint16
@@ -157,7 +158,7 @@ func fromFloat(dt placement.DType, v []float32, b []byte) {
 			}
 			binary.LittleEndian.PutUint16(b[2*k:], h)
 		}
-	case placement.F32:
+	case dtype.F32:
 		for k, x := range v {
 			binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(x))
 		}

@@ -3,7 +3,7 @@ package lora
 import (
 	"fmt"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 // Merger merges one rank's LoRA adapters into its parts of the weights
@@ -63,7 +63,7 @@ func (mg *Merger) Reset() {
 // columns is an error naming them). Nothing is written unless the whole
 // merge can be done.
 func (mg *Merger) Merge(name string, w, a, b Matrix, scale float64) error {
-	if w.Layout.DType() == placement.FP8E4M3 {
+	if w.Layout.DType() == dtype.FP8E4M3 {
 		return mg.mergeFP8(name, w, a, b, scale)
 	}
 	wsegs, wr, err := w.segments()

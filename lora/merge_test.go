@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/lora"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
@@ -319,12 +320,12 @@ func TestMergeAdapterPartsWiderThanTheWeight(t *testing.T) {
 	const rows, cols, r, rank = 8, 12, 4, 3
 	m2, _ := mesh.Interval([]int{2, 2}, 0)
 	m1, _ := mesh.Interval([]int{4}, 0)
-	wl, err := placement.NewLayout([]int64{rows, cols}, placement.BF16, m2, []placement.Placement{placement.Shard(0), placement.Shard(1)})
+	wl, err := placement.NewLayout([]int64{rows, cols}, dtype.BF16, m2, []placement.Placement{placement.Shard(0), placement.Shard(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	al, _ := placement.NewLayout([]int64{r, cols}, placement.BF16, m1, []placement.Placement{placement.Replicate()})
-	bl, _ := placement.NewLayout([]int64{rows, r}, placement.BF16, m1, []placement.Placement{placement.Replicate()})
+	al, _ := placement.NewLayout([]int64{r, cols}, dtype.BF16, m1, []placement.Placement{placement.Replicate()})
+	bl, _ := placement.NewLayout([]int64{rows, r}, dtype.BF16, m1, []placement.Placement{placement.Replicate()})
 	const off = 5 // elements before the part in its buffer
 	w := make([]byte, 2*(off+4*6))
 	a, b := make([]byte, 2*r*cols), make([]byte, 2*rows*r)

@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -188,7 +189,7 @@ func (b *builder) set(i int, fn func(t *Tensor)) {
 	}
 }
 
-func (b *builder) addTyped(name string, k Kind, layer int, dt placement.DType, shape ...int64) int {
+func (b *builder) addTyped(name string, k Kind, layer int, dt dtype.DType, shape ...int64) int {
 	if b.err != nil {
 		return -1
 	}
@@ -352,7 +353,7 @@ func (b *builder) moe(p string, l int) {
 		b.set(g, func(t *Tensor) { t.Refresh = refreshGLMGate(t.DType) })
 	}
 	if c.deepseekMoE() {
-		b.addTyped(p+"gate.e_score_correction_bias", kindReplicated, l, placement.F32, E)
+		b.addTyped(p+"gate.e_score_correction_bias", kindReplicated, l, dtype.F32, E)
 		if c.SharedExperts > 0 {
 			shared := b.mlp(p+"shared_experts.", l, b.mul("moe_intermediate_size x n_shared_experts", I, c.SharedExperts), false)
 			if c.isMLA() {
@@ -390,7 +391,7 @@ const refreshMLA = "vLLM's MLA attention derives W_UK_T and W_UV from kv_b_proj 
 
 // refreshGLMGate is why GLM-4.5's router needs the generator's post-load
 // step: vLLM holds it in float32.
-func refreshGLMGate(dt placement.DType) string {
+func refreshGLMGate(dt dtype.DType) string {
 	return "vLLM's Glm4MoE keeps the router in float32 (vllm/model_executor/models/glm4_moe.py, Glm4MoE.__init__: " +
 		"nn.Linear(dtype=torch.float32)); m2n delivers the trainer's " + dt.String() + " weight: copy it into the float32 gate after every step"
 }

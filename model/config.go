@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 // Config is the part of a HuggingFace config.json that fixes a model's
@@ -17,7 +17,7 @@ import (
 type Config struct {
 	// ModelType is one of ModelTypes.
 	ModelType string
-	DType     placement.DType
+	DType     dtype.DType
 
 	VocabSize        int64
 	HiddenSize       int64
@@ -150,7 +150,7 @@ func parseConfig(data []byte) (Config, error) {
 	if !slices.Contains(ModelTypes(), c.ModelType) {
 		return Config{}, fmt.Errorf("config: model_type %q is not supported (want one of %s)", c.ModelType, strings.Join(ModelTypes(), ", "))
 	}
-	c.DType = placement.BF16
+	c.DType = dtype.BF16
 	if s, ok := r.optStr("dtype", "torch_dtype"); ok {
 		dt, err := parseDType(s)
 		if err != nil {

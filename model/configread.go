@@ -5,7 +5,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 // A value in a defaults table that means "no default: the key is needed".
@@ -297,14 +297,14 @@ func (r *reader) ints(key string) []int {
 }
 
 // parseDType reads a dtype as PyTorch, safetensors or m2n spells it.
-func parseDType(s string) (placement.DType, error) {
+func parseDType(s string) (dtype.DType, error) {
 	switch strings.ToUpper(strings.TrimSpace(s)) {
 	case "F8_E4M3":
-		return placement.FP8E4M3, nil
+		return dtype.FP8E4M3, nil
 	case "F8_E5M2":
-		return placement.FP8E5M2, nil
+		return dtype.FP8E5M2, nil
 	case "BOOL":
-		return placement.U8, nil
+		return dtype.U8, nil
 	}
-	return placement.ParseDType(s)
+	return dtype.Parse(s)
 }

@@ -11,9 +11,9 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
-	"github.com/m2n-dev/m2n/placement"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite testdata/frameworks/*.json from the reference")
@@ -127,7 +127,7 @@ func m2nRank(l *model.Layouts, stages []*model.Stage, side model.Side, rank int,
 	out := map[string]*refBuf{}
 	for _, s := range stages {
 		for _, b := range s.Buffers(side, rank) {
-			rb := &refBuf{name: b.Name, fp8: b.DType == placement.FP8E4M3}
+			rb := &refBuf{name: b.Name, fp8: b.DType == dtype.FP8E4M3}
 			rb.pad(b.Elems)
 			out[b.Name] = rb
 		}

@@ -3,6 +3,7 @@ package model_test
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -11,7 +12,7 @@ import (
 // vLLM generator (TP4, more ranks than the 2 key-value heads) and shows
 // where each rank's q, k and v rows sit in its fused buffer.
 func ExampleNew() {
-	c := model.Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 16, IntermediateSize: 32, Layers: 1,
+	c := model.Config{ModelType: "llama", DType: dtype.BF16, VocabSize: 64, HiddenSize: 16, IntermediateSize: 32, Layers: 1,
 		Heads: 8, KVHeads: 2, HeadDim: 2}
 	m, _ := model.FromConfig("tiny", c, model.LoadOptions{})
 	l, _ := model.New(m, model.Trainer{TP: 2}, model.Generator{TP: 4})

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -20,7 +21,7 @@ func checkConvertible(m *Model) error {
 		if !t.FP8 {
 			continue
 		}
-		if t.DType != placement.BF16 && t.DType != placement.F32 {
+		if t.DType != dtype.BF16 && t.DType != dtype.F32 {
 			return fmt.Errorf("tensor %s is %v: --dst-dtype e4m3 quantizes bf16 or f32 weights, and this one is not (already quantized?); leave --dst-dtype out to move it as it is", t.Name, t.DType)
 		}
 		n++

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pipeline"
@@ -101,7 +102,7 @@ type TensorLayout struct {
 type wholeTensor struct {
 	Tensor
 	side   [2]sideLayout
-	dtype  [2]placement.DType
+	dtype  [2]dtype.DType
 	group  [2]*group
 	member [2]int // index into group[side].members
 	order  [2]int // position key within the group (q, k, v; gate, up)
@@ -240,7 +241,7 @@ func NewQuantized(m *Model, tr Trainer, gen Generator, mode fp8.Mode) (*Layouts,
 	latentFused := slices.ContainsFunc(m.Tensors, func(t Tensor) bool { return t.Kind == kindLatentQ })
 	for _, t := range m.Tensors {
 		st := l.Stages[stageOf(t, m, ranges)]
-		w := &wholeTensor{Tensor: t, dtype: [2]placement.DType{t.DType, t.DType}}
+		w := &wholeTensor{Tensor: t, dtype: [2]dtype.DType{t.DType, t.DType}}
 		var sf, df fusion
 		if w.side[Src], sf, err = trainerSide(m, t, tr); err != nil {
 			return nil, err
@@ -253,7 +254,7 @@ func NewQuantized(m *Model, tr Trainer, gen Generator, mode fp8.Mode) (*Layouts,
 			if err := checkGrid(t, mode); err != nil {
 				return nil, err
 			}
-			w.dtype[Dst], scale = placement.FP8E4M3, mode
+			w.dtype[Dst], scale = dtype.FP8E4M3, mode
 		}
 		if err := st.join(w, Src, sf); err != nil {
 			return nil, err
@@ -354,7 +355,7 @@ func stageOf(t Tensor, m *Model, ranges [][2]int) int {
 
 // newLayout builds a layout over a mesh of the given shape: the ranks
 // listed, or [start, ...) when ranks is nil.
-func newLayout(name string, shape []int64, dt placement.DType, ms []int, ps []placement.Placement, ranks []int, start int) (placement.Layout, error) {
+func newLayout(name string, shape []int64, dt dtype.DType, ms []int, ps []placement.Placement, ranks []int, start int) (placement.Layout, error) {
 	var msh mesh.Mesh
 	var err error
 	if ranks == nil {

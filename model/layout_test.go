@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -401,7 +402,7 @@ func TestLayoutErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	odd, err := FromConfig("odd", Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 48, IntermediateSize: 48, Layers: 1,
+	odd, err := FromConfig("odd", Config{ModelType: "llama", DType: dtype.BF16, VocabSize: 64, HiddenSize: 48, IntermediateSize: 48, Layers: 1,
 		Heads: 12, KVHeads: 4, HeadDim: 4}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)

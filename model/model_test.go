@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -67,7 +68,7 @@ func TestKeySpellings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Experts != 4 || c.DType != placement.F32 {
+		if c.Experts != 4 || c.DType != dtype.F32 {
 			t.Errorf("%s: experts %d dtype %v, want 4 f32", key, c.Experts, c.DType)
 		}
 	}
@@ -106,7 +107,7 @@ func TestPublishedTotals(t *testing.T) {
 		// every tensor bf16 but the f32 router biases, 4 bytes a piece.
 		extra := int64(0)
 		for _, x := range m.Tensors {
-			if x.DType == placement.F32 {
+			if x.DType == dtype.F32 {
 				extra += 2 * x.Elems()
 			}
 		}
@@ -129,34 +130,34 @@ func TestTensorNames(t *testing.T) {
 		m     *Model
 		name  string
 		shape []int64
-		dtype placement.DType
+		dtype dtype.DType
 		kind  Kind
 		layer int
 	}{
-		{ds, "model.embed_tokens.weight", []int64{129280, 7168}, placement.BF16, kindEmbedding, -1},
-		{ds, "model.layers.0.self_attn.q_a_proj.weight", []int64{1536, 7168}, placement.BF16, kindLatentQ, 0},
-		{ds, "model.layers.0.self_attn.q_b_proj.weight", []int64{128 * 192, 1536}, placement.BF16, kindColumn, 0},
-		{ds, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", []int64{576, 7168}, placement.BF16, kindLatentKV, 0},
-		{ds, "model.layers.0.self_attn.kv_b_proj.weight", []int64{128 * 256, 512}, placement.BF16, kindColumn, 0},
-		{ds, "model.layers.0.self_attn.o_proj.weight", []int64{7168, 16384}, placement.BF16, kindRow, 0},
-		{ds, "model.layers.2.mlp.gate_proj.weight", []int64{18432, 7168}, placement.BF16, kindGate, 2},
-		{ds, "model.layers.3.mlp.experts.gate_up_proj", []int64{256, 4096, 7168}, placement.BF16, ExpertsGateUp, 3},
-		{ds, "model.layers.3.mlp.experts.down_proj", []int64{256, 7168, 2048}, placement.BF16, ExpertsDown, 3},
-		{ds, "model.layers.3.mlp.gate.weight", []int64{256, 7168}, placement.BF16, kindReplicated, 3},
-		{ds, "model.layers.3.mlp.gate.e_score_correction_bias", []int64{256}, placement.F32, kindReplicated, 3},
-		{ds, "model.layers.60.mlp.shared_experts.down_proj.weight", []int64{7168, 2048}, placement.BF16, kindRow, 60},
-		{ds, "model.norm.weight", []int64{7168}, placement.BF16, kindReplicated, -1},
-		{ds, "lm_head.weight", []int64{129280, 7168}, placement.BF16, kindLMHead, -1},
-		{ds, "model.layers.61.eh_proj.weight", []int64{7168, 14336}, placement.BF16, kindMTPProj, 61},
-		{ds, "model.layers.61.shared_head.head.weight", []int64{129280, 7168}, placement.BF16, kindLMHead, 61},
-		{qw, "model.layers.0.self_attn.q_proj.weight", []int64{8192, 4096}, placement.BF16, Query, 0},
-		{qw, "model.layers.0.self_attn.k_proj.weight", []int64{512, 4096}, placement.BF16, Key, 0},
-		{qw, "model.layers.0.self_attn.q_norm.weight", []int64{128}, placement.BF16, kindReplicated, 0},
-		{qw, "model.layers.93.mlp.experts.gate_up_proj", []int64{128, 3072, 4096}, placement.BF16, ExpertsGateUp, 93},
-		{ll, "model.layers.79.mlp.down_proj.weight", []int64{8192, 28672}, placement.BF16, kindRow, 79},
-		{ll, "model.layers.0.self_attn.v_proj.weight", []int64{1024, 8192}, placement.BF16, Value, 0},
-		{mx, "model.layers.0.mlp.experts.gate_up_proj", []int64{8, 28672, 4096}, placement.BF16, ExpertsGateUp, 0},
-		{mx, "model.layers.0.mlp.gate.weight", []int64{8, 4096}, placement.BF16, kindReplicated, 0},
+		{ds, "model.embed_tokens.weight", []int64{129280, 7168}, dtype.BF16, kindEmbedding, -1},
+		{ds, "model.layers.0.self_attn.q_a_proj.weight", []int64{1536, 7168}, dtype.BF16, kindLatentQ, 0},
+		{ds, "model.layers.0.self_attn.q_b_proj.weight", []int64{128 * 192, 1536}, dtype.BF16, kindColumn, 0},
+		{ds, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", []int64{576, 7168}, dtype.BF16, kindLatentKV, 0},
+		{ds, "model.layers.0.self_attn.kv_b_proj.weight", []int64{128 * 256, 512}, dtype.BF16, kindColumn, 0},
+		{ds, "model.layers.0.self_attn.o_proj.weight", []int64{7168, 16384}, dtype.BF16, kindRow, 0},
+		{ds, "model.layers.2.mlp.gate_proj.weight", []int64{18432, 7168}, dtype.BF16, kindGate, 2},
+		{ds, "model.layers.3.mlp.experts.gate_up_proj", []int64{256, 4096, 7168}, dtype.BF16, ExpertsGateUp, 3},
+		{ds, "model.layers.3.mlp.experts.down_proj", []int64{256, 7168, 2048}, dtype.BF16, ExpertsDown, 3},
+		{ds, "model.layers.3.mlp.gate.weight", []int64{256, 7168}, dtype.BF16, kindReplicated, 3},
+		{ds, "model.layers.3.mlp.gate.e_score_correction_bias", []int64{256}, dtype.F32, kindReplicated, 3},
+		{ds, "model.layers.60.mlp.shared_experts.down_proj.weight", []int64{7168, 2048}, dtype.BF16, kindRow, 60},
+		{ds, "model.norm.weight", []int64{7168}, dtype.BF16, kindReplicated, -1},
+		{ds, "lm_head.weight", []int64{129280, 7168}, dtype.BF16, kindLMHead, -1},
+		{ds, "model.layers.61.eh_proj.weight", []int64{7168, 14336}, dtype.BF16, kindMTPProj, 61},
+		{ds, "model.layers.61.shared_head.head.weight", []int64{129280, 7168}, dtype.BF16, kindLMHead, 61},
+		{qw, "model.layers.0.self_attn.q_proj.weight", []int64{8192, 4096}, dtype.BF16, Query, 0},
+		{qw, "model.layers.0.self_attn.k_proj.weight", []int64{512, 4096}, dtype.BF16, Key, 0},
+		{qw, "model.layers.0.self_attn.q_norm.weight", []int64{128}, dtype.BF16, kindReplicated, 0},
+		{qw, "model.layers.93.mlp.experts.gate_up_proj", []int64{128, 3072, 4096}, dtype.BF16, ExpertsGateUp, 93},
+		{ll, "model.layers.79.mlp.down_proj.weight", []int64{8192, 28672}, dtype.BF16, kindRow, 79},
+		{ll, "model.layers.0.self_attn.v_proj.weight", []int64{1024, 8192}, dtype.BF16, Value, 0},
+		{mx, "model.layers.0.mlp.experts.gate_up_proj", []int64{8, 28672, 4096}, dtype.BF16, ExpertsGateUp, 0},
+		{mx, "model.layers.0.mlp.gate.weight", []int64{8, 4096}, dtype.BF16, kindReplicated, 0},
 	} {
 		got, ok := tc.m.tensor(tc.name)
 		if !ok {
@@ -193,7 +194,7 @@ func TestListRoundTrip(t *testing.T) {
 		var f listFile
 		f.Heads, f.KVHeads, f.Layers = m.Heads, m.KVHeads, m.Layers
 		for _, x := range m.Tensors {
-			f.Tensors = append(f.Tensors, listEntry{Name: x.Name, Shape: x.Shape, DType: "torch." + map[placement.DType]string{placement.BF16: "bfloat16", placement.F32: "float32"}[x.DType]})
+			f.Tensors = append(f.Tensors, listEntry{Name: x.Name, Shape: x.Shape, DType: "torch." + map[dtype.DType]string{dtype.BF16: "bfloat16", dtype.F32: "float32"}[x.DType]})
 		}
 		data, _ := json.Marshal(f)
 		path := filepath.Join(t.TempDir(), name+".list.json")
@@ -230,7 +231,7 @@ func TestListRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Layers != 2 || m.Tensors[1].Kind != kindColumn || m.Tensors[2].DType != placement.FP8E4M3 ||
+	if m.Layers != 2 || m.Tensors[1].Kind != kindColumn || m.Tensors[2].DType != dtype.FP8E4M3 ||
 		!reflect.DeepEqual(m.Tensors[2].LayoutShape, []int64{2, 2, 3, 4}) {
 		t.Errorf("array list: layers %d, %+v", m.Layers, m.Tensors)
 	}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/placement"
 )
 
 // TestNewQuantized: with an FP8 mode exactly the tensors vLLM's FP8 path
@@ -39,7 +39,7 @@ func TestNewQuantized(t *testing.T) {
 	for si, st := range l.Stages {
 		for _, tl := range st.Tensors {
 			want := tl.Whole().FP8
-			if got := tl.Dst.DType() == placement.FP8E4M3; got != want || (tl.Scale == fp8.Block) != want {
+			if got := tl.Dst.DType() == dtype.FP8E4M3; got != want || (tl.Scale == fp8.Block) != want {
 				t.Errorf("%s %v: destination %v, scale %v; vLLM quantizes it: %v", tl.Name, tl.Shape, tl.Dst.DType(), tl.Scale, want)
 			}
 			if slices.Contains(stays, tl.Whole().Name) && want {
@@ -59,7 +59,7 @@ func TestNewQuantized(t *testing.T) {
 			}
 		}
 		for _, b := range st.Buffers(Dst, 2) {
-			if b.Name == "model.layers.0.mlp.gate_up_proj.weight" && b.DType != placement.FP8E4M3 {
+			if b.Name == "model.layers.0.mlp.gate_up_proj.weight" && b.DType != dtype.FP8E4M3 {
 				t.Errorf("fused %s is %v", b.Name, b.DType)
 			}
 		}
@@ -121,7 +121,7 @@ func TestFP8Refusals(t *testing.T) {
 	}
 	// head_dim 64, 2 key-value heads: k_proj is [128, 256] in the checkpoint,
 	// one 128-row block; m2n's per-head [2, 64, 256] would make two (issue case 9).
-	c := Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 256, IntermediateSize: 256, Layers: 1,
+	c := Config{ModelType: "llama", DType: dtype.BF16, VocabSize: 64, HiddenSize: 256, IntermediateSize: 256, Layers: 1,
 		Heads: 4, KVHeads: 2, HeadDim: 64}
 	m, err := FromConfig("hd64", c, LoadOptions{})
 	if err != nil {
@@ -151,7 +151,7 @@ func TestFP8Refusals(t *testing.T) {
 	// Megatron tp=4 above the 2 query groups: q, k, v move as row pieces of
 	// each group, whose block scales would restart at every cut
 	tr4, _ := ParseTrainer("tp=4")
-	c2 := Config{ModelType: "llama", DType: placement.BF16, VocabSize: 64, HiddenSize: 512, IntermediateSize: 256, Layers: 1, Heads: 8, KVHeads: 2, HeadDim: 64}
+	c2 := Config{ModelType: "llama", DType: dtype.BF16, VocabSize: 64, HiddenSize: 512, IntermediateSize: 256, Layers: 1, Heads: 8, KVHeads: 2, HeadDim: 64}
 	m2, _ := FromConfig("tp4", c2, LoadOptions{})
 	// q's 256 rows a group are whole blocks, but rank 0 of each group holds
 	// its first 192: the cut at 192 is inside a block

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -137,7 +138,7 @@ func (s sideLayout) explicitDim(shape []int64) int {
 // layout returns the side as a placement layout over shape, on the ranks
 // [start, ...): axes of size 1 dropped (one replicated axis stays when all
 // are 1). The side must be chunked.
-func (s sideLayout) layout(name string, shape []int64, dt placement.DType) (placement.Layout, error) {
+func (s sideLayout) layout(name string, shape []int64, dt dtype.DType) (placement.Layout, error) {
 	var ms []int
 	var ps []placement.Placement
 	for _, a := range s.axes {
@@ -166,7 +167,7 @@ func placementOf(a axis) placement.Placement {
 // axis that splits the dim holds one index, so each side of the piece is a
 // plain placement layout over the axes left, on the ranks that hold it.
 // It returns each piece's interval and its two layouts.
-func pieces(t Tensor, src, dst sideLayout, dt [2]placement.DType) ([]piece, error) {
+func pieces(t Tensor, src, dst sideLayout, dt [2]dtype.DType) ([]piece, error) {
 	shape := t.LayoutShape
 	d := src.explicitDim(shape)
 	if dd := dst.explicitDim(shape); d < 0 || (dd >= 0 && dd != d) {
@@ -217,7 +218,7 @@ type piece struct {
 // restricted returns the side's layout of the piece [lo, hi) of dim d: the
 // ranks whose part covers it (every axis that splits d fixed at the one
 // index that holds it) over the axes left, in rank order.
-func (s sideLayout) restricted(name string, shape, pieceShape []int64, d int, lo, hi int64, dt placement.DType) (placement.Layout, error) {
+func (s sideLayout) restricted(name string, shape, pieceShape []int64, d int, lo, hi int64, dt dtype.DType) (placement.Layout, error) {
 	var ms []int
 	var ps []placement.Placement
 	for _, a := range s.axes {

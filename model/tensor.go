@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -124,7 +125,7 @@ type Tensor struct {
 	// Transposed: the frameworks hold the tensor with its last two dims
 	// swapped against transformers (gpt-oss's experts), and it moves so.
 	Transposed bool
-	DType      placement.DType
+	DType      dtype.DType
 	Kind       Kind
 	// FP8 reports whether an FP8 generator holds the tensor in
 	// float8_e4m3fn: vLLM's Fp8Config.get_quant_method quantizes the

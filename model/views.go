@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -54,7 +55,7 @@ func fusedAs(name string, mode fuseMode, from []string, to string, k Kind) fusio
 type group struct {
 	name    string
 	mode    fuseMode
-	dtype   placement.DType
+	dtype   dtype.DType
 	members []*wholeTensor
 }
 
@@ -232,7 +233,7 @@ func (t *TensorLayout) Part(side Side, rank int) (Part, bool) {
 // it holds, in the order they sit in it.
 type Buffer struct {
 	Name    string
-	DType   placement.DType
+	DType   dtype.DType
 	Elems   int64
 	Tensors []string
 }

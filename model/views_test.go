@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 // value is what the oracle stores for element linear (row-major in the
@@ -87,7 +87,7 @@ func TestViewsMatchFrameworks(t *testing.T) {
 	// 8 heads, 2 key-value heads, head_dim 2, hidden 8, intermediate 8;
 	// biases on q, k and v.
 	const heads, kv, hd, H, I = 8, 2, 2, 8, 8
-	c := Config{ModelType: "llama", DType: placement.F32, VocabSize: 8, HiddenSize: H, IntermediateSize: I, Layers: 1,
+	c := Config{ModelType: "llama", DType: dtype.F32, VocabSize: 8, HiddenSize: H, IntermediateSize: I, Layers: 1,
 		Heads: heads, KVHeads: kv, HeadDim: hd, AttentionBias: true}
 	m, err := FromConfig("tiny", c, LoadOptions{})
 	if err != nil {
@@ -164,7 +164,7 @@ func TestViewsMatchFrameworks(t *testing.T) {
 // vLLM's w13 likewise over TP, or whole experts over EP.
 func TestExpertViewsMatchFrameworks(t *testing.T) {
 	const E, H, I = 4, 3, 4
-	c := Config{ModelType: "qwen3_moe", DType: placement.BF16, VocabSize: 8, HiddenSize: H, IntermediateSize: 8, Layers: 1,
+	c := Config{ModelType: "qwen3_moe", DType: dtype.BF16, VocabSize: 8, HiddenSize: H, IntermediateSize: 8, Layers: 1,
 		Heads: 4, KVHeads: 2, HeadDim: 2, Experts: E, MoEIntermediateSize: I, DecoderSparseStep: 1, ExpertsPerToken: 2}
 	m, err := FromConfig("tiny-moe", c, LoadOptions{})
 	if err != nil {

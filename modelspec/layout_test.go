@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -17,7 +18,7 @@ func TestWriteLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := placement.ParseLayout("13x2", placement.F32, m, "S0")
+	l, err := placement.ParseLayout("13x2", dtype.F32, m, "S0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pipeline"
 	"github.com/m2n-dev/m2n/placement"
@@ -30,7 +31,7 @@ type Side struct{ Mesh, Placements, Ranks string }
 // placement.FormatShape writes it) for a shape whose bytes or strides do
 // not fit an int64 in dt, so that a shape too large for its dtype is not
 // blamed on the placements.
-func (s Side) Layout(shape []int64, dt placement.DType, start int, prefix string) (placement.Layout, error) {
+func (s Side) Layout(shape []int64, dt dtype.DType, start int, prefix string) (placement.Layout, error) {
 	bad := func(field, value string, err error) (placement.Layout, error) {
 		return placement.Layout{}, &Error{Field: field, Value: value, Err: err}
 	}
@@ -68,7 +69,7 @@ func (s Side) Layout(shape []int64, dt placement.DType, start int, prefix string
 
 // shapeFits checks what the shape and dtype alone must satisfy (their
 // bytes and strides fit an int64), on a one-rank mesh.
-func shapeFits(shape []int64, dt placement.DType) error {
+func shapeFits(shape []int64, dt dtype.DType) error {
 	one, err := mesh.Interval([]int{1}, 0)
 	if err != nil {
 		return err
@@ -81,7 +82,7 @@ func shapeFits(shape []int64, dt placement.DType) error {
 // layout, in words.
 type Pair struct {
 	// Shape is the global shape ("7168x2048", "scalar": placement.ParseShape)
-	// and DType its element type ("bf16": placement.ParseDType).
+	// and DType its element type ("bf16": dtype.Parse).
 	Shape, DType string
 	Src, Dst     Side
 	// World is the communicator's size; 0: the highest rank of the
@@ -90,12 +91,12 @@ type Pair struct {
 }
 
 // tensor parses the shape and the dtype.
-func (p Pair) tensor() ([]int64, placement.DType, error) {
+func (p Pair) tensor() ([]int64, dtype.DType, error) {
 	shape, err := placement.ParseShape(p.Shape)
 	if err != nil {
 		return nil, 0, &Error{Field: "shape", Value: p.Shape, Err: err}
 	}
-	dt, err := placement.ParseDType(p.DType)
+	dt, err := dtype.Parse(p.DType)
 	if err != nil {
 		return nil, 0, &Error{Field: "dtype", Value: p.DType, Err: err}
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/m2n-dev/m2n/placement"
+	"github.com/m2n-dev/m2n/dtype"
 )
 
 // TestPairLayouts: the destination follows the source's ranks unless it
@@ -72,11 +72,11 @@ func TestPairBlame(t *testing.T) {
 
 // TestSideLayout: a side alone, its parts named with the prefix.
 func TestSideLayout(t *testing.T) {
-	l, err := Side{"4x2", "S0,S0", "8-15"}.Layout([]int64{13, 2}, placement.F32, 0, "")
+	l, err := Side{"4x2", "S0,S0", "8-15"}.Layout([]int64{13, 2}, dtype.F32, 0, "")
 	if err != nil || l.Mesh().RankAt(0) != 8 {
 		t.Fatalf("%v, %v", l, err)
 	}
-	_, err = Side{"4x2", "S0,S0", "8-14"}.Layout([]int64{13, 2}, placement.F32, 0, "")
+	_, err = Side{"4x2", "S0,S0", "8-14"}.Layout([]int64{13, 2}, dtype.F32, 0, "")
 	if e := (*Error)(nil); !errors.As(err, &e) || e.Field != "ranks" || e.Value != "8-14" {
 		t.Errorf("short rank list: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -19,11 +20,11 @@ import (
 func TestChange(t *testing.T) {
 	one, _ := mesh.Interval([]int{1}, 0)
 	four, _ := mesh.Interval([]int{2, 2}, 0)
-	whole, err := placement.ParseLayout("300x257", placement.BF16, one, "R")
+	whole, err := placement.ParseLayout("300x257", dtype.BF16, one, "R")
 	if err != nil {
 		t.Fatal(err)
 	}
-	shards, err := placement.ParseLayout("300x257", placement.BF16, four, "S1,S0")
+	shards, err := placement.ParseLayout("300x257", dtype.BF16, four, "S1,S0")
 	if err != nil {
 		t.Fatal(err)
 	}

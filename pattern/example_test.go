@@ -3,6 +3,7 @@ package pattern_test
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -13,7 +14,7 @@ import (
 // flipped bit is named with its element's global index.
 func ExampleCheck() {
 	ranks, _ := mesh.Interval([]int{2}, 0)
-	l, _ := placement.ParseLayout("4x4", placement.BF16, ranks, "S1")
+	l, _ := placement.ParseLayout("4x4", dtype.BF16, ranks, "S1")
 	part := make([]byte, l.LocalBytes(1))
 	if err := pattern.Fill(l, 1, 7, part, placement.View{}); err != nil { // tensor 7's pattern
 		panic(err)

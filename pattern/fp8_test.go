@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -18,7 +19,7 @@ func TestFP8WantIsWholeQuantize(t *testing.T) {
 	shapes := [][]int64{{300, 200}, {256, 384}, {3, 130, 257}, {1, 1}, {129, 1}, {2, 2, 140, 70}}
 	for it := 0; it < 60; it++ {
 		shape := shapes[it%len(shapes)]
-		dt := []placement.DType{placement.BF16, placement.F32}[it%2]
+		dt := []dtype.DType{dtype.BF16, dtype.F32}[it%2]
 		mode := fp8.Mode(1 + it%3)
 		seed := uint64(it)
 		whole := floatsBox(dt, shape, placement.Box{Lo: make([]int64, len(shape)), Hi: shape}, seed)

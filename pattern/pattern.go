@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -249,12 +250,12 @@ func floatF32(g int64, seed uint64) uint32 {
 // putFloat writes the bytes of element g of tensor seed in dtype dt into
 // out (len(out) = dt.Size()): finite values for bf16 and f32, Byte's
 // pattern for other dtypes.
-func putFloat(dt placement.DType, g int64, seed uint64, out []byte) {
+func putFloat(dt dtype.DType, g int64, seed uint64, out []byte) {
 	switch dt {
-	case placement.BF16:
+	case dtype.BF16:
 		v := floatBF16(g, seed)
 		out[0], out[1] = byte(v), byte(v>>8)
-	case placement.F32:
+	case dtype.F32:
 		v := floatF32(g, seed)
 		out[0], out[1], out[2], out[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 	default:
@@ -278,7 +279,7 @@ func CheckFloats(l placement.Layout, rank int, seed uint64, buf []byte, v placem
 // floatsBox returns the elements of box of tensor seed (a tensor of the
 // given global shape in dtype dt, filled as FillFloats fills it), dense
 // and row-major.
-func floatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64) []byte {
+func floatsBox(dt dtype.DType, shape []int64, box placement.Box, seed uint64) []byte {
 	elem := int64(dt.Size())
 	out := make([]byte, box.Elems()*elem)
 	if box.Empty() {
@@ -302,7 +303,7 @@ func floatsBox(dt placement.DType, shape []int64, box placement.Box, seed uint64
 // the E4M3 bytes of box, dense and row-major, and the scales of the blocks
 // box touches (fp8.Grid.Blocks), both those of quantizing the whole tensor
 // at once (fp8.Quantize). It reads only the elements of those blocks.
-func fp8Want(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
+func fp8Want(src dtype.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
 	g, err := fp8.NewGrid(shape, mode)
 	if err != nil {
 		return nil, fp8.Window{}, err
@@ -387,7 +388,7 @@ func (e *ScaleMismatchError) Error() string {
 // FillFloats with tensor seed: a *MismatchError names the first wrong
 // element (its global index, the E4M3 byte expected and got), a
 // *ScaleMismatchError the first wrong scale.
-func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, seed uint64, buf []byte, v placement.View, scales []byte) error {
+func CheckFP8(src dtype.DType, l placement.Layout, mode fp8.Mode, rank int, seed uint64, buf []byte, v placement.View, scales []byte) error {
 	box, ok := l.RankBox(rank)
 	if !ok {
 		return nil
@@ -444,11 +445,11 @@ func CheckFP8(src placement.DType, l placement.Layout, mode fp8.Mode, rank int, 
 // Float returns element g of tensor seed as FillFloats fills a bf16 or f32
 // tensor, as a float32 (exact: a bf16 value widens without rounding); 0
 // for other dtypes.
-func Float(dt placement.DType, g int64, seed uint64) float32 {
+func Float(dt dtype.DType, g int64, seed uint64) float32 {
 	switch dt {
-	case placement.BF16:
+	case dtype.BF16:
 		return math.Float32frombits(uint32(floatBF16(g, seed)) << 16)
-	case placement.F32:
+	case dtype.F32:
 		return math.Float32frombits(floatF32(g, seed))
 	}
 	return 0
@@ -458,7 +459,7 @@ func Float(dt placement.DType, g int64, seed uint64) float32 {
 // shape converted from FillFloats' src values with seed: its E4M3 bytes,
 // row-major over box, and the scales of the blocks it touches (the bytes
 // and scales of quantizing the whole tensor at once).
-func WantFP8(src placement.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
+func WantFP8(src dtype.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
 	return fp8Want(src, shape, mode, box, seed)
 }
 

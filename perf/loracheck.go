@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/pattern"
-	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/session"
 )
 
@@ -70,7 +70,7 @@ func checkLoRA(full *session.Model, wb *session.ModelBuffers, ad *session.Model,
 // the adapter model, their dtype), its rank and scale, the steps merged.
 type adapterRef struct {
 	a, b  int
-	dt    placement.DType
+	dt    dtype.DType
 	in    int64
 	rank  int64
 	scale float32
@@ -129,7 +129,7 @@ func (r *adapterRef) want(t *model.TensorLayout, seed uint64) func(g int64, out 
 			w = rounded(dt, acc)
 		}
 		switch dt {
-		case placement.BF16:
+		case dtype.BF16:
 			binary.LittleEndian.PutUint16(out, uint16(math.Float32bits(w)>>16))
 		default:
 			binary.LittleEndian.PutUint32(out, math.Float32bits(w))
@@ -158,8 +158,8 @@ func wholeIndex(t *model.TensorLayout, whole []int64, g int64) int64 {
 
 // rounded is x stored in dtype dt and read back: bf16 rounds to nearest
 // even.
-func rounded(dt placement.DType, x float32) float32 {
-	if dt != placement.BF16 {
+func rounded(dt dtype.DType, x float32) float32 {
+	if dt != dtype.BF16 {
 		return x
 	}
 	u := math.Float32bits(x)

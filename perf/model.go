@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/pattern"
@@ -90,11 +91,11 @@ func probeSpec(l *model.Layouts) ([]refit.Spec, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := placement.ParseLayout("1", placement.F32, first, "R")
+	src, err := placement.ParseLayout("1", dtype.F32, first, "R")
 	if err != nil {
 		return nil, nil, err
 	}
-	dst, err := placement.ParseLayout("1", placement.F32, gens, "R")
+	dst, err := placement.ParseLayout("1", dtype.F32, gens, "R")
 	if err != nil {
 		return nil, nil, err
 	}

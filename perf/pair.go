@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/pattern"
@@ -199,9 +200,9 @@ func setNaN(l placement.Layout, host []byte, i int64) error {
 		return fmt.Errorf("M2N_FAULT_NAN: element %d is outside a part of %d elements", i, int64(len(host))/e)
 	}
 	switch l.DType() {
-	case placement.BF16:
+	case dtype.BF16:
 		binary.LittleEndian.PutUint16(host[i*e:], 0x7FC0)
-	case placement.F32:
+	case dtype.F32:
 		binary.LittleEndian.PutUint32(host[i*e:], 0x7FC00000)
 	default:
 		return fmt.Errorf("M2N_FAULT_NAN: a %v tensor has no NaN", l.DType())

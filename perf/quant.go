@@ -12,6 +12,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -211,7 +212,7 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 	win, awin, cwin, fwin, dwin := wins[0], wins[1], wins[2], wins[3], wins[4]
 	w := cudamem.FP8Window{Blocks: blocks, Values: win}
 	desc := strided.Desc{Run: int64(row), Count: []int64{rows}, Stride: []int64{2 * int64(row)}}
-	reg := cudamem.FP8Region{DType: placement.BF16, Src: q.srcBuf, At: desc, Box: box}
+	reg := cudamem.FP8Region{DType: dtype.BF16, Src: q.srcBuf, At: desc, Box: box}
 	if err := q.scales(g, w, reg); err != nil {
 		return nil, err
 	}
@@ -219,7 +220,7 @@ func (q *quantBench) row(t *eventTimer, row int) ([]QuantResult, error) {
 	if err := s.Memset(cwin.Ptr, 0x3c, int(cwin.N)); err != nil { // scales of about 0.0115
 		return nil, err
 	}
-	creg := cudamem.FP8Region{DType: placement.BF16, Src: q.packed, At: strided.Desc{Run: int64(total)}, Box: box}
+	creg := cudamem.FP8Region{DType: dtype.BF16, Src: q.packed, At: strided.Desc{Run: int64(total)}, Box: box}
 	cw := cudamem.FP8Window{Blocks: cblocks, Values: cwin}
 	ops := []struct {
 		name string

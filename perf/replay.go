@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/nccl"
@@ -368,5 +369,5 @@ func (b *replay) measureCopy(n int64) (float64, error) {
 }
 
 func (b *replay) layout(shape string) (placement.Layout, error) {
-	return placement.ParseLayout(shape, placement.BF16, b.rank0, "S0")
+	return placement.ParseLayout(shape, dtype.BF16, b.rank0, "S0")
 }

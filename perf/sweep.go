@@ -5,6 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/units"
@@ -40,7 +41,7 @@ type SweepReport struct {
 // SweepLayouts returns a sweep's layouts at replication rho: the source
 // on ranks [0, sources) as Shard(0), the destination rho x tp after it as
 // [Replicate, Shard(1)].
-func SweepLayouts(shape []int64, dt placement.DType, sources, tp, rho int) (src, dst placement.Layout, err error) {
+func SweepLayouts(shape []int64, dt dtype.DType, sources, tp, rho int) (src, dst placement.Layout, err error) {
 	sm, err := mesh.Interval([]int{sources}, 0)
 	if err != nil {
 		return src, dst, err

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -55,7 +56,7 @@ func TestDTensorConformance(t *testing.T) {
 			}
 			ps = append(ps, p...)
 		}
-		l, err := placement.NewLayout(c.Global, placement.F32, m, ps)
+		l, err := placement.NewLayout(c.Global, dtype.F32, m, ps)
 		if err != nil {
 			t.Fatalf("case %d (%v on %v %v): %v", i, c.Global, c.Mesh, c.Placements, err)
 		}

@@ -1,6 +1,6 @@
-// Package placement is the layout algebra of m2n: placements, dtypes and
-// layouts, with each rank's local region computed exactly as PyTorch DTensor
-// computes it.
+// Package placement is the layout algebra of m2n: placements and layouts
+// (of package dtype's element types), with each rank's local region
+// computed exactly as PyTorch DTensor computes it.
 //
 // A Layout is a global shape, a dtype, a mesh and one placement per mesh
 // axis. Shard(d) splits tensor dim d with torch.chunk semantics (parts of
@@ -10,7 +10,7 @@
 // 2, 1, 1, 1 rows at offsets 0, 2, 3, 4.
 //
 //	m, _ := mesh.Interval([]int{4}, 0)
-//	l, _ := placement.NewLayout([]int64{10, 4}, placement.F32, m, []placement.Placement{placement.Shard(0)})
+//	l, _ := placement.NewLayout([]int64{10, 4}, dtype.F32, m, []placement.Placement{placement.Shard(0)})
 //	shape, offset := l.LocalShapeOffset([]int{3}) // [1 4] at [9 0]
 //
 // LocalShapeOffset reproduces DTensor's reporting, including the sentinel

@@ -3,6 +3,7 @@ package placement_test
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -10,7 +11,7 @@ import (
 // Ten rows over four ranks split as torch.chunk does: 3, 3, 3, 1.
 func ExampleLayout_LocalShapeOffset() {
 	m, _ := mesh.Interval([]int{4}, 0)
-	l, _ := placement.NewLayout([]int64{10, 4}, placement.F32, m, []placement.Placement{placement.Shard(0)})
+	l, _ := placement.NewLayout([]int64{10, 4}, dtype.F32, m, []placement.Placement{placement.Shard(0)})
 	for r := 0; r < 4; r++ {
 		shape, offset := l.LocalShapeOffset([]int{r})
 		fmt.Printf("rank %d: shape %v offset %v\n", r, shape, offset)
@@ -27,7 +28,7 @@ func ExampleLayout_LocalShapeOffset() {
 func ExampleLayout_LocalShapeOffset_nested() {
 	m, _ := mesh.Interval([]int{2, 4}, 0)
 	ps, _ := placement.Parse("S0,S0")
-	l, _ := placement.NewLayout([]int64{5}, placement.BF16, m, ps)
+	l, _ := placement.NewLayout([]int64{5}, dtype.BF16, m, ps)
 	for i := 0; i < m.Size(); i++ {
 		coord := m.Coord(i, nil)
 		shape, offset := l.LocalShapeOffset(coord)

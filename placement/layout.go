@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/mesh"
 )
@@ -22,7 +23,7 @@ const MaxTensorDims = 8
 // (torch.distributed.tensor._utils._compute_local_shape_and_global_offset).
 type Layout struct {
 	shape      []int64
-	dtype      DType
+	dtype      dtype.DType
 	mesh       mesh.Mesh
 	placements []Placement
 
@@ -43,7 +44,7 @@ type Layout struct {
 // overflows int64, with an error naming the shape, the dtype and the span.
 // Elems, Bytes, LocalBytes and every box, offset and stride inside the
 // tensor therefore fit.
-func NewLayout(shape []int64, dtype DType, m mesh.Mesh, placements []Placement) (Layout, error) {
+func NewLayout(shape []int64, dt dtype.DType, m mesh.Mesh, placements []Placement) (Layout, error) {
 	if len(shape) > MaxTensorDims {
 		return Layout{}, fmt.Errorf("shape %s has %d dims, at most %d are supported", FormatShape(shape), len(shape), MaxTensorDims)
 	}
@@ -52,12 +53,12 @@ func NewLayout(shape []int64, dtype DType, m mesh.Mesh, placements []Placement) 
 			return Layout{}, fmt.Errorf("shape %s has a negative dim %d", FormatShape(shape), s)
 		}
 	}
-	if !dtype.Valid() {
-		return Layout{}, fmt.Errorf("invalid dtype %v", dtype)
+	if !dt.Valid() {
+		return Layout{}, fmt.Errorf("invalid dtype %v", dt)
 	}
-	if _, ok := span(shape, int64(dtype.Size())); !ok {
+	if _, ok := span(shape, int64(dt.Size())); !ok {
 		return Layout{}, fmt.Errorf("shape %s of %s is too large: it spans %s bytes (%d-byte elements), more than an int64 holds (%d)",
-			FormatShape(shape), dtype, bigSpan(shape, int64(dtype.Size())), dtype.Size(), int64(math.MaxInt64))
+			FormatShape(shape), dt, bigSpan(shape, int64(dt.Size())), dt.Size(), int64(math.MaxInt64))
 	}
 	if m.NDim() == 0 {
 		return Layout{}, fmt.Errorf("layout needs a mesh")
@@ -68,7 +69,7 @@ func NewLayout(shape []int64, dtype DType, m mesh.Mesh, placements []Placement) 
 	}
 	l := Layout{
 		shape:      slices.Clone(shape),
-		dtype:      dtype,
+		dtype:      dt,
 		mesh:       m,
 		placements: slices.Clone(placements),
 		axes:       make([][]int, len(shape)),
@@ -181,12 +182,12 @@ func (l Layout) Shape() []int64 { return slices.Clone(l.shape) }
 func (l Layout) NDim() int { return len(l.shape) }
 
 // DType returns the element type.
-func (l Layout) DType() DType { return l.dtype }
+func (l Layout) DType() dtype.DType { return l.dtype }
 
 // WithDType returns the layout with another element type: the same shape,
 // mesh, placements and parts (a destination of a tensor converted in
 // flight, say). It panics on an invalid dtype.
-func (l Layout) WithDType(dt DType) Layout {
+func (l Layout) WithDType(dt dtype.DType) Layout {
 	if !dt.Valid() {
 		panic(fmt.Sprintf("placement: WithDType(%v)", dt))
 	}

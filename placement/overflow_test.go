@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 )
 
@@ -98,17 +99,17 @@ func TestHugeShape(t *testing.T) {
 	}
 	tests := []struct {
 		shape []int64
-		dt    DType
+		dt    dtype.DType
 		want  string
 	}{
-		{[]int64{0, math.MaxInt64}, F32, "shape 0x9223372036854775807 of f32 is too large: it spans 36893488147419103228 bytes"},
-		{[]int64{0, math.MaxInt64}, U8, ""}, // 1-byte elements: it fits exactly
-		{[]int64{1 << 62}, F32, "spans 18446744073709551616 bytes"},
-		{[]int64{1 << 60}, F32, ""},
-		{[]int64{1 << 61}, F32, "spans 9223372036854775808 bytes"},
-		{[]int64{1 << 61, 2}, F32, "spans 18446744073709551616 bytes"},
-		{[]int64{65536, 65536, 64}, F32, ""}, // 1 TiB fits in an int64; memory is the caller's check
-		{[]int64{99999999999, 99999999999}, U8, "spans 9999999999800000000001 bytes"},
+		{[]int64{0, math.MaxInt64}, dtype.F32, "shape 0x9223372036854775807 of f32 is too large: it spans 36893488147419103228 bytes"},
+		{[]int64{0, math.MaxInt64}, dtype.U8, ""}, // 1-byte elements: it fits exactly
+		{[]int64{1 << 62}, dtype.F32, "spans 18446744073709551616 bytes"},
+		{[]int64{1 << 60}, dtype.F32, ""},
+		{[]int64{1 << 61}, dtype.F32, "spans 9223372036854775808 bytes"},
+		{[]int64{1 << 61, 2}, dtype.F32, "spans 18446744073709551616 bytes"},
+		{[]int64{65536, 65536, 64}, dtype.F32, ""}, // 1 TiB fits in an int64; memory is the caller's check
+		{[]int64{99999999999, 99999999999}, dtype.U8, "spans 9999999999800000000001 bytes"},
 	}
 	for _, tc := range tests {
 		ps := []Placement{Shard(len(tc.shape) - 1)}

@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 )
 
@@ -10,7 +11,7 @@ import (
 // like "7168x2048", a dtype, a mesh, and placements like "R,S1" or
 // "Replicate(),Shard(1)" (one per mesh axis). Errors name the part that
 // does not parse.
-func ParseLayout(shape string, dt DType, m mesh.Mesh, placements string) (Layout, error) {
+func ParseLayout(shape string, dt dtype.DType, m mesh.Mesh, placements string) (Layout, error) {
 	s, err := ParseShape(shape)
 	if err != nil {
 		return Layout{}, fmt.Errorf("shape %q: %w", shape, err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 )
 
@@ -44,27 +45,6 @@ func TestParse(t *testing.T) {
 		if _, err := Parse(in); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("Parse(%q) = %v, want ErrUnsupported", in, err)
 		}
-	}
-}
-
-func TestDTypes(t *testing.T) {
-	sizes := map[string]int{"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "i64": 8, "fp8e4m3": 1, "fp8e5m2": 1}
-	if len(dtypes()) != len(sizes) {
-		t.Fatalf("%d dtypes, want %d", len(dtypes()), len(sizes))
-	}
-	for name, size := range sizes {
-		dt, err := ParseDType(name)
-		if err != nil || dt.Size() != size || dt.String() != name {
-			t.Errorf("%s: %v size %d, %v", name, dt, dt.Size(), err)
-		}
-	}
-	for alias, want := range map[string]DType{"torch.bfloat16": BF16, "float8_e4m3fn": FP8E4M3, "FLOAT32": F32} {
-		if dt, err := ParseDType(alias); err != nil || dt != want {
-			t.Errorf("ParseDType(%q) = %v, %v", alias, dt, err)
-		}
-	}
-	if _, err := ParseDType("f128"); err == nil || !strings.Contains(err.Error(), "want one of bf16") {
-		t.Errorf("ParseDType(f128) = %v", err)
 	}
 }
 
@@ -122,16 +102,16 @@ func TestNewLayoutRejects(t *testing.T) {
 	tests := []struct {
 		name  string
 		shape []int64
-		dt    DType
+		dt    dtype.DType
 		ps    []Placement
 		err   string
 	}{
-		{"count", []int64{4}, F32, []Placement{Shard(0)}, "1 placements [S0] for a 2-axis mesh 2x2"},
-		{"dim", []int64{4}, F32, []Placement{Shard(0), Shard(1)}, "shard dim 1 is out of range for a 1-dim tensor 4"},
-		{"scalar shard", []int64{}, F32, []Placement{Shard(0), Replicate()}, "out of range for a 0-dim tensor scalar"},
-		{"dtype", []int64{4}, invalidDType, []Placement{Replicate(), Replicate()}, "invalid dtype"},
-		{"negative", []int64{4, -1}, F32, []Placement{Replicate(), Replicate()}, "negative dim -1"},
-		{"huge", []int64{1 << 40, 1 << 40}, F32, []Placement{Replicate(), Replicate()}, "1099511627776x1099511627776 of f32 is too large"},
+		{"count", []int64{4}, dtype.F32, []Placement{Shard(0)}, "1 placements [S0] for a 2-axis mesh 2x2"},
+		{"dim", []int64{4}, dtype.F32, []Placement{Shard(0), Shard(1)}, "shard dim 1 is out of range for a 1-dim tensor 4"},
+		{"scalar shard", []int64{}, dtype.F32, []Placement{Shard(0), Replicate()}, "out of range for a 0-dim tensor scalar"},
+		{"dtype", []int64{4}, dtype.DType(0), []Placement{Replicate(), Replicate()}, "invalid dtype"},
+		{"negative", []int64{4, -1}, dtype.F32, []Placement{Replicate(), Replicate()}, "negative dim -1"},
+		{"huge", []int64{1 << 40, 1 << 40}, dtype.F32, []Placement{Replicate(), Replicate()}, "1099511627776x1099511627776 of f32 is too large"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,7 +142,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("%q: shape %v round-trips to %v, %v", s, sh, back, err)
 			}
 		}
-		_, _ = ParseDType(s)
+		_, _ = dtype.Parse(s)
 	})
 }
 

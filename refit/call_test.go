@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pattern"
@@ -21,12 +22,12 @@ import (
 )
 
 // lay builds a layout from CLI spellings, or returns the error.
-func lay(shape, dtype, meshShape, pl string, ranks []int) (placement.Layout, error) {
+func lay(shape, dtypeName, meshShape, pl string, ranks []int) (placement.Layout, error) {
 	s, err := placement.ParseShape(shape)
 	if err != nil {
 		return placement.Layout{}, err
 	}
-	dt, err := placement.ParseDType(dtype)
+	dt, err := dtype.Parse(dtypeName)
 	if err != nil {
 		return placement.Layout{}, err
 	}
@@ -45,9 +46,9 @@ func lay(shape, dtype, meshShape, pl string, ranks []int) (placement.Layout, err
 	return placement.NewLayout(s, dt, m, ps)
 }
 
-func mustLay(t testing.TB, shape, dtype, meshShape, pl string, ranks []int) placement.Layout {
+func mustLay(t testing.TB, shape, dtypeName, meshShape, pl string, ranks []int) placement.Layout {
 	t.Helper()
-	l, err := lay(shape, dtype, meshShape, pl, ranks)
+	l, err := lay(shape, dtypeName, meshShape, pl, ranks)
 	if err != nil {
 		t.Fatal(err)
 	}

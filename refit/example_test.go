@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -27,8 +28,8 @@ func ExampleRuntime_Prepare() {
 	shape := []int64{16, 8}
 	trainer, _ := mesh.Interval([]int{4}, 0)
 	generator, _ := mesh.Interval([]int{2, 2}, 4)
-	src, _ := placement.NewLayout(shape, placement.BF16, trainer, []placement.Placement{placement.Shard(0)})
-	dst, _ := placement.NewLayout(shape, placement.BF16, generator, []placement.Placement{placement.Replicate(), placement.Shard(1)})
+	src, _ := placement.NewLayout(shape, dtype.BF16, trainer, []placement.Placement{placement.Shard(0)})
+	dst, _ := placement.NewLayout(shape, dtype.BF16, generator, []placement.Placement{placement.Replicate(), placement.Shard(1)})
 	specs := []refit.Spec{{Name: "layers.0.mlp.w", Src: src, Dst: dst}}
 	opts := refit.Options{Schedule: reshard.DefaultScheduleOptions, Verify: true, Atomic: true, Timeout: time.Minute}
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/pattern"
 	"github.com/m2n-dev/m2n/placement"
@@ -133,7 +134,7 @@ func TestFP8NetworkBytesHalve(t *testing.T) {
 		return sent
 	}
 	b16 := bytesOf(refit.Spec{Src: src, Dst: dst})
-	f8 := bytesOf(refit.Spec{Src: src, Dst: dst.WithDType(placement.FP8E4M3), Scale: fp8.Block})
+	f8 := bytesOf(refit.Spec{Src: src, Dst: dst.WithDType(dtype.FP8E4M3), Scale: fp8.Block})
 	if b16 != 2*256*384 || f8 != 256*384 {
 		t.Errorf("bf16 call sent %d bytes, FP8 call %d: want %d and %d", b16, f8, 2*256*384, 256*384)
 	}
@@ -320,7 +321,7 @@ func TestFP8ScaleBuffers(t *testing.T) {
 		_, errs := runCall(4, func(r int) call {
 			sp := spec
 			sp.Dst = tc.dst
-			if tc.dst.DType() != placement.FP8E4M3 {
+			if tc.dst.DType() != dtype.FP8E4M3 {
 				sp.Scale = 0
 			}
 			b := fp8Buffers(t, sp, r)

@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -23,7 +24,7 @@ type TensorQuant struct {
 	Grid   fp8.Grid
 	Scales transport.Scales
 	// DType is the source's dtype (bf16 or f32).
-	DType placement.DType
+	DType dtype.DType
 }
 
 // NewGrid returns the block grid of a converting spec (Spec.Scale over the
@@ -82,7 +83,7 @@ func checkScale(s Spec, p *reshard.Plan) error {
 	if !p.Converts() {
 		if s.Scale != 0 {
 			return &reshard.FieldError{Field: "fp8 scale mode", Got: scaleName(s.Scale), Want: "none",
-				Why: fmt.Sprintf("the tensor does not convert in flight (source %v, destination %v): a scale mode needs a %v destination of a bf16 or f32 source", src, dst, placement.FP8E4M3)}
+				Why: fmt.Sprintf("the tensor does not convert in flight (source %v, destination %v): a scale mode needs a %v destination of a bf16 or f32 source", src, dst, dtype.FP8E4M3)}
 		}
 		return nil
 	}
@@ -290,7 +291,7 @@ func replicaShare(box placement.Box, rep, count int) placement.Box {
 // derived once at Prepare.
 type quantTensor struct {
 	grid  fp8.Grid
-	dtype placement.DType // the source's
+	dtype dtype.DType // the source's
 	// src: the rank holds a nonempty source part, srcBox, touching
 	// srcBlocks; speaks: it gathers and sends the partial amaxes of
 	// speakBox, its replica's share of the part (replicaShare), at speakAt

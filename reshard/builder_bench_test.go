@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -97,8 +98,8 @@ func BenchmarkBuilderTinyChunks(b *testing.B) {
 	for _, shape := range [][2]int64{{64, 64}, {256, 256}, {1024, 1024}, {2048, 1024}} {
 		m2, _ := mesh.Interval([]int{2}, 0)
 		d2, _ := mesh.Interval([]int{2}, 2)
-		src, _ := placement.NewLayout(shape[:], placement.F32, m2, []placement.Placement{placement.Shard(0)})
-		dst, _ := placement.NewLayout(shape[:], placement.F32, d2, []placement.Placement{placement.Shard(1)})
+		src, _ := placement.NewLayout(shape[:], dtype.F32, m2, []placement.Placement{placement.Shard(0)})
+		dst, _ := placement.NewLayout(shape[:], dtype.F32, d2, []placement.Placement{placement.Shard(1)})
 		plan, err := NewPlan(src, dst, 4, Options{})
 		if err != nil {
 			b.Fatal(err)
@@ -125,8 +126,8 @@ func BenchmarkBuilderTinyChunks(b *testing.B) {
 func BenchmarkBuilderFlat(b *testing.B) {
 	m8, _ := mesh.Interval([]int{8}, 0)
 	d8, _ := mesh.Interval([]int{8}, 8)
-	src, _ := placement.NewLayout([]int64{8192, 8192}, placement.F32, m8, []placement.Placement{placement.Shard(0)})
-	dst, _ := placement.NewLayout([]int64{8192, 8192}, placement.F32, d8, []placement.Placement{placement.Shard(1)})
+	src, _ := placement.NewLayout([]int64{8192, 8192}, dtype.F32, m8, []placement.Placement{placement.Shard(0)})
+	dst, _ := placement.NewLayout([]int64{8192, 8192}, dtype.F32, d8, []placement.Placement{placement.Shard(1)})
 	plan, err := NewPlan(src, dst, 16, Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -16,7 +17,7 @@ func worldPlan(t testing.TB, world int) *Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := placement.NewLayout([]int64{4}, placement.F32, m, []placement.Placement{placement.Replicate()})
+	l, err := placement.NewLayout([]int64{4}, dtype.F32, m, []placement.Placement{placement.Replicate()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package reshard_test
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -16,8 +17,8 @@ func ExampleNewPlan() {
 	shape := []int64{8, 4}
 	trainer, _ := mesh.Interval([]int{4}, 0)
 	generator, _ := mesh.Interval([]int{2, 2}, 4)
-	src, _ := placement.NewLayout(shape, placement.F32, trainer, []placement.Placement{placement.Shard(0)})
-	dst, _ := placement.NewLayout(shape, placement.F32, generator, []placement.Placement{placement.Replicate(), placement.Shard(0)})
+	src, _ := placement.NewLayout(shape, dtype.F32, trainer, []placement.Placement{placement.Shard(0)})
+	dst, _ := placement.NewLayout(shape, dtype.F32, generator, []placement.Placement{placement.Replicate(), placement.Shard(0)})
 	plan, err := reshard.NewPlan(src, dst, 8, reshard.Options{})
 	if err != nil {
 		panic(err)
@@ -45,8 +46,8 @@ func ExamplePlan_Transfer() {
 	shape := []int64{8, 8}
 	a, _ := mesh.Interval([]int{2}, 0)
 	b, _ := mesh.Interval([]int{2}, 2)
-	src, _ := placement.NewLayout(shape, placement.BF16, a, []placement.Placement{placement.Shard(0)})
-	dst, _ := placement.NewLayout(shape, placement.BF16, b, []placement.Placement{placement.Shard(1)})
+	src, _ := placement.NewLayout(shape, dtype.BF16, a, []placement.Placement{placement.Shard(0)})
+	dst, _ := placement.NewLayout(shape, dtype.BF16, b, []placement.Placement{placement.Shard(1)})
 	plan, _ := reshard.NewPlan(src, dst, 4, reshard.Options{})
 	t := plan.Transfer(0)
 	fmt.Println(t.Box, "source", t.SrcAt, "destination", t.DstAt)

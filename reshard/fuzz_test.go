@@ -3,6 +3,7 @@ package reshard
 import (
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -13,12 +14,12 @@ import (
 func FuzzPlan(f *testing.F) {
 	f.Add("8x4", "f32", "4", "S0", "", "2x2", "R,S0", "4-7", false)
 	f.Add("10x3", "bf16", "2x2", "S0,S0", "3,0,2,1", "3", "S1", "1-3", true)
-	f.Fuzz(func(t *testing.T, shape, dtype, srcMesh, srcPl, srcRanks, dstMesh, dstPl, dstRanks string, stripe bool) {
-		src, ok := fuzzLayout(shape, dtype, srcMesh, srcPl, srcRanks, 0)
+	f.Fuzz(func(t *testing.T, shape, dtypeName, srcMesh, srcPl, srcRanks, dstMesh, dstPl, dstRanks string, stripe bool) {
+		src, ok := fuzzLayout(shape, dtypeName, srcMesh, srcPl, srcRanks, 0)
 		if !ok {
 			return
 		}
-		dst, ok := fuzzLayout(shape, dtype, dstMesh, dstPl, dstRanks, src.Mesh().Size())
+		dst, ok := fuzzLayout(shape, dtypeName, dstMesh, dstPl, dstRanks, src.Mesh().Size())
 		if !ok {
 			return
 		}
@@ -40,7 +41,7 @@ func FuzzPlan(f *testing.F) {
 
 // fuzzLayout parses one side of a fuzz input; it reports false for input
 // that is invalid or too large to check quickly.
-func fuzzLayout(shape, dtype, meshShape, pl, ranks string, start int) (placement.Layout, bool) {
+func fuzzLayout(shape, dtypeName, meshShape, pl, ranks string, start int) (placement.Layout, bool) {
 	s, err := placement.ParseShape(shape)
 	if err != nil {
 		return placement.Layout{}, false
@@ -55,7 +56,7 @@ func fuzzLayout(shape, dtype, meshShape, pl, ranks string, start int) (placement
 			return placement.Layout{}, false
 		}
 	}
-	dt, err := placement.ParseDType(dtype)
+	dt, err := dtype.Parse(dtypeName)
 	if err != nil {
 		return placement.Layout{}, false
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -143,7 +144,7 @@ func checkPlan(p *Plan) error {
 
 // randomLayout draws a layout over the given ranks with a random mesh shape
 // whose size is len(ranks).
-func randomLayout(rng *rand.Rand, shape []int64, dt placement.DType, ranks []int) placement.Layout {
+func randomLayout(rng *rand.Rand, shape []int64, dt dtype.DType, ranks []int) placement.Layout {
 	n := len(ranks)
 	var mshape []int
 	for n > 1 && len(mshape) < 3 {
@@ -201,8 +202,8 @@ func randomPair(rng *rand.Rand) (src, dst placement.Layout, world int) {
 		}
 	}
 	// every dtype, in placement's order (the planner sees only their sizes)
-	dts := []placement.DType{placement.BF16, placement.F16, placement.F32, placement.F64, placement.I8,
-		placement.U8, placement.I32, placement.I64, placement.FP8E4M3, placement.FP8E5M2}
+	dts := []dtype.DType{dtype.BF16, dtype.F16, dtype.F32, dtype.F64, dtype.I8,
+		dtype.U8, dtype.I32, dtype.I64, dtype.FP8E4M3, dtype.FP8E5M2}
 	dt := dts[rng.IntN(len(dts))]
 	m, n := 1+rng.IntN(8), 1+rng.IntN(8)
 	var srcRanks, dstRanks []int

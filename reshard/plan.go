@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -497,7 +498,7 @@ func checkCompatible(src, dst placement.Layout, world int) error {
 	}
 	if src.DType() != dst.DType() && !ConvertsTo(src.DType(), dst.DType()) {
 		return &FieldError{Field: "dtype", Got: dst.DType().String(), Want: src.DType().String(),
-			Why: fmt.Sprintf("source and destination dtypes differ, and the only conversion in flight is bf16 or f32 to %v", placement.FP8E4M3)}
+			Why: fmt.Sprintf("source and destination dtypes differ, and the only conversion in flight is bf16 or f32 to %v", dtype.FP8E4M3)}
 	}
 	if err := src.Mesh().Validate(world); err != nil {
 		return &FieldError{Field: "source mesh", Got: src.Mesh().String(), Why: err.Error()}
@@ -511,8 +512,8 @@ func checkCompatible(src, dst placement.Layout, world int) error {
 // ConvertsTo reports whether a tensor of dtype src can be converted in
 // flight to dtype dst: bf16 or f32 to fp8e4m3 (FP8 E4M3 by package fp8's
 // rule, torch's).
-func ConvertsTo(src, dst placement.DType) bool {
-	return dst == placement.FP8E4M3 && (src == placement.BF16 || src == placement.F32)
+func ConvertsTo(src, dst dtype.DType) bool {
+	return dst == dtype.FP8E4M3 && (src == dtype.BF16 || src == dtype.F32)
 }
 
 // FieldError reports an input field whose value cannot be used.

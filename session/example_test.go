@@ -7,6 +7,7 @@ import (
 	"log"
 
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/model"
@@ -34,8 +35,8 @@ func Example() {
 	defer s.Close()
 	trainer, _ := mesh.Interval([]int{4}, 0)
 	generator, _ := mesh.Interval([]int{2, 2}, 4)
-	src, _ := placement.ParseLayout("4096x1024", placement.BF16, trainer, "S0")
-	dst, _ := placement.ParseLayout("4096x1024", placement.BF16, generator, "R,S0")
+	src, _ := placement.ParseLayout("4096x1024", dtype.BF16, trainer, "S0")
+	dst, _ := placement.ParseLayout("4096x1024", dtype.BF16, generator, "R,S0")
 	ctx := context.Background()
 	call, err := s.Prepare(ctx, []refit.Spec{{Name: "q_proj.weight", Src: src, Dst: dst}}, hier.Hier{})
 	if err != nil {
@@ -85,8 +86,8 @@ func ExampleSession_Pipeline() {
 	trainer, _ := mesh.Interval([]int{2}, 0) // local to each stage's communicator
 	generator, _ := mesh.Interval([]int{1}, 2)
 	specs := func(stage int) []refit.Spec {
-		src, _ := placement.ParseLayout("8x6", placement.F32, trainer, "S0")
-		dst, _ := placement.ParseLayout("8x6", placement.F32, generator, "R")
+		src, _ := placement.ParseLayout("8x6", dtype.F32, trainer, "S0")
+		dst, _ := placement.ParseLayout("8x6", dtype.F32, generator, "R")
 		return []refit.Spec{{Name: fmt.Sprintf("layers.%d.w", stage), Src: src, Dst: dst}}
 	}
 	call, err := st.Prepare(context.Background(), specs, hier.Hier{})

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
 	"github.com/m2n-dev/m2n/mpi"
-	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/session"
@@ -28,8 +28,8 @@ func TestPrepareChecksMemory(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
 		s := join(t, c, session.Options{Timeout: 30 * time.Second})
 		defer s.Close()
-		specs := []refit.Spec{{Name: "huge", Src: layout(t, "65536x65536x64", placement.F32, []int{2}, 0, "S0"),
-			Dst: layout(t, "65536x65536x64", placement.F32, []int{2}, 2, "S1")}}
+		specs := []refit.Spec{{Name: "huge", Src: layout(t, "65536x65536x64", dtype.F32, []int{2}, 0, "S0"),
+			Dst: layout(t, "65536x65536x64", dtype.F32, []int{2}, 2, "S1")}}
 		call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 		if err != nil {
 			t.Fatalf("flat: %v", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
@@ -24,7 +25,7 @@ import (
 	"github.com/m2n-dev/m2n/transport"
 )
 
-func layout(t testing.TB, shape string, dt placement.DType, meshShape []int, start int, pl string) placement.Layout {
+func layout(t testing.TB, shape string, dt dtype.DType, meshShape []int, start int, pl string) placement.Layout {
 	t.Helper()
 	return layouttest.Layout(t, shape, dt, layouttest.Interval(t, meshShape, start), pl)
 }
@@ -115,9 +116,9 @@ func TestPrepareOnceRunEverySteps(t *testing.T) {
 		s := join(t, c, session.Options{Timeout: 30 * time.Second, Domains: hier.DomainSizes{Dst: 2}, ChunkBytes: 4096, StagingBytes: 64 << 10})
 		defer s.Close()
 		specs := []refit.Spec{
-			{Name: "embed", Src: layout(t, "64x32", placement.BF16, []int{4}, 0, "S0"), Dst: layout(t, "64x32", placement.BF16, []int{2, 2}, 4, "R,S0")},
-			{Name: "row", Src: layout(t, "48x40", placement.F32, []int{4}, 0, "S0"), Dst: layout(t, "48x40", placement.F32, []int{2, 2}, 4, "R,S1")},
-			{Name: "norm", Src: layout(t, "40", placement.BF16, []int{4}, 0, "R"), Dst: layout(t, "40", placement.BF16, []int{2, 2}, 4, "R,R")},
+			{Name: "embed", Src: layout(t, "64x32", dtype.BF16, []int{4}, 0, "S0"), Dst: layout(t, "64x32", dtype.BF16, []int{2, 2}, 4, "R,S0")},
+			{Name: "row", Src: layout(t, "48x40", dtype.F32, []int{4}, 0, "S0"), Dst: layout(t, "48x40", dtype.F32, []int{2, 2}, 4, "R,S1")},
+			{Name: "norm", Src: layout(t, "40", dtype.BF16, []int{4}, 0, "R"), Dst: layout(t, "40", dtype.BF16, []int{2, 2}, 4, "R,R")},
 		}
 		for _, route := range []reshard.Route{reshard.Flat, reshard.AllGatherBroadcast, hier.Hier{}, bounds.Auto{Fabric: bounds.Fabric{NetBW: 1e9, LocalBW: 1e10}}} {
 			call, err := s.Prepare(context.Background(), specs, route)
@@ -146,7 +147,7 @@ func TestPrepareOnceRunEverySteps(t *testing.T) {
 // the field, before anything moves.
 func TestPrepareAgreesOnEverything(t *testing.T) {
 	specs := func(t testing.TB) []refit.Spec {
-		return []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		return []refit.Spec{{Name: "w", Src: layout(t, "16x8", dtype.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", dtype.BF16, []int{2}, 2, "S1")}}
 	}
 	cases := []struct {
 		name  string
@@ -199,7 +200,7 @@ func TestTypedErrorsCrossRanks(t *testing.T) {
 	mpitest.Run(t, 4, func(t mpitest.T, c *mpi.Comm) {
 		s := join(t, c, session.Options{Timeout: 20 * time.Second, Verify: true, Atomic: true})
 		defer s.Close()
-		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+		specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", dtype.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", dtype.BF16, []int{2}, 2, "S1")}}
 		call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 		if err != nil {
 			t.Fatal(err)
@@ -288,7 +289,7 @@ func TestStoppedRankNamed(t *testing.T) {
 // its buffers (the source filled, the destination poisoned).
 func twoByTwo(t mpitest.T, c *mpi.Comm, timeout time.Duration) (*session.Session, *refit.Call, []refit.TensorBuffers) {
 	s := join(t, c, session.Options{Timeout: timeout})
-	specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", placement.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", placement.BF16, []int{2}, 2, "S1")}}
+	specs := []refit.Spec{{Name: "w", Src: layout(t, "16x8", dtype.BF16, []int{2}, 0, "S0"), Dst: layout(t, "16x8", dtype.BF16, []int{2}, 2, "S1")}}
 	call, err := s.Prepare(context.Background(), specs, reshard.Flat)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +329,7 @@ func TestStagesConcurrent(t *testing.T) {
 			t.Errorf("the stages made %d communicators on a rank in %d stages, want %d", after-before, in, in)
 		}
 		specsOf := func(int) []refit.Spec {
-			return []refit.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
+			return []refit.Spec{{Name: "layer", Src: layout(t, "8x6", dtype.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", dtype.F32, []int{1}, 2, "R")}}
 		}
 		sc, err := st.Prepare(context.Background(), specsOf, hier.Hier{})
 		if err != nil {
@@ -370,7 +371,7 @@ func TestOneStageIsTheSession(t *testing.T) {
 		if _, after := mpi.Live(); after != before {
 			t.Errorf("a stage of every rank made %d communicators, want none", after-before)
 		}
-		specs := []refit.Spec{{Name: "layer", Src: layout(t, "8x6", placement.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", placement.F32, []int{1}, 2, "R")}}
+		specs := []refit.Spec{{Name: "layer", Src: layout(t, "8x6", dtype.F32, []int{2}, 0, "S0"), Dst: layout(t, "8x6", dtype.F32, []int{1}, 2, "R")}}
 		sc, err := st.Prepare(context.Background(), func(int) []refit.Spec { return specs }, hier.Hier{})
 		if err != nil {
 			t.Fatal(err)
@@ -412,8 +413,8 @@ func TestOneRank(t *testing.T) {
 		s := join(t, c, session.Options{Timeout: 30 * time.Second})
 		defer s.Close()
 		specs := []refit.Spec{
-			{Name: "a", Src: layout(t, "64x64", placement.BF16, []int{1}, 0, "S0"), Dst: layout(t, "64x64", placement.BF16, []int{1}, 0, "S1")},
-			{Name: "b", Src: layout(t, "7x5", placement.F32, []int{1}, 0, "R"), Dst: layout(t, "7x5", placement.F32, []int{1}, 0, "S0")},
+			{Name: "a", Src: layout(t, "64x64", dtype.BF16, []int{1}, 0, "S0"), Dst: layout(t, "64x64", dtype.BF16, []int{1}, 0, "S1")},
+			{Name: "b", Src: layout(t, "7x5", dtype.F32, []int{1}, 0, "R"), Dst: layout(t, "7x5", dtype.F32, []int{1}, 0, "S0")},
 		}
 		call, err := s.Prepare(context.Background(), specs, reshard.AllGatherBroadcast)
 		if err != nil {

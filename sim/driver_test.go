@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/internal/testutil/layouttest"
 	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
@@ -18,7 +19,7 @@ import (
 
 func layout(t *testing.T, shape string, m []int, start int, pl string) placement.Layout {
 	t.Helper()
-	return layouttest.Layout(t, shape, placement.BF16, layouttest.Interval(t, m, start), pl)
+	return layouttest.Layout(t, shape, dtype.BF16, layouttest.Interval(t, m, start), pl)
 }
 
 func paperConfig(t *testing.T) sim.Config {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -17,11 +18,11 @@ func handBuilder(t *testing.T, world int, topo reshard.Topology, roundBytes int6
 	t.Helper()
 	sm, _ := mesh.Interval([]int{1}, 0)
 	dm, _ := mesh.Interval([]int{1}, world-1)
-	l1, err := placement.NewLayout([]int64{8}, placement.U8, sm, []placement.Placement{placement.Replicate()})
+	l1, err := placement.NewLayout([]int64{8}, dtype.U8, sm, []placement.Placement{placement.Replicate()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, _ := placement.NewLayout([]int64{8}, placement.U8, dm, []placement.Placement{placement.Replicate()})
+	l2, _ := placement.NewLayout([]int64{8}, dtype.U8, dm, []placement.Placement{placement.Replicate()})
 	p, err := reshard.NewPlan(l1, l2, world, reshard.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
@@ -23,11 +24,11 @@ func paperLayer(t testing.TB, rho int) Stage {
 	sm, _ := mesh.Interval([]int{16}, 0)
 	dm, _ := mesh.Interval([]int{rho, 8}, 16)
 	shape := []int64{256, 2000, 7000}
-	src, err := placement.NewLayout(shape, placement.BF16, sm, []placement.Placement{placement.Shard(0)})
+	src, err := placement.NewLayout(shape, dtype.BF16, sm, []placement.Placement{placement.Shard(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst, err := placement.NewLayout(shape, placement.BF16, dm, []placement.Placement{placement.Replicate(), placement.Shard(1)})
+	dst, err := placement.NewLayout(shape, dtype.BF16, dm, []placement.Placement{placement.Replicate(), placement.Shard(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +123,8 @@ func ExampleSimulateRoute() {
 	// 2 x 4 destinations in another, over 50 GB/s NICs.
 	sm, _ := mesh.Interval([]int{8}, 0)
 	dm, _ := mesh.Interval([]int{2, 4}, 8)
-	src, _ := placement.NewLayout([]int64{4096, 8192}, placement.BF16, sm, []placement.Placement{placement.Shard(0)})
-	dst, _ := placement.NewLayout([]int64{4096, 8192}, placement.BF16, dm, []placement.Placement{placement.Replicate(), placement.Shard(1)})
+	src, _ := placement.NewLayout([]int64{4096, 8192}, dtype.BF16, sm, []placement.Placement{placement.Shard(0)})
+	dst, _ := placement.NewLayout([]int64{4096, 8192}, dtype.BF16, dm, []placement.Placement{placement.Replicate(), placement.Shard(1)})
 	plan, _ := reshard.NewPlan(src, dst, 16, reshard.Options{})
 	host := make([]int, 16)
 	for i := range host {

@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
@@ -18,7 +19,7 @@ import (
 // descriptor of Describe and DescribeView with a unit innermost stride
 // does).
 type QuantRegion struct {
-	DType placement.DType
+	DType dtype.DType
 	Buf   Buffer
 	At    strided.Desc
 	Box   placement.Box

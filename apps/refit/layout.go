@@ -3,13 +3,14 @@ package main
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
 )
 
 func newLayoutCmd() *cobra.Command {
-	var shape, dtype, meshSpec, pl, ranks string
+	var shape, dtypeName, meshSpec, pl, ranks string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "layout --shape S --mesh M --placements P [--ranks L] [--json]",
@@ -33,9 +34,9 @@ Ranks are listed in row-major coordinate order.`,
 			if err != nil {
 				return flagError("shape", shape, err)
 			}
-			dt, err := placement.ParseDType(dtype)
+			dt, err := dtype.Parse(dtypeName)
 			if err != nil {
-				return flagError("dtype", dtype, err)
+				return flagError("dtype", dtypeName, err)
 			}
 			l, err := modelspec.Side{Mesh: meshSpec, Placements: pl, Ranks: ranks}.Layout(s, dt, 0, "")
 			if err != nil {
@@ -49,7 +50,7 @@ Ranks are listed in row-major coordinate order.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&shape, "shape", "", "global tensor shape, e.g. 13x2")
-	fs.StringVar(&dtype, "dtype", "f32", "element type (sets the byte counts)")
+	fs.StringVar(&dtypeName, "dtype", "f32", "element type (sets the byte counts)")
 	fs.StringVar(&meshSpec, "mesh", "", "mesh shape, e.g. 4x2")
 	fs.StringVar(&pl, "placements", "", "one placement per mesh axis, e.g. S0,S0")
 	fs.StringVar(&ranks, "ranks", "", "ranks in mesh order (default 0..size-1)")

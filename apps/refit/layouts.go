@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/modelspec"
-	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
 )
 
@@ -116,11 +116,11 @@ func parseFP8(dstDType, fp8Scale, notE4M3 string) (fp8.Mode, error) {
 		}
 		return 0, nil
 	}
-	dt, err := placement.ParseDType(dstDType)
+	dt, err := dtype.Parse(dstDType)
 	if err != nil {
 		return 0, flagError("dst-dtype", dstDType, err)
 	}
-	if dt != placement.FP8E4M3 {
+	if dt != dtype.FP8E4M3 {
 		return 0, flagError("dst-dtype", dstDType, errors.New(notE4M3))
 	}
 	if fp8Scale == "" {

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/spf13/cobra"
 )
 
 func newQuantizeCmd() *cobra.Command {
-	var in, shape, dtype, mode, out, scaleOut string
+	var in, shape, dtypeName, mode, out, scaleOut string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "quantize --in FILE --shape S [--dtype bf16|f32] [--mode block|row|tensor] --out FILE --scale-out FILE [--json]",
@@ -62,9 +63,9 @@ s.repeat_interleave(128, -2).repeat_interleave(128, -1), cut to the shape).`,
 			if err != nil {
 				return flagError("shape", shape, err)
 			}
-			dt, err := placement.ParseDType(dtype)
-			if err != nil || (dt != placement.BF16 && dt != placement.F32) {
-				return flagError("dtype", dtype, errors.New("want bf16 or f32"))
+			dt, err := dtype.Parse(dtypeName)
+			if err != nil || (dt != dtype.BF16 && dt != dtype.F32) {
+				return flagError("dtype", dtypeName, errors.New("want bf16 or f32"))
 			}
 			m, err := fp8.ParseMode(mode)
 			if err != nil {
@@ -105,7 +106,7 @@ s.repeat_interleave(128, -2).repeat_interleave(128, -1), cut to the shape).`,
 	fs := cmd.Flags()
 	fs.StringVar(&in, "in", "", "raw little-endian input, row-major")
 	fs.StringVar(&shape, "shape", "", "tensor shape, 2 to 8 dims, e.g. 300x200 or 4x256x384 (experts)")
-	fs.StringVar(&dtype, "dtype", "bf16", "input element type: bf16 or f32")
+	fs.StringVar(&dtypeName, "dtype", "bf16", "input element type: bf16 or f32")
 	fs.StringVar(&mode, "mode", "block", "scaling: block (128x128), row (1 x K) or tensor (one per matrix)")
 	fs.StringVar(&out, "out", "", "where to write the E4M3 bytes")
 	fs.StringVar(&scaleOut, "scale-out", "", "where to write the float32 scales (weight_scale_inv)")
@@ -129,7 +130,7 @@ type quantizeJSON struct {
 	MaxScale   float32 `json:"max_scale"`
 }
 
-func printQuantize(cmd *cobra.Command, g fp8.Grid, dt placement.DType, q fp8.Quantized, in, out, scaleOut string, asJSON bool) error {
+func printQuantize(cmd *cobra.Command, g fp8.Grid, dt dtype.DType, q fp8.Quantized, in, out, scaleOut string, asJSON bool) error {
 	rows, cols := g.BlockShape()
 	j := quantizeJSON{Shape: g.Shape(), DType: dt.String(), Mode: g.Mode().String(), Block: []int64{rows, cols},
 		ScaleShape: g.ScaleShape(), Elements: len(q.Data), In: in, Out: out, ScaleOut: scaleOut}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/m2n-dev/m2n/bounds"
 	"github.com/m2n-dev/m2n/control"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/envopts"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
@@ -202,7 +203,7 @@ func (f *runFlags) fp8Mode() (fp8.Mode, error) {
 // with --dst-dtype e4m3, else as given.
 func (s settings) dstOf(l placement.Layout) placement.Layout {
 	if s.fp8 != 0 {
-		return l.WithDType(placement.FP8E4M3)
+		return l.WithDType(dtype.FP8E4M3)
 	}
 	return l
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/perf"
 	"github.com/m2n-dev/m2n/placement"
@@ -75,7 +76,7 @@ func parseInts(flag, s string) ([]int, error) {
 // sweepInput is what the sweep's own flags resolve to.
 type sweepInput struct {
 	shape      []int64
-	dt         placement.DType
+	dt         dtype.DType
 	rhos, doms []int
 }
 
@@ -98,7 +99,7 @@ func parseSweep(f *runFlags, sources, tp int, rhoList, domainList string, world 
 	if len(sw.shape) != 2 {
 		return sw, flagError("shape", f.pair.Shape, fmt.Errorf("sweep moves a 2-dim tensor"))
 	}
-	if sw.dt, err = placement.ParseDType(f.pair.DType); err != nil {
+	if sw.dt, err = dtype.Parse(f.pair.DType); err != nil {
 		return sw, flagError("dtype", f.pair.DType, err)
 	}
 	need := 0

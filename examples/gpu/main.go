@@ -13,6 +13,7 @@ import (
 
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
@@ -49,11 +50,11 @@ func run() error {
 	defer s.Close() // on an error here, the other ranks' next collective fails naming this rank
 	n := s.Size()
 	ranks, _ := mesh.Interval([]int{n}, 0) // both layouts on every rank: colocated
-	src, err := placement.ParseLayout("2048x4096", placement.BF16, ranks, "S0")
+	src, err := placement.ParseLayout("2048x4096", dtype.BF16, ranks, "S0")
 	if err != nil {
 		return err
 	}
-	dst, err := placement.ParseLayout("2048x4096", placement.BF16, ranks, "S1")
+	dst, err := placement.ParseLayout("2048x4096", dtype.BF16, ranks, "S1")
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
@@ -48,11 +49,11 @@ func run() error {
 	// Meshes are local to each stage's communicator: trainers 0-1, generator 2.
 	trainer, _ := mesh.Interval([]int{2}, 0)
 	generator, _ := mesh.Interval([]int{1}, 2)
-	src, err := placement.ParseLayout("512x256", placement.BF16, trainer, "S0")
+	src, err := placement.ParseLayout("512x256", dtype.BF16, trainer, "S0")
 	if err != nil {
 		return err
 	}
-	dst, err := placement.ParseLayout("512x256", placement.BF16, generator, "R")
+	dst, err := placement.ParseLayout("512x256", dtype.BF16, generator, "R")
 	if err != nil {
 		return err
 	}

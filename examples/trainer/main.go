@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/mpi"
@@ -49,11 +50,11 @@ func run() error {
 		{"layers.0.mlp.experts.down_proj", "8x64x128", "S0", "R,S0"}, // experts over EP
 		{"lm_head.weight", "1024x64", "S0", "R,S0"},
 	} {
-		src, err := placement.ParseLayout(t[1], placement.BF16, trainer, t[2])
+		src, err := placement.ParseLayout(t[1], dtype.BF16, trainer, t[2])
 		if err != nil {
 			return err
 		}
-		dst, err := placement.ParseLayout(t[1], placement.BF16, generator, t[3])
+		dst, err := placement.ParseLayout(t[1], dtype.BF16, generator, t[3])
 		if err != nil {
 			return err
 		}

@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
-	"github.com/m2n-dev/m2n/placement"
 )
 
 // Case is one conformance case with its files read.
@@ -24,11 +24,11 @@ type Case struct {
 	OutputFile string  `json:"output"`
 	ScaleFile  string  `json:"scale"`
 
-	Mode   fp8.Mode        `json:"-"`
-	DType  placement.DType `json:"-"` // of the input: bf16
-	Input  []byte          `json:"-"` // raw little-endian source elements
-	Output []byte          `json:"-"` // E4M3 bytes
-	Scales []byte          `json:"-"` // raw little-endian float32 scales
+	Mode   fp8.Mode    `json:"-"`
+	DType  dtype.DType `json:"-"` // of the input: bf16
+	Input  []byte      `json:"-"` // raw little-endian source elements
+	Output []byte      `json:"-"` // E4M3 bytes
+	Scales []byte      `json:"-"` // raw little-endian float32 scales
 }
 
 // String names the case as "edges_300x200/row".
@@ -59,7 +59,7 @@ func Load(dir string) (File, error) {
 		if c.Mode, err = fp8.ParseMode(c.ModeName); err != nil {
 			return File{}, fmt.Errorf("case %v: %w", c, err)
 		}
-		c.DType = placement.BF16
+		c.DType = dtype.BF16
 		for _, p := range []struct {
 			name string
 			dst  *[]byte

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
@@ -58,7 +59,7 @@ func FP8Pairs() ([]Pair, error) {
 // FP8 returns the case with its destination in fp8e4m3: the tensor
 // converts in flight.
 func (c Case) FP8() Case {
-	c.Dst = c.Dst.WithDType(placement.FP8E4M3)
+	c.Dst = c.Dst.WithDType(dtype.FP8E4M3)
 	return c
 }
 
@@ -164,7 +165,7 @@ func (p Pair) Layouts(a Arrangement) (Case, error) {
 	if err != nil {
 		return Case{}, err
 	}
-	dt, err := placement.ParseDType(p.DType)
+	dt, err := dtype.Parse(p.DType)
 	if err != nil {
 		return Case{}, err
 	}

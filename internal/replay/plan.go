@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/refit"
@@ -98,7 +99,7 @@ type Buffers struct {
 // plan runs (refit.StepInput.Quant).
 type QuantTensor struct {
 	Grid   fp8.Grid
-	DType  placement.DType
+	DType  dtype.DType
 	Blocks placement.Box
 	Scales Span
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/replay"
@@ -99,7 +100,7 @@ func TestSimulatedConformance(t *testing.T) {
 // contiguous pieces in one buffer still merge.
 func TestNoMergeAcrossBuffers(t *testing.T) {
 	m, _ := mesh.Interval([]int{1}, 0)
-	l, err := placement.ParseLayout("1024x1024", placement.BF16, m, "R")
+	l, err := placement.ParseLayout("1024x1024", dtype.BF16, m, "R")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/hier"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/internal/testutil/nccltest"
@@ -96,7 +97,7 @@ func TestGPUReplayColocated(t *testing.T) {
 	for _, graph := range []bool{false, true} {
 		var graphErr error
 		for _, p := range pairs {
-			dt, err := placement.ParseDType(p.DType)
+			dt, err := dtype.Parse(p.DType)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +148,7 @@ func TestGPUReplayManyTensors(t *testing.T) {
 		if i%100 == 0 {
 			shape = "2048x4096" // 16 MiB of bf16: memcpys
 		}
-		l, err := placement.ParseLayout(shape, placement.BF16, one, "S0")
+		l, err := placement.ParseLayout(shape, dtype.BF16, one, "S0")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -24,8 +25,8 @@ func reports(t *testing.T) []sim.Report {
 	for _, rho := range []int{2, 4} {
 		src, _ := mesh.Interval([]int{4}, 0)
 		dst, _ := mesh.Interval([]int{rho, 2}, 4)
-		s, _ := placement.ParseLayout("64x2000x70", placement.BF16, src, "S0")
-		d, _ := placement.ParseLayout("64x2000x70", placement.BF16, dst, "R,S1")
+		s, _ := placement.ParseLayout("64x2000x70", dtype.BF16, src, "S0")
+		d, _ := placement.ParseLayout("64x2000x70", dtype.BF16, dst, "R,S1")
 		rep, err := sim.Simulate(sim.Config{Cluster: c, Schedule: reshard.ScheduleOptions{ChunkBytes: 1 << 20, StagingBytes: 8 << 20},
 			Routes: []string{"flat", "agbcast", "hier"}, Bins: 16, Series: true, Problem: sim.Problem{Src: s, Dst: d}})
 		if err != nil {

@@ -6,13 +6,14 @@ package layouttest
 import (
 	"testing"
 
+	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
 
 // Layout returns the layout of a tensor shaped shape ("8x4", "scalar") of
 // dtype dt on mesh m, placed by placements ("R,S0").
-func Layout(t testing.TB, shape string, dt placement.DType, m mesh.Mesh, placements string) placement.Layout {
+func Layout(t testing.TB, shape string, dt dtype.DType, m mesh.Mesh, placements string) placement.Layout {
 	t.Helper()
 	l, err := placement.ParseLayout(shape, dt, m, placements)
 	if err != nil {
@@ -53,9 +54,9 @@ func MeshShape(t testing.TB, s string) []int {
 }
 
 // DType parses a dtype ("bf16").
-func DType(t testing.TB, s string) placement.DType {
+func DType(t testing.TB, s string) dtype.DType {
 	t.Helper()
-	dt, err := placement.ParseDType(s)
+	dt, err := dtype.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}

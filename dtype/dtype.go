@@ -1,4 +1,4 @@
-package placement
+package dtype
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ type DType uint8
 
 // The element types m2n knows. The zero DType is invalid.
 const (
-	invalidDType DType = iota
+	invalid DType = iota
 	BF16
 	F16
 	F32
@@ -29,20 +29,20 @@ var dtypeInfo = [...]struct {
 	size  int
 	alias []string
 }{
-	invalidDType: {"invalid", 0, nil},
-	BF16:         {"bf16", 2, []string{"bfloat16"}},
-	F16:          {"f16", 2, []string{"float16", "fp16", "half"}},
-	F32:          {"f32", 4, []string{"float32", "fp32", "float"}},
-	F64:          {"f64", 8, []string{"float64", "fp64", "double"}},
-	I8:           {"i8", 1, []string{"int8"}},
-	U8:           {"u8", 1, []string{"uint8"}},
-	I32:          {"i32", 4, []string{"int32", "int"}},
-	I64:          {"i64", 8, []string{"int64", "long"}},
-	FP8E4M3:      {"fp8e4m3", 1, []string{"float8_e4m3fn", "e4m3"}},
-	FP8E5M2:      {"fp8e5m2", 1, []string{"float8_e5m2", "e5m2"}},
+	invalid: {"invalid", 0, nil},
+	BF16:    {"bf16", 2, []string{"bfloat16"}},
+	F16:     {"f16", 2, []string{"float16", "fp16", "half"}},
+	F32:     {"f32", 4, []string{"float32", "fp32", "float"}},
+	F64:     {"f64", 8, []string{"float64", "fp64", "double"}},
+	I8:      {"i8", 1, []string{"int8"}},
+	U8:      {"u8", 1, []string{"uint8"}},
+	I32:     {"i32", 4, []string{"int32", "int"}},
+	I64:     {"i64", 8, []string{"int64", "long"}},
+	FP8E4M3: {"fp8e4m3", 1, []string{"float8_e4m3fn", "e4m3"}},
+	FP8E5M2: {"fp8e5m2", 1, []string{"float8_e5m2", "e5m2"}},
 }
 
-// Size returns the element size in bytes, 0 for invalidDType.
+// Size returns the element size in bytes, 0 for an invalid one.
 func (t DType) Size() int {
 	if int(t) >= len(dtypeInfo) {
 		return 0
@@ -51,7 +51,7 @@ func (t DType) Size() int {
 }
 
 // Valid reports whether t is a known element type.
-func (t DType) Valid() bool { return t != invalidDType && int(t) < len(dtypeInfo) }
+func (t DType) Valid() bool { return t != invalid && int(t) < len(dtypeInfo) }
 
 // String returns the short name, such as "bf16".
 func (t DType) String() string {
@@ -70,9 +70,9 @@ func dtypes() []DType {
 	return out
 }
 
-// ParseDType parses a dtype name: bf16, f16, f32, f64, i8, u8, i32, i64,
+// Parse parses a dtype name: bf16, f16, f32, f64, i8, u8, i32, i64,
 // fp8e4m3, fp8e5m2, or PyTorch's names (bfloat16, float32, float8_e4m3fn, ...).
-func ParseDType(s string) (DType, error) {
+func Parse(s string) (DType, error) {
 	low := strings.ToLower(strings.TrimPrefix(strings.TrimSpace(s), "torch."))
 	for t := BF16; int(t) < len(dtypeInfo); t++ {
 		if low == dtypeInfo[t].name {
@@ -88,5 +88,5 @@ func ParseDType(s string) (DType, error) {
 	for _, t := range dtypes() {
 		names = append(names, t.String())
 	}
-	return invalidDType, fmt.Errorf("unknown dtype %q: want one of %s", s, strings.Join(names, ", "))
+	return invalid, fmt.Errorf("unknown dtype %q: want one of %s", s, strings.Join(names, ", "))
 }
