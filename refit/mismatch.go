@@ -1,7 +1,6 @@
 package refit
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/m2n-dev/m2n/control"
@@ -26,8 +25,9 @@ func init() {
 // group, or another step of the same call (a rank that skipped a step).
 // Every rank of the group returns it, before a byte moves, and the group
 // stays usable. Calls are numbered as the group prepared them (every rank
-// prepares the same calls in the same order); Call and Other name them as
-// "call #N" with the name Options.Name gave (if any).
+// prepares the same calls in the same order); Call and Want name them as
+// "call #N" with the name Options.Name gave (if any). Callers match it
+// with errors.As (it crosses ranks with its fields).
 type CallMismatchError struct {
 	Rank      int    `json:"rank"`      // the first rank that differs from rank 0
 	Call      string `json:"call"`      // the call it began
@@ -41,9 +41,3 @@ func (e *CallMismatchError) Error() string {
 	return fmt.Sprintf("ranks run different steps: rank %d began %s, step %d, where rank 0 began %s, step %d (ranks differing from rank 0: %v); every rank must run the calls of a session in the same order, one step each",
 		e.Rank, e.Call, e.Step, e.Want, e.WantStep, e.Differing)
 }
-
-// ErrCallMismatch matches every *CallMismatchError with errors.Is.
-var ErrCallMismatch = errors.New("refit: ranks run different steps")
-
-// Is makes errors.Is(err, ErrCallMismatch) true.
-func (e *CallMismatchError) Is(target error) bool { return target == ErrCallMismatch }
