@@ -180,15 +180,7 @@ int main(int argc, char **argv) {
 	MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	int64_t shape[2] = {ROWS, COLS};
-	int32_t one[1] = {2}, src_ranks[2] = {0, 1}, dst_ranks[2] = {2, 3}, rows[1] = {0}, cols[1] = {1};
-	m2n_tensor t;
-	memset(&t, 0, sizeof t);
-	t.name = "w";
-	t.dtype = "float32";
-	t.ndim = 2;
-	t.shape = shape;
-	t.src = (m2n_side){.mesh_ndim = 1, .mesh_shape = one, .ranks = src_ranks, .placements = rows};
-	t.dst = (m2n_side){.mesh_ndim = 1, .mesh_shape = one, .ranks = dst_ranks, .placements = cols};
+	m2n_tensor t = rows_to_cols(shape);
 	struct part p = {.side = rank < 2 ? M2N_SRC : M2N_DST};
 	int32_t held = 0;
 	m2n_tensor_part(&t, p.side, rank, &held, p.shape, p.off, &p.bytes);

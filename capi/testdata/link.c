@@ -46,15 +46,7 @@ int main(int argc, char **argv) {
 	rank = r;
 	CHECK((listen && r < 2) || (!listen && r >= 2), "%s: session rank %d", argv[1], r);
 	int64_t shape[2] = {8, 6};
-	int32_t one[1] = {2}, src_ranks[2] = {0, 1}, dst_ranks[2] = {2, 3}, rows[1] = {0}, cols[1] = {1};
-	m2n_tensor t;
-	memset(&t, 0, sizeof t);
-	t.name = "w";
-	t.dtype = "float32";
-	t.ndim = 2;
-	t.shape = shape;
-	t.src = (m2n_side){.mesh_ndim = 1, .mesh_shape = one, .ranks = src_ranks, .placements = rows};
-	t.dst = (m2n_side){.mesh_ndim = 1, .mesh_shape = one, .ranks = dst_ranks, .placements = cols};
+	m2n_tensor t = rows_to_cols(shape);
 	m2n_call c = 0;
 	rc = m2n_call_prepare(s, &t, 1, "flat", &c);
 	CHECK(rc == M2N_OK, "prepare: %s", last());

@@ -51,22 +51,9 @@ int main(int argc, char **argv) {
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
 	int64_t shape[2] = {8, 6};
-	int32_t one[1] = {2}, src_ranks[2] = {0, 1}, dst_ranks[2] = {2, 3};
-	int32_t rows[1] = {0}, cols[1] = {1}, bad[1] = {2};
-	m2n_tensor t;
-	memset(&t, 0, sizeof t);
-	t.name = "w";
-	t.dtype = "float32";
-	t.ndim = 2;
-	t.shape = shape;
-	t.src.mesh_ndim = 1;
-	t.src.mesh_shape = one;
-	t.src.ranks = src_ranks;
-	t.src.placements = rows;
-	t.dst.mesh_ndim = 1;
-	t.dst.mesh_shape = one;
-	t.dst.ranks = dst_ranks;
-	t.dst.placements = cols;
+	int32_t bad[1] = {2};
+	m2n_tensor t = rows_to_cols(shape);
+	const int32_t *rows = t.src.placements;
 
 	m2n_call c;
 	rc = m2n_call_prepare(s, &t, 1, "flat", &c);
