@@ -57,4 +57,3 @@ func (c *Context) CopyDtoH(dst []byte, src DevicePtr) error {
 	}
 	return check("cuMemcpyDtoH", C.m2n_cuMemcpyDtoH(c.h, unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst))))
 }
-

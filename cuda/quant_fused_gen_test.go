@@ -67,7 +67,7 @@ func FusedCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 		if r.IntN(3) == 0 {
 			box = placement.Box{Lo: make([]int64, len(shape)), Hi: shape}
 		}
-		if err := add(fmt.Sprintf("random#%d", i), dt, shape, mode, randomValues(r, dt, shape), box, r.IntN(4) == 0); err != nil {
+		if err := add(fmt.Sprintf("random#%d", i), dt, shape, mode, fp8test.Random(r, dt, shape, randomSpread), box, r.IntN(4) == 0); err != nil {
 			return nil, err
 		}
 	}

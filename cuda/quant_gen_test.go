@@ -1,9 +1,7 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/rand/v2"
 
 	"github.com/m2n-dev/m2n/dtype"
@@ -71,7 +69,7 @@ func QuantCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 		}
 		dt := []dtype.DType{dtype.BF16, dtype.F32}[r.IntN(2)]
 		mode := fp8.Mode(1 + r.IntN(3))
-		data := randomValues(r, dt, shape)
+		data := fp8test.Random(r, dt, shape, randomSpread)
 		qc, err := makeQuantCase(r, fmt.Sprintf("random#%d", i), dt, shape, mode, data, randomBox(r, shape), r.IntN(4) == 0)
 		if err != nil {
 			return nil, err
@@ -215,30 +213,6 @@ func randomBox(r *rand.Rand, shape []int64) placement.Box {
 	return b
 }
 
-// randomValues returns raw values of a tensor, magnitudes varying by
-// region, some zeros and subnormals.
-func randomValues(r *rand.Rand, dt dtype.DType, shape []int64) []byte {
-	n := int64(1)
-	for _, s := range shape {
-		n *= s
-	}
-	out := make([]byte, n*int64(dt.Size()))
-	e := r.IntN(60) - 30
-	for i := range n {
-		v := float32(r.NormFloat64() * math.Ldexp(1, e+int(i/61%9)))
-		switch r.IntN(50) {
-		case 0:
-			v = 0
-		case 1:
-			v = float32(math.Copysign(0, -1))
-		case 2:
-			v = math.Float32frombits(uint32(1+r.IntN(200)) << 16) // a bf16 subnormal
-		}
-		if dt == dtype.BF16 {
-			binary.LittleEndian.PutUint16(out[2*i:], uint16(math.Float32bits(v)>>16))
-		} else {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		}
-	}
-	return out
-}
+// randomSpread is how the random cases' values vary: magnitudes by region,
+// some zeros and subnormals.
+var randomSpread = fp8test.Spread{Exp: 30, Period: 61, Levels: 9, Specials: true}

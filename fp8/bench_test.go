@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/fp8/fp8test"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
@@ -46,7 +47,7 @@ func benchPackQuantize(b *testing.B, dt dtype.DType, mode fp8.Mode) {
 	local := placement.Box{Lo: []int64{0, 0}, Hi: shape}
 	box := placement.Box{Lo: []int64{0, 0}, Hi: []int64{rows, cols / 2}}
 	esz := int64(dt.Size())
-	data := randomTensor(rand.New(rand.NewPCG(1, 2)), dt, shape)
+	data := fp8test.Random(rand.New(rand.NewPCG(1, 2)), dt, shape, spread)
 	at := strided.Describe(local, box, esz)
 	g, err := fp8.NewGrid(shape, mode)
 	if err != nil {
@@ -98,7 +99,7 @@ func benchPackQuantize(b *testing.B, dt dtype.DType, mode fp8.Mode) {
 // TestPackAllocates nothing once warm.
 func TestPackAllocs(t *testing.T) {
 	shape := []int64{256, 512}
-	data := randomTensor(rand.New(rand.NewPCG(3, 4)), dtype.BF16, shape)
+	data := fp8test.Random(rand.New(rand.NewPCG(3, 4)), dtype.BF16, shape, spread)
 	box := placement.Box{Lo: []int64{0, 64}, Hi: []int64{256, 448}}
 	local := placement.Box{Lo: []int64{0, 0}, Hi: shape}
 	g, _ := fp8.NewGrid(shape, fp8.Block)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/fp8/fp8test"
 	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
@@ -102,7 +103,7 @@ func quantizeThroughPlan(r *rand.Rand, src, dst placement.Layout, mode fp8.Mode)
 	shape := src.Shape()
 	dt := src.DType()
 	esz := int64(dt.Size())
-	whole := randomTensor(r, dt, shape)
+	whole := fp8test.Random(r, dt, shape, spread)
 	want, err := fp8.Quantize(dt, shape, mode, whole)
 	if err != nil {
 		return err
@@ -191,25 +192,9 @@ func quantizeThroughPlan(r *rand.Rand, src, dst placement.Layout, mode fp8.Mode)
 	return nil
 }
 
-// randomTensor returns raw values with a different magnitude per region,
-// so that blocks get different scales.
-func randomTensor(r *rand.Rand, dt dtype.DType, shape []int64) []byte {
-	n := int64(1)
-	for _, s := range shape {
-		n *= s
-	}
-	out := make([]byte, n*int64(dt.Size()))
-	e := r.IntN(40) - 20
-	for i := range n {
-		v := float32(r.NormFloat64() * math.Ldexp(1, e+int(i/97%7)))
-		if dt == dtype.BF16 {
-			binary.LittleEndian.PutUint16(out[2*i:], uint16(math.Float32bits(v)>>16))
-		} else {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		}
-	}
-	return out
-}
+// spread is how the random tensors' values vary: a different magnitude
+// per region, so that blocks get different scales.
+var spread = fp8test.Spread{Exp: 20, Period: 97, Levels: 7}
 
 // extract returns box's elements of a dense row-major tensor, dense.
 func extract(data []byte, shape []int64, box placement.Box, esz int64) []byte {

@@ -1,6 +1,7 @@
 // Package fp8test loads the FP8 conformance cases (testdata/fp8: inputs,
 // outputs and scales that torch made on an H200) for the tests of every
-// package that quantizes: fp8 on the CPU, cuda's kernels, refit quantize.
+// package that quantizes: fp8 on the CPU, cuda's kernels, refit quantize;
+// and Random, the random tensors their generated cases quantize.
 package fp8test
 
 import (
