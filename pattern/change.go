@@ -96,8 +96,18 @@ func CheckChanged(l placement.Layout, rank int, seed, steps uint64, frac float64
 	if steps == 0 {
 		return Check(l, rank, seed, buf, v)
 	}
+	return checkChanged(l, rank, seed, steps, frac, buf, v, Fill)
+}
+
+// CheckFloatsChanged is CheckChanged of a part that FillFloats filled.
+func CheckFloatsChanged(l placement.Layout, rank int, seed, steps uint64, frac float64, buf []byte, v placement.View) error {
+	return checkChanged(l, rank, seed, steps, frac, buf, v, FillFloats)
+}
+
+func checkChanged(l placement.Layout, rank int, seed, steps uint64, frac float64, buf []byte, v placement.View,
+	fill func(placement.Layout, int, uint64, []byte, placement.View) error) error {
 	want := bytes.Clone(buf)
-	if err := Fill(l, rank, seed, want, v); err != nil {
+	if err := fill(l, rank, seed, want, v); err != nil {
 		return err
 	}
 	for s := uint64(1); s <= steps; s++ {
