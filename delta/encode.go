@@ -23,6 +23,39 @@ type Encoder struct {
 	ps    []piece
 	nz    []uint64 // scan entries
 	idx   [BlockElems]byte
+	masks [BlockElems * 4 / 64]uint64 // scanWide's, one per 64 bytes of a block
+}
+
+// scanWide appends to idx the indices, from base, of the elements that
+// differ between a and b in their first wide bytes (a multiple of 64, at
+// most a block), and adds them to c, comparing 64 bytes at a time with
+// AVX2; it stops once c exceeds limit. The indices are those scan and
+// indices find.
+func (e *Encoder) scanWide(idx []byte, a, b []byte, elem, c, limit, base int) ([]byte, int, int) {
+	k := min(len(a)/64, len(e.masks))
+	ms := e.masks[:k]
+	diffMasksAVX2(&a[0], &b[0], k, &ms[0])
+	per := 64 / elem
+	for j, m := range ms {
+		if m == 0 {
+			continue
+		}
+		switch elem { // one bit per element: its lowest byte's
+		case 2:
+			m = (m | m>>1) & 0x5555555555555555
+		case 4:
+			m |= m >> 1
+			m = (m | m>>2) & 0x1111111111111111
+		}
+		if c += bits.OnesCount64(m); c > limit {
+			return idx, c, 64 * k
+		}
+		at := base + j*per
+		for ; m != 0; m &= m - 1 {
+			idx = append(idx, byte(at+bits.TrailingZeros64(m)/elem))
+		}
+	}
+	return idx, c, 64 * k
 }
 
 // Stats describes the last message an Encoder encoded.
@@ -202,12 +235,21 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 	limit := max((dense-3)/(1+elem), (dense-bmLen-1)/elem, 0)
 	idx, c, base := s.e.idx[:0], 0, 0
 	for _, q := range ps {
-		s.e.nz = scan(s.e.nz[:0], prev[q.off:q.off+q.n], cur[q.off:q.off+q.n], elem, &c, limit)
+		a, b := prev[q.off:q.off+q.n], cur[q.off:q.off+q.n]
+		if useAVX2 && len(a) >= 64 {
+			var wide int
+			if idx, c, wide = s.e.scanWide(idx, a, b, elem, c, limit, base); c > limit {
+				return false, s.denseBlock(cur, ps)
+			}
+			a, b = a[wide:], b[wide:]
+			base += wide / elem
+		}
+		s.e.nz = scan(s.e.nz[:0], a, b, elem, &c, limit)
 		if c > limit {
 			return false, s.denseBlock(cur, ps)
 		}
 		idx = indices(idx, s.e.nz, elem, base)
-		base += int(q.n) / elem
+		base += len(a) / elem
 	}
 	if c == 0 {
 		s.e.stats.Skipped++
