@@ -26,6 +26,13 @@ type Encoder struct {
 	masks [BlockElems * 4 / 64]uint64 // scanWide's, one per 64 bytes of a block
 }
 
+// folds, by element size, turn a mask of changed bytes into one of
+// changed elements: m |= m>>s1; m = (m|m>>s2) & keep.
+var folds = [5]struct {
+	s1, s2 uint
+	keep   uint64
+}{1: {0, 0, ^uint64(0)}, 2: {1, 0, 0x5555555555555555}, 4: {1, 2, 0x1111111111111111}}
+
 // scanWide appends to idx the indices, from base, of the elements that
 // differ between a and b in their first wide bytes (a multiple of 64, at
 // most a block), and adds them to c, comparing 64 bytes at a time with
@@ -35,24 +42,20 @@ func (e *Encoder) scanWide(idx []byte, a, b []byte, elem, c, limit, base int) ([
 	k := min(len(a)/64, len(e.masks))
 	ms := e.masks[:k]
 	diffMasksAVX2(&a[0], &b[0], k, &ms[0])
-	per := 64 / elem
+	// one bit per element, its lowest byte's: fold the element's other
+	// bytes into it (no branch on elem)
+	f := folds[elem]
+	lg := logLane[elem] - 3
+	per := 64 >> lg
 	for j, m := range ms {
-		if m == 0 {
-			continue
-		}
-		switch elem { // one bit per element: its lowest byte's
-		case 2:
-			m = (m | m>>1) & 0x5555555555555555
-		case 4:
-			m |= m >> 1
-			m = (m | m>>2) & 0x1111111111111111
-		}
+		m |= m >> f.s1
+		m = (m | m>>f.s2) & f.keep
 		if c += bits.OnesCount64(m); c > limit {
 			return idx, c, 64 * k
 		}
 		at := base + j*per
 		for ; m != 0; m &= m - 1 {
-			idx = append(idx, byte(at+bits.TrailingZeros64(m)/elem))
+			idx = append(idx, byte(at+bits.TrailingZeros64(m)>>lg))
 		}
 	}
 	return idx, c, 64 * k
