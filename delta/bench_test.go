@@ -93,6 +93,41 @@ func BenchmarkEncode(b *testing.B) {
 	}
 }
 
+// BenchmarkEncodeUpdatePrev encodes as the runtime does without Atomic
+// (Encoder.UpdatePrev: prev takes the changes as they are encoded), each
+// iteration the other way round (cur against a copy of prev, then prev
+// against it), so that every iteration encodes the case's density.
+func BenchmarkEncodeUpdatePrev(b *testing.B) {
+	for _, c := range benchCases() {
+		b.Run(c.name, func(b *testing.B) {
+			prev, cur, out := c.setup()
+			held := bytes.Clone(prev)
+			e := Encoder{UpdatePrev: true}
+			b.SetBytes(c.d.Bytes())
+			var m cpuMeter
+			m.reset(b)
+			for i := range b.N {
+				next := cur
+				if i%2 == 1 {
+					next = prev
+				}
+				if _, err := e.Encode(held, next, c.d, 2, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m.report(b, c.d.Bytes())
+			if want := cur; b.N%2 == 0 {
+				want = prev
+				if !bytes.Equal(held, want) {
+					b.Fatal("prev does not hold what was encoded")
+				}
+			} else if !bytes.Equal(held, want) {
+				b.Fatal("prev does not hold what was encoded")
+			}
+		})
+	}
+}
+
 // BenchmarkApply applies each message to a destination of the same
 // layout holding the previous version (every iteration writes the same
 // values); MB/s counts the message's dense bytes.

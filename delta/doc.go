@@ -145,17 +145,20 @@
 // plus the same staging as a dense sync; destinations nothing extra in
 // non-atomic mode, and in atomic mode the encodings instead of shadows.
 //
-// FP8 destinations (later): the source keeps prev as what it sent, the FP8
-// codes (1-byte elements) and the scales, and encodes both with this
-// codec: the codes with elem 1 against the previous codes, the scales
-// with elem 4. Only quantization blocks (128x128) that hold a changed
-// bf16 element need quantizing again: where the block's amax (and so its
-// scale) is unchanged, only the codes of changed elements can differ,
-// and many bf16 changes round to the same code, which the comparison of
-// codes then drops; where the amax changed, the new scale changes most of
-// the block's codes, which go as a bitmap or dense. The amax of a block
-// that shard boundaries cut is combined across ranks as today (package
-// fp8) before any rank quantizes it.
+// FP8 destinations (built: refit/deltaquant.go): the source keeps, per
+// message, the FP8 codes it last sent (1-byte elements, contiguous) in
+// place of the bf16 copy, quantizes its region each step with the step's
+// scales and encodes the codes with elem 1 against the previous codes;
+// the destination applies them to its FP8 region. The scales do not
+// travel: every rank derives them from the step's amax exchange (package
+// fp8 combines the amaxes of blocks that shard boundaries cut), and each
+// destination writes its scale tensor whole (4 bytes per 128x128 block).
+// Where a block's amax (and so its scale) is unchanged, only the codes of
+// changed elements can differ, and many bf16 changes round to the same
+// code, which the comparison of codes then drops; where the amax changed,
+// the new scale changes most of the block's codes, which go as a bitmap
+// or dense. Cost on a source: 2 bytes per sent element (the previous and
+// the current codes) and a full quantization of its regions per step.
 //
 // # Speed
 //

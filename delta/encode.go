@@ -23,6 +23,42 @@ type Encoder struct {
 	ps    []piece
 	nz    []uint64 // scan entries
 	idx   [BlockElems]byte
+	masks [BlockElems * 4 / 64]uint64 // scanWide's, one per 64 bytes of a block
+}
+
+// folds, by element size, turn a mask of changed bytes into one of
+// changed elements: m |= m>>s1; m = (m|m>>s2) & keep.
+var folds = [5]struct {
+	s1, s2 uint
+	keep   uint64
+}{1: {0, 0, ^uint64(0)}, 2: {1, 0, 0x5555555555555555}, 4: {1, 2, 0x1111111111111111}}
+
+// scanWide appends to idx the indices, from base, of the elements that
+// differ between a and b in their first wide bytes (a multiple of 64, at
+// most a block), and adds them to c, comparing 64 bytes at a time with
+// AVX2; it stops once c exceeds limit. The indices are those scan and
+// indices find.
+func (e *Encoder) scanWide(idx []byte, a, b []byte, elem, c, limit, base int) ([]byte, int, int) {
+	k := min(len(a)/64, len(e.masks))
+	ms := e.masks[:k]
+	diffMasksAVX2(&a[0], &b[0], k, &ms[0])
+	// one bit per element, its lowest byte's: fold the element's other
+	// bytes into it (no branch on elem)
+	f := folds[elem]
+	lg := logLane[elem] - 3
+	per := 64 >> lg
+	for j, m := range ms {
+		m |= m >> f.s1
+		m = (m | m>>f.s2) & f.keep
+		if c += bits.OnesCount64(m); c > limit {
+			return idx, c, 64 * k
+		}
+		at := base + j*per
+		for ; m != 0; m &= m - 1 {
+			idx = append(idx, byte(at+bits.TrailingZeros64(m)>>lg))
+		}
+	}
+	return idx, c, 64 * k
 }
 
 // Stats describes the last message an Encoder encoded.
@@ -202,12 +238,21 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 	limit := max((dense-3)/(1+elem), (dense-bmLen-1)/elem, 0)
 	idx, c, base := s.e.idx[:0], 0, 0
 	for _, q := range ps {
-		s.e.nz = scan(s.e.nz[:0], prev[q.off:q.off+q.n], cur[q.off:q.off+q.n], elem, &c, limit)
+		a, b := prev[q.off:q.off+q.n], cur[q.off:q.off+q.n]
+		if useAVX2 && len(a) >= 64 {
+			var wide int
+			if idx, c, wide = s.e.scanWide(idx, a, b, elem, c, limit, base); c > limit {
+				return false, s.denseBlock(cur, ps)
+			}
+			a, b = a[wide:], b[wide:]
+			base += wide / elem
+		}
+		s.e.nz = scan(s.e.nz[:0], a, b, elem, &c, limit)
 		if c > limit {
 			return false, s.denseBlock(cur, ps)
 		}
 		idx = indices(idx, s.e.nz, elem, base)
-		base += int(q.n) / elem
+		base += len(a) / elem
 	}
 	if c == 0 {
 		s.e.stats.Skipped++

@@ -101,7 +101,7 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 	shape := box.Shape()
 	nd := len(shape)
 	rows, cols := g.BlockShape()
-	acc := make([]float32, n)
+	acc := grow(&mg.acc, n)
 	alpha := make([]float32, cur.ar.rows())
 	coord, idx := make([]int64, nd), make([]int64, nd)
 	pos := int64(0)
@@ -122,8 +122,9 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 				return fmt.Errorf("lora: weight %s: no scale for block %v", name, coord)
 			}
 			sc := base.s[bi]
-			for x := k; x < end; x++ {
-				row[x] = fp8.Decode(base.q[pos+x]) * sc
+			dst, q := row[k:end], base.q[pos+k:pos+end]
+			for x := range dst {
+				dst[x] = decodeE4M3[q[x]] * sc
 			}
 			k = end
 		}
@@ -131,7 +132,7 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 		pos += s.n
 	}
 	// Q: m2n's quantizer over the box, every block whole here.
-	raw := make([]byte, 4*n)
+	raw := grow(&mg.raw, 4*n)
 	for i, x := range acc {
 		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
 	}
@@ -146,7 +147,7 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 	if err := nw.ToScales(); err != nil {
 		return fmt.Errorf("lora: weight %s: %w", name, err)
 	}
-	out := make([]byte, n)
+	out := grow(&mg.out, n)
 	if err := g.Pack(out, reg, nw); err != nil {
 		return fmt.Errorf("lora: weight %s: %w", name, err)
 	}
@@ -158,6 +159,23 @@ func (mg *Merger) mergeFP8(name string, w, a, b Matrix, scale float64) error {
 	copy(w.Scales, nw.AppendBits(nil))
 	mg.base[name] = base
 	return nil
+}
+
+// decodeE4M3 is fp8.Decode of every byte, bit for bit (NaNs included).
+var decodeE4M3 = func() (t [256]float32) {
+	for i := range t {
+		t[i] = fp8.Decode(byte(i))
+	}
+	return t
+}()
+
+// grow returns (*buf)[:n], growing *buf where it is shorter: the merge's
+// scratch, kept by the Merger from one weight to the next.
+func grow[T any](buf *[]T, n int64) []T {
+	if int64(cap(*buf)) < n {
+		*buf = make([]T, n)
+	}
+	return (*buf)[:n]
 }
 
 func cloneBox(b placement.Box) placement.Box {

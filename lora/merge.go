@@ -30,6 +30,10 @@ import (
 type Merger struct {
 	prev map[string]*merged
 	base map[string]*fp8Base
+	// the FP8 merge's scratch (fp8.go): the merged weight in float32, its
+	// bytes for the quantizer, the codes
+	acc      []float32
+	raw, out []byte
 }
 
 // merged is what a Merger keeps of the adapters it last merged into one

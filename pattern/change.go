@@ -31,14 +31,36 @@ func Change(l placement.Layout, rank int, seed, step uint64, frac float64, buf [
 	d := draw{frac: frac, rng: rand.New(rand.NewPCG(seed, step)), next: -1}
 	d.advance()
 	mix := seed ^ step*0x9E3779B97F4A7C15
-	return rows(l, rank, buf, v, func(g, off, n int64) {
-		for d.next >= 0 && d.next < g {
-			d.advance()
-		}
-		for d.next >= 0 && d.next < g+n {
-			buf[off+(d.next-g)*elem] ^= Byte(d.next, 0, mix)&0x7f | 1
-			d.advance()
-		}
+	return rows(l, rank, buf, v, func(g, off, n int64) { d.change(mix, elem, g, off, n, buf) })
+}
+
+// change changes the drawn elements of a row of n elements from global
+// index g at buf[off:] (rows come in increasing g).
+func (d *draw) change(mix uint64, elem, g, off, n int64, buf []byte) {
+	for d.next >= 0 && d.next < g {
+		d.advance()
+	}
+	for d.next >= 0 && d.next < g+n {
+		buf[off+(d.next-g)*elem] ^= Byte(d.next, 0, mix)&0x7f | 1
+		d.advance()
+	}
+}
+
+// changeBox applies update step of Change (tensor seed, fraction frac)
+// to data, the elements of box of a tensor of shape, dense and
+// row-major.
+func changeBox(shape []int64, box placement.Box, elem int64, seed, step uint64, frac float64, data []byte) {
+	if frac == 0 || box.Empty() {
+		return
+	}
+	d := draw{frac: frac, rng: rand.New(rand.NewPCG(seed, step)), next: -1}
+	d.advance()
+	mix := seed ^ step*0x9E3779B97F4A7C15
+	nd := len(shape)
+	n, pos := box.Hi[nd-1]-box.Lo[nd-1], int64(0)
+	eachRow(box, shape, func(g int64, _ []int64) {
+		d.change(mix, elem, g, pos, n, data)
+		pos += n * elem
 	})
 }
 
@@ -74,8 +96,18 @@ func CheckChanged(l placement.Layout, rank int, seed, steps uint64, frac float64
 	if steps == 0 {
 		return Check(l, rank, seed, buf, v)
 	}
+	return checkChanged(l, rank, seed, steps, frac, buf, v, Fill)
+}
+
+// CheckFloatsChanged is CheckChanged of a part that FillFloats filled.
+func CheckFloatsChanged(l placement.Layout, rank int, seed, steps uint64, frac float64, buf []byte, v placement.View) error {
+	return checkChanged(l, rank, seed, steps, frac, buf, v, FillFloats)
+}
+
+func checkChanged(l placement.Layout, rank int, seed, steps uint64, frac float64, buf []byte, v placement.View,
+	fill func(placement.Layout, int, uint64, []byte, placement.View) error) error {
 	want := bytes.Clone(buf)
-	if err := Fill(l, rank, seed, want, v); err != nil {
+	if err := fill(l, rank, seed, want, v); err != nil {
 		return err
 	}
 	for s := uint64(1); s <= steps; s++ {

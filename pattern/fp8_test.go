@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/mesh"
 	"github.com/m2n-dev/m2n/placement"
 )
 
@@ -91,6 +92,42 @@ func forEach(b placement.Box, fn func([]int64)) {
 		fn(idx)
 		if !b.Next(idx) {
 			return
+		}
+	}
+}
+
+// TestChangeBoxIsChange: the updates changeBox applies to a box (what
+// CheckFP8Changed's reference quantizes) are Change's on every part of a
+// sharded layout, byte for byte, over three updates.
+func TestChangeBoxIsChange(t *testing.T) {
+	for _, frac := range []float64{0.01, 0.3, 1} {
+		four, _ := mesh.Interval([]int{2, 2}, 0)
+		l, err := placement.ParseLayout("300x257", dtype.BF16, four, "S1,S0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rank := range 4 {
+			buf := make([]byte, l.LocalBytes(rank))
+			if err := FillFloats(l, rank, 7, buf, placement.View{}); err != nil {
+				t.Fatal(err)
+			}
+			box, _ := l.RankBox(rank)
+			want := floatsBox(dtype.BF16, l.Shape(), box, 7)
+			if string(buf) != string(want) {
+				t.Fatalf("rank %d: floatsBox is not FillFloats' part", rank)
+			}
+			for step := uint64(1); step <= 3; step++ {
+				if err := Change(l, rank, 7, step, frac, buf, placement.View{}); err != nil {
+					t.Fatal(err)
+				}
+				changeBox(l.Shape(), box, 2, 7, step, frac, want)
+			}
+			if string(buf) == string(floatsBox(dtype.BF16, l.Shape(), box, 7)) {
+				t.Errorf("frac %v, rank %d: nothing changed", frac, rank)
+			}
+			if string(buf) != string(want) {
+				t.Errorf("frac %v, rank %d: changeBox differs from Change", frac, rank)
+			}
 		}
 	}
 }

@@ -304,6 +304,12 @@ func floatsBox(dt dtype.DType, shape []int64, box placement.Box, seed uint64) []
 // box touches (fp8.Grid.Blocks), both those of quantizing the whole tensor
 // at once (fp8.Quantize). It reads only the elements of those blocks.
 func fp8Want(src dtype.DType, shape []int64, mode fp8.Mode, box placement.Box, seed uint64) ([]byte, fp8.Window, error) {
+	return fp8WantChanged(src, shape, mode, box, seed, 0, 0)
+}
+
+// fp8WantChanged is fp8Want of the source after updates 1 to steps of
+// Change, each of fraction frac.
+func fp8WantChanged(src dtype.DType, shape []int64, mode fp8.Mode, box placement.Box, seed, steps uint64, frac float64) ([]byte, fp8.Window, error) {
 	g, err := fp8.NewGrid(shape, mode)
 	if err != nil {
 		return nil, fp8.Window{}, err
@@ -324,6 +330,9 @@ func fp8Want(src dtype.DType, shape []int64, mode fp8.Mode, box placement.Box, s
 		return nil, fp8.Window{}, err
 	}
 	data := floatsBox(src, shape, cover, seed)
+	for st := uint64(1); st <= steps; st++ {
+		changeBox(shape, cover, int64(src.Size()), seed, st, frac, data)
+	}
 	if err := g.Amax(w, fp8.Dense(src, data, cover)); err != nil {
 		return nil, fp8.Window{}, err
 	}
@@ -389,11 +398,21 @@ func (e *ScaleMismatchError) Error() string {
 // element (its global index, the E4M3 byte expected and got), a
 // *ScaleMismatchError the first wrong scale.
 func CheckFP8(src dtype.DType, l placement.Layout, mode fp8.Mode, rank int, seed uint64, buf []byte, v placement.View, scales []byte) error {
+	return CheckFP8Changed(src, l, mode, rank, seed, 0, 0, buf, v, scales)
+}
+
+// CheckFP8Changed is CheckFP8 against the source after updates 1 to
+// steps of Change, each of fraction frac (a delta sync's FP8
+// destinations: CheckChanged's counterpart).
+func CheckFP8Changed(src dtype.DType, l placement.Layout, mode fp8.Mode, rank int, seed, steps uint64, frac float64, buf []byte, v placement.View, scales []byte) error {
+	if !(frac >= 0 && frac <= 1) {
+		return fmt.Errorf("pattern: change fraction %v outside [0, 1]", frac)
+	}
 	box, ok := l.RankBox(rank)
 	if !ok {
 		return nil
 	}
-	want, w, err := fp8Want(src, l.Shape(), mode, box, seed)
+	want, w, err := fp8WantChanged(src, l.Shape(), mode, box, seed, steps, frac)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}

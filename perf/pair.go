@@ -284,7 +284,7 @@ func (p *Pair) check(when string) (string, error) {
 				return "", err
 			}
 		}
-		err = pattern.CheckFP8(p.cfg.Src.DType(), p.cfg.Dst, p.scale, p.s.Rank(), p.cfg.Seed, p.dstHost, placement.View{}, p.scaleHost)
+		err = pattern.CheckFP8Changed(p.cfg.Src.DType(), p.cfg.Dst, p.scale, p.s.Rank(), p.cfg.Seed, p.updates, p.frac, p.dstHost, placement.View{}, p.scaleHost)
 	} else {
 		err = pattern.CheckChanged(p.cfg.Dst, p.s.Rank(), p.cfg.Seed, p.updates, p.frac, p.dstHost, placement.View{})
 	}

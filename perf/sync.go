@@ -304,7 +304,7 @@ func (r *syncRun) check(it int) error {
 		}
 		check := func() error { return checkModel(r.m, r.b, r.c.Floats, r.c.WorldRank) }
 		if r.s.Options().Delta && r.c.Change != nil {
-			check = func() error { return checkChangedModel(r.m, r.b, r.updates, r.c.Change, r.c.WorldRank) }
+			check = func() error { return checkChangedModel(r.m, r.b, r.c.Floats, r.updates, r.c.Change, r.c.WorldRank) }
 		}
 		if err := check(); err != nil {
 			when := iterationName(it, r.c.Warmup, "step")

@@ -31,21 +31,28 @@ import (
 // all only once every rank agreed the step completed; the sources'
 // prev, in either mode, takes the step's sent regions only once the step
 // succeeded. With Verify the checksums are those of the encodings. Delta
-// mode runs on the host driver, over host memory, for tensors that do
-// not convert to FP8, of 1-, 2- or 4-byte elements, on routes whose
-// forwarded regions arrive whole (flat, hier).
+// mode runs on the host driver, over host memory, for tensors of 1-, 2-
+// or 4-byte elements, moved as they are or converted to FP8 (whose
+// sources keep the codes they sent, not a copy: deltaquant.go), on routes
+// whose forwarded regions arrive whole (flat, hier).
 
 // deltaPlan is what a call in delta mode needs on this rank, derived once
 // from its program: every region its messages read or write, numbered,
 // and per round which regions each copy and wire carries.
 type deltaPlan struct {
 	regions []program.Region // by id
-	elems   []int            // element size in bytes, by id
-	rounds  []deltaRound     // parallel to the program's rounds
-	reads   []int            // by id: the sends and copies of a step that read it
-	keep    []bool           // by id: a region arriving this step that a later send forwards
-	sources []int            // the distinct source regions read: what prev takes
-	staging [2][2]int64      // the encoded staging per slot and direction
+	elems   []int            // element size in bytes, by id; 1 (the codes) for a quantized source
+	// quant, by id: the message whose box a source region that converts to
+	// FP8 is quantized with (-1: it does not convert); codes its element
+	// count, what its encodings cover (deltaquant.go)
+	quant   []int32
+	codes   []int64
+	convert []bool       // by tensor: it converts to FP8 (its sources keep codes, not a copy)
+	rounds  []deltaRound // parallel to the program's rounds
+	reads   []int        // by id: the sends and copies of a step that read it
+	keep    []bool       // by id: a region arriving this step that a later send forwards
+	sources []int        // the distinct source regions read: what prev takes
+	staging [2][2]int64  // the encoded staging per slot and direction
 	// overlap: two distinct source regions share bytes, so that prev
 	// cannot take a region's changes as it is encoded (the others would
 	// miss them in the shared bytes): prev takes the regions at the end.
@@ -69,10 +76,14 @@ type deltaWire struct {
 // its regions.
 func newDeltaPlan(p *program.Program, specs []Spec) (*deltaPlan, error) {
 	d := &deltaPlan{rounds: make([]deltaRound, len(p.Rounds))}
+	d.convert = make([]bool, len(specs))
+	for t, s := range specs {
+		d.convert[t] = reshard.ConvertsTo(s.Src.DType(), s.Dst.DType())
+	}
 	ids := map[string]int{}
 	ready := map[int]int{} // a destination region's id -> the round from which sends may forward it
 	sched := p.Schedule()
-	id := func(rs []program.Region) (int, error) {
+	id := func(rs []program.Region, msg int32) (int, error) {
 		if len(rs) != 1 {
 			return 0, fmt.Errorf("a message of %d regions (delta mode needs one per message)", len(rs))
 		}
@@ -82,20 +93,29 @@ func newDeltaPlan(p *program.Program, specs []Spec) (*deltaPlan, error) {
 			return i, nil
 		}
 		s := specs[r.Tensor]
-		if s.Src.DType() != s.Dst.DType() {
-			return 0, fmt.Errorf("tensor %q converts from %s to %s (delta mode moves tensors as they are)", s.Name, s.Src.DType(), s.Dst.DType())
+		conv := d.convert[r.Tensor]
+		if s.Src.DType() != s.Dst.DType() && !conv {
+			return 0, fmt.Errorf("tensor %q converts from %s to %s (delta mode moves tensors as they are, or converts them to FP8)", s.Name, s.Src.DType(), s.Dst.DType())
 		}
 		elem := int(s.Src.ElemSize())
+		if r.Buf == reshard.BufDst {
+			elem = int(s.Dst.ElemSize())
+		}
 		if elem != 1 && elem != 2 && elem != 4 {
 			return 0, fmt.Errorf("tensor %q has %d-byte elements (delta mode encodes 1-, 2- and 4-byte elements)", s.Name, elem)
 		}
+		q, codes := int32(-1), int64(0)
+		if conv && r.Buf == reshard.BufSrc {
+			q, codes, elem = msg, r.At.Bytes()/int64(elem), 1
+		}
 		ids[k] = len(d.regions)
 		d.regions, d.elems = append(d.regions, r), append(d.elems, elem)
+		d.quant, d.codes = append(d.quant, q), append(d.codes, codes)
 		d.reads, d.keep = append(d.reads, 0), append(d.keep, false)
 		return len(d.regions) - 1, nil
 	}
-	read := func(rs []program.Region, round int) (int, error) {
-		i, err := id(rs)
+	read := func(rs []program.Region, msg int32, round int) (int, error) {
+		i, err := id(rs, msg)
 		if err != nil {
 			return 0, err
 		}
@@ -116,11 +136,11 @@ func newDeltaPlan(p *program.Program, specs []Spec) (*deltaPlan, error) {
 	for ri := range p.Rounds {
 		s, dr := &p.Rounds[ri], &d.rounds[ri]
 		for _, cp := range s.Copies {
-			from, err := read(cp.From, s.Index)
+			from, err := read(cp.From, cp.Msg, s.Index)
 			if err != nil {
 				return nil, err
 			}
-			to, err := id(cp.To)
+			to, err := id(cp.To, cp.Msg)
 			if err != nil {
 				return nil, err
 			}
@@ -131,7 +151,7 @@ func newDeltaPlan(p *program.Program, specs []Spec) (*deltaPlan, error) {
 		if dr.sends, err = d.wires(s.Sends, s.Index, read, &d.staging[s.Index%2][0]); err != nil {
 			return nil, err
 		}
-		recvID := func(rs []program.Region, _ int) (int, error) { return id(rs) }
+		recvID := func(rs []program.Region, msg int32, _ int) (int, error) { return id(rs, msg) }
 		if dr.recvs, err = d.wires(s.Recvs, s.Index, recvID, &d.staging[s.Index%2][1]); err != nil {
 			return nil, err
 		}
@@ -169,20 +189,17 @@ func (d *deltaPlan) sourcesOverlap() bool {
 
 // wires numbers one direction of a round's wires and lays out their
 // encoded staging, growing *most to the round's total.
-func (d *deltaPlan) wires(ws []program.Wire, round int, id func([]program.Region, int) (int, error), most *int64) ([]deltaWire, error) {
+func (d *deltaPlan) wires(ws []program.Wire, round int, id func([]program.Region, int32, int) (int, error), most *int64) ([]deltaWire, error) {
 	out := make([]deltaWire, len(ws))
 	var off int64
 	for j, w := range ws {
 		out[j].off = off
 		for _, pt := range w.Parts {
-			if pt.Quant {
-				return nil, fmt.Errorf("round %d converts to FP8 (delta mode moves tensors as they are)", round)
-			}
-			i, err := id(pt.Regions, round)
+			i, err := id(pt.Regions, pt.Msg, round)
 			if err != nil {
 				return nil, err
 			}
-			n, err := delta.MaxEncodedLen(d.regions[i].At, d.elems[i])
+			n, err := delta.MaxEncodedLen(d.encAt(i), d.elems[i])
 			if err != nil {
 				return nil, err
 			}
@@ -223,6 +240,9 @@ type deltaCall struct {
 	// source regions sent raw, which prev takes at the end.
 	dense   []uint8
 	rawSent []int
+	// codes, by region id, of a source region that quantizes: what it
+	// last sent and this step's (deltaquant.go)
+	codes [][2]transport.HostBuffer
 }
 
 // full reports whether the call's next step must be a full sync.
@@ -247,8 +267,8 @@ func (dc *deltaCall) ensure(mem transport.Memory, needs [][2]partNeed, bufs []Te
 	shared := map[bufferKey]int{}
 	for t := range bufs {
 		n := needs[t][0]
-		if !n.in || bufs[t].Src == nil {
-			continue
+		if !n.in || bufs[t].Src == nil || dc.plan.convert[t] {
+			continue // a converting tensor keeps its codes instead
 		}
 		if _, ok := bufs[t].Src.(transport.HostBuffer); !ok {
 			return fmt.Errorf("refit: delta mode needs host memory, tensor %d's source is %T", t, bufs[t].Src)
@@ -266,6 +286,9 @@ func (dc *deltaCall) ensure(mem transport.Memory, needs [][2]partNeed, bufs []Te
 		prev[t], shared[k] = b, t
 	}
 	dc.prev = prev
+	if err := dc.ensureCodes(mem); err != nil {
+		return err
+	}
 	dc.encs = make([][]byte, len(dc.plan.regions))
 	dc.dense = make([]uint8, len(dc.plan.regions))
 	return nil
@@ -303,8 +326,19 @@ func (dc *deltaCall) settle(st *step, err error, atomic bool) {
 	if st.delta && dc.updatesPrev(atomic) {
 		sources = dc.rawSent // the encodings updated prev for the rest
 	}
+	for _, i := range dc.plan.sources {
+		if dc.plan.quant[i] >= 0 {
+			if dc.settleCodes(i, st.delta && dc.updatesPrev(atomic)) != nil {
+				dc.have = false // cannot happen: the codes are the regions' size
+				return
+			}
+		}
+	}
 	for _, i := range sources {
 		r := dc.plan.regions[i]
+		if dc.plan.quant[i] >= 0 {
+			continue
+		}
 		cur, _ := st.bufs[r.Tensor].Src.(transport.HostBuffer)
 		if cur == nil || dc.prev[r.Tensor] == nil {
 			dc.have = false

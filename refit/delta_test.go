@@ -25,6 +25,7 @@ import (
 type deltaTensor struct {
 	name     string
 	src, dst placement.Layout
+	scale    fp8.Mode // converts to FP8 with this mode (0: does not convert)
 }
 
 // deltaRank is one rank's side of a delta test: its buffers and the
@@ -132,16 +133,16 @@ type deltaConfig struct {
 func deltaTensors(t testing.TB, dtype string) []deltaTensor {
 	return []deltaTensor{
 		// replicated destinations: each source region goes to two replicas
-		{"w", mustLay(t, "96x80", dtype, "4", "S0", rng(0, 4)), mustLay(t, "96x80", dtype, "2x2", "R,S1", rng(4, 4))},
+		{"w", mustLay(t, "96x80", dtype, "4", "S0", rng(0, 4)), mustLay(t, "96x80", dtype, "2x2", "R,S1", rng(4, 4)), 0},
 		// small messages (coalesced when asked), a shape that cuts blocks
-		{"b", mustLay(t, "10x7", dtype, "2x2", "S0,S1", rng(0, 4)), mustLay(t, "10x7", dtype, "4", "S1", rng(4, 4))},
+		{"b", mustLay(t, "10x7", dtype, "2x2", "S0,S1", rng(0, 4)), mustLay(t, "10x7", dtype, "4", "S1", rng(4, 4)), 0},
 	}
 }
 
 func (c deltaConfig) prepare(w *inproc.World, r int, tr transport.Transport, ts []deltaTensor) (*refit.Call, error) {
 	specs := make([]refit.Spec, len(ts))
 	for i, x := range ts {
-		specs[i] = refit.Spec{Name: x.name, Src: x.src, Dst: x.dst}
+		specs[i] = refit.Spec{Name: x.name, Src: x.src, Dst: x.dst, Scale: x.scale}
 	}
 	o := flatOpts()
 	o.Delta, o.Verify, o.Atomic, o.CoalesceBytes, o.Timeout = true, c.verify, c.atomic, c.coalesce, 5*time.Second
@@ -370,15 +371,14 @@ func TestDeltaFaults(t *testing.T) {
 }
 
 // TestDeltaRefused: delta mode refuses, at Prepare and on every rank, a
-// tensor converted to FP8 and a route that forwards regions it did not
-// receive whole (agbcast's broadcast chunks).
+// route that forwards regions it did not receive whole (agbcast's
+// broadcast chunks).
 func TestDeltaRefused(t *testing.T) {
 	for _, c := range []struct {
 		dstType string
 		route   reshard.Route
 		want    string
 	}{
-		{"fp8e4m3", reshard.Flat, "delta mode moves tensors as they are"},
 		{"bf16", reshard.AllGatherBroadcast, "did not arrive whole"},
 	} {
 		src := mustLay(t, "64x64", "bf16", "4", "S0", rng(0, 4))

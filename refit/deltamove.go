@@ -112,11 +112,17 @@ func (d *deltaStep) encode(id int, out []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	prev := dc.prev[r.Tensor]
+	prev, at := dc.prev[r.Tensor], r.At
 	if r.Buf != reshard.BufSrc {
 		prev = nil // a forwarded region that arrived dense: it goes on dense, encoded
 	}
-	n, err := dc.enc.Encode(prev, cur, r.At, dc.plan.elems[id], out)
+	if dc.plan.quant[id] >= 0 {
+		if err := dc.quantize(&d.hs, id); err != nil {
+			return 0, err
+		}
+		prev, cur, at = dc.codes[id][0], dc.codes[id][1], dc.plan.encAt(id)
+	}
+	n, err := dc.enc.Encode(prev, cur, at, dc.plan.elems[id], out)
 	if err != nil {
 		return 0, fmt.Errorf("refit: rank %d, tensor %s: %w", d.p.Rank, d.p.Schedule().TensorName(int(r.Tensor)), err)
 	}
@@ -161,7 +167,7 @@ func (d *deltaStep) copies(ri int) error {
 	dc, st, s := d.dc, d.st, &d.p.Rounds[ri]
 	for k, ft := range dc.plan.rounds[ri].copies {
 		cp := &s.Copies[k]
-		need, err := delta.MaxEncodedLen(dc.plan.regions[ft[0]].At, dc.plan.elems[ft[0]])
+		need, err := delta.MaxEncodedLen(dc.plan.encAt(ft[0]), dc.plan.elems[ft[0]])
 		if err != nil {
 			return err
 		}
@@ -365,7 +371,7 @@ func (d *deltaStep) rawSend(ri, j int) (bool, error) {
 				return false, err
 			}
 			dc.dense[id] = 2
-			if allChanged(dc.prev[r.Tensor], cur, r.At, dc.plan.elems[id]) {
+			if dc.plan.quant[id] < 0 && allChanged(dc.prev[r.Tensor], cur, r.At, dc.plan.elems[id]) {
 				dc.dense[id] = 1
 				dc.rawSent = append(dc.rawSent, id)
 			}

@@ -97,8 +97,8 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 	var stats Stats
 	if st.delta {
 		stats, err = c.delta.move(ctx, c.driver.(*hostDriver), st.in, c.opts.Atomic)
-	} else {
-		stats, err = c.driver.Move(ctx, st.in)
+	} else if stats, err = c.driver.Move(ctx, st.in); err == nil && c.delta != nil && st.in.Quant != nil {
+		err = c.delta.quantSent(c.driver.(*hostDriver), st.in) // the codes a full step sent
 	}
 	if err == nil {
 		// a pause of this process after the driver's last wait: a peer
@@ -400,11 +400,15 @@ func (c *Call) shadow(bufs []TensorBuffers) ([]TensorBuffers, []transport.Buffer
 // commit copies an atomic step's shadows into the destinations and writes
 // the scales.
 func (c *Call) commit(st *step) error {
-	if st.delta {
-		return c.delta.commit(st.bufs)
-	}
 	done := map[bufferKey]bool{}
-	for i := range st.bufs {
+	shadows := st.bufs
+	if st.delta { // the kept encodings, in place of shadows
+		if err := c.delta.commit(st.bufs); err != nil {
+			return err
+		}
+		shadows = nil
+	}
+	for i := range shadows {
 		d := st.bufs[i].Dst
 		k := keyOf(c.mem, d, i)
 		if d == nil || d.Len() == 0 || done[k] {

@@ -49,3 +49,49 @@ func TestDeltaMPI(t *testing.T) {
 		t.Errorf("refit sync --delta: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 }
+
+// TestDeltaFP8MPI runs refit run --delta with an FP8 destination as a
+// real mpirun job (the sources quantize with the step's scales, whose
+// amaxes combine across the source shards that cut 128x128 blocks, and
+// send only the codes that changed), flat and hier, every code and scale
+// checked after every step against quantizing the updated tensor whole;
+// a destination byte flipped before the check must fail it. Then refit
+// sync --delta with a generator in FP8 (row scales), checked.
+func TestDeltaFP8MPI(t *testing.T) {
+	args := []string{"run", "--shape", "384x320", "--dtype", "bf16", "--src-mesh", "2", "--src-placements", "S0",
+		"--dst-mesh", "2", "--dst-placements", "S1", "--dst-domain-size", "1", "--src-domain-size", "2", "--route", "flat,hier",
+		"--dst-dtype", "e4m3", "--delta", "--change", "0.01", "--check", "--iters", "3", "--json", "--timeout", "60s"}
+	stdout, stderr, err := mpirunRefit(t, 4, nil, args...)
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	var rep perf.RunReport
+	if err := json.Unmarshal([]byte(stdout[strings.Index(stdout, "{"):]), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if len(rep.Routes) != 2 {
+		t.Fatalf("%d routes reported, want 2\n%s", len(rep.Routes), stdout)
+	}
+	for _, rr := range rep.Routes {
+		d := rr.Delta
+		switch {
+		case rr.Check != "passed":
+			t.Errorf("route %s: check %s", rr.Route, rr.Check)
+		case d == nil || d.Dense == 0:
+			t.Errorf("route %s: no delta report: %+v", rr.Route, d)
+		case d.Sent > d.Dense/4 || d.Sent == 0:
+			t.Errorf("route %s: 1%% changed, %d bytes sent against %d dense", rr.Route, d.Sent, d.Dense)
+		}
+	}
+	stdout, _, err = mpirunRefit(t, 4, []string{"M2N_FAULT_CORRUPT=3:37"}, append(args[:len(args)-3], "--timeout", "60s")...)
+	if err == nil || !strings.Contains(stdout, "check FAILED: rank 3") {
+		t.Errorf("a corrupted FP8 destination byte passed the delta check (%v)\n%s", err, stdout)
+	}
+	stdout, stderr, err = mpirunRefit(t, 4, nil, "sync", "--model", "qwen3-235b-a22b", "--scale", "64", "--layers", "1",
+		"--train", "tp=2", "--gen", "tp=2", "--delta", "--change-model", "../../testdata/change-model.json", "--dst-dtype", "e4m3",
+		"--fp8-scale", "row", "--check", "--iters", "2", "--timeout", "60s")
+	if err != nil || !strings.Contains(stdout, "check passed") || !strings.Contains(stdout, "generator in FP8") ||
+		!strings.Contains(stdout, "of the model's elements changed per step") {
+		t.Errorf("refit sync --delta --dst-dtype e4m3: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package delta
+
+const useAVX2 = false
+
+func setAVX2(bool) {}
+
+func diffMasksAVX2(a, b *byte, n int, out *uint64) { panic("delta: no AVX2") }
