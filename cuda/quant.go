@@ -185,12 +185,18 @@ func (p *quantPlan) cParams() C.m2n_quant_params {
 // paramBytes returns the parameter block's bytes, for the CPU emulator.
 func (p *quantPlan) paramBytes() []byte { return cBytes(p.cParams()) }
 
-// EmulatePackQuantize plans the PackQuantize of region r as a launch would
-// and runs it through the FP8 kernels' source compiled for the CPU (package
-// kernels), on a grid of at most maxGrid blocks. It is for tests: every
-// address must lie in host memory from kernels.Alloc.
-func EmulatePackQuantize(g fp8.Grid, dst DevicePtr, r FP8Region, scales FP8Window, maxGrid int) error {
-	p, err := planQuant(newQuantRequest(quantPack, g, r, scales, dst))
+// EmulateFP8 plans the FP8 kernel op ("PackQuantize", "FusedQuantize" or
+// "BlockAmax") of region r as a launch of it would (dst is unused by
+// BlockAmax) and runs it through the FP8 kernels' source compiled for the
+// CPU (package kernels), on a grid of at most maxGrid blocks. It is for
+// tests: every address must lie in host memory from kernels.Alloc.
+func EmulateFP8(op string, g fp8.Grid, dst DevicePtr, r FP8Region, w FP8Window, maxGrid int) error {
+	kinds := map[string]quantKind{"PackQuantize": quantPack, "FusedQuantize": quantFused, "BlockAmax": quantAmax}
+	kind, ok := kinds[op]
+	if !ok {
+		return fmt.Errorf("cuda: no FP8 kernel %q to emulate", op)
+	}
+	p, err := planQuant(newQuantRequest(kind, g, r, w, dst))
 	if err != nil || p.items == 0 {
 		return err
 	}

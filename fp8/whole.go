@@ -83,3 +83,33 @@ func (g Grid) WholeBlocks(box placement.Box) error {
 	}
 	return nil
 }
+
+// ScalesLocal reports whether a tensor moving from layout src to layout dst
+// (over ranks 0 to world-1), converted with this grid, needs no exchange
+// of amaxes: every rank's nonempty source part holds every block it
+// touches whole (SplitWhole cuts none) and every nonempty destination part
+// lies inside the same rank's source part, so that the blocks a rank packs
+// and those of its scale tensor are all whole in its own part and it can
+// scale them alone, in one pass. Colocated calls whose layouts agree are
+// such, and so are parts on multiples of the block size where each
+// generator rank also holds its trainer part. It depends on the layouts
+// alone, so every rank derives the same answer.
+func (g Grid) ScalesLocal(src, dst placement.Layout, world int) (bool, error) {
+	for r := range world {
+		sbox, ok := src.RankBox(r)
+		ok = ok && !sbox.Empty()
+		if ok {
+			_, cut, err := g.SplitWhole(sbox)
+			if err != nil {
+				return false, err
+			}
+			if len(cut) > 0 {
+				return false, nil
+			}
+		}
+		if dbox, in := dst.RankBox(r); in && !dbox.Empty() && (!ok || !sbox.Contains(dbox)) {
+			return false, nil
+		}
+	}
+	return true, nil
+}

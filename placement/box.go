@@ -86,6 +86,23 @@ func (b Box) Empty() bool {
 	return false
 }
 
+// Contains reports whether every element of o lies in b (an empty o lies
+// in every box; boxes of other ranks never contain one another).
+func (b Box) Contains(o Box) bool {
+	if o.Empty() {
+		return true
+	}
+	if len(o.Lo) != len(b.Lo) {
+		return false
+	}
+	for d := range o.Lo {
+		if o.Lo[d] < b.Lo[d] || o.Hi[d] > b.Hi[d] {
+			return false
+		}
+	}
+	return true
+}
+
 // Equal reports whether two boxes have the same bounds.
 func (b Box) Equal(o Box) bool { return slices.Equal(b.Lo, o.Lo) && slices.Equal(b.Hi, o.Hi) }
 

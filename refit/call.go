@@ -233,7 +233,7 @@ func (c *Call) compile(route reshard.Route) error {
 // mode, what the sources last sent.
 func (c *Call) prepareState() error {
 	var err error
-	if c.quant, err = prepareQuant(c.rank, c.specs); err != nil || !c.opts.Delta {
+	if c.quant, err = prepareQuant(c.rank, c.world, c.specs); err != nil || !c.opts.Delta {
 		return err
 	}
 	plan, err := newDeltaPlan(c.prog, c.specs)

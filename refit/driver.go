@@ -40,6 +40,15 @@ type Stats struct {
 	DenseSent [reshard.LinkClasses]int64
 	Messages  int
 	Rounds    int
+	// NonFinite lists, in call order, the tensors whose FP8 scales the
+	// driver computed itself (TensorQuant.Self) and found NaN or infinite
+	// after moving every byte: their sources held a NaN or an infinity.
+	// The runtime fails them on every rank with a *NonFiniteError naming
+	// the first such element, and the group stays usable; their
+	// destinations hold what the step wrote (a driver scales a tensor
+	// itself only on a call that is not atomic: with Options.Atomic the
+	// previous version stays).
+	NonFinite []int
 	// sentSums and recvSums hold, with StepInput.Verify, the CRC-32C of
 	// every message this rank sent (or copied) and received, by the
 	// message's index in the schedule.
@@ -65,6 +74,7 @@ func (s *Stats) Add(o Stats) {
 	s.Packed += o.Packed
 	s.Messages += o.Messages
 	s.Rounds += o.Rounds
+	s.NonFinite = append(s.NonFinite, o.NonFinite...)
 }
 
 // DriverKind names what moves a call's steps.

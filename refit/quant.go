@@ -2,7 +2,6 @@ package refit
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -20,11 +19,27 @@ import (
 // block grid and the global scales of every block this rank's source part
 // touches (Scales.Window on the host, Scales.Dev loaded into the call's
 // memory), the same blocks every step.
+//
+// With Self, the driver scales the tensor itself instead (a device driver,
+// on a call that is not atomic): every rank's source part holds the blocks
+// it touches whole and every destination part lies inside the same rank's
+// source part, so no rank needs another's amaxes. Scales is then empty;
+// the driver computes the scales of PartBlocks (the blocks of Part, the
+// rank's source part, which lies in its buffer where PartAt says) from the
+// part alone, packs with them, and writes the rank's destination scale
+// tensor (the blocks DstBlocks, empty without a destination part) into
+// TensorBuffers.Scale. A NaN or infinity shows in the scales it computed:
+// it then lists the tensor in Stats.NonFinite.
 type TensorQuant struct {
 	Grid   fp8.Grid
 	Scales transport.Scales
 	// DType is the source's dtype (bf16 or f32).
 	DType dtype.DType
+
+	Self                  bool
+	Part                  placement.Box
+	PartAt                strided.Desc
+	PartBlocks, DstBlocks placement.Box
 }
 
 // NewGrid returns the block grid of a converting spec (Spec.Scale over the
@@ -102,7 +117,8 @@ func checkScale(s Spec, p *reshard.Plan) error {
 // to FP8: its tensor, its global index (the first one in row-major order
 // of the whole tensor, which every rank agrees on), and the source rank
 // that holds it. A step that meets one fails on every rank before any
-// destination buffer changes; package session keeps the session usable.
+// destination buffer changes (where a device driver scales the tensor
+// itself, after the move: see Call.Run); the group stays usable.
 type NonFiniteError struct {
 	Tensor string  `json:"tensor"`
 	Rank   int     `json:"rank"`
@@ -129,125 +145,6 @@ func nonFiniteText(v float64) string {
 		return "-Inf"
 	}
 	return fmt.Sprint(v)
-}
-
-// The records of the amax exchange (Prepared.Run): every source rank sends,
-// per converting tensor, the window of the partial amaxes of its replica's
-// share of its part, or the first non-finite element it found there, or a
-// failure of its quantizer.
-const (
-	recWindow    = 1
-	recNonFinite = 2
-	recFailure   = 3
-)
-
-// amaxRecord is one record of the exchange as a receiver reads it.
-type amaxRecord struct {
-	kind   byte
-	tensor int
-	rank   int
-	window fp8.Window // recWindow
-	flat   int64      // recNonFinite
-	value  float64    // recNonFinite
-	msg    string     // recFailure
-}
-
-func appendWindowRecord(b []byte, tensor int, w fp8.Window) []byte {
-	b = append(b, recWindow)
-	b = binary.LittleEndian.AppendUint32(b, uint32(tensor))
-	b = append(b, byte(len(w.Blocks.Lo)))
-	for d := range w.Blocks.Lo {
-		b = binary.LittleEndian.AppendUint64(b, uint64(w.Blocks.Lo[d]))
-		b = binary.LittleEndian.AppendUint64(b, uint64(w.Blocks.Hi[d]))
-	}
-	return w.AppendBits(b)
-}
-
-func appendNonFiniteRecord(b []byte, tensor int, flat int64, v float64) []byte {
-	b = append(b, recNonFinite)
-	b = binary.LittleEndian.AppendUint32(b, uint32(tensor))
-	b = binary.LittleEndian.AppendUint64(b, uint64(flat))
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-}
-
-func appendFailureRecord(b []byte, tensor int, msg string) []byte {
-	b = append(b, recFailure)
-	b = binary.LittleEndian.AppendUint32(b, uint32(tensor))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(msg)))
-	return append(b, msg...)
-}
-
-// parseRecords reads one rank's blob of records; tensors is the call's
-// tensor count and nd(t) tensor t's dims, to check what a peer sent.
-func parseRecords(rank int, b []byte, tensors int, nd func(int) int) ([]amaxRecord, error) {
-	var out []amaxRecord
-	bad := func(what string) error {
-		return fmt.Errorf("refit: rank %d sent a malformed FP8 amax record (%s)", rank, what)
-	}
-	for len(b) > 0 {
-		if len(b) < 5 {
-			return nil, bad("truncated header")
-		}
-		r := amaxRecord{kind: b[0], tensor: int(binary.LittleEndian.Uint32(b[1:])), rank: rank}
-		b = b[5:]
-		if r.tensor < 0 || r.tensor >= tensors {
-			return nil, bad(fmt.Sprintf("tensor %d of %d", r.tensor, tensors))
-		}
-		switch r.kind {
-		case recWindow:
-			if len(b) < 1 {
-				return nil, bad("truncated window")
-			}
-			n := int(b[0])
-			b = b[1:]
-			if n != nd(r.tensor) || len(b) < 16*n {
-				return nil, bad("window dims")
-			}
-			r.window.Blocks = placement.Box{Lo: make([]int64, n), Hi: make([]int64, n)}
-			count := int64(1)
-			for d := range n {
-				lo, hi := int64(binary.LittleEndian.Uint64(b[16*d:])), int64(binary.LittleEndian.Uint64(b[16*d+8:]))
-				if lo < 0 || hi < lo || hi-lo > 1<<40 {
-					return nil, bad("window box")
-				}
-				r.window.Blocks.Lo[d], r.window.Blocks.Hi[d] = lo, hi
-				count *= hi - lo
-				if count > 1<<34 {
-					return nil, bad("window size")
-				}
-			}
-			b = b[16*n:]
-			if int64(len(b)) < 4*count {
-				return nil, bad("truncated window values")
-			}
-			r.window.Values = make([]float32, count)
-			if err := r.window.ReadBits(b[:4*count]); err != nil {
-				return nil, bad(err.Error())
-			}
-			b = b[4*count:]
-		case recNonFinite:
-			if len(b) < 16 {
-				return nil, bad("truncated non-finite element")
-			}
-			r.flat = int64(binary.LittleEndian.Uint64(b))
-			r.value = math.Float64frombits(binary.LittleEndian.Uint64(b[8:]))
-			b = b[16:]
-		case recFailure:
-			if len(b) < 4 {
-				return nil, bad("truncated failure")
-			}
-			n := int(binary.LittleEndian.Uint32(b))
-			if n < 0 || len(b) < 4+n {
-				return nil, bad("truncated failure text")
-			}
-			r.msg = string(b[4 : 4+n])
-			b = b[4+n:]
-		default:
-			return nil, bad(fmt.Sprintf("kind %d", r.kind))
-		}
-		out = append(out, r)
-	}
-	return out, nil
 }
 
 // replicaOf returns which replica of its part of l rank holds (its
@@ -309,11 +206,25 @@ type quantTensor struct {
 	dst        bool
 	dstBlocks  placement.Box
 	scaleBytes int64
+	// self: no rank needs another's amaxes (fp8.Grid.ScalesLocal), so this rank
+	// scales the blocks it packs and holds from its own source part, all
+	// of it (at partAt in its buffer), and sends no amaxes.
+	self   bool
+	partAt strided.Desc
+}
+
+// byDriver reports whether a device driver scales the tensor itself
+// (TensorQuant.Self): a self-scaled tensor in block or row mode, with
+// onDevice. In tensor mode a block is a whole matrix, which one pass of
+// the fused kernel would read on one thread block: the amax kernel's
+// parallel pass, with the exchange of nothing but failures, is faster.
+func (q *quantTensor) byDriver(onDevice bool) bool {
+	return onDevice && q.self && q.grid.Mode() != fp8.Tensor
 }
 
 // prepareQuant derives this rank's quantTensor of every converting spec
 // (nil for the others); the specs have been validated.
-func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
+func prepareQuant(rank, world int, specs []Spec) ([]*quantTensor, error) {
 	var out []*quantTensor
 	for i, s := range specs {
 		if !reshard.ConvertsTo(s.Src.DType(), s.Dst.DType()) {
@@ -327,11 +238,15 @@ func prepareQuant(rank int, specs []Spec) ([]*quantTensor, error) {
 			return nil, err
 		}
 		q := &quantTensor{grid: g, dtype: s.Src.DType(), scaleBytes: -1}
+		if q.self, err = g.ScalesLocal(s.Src, s.Dst, world); err != nil {
+			return nil, err
+		}
 		if box, ok := s.Src.RankBox(rank); ok && !box.Empty() {
 			q.src, q.srcBox = true, box
 			if q.srcBlocks, err = g.Blocks(box); err != nil {
 				return nil, err
 			}
+			q.partAt = strided.DescribeView(box, box, s.Src.ElemSize(), s.Views.Src)
 			rep, count := replicaOf(s.Src, rank)
 			if share := replicaShare(box, rep, count); !share.Empty() {
 				q.speaks, q.speakBox = true, share
@@ -372,22 +287,33 @@ func (s *stepScales) free() {
 // partialAmaxes gathers, in one QuantAmaxes, the partial amaxes of every
 // converting tensor this rank speaks for, and returns them as the records
 // this rank sends in the amax exchange (a failure or a non-finite element
-// as a record of its own).
-func (c *Call) partialAmaxes(qm transport.QuantMemory, bufs []TensorBuffers) []byte {
-	var blob []byte
+// as a record of its own). A self-scaled tensor's amaxes (its whole source
+// part's) stay on this rank, in own; with onDevice the driver gathers them
+// itself and none are gathered here.
+func (c *Call) partialAmaxes(qm transport.QuantMemory, bufs []TensorBuffers, onDevice bool) (blob []byte, own []fp8.Window) {
 	var jobs []transport.AmaxJob
 	var jobTensor []int
 	for i, q := range c.quant {
-		if q == nil || !q.speaks {
+		var region transport.QuantRegion
+		var blocks placement.Box
+		switch {
+		case q == nil:
+			continue
+		case q.self && q.src && !q.byDriver(onDevice):
+			region = transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.partAt, Box: q.srcBox}
+			blocks = q.srcBlocks
+		case !q.self && q.speaks:
+			region = transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.speakAt, Box: q.speakBox}
+			blocks = q.speakBlocks
+		default:
 			continue
 		}
-		w, err := q.grid.NewWindow(q.speakBlocks)
+		w, err := q.grid.NewWindow(blocks)
 		if err != nil {
 			blob = c.amaxFailure(blob, i, err)
 			continue
 		}
-		jobs = append(jobs, transport.AmaxJob{Grid: q.grid, Window: w,
-			Region: transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.speakAt, Box: q.speakBox}})
+		jobs = append(jobs, transport.AmaxJob{Grid: q.grid, Window: w, Region: region})
 		jobTensor = append(jobTensor, i)
 	}
 	if len(jobs) > 0 {
@@ -405,11 +331,16 @@ func (c *Call) partialAmaxes(qm transport.QuantMemory, bufs []TensorBuffers) []b
 			blob = appendNonFiniteRecord(blob, i, nf.Flat, nf.Value)
 		case j.Err != nil:
 			blob = c.amaxFailure(blob, i, j.Err)
+		case c.quant[i].self:
+			if own == nil {
+				own = make([]fp8.Window, len(c.quant))
+			}
+			own[i] = j.Window
 		default:
 			blob = appendWindowRecord(blob, i, j.Window)
 		}
 	}
-	return blob
+	return blob, own
 }
 
 // amaxFailure appends the record of this rank's failure to gather tensor
@@ -434,13 +365,20 @@ func (c *Call) amaxFailure(blob []byte, i int, err error) []byte {
 // elements is 32 KiB; its scale 4 bytes, 1/8192 of the weights), over an
 // allgather, and combines only the windows of the tensors it holds.
 //
-// With hostScales the scales stay on the host (Scales.Dev nil): a device
-// driver loads them itself (the GPU replay, into windows at fixed
-// addresses); else they are loaded into mem (QuantMemory.LoadScales) for
-// the host driver's QuantPack.
-func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll control.Collective, bufs []TensorBuffers, hostScales bool) (*stepScales, error) {
+// A self-scaled tensor (fp8.Grid.ScalesLocal) sends no amaxes: every rank scales
+// it from its own source part, and only a failure or a non-finite element
+// crosses ranks, so that every rank still fails alike. With device, the
+// driver moves the step on a device (it loads the scales itself: the GPU
+// replay, into windows at fixed addresses) and the scales stay on the
+// host (Scales.Dev nil); else they are loaded into mem
+// (QuantMemory.LoadScales) for the host driver's QuantPack. With device
+// and a call neither atomic nor in delta mode, the driver also scales the
+// self-scaled tensors itself (TensorQuant.Self), on the device: nothing of
+// them is gathered or combined here.
+func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll control.Collective, bufs []TensorBuffers, device bool) (*stepScales, error) {
 	qm := mem.(transport.QuantMemory) // checked with the buffers
-	blob := c.partialAmaxes(qm, bufs)
+	onDevice := device && !c.opts.Atomic && c.delta == nil
+	blob, own := c.partialAmaxes(qm, bufs, onDevice)
 	blobs, err := control.Exchange(control.WithPhase(ctx, "FP8 amax exchange"), coll, blob)
 	if err != nil {
 		return nil, err
@@ -487,6 +425,14 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 		if err != nil {
 			return w, err
 		}
+		if q.self && !q.byDriver(onDevice) {
+			if own == nil || own[i].Values == nil {
+				return w, fmt.Errorf("refit: rank %d, tensor %q: no amaxes of its source part", c.rank, c.specs[i].Name)
+			}
+			if err := w.MaxWith(own[i]); err != nil {
+				return w, fmt.Errorf("refit: tensor %q: the amaxes of its source part: %w", c.specs[i].Name, err)
+			}
+		}
 		for _, rec := range byTensor[i] {
 			if err := w.MaxWith(rec.window); err != nil {
 				return w, fmt.Errorf("refit: tensor %q: the amaxes of rank %d: %w", c.specs[i].Name, rec.rank, err)
@@ -501,6 +447,13 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 	var srcTensor []int
 	for i, q := range c.quant {
 		if q == nil {
+			continue
+		}
+		if q.byDriver(onDevice) {
+			if q.src {
+				out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Self: true,
+					Part: q.srcBox, PartAt: q.partAt, PartBlocks: q.srcBlocks, DstBlocks: q.dstBlocks}
+			}
 			continue
 		}
 		if q.src {
@@ -519,7 +472,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 			out.bytes[i] = w.AppendBits(make([]byte, 0, 4*len(w.Values)))
 		}
 	}
-	if len(srcWindows) > 0 && hostScales {
+	if len(srcWindows) > 0 && device {
 		for k, i := range srcTensor {
 			q := c.quant[i]
 			out.exec[i] = TensorQuant{Grid: q.grid, DType: q.dtype, Scales: transport.Scales{Window: srcWindows[k]}}
@@ -536,6 +489,33 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 		}
 	}
 	return out, nil
+}
+
+// nonFiniteSource finds the first NaN or infinity of this rank's source
+// part of tensor t, whose scales a driver computed came out non-finite
+// (Stats.NonFinite), and returns it as the *control.ValidationError of a
+// *NonFiniteError that the end of the step spreads.
+func (c *Call) nonFiniteSource(t int, bufs []TensorBuffers) error {
+	q := c.quant[t]
+	if q == nil || !q.src || t >= len(bufs) {
+		return fmt.Errorf("rank %d: the driver reported non-finite scales of tensor %q, which this rank does not scale", c.rank, c.specs[t].Name)
+	}
+	w, err := q.grid.NewWindow(q.srcBlocks)
+	if err != nil {
+		return err
+	}
+	jobs := []transport.AmaxJob{{Grid: q.grid, Window: w,
+		Region: transport.QuantRegion{DType: q.dtype, Buf: bufs[t].Src, At: q.partAt, Box: q.srcBox}}}
+	if err := c.mem.(transport.QuantMemory).QuantAmaxes(jobs); err != nil {
+		return err
+	}
+	var nf *fp8.NonFiniteError
+	if !errors.As(jobs[0].Err, &nf) {
+		return fmt.Errorf("rank %d, tensor %q: the driver's FP8 scales came out non-finite, but its source part reads back finite (%v)", c.rank, c.specs[t].Name, jobs[0].Err)
+	}
+	e := &NonFiniteError{Tensor: c.specs[t].Name, Rank: c.rank, Flat: nf.Flat,
+		Index: unravel(c.specs[t].Src.Shape(), nf.Flat), Value: nf.Value, ValueText: nonFiniteText(nf.Value)}
+	return &control.ValidationError{Rank: c.rank, Msg: e.Error(), Err: e}
 }
 
 // unravel turns a row-major flat index into an index of shape.

@@ -42,6 +42,9 @@ type step struct {
 	scales  *stepScales
 	shadows []transport.Buffer
 	version uint64
+	// nonFinite: the tensors whose scales the driver computed came out
+	// non-finite (Stats.NonFinite), failed at the end.
+	nonFinite []int
 	// begun: every rank agreed to begin it and its scales and shadows are
 	// ready (bytes may move from here on); committing: an atomic step's
 	// commit began; delta: a step of a call in delta mode that moves
@@ -62,7 +65,10 @@ type step struct {
 //     began different calls or steps all return a *CallMismatchError);
 //     for tensors converted to FP8 the ranks then combine this step's
 //     scales (a NaN anywhere fails every rank here, destinations
-//     untouched);
+//     untouched; where a device driver scales a tensor itself,
+//     TensorQuant.Self, the NaN shows in its scales after the move and
+//     fails that tensor on every rank at the end, its destinations
+//     written: Atomic keeps the previous version);
 //   - move: the call's driver moves the bytes, its messages tagged with the
 //     call and step;
 //   - end: with Verify the ranks compare checksums, every rank agrees on
@@ -100,6 +106,7 @@ func (c *Call) Run(ctx context.Context, bufs []TensorBuffers) (*Report, error) {
 	} else if stats, err = c.driver.Move(ctx, st.in); err == nil && c.delta != nil && st.in.Quant != nil {
 		err = c.delta.quantSent(c.driver.(*hostDriver), st.in) // the codes a full step sent
 	}
+	st.nonFinite = stats.NonFinite
 	if err == nil {
 		// a pause of this process after the driver's last wait: a peer
 		// may have given up on this rank meanwhile (transport.WithPoll)
@@ -208,6 +215,7 @@ func (c *Call) endLaunched(ctx context.Context) (*Report, error) {
 	st := c.launched
 	c.launched, c.rt.launched = nil, nil
 	stats, err := c.driver.(Launcher).Wait(ctx)
+	st.nonFinite = stats.NonFinite
 	if err != nil {
 		st.release(c.mem)
 		c.settle(st, err)
@@ -292,6 +300,15 @@ func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) 
 	}
 	failed := make([]byte, len(c.specs))
 	var firstErr error
+	for _, t := range st.nonFinite {
+		if t < 0 || t >= len(c.specs) {
+			return rep, fmt.Errorf("rank %d: the driver reported non-finite scales of tensor %d of %d", c.rank, t, len(c.specs))
+		}
+		failed[t] = 1
+		if firstErr == nil {
+			firstErr = c.nonFiniteSource(t, st.bufs)
+		}
+	}
 	if c.opts.Verify {
 		bad, err := compareSums(control.WithPhase(ctx, "checksum comparison"), g, c.sched, stats)
 		if err != nil {

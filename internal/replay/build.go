@@ -3,7 +3,6 @@ package replay
 import (
 	"fmt"
 
-	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
@@ -34,6 +33,7 @@ type builder struct {
 	unpacks map[int]int // round -> its unpack batch
 	stream  Stream      // where launch emits: Compute, or Side
 	side    []sideCopy  // copies on the side stream not joined yet
+	uses    []selfUse   // by tensor: how the self-scaled ones are used
 }
 
 // sideCopy is a round's copies on the side stream: the event that marks
@@ -53,6 +53,9 @@ func (bd *builder) emit(c Cmd) { bd.pl.Cmds = append(bd.pl.Cmds, c) }
 func (bd *builder) build() error {
 	p, st := bd.p, &bd.pl.Stats
 	bd.unpacks = map[int]int{}
+	if err := bd.selfStart(); err != nil {
+		return err
+	}
 	var pending []int
 	for i := range p.Rounds {
 		s := &p.Rounds[i]
@@ -117,7 +120,7 @@ func (bd *builder) build() error {
 		bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: sc.done, Round: len(p.Rounds) - 1})
 	}
 	bd.side = nil
-	return nil
+	return bd.selfEnd()
 }
 
 // join makes the compute stream wait for the side copies whose bytes round
@@ -296,15 +299,19 @@ func (bd *builder) wires(i int) (bool, error) {
 				off := w.StagingOff
 				for _, pt := range w.Parts {
 					if send && pt.Quant {
-						q, err := bd.quantOp(s.Index, op, pt.Msg, pt.Regions, sp.Addr+uint64(off))
+						q, cp, n, err := bd.quantOp(s.Index, op, pt.Msg, pt.Regions, sp.Addr+uint64(off))
 						if err != nil {
 							return false, err
 						}
-						off += q.Box.Elems()
+						off += n
 						if off > w.StagingOff+w.Bytes {
 							return false, fmt.Errorf("replay: rank %d, round %d: %s: parts of more than %d bytes", p.Rank, s.Index, op, w.Bytes)
 						}
-						quants = append(quants, q)
+						if cp != nil {
+							packs = append(packs, *cp)
+						} else {
+							quants = append(quants, *q)
+						}
 						continue
 					}
 					for _, r := range pt.Regions {
@@ -395,52 +402,46 @@ func (bd *builder) post(i int, packs, unpacks []Copy, quants []QuantOp, ops [2][
 }
 
 // quantOp resolves the quantize-while-packing of message msg, whose one
-// source region is regs[0], into the bytes at dst.
-func (bd *builder) quantOp(round int, op string, msg int32, regs []program.Region, dst uint64) (QuantOp, error) {
+// source region is regs[0], into the n bytes at dst: a Quantize with the
+// step's scales, or for a self-scaled tensor its part's Fuse or a copy out
+// of its FP8Part (selfMessage).
+func (bd *builder) quantOp(round int, op string, msg int32, regs []program.Region, dst uint64) (q *QuantOp, cp *Copy, n int64, err error) {
 	sched := bd.p.Schedule()
 	if len(regs) != 1 || sched == nil || int(msg) >= len(sched.Messages) {
-		return QuantOp{}, fmt.Errorf("replay: rank %d, round %d: %s: a message converting to FP8 needs its one source region and its box (%d regions)",
+		return nil, nil, 0, fmt.Errorf("replay: rank %d, round %d: %s: a message converting to FP8 needs its one source region and its box (%d regions)",
 			bd.p.Rank, round, op, len(regs))
 	}
 	r := regs[0]
-	a, err := bd.region(round, op, r)
-	if err != nil {
-		return QuantOp{}, err
-	}
 	if int(r.Tensor) >= len(bd.b.Quant) || bd.b.Quant[r.Tensor].Grid.NDim() == 0 {
-		return QuantOp{}, fmt.Errorf("replay: rank %d, round %d, tensor %s: %s converts to FP8, but the buffers hold no scales for it",
+		return nil, nil, 0, fmt.Errorf("replay: rank %d, round %d, tensor %s: %s converts to FP8, but the buffers hold no scales for it",
 			bd.p.Rank, round, bd.tensor(int(r.Tensor)), op)
 	}
 	qt := bd.b.Quant[r.Tensor]
 	box := sched.Messages[msg].Box
-	if blocks, err := qt.Grid.Blocks(box); err != nil || !boxWithin(blocks, qt.Blocks) {
-		return QuantOp{}, fmt.Errorf("replay: rank %d, round %d, tensor %s: %s: the scales cover blocks %v, the message's box %v needs %v (%v)",
+	if qt.Self {
+		q, cp, err = bd.selfMessage(int(r.Tensor), box, dst)
+		return q, cp, box.Elems(), err
+	}
+	a, err := bd.region(round, op, r)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if blocks, err := qt.Grid.Blocks(box); err != nil || !qt.Blocks.Contains(blocks) {
+		return nil, nil, 0, fmt.Errorf("replay: rank %d, round %d, tensor %s: %s: the scales cover blocks %v, the message's box %v needs %v (%v)",
 			bd.p.Rank, round, bd.tensor(int(r.Tensor)), op, qt.Blocks, box, blocks, err)
 	}
 	if need := 4 * qt.Blocks.Elems(); qt.Scales.Len < need || qt.Scales.Addr == 0 {
-		return QuantOp{}, fmt.Errorf("replay: rank %d, tensor %s: a scale window of %d bytes for %d blocks", bd.p.Rank, bd.tensor(int(r.Tensor)), qt.Scales.Len, qt.Blocks.Elems())
+		return nil, nil, 0, fmt.Errorf("replay: rank %d, tensor %s: a scale window of %d bytes for %d blocks", bd.p.Rank, bd.tensor(int(r.Tensor)), qt.Scales.Len, qt.Blocks.Elems())
 	}
-	return QuantOp{Tensor: int(r.Tensor), Box: box, Src: a, SrcAt: r.At, Dst: dst}, nil
+	return &QuantOp{Tensor: int(r.Tensor), Box: box, Src: a, SrcAt: r.At, Dst: dst}, nil, box.Elems(), nil
 }
 
 // quantize emits a Quantize command on the current stream.
 func (bd *builder) quantize(round int, q QuantOp) {
 	bd.pl.Quants = append(bd.pl.Quants, q)
-	bd.emit(Cmd{Kind: Quantize, Stream: bd.stream, Quant: len(bd.pl.Quants) - 1, Round: round})
-}
-
-// boxWithin reports whether inner lies within outer (an empty inner does).
-func boxWithin(inner, outer placement.Box) bool {
-	if inner.Empty() {
-		return true
+	kind := Quantize
+	if q.Fused {
+		kind = Fuse
 	}
-	if len(inner.Lo) != len(outer.Lo) {
-		return false
-	}
-	for d := range inner.Lo {
-		if inner.Lo[d] < outer.Lo[d] || inner.Hi[d] > outer.Hi[d] {
-			return false
-		}
-	}
-	return true
+	bd.emit(Cmd{Kind: kind, Stream: bd.stream, Quant: len(bd.pl.Quants) - 1, Round: round})
 }

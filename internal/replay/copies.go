@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 
+	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
 )
 
@@ -57,6 +58,21 @@ func (bd *builder) copies(i int) error {
 			}
 			to[k] = a
 		}
+		if bd.fusedAtStart(cp) {
+			continue
+		}
+		if cp.Quant && len(cp.To) == 1 && cp.To[0].At.Bytes() == cp.Bytes {
+			// one destination region: quantize (or copy the part's
+			// E4M3 bytes) straight into it, not through the scratch
+			o, ok, err := bd.quantInto(s.Index, cp, to[0])
+			if err != nil {
+				return err
+			}
+			if ok {
+				ops = append(ops, o)
+				continue
+			}
+		}
 		if pairs(cp) {
 			o := copyOp{}
 			for k := range cp.From {
@@ -79,13 +95,11 @@ func (bd *builder) copies(i int) error {
 		pack, unpack := copyOp{}, copyOp{}
 		off := int64(0)
 		if cp.Quant {
-			q, err := bd.quantOp(s.Index, "local copy", cp.Msg, cp.From, base)
+			q, c, _, err := bd.quantOp(s.Index, "local copy", cp.Msg, cp.From, base)
 			if err != nil {
 				return err
 			}
-			pack.quant = &q
-			pack.rd = append(pack.rd, span(q.Src, q.SrcAt))
-			pack.wr = append(pack.wr, span(base, strided.Desc{Run: cp.Bytes}))
+			pack.add(q, c)
 			off = cp.Bytes
 		}
 		for k, r := range cp.From {
@@ -116,6 +130,26 @@ func (bd *builder) copies(i int) error {
 	return nil
 }
 
+// quantInto resolves a local copy that converts to FP8 and has one
+// destination region, dst's: a Quantize or Fuse writing straight into it
+// when the region is one run, a copy out of the tensor's FP8Part into it
+// (whatever its strides) for a staged self-scaled tensor; ok is false
+// where neither applies (the copy goes through the scratch).
+func (bd *builder) quantInto(round int, cp program.Copy, dst uint64) (o copyOp, ok bool, err error) {
+	at := cp.To[0].At
+	q, c, _, err := bd.quantOp(round, "local copy", cp.Msg, cp.From, dst+uint64(at.Offset))
+	switch {
+	case err != nil:
+		return o, false, err
+	case c != nil:
+		c.Dst, c.DstAt = dst, at
+	case !at.Contiguous():
+		return o, false, nil
+	}
+	o.add(q, c)
+	return o, true, nil
+}
+
 // copyOp is one or more items of a local copy (or a quantize-while-packing
 // instead of items) that read rd and write wr.
 type copyOp struct {
@@ -124,10 +158,26 @@ type copyOp struct {
 	rd, wr []ival
 }
 
+// add adds to o the quantize q or the copy c (one of them is set).
+func (o *copyOp) add(q *QuantOp, c *Copy) {
+	if c != nil {
+		o.items = append(o.items, *c)
+		o.rd = append(o.rd, span(c.Src, c.SrcAt))
+		o.wr = append(o.wr, span(c.Dst, c.DstAt))
+		return
+	}
+	o.quant = q
+	o.rd = append(o.rd, span(q.Src, q.SrcAt))
+	o.wr = append(o.wr, span(q.Dst, strided.Desc{Run: q.Box.Elems()}))
+}
+
 // waves emits round i's copy operations in waves: an operation that reads
 // bytes an earlier one of the wave writes, or writes bytes one reads,
 // starts a new wave (a launch after it).
 func (bd *builder) waves(i int, ops []copyOp) {
+	if len(ops) == 0 {
+		return // every copy was fused at the start
+	}
 	k := -1
 	var rd, wr spans
 	var quants []QuantOp // the wave's

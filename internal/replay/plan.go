@@ -90,6 +90,11 @@ type Buffers struct {
 	// Quant[t] is, for a tensor t converted to FP8 in flight, where the
 	// step's scales of its blocks lie (the zero value for the others).
 	Quant []QuantTensor
+	// SelfScales holds the scale windows of every self-scaled tensor
+	// (QuantTensor.Self) one after another, and Flag is 4 bytes: the plan
+	// ends with a Check of SelfScales into Flag (none without such a
+	// tensor).
+	SelfScales, Flag Span
 }
 
 // QuantTensor is a tensor converted to FP8 in flight, as its Quantize
@@ -97,11 +102,28 @@ type Buffers struct {
 // of the float32 scales of Blocks (the blocks this rank's source part
 // touches, row-major), which the executor fills every step before the
 // plan runs (refit.StepInput.Quant).
+//
+// A tensor with Self is scaled by the plan itself (refit.TensorQuant.Self):
+// Fuse commands quantize Part, the rank's source part (whole blocks only,
+// at PartAt in its source buffer), in one pass that writes the scales of
+// Blocks (the part's blocks) into Scales; the plan then copies the
+// window's DstBlocks (the rank's destination scale tensor, row-major) into
+// ScaleDst. Where the part's one quantized message is the whole part, the
+// Fuse packs that message; otherwise it writes the part's E4M3 bytes
+// (row-major over Part) into FP8Part (FP8PartNeeds sizes it) at the start,
+// and the messages copy from there.
 type QuantTensor struct {
 	Grid   fp8.Grid
 	DType  dtype.DType
 	Blocks placement.Box
 	Scales Span
+
+	Self      bool
+	Part      placement.Box
+	PartAt    strided.Desc
+	DstBlocks placement.Box
+	ScaleDst  Span
+	FP8Part   Span
 }
 
 // Needs is the memory a program's replay needs beyond the tensor buffers.
@@ -178,10 +200,20 @@ const (
 	// Quantize queues Quants[Quant]: a region in the source dtype
 	// quantized to FP8 E4M3 with this step's scales of its tensor, packed.
 	Quantize
+	// Fuse queues Quants[Quant] as one pass over a region of whole
+	// blocks of a self-scaled tensor (QuantTensor.Self): each block's
+	// amax, its scale written into the tensor's window, its elements
+	// quantized and packed (cuda.FusedQuantize).
+	Fuse
+	// Check writes into the 4 bytes at Dst the largest magnitude among
+	// the float32s of the Len bytes at Src (the self-scaled tensors'
+	// windows), as float32 bits: 0x7F800000 or above when a scale is
+	// infinite or NaN.
+	Check
 )
 
 func (k Kind) String() string {
-	return [...]string{"wait", "record", "batch", "memcpy", "group", "quantize"}[k]
+	return [...]string{"wait", "record", "batch", "memcpy", "group", "quantize", "fuse", "check"}[k]
 }
 
 // QuantOp is one quantize-while-packing of a message that converts to FP8:
@@ -190,12 +222,17 @@ func (k Kind) String() string {
 // row-major order of Box) becomes Box.Elems() E4M3 bytes at Dst, each
 // divided by its block's scale of this step (the runtime's
 // refit.StepInput.Quant[Tensor]), as fp8.Grid.Pack writes them.
+//
+// A Fuse command's QuantOp reads whole blocks and writes their scales
+// (QuantTensor.Self).
 type QuantOp struct {
 	Tensor int
 	Box    placement.Box
 	Src    uint64
 	SrcAt  strided.Desc
 	Dst    uint64
+	// Fused: a Fuse command's (see the comment above).
+	Fused bool
 }
 
 // Cmd is one command on one stream.

@@ -25,6 +25,7 @@ type variant struct {
 	coalesce int64
 	runs     int
 	memcpy   int64
+	chunk    int64 // the schedule's ChunkBytes where not 0 (else 4 KiB)
 }
 
 const colocatedPairs = `
@@ -155,7 +156,11 @@ func TestSimulatedFP8(t *testing.T) {
 		t.Fatal(err)
 	}
 	colocated, err := transporttest.ColocatedCases(transporttest.ParsePairs(strings.NewReader(
-		"256x128 | bf16 | 2 | S0 | 2 | S1\n130x260 | f32 | 1 | S0 | 2 | S0\n"), "colocated"))
+		"256x128 | bf16 | 2 | S0 | 2 | S1\n130x260 | f32 | 1 | S0 | 2 | S0\n"+
+			// layouts whose scales need no exchange: each part to itself
+			// (a Fuse straight into the destination), a replicated
+			// source to shards of it (Fuses into the FP8 part, copies out)
+			"300x260 | bf16 | 1 | S0 | 1 | S0\n256x256 | bf16 | 2 | R | 2 | R\n256x256 | f32 | 2 | R | 2 | S1\n"), "colocated"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,37 +171,65 @@ func TestSimulatedFP8(t *testing.T) {
 		{route: reshard.Flat, domains: 1},
 		{route: hier.Hier{}, domains: 2, runs: 2},
 		{route: reshard.Flat, domains: 1, padded: true, coalesce: 1 << 10},
+		{route: reshard.Flat, domains: 1, chunk: 1 << 20}, // a message a part
 	}
-	runs, quants := 0, 0
+	runs, quants, fuses, checks, nans := 0, 0, 0, 0, 0
 	for ci, c := range cases {
 		for mi, mode := range []fp8.Mode{fp8.Block, fp8.Row, fp8.Tensor} {
 			for vi, v := range fp8Variants {
-				topo := replaytest.DomainTopology(t, c, v.domains)
-				r := rand.New(rand.NewPCG(uint64(ci), uint64(100*mi+vi)))
-				env := replaytest.Env{Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10},
-					Coalesce: v.coalesce, Padded: v.padded, Runs: v.runs, FP8: mode}
-				heap := &countingHeap{}
-				if err := replaytest.RunCase(heap, env, c, v.route, r); err != nil {
-					t.Fatalf("%v, %v scales, %s over %d domains (views %v, coalesce %d): %v", c, mode, v.route.Name(), v.domains, v.padded, v.coalesce, err)
+				// the scales exchanged (a host driver's), then the
+				// plan's own where the layouts allow (a device
+				// driver's), then those with a NaN in the source
+				for si, self := range []struct{ on, nan bool }{{false, false}, {true, false}, {true, true}} {
+					if self.nan && vi > 0 && v.chunk == 0 {
+						continue
+					}
+					topo := replaytest.DomainTopology(t, c, v.domains)
+					r := rand.New(rand.NewPCG(uint64(ci), uint64(100*mi+10*vi+si)))
+					chunk := int64(4 << 10)
+					if v.chunk > 0 {
+						chunk = v.chunk
+					}
+					env := replaytest.Env{Topo: topo, Opts: reshard.ScheduleOptions{ChunkBytes: chunk, StagingBytes: max(32<<10, 8*chunk)},
+						Coalesce: v.coalesce, Padded: v.padded, Runs: v.runs, FP8: mode, Self: self.on, NaN: self.nan}
+					heap := &countingHeap{}
+					if err := replaytest.RunCase(heap, env, c, v.route, r); err != nil {
+						t.Fatalf("%v, %v scales, %s over %d domains (views %v, coalesce %d, self %v, NaN %v): %v", c, mode, v.route.Name(), v.domains, v.padded, v.coalesce, self.on, self.nan, err)
+					}
+					runs++
+					quants += heap.quants
+					fuses += heap.fuses
+					checks += heap.checks
+					if self.nan {
+						nans += heap.checks
+					}
 				}
-				runs++
-				quants += heap.quants
 			}
 		}
 	}
-	if quants == 0 {
-		t.Fatal("no Quantize command ran")
+	if quants == 0 || fuses == 0 || nans == 0 {
+		t.Fatalf("%d Quantize, %d Fuse and %d Check commands (%d of them with a NaN) ran: each kind must", quants, fuses, checks, nans)
 	}
-	t.Logf("%d simulated FP8 reshards (%d quantize commands) checked byte by byte", runs, quants)
+	t.Logf("%d simulated FP8 reshards (%d quantize, %d fuse and %d check commands) checked byte by byte", runs, quants, fuses, checks)
 }
 
-// countingHeap counts the Quantize commands it runs.
+// countingHeap counts the FP8 commands it runs.
 type countingHeap struct {
 	replaytest.GoHeap
-	quants int
+	quants, fuses, checks int
 }
 
 func (h *countingHeap) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
 	h.quants++
 	return h.GoHeap.Quantize(t, q)
+}
+
+func (h *countingHeap) Fuse(t replay.QuantTensor, q replay.QuantOp) error {
+	h.fuses++
+	return h.GoHeap.Fuse(t, q)
+}
+
+func (h *countingHeap) Check(src uint64, n int64, flag uint64) error {
+	h.checks++
+	return h.GoHeap.Check(src, n, flag)
 }

@@ -15,6 +15,12 @@ type Memory interface {
 	// Quantize runs one quantize-while-packing of tensor t (its scales in
 	// the memory at t.Scales).
 	Quantize(t QuantTensor, q QuantOp) error
+	// Fuse runs the one-pass quantize of whole blocks of self-scaled
+	// tensor t (a Fuse command), writing their scales at t.Scales.
+	Fuse(t QuantTensor, q QuantOp) error
+	// Check writes at flag the largest magnitude among the n/4 float32s
+	// at src, as float32 bits (a Check command).
+	Check(src uint64, n int64, flag uint64) error
 }
 
 // Simulate runs plans on the CPU as the streams of a GPU would run them,
@@ -157,6 +163,10 @@ func (s *sim) actions() []func() error {
 				acts = append(acts, func() error { pop(); return s.mem.Memcpy(c.cmd.Dst, c.cmd.Src, c.cmd.Len) })
 			case Quantize:
 				acts = append(acts, func() error { pop(); q := c.plan.Quants[c.cmd.Quant]; return s.mem.Quantize(c.plan.Quant[q.Tensor], q) })
+			case Fuse:
+				acts = append(acts, func() error { pop(); q := c.plan.Quants[c.cmd.Quant]; return s.mem.Fuse(c.plan.Quant[q.Tensor], q) })
+			case Check:
+				acts = append(acts, func() error { pop(); return s.mem.Check(c.cmd.Src, c.cmd.Len, c.cmd.Dst) })
 			case Batch:
 				if !c.started {
 					acts = append(acts, func() error {

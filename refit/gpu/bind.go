@@ -76,6 +76,10 @@ func (r *Replay) allocate() error {
 
 func span(b cudamem.Buffer) replay.Span { return replay.Span{Addr: uint64(b.Ptr), Len: b.N} }
 
+// keyWords is how many words of a binding's key a tensor takes: the
+// address and length of its source, destination and scale buffers.
+const keyWords = 6
+
 // keyOf returns the addresses and lengths of bufs, checking that they are
 // device memory.
 func (r *Replay) keyOf(bufs []refit.TensorBuffers) ([]uint64, error) {
@@ -84,14 +88,14 @@ func (r *Replay) keyOf(bufs []refit.TensorBuffers) ([]uint64, error) {
 	}
 	key := r.keyBuf[:0]
 	for i := range bufs {
-		for side, b := range []transport.Buffer{bufs[i].Src, bufs[i].Dst} {
+		for side, b := range []transport.Buffer{bufs[i].Src, bufs[i].Dst, bufs[i].Scale} {
 			if b == nil {
 				key = append(key, 0, 0)
 				continue
 			}
 			d, ok := b.(cudamem.Buffer)
 			if !ok {
-				return nil, fmt.Errorf("gpu: rank %d, tensor %d: %s buffer %T is not device memory", r.prog.Rank, i, [...]string{"source", "destination"}[side], b)
+				return nil, fmt.Errorf("gpu: rank %d, tensor %d: %s buffer %T is not device memory", r.prog.Rank, i, [...]string{"source", "destination", "scale"}[side], b)
 			}
 			key = append(key, uint64(d.Ptr), uint64(d.N))
 		}
@@ -102,86 +106,10 @@ func (r *Replay) keyOf(bufs []refit.TensorBuffers) ([]uint64, error) {
 
 // bindStep binds the step to in's buffers and loads its FP8 scales.
 func (r *Replay) bindStep(in refit.StepInput) error {
-	if err := r.loadScales(in.Quant); err != nil {
+	if err := r.loadQuant(in.Quant); err != nil {
 		return err
 	}
 	return r.bind(in.Bufs)
-}
-
-// loadScales copies this step's scales of every tensor converted to FP8
-// into the replay's scale windows, one upload for them all, allocating the
-// windows (one device buffer, and dropping the bound step, whose commands
-// read the old ones) the first time or when a tensor's blocks change. A
-// launched step still reading them is waited for first.
-func (r *Replay) loadScales(qs []refit.TensorQuant) error {
-	if len(qs) == 0 && len(r.quant) == 0 {
-		return nil
-	}
-	if r.inflight {
-		if err := r.streams[replay.Compute].Synchronize(); err != nil {
-			return err
-		}
-		r.inflight = false
-	}
-	same := len(r.quant) == len(qs)
-	var total int64
-	for t, q := range qs {
-		if q.Grid.NDim() == 0 {
-			same = same && r.quant[t].Grid.NDim() == 0
-			continue
-		}
-		n := 4 * int64(len(q.Scales.Window.Values))
-		same = same && r.quant[t].Blocks.Equal(q.Scales.Window.Blocks) && r.quant[t].Scales.Len == n
-		total += n
-	}
-	if !same {
-		if err := r.unbind(); err != nil {
-			return err
-		}
-		if err := r.freeScales(); err != nil {
-			return err
-		}
-		arena, err := r.alloc(total)
-		if err != nil {
-			return err
-		}
-		r.scaleArena = arena
-		r.quant = make([]replay.QuantTensor, len(qs))
-		off := uint64(0)
-		for t, q := range qs {
-			if q.Grid.NDim() == 0 {
-				continue
-			}
-			n := 4 * int64(len(q.Scales.Window.Values))
-			r.quant[t] = replay.QuantTensor{Grid: q.Grid, DType: q.DType, Blocks: q.Scales.Window.Blocks,
-				Scales: replay.Span{Addr: uint64(arena.Ptr) + off, Len: n}}
-			off += uint64(n)
-		}
-	}
-	if total == 0 {
-		return nil
-	}
-	bits := r.scaleBits[:0]
-	for _, q := range qs {
-		if q.Grid.NDim() != 0 {
-			bits = q.Scales.Window.AppendBits(bits)
-		}
-	}
-	r.scaleBits = bits
-	if err := r.ctx.CopyHtoD(r.scaleArena.Ptr, bits); err != nil {
-		return fmt.Errorf("gpu: rank %d: the step's FP8 scales (%d bytes): %w", r.prog.Rank, len(bits), err)
-	}
-	return nil
-}
-
-// freeScales frees the scale windows.
-func (r *Replay) freeScales() error {
-	var err error
-	if r.scaleArena.Ptr != 0 {
-		err = r.ctx.Free(r.scaleArena.Ptr)
-	}
-	r.scaleArena, r.quant = cudamem.Buffer{}, nil
-	return err
 }
 
 // bind builds the step for bufs unless it is bound to them already.
@@ -208,10 +136,15 @@ func (r *Replay) bind(bufs []refit.TensorBuffers) error {
 			return err
 		}
 	}
-	b := replay.Buffers{Tensors: make([][2]replay.Span, len(bufs)), Scratch: span(r.scratch), Quant: r.quant}
+	b := replay.Buffers{Tensors: make([][2]replay.Span, len(bufs)), Scratch: span(r.scratch), Quant: slices.Clone(r.quant)}
 	for i := range bufs {
-		b.Tensors[i] = [2]replay.Span{{Addr: key[4*i], Len: int64(key[4*i+1])}, {Addr: key[4*i+2], Len: int64(key[4*i+3])}}
+		k := key[keyWords*i:]
+		b.Tensors[i] = [2]replay.Span{{Addr: k[0], Len: int64(k[1])}, {Addr: k[2], Len: int64(k[3])}}
+		if i < len(b.Quant) && b.Quant[i].Self {
+			b.Quant[i].ScaleDst = replay.Span{Addr: k[4], Len: int64(k[5])}
+		}
 	}
+	r.selfBuffers(&b)
 	for _, f := range r.full {
 		b.Full = append(b.Full, span(f))
 	}

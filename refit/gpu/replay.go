@@ -76,10 +76,12 @@ type Replay struct {
 	// quant[t] is tensor t's scale window, for a tensor converted to FP8
 	// (the zero value for the others): the replay's own device memory,
 	// at a fixed address the bound commands (and a graph) read, filled
-	// every step from StepInput.Quant before the step is queued.
+	// every step from StepInput.Quant before the step is queued, or by
+	// the step itself for a self-scaled tensor (see selfscale.go).
 	quant      []replay.QuantTensor
-	scaleArena cudamem.Buffer // the windows, one after another
+	scaleArena cudamem.Buffer // the uploaded windows, one after another
 	scaleBits  []byte         // the step's scales, uploaded at once
+	self       selfScaling
 
 	key      []uint64 // the bound buffers: address and length of each
 	keyBuf   []uint64 // the key of a run's buffers, reused
@@ -152,7 +154,11 @@ func (r *Replay) Name() string {
 // step and waits until it is done, polling the streams, the communicators'
 // asynchronous errors, ctx and Poll, with each round bounded by Timeout.
 // Tensors converted to FP8 are quantized while packed, with in.Quant's
-// scales (uploaded to the replay's scale windows first). It ignores
+// scales (uploaded to the replay's scale windows first), or for a tensor
+// the replay scales itself (TensorQuant.Self) in one fused pass over each
+// part, its destination scale tensor written and its scales checked on
+// the device (a NaN or infinity lists the tensor in the Stats'
+// NonFinite once the step has moved, scales.go). It ignores
 // in.Verify (the runtime drives such calls from the host) and the tag
 // (NCCL has none: the runtime agrees on the step first). After an error
 // the caller must abort the transport.
@@ -169,7 +175,7 @@ func (r *Replay) Move(ctx context.Context, in refit.StepInput) (refit.Stats, err
 	}
 	r.inflight = false
 	r.progress(in.Progress)
-	return r.plan.Stats, nil
+	return r.stepStats()
 }
 
 // progress reports a whole step moved.
@@ -226,7 +232,16 @@ func (r *Replay) Wait(ctx context.Context) (refit.Stats, error) {
 	}
 	r.inflight = false
 	r.progress(r.launchProgress)
-	return r.plan.Stats, nil
+	return r.stepStats()
+}
+
+// stepStats returns what the step that ended moved, with the tensors whose
+// scales it found non-finite.
+func (r *Replay) stepStats() (refit.Stats, error) {
+	stats := r.plan.Stats
+	var err error
+	stats.NonFinite, err = r.checkScales()
+	return stats, err
 }
 
 // Close frees what the replay allocated. With a step still in flight (a run
@@ -238,7 +253,7 @@ func (r *Replay) Close() error {
 		}
 	}
 	var errs []error
-	errs = append(errs, r.unbind(), r.freeScales())
+	errs = append(errs, r.unbind(), r.freeScales(), r.freeSelf())
 	for _, e := range append(append(r.events, r.ext...), r.fin) {
 		if e != nil {
 			errs = append(errs, e.Destroy())
@@ -287,12 +302,18 @@ func (r *Replay) issue(capturing bool) error {
 			err = r.launches[c.Batch].Launch(s)
 		case replay.Memcpy:
 			err = s.CopyDtoD(cuda.DevicePtr(c.Dst), cuda.DevicePtr(c.Src), int(c.Len))
-		case replay.Quantize:
+		case replay.Quantize, replay.Fuse:
 			q := &p.Quants[c.Quant]
-			t := &r.quant[q.Tensor]
-			err = cuda.PackQuantize(s, t.Grid, cuda.DevicePtr(q.Dst),
+			t := &p.Quant[q.Tensor]
+			kernel := cuda.PackQuantize
+			if c.Kind == replay.Fuse {
+				kernel = cuda.FusedQuantize
+			}
+			err = kernel(s, t.Grid, cuda.DevicePtr(q.Dst),
 				cuda.FP8Region{DType: t.DType, Src: cuda.DevicePtr(q.Src), At: q.SrcAt, Box: q.Box},
 				cuda.FP8Window{Blocks: t.Blocks, Values: cuda.DevicePtr(t.Scales.Addr)})
+		case replay.Check:
+			err = queueCheck(s, c.Src, c.Len, c.Dst)
 		case replay.Group:
 			class := reshard.LinkNetwork
 			if c.Stream == replay.Local {
@@ -302,7 +323,11 @@ func (r *Replay) issue(capturing bool) error {
 			err = comm.PostGroup(r.groups[i], s)
 		}
 		if err != nil {
-			return fmt.Errorf("gpu: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, r.prog.Rounds[c.Round].Index, c.Kind, c.Stream, err)
+			round := c.Round
+			if c.Round < len(r.prog.Rounds) {
+				round = r.prog.Rounds[c.Round].Index
+			}
+			return fmt.Errorf("gpu: rank %d, round %d: %s on the %s stream: %w", r.prog.Rank, round, c.Kind, c.Stream, err)
 		}
 	}
 	return nil

@@ -26,6 +26,7 @@ type emuHeap struct {
 	bufs   []emuBuf
 	items  int
 	quants int
+	fuses  int
 }
 
 type emuBuf struct {
@@ -89,8 +90,18 @@ func (h *emuHeap) Copy(c replay.Copy) error {
 }
 
 // Quantize runs the FP8 kernels' source on the CPU, through the same
-// planning a Replay's launch uses (cuda.EmulatePackQuantize).
+// planning a Replay's launch uses (cuda.EmulateFP8).
 func (h *emuHeap) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
+	return h.quantize("PackQuantize", t, q)
+}
+
+// Fuse runs the fused kernel's source on the CPU (cuda.EmulateFP8).
+func (h *emuHeap) Fuse(t replay.QuantTensor, q replay.QuantOp) error {
+	h.fuses++
+	return h.quantize("FusedQuantize", t, q)
+}
+
+func (h *emuHeap) quantize(op string, t replay.QuantTensor, q replay.QuantOp) error {
 	if err := h.inside(q.Src, q.SrcAt); err != nil {
 		return err
 	}
@@ -101,9 +112,25 @@ func (h *emuHeap) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
 		return err
 	}
 	h.quants++
-	return cuda.EmulatePackQuantize(t.Grid, cuda.DevicePtr(q.Dst),
+	return cuda.EmulateFP8(op, t.Grid, cuda.DevicePtr(q.Dst),
 		cuda.FP8Region{DType: t.DType, Src: cuda.DevicePtr(q.Src), At: q.SrcAt, Box: q.Box},
 		cuda.FP8Window{Blocks: t.Blocks, Values: cuda.DevicePtr(t.Scales.Addr)}, 3)
+}
+
+// Check runs a Replay's Check as it queues it (checkArgs): the flag
+// zeroed, then the amax kernel's source over the windows.
+func (h *emuHeap) Check(src uint64, n int64, flag uint64) error {
+	if err := h.inside(src, strided.Desc{Run: n}); err != nil {
+		return err
+	}
+	if err := replaytest.Bytes(h.at).Write(replay.Span{Addr: flag, Len: 4}, make([]byte, 4)); err != nil {
+		return err
+	}
+	g, reg, win, err := checkArgs(src, n, flag)
+	if err != nil {
+		return err
+	}
+	return cuda.EmulateFP8("BlockAmax", g, 0, reg, win, 3)
 }
 
 func (h *emuHeap) Memcpy(dst, src uint64, n int64) error {
@@ -161,9 +188,11 @@ func TestReplayOnCPU(t *testing.T) {
 }
 
 // TestReplayFP8OnCPU runs FP8 conformance cases through replay plans whose
-// Quantize commands run the FP8 kernels' source compiled for the CPU, as a
-// Replay launches them, with the scales in the heap: every E4M3 byte
-// checked against quantizing the whole tensor.
+// Quantize, Fuse and Check commands run the FP8 kernels' source compiled
+// for the CPU, as a Replay launches them, with the scales in the heap:
+// every E4M3 byte checked against quantizing the whole tensor, with the
+// scales exchanged and, where the layouts allow, computed by the plan
+// (replaytest.Env.Self: its scale tensors checked too, and a NaN flagged).
 func TestReplayFP8OnCPU(t *testing.T) {
 	cases, err := transporttest.FP8Cases()
 	if err != nil {
@@ -171,6 +200,14 @@ func TestReplayFP8OnCPU(t *testing.T) {
 	}
 	if testing.Short() {
 		cases = cases[:min(len(cases), 24)]
+	}
+	local, err := transporttest.ColocatedCases(transporttest.ParsePairs(strings.NewReader(
+		"300x260 | bf16 | 1 | S0 | 1 | S0\n256x256 | bf16 | 2 | R | 2 | R\n256x256 | f32 | 2 | R | 2 | S1\n"), "colocated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range local {
+		cases = append(cases, c.FP8())
 	}
 	heap := &emuHeap{}
 	defer heap.close()
@@ -180,12 +217,16 @@ func TestReplayFP8OnCPU(t *testing.T) {
 			for vi, v := range []struct {
 				route   reshard.Route
 				domains int
-			}{{reshard.Flat, 1}, {hier.Hier{}, 2}} {
+				chunk   int64
+				self    bool
+				nan     bool
+			}{{reshard.Flat, 1, 4 << 10, false, false}, {hier.Hier{}, 2, 4 << 10, false, false},
+				{reshard.Flat, 1, 4 << 10, true, false}, {reshard.Flat, 1, 1 << 20, true, false}, {reshard.Flat, 1, 1 << 20, true, true}} {
 				env := replaytest.Env{Topo: replaytest.DomainTopology(t, c, v.domains),
-					Opts: reshard.ScheduleOptions{ChunkBytes: 4 << 10, StagingBytes: 32 << 10}, FP8: mode}
+					Opts: reshard.ScheduleOptions{ChunkBytes: v.chunk, StagingBytes: max(32<<10, 8*v.chunk)}, FP8: mode, Self: v.self, NaN: v.nan}
 				r := rand.New(rand.NewPCG(uint64(ci), uint64(10*mi+vi)))
 				if err := replaytest.RunCase(heap, env, c, v.route, r); err != nil {
-					t.Fatalf("%v, %v scales, %s over %d domains: %v", c, mode, v.route.Name(), v.domains, err)
+					t.Fatalf("%v, %v scales, %s over %d domains (self %v, NaN %v): %v", c, mode, v.route.Name(), v.domains, v.self, v.nan, err)
 				}
 				runs++
 			}
@@ -193,8 +234,8 @@ func TestReplayFP8OnCPU(t *testing.T) {
 		heap.close()
 		heap.bufs = slices.Delete(heap.bufs, 0, len(heap.bufs))
 	}
-	if heap.quants == 0 {
-		t.Fatal("no Quantize command ran")
+	if heap.quants == 0 || heap.fuses == 0 {
+		t.Fatalf("%d quantize launches, %d of them fused: both kinds must run", heap.quants, heap.fuses)
 	}
-	t.Logf("%d FP8 reshards simulated with the FP8 kernels on the CPU (%d quantize launches), checked byte by byte", runs, heap.quants)
+	t.Logf("%d FP8 reshards simulated with the FP8 kernels on the CPU (%d quantize launches, %d fused), checked byte by byte", runs, heap.quants, heap.fuses)
 }

@@ -54,6 +54,14 @@ type Env struct {
 	// the heap, and every destination byte is checked against quantizing
 	// the whole tensor (pattern.CheckFP8).
 	FP8 fp8.Mode
+	// Self, with FP8, has the plans scale a case themselves where its
+	// layouts allow (fp8.Grid.ScalesLocal; replay.QuantTensor.Self), as a
+	// device driver does: the scale windows, the destination scale
+	// tensors and the check flag lie in the heap, and every destination
+	// rank's scale tensor is checked too. NaN puts a NaN into one source
+	// element of such a case, and RunCase then checks that every rank
+	// holding it flags it (its Check flag at 0x7F800000 or above).
+	Self, NaN bool
 }
 
 // DomainTopology returns the topology of c's world on one host, with c's
@@ -81,71 +89,32 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 	if err != nil {
 		return err
 	}
-	type rankState struct {
-		views program.TensorViews
-		dst   replay.Span
-		got   []byte
+	self := false
+	if env.FP8 != 0 && env.Self {
+		g, err := fp8.NewGrid(c.Src.Shape(), env.FP8)
+		if err != nil {
+			return err
+		}
+		if self, err = g.ScalesLocal(c.Src, c.Dst, world); err != nil {
+			return err
+		}
 	}
 	states := make([]rankState, world)
 	plans := make([][]*replay.Plan, world)
 	for rank := range world {
 		st := &states[rank]
-		var bufs replay.Buffers
-		bufs.Tensors = make([][2]replay.Span, 1)
-		part := func(l placement.Layout) (placement.View, int64, error) {
-			box, _ := l.RankBox(rank)
-			if !env.Padded || box.Empty() {
-				return placement.View{}, l.LocalBytes(rank), nil
-			}
-			v := transporttest.PaddedView(box.Shape())
-			ext, err := v.Extent(box.Shape())
-			return v, (ext + 4) * l.ElemSize(), err
-		}
-		if c.Src.Mesh().Contains(rank) {
-			v, n, err := part(c.Src)
-			if err != nil {
-				return err
-			}
-			st.views.Src = v
-			host := make([]byte, n)
-			fill := pattern.Fill
-			if env.FP8 != 0 {
-				fill = pattern.FillFloats
-				if bufs.Quant, err = loadScales(heap, c, env.FP8, rank); err != nil {
-					return err
-				}
-			}
-			if err := fill(c.Src, rank, 0, host, v); err != nil {
-				return err
-			}
-			if bufs.Tensors[0][0], err = heap.Alloc(n); err != nil {
-				return err
-			}
-			if err := heap.Write(bufs.Tensors[0][0], host); err != nil {
-				return err
-			}
-		}
-		if c.Dst.Mesh().Contains(rank) {
-			v, n, err := part(c.Dst)
-			if err != nil {
-				return err
-			}
-			st.views.Dst = v
-			st.got = make([]byte, n)
-			for i := range st.got {
-				st.got[i] = pattern.Poison
-			}
-			if st.dst, err = heap.Alloc(n); err != nil {
-				return err
-			}
-			if err := heap.Write(st.dst, st.got); err != nil {
-				return err
-			}
-			bufs.Tensors[0][1] = st.dst
+		bufs, err := st.setUp(heap, env, c, rank, self)
+		if err != nil {
+			return err
 		}
 		prog, err := program.Compile(sched, rank, program.CompileOptions{Views: []program.TensorViews{st.views}, CoalesceBytes: env.Coalesce})
 		if err != nil {
 			return err
+		}
+		if self {
+			if st.self, err = selfScales(heap, c, env.FP8, rank, prog, st.views, &bufs, st.self.nan); err != nil {
+				return err
+			}
 		}
 		if err := allocNeeds(heap, replay.NeedsOf(prog), &bufs); err != nil {
 			return err
@@ -173,11 +142,95 @@ func RunCase(heap Heap, env Env, c transporttest.Case, route reshard.Route, r *r
 		if err := heap.Read(st.dst, st.got); err != nil {
 			return err
 		}
+		if self && env.NaN {
+			continue // the flags are what a NaN run checks
+		}
 		if err := checkDst(c, env.FP8, rank, st.got, st.views.Dst, env.Padded); err != nil {
 			return fmt.Errorf("%s: %w", sched.Route, err)
 		}
 	}
+	for rank := range world {
+		if err := states[rank].self.check(heap, c, env.FP8, rank, env.NaN); err != nil {
+			return fmt.Errorf("%s: %w", sched.Route, err)
+		}
+	}
 	return nil
+}
+
+// rankState is one simulated rank's side of a case: its views, its
+// destination buffer and what it read back, its self-scaling state.
+type rankState struct {
+	views program.TensorViews
+	dst   replay.Span
+	got   []byte
+	self  selfState
+}
+
+// setUp allocates and fills in heap rank's source part (with its scales
+// where they are exchanged, self false) and poisons its destination part,
+// and returns the buffers.
+func (st *rankState) setUp(heap Heap, env Env, c transporttest.Case, rank int, self bool) (replay.Buffers, error) {
+	var bufs replay.Buffers
+	bufs.Tensors = make([][2]replay.Span, 1)
+	part := func(l placement.Layout) (placement.View, int64, error) {
+		box, _ := l.RankBox(rank)
+		if !env.Padded || box.Empty() {
+			return placement.View{}, l.LocalBytes(rank), nil
+		}
+		v := transporttest.PaddedView(box.Shape())
+		ext, err := v.Extent(box.Shape())
+		return v, (ext + 4) * l.ElemSize(), err
+	}
+	if c.Src.Mesh().Contains(rank) {
+		v, n, err := part(c.Src)
+		if err != nil {
+			return bufs, err
+		}
+		st.views.Src = v
+		host := make([]byte, n)
+		fill := pattern.Fill
+		if env.FP8 != 0 {
+			fill = pattern.FillFloats
+		}
+		if env.FP8 != 0 && !self {
+			if bufs.Quant, err = loadScales(heap, c, env.FP8, rank); err != nil {
+				return bufs, err
+			}
+		}
+		if err := fill(c.Src, rank, 0, host, v); err != nil {
+			return bufs, err
+		}
+		if self && env.NaN {
+			if st.self.nan, err = poisonNaN(c, rank, host, v); err != nil {
+				return bufs, err
+			}
+		}
+		if bufs.Tensors[0][0], err = heap.Alloc(n); err != nil {
+			return bufs, err
+		}
+		if err := heap.Write(bufs.Tensors[0][0], host); err != nil {
+			return bufs, err
+		}
+	}
+	if c.Dst.Mesh().Contains(rank) {
+		v, n, err := part(c.Dst)
+		if err != nil {
+			return bufs, err
+		}
+		st.views.Dst = v
+		st.got = make([]byte, n)
+		for i := range st.got {
+			st.got[i] = pattern.Poison
+		}
+		if st.dst, err = heap.Alloc(n); err != nil {
+			return bufs, err
+		}
+		if err := heap.Write(st.dst, st.got); err != nil {
+			return bufs, err
+		}
+		bufs.Tensors[0][1] = st.dst
+	}
+	return bufs, nil
 }
 
 // allocNeeds allocates on heap the staging, full-tensor and scratch
@@ -317,6 +370,14 @@ func (h *GoHeap) Copy(c replay.Copy) error {
 // (transport.HostMemory.QuantPack).
 func (h *GoHeap) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
 	return Bytes(h.at).Quantize(t, q)
+}
+
+// Fuse implements replay.Memory with the host oracle (Bytes.Fuse).
+func (h *GoHeap) Fuse(t replay.QuantTensor, q replay.QuantOp) error { return Bytes(h.at).Fuse(t, q) }
+
+// Check implements replay.Memory.
+func (h *GoHeap) Check(src uint64, n int64, flag uint64) error {
+	return Bytes(h.at).Check(src, n, flag)
 }
 
 // Memcpy implements replay.Memory.
