@@ -306,7 +306,9 @@ func mpirunWithin(t *testing.T, limit time.Duration, np int, env []string, args 
 // checked, bad inputs on one rank raising on every rank with the rank and
 // field, a layout mismatch raising AgreementError, whole models through
 // their fused views, delta mode (calls and a model, resync, its bytes
-// against dense), FP8 in flight (bytes and scales), torch tensors.
+// against dense), LoRA merges into bf16 and FP8 weights (every element,
+// byte and scale against numpy), FP8 in flight (bytes and scales), torch
+// tensors.
 func TestPython(t *testing.T) {
 	py := python(t)
 	mpitest.Require(t)
@@ -319,6 +321,7 @@ func TestPython(t *testing.T) {
 		{"test_model.py", 6, false},
 		{"test_delta.py", 6, false},
 		{"test_lora.py", 6, false},
+		{"test_lora_fp8.py", 3, false},
 		{"test_fp8.py", 4, false},
 		{"test_crossed.py", 4, false},
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks

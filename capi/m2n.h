@@ -63,8 +63,9 @@ extern "C" {
  * m2n_session_leave and m2n_session_refuse; 3 delta mode:
  * m2n_options.delta, m2n_delta_report, m2n_call_resync,
  * m2n_call_delta_report, m2n_model_resync and m2n_model_delta_report; 4
- * LoRA: m2n_model_lora and m2n_model_merge_lora. */
-#define M2N_ABI_VERSION 4
+ * LoRA: m2n_model_lora and m2n_model_merge_lora; 5
+ * m2n_model_merge_lora_scales (merging into FP8 weights). */
+#define M2N_ABI_VERSION 5
 
 /* Result codes. */
 enum {
@@ -496,8 +497,7 @@ int m2n_model_delta_report(m2n_model m, m2n_delta_report *out);
  * them. alpha 0 is alpha = rank; merging scales B @ A by alpha / rank.
  * A base whose generator holds FP8 is refused (M2N_ERR_VALIDATION) where
  * a generator rank's part of an adapted weight cuts a scale block; else
- * m2n_model_merge_lora re-quantizes its blocks (give the weights' scale
- * buffers among dst), from the FP8 weights of the first merge.
+ * m2n_model_merge_lora_scales merges into its FP8 weights.
  *
  * m2n_model_merge_lora merges what this rank's destination buffers of
  * adapters (adapter_dst, as given to its last m2n_model_run) hold into this
@@ -507,10 +507,37 @@ int m2n_model_delta_report(m2n_model m, m2n_delta_report *out);
  * plus the latest adapters (one float32 sum per element, rounded once to
  * bf16). Call it on every generator rank after each adapter step that
  * completed; it is local to the rank (no collective), and trainer ranks
- * have nothing to merge. On GPU sessions it runs on host copies. */
+ * have nothing to merge. On GPU sessions it runs on host copies. A buffer
+ * that is not one of this rank's (see m2n_model_describe), is given twice
+ * or has another size is M2N_ERR_INVALID, naming it, and so is a rank that
+ * holds FP8 weights of base: merge those with m2n_model_merge_lora_scales.
+ *
+ * m2n_model_merge_lora_scales is m2n_model_merge_lora with scale: this
+ * rank's scale tensors of base (as m2n_model_describe lists them and
+ * m2n_model_run takes them: little-endian float32, each exactly its size;
+ * NULL with nscale 0 for a model without FP8), for a base whose generator
+ * holds FP8 (m2n_model_prepare's fp8=MODE). Each adapted fp8e4m3 weight
+ * part in dst, and its scales in scale, are rewritten in place as
+ *
+ *     W = Q(D(Wq0) + (alpha / rank) (B @ A))
+ *
+ * from a base Wq0, the FP8 bytes and scales the part held at the first
+ * merge with this adapters model (what the last full sync delivered; the
+ * library keeps a copy, 1 byte an element and 4 a block): D decodes each
+ * byte times its block's scale in float32, the product is added as for
+ * bf16 (k in order, each product rounded to float32), and Q re-quantizes
+ * every block the part holds with the in-flight conversion's rule (the
+ * block's amax, its scale amax x float32(1/448), each element divided by
+ * it and rounded to E4M3), so a step's weight depends only on the base and
+ * the latest adapters. An adapted FP8 weight whose scales are not given is
+ * an error naming it. bf16 and f32 weights merge as m2n_model_merge_lora
+ * merges them. */
 int m2n_model_lora(m2n_model base, int64_t rank, double alpha, const char *targets, const char *route, m2n_model *out);
 int m2n_model_merge_lora(m2n_model base, m2n_model adapters, const m2n_named_buffer *dst, int64_t ndst,
                          const m2n_named_buffer *adapter_dst, int64_t nadapter);
+int m2n_model_merge_lora_scales(m2n_model base, m2n_model adapters, const m2n_named_buffer *dst, int64_t ndst,
+                                const m2n_named_buffer *scale, int64_t nscale, const m2n_named_buffer *adapter_dst,
+                                int64_t nadapter);
 
 /* Whether a session of this process aborted, so that MPI_Finalize would
  * wait for peers that are gone. */

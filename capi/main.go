@@ -30,7 +30,7 @@ import (
 func main() {}
 
 // abiVersion is M2N_ABI_VERSION of this library.
-const abiVersion = 4
+const abiVersion = 5
 
 //export m2n_abi_version
 func m2n_abi_version() C.int32_t { return abiVersion } // nothing here can panic

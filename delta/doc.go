@@ -164,12 +164,14 @@
 //
 // BenchmarkEncode and BenchmarkApply run each density on 16 MiB of bf16
 // against a plain copy of the same bytes (BenchmarkBaseline), reporting
-// wall-clock and CPU-time MB/s; bench/results/delta-codec.txt holds a run
-// with its command. In that run (2 shared cores, copy 5.8 GB/s), Encode
-// ran at 0.81x a copy's speed with nothing changed, 0.57x at 1e-4 and
-// 1e-3, 0.35x at 1% (2.0 GB/s), 0.10x at 10%, 0.05x at 50% and 0.36x at
-// 100%; Apply, by CPU time, at 0.25x a copy at 1%, 0.23x at 10% and
-// 0.80x at 100%, and far above a copy below 1e-3 (it touches only the
+// wall-clock and CPU-time MB/s; bench/results/delta-codec.txt holds the
+// runs with their command. In its latest, after the AVX2 scan (2 cores, a
+// quiet machine, copy 25.7 GB/s of CPU time), Encode ran at 12.0 GB/s of
+// CPU time with nothing changed (0.47x a copy), 9.2 GB/s at 1e-4, 5.3 at
+// 1e-3, 3.8 at 1% (0.15x; 2.1 GB/s in the file's first run, before the
+// AVX2 scan, on a busier machine), 1.9 at 10%, 0.66 at 50% and 5.8 at
+// 100%; Apply at 5.2 GB/s at 1% (0.20x), 3.9 at 10%, 19.4 at 100%
+// (0.76x), and far above a copy at 1e-3 and below (it touches only the
 // changed blocks). Encode reads prev and cur once; it allocates nothing
 // once its scratch is grown, and neither does Apply. The runtime should
 // therefore encode on as many cores as it has messages (one Encoder each)

@@ -4,7 +4,7 @@ the prototypes of its functions, and how the library is found."""
 import ctypes
 import os
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 # Result codes (m2n.h).
 OK = 0
@@ -175,6 +175,8 @@ _PROTOTYPES = {
     "m2n_model_lora": (_int, [_u64, ctypes.c_int64, ctypes.c_double, ctypes.c_char_p, ctypes.c_char_p, _u64_p]),
     "m2n_model_merge_lora": (_int, [_u64, _u64, ctypes.POINTER(NamedBuffer), ctypes.c_int64, ctypes.POINTER(NamedBuffer),
                                     ctypes.c_int64]),
+    "m2n_model_merge_lora_scales": (_int, [_u64, _u64, ctypes.POINTER(NamedBuffer), ctypes.c_int64, ctypes.POINTER(NamedBuffer),
+                                           ctypes.c_int64, ctypes.POINTER(NamedBuffer), ctypes.c_int64]),
     "m2n_job_failed": (ctypes.c_int32, []),
     "m2n_abort_job": (None, [ctypes.c_int32]),
 }

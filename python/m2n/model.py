@@ -198,13 +198,13 @@ class Model:
         generator rank calls merge_lora. alpha 0 means alpha = rank. A model
         whose generator holds FP8 raises ValidationError where a generator
         rank's part of an adapted weight cuts a scale block; else merge_lora
-        re-quantizes the blocks (pass the scale buffers among dst)."""
+        re-quantizes the blocks (pass the scale buffers as its scale)."""
         h = ctypes.c_uint64()
         check(_lib.lib().m2n_model_lora(self._handle(), rank, float(alpha), cstr(",".join(targets or [])), cstr(route),
                                         ctypes.byref(h)))
         return Model(self.session, h.value)
 
-    def merge_lora(self, adapters, dst, adapter_dst):
+    def merge_lora(self, adapters, dst, adapter_dst, scale=None):
         """Merges what this rank's destination buffers of adapters (a
         Model from lora(), adapter_dst as given to its last run) hold into
         this rank's destination buffers of this model (dst), in place:
@@ -213,11 +213,25 @@ class Model:
         were trained on plus the latest adapters (one float32 sum per
         element, rounded once to bfloat16). Local to this rank (no
         collective): call it on every generator rank after each adapter
-        step; trainer ranks have nothing to merge."""
+        step; trainer ranks have nothing to merge.
+
+        For a model served in FP8 (prepare_model's fp8=), scale holds this
+        rank's scale tensors by name, as run() takes them (empty("scale")):
+        each adapted float8_e4m3fn weight part and its float32 scales are
+        rewritten in place as Q(D(Wq0) + alpha/rank x (B @ A)), from the
+        FP8 base Wq0 the first merge with these adapters found (the full
+        sync's bytes and scales, which the library keeps): D decodes each
+        byte times its block's scale in float32, and Q re-quantizes every
+        block as the in-flight conversion does (amax x float32(1/448) as
+        the scale, each element divided by it and rounded to E4M3), so a
+        step's weight depends only on the base and the latest adapters. A
+        rank holding FP8 weights that gives no scales raises
+        InvalidArgument (m2n_model_merge_lora_scales in C)."""
         kept = []
         w, n = self._named("dst", dst or {}, kept)
+        sc, ns = self._named("scale", scale or {}, kept)
         a, na = adapters._named("dst", adapter_dst or {}, kept)
-        check(_lib.lib().m2n_model_merge_lora(self._handle(), adapters._handle(), w, n, a, na))
+        check(_lib.lib().m2n_model_merge_lora_scales(self._handle(), adapters._handle(), w, n, sc, ns, a, na))
 
     def refresh_targets(self):
         """The tensors this rank holds for the generator that need the
