@@ -121,6 +121,50 @@ func abortOnError(fn func(transport.Transport) error) func(transport.Transport) 
 	}
 }
 
+// runDeltaCall prepares cfg's call of ts on every rank of an 8-rank
+// in-process world, over wrap's transport where wrap is not nil, and runs
+// step on every rank with its call; a rank whose step fails aborts the
+// world (abortOnError), and the test fails with every rank's error.
+func runDeltaCall(t *testing.T, cfg deltaConfig, ts []deltaTensor, wrap func(r int, tr transport.Transport) transport.Transport, step func(r int, c *refit.Call) error) {
+	t.Helper()
+	w := inproc.NewWorld(8)
+	errs := w.Run(abortOnError(func(tr transport.Transport) error {
+		r := tr.Rank()
+		if wrap != nil {
+			tr = wrap(r, tr)
+		}
+		c, err := cfg.prepare(w, r, tr, ts)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return step(r, c)
+	}))
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkDeltaStep checks the report of step k (from 0) of a call in delta
+// mode, which changed a fraction frac of the elements (what names the
+// step): the first step is a full sync (no dense bytes counted), the others
+// delta steps, and with nothing changed only a header and an op a message
+// move.
+func checkDeltaStep(what string, k int, frac float64, rep *refit.Report) error {
+	sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
+	switch {
+	case rep.Delta != (k > 0):
+		return fmt.Errorf("%s: Report.Delta %v, want %v (the first step is a full sync, the others delta steps)", what, rep.Delta, k > 0)
+	case k == 0 && dense != 0:
+		return fmt.Errorf("%s counts %d dense bytes: it must be a full sync", what, dense)
+	case k > 0 && sent > 0 && dense == 0:
+		return fmt.Errorf("%s sent %d bytes but counts no dense bytes: not a delta step", what, sent)
+	case frac == 0 && sent > int64(32*rep.Stats.Messages):
+		return fmt.Errorf("%s: nothing changed, yet %d bytes sent in %d messages", what, sent, rep.Stats.Messages)
+	}
+	return nil
+}
+
 // deltaConfig is one configuration of TestDelta.
 type deltaConfig struct {
 	dtype    string
@@ -184,14 +228,7 @@ func TestDelta(t *testing.T) {
 	for _, cfg := range configs {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			ts := deltaTensors(t, cfg.dtype)
-			w := inproc.NewWorld(8)
-			errs := w.Run(abortOnError(func(tr transport.Transport) error {
-				r := tr.Rank()
-				c, err := cfg.prepare(w, r, tr, ts)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			runDeltaCall(t, cfg, ts, nil, func(r int, c *refit.Call) error {
 				d := newDeltaRank(t, r, ts)
 				for k, frac := range []float64{-1, 0, 0.01, 0.5, 1, 0.01} {
 					if k > 0 {
@@ -199,29 +236,25 @@ func TestDelta(t *testing.T) {
 							return err
 						}
 					}
+					what := fmt.Sprintf("step %d (%v changed)", k+1, frac)
 					rep, err := c.Run(context.Background(), d.bufs)
 					if err != nil {
-						return fmt.Errorf("step %d (%v changed): %w", k+1, frac, err)
+						return fmt.Errorf("%s: %w", what, err)
 					}
-					if err := d.check(fmt.Sprintf("step %d (%v changed)", k+1, frac)); err != nil {
+					if err := d.check(what); err != nil {
+						return err
+					}
+					if err := checkDeltaStep(what, k, frac, rep); err != nil {
 						return err
 					}
 					sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
 					switch {
-					case rep.Delta != (k > 0):
-						return fmt.Errorf("step %d: Report.Delta %v, want %v (the first step is a full sync, the others delta steps)", k+1, rep.Delta, k > 0)
-					case k == 0 && dense != 0:
-						return fmt.Errorf("step 1 counts %d dense bytes: it must be a full sync", dense)
-					case k > 0 && sent > 0 && dense == 0:
-						return fmt.Errorf("step %d sent %d bytes but counts no dense bytes: not a delta step", k+1, sent)
-					case frac == 0 && sent > int64(32*rep.Stats.Messages):
-						return fmt.Errorf("step %d: nothing changed, yet %d bytes sent in %d messages", k+1, sent, rep.Stats.Messages)
 					case frac == 1 && sent < dense:
-						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense", k+1, sent, dense)
+						return fmt.Errorf("%s: everything changed, yet %d bytes sent of %d dense", what, sent, dense)
 					case frac == 1 && !cfg.atomic && !cfg.verify && sent != dense:
-						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense: the wires did not go dense", k+1, sent, dense)
+						return fmt.Errorf("%s: everything changed, yet %d bytes sent of %d dense: the wires did not go dense", what, sent, dense)
 					case frac == 0.01 && sent > dense/4:
-						return fmt.Errorf("step %d: 1%% changed, yet %d bytes sent of %d dense", k+1, sent, dense)
+						return fmt.Errorf("%s: 1%% changed, yet %d bytes sent of %d dense", what, sent, dense)
 					}
 				}
 				if h := c.Held(); h.Version != 6 || !h.Intact {
@@ -242,10 +275,7 @@ func TestDelta(t *testing.T) {
 					return fmt.Errorf("rank %d: the step after Resync on rank 6 counts dense bytes: not a full sync", r)
 				}
 				return d.check("after the resync")
-			}))
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			})
 		})
 	}
 }
@@ -257,6 +287,17 @@ type flipper struct {
 	transport.Transport
 	arm *atomic.Bool
 	at  int64
+}
+
+// flipInto5 returns runDeltaCall's wrap that makes rank 5's transport a
+// flipper, armed by arm, at offset at.
+func flipInto5(arm *atomic.Bool, at int64) func(int, transport.Transport) transport.Transport {
+	return func(r int, tr transport.Transport) transport.Transport {
+		if r == 5 {
+			return flipper{tr, arm, at}
+		}
+		return tr
+	}
 }
 
 func (f flipper) Start(ops []transport.Op) (transport.Pending, error) {
@@ -302,18 +343,9 @@ func TestDeltaFaults(t *testing.T) {
 	}{{false, -1}, {false, 0}, {true, -1}, {true, 0}} {
 		t.Run(fmt.Sprintf("atomic=%v,at=%d", cfg.atomic, cfg.at), func(t *testing.T) {
 			ts := deltaTensors(t, "bf16")
-			w := inproc.NewWorld(8)
 			var arm atomic.Bool
-			errs := w.Run(abortOnError(func(tr transport.Transport) error {
-				r := tr.Rank()
-				if r == 5 {
-					tr = flipper{tr, &arm, cfg.at}
-				}
-				c, err := deltaConfig{dtype: "bf16", route: "hier", verify: true, atomic: cfg.atomic}.prepare(w, r, tr, ts)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			dc := deltaConfig{dtype: "bf16", route: "hier", verify: true, atomic: cfg.atomic}
+			runDeltaCall(t, dc, ts, flipInto5(&arm, cfg.at), func(r int, c *refit.Call) error {
 				d := newDeltaRank(t, r, ts)
 				for k := 1; k <= 2; k++ {
 					if k > 1 {
@@ -337,7 +369,7 @@ func TestDeltaFaults(t *testing.T) {
 				if r == 5 {
 					arm.Store(true)
 				}
-				_, err = c.Run(context.Background(), d.bufs)
+				_, err := c.Run(context.Background(), d.bufs)
 				if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
 					return fmt.Errorf("rank %d: the step with a flipped byte returned %v, want a checksum error", r, err)
 				}
@@ -362,10 +394,7 @@ func TestDeltaFaults(t *testing.T) {
 					return fmt.Errorf("rank %d: the step after the failed one is a full sync: %v, want %v", r, full, !cfg.atomic)
 				}
 				return d.check("after the failed step")
-			}))
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			})
 		})
 	}
 }
