@@ -145,24 +145,32 @@ func runDeltaCall(t *testing.T, cfg deltaConfig, ts []deltaTensor, wrap func(r i
 	}
 }
 
-// checkDeltaStep checks the report of step k (from 0) of a call in delta
-// mode, which changed a fraction frac of the elements (what names the
-// step): the first step is a full sync (no dense bytes counted), the others
-// delta steps, and with nothing changed only a header and an op a message
-// move.
-func checkDeltaStep(what string, k int, frac float64, rep *refit.Report) error {
+// runDeltaStep runs step k (from 0, named what) of call c in delta mode
+// on bufs, after an update that changed a fraction frac of the elements,
+// checks every destination element with check, and checks the report's
+// bytes: the first step is a full sync (no dense bytes counted), the
+// others delta steps, and with nothing changed only a header and an op a
+// message move.
+func runDeltaStep(c *refit.Call, bufs []refit.TensorBuffers, check func(what string) error, what string, k int, frac float64) (*refit.Report, error) {
+	rep, err := c.Run(context.Background(), bufs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := check(what); err != nil {
+		return nil, err
+	}
 	sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
 	switch {
 	case rep.Delta != (k > 0):
-		return fmt.Errorf("%s: Report.Delta %v, want %v (the first step is a full sync, the others delta steps)", what, rep.Delta, k > 0)
+		return nil, fmt.Errorf("%s: Report.Delta %v, want %v (the first step is a full sync, the others delta steps)", what, rep.Delta, k > 0)
 	case k == 0 && dense != 0:
-		return fmt.Errorf("%s counts %d dense bytes: it must be a full sync", what, dense)
+		return nil, fmt.Errorf("%s counts %d dense bytes: it must be a full sync", what, dense)
 	case k > 0 && sent > 0 && dense == 0:
-		return fmt.Errorf("%s sent %d bytes but counts no dense bytes: not a delta step", what, sent)
+		return nil, fmt.Errorf("%s sent %d bytes but counts no dense bytes: not a delta step", what, sent)
 	case frac == 0 && sent > int64(32*rep.Stats.Messages):
-		return fmt.Errorf("%s: nothing changed, yet %d bytes sent in %d messages", what, sent, rep.Stats.Messages)
+		return nil, fmt.Errorf("%s: nothing changed, yet %d bytes sent in %d messages", what, sent, rep.Stats.Messages)
 	}
-	return nil
+	return rep, nil
 }
 
 // deltaConfig is one configuration of TestDelta.
@@ -237,14 +245,8 @@ func TestDelta(t *testing.T) {
 						}
 					}
 					what := fmt.Sprintf("step %d (%v changed)", k+1, frac)
-					rep, err := c.Run(context.Background(), d.bufs)
+					rep, err := runDeltaStep(c, d.bufs, d.check, what, k, frac)
 					if err != nil {
-						return fmt.Errorf("%s: %w", what, err)
-					}
-					if err := d.check(what); err != nil {
-						return err
-					}
-					if err := checkDeltaStep(what, k, frac, rep); err != nil {
 						return err
 					}
 					sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
