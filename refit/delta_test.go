@@ -332,6 +332,24 @@ func (p flipPending) Wait(ctx context.Context) error {
 	return nil
 }
 
+// runFlippedStep runs, after two good steps, the step of c whose encoding
+// into rank 5 a flipper flips once arm is set (rank 5 sets it): every rank
+// must fail it with a checksum error and then hold the second step,
+// intact only when atomic.
+func runFlippedStep(c *refit.Call, bufs []refit.TensorBuffers, arm *atomic.Bool, r int, atomicMode bool) error {
+	if r == 5 {
+		arm.Store(true)
+	}
+	_, err := c.Run(context.Background(), bufs)
+	if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
+		return fmt.Errorf("rank %d: the step with a flipped byte returned %v, want a checksum error", r, err)
+	}
+	if h := c.Held(); h.Version != 2 || h.Intact != atomicMode {
+		return fmt.Errorf("rank %d holds %v after the failed step", r, h)
+	}
+	return nil
+}
+
 // TestDeltaFaults flips a byte of an encoding on the wire into rank 5 in
 // the third step of a verified call in delta mode (a value byte, or the
 // header's first), so that every rank fails the step with a checksum
@@ -368,15 +386,8 @@ func TestDeltaFaults(t *testing.T) {
 				if err := d.update(0.05); err != nil {
 					return err
 				}
-				if r == 5 {
-					arm.Store(true)
-				}
-				_, err := c.Run(context.Background(), d.bufs)
-				if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
-					return fmt.Errorf("rank %d: the step with a flipped byte returned %v, want a checksum error", r, err)
-				}
-				if h := c.Held(); h.Version != 2 || h.Intact != cfg.atomic {
-					return fmt.Errorf("rank %d holds %v after the failed step", r, h)
+				if err := runFlippedStep(c, d.bufs, &arm, r, cfg.atomic); err != nil {
+					return err
 				}
 				if cfg.atomic {
 					for i, b := range before {
