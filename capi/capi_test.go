@@ -327,13 +327,7 @@ func TestPython(t *testing.T) {
 		{"test_torch.py", 2, true}, // torch is slow to import: few ranks
 	} {
 		t.Run(fmt.Sprintf("%s/np=%d", tc.script, tc.np), func(t *testing.T) {
-			if tc.torch && !hasTorch(py) {
-				t.Skipf("%s cannot import torch (Debian's python3-torch, not installed by the set-up: it is large)", py)
-			}
-			out, err := mpirun(t, tc.np, nil, py, filepath.Join("..", "python", "tests", tc.script))
-			if err != nil || !strings.Contains(out, fmt.Sprintf("%s: %d ranks, passed", tc.script, tc.np)) {
-				t.Fatalf("%v\n%s", err, out)
-			}
+			out := runPython(t, py, tc.torch, tc.np, fmt.Sprintf("%s: %d ranks, passed", tc.script, tc.np), "python", "tests", tc.script)
 			t.Logf("\n%s", out)
 		})
 	}
@@ -383,15 +377,25 @@ func TestPythonExamples(t *testing.T) {
 		{"trainer_torch.py", 2, "3 steps of 6 tensors from a 1-rank trainer to a 1x1 generator on cpu, every element checked", true},
 	} {
 		t.Run(ex.script, func(t *testing.T) {
-			if ex.torch && !hasTorch(py) {
-				t.Skipf("%s cannot import torch (Debian's python3-torch, not installed by the set-up: it is large)", py)
-			}
-			out, err := mpirun(t, ex.np, nil, py, filepath.Join("..", "examples", "python", ex.script))
-			if err != nil || !strings.Contains(out, ex.want) {
-				t.Fatalf("%v\n%s", err, out)
-			}
+			runPython(t, py, ex.torch, ex.np, ex.want, "examples", "python", ex.script)
 		})
 	}
+}
+
+// runPython runs the Python program at path (from the repository root)
+// with interpreter py on np ranks and returns its output, which must hold
+// want; the job must exit 0. A program that imports torch (torch) is
+// skipped where py cannot.
+func runPython(t *testing.T, py string, torch bool, np int, want string, path ...string) string {
+	t.Helper()
+	if torch && !hasTorch(py) {
+		t.Skipf("%s cannot import torch (Debian's python3-torch, not installed by the set-up: it is large)", py)
+	}
+	out, err := mpirun(t, np, nil, py, filepath.Join(append([]string{".."}, path...)...))
+	if err != nil || !strings.Contains(out, want) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
 }
 
 // TestPythonLeft runs test_left.py: a rank whose Python code raises with

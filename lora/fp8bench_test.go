@@ -14,17 +14,7 @@ import (
 // base, and reports ns per weight element.
 func BenchmarkMergeFP8(b *testing.B) {
 	const rows, cols, r = 1024, 4096, 16
-	src := make([]byte, 2*rows*cols)
-	a, bb := make([]byte, 2*r*cols), make([]byte, 2*rows*r)
-	put := func(buf []byte, scale float64) {
-		for i := 0; i < len(buf); i += 2 {
-			u := math.Float32bits(float32(scale * math.Sin(float64(i))))
-			buf[i], buf[i+1] = byte(u>>16), byte(u>>24)
-		}
-	}
-	put(src, 1)
-	put(a, 0.01)
-	put(bb, 0.01)
+	src, a, bb := benchInputs(rows, cols, r)
 	q, err := fp8.Quantize(dtype.BF16, []int64{rows, cols}, fp8.Block, src)
 	if err != nil {
 		b.Fatal(err)

@@ -65,18 +65,7 @@ func BenchmarkMerge(b *testing.B) {
 			defer setAVX2(was)
 			const rows, cols, r = 1024, 4096, 16
 			wl, al, bl := layout2(rows, cols), layout2(r, cols), layout2(rows, r)
-			w, a, bb := make([]byte, 2*rows*cols), make([]byte, 2*r*cols), make([]byte, 2*rows*r)
-			// normal values, as weights hold (subnormals would time the
-			// CPU's microcode assists instead)
-			put := func(buf []byte, scale float64) {
-				for i := 0; i < len(buf); i += 2 {
-					u := math.Float32bits(float32(scale * math.Sin(float64(i))))
-					buf[i], buf[i+1] = byte(u>>16), byte(u>>24)
-				}
-			}
-			put(w, 1)
-			put(a, 0.01)
-			put(bb, 0.01)
+			w, a, bb := benchInputs(rows, cols, r)
 			mg := NewMerger()
 			op := func(l layoutT, buf []byte) Matrix { return Matrix{Layout: l, Rank: 0, Buf: buf} }
 			_ = mg.Merge("w", op(wl, w), op(al, a), op(bl, bb), 0.5)
@@ -87,4 +76,20 @@ func BenchmarkMerge(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(rows*cols), "ns/elem")
 		})
 	}
+}
+
+// benchInputs returns the merge benchmarks' bf16 inputs: a rows x cols
+// weight and rank-r adapters A (r x cols) and B (rows x r), sin(i) scaled
+// by 1 in the weight and 0.01 in the adapters: normal values, as weights
+// hold (subnormals would time the CPU's microcode assists instead).
+func benchInputs(rows, cols, r int) (w, a, b []byte) {
+	put := func(n int, scale float64) []byte {
+		buf := make([]byte, 2*n)
+		for i := 0; i < len(buf); i += 2 {
+			u := math.Float32bits(float32(scale * math.Sin(float64(i))))
+			buf[i], buf[i+1] = byte(u>>16), byte(u>>24)
+		}
+		return buf
+	}
+	return put(rows*cols, 1), put(r*cols, 0.01), put(rows*r, 0.01)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/internal/testutil/frameworktest"
 	"github.com/m2n-dev/m2n/model"
 )
 
@@ -272,67 +273,32 @@ func TestFrameworkConformance(t *testing.T) {
 	}
 }
 
-// SuiteFile is the stored form of a case: the case, the transformers
-// tensors, and for every rank its buffers as runs [buffer offset, count,
-// tensor, flat index, flat step] (elements in no run hold nothing: padding,
-// or a parameter left alone).
-type suiteFileJSON struct {
-	Case     string      `json:"case"`
-	Config   string      `json:"config"`
-	MTP      bool        `json:"mtp"`
-	Train    string      `json:"train"`
-	Gen      string      `json:"gen"`
-	FP8      string      `json:"fp8"`
-	Note     string      `json:"note"`
-	Tensors  []suiteT    `json:"tensors"`
-	Trainer  []suiteRank `json:"trainer"`
-	GenRanks []suiteRank `json:"generator"`
-}
-
-type suiteT struct {
-	Name  string  `json:"name"`
-	Shape []int64 `json:"shape"`
-}
-
-type suiteRank struct {
-	Stage   int          `json:"stage"`
-	Rank    int          `json:"rank"`
-	Buffers []suiteBufJS `json:"buffers"`
-}
-
-type suiteBufJS struct {
-	Name  string     `json:"name"`
-	Elems int        `json:"elems"`
-	FP8   bool       `json:"fp8"`
-	Runs  [][5]int64 `json:"runs"`
-}
-
-func suiteFile(c refCase, ref *refModel) suiteFileJSON {
-	f := suiteFileJSON{Case: c.Name, Config: "models/" + c.Config + ".json", MTP: c.MTP, Train: c.Train, Gen: c.Gen, FP8: c.FP8, Note: c.Note}
+func suiteFile(c refCase, ref *refModel) frameworktest.Case {
+	f := frameworktest.Case{Case: c.Name, Config: "models/" + c.Config + ".json", MTP: c.MTP, Train: c.Train, Gen: c.Gen, FP8: c.FP8, Note: c.Note}
 	for _, rt := range ref.tensors {
-		f.Tensors = append(f.Tensors, suiteT{rt.name, rt.shape})
+		f.Tensors = append(f.Tensors, frameworktest.Tensor{Name: rt.name, Shape: rt.shape})
 	}
-	enc := func(rk *refRank) []suiteBufJS {
-		var out []suiteBufJS
+	enc := func(rk *refRank) []frameworktest.Buffer {
+		var out []frameworktest.Buffer
 		for _, b := range rk.bufs {
-			out = append(out, suiteBufJS{Name: b.name, Elems: len(b.tensor), FP8: b.fp8, Runs: runsOf(b)})
+			out = append(out, frameworktest.Buffer{Name: b.name, Elems: len(b.tensor), FP8: b.fp8, Runs: runsOf(b)})
 		}
 		return out
 	}
 	for s, ranks := range ref.train {
 		for r, rk := range ranks {
-			f.Trainer = append(f.Trainer, suiteRank{Stage: s, Rank: r, Buffers: enc(rk)})
+			f.Trainer = append(f.Trainer, frameworktest.Rank{Stage: s, Rank: r, Buffers: enc(rk)})
 		}
 	}
 	for g, rk := range ref.gen {
-		f.GenRanks = append(f.GenRanks, suiteRank{Stage: -1, Rank: g, Buffers: enc(rk)})
+		f.Generator = append(f.Generator, frameworktest.Rank{Stage: -1, Rank: g, Buffers: enc(rk)})
 	}
 	return f
 }
 
 // encodeSuite writes a suite file with one line per tensor and per buffer,
 // so that a change shows as a change of the buffers it touches.
-func encodeSuite(f suiteFileJSON) ([]byte, error) {
+func encodeSuite(f frameworktest.Case) ([]byte, error) {
 	var b bytes.Buffer
 	line := func(prefix string, v any, comma bool) error {
 		data, err := json.Marshal(v)
@@ -365,8 +331,8 @@ func encodeSuite(f suiteFileJSON) ([]byte, error) {
 	b.WriteString(" ],\n")
 	for si, side := range []struct {
 		key   string
-		ranks []suiteRank
-	}{{"trainer", f.Trainer}, {"generator", f.GenRanks}} {
+		ranks []frameworktest.Rank
+	}{{"trainer", f.Trainer}, {"generator", f.Generator}} {
 		fmt.Fprintf(&b, " %q: [\n", side.key)
 		for ri, r := range side.ranks {
 			fmt.Fprintf(&b, "  {\"stage\": %d, \"rank\": %d, \"buffers\": [\n", r.Stage, r.Rank)
@@ -388,7 +354,7 @@ func encodeSuite(f suiteFileJSON) ([]byte, error) {
 		b.WriteByte('\n')
 	}
 	b.WriteString("}\n")
-	var check suiteFileJSON // the file must read back as what it encodes
+	var check frameworktest.Case // the file must read back as what it encodes
 	if err := json.Unmarshal(b.Bytes(), &check); err != nil {
 		return nil, fmt.Errorf("suite file does not read back: %w", err)
 	}

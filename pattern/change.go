@@ -99,8 +99,12 @@ func CheckChanged(l placement.Layout, rank int, seed, steps uint64, frac float64
 	return checkChanged(l, rank, seed, steps, frac, buf, v, Fill)
 }
 
-// CheckFloatsChanged is CheckChanged of a part that FillFloats filled.
+// CheckFloatsChanged is CheckChanged of a part that FillFloats filled
+// (without updates, CheckFloats).
 func CheckFloatsChanged(l placement.Layout, rank int, seed, steps uint64, frac float64, buf []byte, v placement.View) error {
+	if steps == 0 {
+		return CheckFloats(l, rank, seed, buf, v)
+	}
 	return checkChanged(l, rank, seed, steps, frac, buf, v, FillFloats)
 }
 

@@ -57,21 +57,26 @@ func poisonModel(m *session.Model, b *session.ModelBuffers) error {
 
 // checkModel checks every element of this rank's destination parts (and
 // the scale tensor of every part it receives in FP8, against quantizing
-// the whole tensor at once); the first wrong one is named with its tensor
-// and worldRank.
-func checkModel(m *session.Model, b *session.ModelBuffers, floats bool, worldRank int) error {
+// the whole tensor at once) against the pattern after steps updates of
+// changeModel (none: steps 0, and change is not called); the first wrong
+// one is named with its tensor and worldRank.
+func checkModel(m *session.Model, b *session.ModelBuffers, floats bool, steps uint64, change func(string) float64, worldRank int) error {
 	return m.EachPart(b, model.Dst, false, func(p session.ModelPart) error {
 		t := p.Tensor
+		frac := 0.0
+		if steps > 0 {
+			frac = change(t.Name)
+		}
 		var err error
 		switch {
 		case t.Scale != 0 && p.Scale == nil:
 			err = fmt.Errorf("rank %d: no scale buffer for %s", worldRank, t.Name)
 		case t.Scale != 0:
-			err = pattern.CheckFP8(t.Src.DType(), t.Dst, t.Scale, p.Rank, uint64(p.Index), p.Bytes, p.Part.View, p.Scale)
+			err = pattern.CheckFP8Changed(t.Src.DType(), t.Dst, t.Scale, p.Rank, uint64(p.Index), steps, frac, p.Bytes, p.Part.View, p.Scale)
 		case floats:
-			err = pattern.CheckFloats(t.Dst, p.Rank, uint64(p.Index), p.Bytes, p.Part.View)
+			err = pattern.CheckFloatsChanged(t.Dst, p.Rank, uint64(p.Index), steps, frac, p.Bytes, p.Part.View)
 		default:
-			err = pattern.Check(t.Dst, p.Rank, uint64(p.Index), p.Bytes, p.Part.View)
+			err = pattern.CheckChanged(t.Dst, p.Rank, uint64(p.Index), steps, frac, p.Bytes, p.Part.View)
 		}
 		if err != nil {
 			nameWorldRank(err, t.Name, worldRank)

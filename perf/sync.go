@@ -302,11 +302,11 @@ func (r *syncRun) check(it int) error {
 		if r.checkMsg != "" {
 			return nil
 		}
-		check := func() error { return checkModel(r.m, r.b, r.c.Floats, r.c.WorldRank) }
+		var steps uint64 // updates the sources had: none outside delta mode
 		if r.s.Options().Delta && r.c.Change != nil {
-			check = func() error { return checkChangedModel(r.m, r.b, r.c.Floats, r.updates, r.c.Change, r.c.WorldRank) }
+			steps = r.updates
 		}
-		if err := check(); err != nil {
+		if err := checkModel(r.m, r.b, r.c.Floats, steps, r.c.Change, r.c.WorldRank); err != nil {
 			when := iterationName(it, r.c.Warmup, "step")
 			r.checkMsg = fmt.Sprintf("%v, in %s", err, when)
 			r.c.Log.Error().Err(err).Str("when", when).Msg("check failed")

@@ -20,29 +20,6 @@ func changeModel(m *session.Model, b *session.ModelBuffers, step uint64, change 
 	})
 }
 
-// checkChangedModel is checkModel after steps updates of changeModel
-// (FP8 parts and their scales against quantizing the updated tensor).
-func checkChangedModel(m *session.Model, b *session.ModelBuffers, floats bool, steps uint64, change func(string) float64, worldRank int) error {
-	return m.EachPart(b, model.Dst, false, func(p session.ModelPart) error {
-		t := p.Tensor
-		var err error
-		switch {
-		case t.Scale != 0 && p.Scale == nil:
-			err = fmt.Errorf("rank %d: no scale buffer for %s", worldRank, t.Name)
-		case t.Scale != 0:
-			err = pattern.CheckFP8Changed(t.Src.DType(), t.Dst, t.Scale, p.Rank, uint64(p.Index), steps, change(t.Name), p.Bytes, p.Part.View, p.Scale)
-		case floats:
-			err = pattern.CheckFloatsChanged(t.Dst, p.Rank, uint64(p.Index), steps, change(t.Name), p.Bytes, p.Part.View)
-		default:
-			err = pattern.CheckChanged(t.Dst, p.Rank, uint64(p.Index), steps, change(t.Name), p.Bytes, p.Part.View)
-		}
-		if err != nil {
-			nameWorldRank(err, t.Name, worldRank)
-		}
-		return err
-	})
-}
-
 // fullStep runs the step again as a full sync of the same values
 // (session.Model.Resync) and returns the slowest rank's time.
 func (r *syncRun) fullStep() (float64, error) {

@@ -181,47 +181,39 @@ func TestValidation(t *testing.T) {
 
 	short := func(b transport.Buffer) transport.Buffer { return b.(transport.HostBuffer)[1:] }
 	long := func(b transport.Buffer) transport.Buffer { return append(b.(transport.HostBuffer), 0, 0) }
+	// callW is rank r's call of one tensor "w" from src to dst, rank at's
+	// buffers changed by edit (at -1: none).
+	callW := func(src, dst placement.Layout, r, at int, edit func(*refit.TensorBuffers)) call {
+		b := buffers(src, dst, r)
+		if r == at {
+			edit(&b)
+		}
+		return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, opts: flatOpts()}
+	}
 	calls := []struct {
 		name string
 		mk   func(rank int) call
 		want string
 	}{
 		{"global shapes differ", func(r int) call {
-			src, dst := goodSrc(), mustLay(t, "8x5", "f32", "2x2", "R,S1", rng(4, 4))
-			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts()}
+			return callW(goodSrc(), mustLay(t, "8x5", "f32", "2x2", "R,S1", rng(4, 4)), r, -1, nil)
 		}, `tensor "w": shape 8x5, want 8x4: source and destination global shapes differ`},
 		{"dtypes differ", func(r int) call {
-			src, dst := goodSrc(), mustLay(t, "8x4", "bf16", "2x2", "R,S1", rng(4, 4))
-			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts()}
+			return callW(goodSrc(), mustLay(t, "8x4", "bf16", "2x2", "R,S1", rng(4, 4)), r, -1, nil)
 		}, `tensor "w": dtype bf16, want f32: source and destination dtypes differ`},
 		{"mesh outside the communicator", func(r int) call {
-			src, dst := goodSrc(), mustLay(t, "8x4", "f32", "2x2", "R,S1", []int{4, 5, 6, 9})
-			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: buffers(src, dst, r)}}, opts: flatOpts()}
+			return callW(goodSrc(), mustLay(t, "8x4", "f32", "2x2", "R,S1", []int{4, 5, 6, 9}), r, -1, nil)
 		}, "destination mesh 2x2[4-6,9]: mesh 2x2[4-6,9] reaches rank 9, outside a communicator of 8 ranks"},
 		{"destination buffer too short", func(r int) call {
-			src, dst := goodSrc(), goodDst()
-			b := buffers(src, dst, r)
-			if r == 6 {
-				b.Dst = short(b.Dst)
-			}
-			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, opts: flatOpts()}
+			return callW(goodSrc(), goodDst(), r, 6, func(b *refit.TensorBuffers) { b.Dst = short(b.Dst) })
 		}, `rank 6, tensor "w": destination buffer is too short: 63 bytes, the layout needs 64`},
 		{"source buffer too long", func(r int) call {
-			src, dst := goodSrc(), goodDst()
-			b := buffers(src, dst, r)
-			if r == 1 {
-				b.Src = long(b.Src)
-			}
-			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, opts: flatOpts()}
+			return callW(goodSrc(), goodDst(), r, 1, func(b *refit.TensorBuffers) { b.Src = long(b.Src) })
 		}, `rank 1, tensor "w": source buffer is too long: 34 bytes, the layout needs 32`},
 		{"source and destination alias", func(r int) call {
 			// ranks 0-3 hold the source and, on 0-3 again, the destination.
-			src, dst := goodSrc(), mustLay(t, "8x4", "f32", "4", "S0", []int{3, 2, 1, 0})
-			b := buffers(src, dst, r)
-			if r == 2 {
-				b.Dst = b.Src
-			}
-			return call{tensors: []tensor{{Name: "w", Src: src, Dst: dst, Buffers: b}}, opts: flatOpts()}
+			dst := mustLay(t, "8x4", "f32", "4", "S0", []int{3, 2, 1, 0})
+			return callW(goodSrc(), dst, r, 2, func(b *refit.TensorBuffers) { b.Dst = b.Src })
 		}, `rank 2: the source part of tensor "w" and the destination part of tensor "w" overlap in memory`},
 		{"buffers of two tensors alias", func(r int) call {
 			src, dst := goodSrc(), goodDst()

@@ -121,6 +121,58 @@ func abortOnError(fn func(transport.Transport) error) func(transport.Transport) 
 	}
 }
 
+// runDeltaCall prepares cfg's call of ts on every rank of an 8-rank
+// in-process world, over wrap's transport where wrap is not nil, and runs
+// step on every rank with its call; a rank whose step fails aborts the
+// world (abortOnError), and the test fails with every rank's error.
+func runDeltaCall(t *testing.T, cfg deltaConfig, ts []deltaTensor, wrap func(r int, tr transport.Transport) transport.Transport, step func(r int, c *refit.Call) error) {
+	t.Helper()
+	w := inproc.NewWorld(8)
+	errs := w.Run(abortOnError(func(tr transport.Transport) error {
+		r := tr.Rank()
+		if wrap != nil {
+			tr = wrap(r, tr)
+		}
+		c, err := cfg.prepare(w, r, tr, ts)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return step(r, c)
+	}))
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runDeltaStep runs step k (from 0, named what) of call c in delta mode
+// on bufs, after an update that changed a fraction frac of the elements,
+// checks every destination element with check, and checks the report's
+// bytes: the first step is a full sync (no dense bytes counted), the
+// others delta steps, and with nothing changed only a header and an op a
+// message move.
+func runDeltaStep(c *refit.Call, bufs []refit.TensorBuffers, check func(what string) error, what string, k int, frac float64) (*refit.Report, error) {
+	rep, err := c.Run(context.Background(), bufs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := check(what); err != nil {
+		return nil, err
+	}
+	sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
+	switch {
+	case rep.Delta != (k > 0):
+		return nil, fmt.Errorf("%s: Report.Delta %v, want %v (the first step is a full sync, the others delta steps)", what, rep.Delta, k > 0)
+	case k == 0 && dense != 0:
+		return nil, fmt.Errorf("%s counts %d dense bytes: it must be a full sync", what, dense)
+	case k > 0 && sent > 0 && dense == 0:
+		return nil, fmt.Errorf("%s sent %d bytes but counts no dense bytes: not a delta step", what, sent)
+	case frac == 0 && sent > int64(32*rep.Stats.Messages):
+		return nil, fmt.Errorf("%s: nothing changed, yet %d bytes sent in %d messages", what, sent, rep.Stats.Messages)
+	}
+	return rep, nil
+}
+
 // deltaConfig is one configuration of TestDelta.
 type deltaConfig struct {
 	dtype    string
@@ -184,14 +236,7 @@ func TestDelta(t *testing.T) {
 	for _, cfg := range configs {
 		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
 			ts := deltaTensors(t, cfg.dtype)
-			w := inproc.NewWorld(8)
-			errs := w.Run(abortOnError(func(tr transport.Transport) error {
-				r := tr.Rank()
-				c, err := cfg.prepare(w, r, tr, ts)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			runDeltaCall(t, cfg, ts, nil, func(r int, c *refit.Call) error {
 				d := newDeltaRank(t, r, ts)
 				for k, frac := range []float64{-1, 0, 0.01, 0.5, 1, 0.01} {
 					if k > 0 {
@@ -199,29 +244,19 @@ func TestDelta(t *testing.T) {
 							return err
 						}
 					}
-					rep, err := c.Run(context.Background(), d.bufs)
+					what := fmt.Sprintf("step %d (%v changed)", k+1, frac)
+					rep, err := runDeltaStep(c, d.bufs, d.check, what, k, frac)
 					if err != nil {
-						return fmt.Errorf("step %d (%v changed): %w", k+1, frac, err)
-					}
-					if err := d.check(fmt.Sprintf("step %d (%v changed)", k+1, frac)); err != nil {
 						return err
 					}
 					sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
 					switch {
-					case rep.Delta != (k > 0):
-						return fmt.Errorf("step %d: Report.Delta %v, want %v (the first step is a full sync, the others delta steps)", k+1, rep.Delta, k > 0)
-					case k == 0 && dense != 0:
-						return fmt.Errorf("step 1 counts %d dense bytes: it must be a full sync", dense)
-					case k > 0 && sent > 0 && dense == 0:
-						return fmt.Errorf("step %d sent %d bytes but counts no dense bytes: not a delta step", k+1, sent)
-					case frac == 0 && sent > int64(32*rep.Stats.Messages):
-						return fmt.Errorf("step %d: nothing changed, yet %d bytes sent in %d messages", k+1, sent, rep.Stats.Messages)
 					case frac == 1 && sent < dense:
-						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense", k+1, sent, dense)
+						return fmt.Errorf("%s: everything changed, yet %d bytes sent of %d dense", what, sent, dense)
 					case frac == 1 && !cfg.atomic && !cfg.verify && sent != dense:
-						return fmt.Errorf("step %d: everything changed, yet %d bytes sent of %d dense: the wires did not go dense", k+1, sent, dense)
+						return fmt.Errorf("%s: everything changed, yet %d bytes sent of %d dense: the wires did not go dense", what, sent, dense)
 					case frac == 0.01 && sent > dense/4:
-						return fmt.Errorf("step %d: 1%% changed, yet %d bytes sent of %d dense", k+1, sent, dense)
+						return fmt.Errorf("%s: 1%% changed, yet %d bytes sent of %d dense", what, sent, dense)
 					}
 				}
 				if h := c.Held(); h.Version != 6 || !h.Intact {
@@ -242,10 +277,7 @@ func TestDelta(t *testing.T) {
 					return fmt.Errorf("rank %d: the step after Resync on rank 6 counts dense bytes: not a full sync", r)
 				}
 				return d.check("after the resync")
-			}))
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			})
 		})
 	}
 }
@@ -257,6 +289,17 @@ type flipper struct {
 	transport.Transport
 	arm *atomic.Bool
 	at  int64
+}
+
+// flipInto5 returns runDeltaCall's wrap that makes rank 5's transport a
+// flipper, armed by arm, at offset at.
+func flipInto5(arm *atomic.Bool, at int64) func(int, transport.Transport) transport.Transport {
+	return func(r int, tr transport.Transport) transport.Transport {
+		if r == 5 {
+			return flipper{tr, arm, at}
+		}
+		return tr
+	}
 }
 
 func (f flipper) Start(ops []transport.Op) (transport.Pending, error) {
@@ -289,6 +332,24 @@ func (p flipPending) Wait(ctx context.Context) error {
 	return nil
 }
 
+// runFlippedStep runs, after two good steps, the step of c whose encoding
+// into rank 5 a flipper flips once arm is set (rank 5 sets it): every rank
+// must fail it with a checksum error and then hold the second step,
+// intact only when atomic.
+func runFlippedStep(c *refit.Call, bufs []refit.TensorBuffers, arm *atomic.Bool, r int, atomicMode bool) error {
+	if r == 5 {
+		arm.Store(true)
+	}
+	_, err := c.Run(context.Background(), bufs)
+	if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
+		return fmt.Errorf("rank %d: the step with a flipped byte returned %v, want a checksum error", r, err)
+	}
+	if h := c.Held(); h.Version != 2 || h.Intact != atomicMode {
+		return fmt.Errorf("rank %d holds %v after the failed step", r, h)
+	}
+	return nil
+}
+
 // TestDeltaFaults flips a byte of an encoding on the wire into rank 5 in
 // the third step of a verified call in delta mode (a value byte, or the
 // header's first), so that every rank fails the step with a checksum
@@ -302,18 +363,9 @@ func TestDeltaFaults(t *testing.T) {
 	}{{false, -1}, {false, 0}, {true, -1}, {true, 0}} {
 		t.Run(fmt.Sprintf("atomic=%v,at=%d", cfg.atomic, cfg.at), func(t *testing.T) {
 			ts := deltaTensors(t, "bf16")
-			w := inproc.NewWorld(8)
 			var arm atomic.Bool
-			errs := w.Run(abortOnError(func(tr transport.Transport) error {
-				r := tr.Rank()
-				if r == 5 {
-					tr = flipper{tr, &arm, cfg.at}
-				}
-				c, err := deltaConfig{dtype: "bf16", route: "hier", verify: true, atomic: cfg.atomic}.prepare(w, r, tr, ts)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			dc := deltaConfig{dtype: "bf16", route: "hier", verify: true, atomic: cfg.atomic}
+			runDeltaCall(t, dc, ts, flipInto5(&arm, cfg.at), func(r int, c *refit.Call) error {
 				d := newDeltaRank(t, r, ts)
 				for k := 1; k <= 2; k++ {
 					if k > 1 {
@@ -334,15 +386,8 @@ func TestDeltaFaults(t *testing.T) {
 				if err := d.update(0.05); err != nil {
 					return err
 				}
-				if r == 5 {
-					arm.Store(true)
-				}
-				_, err = c.Run(context.Background(), d.bufs)
-				if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
-					return fmt.Errorf("rank %d: the step with a flipped byte returned %v, want a checksum error", r, err)
-				}
-				if h := c.Held(); h.Version != 2 || h.Intact != cfg.atomic {
-					return fmt.Errorf("rank %d holds %v after the failed step", r, h)
+				if err := runFlippedStep(c, d.bufs, &arm, r, cfg.atomic); err != nil {
+					return err
 				}
 				if cfg.atomic {
 					for i, b := range before {
@@ -362,10 +407,7 @@ func TestDeltaFaults(t *testing.T) {
 					return fmt.Errorf("rank %d: the step after the failed one is a full sync: %v, want %v", r, full, !cfg.atomic)
 				}
 				return d.check("after the failed step")
-			}))
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			})
 		})
 	}
 }

@@ -56,31 +56,12 @@ func (dc *deltaCall) move(ctx context.Context, h *hostDriver, in StepInput, atom
 	}
 	dc.pending, dc.rawSent = dc.pending[:0], dc.rawSent[:0]
 	progress := hostStep{h: h, p: p, in: in}
-	var queue []deltaInflight
-	for ri := range p.Rounds {
-		s := &p.Rounds[ri]
-		for len(queue) > 0 && p.Rounds[queue[0].ri].Index <= s.Index-2 {
-			if err := d.complete(ctx, queue[0]); err != nil {
-				return st, err
-			}
-			progress.progress(queue[0].ri)
-			queue = queue[1:]
-		}
+	err := twoDeep(p, func(ri int) (deltaInflight, bool, error) {
 		f, err := d.start(ctx, ri)
-		if err != nil {
-			return st, err
-		}
-		if f.pending != nil {
-			queue = append(queue, f)
-		} else {
-			progress.progress(ri)
-		}
-	}
-	for _, f := range queue {
-		if err := d.complete(ctx, f); err != nil {
-			return st, err
-		}
-		progress.progress(f.ri)
+		return f, f.pending != nil, err
+	}, func(f deltaInflight) error { return d.complete(ctx, f) }, progress.progress)
+	if err != nil {
+		return st, err
 	}
 	return st, h.mem.Sync()
 }

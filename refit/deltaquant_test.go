@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -18,7 +16,6 @@ import (
 	"github.com/m2n-dev/m2n/refit"
 	"github.com/m2n-dev/m2n/strided"
 	"github.com/m2n-dev/m2n/transport"
-	"github.com/m2n-dev/m2n/transport/inproc"
 )
 
 // fp8DeltaTensors are the converting tensors of the FP8 delta tests: one
@@ -181,14 +178,7 @@ func TestDeltaFP8(t *testing.T) {
 	for _, cfg := range configs {
 		t.Run(fmt.Sprintf("%+v,%v", cfg.deltaConfig, cfg.mode), func(t *testing.T) {
 			ts := fp8DeltaTensors(t, cfg.mode)
-			w := inproc.NewWorld(8)
-			errs := w.Run(abortOnError(func(tr transport.Transport) error {
-				r := tr.Rank()
-				c, err := cfg.prepare(w, r, tr, ts)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			runDeltaCall(t, cfg.deltaConfig, ts, nil, func(r int, c *refit.Call) error {
 				d := newFP8DeltaRank(t, r, ts)
 				for k, frac := range []float64{-1, 0, 0.01, 0.5, 1, 0.01, 0.01} {
 					big := k == 5
@@ -198,32 +188,16 @@ func TestDeltaFP8(t *testing.T) {
 						}
 					}
 					what := fmt.Sprintf("step %d (%v changed, scale change %v)", k+1, frac, big)
-					rep, err := c.Run(context.Background(), d.bufs)
+					rep, err := runDeltaStep(c, d.bufs, d.check, what, k, frac)
 					if err != nil {
-						return fmt.Errorf("%s: %w", what, err)
-					}
-					if err := d.check(what); err != nil {
 						return err
 					}
-					sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
-					switch {
-					case rep.Delta != (k > 0):
-						return fmt.Errorf("%s: Report.Delta %v, want %v", what, rep.Delta, k > 0)
-					case k == 0 && dense != 0:
-						return fmt.Errorf("%s counts %d dense bytes: it must be a full sync", what, dense)
-					case k > 0 && sent > 0 && dense == 0:
-						return fmt.Errorf("%s sent %d bytes but counts no dense bytes: not a delta step", what, sent)
-					case frac == 0 && sent > int64(32*rep.Stats.Messages):
-						return fmt.Errorf("%s: %d bytes sent in %d messages", what, sent, rep.Stats.Messages)
-					case frac == 0.01 && !big && sent > dense/4:
+					if sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent); frac == 0.01 && !big && sent > dense/4 {
 						return fmt.Errorf("%s: %d bytes sent of %d dense", what, sent, dense)
 					}
 				}
 				return nil
-			}))
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			})
 		})
 	}
 }
@@ -238,18 +212,9 @@ func TestDeltaFP8Faults(t *testing.T) {
 	for _, atomicMode := range []bool{true, false} {
 		t.Run(fmt.Sprintf("atomic=%v", atomicMode), func(t *testing.T) {
 			ts := fp8DeltaTensors(t, fp8.Block)
-			w := inproc.NewWorld(8)
 			var arm atomic.Bool
-			errs := w.Run(abortOnError(func(tr transport.Transport) error {
-				r := tr.Rank()
-				if r == 5 {
-					tr = flipper{tr, &arm, -1}
-				}
-				c, err := deltaConfig{route: "hier", verify: true, atomic: atomicMode}.prepare(w, r, tr, ts)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			dc := deltaConfig{route: "hier", verify: true, atomic: atomicMode}
+			runDeltaCall(t, dc, ts, flipInto5(&arm, -1), func(r int, c *refit.Call) error {
 				d := newFP8DeltaRank(t, r, ts)
 				for k := 1; k <= 2; k++ {
 					if k > 1 {
@@ -270,15 +235,8 @@ func TestDeltaFP8Faults(t *testing.T) {
 				if err := d.update(0.05, true); err != nil {
 					return err
 				}
-				if r == 5 {
-					arm.Store(true)
-				}
-				_, err = c.Run(context.Background(), d.bufs)
-				if err == nil || !strings.Contains(err.Error(), "CRC-32C") {
-					return fmt.Errorf("rank %d: the step with a flipped byte returned %v, want a checksum error", r, err)
-				}
-				if h := c.Held(); h.Version != 2 || h.Intact != atomicMode {
-					return fmt.Errorf("rank %d holds %v after the failed step", r, h)
+				if err := runFlippedStep(c, d.bufs, &arm, r, atomicMode); err != nil {
+					return err
 				}
 				if atomicMode {
 					k := 0
@@ -303,10 +261,7 @@ func TestDeltaFP8Faults(t *testing.T) {
 					return fmt.Errorf("rank %d: the step after the failed one: Report.Delta %v, want %v", r, rep.Delta, atomicMode)
 				}
 				return d.check("after the failed step")
-			}))
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			})
 		})
 	}
 }

@@ -85,40 +85,59 @@ func (h *hostDriver) Move(ctx context.Context, in StepInput) (Stats, error) {
 	if err := d.prepare(); err != nil {
 		return st, err
 	}
-	var queue []inflight
-	for i := range p.Rounds {
-		s := &p.Rounds[i]
-		for len(queue) > 0 && queue[0].st.Index <= s.Index-2 {
-			if err := d.complete(ctx, queue[0]); err != nil {
-				return st, err
-			}
-			d.progress(queue[0].index)
-			queue = queue[1:]
-		}
-		f, err := d.start(s)
-		if err != nil {
-			return st, err
-		}
-		f.index = i
-		if f.pending != nil {
-			queue = append(queue, f)
-		} else {
-			d.progress(i)
-		}
-	}
-	for _, f := range queue {
-		if err := d.complete(ctx, f); err != nil {
-			return st, err
-		}
-		d.progress(f.index)
+	err := twoDeep(p, func(i int) (inflight, bool, error) {
+		f, err := d.start(&p.Rounds[i])
+		return f, f.pending != nil, err
+	}, func(f inflight) error { return d.complete(ctx, f) }, d.progress)
+	if err != nil {
+		return st, err
 	}
 	return st, h.mem.Sync()
+}
+
+// twoDeep runs the rounds of p in order, at most two schedule rounds
+// deep: a round stages in slot Index%2, so before it starts a round it
+// completes every round still in flight whose Index is two or more
+// below, whose slot the new round reuses. start starts round i and says
+// whether it left anything in flight (F) for complete; progress is called
+// with a round's index once the round is complete. The rounds left in
+// flight are completed at the end. The host and the delta moves share it.
+func twoDeep[F any](p *program.Program, start func(i int) (F, bool, error), complete func(F) error, progress func(i int)) error {
+	type posted struct {
+		i int
+		f F
+	}
+	var queue []posted
+	for i := range p.Rounds {
+		for len(queue) > 0 && p.Rounds[queue[0].i].Index <= p.Rounds[i].Index-2 {
+			if err := complete(queue[0].f); err != nil {
+				return err
+			}
+			progress(queue[0].i)
+			queue = queue[1:]
+		}
+		f, pending, err := start(i)
+		if err != nil {
+			return err
+		}
+		if pending {
+			queue = append(queue, posted{i, f})
+		} else {
+			progress(i)
+		}
+	}
+	for _, q := range queue {
+		if err := complete(q.f); err != nil {
+			return err
+		}
+		progress(q.i)
+	}
+	return nil
 }
 
 // inflight is a posted round.
 type inflight struct {
 	st      *program.Round
-	index   int // the round's index in the program
 	pending transport.Pending
 	staging transport.Buffer // the round's receive staging
 }

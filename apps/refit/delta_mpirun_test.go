@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -20,30 +21,8 @@ func TestDeltaMPI(t *testing.T) {
 	args := []string{"run", "--shape", "96x80", "--dtype", "bf16", "--src-mesh", "4", "--src-placements", "S0",
 		"--dst-mesh", "2x2", "--dst-placements", "R,S1", "--dst-domain-size", "2", "--route", "flat,hier",
 		"--delta", "--change", "0.01", "--check", "--iters", "3", "--json", "--timeout", "60s"}
-	stdout, stderr, err := mpirunRefit(t, 8, nil, args...)
-	if err != nil {
-		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
-	}
-	var rep perf.RunReport
-	if err := json.Unmarshal([]byte(stdout[strings.Index(stdout, "{"):]), &rep); err != nil {
-		t.Fatalf("%v\n%s", err, stdout)
-	}
-	for _, rr := range rep.Routes {
-		d := rr.Delta
-		switch {
-		case rr.Check != "passed":
-			t.Errorf("route %s: check %s", rr.Route, rr.Check)
-		case d == nil || d.Dense == 0:
-			t.Errorf("route %s: no delta report: %+v", rr.Route, d)
-		case d.Sent > d.Dense/4 || d.Sent == 0:
-			t.Errorf("route %s: 1%% changed, %d bytes sent against %d dense", rr.Route, d.Sent, d.Dense)
-		}
-	}
-	stdout, _, err = mpirunRefit(t, 8, []string{"M2N_FAULT_CORRUPT=6:37"}, append(args[:len(args)-3], "--timeout", "60s")...)
-	if err == nil || !strings.Contains(stdout, "check FAILED: rank 6") {
-		t.Errorf("a corrupted destination byte passed the delta check (%v)\n%s", err, stdout)
-	}
-	stdout, stderr, err = mpirunRefit(t, 4, nil, "sync", "--model", "qwen3-235b-a22b", "--scale", "64", "--layers", "1",
+	runDeltaChecked(t, 8, 6, "destination", args)
+	stdout, stderr, err := mpirunRefit(t, 4, nil, "sync", "--model", "qwen3-235b-a22b", "--scale", "64", "--layers", "1",
 		"--train", "tp=2", "--gen", "tp=2", "--delta", "--change-model", "../../testdata/change-model.json", "--check", "--iters", "2", "--timeout", "60s")
 	if err != nil || !strings.Contains(stdout, "check passed") || !strings.Contains(stdout, "of the model's elements changed per step") {
 		t.Errorf("refit sync --delta: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
@@ -61,7 +40,25 @@ func TestDeltaFP8MPI(t *testing.T) {
 	args := []string{"run", "--shape", "384x320", "--dtype", "bf16", "--src-mesh", "2", "--src-placements", "S0",
 		"--dst-mesh", "2", "--dst-placements", "S1", "--dst-domain-size", "1", "--src-domain-size", "2", "--route", "flat,hier",
 		"--dst-dtype", "e4m3", "--delta", "--change", "0.01", "--check", "--iters", "3", "--json", "--timeout", "60s"}
-	stdout, stderr, err := mpirunRefit(t, 4, nil, args...)
+	runDeltaChecked(t, 4, 3, "FP8 destination", args)
+	stdout, stderr, err := mpirunRefit(t, 4, nil, "sync", "--model", "qwen3-235b-a22b", "--scale", "64", "--layers", "1",
+		"--train", "tp=2", "--gen", "tp=2", "--delta", "--change-model", "../../testdata/change-model.json", "--dst-dtype", "e4m3",
+		"--fp8-scale", "row", "--check", "--iters", "2", "--timeout", "60s")
+	if err != nil || !strings.Contains(stdout, "check passed") || !strings.Contains(stdout, "generator in FP8") ||
+		!strings.Contains(stdout, "of the model's elements changed per step") {
+		t.Errorf("refit sync --delta --dst-dtype e4m3: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+}
+
+// runDeltaChecked runs refit run args (a --delta --change 0.01 --check
+// job over flat and hier, ending in "--json --timeout 60s") on np ranks:
+// both routes must pass their check and send some bytes but at most a
+// quarter of the dense sync's. Then it runs the job again, without
+// --json, with a byte of rank corrupt's destination (what) flipped before
+// the check, which must fail it.
+func runDeltaChecked(t *testing.T, np, corrupt int, what string, args []string) {
+	t.Helper()
+	stdout, stderr, err := mpirunRefit(t, np, nil, args...)
 	if err != nil {
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
@@ -83,15 +80,9 @@ func TestDeltaFP8MPI(t *testing.T) {
 			t.Errorf("route %s: 1%% changed, %d bytes sent against %d dense", rr.Route, d.Sent, d.Dense)
 		}
 	}
-	stdout, _, err = mpirunRefit(t, 4, []string{"M2N_FAULT_CORRUPT=3:37"}, append(args[:len(args)-3], "--timeout", "60s")...)
-	if err == nil || !strings.Contains(stdout, "check FAILED: rank 3") {
-		t.Errorf("a corrupted FP8 destination byte passed the delta check (%v)\n%s", err, stdout)
-	}
-	stdout, stderr, err = mpirunRefit(t, 4, nil, "sync", "--model", "qwen3-235b-a22b", "--scale", "64", "--layers", "1",
-		"--train", "tp=2", "--gen", "tp=2", "--delta", "--change-model", "../../testdata/change-model.json", "--dst-dtype", "e4m3",
-		"--fp8-scale", "row", "--check", "--iters", "2", "--timeout", "60s")
-	if err != nil || !strings.Contains(stdout, "check passed") || !strings.Contains(stdout, "generator in FP8") ||
-		!strings.Contains(stdout, "of the model's elements changed per step") {
-		t.Errorf("refit sync --delta --dst-dtype e4m3: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	fault := fmt.Sprintf("M2N_FAULT_CORRUPT=%d:37", corrupt)
+	stdout, _, err = mpirunRefit(t, np, []string{fault}, append(args[:len(args)-3], "--timeout", "60s")...)
+	if err == nil || !strings.Contains(stdout, fmt.Sprintf("check FAILED: rank %d", corrupt)) {
+		t.Errorf("a corrupted %s byte passed the delta check (%v)\n%s", what, err, stdout)
 	}
 }

@@ -2,66 +2,21 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/m2n-dev/m2n/internal/testutil/frameworktest"
 )
 
-// suiteCase is a case of the framework conformance suite
-// (testdata/frameworks, written by model's TestFrameworkConformance from
-// its independent reference of Megatron-Core and vLLM): what every rank of
-// both frameworks holds, as runs [buffer offset, count, tensor, flat
-// index, flat step].
-type suiteCase struct {
-	Case    string `json:"case"`
-	Config  string `json:"config"`
-	MTP     bool   `json:"mtp"`
-	Train   string `json:"train"`
-	Gen     string `json:"gen"`
-	FP8     string `json:"fp8"`
-	Tensors []struct {
-		Name string `json:"name"`
-	} `json:"tensors"`
-	Trainer   []suiteRankJSON `json:"trainer"`
-	Generator []suiteRankJSON `json:"generator"`
-}
-
-type suiteRankJSON struct {
-	Stage   int `json:"stage"`
-	Rank    int `json:"rank"`
-	Buffers []struct {
-		Name  string     `json:"name"`
-		Elems int        `json:"elems"`
-		FP8   bool       `json:"fp8"`
-		Runs  [][5]int64 `json:"runs"`
-	} `json:"buffers"`
-}
-
+// The framework conformance suite's cases (testdata/frameworks, written by
+// model's TestFrameworkConformance from its independent reference of
+// Megatron-Core and vLLM) hold what every rank of both frameworks holds,
+// as runs [buffer offset, count, tensor, flat index, flat step]:
+// frameworktest.Case.
 const suiteDir = "../../testdata/frameworks"
-
-func suiteCases(t *testing.T) []suiteCase {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(suiteDir, "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no suite cases in %s: %v", suiteDir, err)
-	}
-	var out []suiteCase
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c suiteCase
-		if err := json.Unmarshal(data, &c); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		out = append(out, c)
-	}
-	return out
-}
 
 // cell is what one buffer element holds: a tensor's flat index, or
 // nothing ("").
@@ -70,8 +25,8 @@ type cell struct {
 	flat   int64
 }
 
-// expected returns a suite rank's buffers as cells.
-func (c suiteCase) expected(r suiteRankJSON) map[string][]cell {
+// expected returns the buffers of rank r of suite case c as cells.
+func expected(c frameworktest.Case, r frameworktest.Rank) map[string][]cell {
 	out := map[string][]cell{}
 	for _, b := range r.Buffers {
 		cs := make([]cell, b.Elems)
@@ -216,7 +171,7 @@ func compareCells(t *testing.T, what string, got map[string][]cell, dtypes map[s
 // case of the framework conformance suite and every rank of both sides,
 // the suite's buffers element by element.
 func TestLayoutsFrameworkSuite(t *testing.T) {
-	for _, c := range suiteCases(t) {
+	for _, c := range frameworktest.Read(t, suiteDir) {
 		t.Run(c.Case, func(t *testing.T) {
 			args := []string{"layouts", "--model", filepath.Join(suiteDir, c.Config), "--train", c.Train, "--gen", c.Gen, "--json", "--parts"}
 			if c.MTP {
@@ -241,18 +196,18 @@ func TestLayoutsFrameworkSuite(t *testing.T) {
 			for _, sr := range c.Trainer {
 				w := sr.Stage*per + sr.Rank
 				cells, dtypes := layoutsCells(t, got.RankParts[w])
-				compareCells(t, "trainer rank "+strings.TrimSpace(jsonInt(w)), cells, dtypes, c.expected(sr), fp8Of(sr))
+				compareCells(t, "trainer rank "+strings.TrimSpace(jsonInt(w)), cells, dtypes, expected(c, sr), fp8Of(sr))
 			}
 			for _, sr := range c.Generator {
 				w := T + sr.Rank
 				cells, dtypes := layoutsCells(t, got.RankParts[w])
-				compareCells(t, "generator rank "+jsonInt(sr.Rank), cells, dtypes, c.expected(sr), fp8Of(sr))
+				compareCells(t, "generator rank "+jsonInt(sr.Rank), cells, dtypes, expected(c, sr), fp8Of(sr))
 			}
 		})
 	}
 }
 
-func fp8Of(r suiteRankJSON) map[string]bool {
+func fp8Of(r frameworktest.Rank) map[string]bool {
 	out := map[string]bool{}
 	for _, b := range r.Buffers {
 		out[b.Name] = b.FP8

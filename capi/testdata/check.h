@@ -3,7 +3,8 @@
  * ints rank and failures before it includes this (after string.h). CHECK
  * counts a failed condition and prints "PROG: rank R: message"; last
  * returns the library's last error message on this thread
- * (m2n_last_error); rows_to_cols is the tensor they move. */
+ * (m2n_last_error); rows_to_cols is the tensor they move, host_buffers
+ * one rank's buffers of it. */
 #define CHECK(cond, ...)                                          \
 	do {                                                      \
 		if (!(cond)) {                                    \
@@ -34,4 +35,14 @@ static inline m2n_tensor rows_to_cols(const int64_t *shape) {
 	t.src = (m2n_side){.mesh_ndim = 1, .mesh_shape = one, .ranks = src_ranks, .placements = rows};
 	t.dst = (m2n_side){.mesh_ndim = 1, .mesh_shape = one, .ranks = dst_ranks, .placements = cols};
 	return t;
+}
+
+/* host_buffers returns the buffers of one tensor on a rank that holds one
+ * side of it: bytes of host memory at data, as the source (side M2N_SRC)
+ * or the destination, of element type dtype (NULL: unchecked). */
+static inline m2n_tensor_buffers host_buffers(int side, void *data, int64_t bytes, const char *dtype) {
+	m2n_tensor_buffers b;
+	memset(&b, 0, sizeof b);
+	*(side == M2N_SRC ? &b.src : &b.dst) = (m2n_buffer){.data = data, .bytes = bytes, .memory = M2N_MEMORY_HOST, .dtype = dtype};
+	return b;
 }

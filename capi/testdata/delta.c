@@ -86,12 +86,7 @@ static void verify(const struct part *p, int u, const char *what) {
 static void step(m2n_call c, struct part *p, int u, const char *what, m2n_delta_report *dr, int64_t sums[2]) {
 	if (p->side == M2N_SRC)
 		fill(p, u);
-	m2n_tensor_buffers b;
-	memset(&b, 0, sizeof b);
-	m2n_buffer *mine = p->side == M2N_SRC ? &b.src : &b.dst;
-	mine->data = p->buf;
-	mine->bytes = p->bytes;
-	mine->memory = M2N_MEMORY_HOST;
+	m2n_tensor_buffers b = host_buffers(p->side, p->buf, p->bytes, NULL);
 	m2n_report rep;
 	int rc = m2n_call_run(c, &b, 1, 0, &rep, NULL);
 	CHECK(rc == M2N_OK && rep.completed == 1, "%s: run: rc %d: %s", what, rc, last());

@@ -56,10 +56,7 @@ int main(int argc, char **argv) {
 	CHECK(rc == M2N_OK && held, "part: rc %d", rc);
 	float *local = malloc(bytes);
 	for (int step = 0; step < 2 && c != 0; step++) {
-		m2n_tensor_buffers b;
-		memset(&b, 0, sizeof b);
-		m2n_buffer *mine = listen ? &b.src : &b.dst;
-		*mine = (m2n_buffer){.data = local, .bytes = bytes, .memory = M2N_MEMORY_HOST, .dtype = "f32"};
+		m2n_tensor_buffers b = host_buffers(listen ? M2N_SRC : M2N_DST, local, bytes, "f32");
 		for (int64_t i = 0; i < lshape[0]; i++)
 			for (int64_t j = 0; j < lshape[1]; j++)
 				local[i * lshape[1] + j] = listen ? (float)(100 * step + (loff[0] + i) * 6 + loff[1] + j) : -1.0f;

@@ -66,13 +66,7 @@ int main(int argc, char **argv) {
 	CHECK(rc == M2N_OK && held && bytes == lshape[0] * lshape[1] * 4, "part: rc %d held %d", rc, held);
 	float *local = malloc(bytes);
 	for (int step = 0; step < 2; step++) {
-		m2n_tensor_buffers b;
-		memset(&b, 0, sizeof b);
-		m2n_buffer *mine = rank < 2 ? &b.src : &b.dst;
-		mine->data = local;
-		mine->bytes = bytes;
-		mine->memory = M2N_MEMORY_HOST;
-		mine->dtype = "f32";
+		m2n_tensor_buffers b = host_buffers(rank < 2 ? M2N_SRC : M2N_DST, local, bytes, "f32");
 		for (int64_t i = 0; i < lshape[0]; i++)
 			for (int64_t j = 0; j < lshape[1]; j++)
 				local[i * lshape[1] + j] = rank < 2 ? (float)(100 * step + (loff[0] + i) * 6 + loff[1] + j) : -1.0f;
