@@ -6,7 +6,9 @@ package replay
 // from the host.
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/m2n-dev/m2n/internal/checked"
 	"github.com/m2n-dev/m2n/placement"
@@ -33,11 +35,11 @@ type selfUse struct {
 func (u selfUse) direct() bool { return u.messages == 1 && u.whole }
 
 // intoDst reports whether the tensor's messages are local copies of the
-// whole part into one run of its destination buffer (and not the one
-// message direct takes): one Fuse of the part straight into that run, at
-// the start, stands for them all.
+// whole part into one run of its destination buffer (one copy of it or
+// its chunks): one Fuse of the part straight into that run, at the start,
+// stands for them all.
 func (u selfUse) intoDst(q QuantTensor) bool {
-	return !u.direct() && u.messages > 0 && u.local && u.covered == q.Part.Elems()
+	return u.messages > 0 && u.local && u.covered == q.Part.Elems()
 }
 
 // selfUses returns, for every self-scaled tensor of quant (the zero value
@@ -115,35 +117,60 @@ func FP8PartNeeds(p *program.Program, quant []QuantTensor) []int64 {
 
 // selfStart emits, at the start of the step, the Fuse of every staged
 // self-scaled tensor into its FP8Part, and of every one copied to itself
-// (intoDst) straight into its destination.
+// (intoDst) straight into its destination. With several, they alternate
+// between the compute and the side stream (by bytes, the larger first),
+// so that one kernel's tail overlaps the next one's start, and the compute
+// stream waits for the side stream's before anything else.
 func (bd *builder) selfStart() error {
 	bd.uses = selfUses(bd.p, bd.b.Quant)
+	var ops []QuantOp
 	for t, q := range bd.b.Quant {
-		if q.Self && bd.uses[t].intoDst(q) {
-			dst := bd.b.Tensors[t][1]
+		var dst uint64
+		switch {
+		case q.Self && bd.uses[t].intoDst(q):
+			d := bd.b.Tensors[t][1]
 			end, ok := checked.Add(bd.uses[t].into, q.Part.Elems())
-			if !ok || bd.uses[t].into < 0 || end > dst.Len || dst.Addr == 0 {
-				return fmt.Errorf("replay: rank %d, tensor %s: its part's %d E4M3 bytes at byte %d of a destination of %d", bd.p.Rank, bd.tensor(t), q.Part.Elems(), bd.uses[t].into, dst.Len)
+			if !ok || bd.uses[t].into < 0 || end > d.Len || d.Addr == 0 {
+				return fmt.Errorf("replay: rank %d, tensor %s: its part's %d E4M3 bytes at byte %d of a destination of %d", bd.p.Rank, bd.tensor(t), q.Part.Elems(), bd.uses[t].into, d.Len)
 			}
-			fu, err := bd.fuseOp(t, dst.Addr+uint64(bd.uses[t].into))
-			if err != nil {
-				return err
+			dst = d.Addr + uint64(bd.uses[t].into)
+		case staged(q, bd.uses[t]):
+			if need := q.Part.Elems(); q.FP8Part.Len < need || q.FP8Part.Addr == 0 {
+				return fmt.Errorf("replay: rank %d, tensor %s: an FP8 part buffer of %d bytes for a part of %d elements", bd.p.Rank, bd.tensor(t), q.FP8Part.Len, need)
 			}
-			bd.quantize(0, fu)
+			dst = q.FP8Part.Addr
+		default:
 			continue
 		}
-		if !staged(q, bd.uses[t]) {
-			continue
-		}
-		if need := q.Part.Elems(); q.FP8Part.Len < need || q.FP8Part.Addr == 0 {
-			return fmt.Errorf("replay: rank %d, tensor %s: an FP8 part buffer of %d bytes for a part of %d elements", bd.p.Rank, bd.tensor(t), q.FP8Part.Len, need)
-		}
-		fu, err := bd.fuseOp(t, q.FP8Part.Addr)
+		fu, err := bd.fuseOp(t, dst)
 		if err != nil {
 			return err
 		}
+		ops = append(ops, fu)
+	}
+	if len(ops) < 2 {
+		for _, fu := range ops {
+			bd.quantize(0, fu)
+		}
+		return nil
+	}
+	slices.SortStableFunc(ops, func(a, b QuantOp) int { return cmp.Compare(b.Box.Elems(), a.Box.Elems()) })
+	fork, done := bd.event(), bd.event()
+	bd.emit(Cmd{Kind: Record, Stream: Compute, Event: fork})
+	bd.emit(Cmd{Kind: Wait, Stream: Side, Event: fork})
+	var load [2]int64 // elements queued on compute, side
+	for _, fu := range ops {
+		k := 0
+		if load[1] < load[0] {
+			k = 1
+		}
+		load[k] += fu.Box.Elems()
+		bd.stream = [2]Stream{Compute, Side}[k]
 		bd.quantize(0, fu)
 	}
+	bd.stream = Compute
+	bd.emit(Cmd{Kind: Record, Stream: Side, Event: done})
+	bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: done})
 	return nil
 }
 
