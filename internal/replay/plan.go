@@ -108,10 +108,12 @@ type Buffers struct {
 // at PartAt in its source buffer), in one pass that writes the scales of
 // Blocks (the part's blocks) into Scales; the plan then copies the
 // window's DstBlocks (the rank's destination scale tensor, row-major) into
-// ScaleDst. Where the part's one quantized message is the whole part, the
-// Fuse packs that message; otherwise it writes the part's E4M3 bytes
-// (row-major over Part) into FP8Part (FP8PartNeeds sizes it) at the start,
-// and the messages copy from there.
+// ScaleDst. Where the part's messages are local copies of it into one run
+// of its destination (one copy or its chunks), one Fuse at the start of
+// the step writes that run and the copies are dropped; where its one
+// message is a send of the whole part, the Fuse packs that send; otherwise
+// it writes the part's E4M3 bytes (row-major over Part) into FP8Part
+// (FP8PartNeeds sizes it) at the start, and the messages copy from there.
 type QuantTensor struct {
 	Grid   fp8.Grid
 	DType  dtype.DType
