@@ -1,4 +1,5 @@
-"""What the whole-model tests (test_model.py, test_delta.py) share: a small
+"""What the whole-model tests (test_model.py, test_delta.py, test_lora.py,
+test_lora_fp8.py) share: a small
 Llama's config, config files every rank reads, and sources filled and
 destinations checked, every element, through the parts Model.buffers
 lists. values(tensor, layout_shape, itemsize) gives a tensor's global
@@ -79,3 +80,23 @@ def verify(m, dst, values, what):
                 fail("buffer %s, tensor %s, %s: %d of %d elements wrong; first at %s: got %#x, want %#x" %
                      (name, p["tensor"], what, len(bad), got.size, k, int(got[k]), int(want[k])))
     return parts
+
+
+def bf16_bits(key, shape):
+    """A global bfloat16 array (its raw bits) of normal values about 0.1,
+    seeded by key: the same on every rank."""
+    rng = np.random.default_rng(zlib.crc32(key.encode()))
+    f = (rng.standard_normal(int(np.prod(shape))) * 0.1).astype(np.float32)
+    return (f.view(np.uint32) >> 16).astype(np.uint16).reshape(shape)
+
+
+def as_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def base_values(tensor, shape, itemsize):
+    return bf16_bits(tensor, shape)
+
+
+def adapter_values(step):
+    return lambda tensor, shape, itemsize: bf16_bits("%s@%d" % (tensor, step), shape)

@@ -12,12 +12,11 @@ target the model lacks raises ValidationError on every rank; merging
 adapters into a model they were not made from raises InvalidArgument."""
 
 import os
-import zlib
 
 import numpy as np
 
 from harness import case, check, comm, expect, finish, m2n, rank
-from models import LLAMA, config, fill, poisoned, verify
+from models import LLAMA, adapter_values, as_f32, base_values, bf16_bits, config, fill, poisoned, verify
 
 assert comm.size == 6, "run with mpirun -np 6"
 
@@ -25,29 +24,9 @@ RANK, ALPHA = 8, 16.0
 GENERATOR = range(4, 6)
 
 
-def bf16_bits(key, shape):
-    """A global bfloat16 array (its raw bits) of normal values about 0.1,
-    seeded by key: the same on every rank."""
-    rng = np.random.default_rng(zlib.crc32(key.encode()))
-    f = (rng.standard_normal(int(np.prod(shape))) * 0.1).astype(np.float32)
-    return (f.view(np.uint32) >> 16).astype(np.uint16).reshape(shape)
-
-
-def as_f32(bits):
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
 def round_bf16(x):
     u = x.view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def base_values(tensor, shape, itemsize):
-    return bf16_bits(tensor, shape)
-
-
-def adapter_values(step):
-    return lambda tensor, shape, itemsize: bf16_bits("%s@%d" % (tensor, step), shape)
 
 
 def adapter_names(weight):

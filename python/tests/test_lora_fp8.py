@@ -14,12 +14,11 @@ the other buffers and scales keep the full sync's bytes. A merge without
 the scales raises InvalidArgument on the generator, writing nothing."""
 
 import os
-import zlib
 
 import numpy as np
 
 from harness import case, check, comm, e4m3, expect, fail, finish, m2n, rank
-from models import LLAMA, config, fill, part_view, poisoned, verify
+from models import LLAMA, adapter_values, as_f32, base_values, bf16_bits, config, fill, part_view, poisoned, verify
 
 assert comm.size == 3, "run with mpirun -np 3"
 
@@ -40,26 +39,6 @@ def encode(v):
     d_lo, d_hi = a - TABLE[lo], TABLE[hi] - a
     code = np.where(d_hi < d_lo, hi, np.where(d_lo < d_hi, lo, np.where(hi % 2 == 0, hi, lo)))
     return (code | np.where(np.signbit(v), 0x80, 0)).astype(np.uint8)
-
-
-def bf16_bits(key, shape):
-    """A global bfloat16 array (its raw bits) of normal values about 0.1,
-    seeded by key: the same on every rank."""
-    rng = np.random.default_rng(zlib.crc32(key.encode()))
-    f = (rng.standard_normal(int(np.prod(shape))) * 0.1).astype(np.float32)
-    return (f.view(np.uint32) >> 16).astype(np.uint16).reshape(shape)
-
-
-def as_f32(bits):
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def base_values(tensor, shape, itemsize):
-    return bf16_bits(tensor, shape)
-
-
-def adapter_values(step):
-    return lambda tensor, shape, itemsize: bf16_bits("%s@%d" % (tensor, step), shape)
 
 
 def merged_fp8(q0, s0, a_name, b_name, step):
