@@ -414,17 +414,29 @@ func (at Bytes) Memcpy(dst, src uint64, n int64) error {
 // Quantize runs q with the host oracle (transport.HostMemory.QuantPack),
 // reading t's scales from the heap.
 func (at Bytes) Quantize(t replay.QuantTensor, q replay.QuantOp) error {
-	w, err := t.Grid.NewWindow(t.Blocks)
+	w, err := at.readWindow(t)
 	if err != nil {
 		return err
 	}
+	return at.pack(t, q, w)
+}
+
+// readWindow reads t's window of scales from the heap.
+func (at Bytes) readWindow(t replay.QuantTensor) (fp8.Window, error) {
+	w, err := t.Grid.NewWindow(t.Blocks)
+	if err != nil {
+		return w, err
+	}
 	bits := make([]byte, 4*len(w.Values))
 	if err := at.Read(t.Scales, bits); err != nil {
-		return err
+		return w, err
 	}
-	if err := w.ReadBits(bits); err != nil {
-		return err
-	}
+	return w, w.ReadBits(bits)
+}
+
+// pack quantizes q's region into q.Dst with the scales of w, by the host
+// oracle (transport.HostMemory.QuantPack).
+func (at Bytes) pack(t replay.QuantTensor, q replay.QuantOp, w fp8.Window) error {
 	src, err := at(q.Src)
 	if err != nil {
 		return err

@@ -17,7 +17,6 @@ import (
 	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/strided"
-	"github.com/m2n-dev/m2n/transport"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
 
@@ -189,31 +188,19 @@ func (at Bytes) Fuse(t replay.QuantTensor, q replay.QuantOp) error {
 	if err := at.writeWindow(t, part); err != nil {
 		return err
 	}
-	dst, err := at(q.Dst)
-	if err != nil {
-		return err
-	}
-	r := transport.QuantRegion{DType: t.DType, Buf: transport.HostBuffer(src), At: q.SrcAt, Box: q.Box}
-	return transport.HostMemory{}.QuantPack(t.Grid, transport.HostBuffer(dst), 0, r, transport.Scales{Window: part})
+	return at.pack(t, q, part)
 }
 
 // writeWindow writes the values of part into t's window in the heap.
 func (at Bytes) writeWindow(t replay.QuantTensor, part fp8.Window) error {
-	w, err := t.Grid.NewWindow(t.Blocks)
+	w, err := at.readWindow(t)
 	if err != nil {
-		return err
-	}
-	bits := make([]byte, 4*len(w.Values))
-	if err := at.Read(t.Scales, bits); err != nil {
-		return err
-	}
-	if err := w.ReadBits(bits); err != nil {
 		return err
 	}
 	if err := w.CopyFrom(part); err != nil {
 		return err
 	}
-	return at.Write(t.Scales, w.AppendBits(bits[:0]))
+	return at.Write(t.Scales, w.AppendBits(nil))
 }
 
 // Check writes at flag the largest magnitude among the float32s of the n
