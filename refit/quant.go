@@ -222,6 +222,11 @@ func (q *quantTensor) byDriver(onDevice bool) bool {
 	return onDevice && q.self && q.grid.Mode() != fp8.Tensor
 }
 
+// part is this rank's whole source part of the tensor in src, its buffer.
+func (q *quantTensor) part(src transport.Buffer) transport.QuantRegion {
+	return transport.QuantRegion{DType: q.dtype, Buf: src, At: q.partAt, Box: q.srcBox}
+}
+
 // prepareQuant derives this rank's quantTensor of every converting spec
 // (nil for the others); the specs have been validated.
 func prepareQuant(rank, world int, specs []Spec) ([]*quantTensor, error) {
@@ -300,8 +305,7 @@ func (c *Call) partialAmaxes(qm transport.QuantMemory, bufs []TensorBuffers, onD
 		case q == nil:
 			continue
 		case q.self && q.src && !q.byDriver(onDevice):
-			region = transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.partAt, Box: q.srcBox}
-			blocks = q.srcBlocks
+			region, blocks = q.part(bufs[i].Src), q.srcBlocks
 		case !q.self && q.speaks:
 			region = transport.QuantRegion{DType: q.dtype, Buf: bufs[i].Src, At: q.speakAt, Box: q.speakBox}
 			blocks = q.speakBlocks
@@ -413,9 +417,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 			return nil, &control.ValidationError{Rank: fail.rank, Msg: fail.msg, Err: errors.New(fail.msg)}
 		}
 		if nonFinite != nil {
-			e := &NonFiniteError{Tensor: c.specs[i].Name, Rank: nonFinite.rank, Flat: nonFinite.flat,
-				Index: unravel(c.specs[i].Src.Shape(), nonFinite.flat), Value: nonFinite.value, ValueText: nonFiniteText(nonFinite.value)}
-			return nil, &control.ValidationError{Rank: nonFinite.rank, Msg: e.Error(), Err: e}
+			return nil, c.nonFiniteError(i, nonFinite.rank, nonFinite.flat, nonFinite.value)
 		}
 	}
 	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}
@@ -425,7 +427,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 		if err != nil {
 			return w, err
 		}
-		if q.self && !q.byDriver(onDevice) {
+		if q.self { // scaled here: the driver's are not combined
 			if own == nil || own[i].Values == nil {
 				return w, fmt.Errorf("refit: rank %d, tensor %q: no amaxes of its source part", c.rank, c.specs[i].Name)
 			}
@@ -504,8 +506,7 @@ func (c *Call) nonFiniteSource(t int, bufs []TensorBuffers) error {
 	if err != nil {
 		return err
 	}
-	jobs := []transport.AmaxJob{{Grid: q.grid, Window: w,
-		Region: transport.QuantRegion{DType: q.dtype, Buf: bufs[t].Src, At: q.partAt, Box: q.srcBox}}}
+	jobs := []transport.AmaxJob{{Grid: q.grid, Window: w, Region: q.part(bufs[t].Src)}}
 	if err := c.mem.(transport.QuantMemory).QuantAmaxes(jobs); err != nil {
 		return err
 	}
@@ -513,9 +514,16 @@ func (c *Call) nonFiniteSource(t int, bufs []TensorBuffers) error {
 	if !errors.As(jobs[0].Err, &nf) {
 		return fmt.Errorf("rank %d, tensor %q: the driver's FP8 scales came out non-finite, but its source part reads back finite (%v)", c.rank, c.specs[t].Name, jobs[0].Err)
 	}
-	e := &NonFiniteError{Tensor: c.specs[t].Name, Rank: c.rank, Flat: nf.Flat,
-		Index: unravel(c.specs[t].Src.Shape(), nf.Flat), Value: nf.Value, ValueText: nonFiniteText(nf.Value)}
-	return &control.ValidationError{Rank: c.rank, Msg: e.Error(), Err: e}
+	return c.nonFiniteError(t, c.rank, nf.Flat, nf.Value)
+}
+
+// nonFiniteError is the error every rank returns for the NaN or infinity
+// v at flat index flat of tensor t, on source rank rank: a
+// *control.ValidationError carrying its *NonFiniteError.
+func (c *Call) nonFiniteError(t, rank int, flat int64, v float64) error {
+	e := &NonFiniteError{Tensor: c.specs[t].Name, Rank: rank, Flat: flat,
+		Index: unravel(c.specs[t].Src.Shape(), flat), Value: v, ValueText: nonFiniteText(v)}
+	return &control.ValidationError{Rank: rank, Msg: e.Error(), Err: e}
 }
 
 // unravel turns a row-major flat index into an index of shape.
