@@ -147,8 +147,8 @@ func TestFusedPlan(t *testing.T) {
 	if p.teamShift != 8 {
 		t.Errorf("a 128x128 bf16 block takes a team of %d threads, want the whole block of 256", 1<<p.teamShift)
 	}
-	// Row scaling of 256 B rows: 16 vectors a row, teams of 4 lanes, 64
-	// rows per thread block.
+	// Row scaling of 256 B rows: 16 vectors a row, teams of 2 lanes of
+	// 8 vectors each, 128 rows per thread block.
 	gr, err := fp8.NewGrid([]int64{512, 128}, fp8.Row)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestFusedPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.items != 512 || p.teamShift != 2 || p.grid(1) != 8 {
+	if p.items != 512 || p.teamShift != 1 || p.grid(1) != 4 {
 		t.Errorf("row-scaled fused plan %+v", p)
 	}
 	// 128x128 bf16 blocks of 16-byte vectors fit the registers exactly

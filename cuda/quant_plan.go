@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
 
 	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
@@ -211,10 +212,11 @@ func (p *quantPlan) chooseLaunch(q quantRequest, esz, rows uint64, br int64, sha
 		p.groups = (hiR+p.group-1)/p.group - loR/p.group
 		p.chunks = (hiC+p.chunk-1)/p.chunk - loC/p.chunk
 		p.items = rows / p.ext[nd-2] * p.groups * p.chunks
-		// a team per block, sized for about quantLoads vectors per lane
-		// of the largest tile (registers hold fusedRegs)
+		// a team per block, sized for about fusedLaneVecs() vectors per
+		// lane of the largest tile (shared memory holds fusedRegs)
 		tile := min(p.blockRows, p.ext[nd-2]) * (min(p.blockCols, p.rowElems) / v)
-		p.teamShift = teamFor((tile + quantLoads - 1) / quantLoads)
+		lv := fusedLaneVecs()
+		p.teamShift = teamFor((tile + lv - 1) / lv)
 	case quantAmax:
 		p.name = fmt.Sprintf("m2n_amax_%s_%d", dt, v)
 		if p.colShift == 63 {
@@ -289,6 +291,20 @@ func (p *quantPlan) grid(resident int) int {
 // (SetFusedGridCap) so that blocks run several rounds of items, as on
 // tensors of more than maxGridBlocks teams' blocks.
 var fusedGridCap = maxGridBlocks
+
+// fusedLaneVecs is how many vectors of its tile the plan gives each lane of
+// a fused kernel's team: M2N_FUSED_LANE_VECS if set to 1 to 8 (package
+// envopts refuses other values; for measuring on a GPU without a rebuild),
+// else fusedRegs, all a lane stages. Fewer lanes a tile means fewer warps
+// computing the same tile's geometry: on an H200 row scaling of 4 KiB rows
+// ran in 812-832 us per GiB with 8 against 966-1009 us with 4, block
+// scaling alike (484-503 us), bench/results/h200-fp8-kernels.txt.
+func fusedLaneVecs() uint64 {
+	if v := os.Getenv("M2N_FUSED_LANE_VECS"); len(v) == 1 && v >= "1" && v <= "8" {
+		return uint64(v[0] - '0')
+	}
+	return fusedRegs
+}
 
 // fusedRegs is how many vectors a thread of the fused kernels keeps in
 // registers (M2N_FREGS in kernels/quant.h): blocks of up to

@@ -211,8 +211,8 @@ func resolveFabric(get Lookup, s *Settings) error {
 }
 
 // resolveOthers checks the variables other packages read themselves:
-// the GPU pack kernels' batch and the fused FP8 kernels' resident blocks
-// and division test (cuda ignores a value it cannot use), the
+// the GPU pack kernels' batch and the fused FP8 kernels' resident blocks,
+// vectors a lane and division test (cuda ignores a value it cannot use), the
 // GPU replay's smallest memcpy (Join would name the rank twice), and the
 // CPU transport's in-place strided moves.
 func resolveOthers(get Lookup, s *Settings) error {
@@ -224,6 +224,11 @@ func resolveOthers(get Lookup, s *Settings) error {
 	if src := get("fused-minb"); src.Value != "" {
 		if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
 			return src.Bad(errors.New("want a whole number from 1 to 8 (resident blocks per SM of the fused FP8 kernels)"))
+		}
+	}
+	if src := get("fused-lane-vecs"); src.Value != "" {
+		if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
+			return src.Bad(errors.New("want a whole number from 1 to 8 (vectors each lane of a fused FP8 kernel's team takes)"))
 		}
 	}
 	switch src := get("fused-div"); src.Value {

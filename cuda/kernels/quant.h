@@ -263,9 +263,45 @@ M2N_INLINE unsigned int m2n_qfma_lim(float s) {
 	return l < 0x7F800000u ? l : 0x7F7FFFFFu;
 }
 
+// m2n_pack16x2 joins the low halves of lo and hi (lo's in the low half):
+// on the GPU one byte permutation, which ignores the upper halves.
+M2N_INLINE unsigned int m2n_pack16x2(unsigned int lo, unsigned int hi) {
+#ifdef __CUDACC__
+	return __byte_perm(lo, hi, 0x5410);
+#else
+	return (lo & 0xFFFFu) | (hi << 16);
+#endif
+}
+
+// m2n_qfma_bf16x2 quantizes the two bf16 elements of word w (the first in
+// the low half) by scale s (r its reciprocal) through m2n_qfma: their two
+// E4M3 bytes, the first in the low byte, as m2n_e4m3x2_raw gives them. A
+// bf16's float is its bits in the upper half, so neither element needs
+// more than one instruction to widen.
+M2N_INLINE unsigned int m2n_qfma_bf16x2(unsigned int w, float s, float r) {
+	return m2n_e4m3x2_raw(m2n_qfma(m2n_as_float(w << 16), s, r), m2n_qfma(m2n_as_float(w & 0xFFFF0000u), s, r));
+}
+
+// m2n_tdiv is a / b (b > 0) for the FP8 kernels' per-tile and per-row
+// arithmetic: a shift where b is a power of two (1 included: blocks of 128
+// rows or columns, row scaling's one-row blocks), else m2n_udiv. b is the
+// same for every thread of a launch, so the branch is uniform.
+M2N_INLINE unsigned long long m2n_tdiv(unsigned long long a, unsigned long long b) {
+	if ((b & (b - 1u)) == 0u) {
+#ifdef __CUDACC__
+		return a >> (__ffsll((long long)b) - 1);
+#else
+		return a >> __builtin_ctzll(b);
+#endif
+	}
+	return m2n_udiv(a, b);
+}
+
 // m2n_win_row returns the window index of the first block of box row `row`
 // (its matrix and block row) less the window's first block column, so
-// that adding a block column gives the block's index.
+// that adding a block column gives the block's index. The outermost
+// dimension needs no division: what is left of row there is below its
+// extent.
 M2N_INLINE long long m2n_win_row(const m2n_quant_params *p, unsigned long long row) {
 	const int nd = (int)p->nd;
 	long long base = 0;
@@ -273,11 +309,11 @@ M2N_INLINE long long m2n_win_row(const m2n_quant_params *p, unsigned long long r
 	for (int i = M2N_MAX_DIMS - 2; i >= 0; --i) {
 		if (i < nd - 1) {
 			const unsigned long long e = p->ext[i];
-			const unsigned long long q = m2n_udiv(row, e);
+			const unsigned long long q = i == 0 ? 0 : m2n_tdiv(row, e);
 			unsigned long long idx = p->lo[i] + (row - q * e);
 			row = q;
 			if (i == nd - 2) {
-				idx = m2n_udiv(idx, p->block_rows);
+				idx = m2n_tdiv(idx, p->block_rows);
 			}
 			base += ((long long)idx - (long long)p->wlo[i]) * (long long)p->wstride[i];
 		}
@@ -362,7 +398,7 @@ M2N_INLINE void m2n_fused_lin(const m2n_side *s, m2n_fused_tile *t) {
 		return;
 	}
 	const unsigned long long c = s->count[nd - 1];
-	if (nd > 1 && (c == 0 || t->row0 - m2n_udiv(t->row0, c) * c + t->rows > c)) {
+	if (nd > 1 && (c == 0 || t->row0 - m2n_tdiv(t->row0, c) * c + t->rows > c)) {
 		return;
 	}
 	t->lin = 1;
@@ -379,14 +415,15 @@ M2N_INLINE m2n_fused_tile m2n_fused_tile_of(const m2n_quant_params *p, unsigned 
 	const unsigned long long lo_r = p->lo[nd - 2], ext_r = p->ext[nd - 2];
 	const unsigned long long lo_c = p->lo[nd - 1], ext_c = p->ext[nd - 1];
 	const unsigned long long g = p->group, pc = p->chunk_elems;
-	const unsigned long long t = m2n_udiv(item, p->chunks_per_row);
+	const unsigned long long t = m2n_tdiv(item, p->chunks_per_row);
 	const unsigned long long piece = item - t * p->chunks_per_row;
-	const unsigned long long mat = m2n_udiv(t, p->groups);
+	// a box of one matrix (every 2-d one) needs no division here
+	const unsigned long long mat = t < p->groups ? 0 : m2n_tdiv(t, p->groups);
 	const unsigned long long grp = t - mat * p->groups;
-	const unsigned long long g0 = (m2n_udiv(lo_r, g) + grp) * g;
+	const unsigned long long g0 = (m2n_tdiv(lo_r, g) + grp) * g;
 	const unsigned long long r0 = (g0 > lo_r ? g0 : lo_r) - lo_r;
 	const unsigned long long r1 = (g0 + g < lo_r + ext_r ? g0 + g : lo_r + ext_r) - lo_r;
-	const unsigned long long p0 = (m2n_udiv(lo_c, pc) + piece) * pc;
+	const unsigned long long p0 = (m2n_tdiv(lo_c, pc) + piece) * pc;
 	const unsigned long long c0 = (p0 > lo_c ? p0 : lo_c) - lo_c;
 	const unsigned long long c1 = (p0 + pc < lo_c + ext_c ? p0 + pc : lo_c + ext_c) - lo_c;
 	m2n_fused_tile f;
@@ -398,6 +435,11 @@ M2N_INLINE m2n_fused_tile m2n_fused_tile_of(const m2n_quant_params *p, unsigned 
 	m2n_fused_lin(&p->src, &f);
 	return f;
 }
+
+// m2n_fused_narrow says whether a tile's row count and a lane's step (in
+// bytes, over its rows) both fit in 32 bits, as every tile of a real
+// tensor's does: the fused kernels' fast paths count and step in 32 bits.
+M2N_INLINE int m2n_fused_narrow(unsigned long long rows, unsigned long long step) { return ((rows | step) >> 32) == 0; }
 
 // m2n_fused_scale is fp8.ScaleOf of an amax given as float bits: 1 for an
 // all-zero block, else amax times float32(1/448), one rounded multiply. A

@@ -52,6 +52,33 @@ M2N_INLINE M2N_STORE_T M2N_QVEC(M2N_LOAD_T v, float scale, float rcp) {
 // scale is finite, so the block holds no NaN (its amax would be one) and
 // the conversion needs no NaN fix-up.
 M2N_INLINE M2N_STORE_T M2N_QFVEC(M2N_LOAD_T v, float scale, float rcp) {
+#if M2N_ESZ == 2 && M2N_VEC >= 2
+	// bf16: a word (two elements) at a time, the bytes joined by
+	// permutations rather than shifts and masks of a 64-bit value
+	union {
+		M2N_LOAD_T v;
+		unsigned int w[M2N_VEC / 2];
+	} x;
+	x.v = v;
+	unsigned int h[M2N_VEC / 2];
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_VEC / 2; k++) {
+		h[k] = m2n_qfma_bf16x2(x.w[k], scale, rcp);
+	}
+#if M2N_VEC == 2
+	return (M2N_STORE_T)h[0];
+#else
+	union {
+		M2N_STORE_T v;
+		unsigned int w[M2N_VEC / 4];
+	} out;
+	M2N_UNROLL_PRAGMA
+	for (int k = 0; k < M2N_VEC / 4; k++) {
+		out.w[k] = m2n_pack16x2(h[2 * k], h[2 * k + 1]);
+	}
+	return out.v;
+#endif
+#else
 	union {
 		M2N_LOAD_T v;
 		M2N_ELEM_T e[M2N_VEC];
@@ -67,6 +94,7 @@ M2N_INLINE M2N_STORE_T M2N_QFVEC(M2N_LOAD_T v, float scale, float rcp) {
 		out |= (unsigned long long)two << (8 * k);
 	}
 	return (M2N_STORE_T)out;
+#endif
 #endif
 }
 
@@ -176,9 +204,9 @@ M2N_KERNEL M2N_ANAME(M2N_QPARAMS p) {
 // The fused amax-quantize-pack kernel (M2N_FNAME) of whole blocks: a team
 // of threads per block of the box (m2n_fused_tile), which must lie wholly
 // inside the box (no other rank holds a part of it, so its amax needs no
-// exchange); the plan sizes teams for about 4 vectors per lane, up to a
+// exchange); the plan sizes teams for M2N_FREGS vectors per lane, up to a
 // thread block (a 128x128 block takes all 256 threads, a row of 128 bf16
-// elements 4). A team loads its block once, keeping up to M2N_FREGS
+// elements 2). A team loads its block once, keeping up to M2N_FREGS
 // vectors per lane (in shared memory where M2N_FSTAGE, else in registers;
 // a 128x128 bf16 block is 8 per thread;
 // larger blocks, rows of more than 16384 bf16 elements or f32 blocks, read
@@ -211,24 +239,24 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 		M2N_LOAD_T v;
 		M2N_ELEM_T e[M2N_VEC];
 	} x;
-	if (t->lin && dc == 0) {
-		// rows at one stride and whole rows per step: a pointer per lane
+	if (t->lin && dc == 0 && m2n_fused_narrow(t->rows, dr * t->sstride)) {
+		// rows at one stride, whole rows per step, counts and steps in 32
+		// bits: slot k's address is one wide multiply-add from the lane's
+		// first
 		const unsigned char *sp = (const unsigned char *)(p->src.base + t->soff + r * t->sstride + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
-		const unsigned long long step = dr * t->sstride;
+		const unsigned int rows = (unsigned int)t->rows, r0 = (unsigned int)r, d = (unsigned int)dr;
+		const unsigned int step = (unsigned int)(dr * t->sstride);
 #if M2N_FSTAGE
-		int n = 0;
 		M2N_UNROLL_PRAGMA
 		for (int k = 0; k < M2N_FREGS; k++) {
-			if (r < t->rows) {
-				m2n_cp_async(&in[k * M2N_FISTRIDE], sp, M2N_VEC * M2N_ESZ);
-				n = k + 1;
-				sp += step, r += dr;
+			if (r0 + (unsigned int)k * d < rows) {
+				m2n_cp_async(&in[k * M2N_FISTRIDE], sp + (unsigned long long)k * step, M2N_VEC * M2N_ESZ);
 			}
 		}
 		m2n_cp_async_wait();
 		M2N_UNROLL_PRAGMA
 		for (int k = 0; k < M2N_FREGS; k++) {
-			if (k < n) {
+			if (r0 + (unsigned int)k * d < rows) {
 				x.v = in[k * M2N_FISTRIDE];
 				m = M2N_FVMAX(x.v, m);
 			}
@@ -236,15 +264,15 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 #else
 		M2N_UNROLL_PRAGMA
 		for (int k = 0; k < M2N_FREGS; k++) {
-			if (r < t->rows) {
-				x.v = *(const M2N_LOAD_T *)sp;
+			if (r0 + (unsigned int)k * d < rows) {
+				x.v = *(const M2N_LOAD_T *)(sp + (unsigned long long)k * step);
 				in[k] = x.v;
 				m = M2N_FVMAX(x.v, m);
-				sp += step, r += dr;
 			}
 		}
 #endif
-		for (; r < t->rows; sp += step, r += dr) {
+		sp += (unsigned long long)M2N_FREGS * step;
+		for (unsigned int rr = r0 + M2N_FREGS * d; rr < rows; sp += step, rr += d) {
 			x.v = *(const M2N_LOAD_T *)sp;
 			m = M2N_FVMAX(x.v, m);
 		}
@@ -316,18 +344,20 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 	// the tile's mode: m2n_qfma only for a scale it is exact for
 	const unsigned long long mode = p->div_mode == 2 && !m2n_qfma_ok(scale) ? 0 : p->div_mode;
 	unsigned char *d = (unsigned char *)p->dst + t->c0;
-	if (t->lin && dc == 0) {
+	if (t->lin && dc == 0 && m2n_fused_narrow(t->rows, dr * t->sstride) && m2n_fused_narrow(0, dr * p->row_elems)) {
+		// as in M2N_FLOAD: 32-bit counts and steps
 		const unsigned char *sp = (const unsigned char *)(p->src.base + t->soff + r * t->sstride + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
 		unsigned char *dp = d + (t->row0 + r) * p->row_elems + cv * M2N_VEC;
-		const unsigned long long step = dr * t->sstride, dstep = dr * p->row_elems;
+		const unsigned int rows = (unsigned int)t->rows, r0 = (unsigned int)r, dr32 = (unsigned int)dr;
+		const unsigned int step = (unsigned int)(dr * t->sstride), dstep = (unsigned int)(dr * p->row_elems);
 		M2N_UNROLL_PRAGMA
 		for (int k = 0; k < M2N_FREGS; k++) {
-			if (r < t->rows) {
-				*(M2N_STORE_T *)dp = M2N_FQVEC(in[k * M2N_FISTRIDE], scale, rcp, mode);
-				sp += step, dp += dstep, r += dr;
+			if (r0 + (unsigned int)k * dr32 < rows) {
+				*(M2N_STORE_T *)(dp + (unsigned long long)k * dstep) = M2N_FQVEC(in[k * M2N_FISTRIDE], scale, rcp, mode);
 			}
 		}
-		for (; r < t->rows; sp += step, dp += dstep, r += dr) {
+		sp += (unsigned long long)M2N_FREGS * step, dp += (unsigned long long)M2N_FREGS * dstep;
+		for (unsigned int rr = r0 + M2N_FREGS * dr32; rr < rows; sp += step, dp += dstep, rr += dr32) {
 			*(M2N_STORE_T *)dp = M2N_FQVEC(*(const M2N_LOAD_T *)sp, scale, rcp, mode);
 		}
 		return;
