@@ -46,9 +46,9 @@ func TestLeadersRotate(t *testing.T) {
 // TestReceiveShare: one source feeding four destinations 16 KiB each,
 // with 32 KiB rounds, gives each destination at most a quarter of a round
 // (8 KiB: its share of the one sender's round) per round, in chunks cut to
-// that size, so that calls running at once into the same destinations add
-// up to no more than a round; without the share, a destination would take
-// 16 KiB in round 0.
+// half that size, so that calls running at once into the same destinations
+// add up to no more than a round; without the share, a destination would
+// take 16 KiB in round 0.
 func TestReceiveShare(t *testing.T) {
 	shape := []int64{128, 256} // 64 KiB: 16 KiB per destination
 	src := layoutOf(t, shape, []int{1}, []int{0}, "R")

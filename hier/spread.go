@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 )
 
@@ -140,7 +141,10 @@ func rotate(x []int, stage int) []int {
 // one that has added the fewest bytes next (ties to the earlier source),
 // so that every source fills the early rounds alike where chain order
 // alone let the first sources of each shard take the receivers' room.
-func addGroup(b *reshard.Builder, chains []chain, group []int, per int) {
+// With a taper (tp.div > 1), each source's last chunks (tp.split) are
+// cut smaller and added, in the same turns, after every source's other
+// chunks, into tapered rounds.
+func addGroup(b *reshard.Builder, chains []chain, group []int, per int, tp taper) error {
 	var srcs []int
 	bySrc := map[int][]int{}
 	for _, i := range group {
@@ -150,45 +154,59 @@ func addGroup(b *reshard.Builder, chains []chain, group []int, per int) {
 		}
 		bySrc[s] = append(bySrc[s], i)
 	}
-	type queue struct {
-		items [][2]int // (chain, chunk)
-		next  int
-		added int64
-	}
-	qs := make([]*queue, len(srcs))
+	qs := make([][]item, len(srcs))
 	for si, s := range srcs {
 		own := bySrc[s]
 		k := si * per % len(own)
 		own = append(slices.Clone(own[k:]), own[:k]...)
-		q := &queue{}
+		var items []item
 		for c := 0; len(own) > 0; c++ {
 			next := own[:0]
 			for _, i := range own {
-				q.items = append(q.items, [2]int{i, c})
+				items = append(items, item{chain: i, sub: chains[i].chunks[c]})
 				if c+1 < len(chains[i].chunks) {
 					next = append(next, i)
 				}
 			}
 			own = next
 		}
-		qs[si] = q
+		qs[si] = items
 	}
+	body, tail, err := tp.cut(b, chains, qs)
+	if err != nil {
+		return err
+	}
+	addTurns(b, chains, body, 1)
+	addTurns(b, chains, tail, tp.div)
+	return nil
+}
+
+// item is one chunk of one chain.
+type item struct {
+	chain int
+	sub   placement.Box
+}
+
+// addTurns adds the sources' items (qs[s], in order) with the budgets
+// divided by div, the source that has added the fewest bytes next (ties to
+// the earlier source).
+func addTurns(b *reshard.Builder, chains []chain, qs [][]item, div int64) {
+	next := make([]int, len(qs))
+	added := make([]int64, len(qs))
 	for {
 		best := -1
 		for si, q := range qs {
-			if q.next < len(q.items) && (best < 0 || q.added < qs[best].added) {
+			if next[si] < len(q) && (best < 0 || added[si] < added[best]) {
 				best = si
 			}
 		}
 		if best < 0 {
 			return
 		}
-		q := qs[best]
-		it := q.items[q.next]
-		q.next++
-		c := &chains[it[0]]
-		sub := c.chunks[it[1]]
-		q.added += sub.Elems() * c.elem
-		c.add(b, sub)
+		it := qs[best][next[best]]
+		next[best]++
+		c := &chains[it.chain]
+		added[best] += it.sub.Elems() * c.elem
+		c.add(b, it.sub, div)
 	}
 }

@@ -195,7 +195,24 @@ func (b *Builder) Err() error { return b.err }
 // A message Add cannot place makes the Builder fail (see Err): Src or Dst
 // outside the communicator, negative Bytes, a round at or past maxRounds,
 // or more than MaxMessages messages. Add then returns max(after, 0).
-func (b *Builder) Add(m Message, after int) int {
+func (b *Builder) Add(m Message, after int) int { return b.add(m, after, 1) }
+
+// AddTapered is Add with the budgets of m's link class, send and
+// receive, divided by div (>= 1): m goes to the first round, no earlier
+// than after, in which both of its ends have used nothing or at most
+// budget/div - m.Bytes over that class. A route ends its schedule with
+// such rounds so that the last rounds carry a fraction of a full round:
+// what is forwarded after the last of them (hier's fan-out of its last
+// network rounds) is then that fraction of a round's. A div below 1 makes
+// the Builder fail.
+func (b *Builder) AddTapered(m Message, after int, div int64) int {
+	if div < 1 && b.err == nil {
+		b.err = &FieldError{Field: "taper", Got: fmt.Sprint(div), Want: "at least 1", Why: "a round's budget is divided by it"}
+	}
+	return b.add(m, after, div)
+}
+
+func (b *Builder) add(m Message, after int, div int64) int {
 	r := max(after, 0)
 	if b.err != nil {
 		return r
@@ -221,8 +238,12 @@ func (b *Builder) Add(m Message, after int) int {
 		from := r
 		r = max(r, min(b.open(m.Src), b.open(m.Dst)))
 		h := b.hint(m.Src, m.Dst)
-		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes, b.budget(0, m.Class), b.budget(1, m.Class))
-		h.learn(from, r, m.Bytes)
+		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes, b.budget(0, m.Class)/div, b.budget(1, m.Class)/div)
+		if div == 1 {
+			// a stretch without room under a divided budget may have
+			// room under the whole one: only whole-budget searches learn.
+			h.learn(from, r, m.Bytes)
+		}
 		b.totals[0][m.Class][m.Src] = checked.SatSum(b.totals[0][m.Class][m.Src], m.Bytes)
 		b.totals[1][m.Class][m.Dst] = checked.SatSum(b.totals[1][m.Class][m.Dst], m.Bytes)
 		if r < maxRounds && m.Bytes > 0 {
@@ -238,7 +259,7 @@ func (b *Builder) Add(m Message, after int) int {
 	b.maxRound = max(b.maxRound, r)
 	b.s.Messages = append(b.s.Messages, m)
 	if addHook != nil {
-		addHook(b, m, after)
+		addHook(b, m, after, div)
 	}
 	return r
 }

@@ -81,7 +81,7 @@ func BenchmarkBuilderOracle(b *testing.B) {
 					if dep[i] >= 0 {
 						after = AfterRecv(got[dep[i]])
 					}
-					got[i] = o.add(m, after)
+					got[i] = o.add(m, after, 1)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/message")

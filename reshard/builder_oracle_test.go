@@ -27,14 +27,15 @@ func newOracleBuilder(world int, topo Topology, roundBytes int64) *oracleBuilder
 	}
 }
 
-// add is the old Builder.Add without the message list.
-func (b *oracleBuilder) add(m Message, after int) int {
+// add is the old Builder.Add without the message list, with the budgets
+// of m's class divided by div (AddTapered; 1 for Add).
+func (b *oracleBuilder) add(m Message, after int, div int64) int {
 	m.Class = b.topo.Class(m.Src, m.Dst)
 	r := max(after, 0)
 	if m.Src != m.Dst {
 		send, recv := &b.use[0][m.Class][m.Src], &b.use[1][m.Class][m.Dst]
 		r = max(r, min(b.open[m.Src], b.open[m.Dst]))
-		for !(b.fits(*send, r, m.Bytes, b.budget(0, m.Class)) && b.fits(*recv, r, m.Bytes, b.budget(1, m.Class))) {
+		for !(b.fits(*send, r, m.Bytes, b.budget(0, m.Class)/div) && b.fits(*recv, r, m.Bytes, b.budget(1, m.Class)/div)) {
 			r++
 		}
 		*send = oracleCharge(*send, r, m.Bytes)

@@ -46,8 +46,8 @@ func randomTopology(rng *rand.Rand, world int) Topology {
 // TestBuilderMatchesOracle drives the Builder and the old round-by-round
 // Builder with the same random message sequences (sizes from 0 to beyond
 // the budget, self copies, dependencies on earlier rounds like the routes'
-// AfterRecv, arbitrary lower bounds) and requires the same round for every
-// message.
+// AfterRecv, arbitrary lower bounds, a tenth of them tapered) and requires
+// the same round for every message.
 func TestBuilderMatchesOracle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 5))
 	seqs, msgs := 600, 0
@@ -95,11 +95,22 @@ func TestBuilderMatchesOracle(t *testing.T) {
 			case x == 4:
 				after = rng.IntN(300) - 20
 			}
-			want := o.add(m, after)
-			got := b.Add(m, after)
+			// a tenth of the messages tapered (AddTapered), the budgets
+			// divided by 2 to 5
+			div := int64(1)
+			if rng.IntN(10) == 0 {
+				div = 2 + rng.Int64N(4)
+			}
+			want := o.add(m, after, div)
+			var got int
+			if div > 1 {
+				got = b.AddTapered(m, after, div)
+			} else {
+				got = b.Add(m, after)
+			}
 			if got != want {
-				t.Fatalf("sequence %d (world %d, budget %d, receive budget %d, topology %v), message %d (%d bytes, %d to %d, after %d): round %d, the oracle says %d",
-					seq, world, budget, o.recvNet, topo.Domain, i, m.Bytes, m.Src, m.Dst, after, got, want)
+				t.Fatalf("sequence %d (world %d, budget %d, receive budget %d, topology %v), message %d (%d bytes, %d to %d, after %d, taper %d): round %d, the oracle says %d",
+					seq, world, budget, o.recvNet, topo.Domain, i, m.Bytes, m.Src, m.Dst, after, div, got, want)
 			}
 			rounds = append(rounds, got)
 			msgs++
@@ -150,7 +161,7 @@ func TestBuilderMatchesOracleLong(t *testing.T) {
 					if i%97 == 0 {
 						after = AfterRecv(last) // a forward, like a chain hop
 					}
-					want, got := o.add(m, after), b.Add(m, after)
+					want, got := o.add(m, after, 1), b.Add(m, after)
 					if got != want {
 						t.Fatalf("message %d (%+v after %d): round %d, the oracle says %d", i, m, after, got, want)
 					}

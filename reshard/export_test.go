@@ -10,7 +10,7 @@ func WatchBuilders() (stop func() (int, error)) {
 	oracles := map[*Builder]*oracleBuilder{}
 	n := 0
 	var first error
-	addHook = func(b *Builder, m Message, after int) {
+	addHook = func(b *Builder, m Message, after int, div int64) {
 		o := oracles[b]
 		if o == nil {
 			o = newOracleBuilder(b.s.World, b.topo, b.s.RoundBytes)
@@ -18,9 +18,9 @@ func WatchBuilders() (stop func() (int, error)) {
 			oracles[b] = o
 		}
 		n++
-		if want := o.add(m, after); want != m.Round && first == nil {
-			first = fmt.Errorf("%s schedule, message %d (%d bytes, rank %d to %d, after %d): round %d, the oracle says %d",
-				b.s.Route, len(b.s.Messages)-1, m.Bytes, m.Src, m.Dst, after, m.Round, want)
+		if want := o.add(m, after, div); want != m.Round && first == nil {
+			first = fmt.Errorf("%s schedule, message %d (%d bytes, rank %d to %d, after %d, taper %d): round %d, the oracle says %d",
+				b.s.Route, len(b.s.Messages)-1, m.Bytes, m.Src, m.Dst, after, div, m.Round, want)
 		}
 	}
 	return func() (int, error) {

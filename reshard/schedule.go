@@ -148,7 +148,7 @@ const MessageBytes = 512
 
 // addHook, set only by tests, sees every message Add places (with its
 // round) and the lower bound it was given, to compare with a reference.
-var addHook func(b *Builder, m Message, after int)
+var addHook func(b *Builder, m Message, after int, div int64)
 
 const pairHints = 4
 

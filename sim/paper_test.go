@@ -69,23 +69,26 @@ func simulatePaper(t testing.TB, rho int, route string, opts reshard.ScheduleOpt
 // staging), so it shows what they add to the bound:
 //
 //   - flat reaches its bound within 1% at every rho;
-//   - hier ends 0.7%, 1.0% and 1.2% above 8.96 ms at rho 2, 4 and 8
-//     (0.7%, 4.5% and 5.3% before hier's local budget, issue 25: a leader
-//     forwards (rho-1)*Ns/(K*rho) = 1.5 and 1.75 times what it receives
-//     per round, and with the network's per-round budget for its fan-out
-//     the fan-out fell behind and finished after the last network byte;
-//     hier.localBudget now gives the local fabric that multiple). What is
-//     left is the fan-out of the last network round, after the last
-//     network byte. That is the schedule's cost, not the model's; the test
-//     pins it so that a change to the schedule or to the simulator shows.
+//   - hier ends within 1% of 8.96 ms at rho 2, 4 and 8 (issue 25's
+//     target; 0.17%, 0.26% and 0.30% with hier's taper). Before hier's
+//     local budget it ended 0.7%, 4.5% and 5.3% above: a leader forwards
+//     (rho-1)*Ns/(K*rho) = 1.5 and 1.75 times what it receives per round,
+//     and with the network's per-round budget for its fan-out the fan-out
+//     fell behind; with the local budget, 0.7%, 1.0% and 1.2%: the last
+//     two network rounds, which the executor runs side by side, end
+//     together at the last network byte and their fan-out came after it.
+//     hier's taper (hier/taper.go) ends the schedule with rounds of a
+//     quarter of the budget, so what is left after the last network byte
+//     is a quarter of that fan-out. The test pins it so that a change to
+//     the schedule or to the simulator shows.
 //
 // Every route must stay at or above its bound.
 func TestPaperSingleLayer(t *testing.T) {
 	opts := reshard.DefaultScheduleOptions
 	flatWant := map[int]float64{2: 17.92e-3, 4: 35.84e-3, 8: 71.68e-3}
-	// hier's excess over 8.96 ms with these options: the last round's
-	// fan-out described above.
-	hierExcess := map[int]float64{2: 0.01, 4: 0.015, 8: 0.015}
+	// hier's excess over 8.96 ms with these options: the tapered last
+	// rounds' fan-out described above.
+	hierExcess := map[int]float64{2: 0.01, 4: 0.01, 8: 0.01}
 	for _, rho := range []int{2, 4, 8} {
 		fl := simulatePaper(t, rho, "flat", opts)
 		hr := simulatePaper(t, rho, "hier", opts)
@@ -146,5 +149,5 @@ func ExampleSimulateRoute() {
 	// Output:
 	// flat    335.5 us (bound 335.5 us), critical path bound by nic-out r0
 	// agbcast 1.734 ms (bound 1.342 ms), critical path bound by nic-out r0
-	// hier    186.4 us (bound 167.8 us), critical path bound by nic-out r7
+	// hier    172.4 us (bound 167.8 us), critical path bound by nic-out r1
 }
