@@ -101,7 +101,10 @@ func (d *deltaStep) encode(id int, out []byte) (int, error) {
 		if err := dc.quantize(&d.hs, id); err != nil {
 			return 0, err
 		}
-		prev, cur, at = dc.codes[id][0], dc.codes[id][1], dc.plan.encAt(id)
+		cur, at = dc.codes[id][1], dc.plan.encAt(id)
+		if prev, err = dc.rebase(id, dc.enc.UpdatePrev); err != nil {
+			return 0, err
+		}
 	}
 	n, err := dc.enc.Encode(prev, cur, at, dc.plan.elems[id], out)
 	if err != nil {
@@ -130,6 +133,9 @@ func (d *deltaStep) deliver(id int, enc []byte) error {
 	}
 	dst, err := d.host(r)
 	if err != nil {
+		return err
+	}
+	if err := dc.rescaleDst(dst, id); err != nil {
 		return err
 	}
 	if err := delta.Apply(dst, r.At, elem, enc); err != nil {

@@ -269,6 +269,7 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		if err := c.delta.ensure(c.mem, c.needs, bufs); err != nil {
 			return st, fmt.Errorf("rank %d: %w", c.rank, err)
 		}
+		c.delta.takeScales(c.quant, st.scales)
 		st.delta = !full
 	}
 	if c.opts.Atomic && !st.delta {
