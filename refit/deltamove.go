@@ -401,6 +401,32 @@ func (d *deltaStep) rawArrived(w *program.Wire, dw *deltaWire, staging transport
 	return nil
 }
 
+// changedThroughout reports whether every source region this rank sends
+// in the call's next step, of the buffers bufs, changed at every sampled
+// element (allChanged): the step would send them all dense. A rank with
+// no source region says yes; one whose regions quantize to FP8 (their
+// codes are compared, after quantizing), or that holds no copy yet, no.
+func (dc *deltaCall) changedThroughout(bufs []TensorBuffers) bool {
+	if dc.prev == nil {
+		return false
+	}
+	for _, i := range dc.plan.sources {
+		r := dc.plan.regions[i]
+		if dc.plan.quant[i] >= 0 || int(r.Tensor) >= len(bufs) {
+			return false
+		}
+		cur, ok := bufs[r.Tensor].Src.(transport.HostBuffer)
+		prev := dc.prev[r.Tensor]
+		if !ok || prev == nil || r.At.Fits(int64(len(cur))) != nil || r.At.Fits(int64(len(prev))) != nil {
+			return false
+		}
+		if !allChanged(prev, cur, r.At, dc.plan.elems[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 // allChanged reports whether every one of up to 64 elements sampled
 // evenly over region r differs between prev and cur: a region that
 // changed throughout, which its encoding would send dense anyway.

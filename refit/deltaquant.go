@@ -26,9 +26,10 @@ import (
 // encoding to its FP8 region in place. So a destination rewrites only the
 // codes that changed: a block whose amax (so its scale) did not change
 // gets the codes of its changed elements, fewer than its changed bf16
-// elements (many changes round to the same code), and a block whose scale
-// changed rewrites most of its codes, which the codec's density rule
-// sends as a bitmap or dense; nothing else of the destination is written.
+// elements (many changes round to the same code); in a block whose scale
+// moved, both sides first rescale the old codes for the new scale (below)
+// and only the codes that prediction misses travel; nothing else of the
+// destination is written.
 // A full step (the first, or after a failure) moves the codes dense, as
 // the ordinary driver does, and then quantizes the sent regions once more
 // into codes[cur] (quantSent, the same scales, so the same codes) for the
