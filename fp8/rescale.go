@@ -23,9 +23,9 @@ import (
 // destination, both holding the old codes and both scales, compute the
 // same bytes, so that the source can encode the codes it quantized
 // against the prediction instead of the old codes, and send only the
-// elements the prediction got wrong (about a quarter of a block whose
-// scale moved, against about three quarters that change from the old
-// codes).
+// elements the prediction got wrong (21-27% of a block whose scale moved
+// at 1% of changed bf16 elements, against 63-85% that differ from the
+// old codes: TestFP8DeltaBytes in package pattern).
 func (g Grid) Rescale(codes []byte, at strided.Desc, box placement.Box, from, to Window) (int64, error) {
 	r := Region{DType: dtype.FP8E4M3, Data: codes, At: at, Box: box}
 	elems, err := g.checkAt(r, 1)

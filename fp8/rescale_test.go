@@ -56,7 +56,7 @@ func TestRescale(t *testing.T) {
 		want := bytes.Clone(buf)
 		var moved int64
 		pos := int64(0)
-		eachIndex(c.box, func(idx []int64) {
+		forEachIndex(c.box, func(idx []int64) {
 			off := 11 + pos/cols*(cols+5) + pos%cols
 			pos++
 			bi := make([]int64, nd)
@@ -82,27 +82,6 @@ func TestRescale(t *testing.T) {
 		// unchanged scales rewrite nothing
 		if n, err := g.Rescale(buf, at, c.box, to, to); n != 0 || err != nil || !bytes.Equal(buf, want) {
 			t.Errorf("%v: rescaling to the same scales: %d, %v", c.shape, n, err)
-		}
-	}
-}
-
-// eachIndex calls fn with every index of box in row-major order.
-func eachIndex(box placement.Box, fn func([]int64)) {
-	idx := append([]int64(nil), box.Lo...)
-	if box.Empty() {
-		return
-	}
-	for {
-		fn(idx)
-		d := len(idx) - 1
-		for ; d >= 0; d-- {
-			if idx[d]++; idx[d] < box.Hi[d] {
-				break
-			}
-			idx[d] = box.Lo[d]
-		}
-		if d < 0 {
-			return
 		}
 	}
 }
