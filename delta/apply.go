@@ -49,6 +49,7 @@ type decoder struct {
 	w        walker
 	at       int   // next byte of enc
 	b        int64 // next block
+	flat     bool  // the region is one run: a block is one piece at its offset
 	ps       [BlockElems]piece
 }
 
@@ -61,7 +62,7 @@ func decode(dst, enc []byte, m *message) error {
 	if err != nil {
 		return err
 	}
-	d := decoder{dst: dst, enc: enc[:n], m: m, at: HeaderLen}
+	d := decoder{dst: dst, enc: enc[:n], m: m, at: HeaderLen, flat: len(m.r.Count) == 0}
 	if m.total > 0 {
 		d.w.init(m.r)
 	}
@@ -195,6 +196,10 @@ func (d *decoder) bitmap() error {
 // values start in the encoding.
 func (d *decoder) blockPieces() (ps []piece, elem int, e64, at int64) {
 	p, nb, _ := d.block()
+	if d.flat {
+		d.ps[0] = piece{d.m.r.Offset + p, nb}
+		return d.ps[:1], d.m.elem, int64(d.m.elem), int64(d.at)
+	}
 	d.w.seek(p)
 	ps = d.w.block(d.ps[:0], nb)
 	return ps, d.m.elem, int64(d.m.elem), int64(d.at)

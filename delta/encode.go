@@ -12,7 +12,7 @@ import (
 // scratch space between calls (no allocation per block or element once
 // warm) and is not safe for concurrent use: one Encoder per goroutine.
 type Encoder struct {
-	// UpdatePrev makes Encode copy every changed block of cur into prev as
+	// UpdatePrev makes Encode copy every changed element of cur into prev as
 	// it goes, so that prev equals cur over the region afterwards: the
 	// non-atomic mode, where a failed step forces a full sync anyway.
 	// Without it Encode only reads prev, and the caller commits the step
@@ -186,11 +186,6 @@ func (s *state) delta(prev, cur []byte) bool {
 		if skipping, ok = s.changed(prev, cur, ps, int(nb)/m.elem); !ok {
 			return false
 		}
-		if s.e.UpdatePrev && !skipping {
-			for _, q := range ps {
-				copy(prev[q.off:q.off+q.n], cur[q.off:q.off+q.n])
-			}
-		}
 	}
 	return true
 }
@@ -230,7 +225,7 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 	if s.open < 0 || s.out[s.open] != tagDense {
 		dense += opLen
 	} else if len(ps) == 1 && n == BlockElems && sampledDense(prev, cur, ps[0].off, elem) {
-		return false, s.denseBlock(cur, ps)
+		return false, s.denseBlock(prev, cur, ps)
 	}
 	bmLen := 1 + (n+7)/8
 	// c changes fit a list while 2+c*(1+elem) < dense, a bitmap while
@@ -242,14 +237,14 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 		if useAVX2 && len(a) >= 64 {
 			var wide int
 			if idx, c, wide = s.e.scanWide(idx, a, b, elem, c, limit, base); c > limit {
-				return false, s.denseBlock(cur, ps)
+				return false, s.denseBlock(prev, cur, ps)
 			}
 			a, b = a[wide:], b[wide:]
 			base += wide / elem
 		}
 		s.e.nz = scan(s.e.nz[:0], a, b, elem, &c, limit)
 		if c > limit {
-			return false, s.denseBlock(cur, ps)
+			return false, s.denseBlock(prev, cur, ps)
 		}
 		idx = indices(idx, s.e.nz, elem, base)
 		base += len(a) / elem
@@ -281,7 +276,7 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 		s.n += bmLen
 		s.e.stats.Bitmaps++
 	}
-	s.values(cur, ps, idx)
+	s.values(prev, cur, ps, idx)
 	s.e.stats.Values += int64(c)
 	s.open = -1
 	return false, true
@@ -306,29 +301,41 @@ func sampledDense(prev, cur []byte, off int64, elem int) bool {
 	return true
 }
 
-// values appends the values of the block's elements idx from cur.
-func (s *state) values(cur []byte, ps []piece, idx []byte) {
+// values appends the values of the block's elements idx from cur and,
+// with UpdatePrev, copies them into prev: only the changed elements,
+// not the block.
+func (s *state) values(prev, cur []byte, ps []piece, idx []byte) {
 	elem := s.m.elem
 	e64 := int64(elem)
 	n := int64(s.n)
+	up := s.e.UpdatePrev
 	if len(ps) == 1 {
 		o := ps[0].off
 		for _, i := range idx {
-			put(s.out, n, cur, o+int64(i)*e64, elem)
+			at := o + int64(i)*e64
+			put(s.out, n, cur, at, elem)
+			if up {
+				put(prev, at, cur, at, elem)
+			}
 			n += e64
 		}
 	} else {
 		l := locator{ps: ps}
 		for _, i := range idx {
-			put(s.out, n, cur, l.at(int64(i)*e64), elem)
+			at := l.at(int64(i) * e64)
+			put(s.out, n, cur, at, elem)
+			if up {
+				put(prev, at, cur, at, elem)
+			}
 			n += e64
 		}
 	}
 	s.n = int(n)
 }
 
-// denseBlock appends a whole block.
-func (s *state) denseBlock(cur []byte, ps []piece) bool {
+// denseBlock appends a whole block and, with UpdatePrev, copies it into
+// prev.
+func (s *state) denseBlock(prev, cur []byte, ps []piece) bool {
 	if !s.extend(tagDense) {
 		return false
 	}
@@ -341,6 +348,9 @@ func (s *state) denseBlock(cur []byte, ps []piece) bool {
 	}
 	for _, q := range ps {
 		s.n += copy(s.out[s.n:], cur[q.off:q.off+q.n])
+		if s.e.UpdatePrev {
+			copy(prev[q.off:q.off+q.n], cur[q.off:q.off+q.n])
+		}
 	}
 	s.e.stats.Dense++
 	s.e.stats.Values += nb / int64(s.m.elem)

@@ -47,23 +47,32 @@ func (g Grid) check(r Region) (elems, esz int64, err error) {
 	if esz, err = elemSize(r.DType); err != nil {
 		return 0, 0, err
 	}
-	if err := g.checkBox("region box", r.Box); err != nil {
+	if elems, err = g.checkAt(r, esz); err != nil {
 		return 0, 0, err
+	}
+	return elems, esz, nil
+}
+
+// checkAt validates a region of esz-byte elements (r.DType names them in
+// errors) against the grid and returns its element count.
+func (g Grid) checkAt(r Region, esz int64) (elems int64, err error) {
+	if err := g.checkBox("region box", r.Box); err != nil {
+		return 0, err
 	}
 	elems = r.Box.Elems() // inside the tensor, so it fits
 	want := elems * esz
 	at := r.At
 	if len(at.Count) != len(at.Stride) || len(at.Count) > maxRunDims {
-		return 0, 0, fmt.Errorf("fp8: region %v: descriptor %+v has %d counts and %d strides (at most %d)", r.Box, at, len(at.Count), len(at.Stride), maxRunDims)
+		return 0, fmt.Errorf("fp8: region %v: descriptor %+v has %d counts and %d strides (at most %d)", r.Box, at, len(at.Count), len(at.Stride), maxRunDims)
 	}
 	if at.Offset < 0 || at.Run < 0 {
-		return 0, 0, fmt.Errorf("fp8: region %v: descriptor %+v has a negative offset or run", r.Box, at)
+		return 0, fmt.Errorf("fp8: region %v: descriptor %+v has a negative offset or run", r.Box, at)
 	}
 	total, last := at.Run, at.Offset
 	ok := true
 	for i, c := range at.Count {
 		if c < 0 || at.Stride[i] < 0 {
-			return 0, 0, fmt.Errorf("fp8: region %v: descriptor %+v has a negative count or stride (dim %d)", r.Box, at, i)
+			return 0, fmt.Errorf("fp8: region %v: descriptor %+v has a negative count or stride (dim %d)", r.Box, at, i)
 		}
 		var ok1, ok2 bool
 		var step int64
@@ -71,22 +80,22 @@ func (g Grid) check(r Region) (elems, esz int64, err error) {
 		step, ok2 = checked.Mul(max(c-1, 0), at.Stride[i])
 		last, ok = checked.Add(last, step)
 		if !ok1 || !ok2 || !ok {
-			return 0, 0, fmt.Errorf("fp8: region %v: descriptor %+v overflows int64", r.Box, at)
+			return 0, fmt.Errorf("fp8: region %v: descriptor %+v overflows int64", r.Box, at)
 		}
 	}
 	if total != want {
-		return 0, 0, fmt.Errorf("fp8: region %v of %v holds %d bytes, its descriptor %+v describes %d", r.Box, r.DType, want, at, total)
+		return 0, fmt.Errorf("fp8: region %v of %v holds %d bytes, its descriptor %+v describes %d", r.Box, r.DType, want, at, total)
 	}
 	if want == 0 {
-		return 0, esz, nil
+		return 0, nil
 	}
 	if at.Run%esz != 0 {
-		return 0, 0, fmt.Errorf("fp8: region %v: descriptor run of %d bytes is not a whole number of %v elements", r.Box, at.Run, r.DType)
+		return 0, fmt.Errorf("fp8: region %v: descriptor run of %d bytes is not a whole number of %v elements", r.Box, at.Run, r.DType)
 	}
 	if end, ok := checked.Add(last, at.Run); !ok || end > int64(len(r.Data)) {
-		return 0, 0, fmt.Errorf("fp8: region %v: descriptor %+v reaches byte %d of a %d-byte buffer", r.Box, at, end, len(r.Data))
+		return 0, fmt.Errorf("fp8: region %v: descriptor %+v reaches byte %d of a %d-byte buffer", r.Box, at, end, len(r.Data))
 	}
-	return elems, esz, nil
+	return elems, nil
 }
 
 // segment is a piece of a region that is contiguous in the source, lies in

@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2n-dev/m2n/delta"
 	"github.com/m2n-dev/m2n/internal/checked"
+	"github.com/m2n-dev/m2n/placement"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/reshard/program"
 	"github.com/m2n-dev/m2n/transport"
@@ -24,7 +25,10 @@ import (
 // destination, which applies it in place (delta.Apply); each round, the
 // pairs first exchange their encodings' lengths (8 bytes per operation),
 // so that every receive names the count its sender sends, as every
-// transport needs. A message that forwards a region (hier's leaders to
+// transport needs. A step whose every source region changed at every
+// sampled element on every rank (changedThroughout, agreed in the step's
+// first collective) moves as a full sync instead: a fully changed step
+// costs a full sync and the samples. A message that forwards a region (hier's leaders to
 // the other replicas of their domain) sends the encoding that region
 // arrived in. With Atomic the destinations check each encoding as it
 // arrives (delta.Check) and keep it in place of a shadow, and apply them
@@ -45,8 +49,11 @@ type deltaPlan struct {
 	// quant, by id: the message whose box a source region that converts to
 	// FP8 is quantized with (-1: it does not convert); codes its element
 	// count, what its encodings cover (deltaquant.go)
-	quant   []int32
-	codes   []int64
+	quant []int32
+	codes []int64
+	// boxes, by id, the box of a converting tensor's region (source or
+	// destination), which its scales' blocks are found by
+	boxes   []placement.Box
 	convert []bool       // by tensor: it converts to FP8 (its sources keep codes, not a copy)
 	rounds  []deltaRound // parallel to the program's rounds
 	reads   []int        // by id: the sends and copies of a step that read it
@@ -108,9 +115,14 @@ func newDeltaPlan(p *program.Program, specs []Spec) (*deltaPlan, error) {
 		if conv && r.Buf == reshard.BufSrc {
 			q, codes, elem = msg, r.At.Bytes()/int64(elem), 1
 		}
+		var box placement.Box
+		if conv {
+			box = sched.Messages[msg].Box
+		}
 		ids[k] = len(d.regions)
 		d.regions, d.elems = append(d.regions, r), append(d.elems, elem)
 		d.quant, d.codes = append(d.quant, q), append(d.codes, codes)
+		d.boxes = append(d.boxes, box)
 		d.reads, d.keep = append(d.reads, 0), append(d.keep, false)
 		return len(d.regions) - 1, nil
 	}
@@ -241,8 +253,12 @@ type deltaCall struct {
 	dense   []uint8
 	rawSent []int
 	// codes, by region id, of a source region that quantizes: what it
-	// last sent and this step's (deltaquant.go)
-	codes [][2]transport.HostBuffer
+	// last sent and this step's (deltaquant.go); scales, by tensor, the
+	// scales of a converting tensor's blocks on this rank; rebased a
+	// source's codes rescaled, for an atomic step
+	codes   [][2]transport.HostBuffer
+	scales  []quantScales
+	rebased []byte
 }
 
 // full reports whether the call's next step must be a full sync.
@@ -350,6 +366,7 @@ func (dc *deltaCall) settle(st *step, err error, atomic bool) {
 		}
 	}
 	dc.have, dc.dirty = true, false
+	dc.scalesSettled()
 }
 
 // commit applies an atomic delta step's kept encodings to the caller's
@@ -358,6 +375,9 @@ func (dc *deltaCall) commit(bufs []TensorBuffers) error {
 	for _, i := range dc.pending {
 		r := dc.plan.regions[i]
 		dst, _ := bufs[r.Tensor].Dst.(transport.HostBuffer)
+		if err := dc.rescaleDst(dst, i); err != nil {
+			return fmt.Errorf("refit: committing tensor %d: %w", r.Tensor, err)
+		}
 		if err := delta.Apply(dst, r.At, dc.plan.elems[i], dc.encs[i]); err != nil {
 			return fmt.Errorf("refit: committing tensor %d: %w", r.Tensor, err)
 		}

@@ -61,9 +61,15 @@ func newDeltaRank(t testing.TB, rank int, ts []deltaTensor) *deltaRank {
 
 // update applies the next update, changing a fraction frac of every
 // tensor's elements, to the sources and the expected destinations.
-func (d *deltaRank) update(frac float64) error {
+func (d *deltaRank) update(frac float64) error { return d.updateOnly(frac, -1) }
+
+// updateOnly is update of tensor only alone (every tensor: -1).
+func (d *deltaRank) updateOnly(frac float64, only int) error {
 	d.steps++
 	for i, x := range d.ts {
+		if only >= 0 && i != only {
+			continue
+		}
 		if s := d.bufs[i].Src; s != nil {
 			if err := pattern.Change(x.src, d.rank, uint64(i), d.steps, frac, s.(transport.HostBuffer), placement.View{}); err != nil {
 				return err
@@ -218,9 +224,10 @@ func (c deltaConfig) prepare(w *inproc.World, r int, tr transport.Transport, ts 
 // the dense reference (the pattern with the same updates applied). The
 // first step is a full sync (nothing counted in DenseSent); the others
 // send encodings: with nothing changed a header and an op per message, with
-// everything changed at least the dense bytes (exactly those without
-// Atomic and Verify: its wires go dense). A Resync on one rank then
-// makes the next step a full sync on every rank.
+// everything changed exactly the dense bytes (every source finds its
+// regions changed throughout, and the step moves dense, Atomic and Verify
+// included). A Resync on one rank then makes the next step a full sync on
+// every rank.
 func TestDelta(t *testing.T) {
 	var configs []deltaConfig
 	for _, dt := range []string{"bf16", "f32"} {
@@ -251,10 +258,8 @@ func TestDelta(t *testing.T) {
 					}
 					sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
 					switch {
-					case frac == 1 && sent < dense:
-						return fmt.Errorf("%s: everything changed, yet %d bytes sent of %d dense", what, sent, dense)
-					case frac == 1 && !cfg.atomic && !cfg.verify && sent != dense:
-						return fmt.Errorf("%s: everything changed, yet %d bytes sent of %d dense: the wires did not go dense", what, sent, dense)
+					case frac == 1 && sent != dense:
+						return fmt.Errorf("%s: everything changed, yet %d bytes sent of %d dense: the step did not go dense", what, sent, dense)
 					case frac == 0.01 && sent > dense/4:
 						return fmt.Errorf("%s: 1%% changed, yet %d bytes sent of %d dense", what, sent, dense)
 					}
@@ -280,6 +285,39 @@ func TestDelta(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDeltaDenseVote changes all of tensor w and none of tensor b, then
+// all of both, in an atomic call (whose encodings never go raw wire by
+// wire): the first step must stay a delta step (b's messages encoded, so
+// more bytes than dense travel), because the ranks go dense only where
+// every one found all it sends changed throughout; the second moves
+// exactly the dense bytes. Every element is checked after each step.
+func TestDeltaDenseVote(t *testing.T) {
+	ts := deltaTensors(t, "bf16")
+	runDeltaCall(t, deltaConfig{route: "hier", atomic: true}, ts, nil, func(r int, c *refit.Call) error {
+		d := newDeltaRank(t, r, ts)
+		for k, only := range []int{-1, 0, -1} {
+			if k > 0 {
+				if err := d.updateOnly(1, only); err != nil {
+					return err
+				}
+			}
+			what := fmt.Sprintf("step %d (all of tensor %d changed)", k+1, only)
+			rep, err := runDeltaStep(c, d.bufs, d.check, what, k, -1)
+			if err != nil {
+				return err
+			}
+			sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
+			switch {
+			case k == 1 && dense > 0 && sent <= dense:
+				return fmt.Errorf("rank %d, %s: %d bytes sent of %d dense: the step went dense though tensor b did not change", r, what, sent, dense)
+			case k == 2 && sent != dense:
+				return fmt.Errorf("rank %d, %s: %d bytes sent of %d dense: the step did not go dense", r, what, sent, dense)
+			}
+		}
+		return nil
+	})
 }
 
 // flipper flips, once armed, one byte of the first message of more than

@@ -101,7 +101,10 @@ func (d *deltaStep) encode(id int, out []byte) (int, error) {
 		if err := dc.quantize(&d.hs, id); err != nil {
 			return 0, err
 		}
-		prev, cur, at = dc.codes[id][0], dc.codes[id][1], dc.plan.encAt(id)
+		cur, at = dc.codes[id][1], dc.plan.encAt(id)
+		if prev, err = dc.rebase(id, dc.enc.UpdatePrev); err != nil {
+			return 0, err
+		}
 	}
 	n, err := dc.enc.Encode(prev, cur, at, dc.plan.elems[id], out)
 	if err != nil {
@@ -130,6 +133,9 @@ func (d *deltaStep) deliver(id int, enc []byte) error {
 	}
 	dst, err := d.host(r)
 	if err != nil {
+		return err
+	}
+	if err := dc.rescaleDst(dst, id); err != nil {
 		return err
 	}
 	if err := delta.Apply(dst, r.At, elem, enc); err != nil {
@@ -393,6 +399,32 @@ func (d *deltaStep) rawArrived(w *program.Wire, dw *deltaWire, staging transport
 		}
 	}
 	return nil
+}
+
+// changedThroughout reports whether every source region this rank sends
+// in the call's next step, of the buffers bufs, changed at every sampled
+// element (allChanged): the step would send them all dense. A rank with
+// no source region says yes; one whose regions quantize to FP8 (their
+// codes are compared, after quantizing), or that holds no copy yet, no.
+func (dc *deltaCall) changedThroughout(bufs []TensorBuffers) bool {
+	if dc.prev == nil {
+		return false
+	}
+	for _, i := range dc.plan.sources {
+		r := dc.plan.regions[i]
+		if dc.plan.quant[i] >= 0 || int(r.Tensor) >= len(bufs) {
+			return false
+		}
+		cur, ok := bufs[r.Tensor].Src.(transport.HostBuffer)
+		prev := dc.prev[r.Tensor]
+		if !ok || prev == nil || r.At.Fits(int64(len(cur))) != nil || r.At.Fits(int64(len(prev))) != nil {
+			return false
+		}
+		if !allChanged(prev, cur, r.At, dc.plan.elems[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // allChanged reports whether every one of up to 64 elements sampled

@@ -72,16 +72,18 @@ func newFP8DeltaRank(t testing.TB, rank int, ts []deltaTensor) *fp8DeltaRank {
 }
 
 // update changes a fraction frac of every tensor's elements (their low
-// mantissa bits: pattern.Change) and, with big, sets element (3, 5) of
-// every tensor to 512, so that its block's amax and scale change.
-func (d *fp8DeltaRank) update(frac float64, big bool) error {
+// mantissa bits: pattern.Change) and, with raise not 0, sets element
+// (3, 5) of every tensor to the bf16 value raise, so that its block's
+// amax and scale change: bigRaise (512) far above every other element,
+// smallRaise (0.1875) a quarter above the amax of tensor w's first block.
+func (d *fp8DeltaRank) update(frac float64, raise uint16) error {
 	d.steps++
 	for i, x := range d.ts {
 		if err := pattern.Change(d.whole[i], 0, uint64(i), d.steps, frac, d.full[i], placement.View{}); err != nil {
 			return err
 		}
-		if big {
-			binary.LittleEndian.PutUint16(d.full[i][2*(3*x.src.Shape()[1]+5):], 0x4400)
+		if raise != 0 {
+			binary.LittleEndian.PutUint16(d.full[i][2*(3*x.src.Shape()[1]+5):], raise)
 		}
 		s := d.bufs[i].Src
 		if s == nil {
@@ -90,13 +92,19 @@ func (d *fp8DeltaRank) update(frac float64, big bool) error {
 		if err := pattern.Change(x.src, d.rank, uint64(i), d.steps, frac, s.(transport.HostBuffer), placement.View{}); err != nil {
 			return err
 		}
-		if box, _ := x.src.RankBox(d.rank); big && box.Lo[0] <= 3 && 3 < box.Hi[0] && box.Lo[1] <= 5 && 5 < box.Hi[1] {
+		if box, _ := x.src.RankBox(d.rank); raise != 0 && box.Lo[0] <= 3 && 3 < box.Hi[0] && box.Lo[1] <= 5 && 5 < box.Hi[1] {
 			w := box.Hi[1] - box.Lo[1]
-			binary.LittleEndian.PutUint16(s.(transport.HostBuffer)[2*((3-box.Lo[0])*w+5-box.Lo[1]):], 0x4400)
+			binary.LittleEndian.PutUint16(s.(transport.HostBuffer)[2*((3-box.Lo[0])*w+5-box.Lo[1]):], raise)
 		}
 	}
 	return nil
 }
+
+// update's raises, bf16 values.
+const (
+	bigRaise   = 0x4400
+	smallRaise = 0x3E40
+)
 
 // check compares every destination code and scale with quantizing the
 // whole tensor at once (fp8.Grid over the whole bf16 tensor).
@@ -183,7 +191,11 @@ func TestDeltaFP8(t *testing.T) {
 				for k, frac := range []float64{-1, 0, 0.01, 0.5, 1, 0.01, 0.01} {
 					big := k == 5
 					if k > 0 {
-						if err := d.update(frac, big); err != nil {
+						raise := uint16(0)
+						if big {
+							raise = bigRaise
+						}
+						if err := d.update(frac, raise); err != nil {
 							return err
 						}
 					}
@@ -206,8 +218,11 @@ func TestDeltaFP8(t *testing.T) {
 // wire into rank 5 in the third step of a verified call in delta mode, so
 // that every rank fails the step with a checksum error. Atomic, rank 5's
 // codes and scales must still be the second step's and the next step a
-// delta again; not atomic, the next step is a full sync. Either way the
-// step after ends with every code and scale right.
+// delta again, encoded against the codes the destinations hold (the
+// failed step moved a scale a little: a source that kept the codes it
+// rescaled for it would send most of that block again); not atomic, the
+// next step is a full sync. Either way the step after ends with every
+// code and scale right.
 func TestDeltaFP8Faults(t *testing.T) {
 	for _, atomicMode := range []bool{true, false} {
 		t.Run(fmt.Sprintf("atomic=%v", atomicMode), func(t *testing.T) {
@@ -218,7 +233,7 @@ func TestDeltaFP8Faults(t *testing.T) {
 				d := newFP8DeltaRank(t, r, ts)
 				for k := 1; k <= 2; k++ {
 					if k > 1 {
-						if err := d.update(0.01, false); err != nil {
+						if err := d.update(0.01, 0); err != nil {
 							return err
 						}
 					}
@@ -232,7 +247,7 @@ func TestDeltaFP8Faults(t *testing.T) {
 						before = append(before, bytes.Clone(b.Dst.(transport.HostBuffer)), bytes.Clone(b.Scale.(transport.HostBuffer)))
 					}
 				}
-				if err := d.update(0.05, true); err != nil {
+				if err := d.update(0.05, smallRaise); err != nil {
 					return err
 				}
 				if err := runFlippedStep(c, d.bufs, &arm, r, atomicMode); err != nil {
@@ -250,7 +265,7 @@ func TestDeltaFP8Faults(t *testing.T) {
 						k += 2
 					}
 				}
-				if err := d.update(0.01, false); err != nil {
+				if err := d.update(0.01, 0); err != nil {
 					return err
 				}
 				rep, err := c.Run(context.Background(), d.bufs)
@@ -260,7 +275,48 @@ func TestDeltaFP8Faults(t *testing.T) {
 				if rep.Delta != atomicMode {
 					return fmt.Errorf("rank %d: the step after the failed one: Report.Delta %v, want %v", r, rep.Delta, atomicMode)
 				}
+				// the failed step moved a scale: the sources' codes must
+				// still be those the destinations hold, rescaled once
+				if sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent); atomicMode && sent > dense/4 {
+					return fmt.Errorf("rank %d: the step after the failed one sent %d bytes of %d dense", r, sent, dense)
+				}
 				return d.check("after the failed step")
+			})
+		})
+	}
+}
+
+// TestDeltaFP8ScaleMoved raises one element of each tensor, and nothing
+// else, so that the scale of the block holding it moves and most of the
+// block's codes change: the destinations must still hold every code and
+// scale of quantizing the whole tensor, and the step must send far less
+// than the block's codes, because both sides rescale the old codes for the
+// new scale (fp8.Grid.Rescale) and only the codes the prediction misses
+// travel, not every code that differs from the old ones.
+func TestDeltaFP8ScaleMoved(t *testing.T) {
+	for _, cfg := range []deltaConfig{{route: "flat"}, {route: "hier", atomic: true}} {
+		t.Run(fmt.Sprintf("%+v", cfg), func(t *testing.T) {
+			ts := fp8DeltaTensors(t, fp8.Block)
+			runDeltaCall(t, cfg, ts, nil, func(r int, c *refit.Call) error {
+				d := newFP8DeltaRank(t, r, ts)
+				if _, err := runDeltaStep(c, d.bufs, d.check, "the full step", 0, -1); err != nil {
+					return err
+				}
+				if err := d.update(0, bigRaise); err != nil {
+					return err
+				}
+				rep, err := c.Run(context.Background(), d.bufs)
+				if err != nil {
+					return err
+				}
+				if err := d.check("the step that moves a scale"); err != nil {
+					return err
+				}
+				sent, dense := netBytes(rep.Stats.Sent), netBytes(rep.Stats.DenseSent)
+				if sent > dense/16 {
+					return fmt.Errorf("rank %d: the step that moves a scale sent %d bytes of %d dense (at most 1/16)", r, sent, dense)
+				}
+				return nil
 			})
 		})
 	}

@@ -35,8 +35,9 @@ type Stats struct {
 	Packed int64
 	// DenseSent counts, in a step of a call in delta mode that was not a
 	// full sync, the bytes the sends (and copies) would have moved dense,
-	// by link class; Sent counts their encodings. It is zero in a dense
-	// step.
+	// by link class; Sent counts their encodings. It is zero in a full
+	// sync, and Sent in a delta step that every rank found changed
+	// throughout (moved dense, as a full sync moves it).
 	DenseSent [reshard.LinkClasses]int64
 	Messages  int
 	Rounds    int

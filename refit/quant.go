@@ -278,8 +278,9 @@ func prepareQuant(rank, world int, specs []Spec) ([]*quantTensor, error) {
 // the bytes of its destination scale tensor.
 type stepScales struct {
 	exec    []TensorQuant
-	bytes   [][]byte // little-endian float32s over quantTensor.dstBlocks
-	release func()   // frees the scales LoadScales loaded (nil: none)
+	bytes   [][]byte     // little-endian float32s over quantTensor.dstBlocks
+	dst     []fp8.Window // the same scales, by tensor (delta mode rescales with them)
+	release func()       // frees the scales LoadScales loaded (nil: none)
 }
 
 func (s *stepScales) free() {
@@ -420,7 +421,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 			return nil, c.nonFiniteError(i, nonFinite.rank, nonFinite.flat, nonFinite.value)
 		}
 	}
-	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant))}
+	out := &stepScales{exec: make([]TensorQuant, len(c.quant)), bytes: make([][]byte, len(c.quant)), dst: make([]fp8.Window, len(c.quant))}
 	combine := func(i int, blocks placement.Box) (fp8.Window, error) {
 		q := c.quant[i]
 		w, err := q.grid.NewWindow(blocks)
@@ -472,6 +473,7 @@ func (c *Call) exchangeAmax(ctx context.Context, mem transport.Memory, coll cont
 				return nil, err
 			}
 			out.bytes[i] = w.AppendBits(make([]byte, 0, 4*len(w.Values)))
+			out.dst[i] = w
 		}
 	}
 	if len(srcWindows) > 0 && device {

@@ -23,7 +23,10 @@ type Report struct {
 	Stats             Stats
 	// Delta says the step was a delta step of a call in delta mode
 	// (Options.Delta): its sends moved encodings, and Stats.DenseSent
-	// says what they would have moved dense. It is false for a full sync
+	// says what they would have moved dense; or, where every rank found
+	// every region it sends changed at every sampled element, they moved
+	// dense as a full sync does (the ranks agree on it before a byte is
+	// encoded), and DenseSent equals Sent. It is false for a full sync
 	// (a call's first step, the step after Resync or after a failed step
 	// that was not Atomic) and for every step of a call not in delta mode.
 	Delta bool
@@ -48,8 +51,10 @@ type step struct {
 	// begun: every rank agreed to begin it and its scales and shadows are
 	// ready (bytes may move from here on); committing: an atomic step's
 	// commit began; delta: a step of a call in delta mode that moves
-	// encodings (not a full sync).
-	begun, committing, delta bool
+	// encodings (not a full sync); dense: a step of a call in delta mode
+	// that the driver moves dense because every source found its regions
+	// changed throughout (reported as a delta step).
+	begun, committing, delta, dense bool
 }
 
 // Run moves one step's data: bufs holds this rank's buffers, one entry per
@@ -246,7 +251,11 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		}
 	}
 	full := c.delta != nil && c.delta.full()
-	full, err := c.rt.agreeBegin(control.WithPhase(ctx, "buffer check before a step"), c, st.n, st.version, full, localErr)
+	// a delta step whose every source region changed throughout moves as
+	// a full sync: decided by all ranks together, before anything is
+	// encoded (changedThroughout samples each region)
+	dense := c.delta != nil && !full && localErr == nil && c.delta.changedThroughout(bufs)
+	full, dense, err := c.rt.agreeBegin(control.WithPhase(ctx, "buffer check before a step"), c, st.n, st.version, full, dense, localErr)
 	var mismatch *CallMismatchError
 	if !errors.As(err, &mismatch) {
 		c.steps = st.n // every rank began this step of this call
@@ -269,7 +278,8 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 		if err := c.delta.ensure(c.mem, c.needs, bufs); err != nil {
 			return st, fmt.Errorf("rank %d: %w", c.rank, err)
 		}
-		st.delta = !full
+		c.delta.takeScales(c.quant, st.scales)
+		st.delta, st.dense = !full && !dense, !full && dense
 	}
 	if c.opts.Atomic && !st.delta {
 		if st.in.Bufs, st.shadows, err = c.shadow(bufs); err != nil {
@@ -286,7 +296,10 @@ func (c *Call) begin(ctx context.Context, bufs []TensorBuffers, localErr error) 
 func (c *Call) end(ctx context.Context, st *step, stats Stats) (*Report, error) {
 	defer st.release(c.mem)
 	g := c.rt.g
-	rep := &Report{Step: st.n, Version: st.version, Stats: stats, Delta: st.delta}
+	if st.dense { // a delta step that went dense throughout
+		stats.DenseSent = stats.Sent
+	}
+	rep := &Report{Step: st.n, Version: st.version, Stats: stats, Delta: st.delta || st.dense}
 	defer func() { rep.Seconds = time.Since(st.start).Seconds() }()
 	if len(c.specs) == 0 {
 		return rep, nil
@@ -474,15 +487,17 @@ func wireTag(number int, n uint64) int32 {
 
 // beginWord is what every rank says at the start of a step: its status,
 // the call it begins, the step of that call, the step's version and
-// whether it needs the step to be a full sync (delta mode).
-const beginWord = 25
+// whether it needs the step to be a full sync and whether it found every
+// region it sends changed throughout (delta mode).
+const beginWord = 26
 
 // agreeBegin is the one collective before a step: every rank's status and
 // identity (call number, step). Ranks that began different steps all
 // return a *CallMismatchError naming both; a rank whose localErr is set
 // makes every rank return its error, typed, in a *control.ValidationError. It
-// returns whether any rank asked for a full sync (full).
-func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, full bool, localErr error) (bool, error) {
+// returns whether any rank asked for a full sync (full) and whether every
+// rank found what it sends changed throughout (dense).
+func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, full, dense bool, localErr error) (bool, bool, error) {
 	g := rt.g
 	mine := make([]byte, beginWord)
 	if localErr != nil {
@@ -494,12 +509,16 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, f
 	if full {
 		mine[24] = 1
 	}
+	if dense {
+		mine[25] = 1
+	}
 	all := make([]byte, beginWord*g.Size())
 	if err := g.Allgather(ctx, mine, all); err != nil {
-		return false, err
+		return false, false, err
 	}
 	for r := 0; r < g.Size(); r++ {
 		full = full || all[beginWord*r+24] != 0
+		dense = dense && all[beginWord*r+25] != 0
 	}
 	at := func(r int) (status, number uint32, n uint64) {
 		w := all[beginWord*r:]
@@ -522,16 +541,16 @@ func (rt *Runtime) agreeBegin(ctx context.Context, c *Call, n, version uint64, f
 		e.Differing = append(e.Differing, r)
 	}
 	if e != nil {
-		return full, e
+		return full, dense, e
 	}
 	verr := versionMismatch(all, g.Size())
 	if verr == nil {
 		c.version = version // every rank began this version
 	}
 	if failing >= 0 {
-		return full, control.Spread(ctx, g, failing, localErr)
+		return full, dense, control.Spread(ctx, g, failing, localErr)
 	}
-	return full, verr
+	return full, dense, verr
 }
 
 // callName names the group's call number in a mismatch seen from rank r.
