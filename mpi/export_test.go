@@ -11,6 +11,9 @@ func SetChunkBytes(n int) (restore func()) {
 	return func() { chunkBytes = old }
 }
 
+// CachedTypes is how many shapes' datatypes t holds.
+func CachedTypes(t *Transport) int { return t.types.len() }
+
 // Pinned reports whether r still pins its buffer.
 func Pinned(r *Request) bool { return r.pinned }
 

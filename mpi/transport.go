@@ -13,6 +13,7 @@ import (
 type Transport struct {
 	comm    *Comm
 	inPlace bool
+	types   typeCache // the in-place shapes' datatypes, built once each
 }
 
 // NewTransport returns a transport over c. Its messages carry each
@@ -23,7 +24,13 @@ type Transport struct {
 // The transport moves strided regions in place with derived datatypes
 // (see isendStrided), so the executor packs nothing; inPlace false turns
 // that off, and strided regions then go through the executor's staging.
+// It builds each region shape's datatype once and keeps it until Close.
 func NewTransport(c *Comm, inPlace bool) *Transport { return &Transport{comm: c, inPlace: inPlace} }
+
+// Close frees the datatypes the transport built; operations already posted
+// complete normally, and a later Start builds them again. It does not free
+// the communicator.
+func (t *Transport) Close() error { return t.types.close() }
 
 // MaxInPlaceBytes implements reshard.InPlaceTransport.
 func (t *Transport) MaxInPlaceBytes() int64 {
@@ -57,12 +64,7 @@ func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 		var r *Request
 		var err error
 		if o.InPlace {
-			at := o.At
-			if o.Send {
-				r, err = t.comm.isendStrided(hb, at, o.Peer, int(o.Tag))
-			} else {
-				r, err = t.comm.irecvStrided(hb, at, o.Peer, int(o.Tag))
-			}
+			r, err = t.postInPlace(hb, o)
 			if err != nil {
 				return err
 			}
@@ -92,6 +94,30 @@ func (t *Transport) Start(ops []transport.Op) (transport.Pending, error) {
 		}
 	}
 	return &pending{reqs: reqs, peers: peers}, nil
+}
+
+// postInPlace posts in-place operation o on buf through its shape's cached
+// datatype (one built per message where the cache is full).
+func (t *Transport) postInPlace(buf transport.HostBuffer, o transport.Op) (*Request, error) {
+	op := "MPI_Irecv"
+	if o.Send {
+		op = "MPI_Isend"
+	}
+	if err := checkShape(op, o.At); err != nil { // named as the operation, not the datatype
+		return nil, err
+	}
+	d, err := t.types.get(o.At)
+	switch {
+	case err != nil:
+		return nil, err
+	case d == nil && o.Send:
+		return t.comm.isendStrided(buf, o.At, o.Peer, int(o.Tag))
+	case d == nil:
+		return t.comm.irecvStrided(buf, o.At, o.Peer, int(o.Tag))
+	case o.Send:
+		return t.comm.IsendType(buf, o.At.Offset, d, o.Peer, int(o.Tag))
+	}
+	return t.comm.IrecvType(buf, o.At.Offset, d, o.Peer, int(o.Tag))
 }
 
 // Abort ends every process of the communicator (MPI_Abort); it does not
