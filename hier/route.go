@@ -146,8 +146,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	// sources share them (NeMo-RL's DeepSeek-V3 on HGX, 16 stages into the
 	// same 256 receivers: 185.5 ms against 175.6 ms with half; issue 25).
 	chunk := min(opts.ChunkBytes, max(b.NetReceiveBudget()/2, 1))
-	// count: every chunk of a chain is one message per hop into a leader
-	// and one per replica a leader fans out to.
+	// count: every chunk of a chain is messagesPerChunk messages.
 	var total int64
 	for i := range chains {
 		c := &chains[i]
@@ -155,11 +154,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		if err != nil {
 			return err
 		}
-		per := int64(len(c.hops))
-		for _, h := range c.hops {
-			per += int64(len(h.others))
-		}
-		m, ok := checked.Mul(n, per)
+		m, ok := checked.Mul(n, c.messagesPerChunk())
 		if ok {
 			total, ok = checked.Add(total, m)
 		}
@@ -260,6 +255,16 @@ type chain struct {
 type hop struct {
 	leader int
 	others []int
+}
+
+// messagesPerChunk is how many messages one chunk of the chain makes: one
+// per hop into a leader and one per replica a leader fans out to.
+func (c *chain) messagesPerChunk() int64 {
+	per := int64(len(c.hops))
+	for _, h := range c.hops {
+		per += int64(len(h.others))
+	}
+	return per
 }
 
 // add adds the messages of one chunk of the chain: its network hops with

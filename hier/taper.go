@@ -118,12 +118,7 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 			if err != nil {
 				return nil, nil, err
 			}
-			ch := &chains[it.chain]
-			per := int64(len(ch.hops))
-			for _, h := range ch.hops {
-				per += int64(len(h.others))
-			}
-			extra += int64(len(parts)-1) * per
+			extra += int64(len(parts)-1) * chains[it.chain].messagesPerChunk()
 			for _, p := range parts {
 				tail[si] = append(tail[si], item{chain: it.chain, sub: p})
 			}
