@@ -52,19 +52,19 @@ type imageResult struct {
 // h200-pack-bench-batches.txt): pack and unpack of 256 B and 4 KiB rows
 // reach 86-88% of a plain copy with 1 row, 91-92% with 2, 88-90% with 4
 // and 83% with 8; 64 KiB rows take the chunked path at 96% regardless.
-func packBatch() string {
-	if v := os.Getenv("M2N_PACK_BATCH"); v >= "1" && v <= "8" && len(v) == 1 {
-		return v
-	}
-	return ""
-}
+func packBatch() string { return envDigit("M2N_PACK_BATCH") }
 
 // fusedMinBlocks returns the resident blocks per SM the fused FP8 kernels
 // ask for (their __launch_bounds__): M2N_FUSED_MINB if set to 1 to 8, else
 // the source's default (5: at most 51 registers; the 8 vectors a thread
 // reads wait in shared memory). For measuring on a GPU without a rebuild.
-func fusedMinBlocks() string {
-	if v := os.Getenv("M2N_FUSED_MINB"); v >= "1" && v <= "8" && len(v) == 1 {
+func fusedMinBlocks() string { return envDigit("M2N_FUSED_MINB") }
+
+// envDigit returns the environment variable name where it is one digit
+// from 1 to 8, else "": the kernels' tuning knobs, which package envopts
+// refuses otherwise.
+func envDigit(name string) string {
+	if v := os.Getenv(name); len(v) == 1 && v >= "1" && v <= "8" {
 		return v
 	}
 	return ""

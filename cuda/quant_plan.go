@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"os"
 
 	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
@@ -300,7 +299,7 @@ var fusedGridCap = maxGridBlocks
 // ran in 812-832 us per GiB with 8 against 966-1009 us with 4, block
 // scaling alike (484-503 us), bench/results/h200-fp8-kernels.txt.
 func fusedLaneVecs() uint64 {
-	if v := os.Getenv("M2N_FUSED_LANE_VECS"); len(v) == 1 && v >= "1" && v <= "8" {
+	if v := envDigit("M2N_FUSED_LANE_VECS"); v != "" {
 		return uint64(v[0] - '0')
 	}
 	return fusedRegs
