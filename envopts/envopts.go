@@ -216,19 +216,15 @@ func resolveFabric(get Lookup, s *Settings) error {
 // GPU replay's smallest memcpy (Join would name the rank twice), and the
 // CPU transport's in-place strided moves.
 func resolveOthers(get Lookup, s *Settings) error {
-	if src := get("pack-batch"); src.Value != "" {
-		if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
-			return src.Bad(errors.New("want a whole number from 1 to 8 (regions each pack kernel launch takes)"))
-		}
-	}
-	if src := get("fused-minb"); src.Value != "" {
-		if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
-			return src.Bad(errors.New("want a whole number from 1 to 8 (resident blocks per SM of the fused FP8 kernels)"))
-		}
-	}
-	if src := get("fused-lane-vecs"); src.Value != "" {
-		if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
-			return src.Bad(errors.New("want a whole number from 1 to 8 (vectors each lane of a fused FP8 kernel's team takes)"))
+	for _, k := range []struct{ key, what string }{
+		{"pack-batch", "regions each pack kernel launch takes"},
+		{"fused-minb", "resident blocks per SM of the fused FP8 kernels"},
+		{"fused-lane-vecs", "vectors each lane of a fused FP8 kernel's team takes"},
+	} {
+		if src := get(k.key); src.Value != "" {
+			if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {
+				return src.Bad(fmt.Errorf("want a whole number from 1 to 8 (%s)", k.what))
+			}
 		}
 	}
 	switch src := get("fused-div"); src.Value {
