@@ -71,6 +71,19 @@ func FusedCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 			return nil, err
 		}
 	}
+	// rows longer than a team holds (256 lanes of M2N_FREGS vectors), which
+	// the fused kernels read a second time, in every vector width
+	for _, c := range []struct {
+		dt    dtype.DType
+		shape []int64
+	}{{dtype.BF16, []int64{3, 20000}}, {dtype.BF16, []int64{2, 2999}}, {dtype.F32, []int64{2, 9000}}} {
+		for _, mode := range []fp8.Mode{fp8.Row, fp8.Block} {
+			box := placement.Box{Lo: make([]int64, 2), Hi: c.shape}
+			if err := add(fmt.Sprintf("long rows %v %v", c.shape, mode), c.dt, c.shape, mode, fp8test.Random(r, c.dt, c.shape, randomSpread), box, true); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return out, nil
 }
 

@@ -278,6 +278,45 @@ M2N_INLINE unsigned int M2N_FLOAD(const m2n_quant_params *p, const m2n_fused_til
 		}
 		return M2N_FVMAG(m);
 	}
+	if (t->rows == 1u && m2n_fused_narrow(t->vpr, 0)) {
+		// a one-row tile (row scaling's): the lane's vectors are every
+		// nt-th of the row from its tid-th, one row offset for all (the
+		// tile's soff: one row always lies in one innermost run)
+		const unsigned char *sp = (const unsigned char *)(p->src.base + (t->lin ? t->soff : m2n_row_offset(&p->src, t->row0)) + (t->c0 + tid * M2N_VEC) * M2N_ESZ);
+		const unsigned int vpr = (unsigned int)t->vpr;
+		const unsigned long long step = (unsigned long long)nt * (M2N_VEC * M2N_ESZ);
+#if M2N_FSTAGE
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (tid + (unsigned int)k * nt < vpr) {
+				m2n_cp_async(&in[k * M2N_FISTRIDE], sp + (unsigned long long)k * step, M2N_VEC * M2N_ESZ);
+			}
+		}
+		m2n_cp_async_wait();
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (tid + (unsigned int)k * nt < vpr) {
+				x.v = in[k * M2N_FISTRIDE];
+				m = M2N_FVMAX(x.v, m);
+			}
+		}
+#else
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (tid + (unsigned int)k * nt < vpr) {
+				x.v = *(const M2N_LOAD_T *)(sp + (unsigned long long)k * step);
+				in[k] = x.v;
+				m = M2N_FVMAX(x.v, m);
+			}
+		}
+#endif
+		sp += (unsigned long long)M2N_FREGS * step;
+		for (unsigned long long c = tid + M2N_FREGS * nt; c < t->vpr; sp += step, c += nt) {
+			x.v = *(const M2N_LOAD_T *)sp;
+			m = M2N_FVMAX(x.v, m);
+		}
+		return M2N_FVMAG(m);
+	}
 	M2N_UNROLL_PRAGMA
 	for (int k = 0; k < M2N_FREGS; k++) {
 		if (r < t->rows) {
@@ -358,6 +397,24 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 		}
 		sp += (unsigned long long)M2N_FREGS * step, dp += (unsigned long long)M2N_FREGS * dstep;
 		for (unsigned int rr = r0 + M2N_FREGS * dr32; rr < rows; sp += step, dp += dstep, rr += dr32) {
+			*(M2N_STORE_T *)dp = M2N_FQVEC(*(const M2N_LOAD_T *)sp, scale, rcp, mode);
+		}
+		return;
+	}
+	if (t->rows == 1u && m2n_fused_narrow(t->vpr, 0)) {
+		// as in M2N_FLOAD: every nt-th vector of the one row
+		const unsigned char *sp = (const unsigned char *)(p->src.base + (t->lin ? t->soff : m2n_row_offset(&p->src, t->row0)) + (t->c0 + tid * M2N_VEC) * M2N_ESZ);
+		unsigned char *dp = d + t->row0 * p->row_elems + tid * M2N_VEC;
+		const unsigned int vpr = (unsigned int)t->vpr;
+		const unsigned long long step = (unsigned long long)nt * (M2N_VEC * M2N_ESZ), dstep = (unsigned long long)nt * M2N_VEC;
+		M2N_UNROLL_PRAGMA
+		for (int k = 0; k < M2N_FREGS; k++) {
+			if (tid + (unsigned int)k * nt < vpr) {
+				*(M2N_STORE_T *)(dp + (unsigned long long)k * dstep) = M2N_FQVEC(in[k * M2N_FISTRIDE], scale, rcp, mode);
+			}
+		}
+		sp += (unsigned long long)M2N_FREGS * step, dp += (unsigned long long)M2N_FREGS * dstep;
+		for (unsigned long long c = tid + M2N_FREGS * nt; c < t->vpr; sp += step, dp += dstep, c += nt) {
 			*(M2N_STORE_T *)dp = M2N_FQVEC(*(const M2N_LOAD_T *)sp, scale, rcp, mode);
 		}
 		return;
