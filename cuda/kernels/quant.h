@@ -531,6 +531,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_8
 #define M2N_FSTORE m2n_fstore_bf16_8
+#define M2N_FSTORE_MODE m2n_fstore_mode_bf16_8
 #define M2N_FQVEC m2n_fqvec_bf16_8
 #define M2N_LOAD_T m2n_v16
 #define M2N_STORE_T unsigned long long
@@ -546,6 +547,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_4
 #define M2N_FSTORE m2n_fstore_bf16_4
+#define M2N_FSTORE_MODE m2n_fstore_mode_bf16_4
 #define M2N_FQVEC m2n_fqvec_bf16_4
 #define M2N_LOAD_T unsigned long long
 #define M2N_STORE_T unsigned int
@@ -561,6 +563,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_2
 #define M2N_FSTORE m2n_fstore_bf16_2
+#define M2N_FSTORE_MODE m2n_fstore_mode_bf16_2
 #define M2N_FQVEC m2n_fqvec_bf16_2
 #define M2N_LOAD_T unsigned int
 #define M2N_STORE_T unsigned short
@@ -576,6 +579,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_FVMAG(m) m2n_bf16x2_mag(m)
 #define M2N_FLOAD m2n_fload_bf16_1
 #define M2N_FSTORE m2n_fstore_bf16_1
+#define M2N_FSTORE_MODE m2n_fstore_mode_bf16_1
 #define M2N_FQVEC m2n_fqvec_bf16_1
 #define M2N_LOAD_T unsigned short
 #define M2N_STORE_T unsigned char
@@ -602,6 +606,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_4
 #define M2N_FSTORE m2n_fstore_f32_4
+#define M2N_FSTORE_MODE m2n_fstore_mode_f32_4
 #define M2N_FQVEC m2n_fqvec_f32_4
 #define M2N_LOAD_T m2n_v16
 #define M2N_STORE_T unsigned int
@@ -617,6 +622,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_2
 #define M2N_FSTORE m2n_fstore_f32_2
+#define M2N_FSTORE_MODE m2n_fstore_mode_f32_2
 #define M2N_FQVEC m2n_fqvec_f32_2
 #define M2N_LOAD_T unsigned long long
 #define M2N_STORE_T unsigned short
@@ -632,6 +638,7 @@ M2N_INLINE unsigned int m2n_identity(unsigned int m) { return m; }
 #define M2N_FVMAG(m) m2n_identity(m)
 #define M2N_FLOAD m2n_fload_f32_1
 #define M2N_FSTORE m2n_fstore_f32_1
+#define M2N_FSTORE_MODE m2n_fstore_mode_f32_1
 #define M2N_FQVEC m2n_fqvec_f32_1
 #define M2N_LOAD_T unsigned int
 #define M2N_STORE_T unsigned char

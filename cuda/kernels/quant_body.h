@@ -374,14 +374,12 @@ M2N_INLINE M2N_STORE_T M2N_FQVEC(M2N_LOAD_T v, float scale, float rcp, unsigned 
 	return out.v;
 }
 
-// M2N_FSTORE quantizes and packs lane tid's vectors of tile t by scale:
-// the first M2N_FREGS from in[], the rest read again.
-M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, const M2N_LOAD_T *in, float scale) {
+// M2N_FSTORE_MODE is M2N_FSTORE in division mode `mode` (rcp the scale's
+// reciprocal).
+M2N_INLINE void M2N_FSTORE_MODE(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, const M2N_LOAD_T *in, float scale,
+                                float rcp, unsigned long long mode) {
 	unsigned long long r, cv, dr, dc;
 	m2n_fused_start(t->vpr, tid, nt, &r, &cv, &dr, &dc);
-	const float rcp = M2N_FRCP(scale);
-	// the tile's mode: m2n_qfma only for a scale it is exact for
-	const unsigned long long mode = p->div_mode == 2 && !m2n_qfma_ok(scale) ? 0 : p->div_mode;
 	unsigned char *d = (unsigned char *)p->dst + t->c0;
 	if (t->lin && dc == 0 && m2n_fused_narrow(t->rows, dr * t->sstride) && m2n_fused_narrow(0, dr * p->row_elems)) {
 		// as in M2N_FLOAD: 32-bit counts and steps
@@ -430,6 +428,21 @@ M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, u
 		const M2N_LOAD_T v = *(const M2N_LOAD_T *)(p->src.base + m2n_row_offset(&p->src, t->row0 + r) + (t->c0 + cv * M2N_VEC) * M2N_ESZ);
 		*(M2N_STORE_T *)(d + (t->row0 + r) * p->row_elems + cv * M2N_VEC) = M2N_FQVEC(v, scale, rcp, mode);
 		M2N_FSTEP(r, cv, dr, dc, t->vpr);
+	}
+}
+
+// M2N_FSTORE quantizes and packs lane tid's vectors of tile t by scale:
+// the first M2N_FREGS from in[], the rest read again. It calls
+// M2N_FSTORE_MODE with the common mode 2 spelled out, so that its copy
+// tests no mode per vector.
+M2N_INLINE void M2N_FSTORE(const m2n_quant_params *p, const m2n_fused_tile *t, unsigned int tid, unsigned int nt, const M2N_LOAD_T *in, float scale) {
+	const float rcp = M2N_FRCP(scale);
+	// the tile's mode: m2n_qfma only for a scale it is exact for
+	const unsigned long long mode = p->div_mode == 2 && !m2n_qfma_ok(scale) ? 0 : p->div_mode;
+	if (mode == 2) {
+		M2N_FSTORE_MODE(p, t, tid, nt, in, scale, rcp, 2);
+	} else {
+		M2N_FSTORE_MODE(p, t, tid, nt, in, scale, rcp, mode);
 	}
 }
 
@@ -532,6 +545,7 @@ M2N_KERNEL M2N_FNAME(M2N_QPARAMS p) {
 #undef M2N_FNAME
 #undef M2N_FLOAD
 #undef M2N_FSTORE
+#undef M2N_FSTORE_MODE
 #undef M2N_FQVEC
 #undef M2N_QVEC
 #undef M2N_QFVEC
