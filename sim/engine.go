@@ -64,25 +64,16 @@ type event struct {
 
 type eheap []event
 
-func (h eheap) less(i, j int) bool {
-	if h[i].t != h[j].t {
-		return h[i].t < h[j].t
+func (a event) before(b event) bool {
+	if a.t != b.t {
+		return a.t < b.t
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
 
 func (h *eheap) push(ev event) {
 	*h = append(*h, ev)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
+	heapUp(*h, len(*h)-1)
 }
 
 func (h *eheap) pop() event {
@@ -91,22 +82,7 @@ func (h *eheap) pop() event {
 	n := len(s) - 1
 	s[0] = s[n]
 	s = s[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
-		}
-		if !s.less(c, i) {
-			break
-		}
-		s[i], s[c] = s[c], s[i]
-		i = c
-	}
+	heapDown(s, 0)
 	*h = s
 	return top
 }

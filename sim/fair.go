@@ -192,15 +192,7 @@ func (f *fabric) unlink(l int32, pos int32) {
 
 func (h *service) push(m member) {
 	h.mem = append(h.mem, m)
-	i := len(h.mem) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !memberLess(h.mem[i], h.mem[p]) {
-			break
-		}
-		h.mem[i], h.mem[p] = h.mem[p], h.mem[i]
-		i = p
-	}
+	heapUp(h.mem, len(h.mem)-1)
 	h.next = h.mem[0].key
 }
 
@@ -209,29 +201,14 @@ func (h *service) pop() member {
 	n := len(h.mem) - 1
 	h.mem[0] = h.mem[n]
 	h.mem = h.mem[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && memberLess(h.mem[r], h.mem[l]) {
-			c = r
-		}
-		if !memberLess(h.mem[c], h.mem[i]) {
-			break
-		}
-		h.mem[i], h.mem[c] = h.mem[c], h.mem[i]
-		i = c
-	}
+	heapDown(h.mem, 0)
 	if n > 0 {
 		h.next = h.mem[0].key
 	}
 	return top
 }
 
-func memberLess(a, b member) bool {
+func (a member) before(b member) bool {
 	if a.key != b.key {
 		return a.key < b.key
 	}
@@ -247,48 +224,20 @@ type lentry struct {
 	l   int32
 }
 
-func (h lheap) less(i, j int) bool {
-	if h[i].key != h[j].key {
-		return h[i].key < h[j].key
+func (a lentry) before(b lentry) bool {
+	if a.key != b.key {
+		return a.key < b.key
 	}
-	return h[i].l < h[j].l
+	return a.l < b.l
 }
 
 func (h *lheap) push(e lentry) {
 	*h = append(*h, e)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
+	heapUp(*h, len(*h)-1)
 }
 
 // fix0 restores the heap after the top's key grew.
-func (h *lheap) fix0() {
-	s := *h
-	n := len(s)
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
-		}
-		if !s.less(c, i) {
-			return
-		}
-		s[i], s[c] = s[c], s[i]
-		i = c
-	}
-}
+func (h *lheap) fix0() { heapDown(*h, 0) }
 
 func (h *lheap) pop() lentry {
 	s := *h
