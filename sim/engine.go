@@ -62,30 +62,7 @@ type event struct {
 	kind uint8
 }
 
-type eheap []event
-
-func (a event) before(b event) bool {
-	if a.t != b.t {
-		return a.t < b.t
-	}
-	return a.seq < b.seq
-}
-
-func (h *eheap) push(ev event) {
-	*h = append(*h, ev)
-	heapUp(*h, len(*h)-1)
-}
-
-func (h *eheap) pop() event {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	heapDown(s, 0)
-	*h = s
-	return top
-}
+func (a event) before(b event) bool { return keyThenTie(a.t, b.t, a.seq, b.seq) }
 
 // causes of a thread's time: a round-state index (>= 0), the program's
 // start, or the end of a predecessor process (causeProc - index).
@@ -127,7 +104,7 @@ type engine struct {
 	opts runOptions
 	now  float64
 	seq  uint64
-	ev   eheap
+	ev   minHeap[event]
 	gh   gheap // groups by their next completion
 	f    *fabric
 	ser  *series

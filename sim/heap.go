@@ -2,9 +2,27 @@ package sim
 
 // before is the order of a min-heap's entries: a.before(b) when a comes
 // out first. The engine's events, a group's members and the fabric's links
-// are each kept in a binary min-heap under their own before; heapUp and
-// heapDown are the two moves all three use.
+// are each kept in a minHeap under their own before.
 type before[T any] interface{ before(T) bool }
+
+// minHeap is a binary min-heap: h[0] comes before every other entry.
+type minHeap[T before[T]] []T
+
+func (h *minHeap[T]) push(x T) {
+	*h = append(*h, x)
+	heapUp(*h, len(*h)-1)
+}
+
+func (h *minHeap[T]) pop() T {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	heapDown(s, 0)
+	*h = s
+	return top
+}
 
 // heapUp moves s[i] up until its parent comes before it.
 func heapUp[T before[T]](s []T, i int) {
@@ -36,4 +54,14 @@ func heapDown[T before[T]](s []T, i int) {
 		s[i], s[c] = s[c], s[i]
 		i = c
 	}
+}
+
+// keyThenTie orders by key, ties by id: the order of all three heaps
+// (events by time then sequence, members by key then message, links by key
+// then link).
+func keyThenTie[I int32 | uint64](ka, kb float64, ia, ib I) bool {
+	if ka != kb {
+		return ka < kb
+	}
+	return ia < ib
 }
