@@ -74,15 +74,21 @@ func FusedCases(r *rand.Rand, n int, dir string) ([]QuantCase, error) {
 	return out, nil
 }
 
+// FusedPattern is a whole tensor of bit patterns for the fused kernels.
+type FusedPattern struct {
+	DType dtype.DType
+	Shape []int64
+	Data  []byte
+}
+
 // FusedPatterns returns a bf16 tensor of 512 x 4096 elements, the finite
 // bfloat16 patterns (every one but the infinities and NaNs, which stand as
 // zeros) in 32 copies, each copy in its own random order, so that every
 // pattern is quantized under 32 block scales in Block mode (16 per row in
 // Row mode); and a float32 tensor of rows x 4096 of random patterns
 // (exponents across the whole range, non-finite ones as zeros).
-func FusedPatterns(r *rand.Rand, f32Rows int) (bf16Shape []int64, bf16 []byte, f32Shape []int64, f32 []byte) {
-	bf16Shape = []int64{512, 4096}
-	bf16 = make([]byte, 2*512*4096)
+func FusedPatterns(r *rand.Rand, f32Rows int) (bf16, f32 FusedPattern) {
+	bf16 = FusedPattern{DType: dtype.BF16, Shape: []int64{512, 4096}, Data: make([]byte, 2*512*4096)}
 	perm := make([]uint16, 1<<16)
 	for c := range 32 {
 		for i := range perm {
@@ -93,17 +99,16 @@ func FusedPatterns(r *rand.Rand, f32Rows int) (bf16Shape []int64, bf16 []byte, f
 			if v&0x7F80 == 0x7F80 {
 				v = 0
 			}
-			binary.LittleEndian.PutUint16(bf16[2*(c<<16+i):], v)
+			binary.LittleEndian.PutUint16(bf16.Data[2*(c<<16+i):], v)
 		}
 	}
-	f32Shape = []int64{int64(f32Rows), 4096}
-	f32 = make([]byte, 4*f32Rows*4096)
+	f32 = FusedPattern{DType: dtype.F32, Shape: []int64{int64(f32Rows), 4096}, Data: make([]byte, 4*f32Rows*4096)}
 	for i := range f32Rows * 4096 {
 		v := r.Uint32()
 		if v&0x7F800000 == 0x7F800000 {
 			v = 0
 		}
-		binary.LittleEndian.PutUint32(f32[4*i:], v)
+		binary.LittleEndian.PutUint32(f32.Data[4*i:], v)
 	}
 	return
 }
