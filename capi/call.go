@@ -34,6 +34,8 @@ type callEntry struct {
 	last *refit.Report // the last run's (m2n_call_delta_report), nil if none began
 }
 
+func (ce *callEntry) session() *sessionEntry { return ce.se }
+
 func callOf(h C.m2n_call) (*callEntry, error) {
 	return lookup[*callEntry](uint64(h), "call")
 }
@@ -502,26 +504,22 @@ func m2n_call_tensors(h C.m2n_call, n *C.int64_t) (rc C.int) {
 //export m2n_call_describe
 func m2n_call_describe(h C.m2n_call, buf *C.char, n C.size_t, needed *C.size_t) (rc C.int) {
 	defer recovered(&rc)
-	ce, err := callOf(h)
-	if err != nil {
-		return result(err)
-	}
-	ce.se.mu.Lock()
-	defer ce.se.mu.Unlock()
-	sc := ce.c.Schedule()
-	names := make([]string, 0, len(ce.c.Specs()))
-	for _, sp := range ce.c.Specs() {
-		names = append(names, sp.Name)
-	}
-	js, err := json.Marshal(map[string]any{
-		"route": sc.Route, "note": sc.Note, "fingerprint": fmt.Sprintf("%016x", ce.c.Fingerprint()),
-		"rounds": sc.Rounds, "messages": len(sc.Messages), "tensors": names,
+	return locked(uint64(h), "call", func(ce *callEntry) error {
+		sc := ce.c.Schedule()
+		names := make([]string, 0, len(ce.c.Specs()))
+		for _, sp := range ce.c.Specs() {
+			names = append(names, sp.Name)
+		}
+		js, err := json.Marshal(map[string]any{
+			"route": sc.Route, "note": sc.Note, "fingerprint": fmt.Sprintf("%016x", ce.c.Fingerprint()),
+			"rounds": sc.Rounds, "messages": len(sc.Messages), "tensors": names,
+		})
+		if err != nil {
+			return err
+		}
+		describeOut(js, buf, n, needed)
+		return nil
 	})
-	if err != nil {
-		return result(err)
-	}
-	describeOut(js, buf, n, needed)
-	return C.M2N_OK
 }
 
 //export m2n_call_close

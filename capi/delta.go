@@ -66,14 +66,10 @@ func deltaOut(fn string, out *C.m2n_delta_report) error {
 //export m2n_call_resync
 func m2n_call_resync(h C.m2n_call) (rc C.int) {
 	defer recovered(&rc)
-	ce, err := callOf(h)
-	if err != nil {
-		return result(err)
-	}
-	ce.se.mu.Lock()
-	defer ce.se.mu.Unlock()
-	ce.c.Resync()
-	return C.M2N_OK
+	return locked(uint64(h), "call", func(ce *callEntry) error {
+		ce.c.Resync()
+		return nil
+	})
 }
 
 //export m2n_call_delta_report
@@ -95,14 +91,10 @@ func m2n_call_delta_report(h C.m2n_call, out *C.m2n_delta_report) (rc C.int) {
 //export m2n_model_resync
 func m2n_model_resync(h C.m2n_model) (rc C.int) {
 	defer recovered(&rc)
-	me, err := modelOf(h)
-	if err != nil {
-		return result(err)
-	}
-	me.se.mu.Lock()
-	defer me.se.mu.Unlock()
-	me.m.Resync()
-	return C.M2N_OK
+	return locked(uint64(h), "model", func(me *modelEntry) error {
+		me.m.Resync()
+		return nil
+	})
 }
 
 //export m2n_model_delta_report

@@ -13,6 +13,7 @@ import (
 
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/testutil/mpitest"
+	"github.com/m2n-dev/m2n/modelspec"
 )
 
 // The LoRA adapters testdata/lora_fp8.c prepares: rank 8, alpha 16.
@@ -70,23 +71,14 @@ func TestCLoRAFP8(t *testing.T) {
 	}
 }
 
-// describedPart and describedBuffer are what the tests read of
-// m2n_model_describe's JSON.
-type describedPart struct {
-	Tensor      string  `json:"tensor"`
-	Shape       []int64 `json:"shape"`
-	LayoutShape []int64 `json:"layout_shape"`
-	LocalShape  []int64 `json:"local_shape"`
-	Offset      []int64 `json:"offset"`
-	ViewOffset  int64   `json:"view_offset"`
-	ViewStrides []int64 `json:"view_strides"`
-}
-
+// describedBuffer is what the tests read of a buffer or a scale tensor in
+// m2n_model_describe's JSON; its parts are modelspec.Parts, as
+// m2n_model_describe writes them.
 type describedBuffer struct {
-	Name  string          `json:"name"`
-	DType string          `json:"dtype"`
-	Bytes int64           `json:"bytes"`
-	Parts []describedPart `json:"parts"`
+	Name  string           `json:"name"`
+	DType string           `json:"dtype"`
+	Bytes int64            `json:"bytes"`
+	Parts []modelspec.Part `json:"parts"`
 	// scale tensors
 	Tensor string  `json:"tensor"`
 	Shape  []int64 `json:"shape"`
@@ -130,7 +122,7 @@ func readBuffers(t *testing.T, dir, phase, kind string, list []describedBuffer) 
 // eachElem calls fn for every element of part p: its global index in
 // p.LayoutShape (idx, reused between calls) and its element's index in its
 // buffer.
-func eachElem(p describedPart, fn func(idx []int64, pos int64)) {
+func eachElem(p modelspec.Part, fn func(idx []int64, pos int64)) {
 	nd := len(p.LocalShape)
 	n := int64(1)
 	for _, d := range p.LocalShape {
@@ -159,7 +151,7 @@ func rowMajor(idx, shape []int64) int64 {
 }
 
 // whole reports whether part p is its whole tensor.
-func whole(p describedPart) bool {
+func whole(p modelspec.Part) bool {
 	for d := range p.LayoutShape {
 		if p.Offset[d] != 0 || p.LocalShape[d] != p.LayoutShape[d] {
 			return false
@@ -170,7 +162,7 @@ func whole(p describedPart) bool {
 
 // elemAt is the buffer index of element f (row-major in the tensor's
 // shape, which its layout shape reshapes) of a whole part p.
-func elemAt(p describedPart, f int64) int64 {
+func elemAt(p modelspec.Part, f int64) int64 {
 	pos := p.ViewOffset
 	for d := len(p.LayoutShape) - 1; d >= 0; d-- {
 		pos += f % p.LayoutShape[d] * p.ViewStrides[d]

@@ -71,6 +71,21 @@ func lookup[T any](h uint64, kind string) (T, error) {
 	return v, nil
 }
 
+// locked runs f on the call or model that handle h names (kind says
+// which), with the lock of its session held, and returns f's error as a
+// status; a handle that names no such object is reported as lookup
+// reports it.
+func locked[T interface{ session() *sessionEntry }](h uint64, kind string, f func(T) error) C.int {
+	x, err := lookup[T](h, kind)
+	if err != nil {
+		return result(err)
+	}
+	se := x.session()
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	return result(f(x))
+}
+
 // recovered turns a panic into M2N_ERR_INTERNAL on the way out of an
 // exported function: defer recovered(&rc) first thing in every export
 // that returns a code.

@@ -80,6 +80,8 @@ func partsOf(stg *model.Stage, side model.Side, rank int, name string) []modelsp
 	return out
 }
 
+func (me *modelEntry) session() *sessionEntry { return me.se }
+
 func modelOf(h C.m2n_model) (*modelEntry, error) {
 	return lookup[*modelEntry](uint64(h), "model")
 }
@@ -322,25 +324,21 @@ func scaleKey(x modelScale) (int, string)   { return x.Stage, x.Name }
 //export m2n_model_describe
 func m2n_model_describe(h C.m2n_model, buf *C.char, n C.size_t, needed *C.size_t) (rc C.int) {
 	defer recovered(&rc)
-	me, err := modelOf(h)
-	if err != nil {
-		return result(err)
-	}
-	me.se.mu.Lock()
-	defer me.se.mu.Unlock()
-	l := me.m.Layouts
-	js, err := json.Marshal(map[string]any{
-		"model": l.Model.Name, "trainer": l.Trainer.String(), "generator": fmt.Sprint(l.Generator),
-		"world": l.World(), "stages": len(l.Stages), "tensors": len(l.Model.Tensors),
-		"params": l.Model.Params(), "bytes": l.Model.Bytes(),
-		"src": byStage(me.bufs[0], bufferKey), "dst": byStage(me.bufs[1], bufferKey), "scale": byStage(me.scales, scaleKey),
-		"refresh": refreshOf(me),
+	return locked(uint64(h), "model", func(me *modelEntry) error {
+		l := me.m.Layouts
+		js, err := json.Marshal(map[string]any{
+			"model": l.Model.Name, "trainer": l.Trainer.String(), "generator": fmt.Sprint(l.Generator),
+			"world": l.World(), "stages": len(l.Stages), "tensors": len(l.Model.Tensors),
+			"params": l.Model.Params(), "bytes": l.Model.Bytes(),
+			"src": byStage(me.bufs[0], bufferKey), "dst": byStage(me.bufs[1], bufferKey), "scale": byStage(me.scales, scaleKey),
+			"refresh": refreshOf(me),
+		})
+		if err != nil {
+			return err
+		}
+		describeOut(js, buf, n, needed)
+		return nil
 	})
-	if err != nil {
-		return result(err)
-	}
-	describeOut(js, buf, n, needed)
-	return C.M2N_OK
 }
 
 // modelBuffers maps named C buffers (sources, destinations, scales) onto

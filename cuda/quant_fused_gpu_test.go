@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/cuda"
-	"github.com/m2n-dev/m2n/dtype"
 	"github.com/m2n-dev/m2n/fp8"
 	"github.com/m2n-dev/m2n/internal/testutil/gputest"
 	"github.com/m2n-dev/m2n/placement"
@@ -47,26 +46,22 @@ func TestGPUFusedQuantize(t *testing.T) {
 // whole tensor bit for bit.
 func TestGPUFusedEveryPattern(t *testing.T) {
 	g := newQuantGPU(t)
-	bs, bf, fs, f := cuda.FusedPatterns(rand.New(rand.NewPCG(24, 5)), 4096)
+	bf, f := cuda.FusedPatterns(rand.New(rand.NewPCG(24, 5)), 4096)
 	for _, mode := range []fp8.Mode{fp8.Block, fp8.Row, fp8.Tensor} {
-		for _, in := range []struct {
-			dt    dtype.DType
-			shape []int64
-			data  []byte
-		}{{dtype.BF16, bs, bf}, {dtype.F32, fs, f}} {
-			q, err := fp8.Quantize(in.dt, in.shape, mode, in.data)
+		for _, in := range []cuda.FusedPattern{bf, f} {
+			q, err := fp8.Quantize(in.DType, in.Shape, mode, in.Data)
 			if err != nil {
 				t.Fatal(err)
 			}
-			all := placement.Box{Lo: []int64{0, 0}, Hi: in.shape}
-			c := cuda.QuantCase{Name: fmt.Sprintf("patterns/%v", mode), Grid: q.Grid, DType: in.dt, Src: in.data,
-				At: strided.Desc{Run: int64(len(in.data))}, Box: all, Blocks: q.Grid.All(), Scales: q.Scales, Want: q.Data}
+			all := placement.Box{Lo: []int64{0, 0}, Hi: in.Shape}
+			c := cuda.QuantCase{Name: fmt.Sprintf("patterns/%v", mode), Grid: q.Grid, DType: in.DType, Src: in.Data,
+				At: strided.Desc{Run: int64(len(in.Data))}, Box: all, Blocks: q.Grid.All(), Scales: q.Scales, Want: q.Data}
 			if err := g.fused(c); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	t.Logf("%d bfloat16 patterns under 32 block scales and %d float32 patterns match package fp8 in every mode", 1<<16, len(f)/4)
+	t.Logf("%d bfloat16 patterns under 32 block scales and %d float32 patterns match package fp8 in every mode", 1<<16, len(f.Data)/4)
 }
 
 // fused runs one case through FusedQuantize and compares.

@@ -401,21 +401,7 @@ func (m *refModel) megatronLayerAs(rk *refRank, mg megatron, l, tp, etp, ep int,
 				bbuf.rows(bt, 1, row, row+1)
 			}
 		}
-		o := m.tensor(a+"o_proj.weight", H, m.qRows())
-		n := m.qRows() / TP
-		rk.buf(a+"o_proj.weight", false).cols(o, H, m.qRows(), t64*n, (t64+1)*n)
-		if oBias {
-			whole(a+"o_proj.bias", H)
-		}
-		if m.qkNorm() {
-			whole(a+"q_norm.weight", hd)
-			whole(a+"k_norm.weight", hd)
-		}
-		if m.oss() { // DotProductAttention.softmax_offset: heads / TP
-			s := m.tensor(a+"sinks", c.Heads)
-			n := c.Heads / TP
-			rk.buf(a+"sinks", false).rows(s, 1, t64*n, (t64+1)*n)
-		}
+		m.attnOut(rk, a, TP, t64, oBias, false, whole)
 	}
 	if moe {
 		m.megatronMoE(rk, mg, p+"mlp.", tp, etp, ep, whole)
@@ -424,6 +410,31 @@ func (m *refModel) megatronLayerAs(rk *refRank, mg megatron, l, tp, etp, ep int,
 	}
 	whole(p+"input_layernorm.weight", H)
 	whole(p+"post_attention_layernorm.weight", H)
+}
+
+// attnOut is the end of the attention both frameworks cut the same way:
+// o_proj (Megatron's linear_proj) its columns over TP, its bias whole, the
+// q and k norms whole, the sinks (Megatron's
+// DotProductAttention.softmax_offset) their heads over TP; fp8 marks
+// o_proj's weight as converting to FP8.
+func (m *refModel) attnOut(rk *refRank, a string, TP, tp int64, oBias, fp8 bool, whole func(string, ...int64)) {
+	c := m.c
+	H := c.HiddenSize
+	o := m.tensor(a+"o_proj.weight", H, m.qRows())
+	n := m.qRows() / TP
+	rk.buf(a+"o_proj.weight", fp8).cols(o, H, m.qRows(), tp*n, (tp+1)*n)
+	if oBias {
+		whole(a+"o_proj.bias", H)
+	}
+	if m.qkNorm() {
+		whole(a+"q_norm.weight", c.HeadDim)
+		whole(a+"k_norm.weight", c.HeadDim)
+	}
+	if m.oss() {
+		s := m.tensor(a+"sinks", c.Heads)
+		n := c.Heads / TP
+		rk.buf(a+"sinks", false).rows(s, 1, tp*n, (tp+1)*n)
+	}
 }
 
 func (m *refModel) megatronMLA(rk *refRank, a string, TP, tp int64, whole func(string, ...int64)) {
@@ -456,6 +467,30 @@ func (m *refModel) megatronMLP(rk *refRank, p string, I, TP, tp int64, bias bool
 	m.columnMLP(rk, p, "linear_fc1", I, TP, tp, bias, false, whole)
 }
 
+// ossExperts holds gpt-oss's experts as both frameworks name them, after
+// HF: gate_up_proj [E, H, 2I] (gate and up interleaved by column),
+// down_proj [E, I, H], each with its bias, and the rank's buffers of the
+// four; the router (nn.Linear) is whole on every rank.
+type ossExperts struct {
+	gu, gub, dn, dnb int32
+	w, wb, d, db     *refBuf
+}
+
+func (m *refModel) ossExperts(rk *refRank, p string, whole func(string, ...int64)) ossExperts {
+	H, E, I := m.c.HiddenSize, m.c.Experts, m.c.MoEIntermediateSize
+	whole(p+"router.weight", E, H)
+	whole(p+"router.bias", E)
+	x := ossExperts{
+		gu:  m.tensor(p+"experts.gate_up_proj", E, H, 2*I),
+		gub: m.tensor(p+"experts.gate_up_proj_bias", E, 2*I),
+		dn:  m.tensor(p+"experts.down_proj", E, I, H),
+		dnb: m.tensor(p+"experts.down_proj_bias", E, H),
+	}
+	x.w, x.wb = rk.buf(p+"experts.gate_up_proj", false), rk.buf(p+"experts.gate_up_proj_bias", false)
+	x.d, x.db = rk.buf(p+"experts.down_proj", false), rk.buf(p+"experts.down_proj_bias", false)
+	return x
+}
+
 func (m *refModel) megatronMoE(rk *refRank, mg megatron, p string, tp, etp, ep int, whole func(string, ...int64)) {
 	c := m.c
 	H, E, I := c.HiddenSize, c.Experts, c.MoEIntermediateSize
@@ -463,14 +498,8 @@ func (m *refModel) megatronMoE(rk *refRank, mg megatron, p string, tp, etp, ep i
 	Il := I / int64(mg.etp)
 	e0, i0 := int64(ep)*El, int64(etp)*Il
 	if m.oss() {
-		whole(p+"router.weight", E, H)
-		whole(p+"router.bias", E)
-		gu := m.tensor(p+"experts.gate_up_proj", E, H, 2*I)
-		gub := m.tensor(p+"experts.gate_up_proj_bias", E, 2*I)
-		dn := m.tensor(p+"experts.down_proj", E, I, H)
-		dnb := m.tensor(p+"experts.down_proj_bias", E, H)
-		w, wb := rk.buf(p+"experts.gate_up_proj", false), rk.buf(p+"experts.gate_up_proj_bias", false)
-		d, db := rk.buf(p+"experts.down_proj", false), rk.buf(p+"experts.down_proj_bias", false)
+		x := m.ossExperts(rk, p, whole)
+		gu, gub, dn, dnb, w, wb, d, db := x.gu, x.gub, x.dn, x.dnb, x.w, x.wb, x.d, x.db
 		for e := e0; e < e0+El; e++ {
 			for half := int64(0); half < 2; half++ { // TEGroupedMLP fc1: [gate; up]; gpt-oss: gate = column 2j, up = 2j+1
 				for i := i0; i < i0+Il; i++ {
@@ -587,20 +616,7 @@ func (m *refModel) vllmLayer(rk *refRank, vl vllm, g, l int, moe, fp8 bool, whol
 			bb.rows(kb, 1, k0*hd, (k0+kn)*hd)
 			bb.rows(vb, 1, k0*hd, (k0+kn)*hd)
 		}
-		o := m.tensor(a+"o_proj.weight", H, m.qRows())
-		n := m.qRows() / TP
-		rk.buf(a+"o_proj.weight", fp8).cols(o, H, m.qRows(), tp*n, (tp+1)*n)
-		if oBias {
-			whole(a+"o_proj.bias", H)
-		}
-		if m.qkNorm() {
-			whole(a+"q_norm.weight", hd)
-			whole(a+"k_norm.weight", hd)
-		}
-		if m.oss() {
-			s := m.tensor(a+"sinks", c.Heads)
-			rk.buf(a+"sinks", false).rows(s, 1, tp*qh, (tp+1)*qh)
-		}
+		m.attnOut(rk, a, TP, tp, oBias, fp8, whole)
 	}
 	if moe {
 		m.vllmMoE(rk, vl, g, p+"mlp.", fp8, whole)
@@ -673,14 +689,8 @@ func (m *refModel) vllmMoE(rk *refRank, vl vllm, g int, p string, fp8 bool, whol
 		i0 = int64(f) * ni
 	}
 	if m.oss() {
-		whole(p+"router.weight", E, H) // nn.Linear
-		whole(p+"router.bias", E)
-		gu := m.tensor(p+"experts.gate_up_proj", E, H, 2*I)
-		gub := m.tensor(p+"experts.gate_up_proj_bias", E, 2*I)
-		dn := m.tensor(p+"experts.down_proj", E, I, H)
-		dnb := m.tensor(p+"experts.down_proj_bias", E, H)
-		w, wb := rk.buf(p+"experts.gate_up_proj", false), rk.buf(p+"experts.gate_up_proj_bias", false)
-		d, db := rk.buf(p+"experts.down_proj", false), rk.buf(p+"experts.down_proj_bias", false)
+		x := m.ossExperts(rk, p, whole)
+		gu, gub, dn, dnb, w, wb, d, db := x.gu, x.gub, x.dn, x.dnb, x.w, x.wb, x.d, x.db
 		for e := e0; e < e0+ne; e++ {
 			for r := int64(0); r < 2*ni; r++ { // w13 row r = HF column 2*i0 + r (narrowed, permuted)
 				w.cells(gu, e*H*2*I+2*i0+r, H, 2*I)

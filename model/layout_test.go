@@ -306,35 +306,44 @@ func TestPublishedConfigurations(t *testing.T) {
 	}
 }
 
-// TestScaledLayouts checks the invariants for scaled models over many
-// small configurations, those the CPU refits run among them.
+// scaledCase is a scaled model (spec, scale) between a trainer and a
+// generator layout; scaledCases are many small ones, those the CPU refits
+// run among them.
+type scaledCase struct {
+	spec       string
+	scale      int64
+	train, gen string
+}
+
+var scaledCases = []scaledCase{
+	{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=4,etp=1", "tp=4,dp=2"},
+	{"deepseek-v3", 32, "tp=1,pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
+	{"deepseek-v3", 32, "pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
+	{"deepseek-v3", 16, "tp=2,pp=2,dp=2,ep=2", "tp=8"},
+	{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=2", "tp=2,dp=2,ep=4"}, // sequence-parallel MoE: shared experts whole
+	{"deepseek-v3", 64, "tp=1,pp=2,ep=2,dp=2", "tp=2,dp=3,ep=6"}, // 4 experts over 6 EP ranks: vLLM's 1,1,1,1,0,0
+	{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4,etp=1", "tp=8"},
+	{"qwen3-235b-a22b", 16, "tp=4,pp=2,dp=2,ep=2,etp=2", "tp=2,dp=4"},
+	{"qwen3-235b-a22b", 16, "tp=2,pp=2,dp=2", "tp=4,dp=2,ep=8"},
+	{"qwen3-235b-a22b", 16, "tp=8,pp=2", "tp=2,dp=2,engines=2"}, // Megatron tp above the 4 query groups
+	{"qwen3-235b-a22b", 16, "tp=8,pp=2", "tp=4,dp=2,ep=8"},
+	{"kimi-k2", 64, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2,ep=4"},
+	{"glm-4.5-air", 16, "tp=2,pp=2,dp=2,ep=2", "tp=4,dp=2"},
+	{"gpt-oss-120b", 16, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2"},
+	{"gpt-oss-120b", 16, "tp=4,pp=2,ep=2,etp=2", "tp=2,dp=2,ep=4"},
+	{"qwen2.5-72b", 32, "tp=4,pp=2", "tp=4,dp=2"},
+	{"testdata/models/qwen3-0.6b.config.json", 8, "tp=2,pp=2", "tp=4,dp=2"},
+	{"llama-3.1-70b", 32, "tp=4,pp=2", "tp=8"},
+	{"llama-3.1-70b", 32, "tp=8", "tp=16"},
+	{"llama-3.1-70b", 32, "tp=2,pp=4,dp=2", "tp=2,dp=4"},
+	{"llama-3.1-70b", 32, "tp=2,pp=2,dp=2", "tp=8,dp=2"},
+	{"testdata/models/mixtral-8x7b.config.json", 4, "tp=2,pp=2,ep=2,dp=2", "tp=4,dp=2"},
+	{"testdata/models/qwen3-8b.config.json", 16, "tp=4,pp=3", "tp=8"},
+}
+
+// TestScaledLayouts checks the invariants for every scaledCase.
 func TestScaledLayouts(t *testing.T) {
-	for _, tc := range []struct {
-		spec       string
-		scale      int64
-		train, gen string
-	}{
-		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=4,etp=1", "tp=4,dp=2"},
-		{"deepseek-v3", 32, "tp=1,pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
-		{"deepseek-v3", 16, "tp=2,pp=2,dp=2,ep=2", "tp=8"},
-		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=2", "tp=2,dp=2,ep=4"}, // sequence-parallel MoE: shared experts whole
-		{"deepseek-v3", 64, "tp=1,pp=2,ep=2,dp=2", "tp=2,dp=3,ep=6"}, // 4 experts over 6 EP ranks: vLLM's 1,1,1,1,0,0
-		{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4,etp=1", "tp=8"},
-		{"qwen3-235b-a22b", 16, "tp=4,pp=2,dp=2,ep=2,etp=2", "tp=2,dp=4"},
-		{"qwen3-235b-a22b", 16, "tp=2,pp=2,dp=2", "tp=4,dp=2,ep=8"},
-		{"qwen3-235b-a22b", 16, "tp=8,pp=2", "tp=2,dp=2,engines=2"}, // Megatron tp above the 4 query groups
-		{"kimi-k2", 64, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2,ep=4"},
-		{"glm-4.5-air", 16, "tp=2,pp=2,dp=2,ep=2", "tp=4,dp=2"},
-		{"gpt-oss-120b", 16, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2"},
-		{"gpt-oss-120b", 16, "tp=4,pp=2,ep=2,etp=2", "tp=2,dp=2,ep=4"},
-		{"qwen2.5-72b", 32, "tp=4,pp=2", "tp=4,dp=2"},
-		{"testdata/models/qwen3-0.6b.config.json", 8, "tp=2,pp=2", "tp=4,dp=2"},
-		{"llama-3.1-70b", 32, "tp=4,pp=2", "tp=8"},
-		{"llama-3.1-70b", 32, "tp=8", "tp=16"},
-		{"llama-3.1-70b", 32, "tp=2,pp=4,dp=2", "tp=2,dp=4"},
-		{"testdata/models/mixtral-8x7b.config.json", 4, "tp=2,pp=2,ep=2,dp=2", "tp=4,dp=2"},
-		{"testdata/models/qwen3-8b.config.json", 16, "tp=4,pp=3", "tp=8"},
-	} {
+	for _, tc := range scaledCases {
 		name := fmt.Sprintf("%s/%d %s -> %s", tc.spec, tc.scale, tc.train, tc.gen)
 		t.Run(name, func(t *testing.T) {
 			mtp := strings.HasPrefix(tc.spec, "deepseek")

@@ -6,22 +6,11 @@ import (
 	"github.com/m2n-dev/m2n/reshard"
 )
 
-// TestPlansCompatible plans every tensor of scaled models with the real
-// planner: each source and destination layout pair is compatible, and every
-// generator rank receives exactly its part.
+// TestPlansCompatible plans every tensor of every scaledCase with the
+// real planner: each source and destination layout pair is compatible, and
+// every generator rank receives exactly its part.
 func TestPlansCompatible(t *testing.T) {
-	for _, tc := range []struct {
-		spec       string
-		scale      int64
-		train, gen string
-	}{
-		{"deepseek-v3", 32, "tp=2,pp=2,dp=2,ep=4,etp=1", "tp=4,dp=2"},
-		{"deepseek-v3", 32, "pp=4,dp=2,ep=2", "tp=2,dp=2,ep=4"},
-		{"qwen3-235b-a22b", 16, "tp=2,cp=2,pp=2,ep=4,etp=1", "tp=8"},
-		{"qwen3-235b-a22b", 16, "tp=8,pp=2", "tp=4,dp=2,ep=8"},
-		{"gpt-oss-120b", 16, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2"},
-		{"llama-3.1-70b", 32, "tp=2,pp=2,dp=2", "tp=8,dp=2"},
-	} {
+	for _, tc := range scaledCases {
 		l := mustLayouts(t, tc.spec, LoadOptions{Scale: tc.scale, MTP: tc.spec == "deepseek-v3"}, tc.train, tc.gen)
 		n := 0
 		for _, s := range l.Stages {

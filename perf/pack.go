@@ -123,14 +123,34 @@ func PackUnpack(ctx *cuda.Context, opt PackOptions) (res []PackResult, err error
 // time (to 0.1 µs), the bandwidth in decimal GB/s and the bandwidth as a
 // percentage of the plain copy's at the same width.
 func FormatPack(res []PackResult) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%8s  %-8s  %10s  %10s  %9s  %7s\n", "row", "op", "bytes", "median", "GB/s", "vs copy")
+	k := newKernelTable(8, "bytes", "vs copy", 7)
 	for _, r := range res {
-		fmt.Fprintf(&b, "%8d  %-8s  %10d  %10s  %9.1f  %6.1f%%\n",
-			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsCopy)
+		k.row(r.RowBytes, r.Op, r.Bytes, r.Median, r.GBps, r.VsCopy)
 	}
-	return b.String()
+	return k.String()
 }
+
+// kernelTable is the text of a kernel benchmark: per row width and
+// operation the bytes, the median time, the rate and the rate against a
+// reference, in columns opWidth and vsWidth wide for the operation and the
+// ratio.
+type kernelTable struct {
+	b                strings.Builder
+	opWidth, vsWidth int
+}
+
+func newKernelTable(opWidth int, bytesHead, vsHead string, vsWidth int) *kernelTable {
+	k := &kernelTable{opWidth: opWidth, vsWidth: vsWidth}
+	fmt.Fprintf(&k.b, "%8s  %-*s  %10s  %10s  %9s  %*s\n", "row", opWidth, "op", bytesHead, "median", "GB/s", vsWidth, vsHead)
+	return k
+}
+
+func (k *kernelTable) row(rowBytes int, op string, bytes int64, median time.Duration, gbps, vs float64) {
+	fmt.Fprintf(&k.b, "%8d  %-*s  %10d  %10s  %9.1f  %*.1f%%\n",
+		rowBytes, k.opWidth, op, bytes, median.Round(time.Microsecond/10), gbps, k.vsWidth-1, 100*vs)
+}
+
+func (k *kernelTable) String() string { return k.b.String() }
 
 // eventTimer times operations on a stream with a pair of events: warmup
 // times untimed, then iters times, the median returned.

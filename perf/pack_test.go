@@ -40,6 +40,12 @@ func TestFormatQuant(t *testing.T) {
 			t.Errorf("FormatQuant lacks %q:\n%s", w, got)
 		}
 	}
+	want := "" +
+		"     row  op                bf16 bytes      median       GB/s   vs pack\n" +
+		"    4096  quant-pack        1073741824     612.3µs     1753.5     91.2%\n"
+	if got != want {
+		t.Errorf("FormatQuant:\n%s\nwant:\n%s", got, want)
+	}
 }
 
 // TestPackUnpackGPU runs the pack benchmark small on GPU 0 (it skips,

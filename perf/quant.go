@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
@@ -342,11 +341,9 @@ func firstDiff(a, b []byte) int {
 // FormatQuant renders results as a table, one line per row width and
 // op.
 func FormatQuant(res []QuantResult) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%8s  %-16s  %10s  %10s  %9s  %8s\n", "row", "op", "bf16 bytes", "median", "GB/s", "vs pack")
+	k := newKernelTable(16, "bf16 bytes", "vs pack", 8)
 	for _, r := range res {
-		fmt.Fprintf(&b, "%8d  %-16s  %10d  %10s  %9.1f  %7.1f%%\n",
-			r.RowBytes, r.Op, r.Bytes, r.Median.Round(time.Microsecond/10), r.GBps, 100*r.VsPack)
+		k.row(r.RowBytes, r.Op, r.Bytes, r.Median, r.GBps, r.VsPack)
 	}
-	return b.String()
+	return k.String()
 }

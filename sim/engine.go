@@ -62,54 +62,7 @@ type event struct {
 	kind uint8
 }
 
-type eheap []event
-
-func (h eheap) less(i, j int) bool {
-	if h[i].t != h[j].t {
-		return h[i].t < h[j].t
-	}
-	return h[i].seq < h[j].seq
-}
-
-func (h *eheap) push(ev event) {
-	*h = append(*h, ev)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *eheap) pop() event {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
-		}
-		if !s.less(c, i) {
-			break
-		}
-		s[i], s[c] = s[c], s[i]
-		i = c
-	}
-	*h = s
-	return top
-}
+func (a event) before(b event) bool { return keyThenTie(a.t, b.t, a.seq, b.seq) }
 
 // causes of a thread's time: a round-state index (>= 0), the program's
 // start, or the end of a predecessor process (causeProc - index).
@@ -151,7 +104,7 @@ type engine struct {
 	opts runOptions
 	now  float64
 	seq  uint64
-	ev   eheap
+	ev   minHeap[event]
 	gh   gheap // groups by their next completion
 	f    *fabric
 	ser  *series

@@ -51,7 +51,7 @@ type fabric struct {
 	touched []int32
 	changed []int32
 	caplist []capEntry
-	heap    lheap
+	heap    minHeap[lentry]
 	caps2   capSorter
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
@@ -109,8 +109,8 @@ type service struct {
 	served    float64 // per-member service at tLast
 	servedOut float64 // the part of served while the out link bound the group
 	tLast     float64
-	next      float64  // mem[0].key, kept beside the heap for the engine's reads
-	mem       []member // min-heap by (key, msg)
+	next      float64         // mem[0].key, kept beside the heap for the engine's reads
+	mem       minHeap[member] // by (key, msg)
 }
 
 type member struct {
@@ -191,114 +191,28 @@ func (f *fabric) unlink(l int32, pos int32) {
 }
 
 func (h *service) push(m member) {
-	h.mem = append(h.mem, m)
-	i := len(h.mem) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !memberLess(h.mem[i], h.mem[p]) {
-			break
-		}
-		h.mem[i], h.mem[p] = h.mem[p], h.mem[i]
-		i = p
-	}
+	h.mem.push(m)
 	h.next = h.mem[0].key
 }
 
 func (h *service) pop() member {
-	top := h.mem[0]
-	n := len(h.mem) - 1
-	h.mem[0] = h.mem[n]
-	h.mem = h.mem[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && memberLess(h.mem[r], h.mem[l]) {
-			c = r
-		}
-		if !memberLess(h.mem[c], h.mem[i]) {
-			break
-		}
-		h.mem[i], h.mem[c] = h.mem[c], h.mem[i]
-		i = c
-	}
-	if n > 0 {
+	top := h.mem.pop()
+	if len(h.mem) > 0 {
 		h.next = h.mem[0].key
 	}
 	return top
 }
 
-func memberLess(a, b member) bool {
-	if a.key != b.key {
-		return a.key < b.key
-	}
-	return a.msg < b.msg
-}
+func (a member) before(b member) bool { return keyThenTie(a.key, b.key, a.msg, b.msg) }
 
-// lheap is a min-heap of links by key, ties by link id; stale entries are
-// skipped by the caller.
-type lheap []lentry
-
+// lentry is a link in the fabric's heap of links by key, ties by link id;
+// stale entries are skipped by the caller.
 type lentry struct {
 	key float64
 	l   int32
 }
 
-func (h lheap) less(i, j int) bool {
-	if h[i].key != h[j].key {
-		return h[i].key < h[j].key
-	}
-	return h[i].l < h[j].l
-}
-
-func (h *lheap) push(e lentry) {
-	*h = append(*h, e)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-// fix0 restores the heap after the top's key grew.
-func (h *lheap) fix0() {
-	s := *h
-	n := len(s)
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
-		}
-		if !s.less(c, i) {
-			return
-		}
-		s[i], s[c] = s[c], s[i]
-		i = c
-	}
-}
-
-func (h *lheap) pop() lentry {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	*h = s[:n]
-	h.fix0()
-	return top
-}
+func (a lentry) before(b lentry) bool { return keyThenTie(a.key, b.key, a.l, b.l) }
 
 const (
 	rateTol   = 1e-9  // a rate change below this (relative) does not grow the region
@@ -497,7 +411,7 @@ func (f *fabric) fill() {
 			}
 			if k > top.key {
 				f.heap[0].key = k
-				f.heap.fix0()
+				heapDown(f.heap, 0) // the top's key grew
 				continue
 			}
 			break

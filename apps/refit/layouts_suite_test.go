@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/m2n-dev/m2n/internal/testutil/frameworktest"
+	"github.com/m2n-dev/m2n/modelspec"
 )
 
 // The framework conformance suite's cases (testdata/frameworks, written by
@@ -61,17 +62,11 @@ type bufferJSON struct {
 	Elems int64  `json:"elems"`
 }
 
+// partJSON is a part (modelspec.Part, as WriteLayoutsJSON writes it) and
+// the buffer that holds it.
 type partJSON struct {
-	Entry       string  `json:"entry"`
-	Tensor      string  `json:"tensor"`
-	Buffer      string  `json:"buffer"`
-	LayoutShape []int64 `json:"layout_shape"`
-	Transposed  bool    `json:"transposed,omitempty"`
-	Shape       []int64 `json:"shape"`
-	LocalShape  []int64 `json:"local_shape"`
-	Offset      []int64 `json:"offset"`
-	ViewOffset  int64   `json:"view_offset"`
-	ViewStrides []int64 `json:"view_strides"`
+	Buffer string `json:"buffer"`
+	modelspec.Part
 }
 
 // layoutsCells maps refit layouts --json --parts' rank to cells: every

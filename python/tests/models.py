@@ -31,6 +31,13 @@ def config(name, body):
     return path
 
 
+def remove_config(path):
+    """Removes a config() file once every rank is done with it."""
+    comm.Barrier()
+    if rank == 0:
+        os.remove(path)
+
+
 def seed(tensor):
     return zlib.crc32(tensor.encode()) & 0xffff
 

@@ -16,12 +16,11 @@ ValidationError on every rank; a session not in delta mode reports full
 syncs."""
 
 import functools
-import os
 
 import numpy as np
 
 from harness import box, case, check, comm, expect, fail, finish, m2n, pattern, rank, raw
-from models import LLAMA, config, fill, poisoned, seed, verify
+from models import LLAMA, config, fill, poisoned, seed, remove_config, verify
 
 assert comm.size == 6, "run with mpirun -np 6"
 
@@ -186,9 +185,7 @@ def _():
     verify(m, dst, values(3), "the step after that")
     check_delta(rep, "the model, after the resync", full)
     m.close()
-    comm.Barrier()
-    if rank == 0:
-        os.remove(path)
+    remove_config(path)
 
 
 @case("a CUDA session in delta mode raises ValidationError naming delta on every rank, before it opens a GPU")

@@ -7,13 +7,10 @@ byte the value's encoding. Then a missing scale buffer and a NaN raise the
 same ValidationError on every rank, naming the rank; a whole model served
 in FP8 moves with its scales."""
 
-import json
-import os
-import tempfile
-
 import numpy as np
 
 from harness import ENCODE, as_dtype, case, check, comm, e4m3_values, expect, fail, finish, m2n, rank
+from models import config, remove_config
 
 assert comm.size == 4, "run with mpirun -np 4"
 
@@ -99,11 +96,7 @@ def _():
     # the checkpoint's block scales are m2n's (else block is refused)
     cfg = {"model_type": "llama", "hidden_size": 256, "head_dim": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
            "intermediate_size": 256, "num_hidden_layers": 1, "vocab_size": 256, "dtype": "bfloat16"}
-    path = comm.bcast(os.path.join(tempfile.gettempdir(), "m2n-test-fp8-%d.json" % os.getpid()), root=0)
-    if rank == 0:
-        with open(path, "w") as f:
-            json.dump(cfg, f)
-    comm.Barrier()
+    path = config("fp8", cfg)
     m = s.prepare_model(path, "tp=2", "tp=2", fp8="block")
     src = m.empty("src")
     for a in src.values():
@@ -118,9 +111,7 @@ def _():
     for name, a in scale.items():
         check(np.all(np.isfinite(a)) and np.all(a > 0), "%s: scales %s" % (name, a[:4]))
     m.close()
-    comm.Barrier()
-    if rank == 0:
-        os.remove(path)
+    remove_config(path)
 
 
 call.close()

@@ -11,12 +11,10 @@ bfloat16); weights without adapters keep the full sync's values. A
 target the model lacks raises ValidationError on every rank; merging
 adapters into a model they were not made from raises InvalidArgument."""
 
-import os
-
 import numpy as np
 
 from harness import case, check, comm, expect, finish, m2n, rank
-from models import LLAMA, adapter_values, as_f32, base_values, bf16_bits, config, fill, poisoned, verify
+from models import LLAMA, adapter_values, as_f32, base_values, bf16_bits, config, fill, poisoned, remove_config, verify
 
 assert comm.size == 6, "run with mpirun -np 6"
 
@@ -105,7 +103,5 @@ def _():
 
 
 s.close()
-comm.Barrier()
-if rank == 0:
-    os.remove(path)
+remove_config(path)
 finish()

@@ -13,12 +13,10 @@ and rounded to the nearest E4M3 value, ties to even, saturating at 448);
 the other buffers and scales keep the full sync's bytes. A merge without
 the scales raises InvalidArgument on the generator, writing nothing."""
 
-import os
-
 import numpy as np
 
 from harness import case, check, comm, e4m3, expect, fail, finish, m2n, rank
-from models import LLAMA, adapter_values, as_f32, base_values, bf16_bits, config, fill, part_view, poisoned, verify
+from models import LLAMA, adapter_values, as_f32, base_values, bf16_bits, config, fill, part_view, poisoned, remove_config, verify
 
 assert comm.size == 3, "run with mpirun -np 3"
 
@@ -128,7 +126,5 @@ def _():
 
 
 s.close()
-comm.Barrier()
-if rank == 0:
-    os.remove(path)
+remove_config(path)
 finish()

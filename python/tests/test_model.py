@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from harness import case, check, comm, expect, fail, finish, m2n, rank
-from models import LLAMA, config, fill, poisoned, stepped, verify
+from models import LLAMA, config, fill, poisoned, remove_config, stepped, verify
 
 assert comm.size == 6, "run with mpirun -np 6"
 
@@ -84,9 +84,7 @@ for name, body, trainer, generator in (("llama", LLAMA, "tp=2,pp=2", "tp=2"),
         m.run(src=fill(m, stepped(3)), dst=dst)
         verify(m, dst, stepped(3), "step 3")
         m.close()
-    comm.Barrier()
-    if rank == 0:
-        os.remove(path)
+    remove_config(path)
 
 
 @case("a model that does not load raises ValidationError naming the field")
