@@ -56,7 +56,7 @@ func packBatch() string { return envDigit("M2N_PACK_BATCH") }
 
 // fusedMinBlocks returns the resident blocks per SM the fused FP8 kernels
 // ask for (their __launch_bounds__): M2N_FUSED_MINB if set to 1 to 8, else
-// the source's default (5: at most 51 registers; the 8 vectors a thread
+// the source's default (4: at most 64 registers; the 8 vectors a thread
 // reads wait in shared memory). For measuring on a GPU without a rebuild.
 func fusedMinBlocks() string { return envDigit("M2N_FUSED_MINB") }
 

@@ -28,13 +28,16 @@
 #define M2N_QPARAMS const __grid_constant__ m2n_quant_params
 // The fused kernels stage a thread's 8 vectors in shared memory (cp.async,
 // quant_body.h's M2N_FSTAGE; 32 KiB a block of 256 threads for 16-byte
-// vectors) and ask for 5 resident blocks per SM (at most 51 registers).
-// Measured on an H200 (bench/results/h200-fp8-stage.txt): 5 blocks 505-513
-// us per GiB, 4 518-520, 6 666-674 and 7 or 8 about 900 (spilling); the
-// host may compile with -DM2N_FMINB=n to change it (M2N_FUSED_MINB,
-// cuda/kernels.go).
+// vectors) and ask for 4 resident blocks per SM (at most 64 registers).
+// Measured on an H200: with one copy of the quantize loops, 5 blocks ran
+// 505-513 us per GiB, 4 518-520, 6 666-674 and 7 or 8 about 900 (spilling;
+// bench/results/h200-fp8-stage.txt); since M2N_FSTORE keeps a copy for
+// the common division mode (quant_body.h), 4 blocks run block scaling in
+// 456-464 us and 2-4 KiB rows in 449 us, against 540-543 and 526 us with 5
+// (h200-fp8-kernels.txt). The host may compile with -DM2N_FMINB=n to
+// change it (M2N_FUSED_MINB, cuda/kernels.go).
 #ifndef M2N_FMINB
-#define M2N_FMINB 5
+#define M2N_FMINB 4
 #endif
 #define M2N_FKERNEL extern "C" __global__ void __launch_bounds__(256, M2N_FMINB)
 M2N_INLINE float m2n_as_float(unsigned int u) { return __uint_as_float(u); }
