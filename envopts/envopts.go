@@ -220,6 +220,7 @@ func resolveOthers(get Lookup, s *Settings) error {
 		{"pack-batch", "regions each pack kernel launch takes"},
 		{"fused-minb", "resident blocks per SM of the fused FP8 kernels"},
 		{"fused-lane-vecs", "vectors each lane of a fused FP8 kernel's team takes"},
+		{"fuse-streams", "streams the GPU replay spreads a step's fused FP8 kernels over"},
 	} {
 		if src := get(k.key); src.Value != "" {
 			if n, err := strconv.Atoi(src.Value); err != nil || n < 1 || n > 8 {

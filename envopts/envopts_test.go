@@ -50,6 +50,7 @@ func TestResolveBlames(t *testing.T) {
 		{"M2N_MEMCPY_MIN", "lots", "M2N_MEMCPY_MIN", "want a whole number of bytes"},
 		{"M2N_FUSED_MINB", "9", "M2N_FUSED_MINB", "want a whole number from 1 to 8"},
 		{"M2N_FUSED_LANE_VECS", "16", "M2N_FUSED_LANE_VECS", "want a whole number from 1 to 8"},
+		{"M2N_FUSE_STREAMS", "0", "M2N_FUSE_STREAMS", "want a whole number from 1 to 8"},
 		{"M2N_FUSED_DIV", "newton", "M2N_FUSED_DIV", "want fma (the default), midpoint or bracket"},
 		{"M2N_MPI_INPLACE", "banana", "M2N_MPI_INPLACE", "want 0"},
 	} {

@@ -18,6 +18,12 @@ func Build(p *program.Program, b Buffers, opts Options) (*Plan, error) {
 	if opts.MemcpyMin == 0 {
 		opts.MemcpyMin = DefaultMemcpyMin
 	}
+	if opts.FuseStreams == 0 {
+		opts.FuseStreams = DefaultFuseStreams
+	}
+	if opts.FuseStreams < 1 || opts.FuseStreams > MaxFuseStreams {
+		return nil, fmt.Errorf("replay: rank %d: %d streams for the fused FP8 kernels (1 to %d)", p.Rank, opts.FuseStreams, MaxFuseStreams)
+	}
 	bd := &builder{p: p, b: b, opts: opts, pl: &Plan{Done: make([][]int, len(p.Rounds)), Quant: b.Quant}}
 	if err := bd.build(); err != nil {
 		return nil, err

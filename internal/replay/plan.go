@@ -40,7 +40,8 @@ import (
 	"github.com/m2n-dev/m2n/strided"
 )
 
-// Stream names one of the three streams a plan runs on.
+// Stream names one of the streams a plan runs on: Compute, Net, Local,
+// Side and the further side streams after Side (Side+1 up to Streams-1).
 type Stream uint8
 
 const (
@@ -53,14 +54,23 @@ const (
 	// Side runs the local copies of a round that nothing of the round
 	// waits for, beside everything else; the compute stream joins it
 	// before an operation that touches their bytes, and at the end.
+	// It and the streams after it (side2, side3, ...) also run the step's
+	// first Fuse kernels beside the compute stream (Options.FuseStreams).
 	Side
 )
+
+// Streams is how many streams a plan may name: Compute, Net, Local and up
+// to MaxFuseStreams-1 side streams.
+const Streams = int(Side) + MaxFuseStreams - 1
 
 var streamNames = [...]string{Compute: "compute", Net: "net", Local: "local", Side: "side"}
 
 func (s Stream) String() string {
-	if int(s) < len(streamNames) {
+	switch {
+	case int(s) < len(streamNames):
 		return streamNames[s]
+	case int(s) < Streams:
+		return fmt.Sprintf("side%d", int(s-Side)+1)
 	}
 	return fmt.Sprintf("stream(%d)", uint8(s))
 }
@@ -287,4 +297,32 @@ type Options struct {
 	// merging copies that continue one another) run as memcpys; 0 takes
 	// DefaultMemcpyMin, negative never.
 	MemcpyMin int64
+	// FuseStreams is how many streams the step's first Fuse kernels (the
+	// self-scaled tensors' parts, see QuantTensor) spread over: the compute stream
+	// and FuseStreams-1 side streams. 0 takes
+	// DefaultFuseStreams; 1 to MaxFuseStreams.
+	FuseStreams int
+}
+
+// DefaultFuseStreams is Options.FuseStreams where it is 0. A small
+// tensor's fused kernel takes about as long as one round of a large one's
+// (11-13 us on an H200 for a 128x1024 weight, whatever its bytes) and fills
+// few of the GPU's multiprocessors, so more of them run at once over more
+// streams: Qwen3-235B-A22B/4's FP8 step (564 fused kernels, 376 of them of
+// 4 MiB or less) took 6.23 ms over 2 streams, 5.51 over 4 and 5.11 over 8,
+// DeepSeek-V3/4's 11.95 and 11.06 over 2 and 8
+// (bench/results/h200-fp8-streams.txt).
+const DefaultFuseStreams = 8
+
+// MaxFuseStreams bounds Options.FuseStreams.
+const MaxFuseStreams = 8
+
+// SideStreams returns how many side streams (Side, Side+1, ...) a plan
+// built with opts may use, which its runner must provide.
+func SideStreams(opts Options) int {
+	n := opts.FuseStreams
+	if n == 0 {
+		n = DefaultFuseStreams
+	}
+	return max(n-1, 1)
 }

@@ -117,10 +117,13 @@ func FP8PartNeeds(p *program.Program, quant []QuantTensor) []int64 {
 
 // selfStart emits, at the start of the step, the Fuse of every staged
 // self-scaled tensor into its FP8Part, and of every one copied to itself
-// (intoDst) straight into its destination. With several, they alternate
-// between the compute and the side stream (by bytes, the larger first),
-// so that one kernel's tail overlaps the next one's start, and the compute
-// stream waits for the side stream's before anything else.
+// (intoDst) straight into its destination. With several, they spread over
+// the compute stream and Options.FuseStreams-1 side streams, each kernel
+// onto the stream with the least queued (the larger first, a kernel
+// counted as at least fuseFloor elements: a small one costs about a
+// round of a large one's), so that one kernel's tail overlaps the next
+// one's start and small tensors' kernels run side by side; the compute
+// stream waits for the side streams' before anything else.
 func (bd *builder) selfStart() error {
 	bd.uses = selfUses(bd.p, bd.b.Quant)
 	var ops []QuantOp
@@ -148,31 +151,52 @@ func (bd *builder) selfStart() error {
 		}
 		ops = append(ops, fu)
 	}
-	if len(ops) < 2 {
+	n := min(bd.opts.FuseStreams, len(ops))
+	if n < 2 {
 		for _, fu := range ops {
 			bd.quantize(0, fu)
 		}
 		return nil
 	}
 	slices.SortStableFunc(ops, func(a, b QuantOp) int { return cmp.Compare(b.Box.Elems(), a.Box.Elems()) })
-	fork, done := bd.event(), bd.event()
+	streams := make([]Stream, n)
+	for k := range streams {
+		streams[k] = Compute
+		if k > 0 {
+			streams[k] = Side + Stream(k-1)
+		}
+	}
+	fork := bd.event()
 	bd.emit(Cmd{Kind: Record, Stream: Compute, Event: fork})
-	bd.emit(Cmd{Kind: Wait, Stream: Side, Event: fork})
-	var load [2]int64 // elements queued on compute, side
+	for _, s := range streams[1:] {
+		bd.emit(Cmd{Kind: Wait, Stream: s, Event: fork})
+	}
+	load := make([]int64, n) // elements queued on each stream
 	for _, fu := range ops {
 		k := 0
-		if load[1] < load[0] {
-			k = 1
+		for j := range load {
+			if load[j] < load[k] {
+				k = j
+			}
 		}
-		load[k] += fu.Box.Elems()
-		bd.stream = [2]Stream{Compute, Side}[k]
+		load[k] += max(fu.Box.Elems(), fuseFloor)
+		bd.stream = streams[k]
 		bd.quantize(0, fu)
 	}
 	bd.stream = Compute
-	bd.emit(Cmd{Kind: Record, Stream: Side, Event: done})
-	bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: done})
+	for _, s := range streams[1:] {
+		done := bd.event()
+		bd.emit(Cmd{Kind: Record, Stream: s, Event: done})
+		bd.emit(Cmd{Kind: Wait, Stream: Compute, Event: done})
+	}
 	return nil
 }
+
+// fuseFloor is the least a Fuse counts for when selfStart spreads them
+// over streams, in elements: on an H200 a fused kernel of one round (a
+// 128x1024 key weight, or 32 times its bytes) took 11-13 us, the time of
+// about 8 MB of a large tensor's (bench/results/h200-fp8-kernels.txt).
+const fuseFloor = 4 << 20
 
 // fuseOp is the Fuse of self-scaled tensor t's whole part into the bytes
 // at dst.

@@ -1,6 +1,7 @@
 package replay_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -18,13 +19,14 @@ import (
 	"github.com/m2n-dev/m2n/strided"
 )
 
-// TestSelfStartTwoStreams: several self-scaled tensors of one step, each
+// TestSelfStartStreams: several self-scaled tensors of one step, each
 // copied to itself on one rank (one of them in chunks), are Fuse'd at the
-// start on both the compute and the side stream, and under every
-// interleaving Simulate draws the bytes and scale tensors are those of
-// quantizing each whole tensor (the compute stream waits for the side
-// stream's Fuses before it reads a window).
-func TestSelfStartTwoStreams(t *testing.T) {
+// start over as many streams as Options.FuseStreams gives (1, 4, and the
+// default, capped by the tensor count), and under every interleaving
+// Simulate draws the bytes and scale tensors are those of quantizing each
+// whole tensor (the compute stream waits for the side streams' Fuses
+// before it reads a window). Build refuses a count out of range.
+func TestSelfStartStreams(t *testing.T) {
 	m, err := mesh.New([]int{1}, []int{0})
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +58,22 @@ func TestSelfStartTwoStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, fs := range []int{0, 1, 4} {
+		t.Run(fmt.Sprintf("FuseStreams=%d", fs), func(t *testing.T) { selfStartOn(t, fs, shapes, prog, srcs, dsts) })
+	}
+	if _, err := replay.Build(prog, replay.Buffers{Tensors: make([][2]replay.Span, len(shapes))}, replay.Options{FuseStreams: replay.MaxFuseStreams + 1}); err == nil || !strings.Contains(err.Error(), "streams for the fused FP8 kernels") {
+		t.Fatalf("Build with %d fuse streams: %v, want it refused", replay.MaxFuseStreams+1, err)
+	}
+}
+
+// selfStartOn builds and simulates TestSelfStartStreams's step with fs
+// fuse streams.
+func selfStartOn(t *testing.T, fs int, shapes [][]int64, prog *program.Program, srcs, dsts []placement.Layout) {
+	want := fs
+	if fs == 0 {
+		want = replay.DefaultFuseStreams
+	}
+	want = min(want, len(shapes))
 	for seed := range uint64(8) {
 		heap := &replaytest.GoHeap{}
 		var bufs replay.Buffers
@@ -101,7 +119,7 @@ func TestSelfStartTwoStreams(t *testing.T) {
 				bufs.Staging[slot][dir] = mustAlloc(t, heap, needs.Staging[slot][dir])
 			}
 		}
-		pl, err := replay.Build(prog, bufs, replay.Options{})
+		pl, err := replay.Build(prog, bufs, replay.Options{FuseStreams: fs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,8 +132,19 @@ func TestSelfStartTwoStreams(t *testing.T) {
 				t.Fatal("a Quantize command in a step of self-scaled tensors")
 			}
 		}
-		if on[replay.Compute] == 0 || on[replay.Side] == 0 || on[replay.Compute]+on[replay.Side] != len(shapes) {
-			t.Fatalf("Fuses by stream %v, want one a tensor on both the compute and the side stream", on)
+		total := 0
+		for k := range want {
+			s := replay.Compute
+			if k > 0 {
+				s = replay.Side + replay.Stream(k-1)
+			}
+			if on[s] == 0 {
+				t.Fatalf("Fuses by stream %v: none on the %s stream, want them spread over %d streams", on, s, want)
+			}
+			total += on[s]
+		}
+		if total != len(shapes) || len(on) != want {
+			t.Fatalf("Fuses by stream %v, want one a tensor over %d streams", on, want)
 		}
 		if err := replay.Simulate([][]*replay.Plan{{pl}}, heap, rand.New(rand.NewPCG(seed, 7))); err != nil {
 			t.Fatal(err)

@@ -24,7 +24,7 @@ type Memory interface {
 }
 
 // Simulate runs plans on the CPU as the streams of a GPU would run them,
-// with every rank's four streams (compute, network, local, side) advancing in an
+// with every rank's streams (compute, network, local, the side ones) advancing in an
 // order chosen at random by r among everything that may run: a stream's
 // next command once what it waits for is done (a Wait binds to the last
 // Record of its event queued before it on the same rank, as
@@ -115,7 +115,7 @@ type simCmd struct {
 type simRank struct {
 	rank    int
 	cmds    []simCmd
-	streams [4][]int // host indices by stream, in order
+	streams [Streams][]int // host indices by stream, in order
 }
 
 // simOp is one posted operation of a group.

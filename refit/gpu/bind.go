@@ -162,8 +162,9 @@ func (r *Replay) bind(bufs []refit.TensorBuffers) error {
 		memcpyMin = -1
 	}
 	plan, err := replay.Build(r.prog, b, replay.Options{
-		Class:     func(peer int) reshard.LinkClass { return topo.Class(rank, peer) },
-		MemcpyMin: memcpyMin,
+		Class:       func(peer int) reshard.LinkClass { return topo.Class(rank, peer) },
+		MemcpyMin:   memcpyMin,
+		FuseStreams: r.opts.FuseStreams,
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
@@ -36,6 +39,10 @@ type Options struct {
 	// (replay.DefaultMemcpyMin when 0; negative: never). With Graph, never:
 	// see bind.
 	MemcpyMin int64
+	// FuseStreams is how many streams the step's first fused FP8 kernels
+	// spread over (replay.Options.FuseStreams): M2N_FUSE_STREAMS where 0
+	// and that is set, else replay.DefaultFuseStreams.
+	FuseStreams int
 }
 
 // Replay runs a compiled program's whole step on the GPU's streams with no
@@ -62,7 +69,7 @@ type Replay struct {
 	mem     *cudamem.Memory
 	ctx     *cuda.Context
 	opts    Options
-	streams [4]*cuda.Stream // by replay.Stream; the side stream is the replay's own
+	streams [replay.Streams]*cuda.Stream // by replay.Stream; the side streams are the replay's own
 
 	allocated bool
 	needs     replay.Needs
@@ -99,20 +106,31 @@ type Replay struct {
 
 // NewReplay prepares the replay of program p over transport t (whose
 // communicators and streams it uses) with memory mem (whose stream is the
-// compute stream), with a side stream of its own. Device memory and events
+// compute stream), with side streams of its own. Device memory and events
 // are allocated at the first run.
 func NewReplay(p *program.Program, t *nccl.Transport, mem *cudamem.Memory, opts Options) (*Replay, error) {
 	if t.Rank() != p.Rank || t.Size() != p.World {
 		return nil, fmt.Errorf("gpu: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
 	}
-	r := &Replay{prog: p, t: t, mem: mem, ctx: mem.Ctx, opts: opts}
-	side, err := mem.Ctx.NewStream()
-	if err != nil {
-		return nil, err
+	if opts.FuseStreams == 0 {
+		n, err := fuseStreamsFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		opts.FuseStreams = n
 	}
+	r := &Replay{prog: p, t: t, mem: mem, ctx: mem.Ctx, opts: opts}
 	_, netS := t.Comm(reshard.LinkNetwork)
 	_, localS := t.Comm(reshard.LinkLocal)
-	r.streams = [4]*cuda.Stream{replay.Compute: mem.Stream, replay.Net: netS, replay.Local: localS, replay.Side: side}
+	r.streams[replay.Compute], r.streams[replay.Net], r.streams[replay.Local] = mem.Stream, netS, localS
+	for k := range replay.SideStreams(replay.Options{FuseStreams: opts.FuseStreams}) {
+		side, err := mem.Ctx.NewStream()
+		if err != nil {
+			_ = r.destroySides()
+			return nil, err
+		}
+		r.streams[replay.Side+replay.Stream(k)] = side
+	}
 	r.needs = replay.NeedsOf(p)
 	return r, nil
 }
@@ -264,8 +282,34 @@ func (r *Replay) Close() error {
 		errs = append(errs, r.ctx.Free(b.Ptr))
 	}
 	r.full, r.staging, r.scratch, r.allocated = nil, [2][2]cudamem.Buffer{}, cudamem.Buffer{}, false
-	errs = append(errs, r.streams[replay.Side].Destroy())
+	errs = append(errs, r.destroySides())
 	return errors.Join(errs...)
+}
+
+// destroySides destroys the side streams, the replay's own.
+func (r *Replay) destroySides() error {
+	var errs []error
+	for s := int(replay.Side); s < replay.Streams; s++ {
+		if r.streams[s] != nil {
+			errs = append(errs, r.streams[s].Destroy())
+			r.streams[s] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fuseStreamsFromEnv reads M2N_FUSE_STREAMS (Options.FuseStreams): 0 where
+// it is not set.
+func fuseStreamsFromEnv() (int, error) {
+	v := strings.TrimSpace(os.Getenv("M2N_FUSE_STREAMS"))
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > replay.MaxFuseStreams {
+		return 0, fmt.Errorf("gpu: M2N_FUSE_STREAMS %q: want a whole number from 1 to %d", v, replay.MaxFuseStreams)
+	}
+	return n, nil
 }
 
 // enqueue queues the bound step after the event after (nil: none).
