@@ -316,13 +316,3 @@ const DefaultFuseStreams = 8
 
 // MaxFuseStreams bounds Options.FuseStreams.
 const MaxFuseStreams = 8
-
-// SideStreams returns how many side streams (Side, Side+1, ...) a plan
-// built with opts may use, which its runner must provide.
-func SideStreams(opts Options) int {
-	n := opts.FuseStreams
-	if n == 0 {
-		n = DefaultFuseStreams
-	}
-	return max(n-1, 1)
-}

@@ -186,6 +186,10 @@ func (r *Replay) bind(bufs []refit.TensorBuffers) error {
 		r.groups[i] = nccl.NewGroupOps(ops)
 		r.hasNCCL = true
 	}
+	if err := r.ensureSides(plan); err != nil {
+		_ = r.unbind()
+		return err
+	}
 	for len(r.events) < plan.Events {
 		e, err := r.ctx.NewEvent(false)
 		if err != nil {

@@ -106,8 +106,8 @@ type Replay struct {
 
 // NewReplay prepares the replay of program p over transport t (whose
 // communicators and streams it uses) with memory mem (whose stream is the
-// compute stream), with side streams of its own. Device memory and events
-// are allocated at the first run.
+// compute stream). Device memory, events and the side streams the step's
+// plan names (its own) are made at the first run.
 func NewReplay(p *program.Program, t *nccl.Transport, mem *cudamem.Memory, opts Options) (*Replay, error) {
 	if t.Rank() != p.Rank || t.Size() != p.World {
 		return nil, fmt.Errorf("gpu: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
@@ -123,14 +123,6 @@ func NewReplay(p *program.Program, t *nccl.Transport, mem *cudamem.Memory, opts 
 	_, netS := t.Comm(reshard.LinkNetwork)
 	_, localS := t.Comm(reshard.LinkLocal)
 	r.streams[replay.Compute], r.streams[replay.Net], r.streams[replay.Local] = mem.Stream, netS, localS
-	for k := range replay.SideStreams(replay.Options{FuseStreams: opts.FuseStreams}) {
-		side, err := mem.Ctx.NewStream()
-		if err != nil {
-			_ = r.destroySides()
-			return nil, err
-		}
-		r.streams[replay.Side+replay.Stream(k)] = side
-	}
 	r.needs = replay.NeedsOf(p)
 	return r, nil
 }
@@ -284,6 +276,22 @@ func (r *Replay) Close() error {
 	r.full, r.staging, r.scratch, r.allocated = nil, [2][2]cudamem.Buffer{}, cudamem.Buffer{}, false
 	errs = append(errs, r.destroySides())
 	return errors.Join(errs...)
+}
+
+// ensureSides creates the side streams plan names that the replay does
+// not have yet (they stay until Close).
+func (r *Replay) ensureSides(plan *replay.Plan) error {
+	for _, c := range plan.Cmds {
+		if c.Stream < replay.Side || r.streams[c.Stream] != nil {
+			continue
+		}
+		s, err := r.ctx.NewStream()
+		if err != nil {
+			return err
+		}
+		r.streams[c.Stream] = s
+	}
+	return nil
 }
 
 // destroySides destroys the side streams, the replay's own.
