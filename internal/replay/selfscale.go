@@ -195,7 +195,7 @@ func (bd *builder) selfStart() error {
 // fuseFloor is the least a Fuse counts for when selfStart spreads them
 // over streams, in elements: on an H200 a fused kernel of one round (a
 // 128x1024 key weight, or 32 times its bytes) took 11-13 us, the time of
-// about 8 MB of a large tensor's (bench/results/h200-fp8-kernels.txt).
+// about 8 MB of a large tensor's (bench/results/h200-fp8-streams.txt).
 const fuseFloor = 4 << 20
 
 // fuseOp is the Fuse of self-scaled tensor t's whole part into the bytes
