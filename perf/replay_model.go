@@ -72,6 +72,7 @@ func (b *replay) model(name string, mode fp8.Mode) ([]replayRow, error) {
 		c.name += fmt.Sprintf(" fp8 %v", mode)
 	}
 	var parts []modelPart
+	var written int64 // bytes the step writes: the destinations and scales
 	scales := make([][]byte, len(st.Tensors))
 	for i, t := range st.Tensors {
 		dst, err := placement.NewLayout(t.Dst.Shape(), t.Dst.DType(), b.rank0, t.Dst.Placements())
@@ -93,10 +94,12 @@ func (b *replay) model(name string, mode fp8.Mode) ([]replayRow, error) {
 			}
 			scaleBufs = append(scaleBufs, tb.Scale)
 			scales[i] = make([]byte, n)
+			written += n
 		}
 		c.specs = append(c.specs, spec)
 		c.bufs = append(c.bufs, tb)
 		c.bytes += t.Src.Bytes()
+		written += dst.Bytes()
 	}
 	// tensors that share a fused buffer fill and check disjoint bytes of
 	// it, so they run concurrently. The values are finite floats (FP8
@@ -124,8 +127,14 @@ func (b *replay) model(name string, mode fp8.Mode) ([]replayRow, error) {
 		return nil
 	}
 	c.check = func() error { return b.checkModel(parts, c.bufs, bufs[1], hosts[1], scales) }
-	c.boundAt = float64(c.bytes) / b.copyBW
+	// the traffic bound: every byte read once and written once at the
+	// copy's rate (a copy reads and writes each byte), which for an FP8
+	// generator writes half the bytes of its quantized weights
+	c.boundAt = float64(c.bytes+written) / (2 * b.copyBW)
 	c.bound = fmt.Sprintf("bytes at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
+	if mode != 0 {
+		c.bound = fmt.Sprintf("traffic at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
+	}
 	c.goal = func(d refit.DriverKind, sec float64) (string, string) {
 		bf, ok := b.bf16[m.Name+"|"+string(d)]
 		if mode == 0 || !ok {

@@ -72,7 +72,10 @@ Cases, each against its bound measured in the same run:
                         generator (model.NewQuantized): the weights vLLM
                         quantizes arrive in float8_e4m3fn with their scales,
                         quantized in flight, checked bit for bit; beside the
-                        bf16 row of the same model
+                        bf16 row of the same model, against the traffic bound
+                        (the bytes the step reads and writes at the copy's
+                        rate, less than the bf16 step's by half the quantized
+                        weights' bytes)
 
 Times are host wall clock per call (median of --iters, or --big-iters for
 the expert and models, after a warm-up), each call's Run returning once
