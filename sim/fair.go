@@ -51,8 +51,9 @@ type fabric struct {
 	touched []int32
 	changed []int32
 	caplist []capEntry
+	chead   []int32  // [link] an outside link's first cap in caplist
+	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
 	heap    minHeap[lentry]
-	caps2   capSorter
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
 	// whole connected component.
@@ -85,10 +86,11 @@ type groupScratch struct {
 	nbIn  bool
 }
 
+// capEntry is a touched group capped by an outside link, in that link's
+// list (next: the list's next entry in caplist, -1 at its end).
 type capEntry struct {
-	level float64
-	g     int32
-	in    bool // the cap is the group's in link
+	g, next int32
+	in      bool // the cap is the group's in link
 }
 
 // group is the flows on one pair of links: what the solver reads, kept
@@ -122,7 +124,8 @@ type member struct {
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
 	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
-		index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n)}
+		index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
+		chead: make([]int32, n), cstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
 	}
@@ -350,6 +353,11 @@ func (f *fabric) closeRegion() {
 // fill runs progressive filling over the region, flows that leave it capped
 // at their outside link's level; it sets nr and nbIn for every touched group
 // and newLvl for every region link.
+//
+// The heap holds the region's links and the outside links that cap a
+// touched group, the latter as -1-link (ahead of a region link of the same
+// level) with their exact level: when one comes out, every unfrozen group
+// it caps freezes at once, at its level, so the caps need no sort.
 func (f *fabric) fill() {
 	f.gepoch++
 	f.touched = f.touched[:0]
@@ -374,18 +382,16 @@ func (f *fabric) fill() {
 			if lo := &ls[gr.out]; lo.stamp == ep {
 				lo.cnt += m
 			} else if lv := level[gr.out]; lv < inf {
-				f.caplist = append(f.caplist, capEntry{lv, g, false})
+				f.addCap(gr.out, lv, g, false)
 			}
 			if li := &ls[gr.in]; li.stamp == ep {
 				li.cnt += m
 			} else if lv := level[gr.in]; lv < inf {
-				f.caplist = append(f.caplist, capEntry{lv, g, true})
+				f.addCap(gr.in, lv, g, true)
 			}
 		}
 	}
-	f.caplist = f.caps2.sort(f.caplist)
-	caplist := f.caplist
-	// The heap holds a lower bound of each link's fair level: freezing a
+	// A region link's key is a lower bound of its fair level: freezing a
 	// flow at a rate no higher than the link's level only raises the level
 	// (rem-v*m)/(cnt-m), so a stale entry is refreshed when it reaches the
 	// top instead of on every freeze.
@@ -394,59 +400,63 @@ func (f *fabric) fill() {
 			f.heap.push(lentry{x.rem / x.cnt, l})
 		}
 	}
+	left := len(f.touched) // groups not yet frozen
 	level0 := 0.0
-	ci := 0
-	for {
-		// the next link to saturate, with its true level
-		for len(f.heap) > 0 {
-			top := f.heap[0]
-			x := &ls[top.l]
-			if x.fixed || x.cnt == 0 {
-				f.heap.pop()
-				continue
+	for left > 0 && len(f.heap) > 0 {
+		top := f.heap[0]
+		if top.l < 0 {
+			f.heap.pop()
+			if top.key > level0 {
+				level0 = top.key
 			}
-			k := x.rem / x.cnt
-			if k < level0 {
-				k = level0
+			for c := f.chead[-1-top.l]; c >= 0; c = f.caplist[c].next {
+				if ce := f.caplist[c]; gs[ce.g].nr < 0 {
+					f.freeze(ce.g, top.key, ce.in)
+					left--
+				}
 			}
-			if k > top.key {
-				f.heap[0].key = k
-				heapDown(f.heap, 0) // the top's key grew
-				continue
-			}
-			break
-		}
-		for ci < len(caplist) && gs[caplist[ci].g].nr >= 0 {
-			ci++
-		}
-		// every touched group keeps an unfixed region link until it is
-		// frozen: an empty heap leaves none to freeze
-		if len(f.heap) == 0 {
-			break
-		}
-		if ci < len(caplist) && caplist[ci].level <= f.heap[0].key {
-			c := caplist[ci]
-			ci++
-			if c.level > level0 {
-				level0 = c.level
-			}
-			f.freeze(c.g, c.level, c.in)
 			continue
 		}
-		top := f.heap.pop()
+		x := &ls[top.l]
+		if x.fixed || x.cnt == 0 {
+			f.heap.pop()
+			continue
+		}
+		k := x.rem / x.cnt
+		if k < level0 {
+			k = level0
+		}
+		if k > top.key {
+			f.heap[0].key = k
+			heapDown(f.heap, 0) // the top's key grew
+			continue
+		}
+		f.heap.pop()
 		l := top.l
 		if top.key > level0 {
 			level0 = top.key
 		}
-		x := &ls[l]
 		x.fixed = true
 		x.newLvl = top.key
 		for _, g := range f.adj[l] {
 			if gs[g].nr < 0 {
 				f.freeze(g, top.key, groups[g].in == l)
+				left--
 			}
 		}
 	}
+}
+
+// addCap lists touched group g as capped by outside link o at level lv,
+// putting o in the fill's heap the first time.
+func (f *fabric) addCap(o int32, lv float64, g int32, in bool) {
+	if f.cstamp[o] != f.gepoch {
+		f.cstamp[o] = f.gepoch
+		f.chead[o] = -1
+		f.heap.push(lentry{lv, -1 - o})
+	}
+	f.caplist = append(f.caplist, capEntry{g: g, next: f.chead[o], in: in})
+	f.chead[o] = int32(len(f.caplist) - 1)
 }
 
 // freeze fixes group g's rate at v, bound by its in link or its out link,
