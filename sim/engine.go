@@ -260,6 +260,7 @@ func newEngine(p *simProgram, c Cluster, pl rankPlacement, o runOptions) (*engin
 			bins = 128
 		}
 		e.ser = newSeries(nLinks, bins)
+		e.f.ser = e.ser
 	}
 	return e, nil
 }
@@ -307,6 +308,7 @@ func (e *engine) run() error {
 			t0 = e.ev[0].t
 		}
 		e.now = math.Max(e.now, t0)
+		e.f.now = e.now
 		e.batches++
 		lim := t0 + e.epsT()
 		for {
@@ -328,6 +330,9 @@ func (e *engine) run() error {
 				e.makeReady(ev.id)
 			}
 		}
+	}
+	for l := range e.f.lt {
+		e.f.flush(int32(l))
 	}
 	for i := range e.ps {
 		if !e.ps[i].finished {
@@ -405,13 +410,6 @@ func (e *engine) advance(g int32) {
 		sv.served += s
 		if !gr.boundIn {
 			sv.servedOut += s
-		}
-		b := s * float64(gr.m)
-		e.f.bytes[gr.out] += b
-		e.f.bytes[gr.in] += b
-		if e.ser != nil {
-			e.ser.add(gr.out, sv.tLast, e.now, b)
-			e.ser.add(gr.in, sv.tLast, e.now, b)
 		}
 	}
 	sv.tLast = e.now

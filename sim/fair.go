@@ -29,7 +29,10 @@ type fabric struct {
 	level []float64
 	sum   []float64 // current total rate of each link
 	adj   [][]int32 // active groups on each link
-	bytes []float64 // bytes each link has carried
+	bytes []float64 // bytes each link has carried, up to lt
+	lt    []float64 // [link] when its sum last changed (its bytes' time)
+	now   float64   // the time of the current event (the engine's)
+	ser   *series   // the links' series, or nil
 
 	groups []group
 	serv   []service // [group]
@@ -124,7 +127,7 @@ type member struct {
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
 	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
-		index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
+		lt: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
 		chead: make([]int32, n), cstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
@@ -189,8 +192,24 @@ func (f *fabric) unlink(l int32, pos int32) {
 	}
 	f.adj[l] = a[:last]
 	if len(f.adj[l]) == 0 {
+		f.flush(l)
 		f.sum[l] = 0
 	}
+}
+
+// flush adds what link l carried at its current sum since its last change
+// to its bytes and its series; it comes before every change of the sum.
+func (f *fabric) flush(l int32) {
+	if dt := f.now - f.lt[l]; dt > 0 {
+		if s := f.sum[l]; s > 0 {
+			b := s * dt
+			f.bytes[l] += b
+			if f.ser != nil {
+				f.ser.add(l, f.lt[l], f.now, b)
+			}
+		}
+	}
+	f.lt[l] = f.now
 }
 
 func (h *service) push(m member) {
@@ -278,6 +297,7 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	// in the touched order as before
 	for _, l := range f.region {
 		f.level[l] = f.ls[l].newLvl
+		f.flush(l)
 		f.sum[l] = 0
 	}
 	f.changed = f.changed[:0]
@@ -292,9 +312,11 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 		nr, nbIn := s.nr, s.nbIn
 		d := float64(gr.m) * (nr - gr.rate)
 		if !f.inRegion(gr.out) {
+			f.flush(gr.out)
 			f.sum[gr.out] += d
 		}
 		if !f.inRegion(gr.in) {
+			f.flush(gr.in)
 			f.sum[gr.in] += d
 		}
 		change(g, nr, nbIn)
