@@ -52,7 +52,6 @@ type fabric struct {
 	gepoch  uint32
 	region  []int32
 	touched []int32
-	changed []int32
 	caplist []capEntry
 	chead   []int32  // [link] an outside link's first cap in caplist
 	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
@@ -291,42 +290,36 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	if len(f.region) > f.stats.maxRegion {
 		f.stats.maxRegion = len(f.region)
 	}
-	// commit: the changed groups first (their outside links' sums and the
-	// engine), then the region's sums rebuilt from every touched group; a
-	// link is either in the region or outside it, so each link's sum adds
-	// in the touched order as before
+	// commit: the region's levels, and its sums rebuilt from every touched
+	// group
 	for _, l := range f.region {
 		f.level[l] = f.ls[l].newLvl
 		f.flush(l)
 		f.sum[l] = 0
 	}
-	f.changed = f.changed[:0]
+	// the changed groups move their outside links' sums (and the engine)
+	// in the touched order, and every touched group adds its rate to its
+	// region links' sums in the same order
+	ep := f.epoch
+	changed := 0
 	for _, g := range f.touched {
 		gr, s := &f.groups[g], &f.gs[g]
 		if relChange(gr.rate, s.nr, commitTol) || s.nbIn != gr.boundIn {
-			f.changed = append(f.changed, g)
+			changed++
+			nr, nbIn := s.nr, s.nbIn
+			d := float64(gr.m) * (nr - gr.rate)
+			if f.ls[gr.out].stamp != ep {
+				f.flush(gr.out)
+				f.sum[gr.out] += d
+			}
+			if f.ls[gr.in].stamp != ep {
+				f.flush(gr.in)
+				f.sum[gr.in] += d
+			}
+			change(g, nr, nbIn)
+			gr = &f.groups[g]
+			gr.rate, gr.boundIn = nr, nbIn
 		}
-	}
-	for _, g := range f.changed {
-		gr, s := &f.groups[g], &f.gs[g]
-		nr, nbIn := s.nr, s.nbIn
-		d := float64(gr.m) * (nr - gr.rate)
-		if !f.inRegion(gr.out) {
-			f.flush(gr.out)
-			f.sum[gr.out] += d
-		}
-		if !f.inRegion(gr.in) {
-			f.flush(gr.in)
-			f.sum[gr.in] += d
-		}
-		change(g, nr, nbIn)
-		gr = &f.groups[g]
-		gr.rate, gr.boundIn = nr, nbIn
-	}
-	f.stats.rateChanges += int64(len(f.changed))
-	ep := f.epoch
-	for _, g := range f.touched {
-		gr := &f.groups[g]
 		r := float64(gr.m) * gr.rate
 		if f.ls[gr.out].stamp == ep {
 			f.sum[gr.out] += r
@@ -335,6 +328,7 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 			f.sum[gr.in] += r
 		}
 	}
+	f.stats.rateChanges += int64(changed)
 }
 
 // predict adds the links a change of the region's levels reaches through
