@@ -274,16 +274,18 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	for _, l := range seeds {
 		f.addRegion(l)
 	}
-	f.predict()
+	f.predict(0)
 	for growth := 0; ; growth++ {
 		if growth == f.growths {
 			f.closeRegion()
 			f.stats.closures++
 		}
 		f.fill()
+		n := len(f.region)
 		if growth >= f.growths || !f.grow() {
 			break
 		}
+		f.predict(n)
 		f.stats.expansionRun++
 	}
 	f.stats.regionLinks += int64(len(f.region))
@@ -336,10 +338,11 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 // moves its own rate, and with it the level of its other link where that
 // link is saturated. Growing the region this way before the first fill
 // saves the fills that would find those links one at a time; grow still
-// finds what it misses (a group that changes bottleneck).
-func (f *fabric) predict() {
+// finds what it misses (a group that changes bottleneck). It starts at
+// region[from:], the links added since it last ran.
+func (f *fabric) predict(from int) {
 	inf := math.Inf(1)
-	for i := 0; i < len(f.region); i++ {
+	for i := from; i < len(f.region); i++ {
 		l := f.region[i]
 		for _, g := range f.adj[l] {
 			gr := &f.groups[g]
