@@ -387,7 +387,7 @@ func (e *engine) settle() {
 	}
 	for _, g := range e.dirty {
 		gr := &e.f.groups[g]
-		if !gr.live || gr.m == 0 {
+		if gr.m == 0 { // dropped, or never joined
 			continue
 		}
 		sv := &e.f.serv[g]

@@ -35,15 +35,16 @@ type fabric struct {
 	ser   *series   // the links' series, or nil
 
 	groups []group
-	serv   []service // [group]
+	gpos   []groupPos // [group]
+	serv   []service  // [group]
 	free   []int32
 	index  map[uint64]int32
 
-	// solve scratch: per link (ls) and per group (gs), each kept in one
-	// record so that a fill's visit to a link or a group reads one line
+	// solve scratch: per link (ls) and per group (group.nr, nbIn), each
+	// kept in one record so that a fill's visit to a link or a group reads
+	// one line
 	epoch   uint32
 	ls      []linkScratch
-	gs      []groupScratch
 	dsum    []float64
 	dstamp  []uint32
 	depoch  uint32
@@ -80,14 +81,6 @@ type linkScratch struct {
 	fixed            bool
 }
 
-// groupScratch is a group's state during a fill: its new rate (-1 until frozen),
-// whether its in link bounds it, and the fill that listed it (stamp == gepoch).
-type groupScratch struct {
-	nr    float64
-	stamp uint32
-	nbIn  bool
-}
-
 // capEntry is a touched group capped by an outside link, in that link's
 // list (next: the list's next entry in caplist, -1 at its end).
 type capEntry struct {
@@ -95,17 +88,23 @@ type capEntry struct {
 	in      bool // the cap is the group's in link
 }
 
-// group is the flows on one pair of links: what the solver reads, kept
-// small so that a fill's walk over the groups stays in cache; the service
-// the engine keeps is in a service of the same index.
+// group is the flows on one pair of links: what the solver reads, 32
+// bytes so that a visit reads one cache line; where it sits in its links'
+// lists is in a groupPos of the same index, the service the engine keeps in
+// a service.
 type group struct {
 	out, in int32
-	posOut  int32 // index in adj[out]
-	posIn   int32 // index in adj[in]
 	m       int32
 	boundIn bool
-	live    bool
+	nbIn    bool    // during a solve: whether its in link bounds its new rate
 	rate    float64 // per member
+	nr      float64 // during a fill: its new rate (-1 until frozen)
+}
+
+// groupPos is where a group sits in adj[out] and adj[in].
+type groupPos struct {
+	out, in int32
+	live    bool
 }
 
 // service is what a group's members have received.
@@ -149,16 +148,14 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 	} else {
 		g = int32(len(f.groups))
 		f.groups = append(f.groups, group{})
+		f.gpos = append(f.gpos, groupPos{})
 		f.serv = append(f.serv, service{})
-		f.gs = append(f.gs, groupScratch{})
 	}
-	gr := &f.groups[g]
-	*gr = group{out: out, in: in, live: true}
+	f.groups[g] = group{out: out, in: in}
 	sv := &f.serv[g]
 	*sv = service{tLast: t, mem: sv.mem[:0]}
-	gr.posOut = int32(len(f.adj[out]))
+	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), live: true}
 	f.adj[out] = append(f.adj[out], g)
-	gr.posIn = int32(len(f.adj[in]))
 	f.adj[in] = append(f.adj[in], g)
 	f.index[k] = g
 	if live := len(f.groups) - len(f.free); live > f.stats.maxGroups {
@@ -169,11 +166,11 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 
 // drop removes an empty group from its links.
 func (f *fabric) drop(g int32) {
-	gr := &f.groups[g]
-	f.unlink(gr.out, gr.posOut)
-	f.unlink(gr.in, gr.posIn)
+	gr, gp := &f.groups[g], &f.gpos[g]
+	f.unlink(gr.out, gp.out)
+	f.unlink(gr.in, gp.in)
 	delete(f.index, pairKey(gr.out, gr.in))
-	gr.live = false
+	gp.live = false
 	f.free = append(f.free, g)
 }
 
@@ -183,10 +180,10 @@ func (f *fabric) unlink(l int32, pos int32) {
 	if pos != last {
 		moved := a[last]
 		a[pos] = moved
-		if mg := &f.groups[moved]; mg.out == l {
-			mg.posOut = pos
+		if f.groups[moved].out == l {
+			f.gpos[moved].out = pos
 		} else {
-			mg.posIn = pos
+			f.gpos[moved].in = pos
 		}
 	}
 	f.adj[l] = a[:last]
@@ -305,10 +302,10 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	ep := f.epoch
 	changed := 0
 	for _, g := range f.touched {
-		gr, s := &f.groups[g], &f.gs[g]
-		if relChange(gr.rate, s.nr, commitTol) || s.nbIn != gr.boundIn {
+		gr := &f.groups[g]
+		if relChange(gr.rate, gr.nr, commitTol) || gr.nbIn != gr.boundIn {
 			changed++
-			nr, nbIn := s.nr, s.nbIn
+			nr, nbIn := gr.nr, gr.nbIn
 			d := float64(gr.m) * (nr - gr.rate)
 			if f.ls[gr.out].stamp != ep {
 				f.flush(gr.out)
@@ -383,27 +380,30 @@ func (f *fabric) fill() {
 	f.caplist = f.caplist[:0]
 	f.heap = f.heap[:0]
 	inf := math.Inf(1)
-	ep, gep := f.epoch, f.gepoch
-	ls, gs, groups, level := f.ls, f.gs, f.groups, f.level
+	ep := f.epoch
+	ls, groups, level := f.ls, f.groups, f.level
 	for _, l := range f.region {
 		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf, stamp: ep}
 	}
 	for _, l := range f.region {
+		// a group whose links are both in the region is listed from its
+		// out link
 		for _, g := range f.adj[l] {
-			s := &gs[g]
-			if s.stamp == gep {
+			gr := &groups[g]
+			lo, li := &ls[gr.out], &ls[gr.in]
+			outIn, inIn := lo.stamp == ep, li.stamp == ep
+			if outIn && gr.in == l {
 				continue
 			}
-			s.stamp, s.nr = gep, -1
+			gr.nr = -1
 			f.touched = append(f.touched, g)
-			gr := &groups[g]
 			m := float64(gr.m)
-			if lo := &ls[gr.out]; lo.stamp == ep {
+			if outIn {
 				lo.cnt += m
 			} else if lv := level[gr.out]; lv < inf {
 				f.addCap(gr.out, lv, g, false)
 			}
-			if li := &ls[gr.in]; li.stamp == ep {
+			if inIn {
 				li.cnt += m
 			} else if lv := level[gr.in]; lv < inf {
 				f.addCap(gr.in, lv, g, true)
@@ -429,7 +429,7 @@ func (f *fabric) fill() {
 				level0 = top.key
 			}
 			for c := f.chead[-1-top.l]; c >= 0; c = f.caplist[c].next {
-				if ce := f.caplist[c]; gs[ce.g].nr < 0 {
+				if ce := f.caplist[c]; groups[ce.g].nr < 0 {
 					f.freeze(ce.g, top.key, ce.in)
 					left--
 				}
@@ -458,7 +458,7 @@ func (f *fabric) fill() {
 		x.fixed = true
 		x.newLvl = top.key
 		for _, g := range f.adj[l] {
-			if gs[g].nr < 0 {
+			if groups[g].nr < 0 {
 				f.freeze(g, top.key, groups[g].in == l)
 				left--
 			}
@@ -481,9 +481,8 @@ func (f *fabric) addCap(o int32, lv float64, g int32, in bool) {
 // freeze fixes group g's rate at v, bound by its in link or its out link,
 // and takes its flows off the unfrozen counts of its region links.
 func (f *fabric) freeze(g int32, v float64, boundIn bool) {
-	s := &f.gs[g]
-	s.nr, s.nbIn = v, boundIn
 	gr := &f.groups[g]
+	gr.nr, gr.nbIn = v, boundIn
 	m := float64(gr.m)
 	ep := f.epoch
 	if x := &f.ls[gr.out]; x.stamp == ep && !x.fixed {
@@ -510,7 +509,7 @@ func (f *fabric) grow() bool {
 	f.depoch++
 	for _, g := range f.touched {
 		gr := &f.groups[g]
-		nr := f.gs[g].nr
+		nr := gr.nr
 		if !relChange(gr.rate, nr, rateTol) {
 			continue
 		}
