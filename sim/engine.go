@@ -128,7 +128,6 @@ type engine struct {
 	sstmp []uint32
 	sep   uint32
 	dirty []int32
-	dstmp []uint32
 	dep   uint32
 	// per tensor
 	tensorEnd   []float64
@@ -280,17 +279,14 @@ func (e *engine) seed(l int32) {
 }
 
 func (e *engine) markDirty(g int32) {
-	for int(g) >= len(e.dstmp) {
-		e.dstmp = append(e.dstmp, 0)
-	}
-	if e.dstmp[g] != e.dep {
-		e.dstmp[g] = e.dep
+	if gr := &e.f.groups[g]; !gr.dirty {
+		gr.dirty = true
 		e.dirty = append(e.dirty, g)
 	}
 }
 
 func (e *engine) run() error {
-	e.sep, e.dep = 1, 1
+	e.sep = 1
 	for i := range e.p.procs {
 		if e.p.procs[i].After < 0 {
 			e.makeReady(int32(i))
@@ -387,6 +383,7 @@ func (e *engine) settle() {
 	}
 	for _, g := range e.dirty {
 		gr := &e.f.groups[g]
+		gr.dirty = false
 		if gr.m == 0 { // dropped, or never joined
 			continue
 		}
@@ -398,7 +395,6 @@ func (e *engine) settle() {
 		e.gh.set(g, sv.tLast+rem/gr.rate)
 	}
 	e.dirty = e.dirty[:0]
-	e.dep++
 }
 
 // advance brings a group's service up to now at its current rate.
@@ -426,7 +422,7 @@ func (e *engine) begin(mi int32) {
 	g := e.f.groupFor(e.out[mi], e.in[mi], e.now)
 	e.advance(g)
 	gr, sv := &e.f.groups[g], &e.f.serv[g]
-	sv.push(member{key: sv.served + float64(m.Bytes), out0: sv.servedOut, msg: mi})
+	e.f.push(g, member{key: sv.served + float64(m.Bytes), out0: sv.servedOut, msg: mi})
 	gr.m++
 	e.seed(gr.out)
 	e.seed(gr.in)
@@ -438,12 +434,12 @@ func (e *engine) completeDue(g int32) {
 	e.advance(g)
 	gr, sv := &e.f.groups[g], &e.f.serv[g]
 	for gr.m > 0 {
-		top := sv.mem[0]
+		top := e.f.mem[g][0]
 		tol := 1e-9*math.Max(top.key, 1) + gr.rate*2*e.epsT()
 		if top.key > sv.served+tol {
 			break
 		}
-		sv.pop()
+		e.f.pop(g)
 		gr.m--
 		bytes := float64(e.p.msgs[top.msg].Bytes)
 		e.boundIn[top.msg] = sv.servedOut-top.out0 < bytes/2

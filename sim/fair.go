@@ -35,8 +35,9 @@ type fabric struct {
 	ser   *series   // the links' series, or nil
 
 	groups []group
-	gpos   []groupPos // [group]
-	serv   []service  // [group]
+	gpos   []groupPos        // [group]
+	serv   []service         // [group]
+	mem    []minHeap[member] // [group] its members, by (key, msg)
 	free   []int32
 	index  map[uint64]int32
 
@@ -97,6 +98,7 @@ type group struct {
 	m       int32
 	boundIn bool
 	nbIn    bool    // during a solve: whether its in link bounds its new rate
+	dirty   bool    // in the engine's list of groups to reschedule
 	rate    float64 // per member
 	nr      float64 // during a fill: its new rate (-1 until frozen)
 }
@@ -107,13 +109,13 @@ type groupPos struct {
 	live    bool
 }
 
-// service is what a group's members have received.
+// service is what a group's members have received (32 bytes: the
+// members themselves are in the fabric's mem).
 type service struct {
 	served    float64 // per-member service at tLast
 	servedOut float64 // the part of served while the out link bound the group
 	tLast     float64
-	next      float64         // mem[0].key, kept beside the heap for the engine's reads
-	mem       minHeap[member] // by (key, msg)
+	next      float64 // mem[g][0].key, kept here for the engine's reads
 }
 
 type member struct {
@@ -150,10 +152,11 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 		f.groups = append(f.groups, group{})
 		f.gpos = append(f.gpos, groupPos{})
 		f.serv = append(f.serv, service{})
+		f.mem = append(f.mem, nil)
 	}
 	f.groups[g] = group{out: out, in: in}
-	sv := &f.serv[g]
-	*sv = service{tLast: t, mem: sv.mem[:0]}
+	f.serv[g] = service{tLast: t}
+	f.mem[g] = f.mem[g][:0]
 	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), live: true}
 	f.adj[out] = append(f.adj[out], g)
 	f.adj[in] = append(f.adj[in], g)
@@ -208,15 +211,18 @@ func (f *fabric) flush(l int32) {
 	f.lt[l] = f.now
 }
 
-func (h *service) push(m member) {
-	h.mem.push(m)
-	h.next = h.mem[0].key
+// push adds a member to group g.
+func (f *fabric) push(g int32, m member) {
+	f.mem[g].push(m)
+	f.serv[g].next = f.mem[g][0].key
 }
 
-func (h *service) pop() member {
-	top := h.mem.pop()
-	if len(h.mem) > 0 {
-		h.next = h.mem[0].key
+// pop takes group g's first member out.
+func (f *fabric) pop(g int32) member {
+	h := &f.mem[g]
+	top := h.pop()
+	if len(*h) > 0 {
+		f.serv[g].next = (*h)[0].key
 	}
 	return top
 }
