@@ -54,15 +54,14 @@ const (
 	evWake         // a process's compute is over
 )
 
-type event struct {
-	t    float64
-	seq  uint64
+// event is an engine event: key its time, tie its sequence number.
+type event = entry[evBody]
+
+type evBody struct {
 	id   int32
 	ver  uint32
 	kind uint8
 }
-
-func (a event) before(b event) bool { return keyThenTie(a.t, b.t, a.seq, b.seq) }
 
 // causes of a thread's time: a round-state index (>= 0), the program's
 // start, or the end of a predecessor process (causeProc - index).
@@ -104,7 +103,7 @@ type engine struct {
 	opts runOptions
 	now  float64
 	seq  uint64
-	ev   minHeap[event]
+	ev   minHeap[evBody]
 	gh   gheap // groups by their next completion
 	f    *fabric
 	ser  *series
@@ -268,7 +267,7 @@ func (e *engine) epsT() float64 { return 1e-12 * (1 + e.now) }
 
 func (e *engine) push(t float64, kind uint8, id int32, ver uint32) {
 	e.seq++
-	e.ev.push(event{t: t, seq: e.seq, id: id, ver: ver, kind: kind})
+	e.ev.push(event{key: t, tie: int64(e.seq), val: evBody{id: id, ver: ver, kind: kind}})
 }
 
 func (e *engine) seed(l int32) {
@@ -300,8 +299,8 @@ func (e *engine) run() error {
 			break
 		}
 		t0 := tg
-		if len(e.ev) > 0 && (!okg || e.ev[0].t < tg) {
-			t0 = e.ev[0].t
+		if len(e.ev) > 0 && (!okg || e.ev[0].key < tg) {
+			t0 = e.ev[0].key
 		}
 		e.now = math.Max(e.now, t0)
 		e.f.now = e.now
@@ -309,21 +308,21 @@ func (e *engine) run() error {
 		lim := t0 + e.epsT()
 		for {
 			g, tg, okg = e.gh.top()
-			if okg && tg <= lim && (len(e.ev) == 0 || tg <= e.ev[0].t) {
+			if okg && tg <= lim && (len(e.ev) == 0 || tg <= e.ev[0].key) {
 				e.gh.remove(g)
 				e.completeDue(g)
 				continue
 			}
-			if len(e.ev) == 0 || e.ev[0].t > lim {
+			if len(e.ev) == 0 || e.ev[0].key > lim {
 				break
 			}
 			ev := e.ev.pop()
-			switch ev.kind {
+			switch ev.val.kind {
 			case evStart:
-				e.begin(ev.id)
+				e.begin(ev.val.id)
 			case evWake:
 				e.wakes++
-				e.makeReady(ev.id)
+				e.makeReady(ev.val.id)
 			}
 		}
 	}
@@ -422,7 +421,7 @@ func (e *engine) begin(mi int32) {
 	g := e.f.groupFor(e.out[mi], e.in[mi], e.now)
 	e.advance(g)
 	gr, sv := &e.f.groups[g], &e.f.serv[g]
-	e.f.push(g, member{key: sv.served + float64(m.Bytes), out0: sv.servedOut, msg: mi})
+	e.f.push(g, member{key: sv.served + float64(m.Bytes), tie: int64(mi), val: sv.servedOut})
 	gr.m++
 	e.seed(gr.out)
 	e.seed(gr.in)
@@ -441,9 +440,10 @@ func (e *engine) completeDue(g int32) {
 		}
 		e.f.pop(g)
 		gr.m--
-		bytes := float64(e.p.msgs[top.msg].Bytes)
-		e.boundIn[top.msg] = sv.servedOut-top.out0 < bytes/2
-		e.finishMsg(top.msg)
+		bytes := float64(e.p.msgs[top.tie].Bytes)
+		mi := int32(top.tie)
+		e.boundIn[mi] = sv.servedOut-top.val < bytes/2
+		e.finishMsg(mi)
 		gr, sv = &e.f.groups[g], &e.f.serv[g]
 	}
 	e.seed(gr.out)

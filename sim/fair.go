@@ -35,9 +35,9 @@ type fabric struct {
 	ser   *series   // the links' series, or nil
 
 	groups []group
-	gpos   []groupPos        // [group]
-	serv   []service         // [group]
-	mem    []minHeap[member] // [group] its members, by (key, msg)
+	gpos   []groupPos         // [group]
+	serv   []service          // [group]
+	mem    []minHeap[float64] // [group] its members, by (key, msg)
 	free   []int32
 	index  map[uint64]int32
 
@@ -57,7 +57,7 @@ type fabric struct {
 	caplist []capEntry
 	chead   []int32  // [link] an outside link's first cap in caplist
 	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
-	heap    minHeap[lentry]
+	heap    minHeap[struct{}]
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
 	// whole connected component.
@@ -118,11 +118,9 @@ type service struct {
 	next      float64 // mem[g][0].key, kept here for the engine's reads
 }
 
-type member struct {
-	key  float64 // service at which the member completes
-	out0 float64 // servedOut when it joined
-	msg  int32
-}
+// member is a flow in its group's heap: key is the service at which it
+// completes, tie its message, val the group's servedOut when it joined.
+type member = entry[float64]
 
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
@@ -227,16 +225,10 @@ func (f *fabric) pop(g int32) member {
 	return top
 }
 
-func (a member) before(b member) bool { return keyThenTie(a.key, b.key, a.msg, b.msg) }
-
-// lentry is a link in the fabric's heap of links by key, ties by link id;
-// stale entries are skipped by the caller.
-type lentry struct {
-	key float64
-	l   int32
-}
-
-func (a lentry) before(b lentry) bool { return keyThenTie(a.key, b.key, a.l, b.l) }
+// lentry is a link in a fill's heap of links by key, ties by link id
+// (tie; an outside link that caps as -1-link); stale entries are skipped
+// by the caller.
+type lentry = entry[struct{}]
 
 const (
 	rateTol   = 1e-9  // a rate change below this (relative) does not grow the region
@@ -422,19 +414,19 @@ func (f *fabric) fill() {
 	// top instead of on every freeze.
 	for _, l := range f.region {
 		if x := &ls[l]; x.cnt > 0 {
-			f.heap.push(lentry{x.rem / x.cnt, l})
+			f.heap.push(lentry{key: x.rem / x.cnt, tie: int64(l)})
 		}
 	}
 	left := len(f.touched) // groups not yet frozen
 	level0 := 0.0
 	for left > 0 && len(f.heap) > 0 {
 		top := f.heap[0]
-		if top.l < 0 {
+		if top.tie < 0 {
 			f.heap.pop()
 			if top.key > level0 {
 				level0 = top.key
 			}
-			for c := f.chead[-1-top.l]; c >= 0; c = f.caplist[c].next {
+			for c := f.chead[-1-top.tie]; c >= 0; c = f.caplist[c].next {
 				if ce := f.caplist[c]; groups[ce.g].nr < 0 {
 					f.freeze(ce.g, top.key, ce.in)
 					left--
@@ -442,7 +434,7 @@ func (f *fabric) fill() {
 			}
 			continue
 		}
-		x := &ls[top.l]
+		x := &ls[top.tie]
 		if x.fixed || x.cnt == 0 {
 			f.heap.pop()
 			continue
@@ -457,7 +449,7 @@ func (f *fabric) fill() {
 			continue
 		}
 		f.heap.pop()
-		l := top.l
+		l := int32(top.tie)
 		if top.key > level0 {
 			level0 = top.key
 		}
@@ -478,7 +470,7 @@ func (f *fabric) addCap(o int32, lv float64, g int32, in bool) {
 	if f.cstamp[o] != f.gepoch {
 		f.cstamp[o] = f.gepoch
 		f.chead[o] = -1
-		f.heap.push(lentry{lv, -1 - o})
+		f.heap.push(lentry{key: lv, tie: int64(-1 - o)})
 	}
 	f.caplist = append(f.caplist, capEntry{g: g, next: f.chead[o], in: in})
 	f.chead[o] = int32(len(f.caplist) - 1)

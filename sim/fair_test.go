@@ -97,7 +97,7 @@ func TestFairSharesLikeTheOracle(t *testing.T) {
 				fl := flow{out: int32(rng.IntN(outs)), in: int32(outs + rng.IntN(ins)), id: nextID}
 				nextID++
 				g := f.groupFor(fl.out, fl.in, 0)
-				f.push(g, member{key: float64(fl.id), msg: fl.id})
+				f.push(g, member{key: float64(fl.id), tie: int64(fl.id)})
 				f.groups[g].m++
 				live = append(live, fl)
 				seeds = append(seeds, fl.out, fl.in)

@@ -54,7 +54,7 @@ func refFill(f *fabric) {
 	slices.SortStableFunc(caplist, func(a, b refCap) int { return cmp.Compare(a.level, b.level) })
 	for _, l := range f.region {
 		if x := &ls[l]; x.cnt > 0 {
-			f.heap.push(lentry{x.rem / x.cnt, l})
+			f.heap.push(lentry{key: x.rem / x.cnt, tie: int64(l)})
 		}
 	}
 	level0 := 0.0
@@ -62,7 +62,7 @@ func refFill(f *fabric) {
 	for {
 		for len(f.heap) > 0 {
 			top := f.heap[0]
-			x := &ls[top.l]
+			x := &ls[top.tie]
 			if x.fixed || x.cnt == 0 {
 				f.heap.pop()
 				continue
@@ -89,7 +89,7 @@ func refFill(f *fabric) {
 			continue
 		}
 		top := f.heap.pop()
-		l := top.l
+		l := int32(top.tie)
 		level0 = math.Max(level0, top.key)
 		x := &ls[l]
 		x.fixed = true
