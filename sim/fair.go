@@ -54,6 +54,7 @@ type fabric struct {
 	gepoch  uint32
 	region  []int32
 	touched []int32
+	changed []int32
 	caplist []capEntry
 	chead   []int32  // [link] an outside link's first cap in caplist
 	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
@@ -78,6 +79,7 @@ type fairStats struct {
 // epoch), and the fill's remaining capacity, unfrozen flows, saturation and new level.
 type linkScratch struct {
 	rem, cnt, newLvl float64
+	used             float64 // the frozen groups' total rate
 	stamp            uint32
 	fixed            bool
 }
@@ -277,7 +279,8 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 		}
 		f.fill()
 		n := len(f.region)
-		if growth >= f.growths || !f.grow() {
+		// a closed region has no outside links: grow only lists the changes
+		if !f.grow() || growth >= f.growths {
 			break
 		}
 		f.predict(n)
@@ -287,45 +290,32 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	if len(f.region) > f.stats.maxRegion {
 		f.stats.maxRegion = len(f.region)
 	}
-	// commit: the region's levels, and its sums rebuilt from every touched
-	// group
+	// commit: the region's levels and sums (each the total its fill froze),
+	// then the changed groups, in the touched order: the engine, and their
+	// outside links' sums
 	for _, l := range f.region {
 		f.level[l] = f.ls[l].newLvl
 		f.flush(l)
-		f.sum[l] = 0
+		f.sum[l] = f.ls[l].used
 	}
-	// the changed groups move their outside links' sums (and the engine)
-	// in the touched order, and every touched group adds its rate to its
-	// region links' sums in the same order
 	ep := f.epoch
-	changed := 0
-	for _, g := range f.touched {
+	for _, g := range f.changed {
 		gr := &f.groups[g]
-		if relChange(gr.rate, gr.nr, commitTol) || gr.nbIn != gr.boundIn {
-			changed++
-			nr, nbIn := gr.nr, gr.nbIn
-			d := float64(gr.m) * (nr - gr.rate)
-			if f.ls[gr.out].stamp != ep {
-				f.flush(gr.out)
-				f.sum[gr.out] += d
-			}
-			if f.ls[gr.in].stamp != ep {
-				f.flush(gr.in)
-				f.sum[gr.in] += d
-			}
-			change(g, nr, nbIn)
-			gr = &f.groups[g]
-			gr.rate, gr.boundIn = nr, nbIn
+		nr, nbIn := gr.nr, gr.nbIn
+		d := float64(gr.m) * (nr - gr.rate)
+		if f.ls[gr.out].stamp != ep {
+			f.flush(gr.out)
+			f.sum[gr.out] += d
 		}
-		r := float64(gr.m) * gr.rate
-		if f.ls[gr.out].stamp == ep {
-			f.sum[gr.out] += r
+		if f.ls[gr.in].stamp != ep {
+			f.flush(gr.in)
+			f.sum[gr.in] += d
 		}
-		if f.ls[gr.in].stamp == ep {
-			f.sum[gr.in] += r
-		}
+		change(g, nr, nbIn)
+		gr = &f.groups[g]
+		gr.rate, gr.boundIn = nr, nbIn
 	}
-	f.stats.rateChanges += int64(changed)
+	f.stats.rateChanges += int64(len(f.changed))
 }
 
 // predict adds the links a change of the region's levels reaches through
@@ -482,32 +472,49 @@ func (f *fabric) freeze(g int32, v float64, boundIn bool) {
 	gr := &f.groups[g]
 	gr.nr, gr.nbIn = v, boundIn
 	m := float64(gr.m)
+	r := v * m
 	ep := f.epoch
-	if x := &f.ls[gr.out]; x.stamp == ep && !x.fixed {
-		x.rem -= v * m
-		if x.cnt -= m; x.cnt < 0.5 {
-			x.cnt = 0
+	if x := &f.ls[gr.out]; x.stamp == ep {
+		x.used += r
+		if !x.fixed {
+			x.rem -= r
+			if x.cnt -= m; x.cnt < 0.5 {
+				x.cnt = 0
+			}
 		}
 	}
-	if x := &f.ls[gr.in]; x.stamp == ep && !x.fixed {
-		x.rem -= v * m
-		if x.cnt -= m; x.cnt < 0.5 {
-			x.cnt = 0
+	if x := &f.ls[gr.in]; x.stamp == ep {
+		x.used += r
+		if !x.fixed {
+			x.rem -= r
+			if x.cnt -= m; x.cnt < 0.5 {
+				x.cnt = 0
+			}
 		}
 	}
 }
 
 // grow adds the outside links whose conditions the new rates break, and
 // reports whether it added any: a saturated link whose flows' rates changed,
-// or an unsaturated one the new rates push over its capacity.
+// or an unsaturated one the new rates push over its capacity. It lists the
+// touched groups whose rate (beyond commitTol) or bound side the fill
+// changed in f.changed, for the commit.
 func (f *fabric) grow() bool {
 	inf := math.Inf(1)
 	f.add = f.add[:0]
 	f.unsat = f.unsat[:0]
+	f.changed = f.changed[:0]
 	f.depoch++
 	for _, g := range f.touched {
 		gr := &f.groups[g]
 		nr := gr.nr
+		if !relChange(gr.rate, nr, commitTol) {
+			if gr.nbIn != gr.boundIn {
+				f.changed = append(f.changed, g)
+			}
+			continue
+		}
+		f.changed = append(f.changed, g)
 		if !relChange(gr.rate, nr, rateTol) {
 			continue
 		}
