@@ -104,9 +104,13 @@ type engine struct {
 	now  float64
 	seq  uint64
 	ev   minHeap[evBody]
-	gh   gheap // groups by their next completion
-	f    *fabric
-	ser  *series
+	gh   gheap     // links by their bound groups' next completion (vtime.go)
+	lh   [][]gitem // [link] its bound groups by virtual key
+	// links whose first completion moved in this batch
+	ldirty []int32
+	lmark  []bool
+	f      *fabric
+	ser    *series
 
 	// per message
 	out, in  []int32 // links
@@ -126,7 +130,6 @@ type engine struct {
 	seeds []int32
 	sstmp []uint32
 	sep   uint32
-	dirty []int32
 	dep   uint32
 	// per tensor
 	tensorEnd   []float64
@@ -161,7 +164,7 @@ func newEngine(p *simProgram, c Cluster, pl rankPlacement, o runOptions) (*engin
 		out: make([]int32, nm), in: make([]int32, nm), sendRS: make([]int32, nm), recvRS: make([]int32, nm),
 		posted: make([]uint8, nm), lastSide: make([]uint8, nm), postAt: make([]float64, nm), mEnd: make([]float64, nm),
 		boundIn: make([]bool, nm), tensorEnd: make([]float64, len(p.tensor)), tensorBytes: make([]int64, len(p.tensor)),
-		sstmp: make([]uint32, nLinks), msgCount: make([]int32, nLinks)}
+		sstmp: make([]uint32, nLinks), msgCount: make([]int32, nLinks), lh: make([][]gitem, nLinks), lmark: make([]bool, nLinks)}
 	if c.MsgRate > 0 {
 		e.tat, e.rateWait = make([]float64, nLinks), map[int32]rateDelay{}
 	}
@@ -277,13 +280,6 @@ func (e *engine) seed(l int32) {
 	}
 }
 
-func (e *engine) markDirty(g int32) {
-	if gr := &e.f.groups[g]; !gr.dirty {
-		gr.dirty = true
-		e.dirty = append(e.dirty, g)
-	}
-}
-
 func (e *engine) run() error {
 	e.sep = 1
 	for i := range e.p.procs {
@@ -294,7 +290,7 @@ func (e *engine) run() error {
 	for {
 		e.drainReady()
 		e.settle()
-		g, tg, okg := e.gh.top()
+		_, tg, okg := e.gh.top()
 		if len(e.ev) == 0 && !okg {
 			break
 		}
@@ -307,10 +303,14 @@ func (e *engine) run() error {
 		e.batches++
 		lim := t0 + e.epsT()
 		for {
-			g, tg, okg = e.gh.top()
+			l, tg, okg := e.gh.top()
 			if okg && tg <= lim && (len(e.ev) == 0 || tg <= e.ev[0].key) {
-				e.gh.remove(g)
-				e.completeDue(g)
+				if !e.completeDue(e.lh[l][0].g) {
+					// nothing was due after all: the link waits for the
+					// batch's solve
+					e.gh.remove(l)
+					e.markLink(l)
+				}
 				continue
 			}
 			if len(e.ev) == 0 || e.ev[0].key > lim {
@@ -374,40 +374,26 @@ func (e *engine) drainReady() {
 func (e *engine) settle() {
 	if len(e.seeds) > 0 {
 		e.f.solve(e.seeds, func(g int32, rate float64, boundIn bool) {
-			e.advance(g)
-			e.markDirty(g)
+			gr := &e.f.groups[g]
+			b := gr.out
+			if boundIn {
+				b = gr.in
+			}
+			if e.f.gpos[g].bind != b {
+				e.rebind(g, b)
+			}
 		})
 		e.seeds = e.seeds[:0]
 		e.sep++
-	}
-	for _, g := range e.dirty {
-		gr := &e.f.groups[g]
-		gr.dirty = false
-		if gr.m == 0 { // dropped, or never joined
-			continue
-		}
-		sv := &e.f.serv[g]
-		rem := sv.next - sv.served
-		if rem < 0 {
-			rem = 0
-		}
-		e.gh.set(g, sv.tLast+rem/gr.rate)
-	}
-	e.dirty = e.dirty[:0]
-}
-
-// advance brings a group's service up to now at its current rate.
-func (e *engine) advance(g int32) {
-	gr, sv := &e.f.groups[g], &e.f.serv[g]
-	dt := e.now - sv.tLast
-	if dt > 0 && gr.m > 0 && gr.rate > 0 {
-		s := gr.rate * dt
-		sv.served += s
-		if !gr.boundIn {
-			sv.servedOut += s
+		for _, l := range e.f.region {
+			e.markLink(l)
 		}
 	}
-	sv.tLast = e.now
+	for _, l := range e.ldirty {
+		e.lmark[l] = false
+		e.relink(l)
+	}
+	e.ldirty = e.ldirty[:0]
 }
 
 // begin starts a message's flow (its latency has passed).
@@ -425,13 +411,18 @@ func (e *engine) begin(mi int32) {
 	gr.m++
 	e.seed(gr.out)
 	e.seed(gr.in)
-	e.markDirty(g)
+	if b := e.f.gpos[g].bind; b >= 0 {
+		e.lhSet(b, g, e.vkey(g))
+		e.markLink(b)
+	}
 }
 
-// completeDue completes the members of a group whose service is reached.
-func (e *engine) completeDue(g int32) {
+// completeDue completes the members of a group whose service is reached,
+// and reports whether any was.
+func (e *engine) completeDue(g int32) bool {
 	e.advance(g)
 	gr, sv := &e.f.groups[g], &e.f.serv[g]
+	m0 := gr.m
 	for gr.m > 0 {
 		top := e.f.mem[g][0]
 		tol := 1e-9*math.Max(top.key, 1) + gr.rate*2*e.epsT()
@@ -446,14 +437,19 @@ func (e *engine) completeDue(g int32) {
 		e.finishMsg(mi)
 		gr, sv = &e.f.groups[g], &e.f.serv[g]
 	}
+	done := gr.m < m0
 	e.seed(gr.out)
 	e.seed(gr.in)
+	b := e.f.gpos[g].bind
 	if gr.m == 0 {
-		e.gh.remove(g)
+		e.lhRemove(b, g)
+		e.f.gpos[g].bind = -1
 		e.f.drop(g)
-		return
+	} else {
+		e.lhSet(b, g, e.vkey(g))
 	}
-	e.markDirty(g)
+	e.relink(b)
+	return done
 }
 
 // finishMsg records a completed message and completes the rounds on both

@@ -31,8 +31,10 @@ type fabric struct {
 	adj   [][]int32 // active groups on each link
 	bytes []float64 // bytes each link has carried, up to lt
 	lt    []float64 // [link] when its sum last changed (its bytes' time)
-	now   float64   // the time of the current event (the engine's)
-	ser   *series   // the links' series, or nil
+	vt    []float64 // [link] virtual service at vtT (vtime.go)
+	vtT   []float64
+	now   float64 // the time of the current event (the engine's)
+	ser   *series // the links' series, or nil
 
 	groups []group
 	gpos   []groupPos         // [group]
@@ -100,23 +102,24 @@ type group struct {
 	m       int32
 	boundIn bool
 	nbIn    bool    // during a solve: whether its in link bounds its new rate
-	dirty   bool    // in the engine's list of groups to reschedule
 	rate    float64 // per member
 	nr      float64 // during a fill: its new rate (-1 until frozen)
 }
 
-// groupPos is where a group sits in adj[out] and adj[in].
+// groupPos is where a group sits in adj[out] and adj[in], the link it is
+// bound at in the engine's virtual time (-1 before its first solve), and
+// where it sits in that link's heap (-1: absent).
 type groupPos struct {
-	out, in int32
-	live    bool
+	out, in    int32
+	bind, lpos int32
 }
 
 // service is what a group's members have received (32 bytes: the
 // members themselves are in the fabric's mem).
 type service struct {
-	served    float64 // per-member service at tLast
+	served    float64 // per-member service when its bound link's vt was v0
 	servedOut float64 // the part of served while the out link bound the group
-	tLast     float64
+	v0        float64
 	next      float64 // mem[g][0].key, kept here for the engine's reads
 }
 
@@ -127,7 +130,7 @@ type member = entry[float64]
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
 	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
-		lt: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
+		lt: make([]float64, n), vt: make([]float64, n), vtT: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
 		chead: make([]int32, n), cstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
@@ -155,9 +158,9 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 		f.mem = append(f.mem, nil)
 	}
 	f.groups[g] = group{out: out, in: in}
-	f.serv[g] = service{tLast: t}
+	f.serv[g] = service{}
 	f.mem[g] = f.mem[g][:0]
-	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), live: true}
+	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), bind: -1, lpos: -1}
 	f.adj[out] = append(f.adj[out], g)
 	f.adj[in] = append(f.adj[in], g)
 	f.index[k] = g
@@ -173,7 +176,6 @@ func (f *fabric) drop(g int32) {
 	f.unlink(gr.out, gp.out)
 	f.unlink(gr.in, gp.in)
 	delete(f.index, pairKey(gr.out, gr.in))
-	gp.live = false
 	f.free = append(f.free, g)
 }
 
@@ -294,6 +296,7 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	// then the changed groups, in the touched order: the engine, and their
 	// outside links' sums
 	for _, l := range f.region {
+		f.tick(l)
 		f.level[l] = f.ls[l].newLvl
 		f.flush(l)
 		f.sum[l] = f.ls[l].used

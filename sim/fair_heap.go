@@ -1,22 +1,28 @@
 package sim
 
-// gheap is an indexed min-heap of groups by their next completion time
-// (ties by group id): one entry per group, moved in place when the time
-// changes, so rate changes leave no stale entries behind. Each entry holds
-// its time, so that a comparison reads the heap alone.
+// gheap is an indexed min-heap by time, ties by a tie value then id: one
+// entry per id, moved in place when the time changes, so that changes leave
+// no stale entries behind. The engine keeps links in one by their first
+// bound group's completion (ties by that group), and each link's groups in
+// one of its own by virtual key (vtime.go). Each entry holds its time, so
+// that a comparison reads the heap alone.
 type gheap struct {
 	items []gitem
-	pos   []int32 // [group] index in items, -1 when absent
+	pos   []int32 // [id] index in items, -1 when absent
 }
 
 type gitem struct {
-	at float64 // completion time
-	g  int32
+	at  float64 // completion time
+	tie int32   // ties first by tie, then by g
+	g   int32
 }
 
 func (a gitem) less(b gitem) bool {
 	if a.at != b.at {
 		return a.at < b.at
+	}
+	if a.tie != b.tie {
+		return a.tie < b.tie
 	}
 	return a.g < b.g
 }
@@ -59,15 +65,15 @@ func (h *gheap) down(i int) {
 	h.pos[x.g] = int32(i)
 }
 
-// set places group g at time t.
-func (h *gheap) set(g int32, t float64) {
+// set places entry g at time t, ties by tie.
+func (h *gheap) set(g int32, t float64, tie int32) {
 	for int(g) >= len(h.pos) {
 		h.pos = append(h.pos, -1)
 	}
 	if i := h.pos[g]; i >= 0 {
-		old := h.items[i].at
-		h.items[i].at = t
-		if t < old {
+		old := h.items[i]
+		h.items[i].at, h.items[i].tie = t, tie
+		if h.items[i].less(old) {
 			h.up(int(i))
 		} else {
 			h.down(int(i))
@@ -75,7 +81,7 @@ func (h *gheap) set(g int32, t float64) {
 		return
 	}
 	h.pos[g] = int32(len(h.items))
-	h.items = append(h.items, gitem{t, g})
+	h.items = append(h.items, gitem{t, tie, g})
 	h.up(len(h.items) - 1)
 }
 
