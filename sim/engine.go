@@ -374,12 +374,13 @@ func (e *engine) drainReady() {
 func (e *engine) settle() {
 	if len(e.seeds) > 0 {
 		e.f.solve(e.seeds, func(g int32, rate float64, boundIn bool) {
-			gr := &e.f.groups[g]
-			b := gr.out
-			if boundIn {
-				b = gr.in
-			}
-			if e.f.gpos[g].bind != b {
+			// a group moves when its bound side changes, or when it has
+			// none yet (rate 0: it never had a solve)
+			if gr := &e.f.groups[g]; boundIn != gr.boundIn || gr.rate == 0 {
+				b := gr.out
+				if boundIn {
+					b = gr.in
+				}
 				e.rebind(g, b)
 			}
 		})
