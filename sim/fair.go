@@ -476,23 +476,23 @@ func (f *fabric) freeze(g int32, v float64, boundIn bool) {
 	gr.nr, gr.nbIn = v, boundIn
 	m := float64(gr.m)
 	r := v * m
-	ep := f.epoch
-	if x := &f.ls[gr.out]; x.stamp == ep {
-		x.used += r
-		if !x.fixed {
-			x.rem -= r
-			if x.cnt -= m; x.cnt < 0.5 {
-				x.cnt = 0
-			}
-		}
+	f.take(gr.out, r, m)
+	f.take(gr.in, r, m)
+}
+
+// take adds rate r of m frozen flows to link l's total, and takes them off
+// its remaining capacity and unfrozen count while it is not saturated, if
+// l is in the region.
+func (f *fabric) take(l int32, r, m float64) {
+	x := &f.ls[l]
+	if x.stamp != f.epoch {
+		return
 	}
-	if x := &f.ls[gr.in]; x.stamp == ep {
-		x.used += r
-		if !x.fixed {
-			x.rem -= r
-			if x.cnt -= m; x.cnt < 0.5 {
-				x.cnt = 0
-			}
+	x.used += r
+	if !x.fixed {
+		x.rem -= r
+		if x.cnt -= m; x.cnt < 0.5 {
+			x.cnt = 0
 		}
 	}
 }

@@ -125,20 +125,19 @@ func (e *engine) lhRemove(l, g int32) {
 	}
 }
 
+// lhPut puts x at h[i] and records the place in its group.
+func (e *engine) lhPut(h []gitem, i int, x gitem) {
+	h[i] = x
+	e.f.gpos[x.g].lpos = int32(i)
+}
+
 func (e *engine) lhUp(l int32, i int) {
 	h := e.lh[l]
 	x := h[i]
-	for i > 0 {
-		p := (i - 1) / 2
-		if !x.less(h[p]) {
-			break
-		}
-		h[i] = h[p]
-		e.f.gpos[h[i].g].lpos = int32(i)
-		i = p
+	for ; i > 0 && x.less(h[(i-1)/2]); i = (i - 1) / 2 {
+		e.lhPut(h, i, h[(i-1)/2])
 	}
-	h[i] = x
-	e.f.gpos[x.g].lpos = int32(i)
+	e.lhPut(h, i, x)
 }
 
 func (e *engine) lhDown(l int32, i int) {
@@ -156,10 +155,8 @@ func (e *engine) lhDown(l int32, i int) {
 		if !h[c].less(x) {
 			break
 		}
-		h[i] = h[c]
-		e.f.gpos[h[i].g].lpos = int32(i)
+		e.lhPut(h, i, h[c])
 		i = c
 	}
-	h[i] = x
-	e.f.gpos[x.g].lpos = int32(i)
+	e.lhPut(h, i, x)
 }
