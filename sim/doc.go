@@ -35,7 +35,9 @@
 // the rates the rest of the fabric gives them, and the region grows only
 // where the new rates break a neighbour's conditions; flows on the same
 // pair of links are one group with one rate. A slow oracle (the obvious
-// progressive filling over every flow) checks it in the tests.
+// progressive filling over every flow) checks it in the tests. Completions
+// run on virtual time per link: the groups a link bounds all move at its
+// level, so a level change reschedules the link, not each of its groups.
 //
 // # The executor's rounds
 //

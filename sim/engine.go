@@ -54,15 +54,14 @@ const (
 	evWake         // a process's compute is over
 )
 
-type event struct {
-	t    float64
-	seq  uint64
+// event is an engine event: key its time, tie its sequence number.
+type event = entry[evBody]
+
+type evBody struct {
 	id   int32
 	ver  uint32
 	kind uint8
 }
-
-func (a event) before(b event) bool { return keyThenTie(a.t, b.t, a.seq, b.seq) }
 
 // causes of a thread's time: a round-state index (>= 0), the program's
 // start, or the end of a predecessor process (causeProc - index).
@@ -104,10 +103,14 @@ type engine struct {
 	opts runOptions
 	now  float64
 	seq  uint64
-	ev   minHeap[event]
-	gh   gheap // groups by their next completion
-	f    *fabric
-	ser  *series
+	ev   minHeap[evBody]
+	gh   gheap     // links by their bound groups' next completion (vtime.go)
+	lh   [][]gitem // [link] its bound groups by virtual key
+	// links whose first completion moved in this batch
+	ldirty []int32
+	lmark  []bool
+	f      *fabric
+	ser    *series
 
 	// per message
 	out, in  []int32 // links
@@ -127,8 +130,6 @@ type engine struct {
 	seeds []int32
 	sstmp []uint32
 	sep   uint32
-	dirty []int32
-	dstmp []uint32
 	dep   uint32
 	// per tensor
 	tensorEnd   []float64
@@ -163,7 +164,7 @@ func newEngine(p *simProgram, c Cluster, pl rankPlacement, o runOptions) (*engin
 		out: make([]int32, nm), in: make([]int32, nm), sendRS: make([]int32, nm), recvRS: make([]int32, nm),
 		posted: make([]uint8, nm), lastSide: make([]uint8, nm), postAt: make([]float64, nm), mEnd: make([]float64, nm),
 		boundIn: make([]bool, nm), tensorEnd: make([]float64, len(p.tensor)), tensorBytes: make([]int64, len(p.tensor)),
-		sstmp: make([]uint32, nLinks), msgCount: make([]int32, nLinks)}
+		sstmp: make([]uint32, nLinks), msgCount: make([]int32, nLinks), lh: make([][]gitem, nLinks), lmark: make([]bool, nLinks)}
 	if c.MsgRate > 0 {
 		e.tat, e.rateWait = make([]float64, nLinks), map[int32]rateDelay{}
 	}
@@ -260,6 +261,7 @@ func newEngine(p *simProgram, c Cluster, pl rankPlacement, o runOptions) (*engin
 			bins = 128
 		}
 		e.ser = newSeries(nLinks, bins)
+		e.f.ser = e.ser
 	}
 	return e, nil
 }
@@ -268,7 +270,7 @@ func (e *engine) epsT() float64 { return 1e-12 * (1 + e.now) }
 
 func (e *engine) push(t float64, kind uint8, id int32, ver uint32) {
 	e.seq++
-	e.ev.push(event{t: t, seq: e.seq, id: id, ver: ver, kind: kind})
+	e.ev.push(event{key: t, tie: int64(e.seq), val: evBody{id: id, ver: ver, kind: kind}})
 }
 
 func (e *engine) seed(l int32) {
@@ -278,18 +280,8 @@ func (e *engine) seed(l int32) {
 	}
 }
 
-func (e *engine) markDirty(g int32) {
-	for int(g) >= len(e.dstmp) {
-		e.dstmp = append(e.dstmp, 0)
-	}
-	if e.dstmp[g] != e.dep {
-		e.dstmp[g] = e.dep
-		e.dirty = append(e.dirty, g)
-	}
-}
-
 func (e *engine) run() error {
-	e.sep, e.dep = 1, 1
+	e.sep = 1
 	for i := range e.p.procs {
 		if e.p.procs[i].After < 0 {
 			e.makeReady(int32(i))
@@ -298,36 +290,44 @@ func (e *engine) run() error {
 	for {
 		e.drainReady()
 		e.settle()
-		g, tg, okg := e.gh.top()
+		_, tg, okg := e.gh.top()
 		if len(e.ev) == 0 && !okg {
 			break
 		}
 		t0 := tg
-		if len(e.ev) > 0 && (!okg || e.ev[0].t < tg) {
-			t0 = e.ev[0].t
+		if len(e.ev) > 0 && (!okg || e.ev[0].key < tg) {
+			t0 = e.ev[0].key
 		}
 		e.now = math.Max(e.now, t0)
+		e.f.now = e.now
 		e.batches++
 		lim := t0 + e.epsT()
 		for {
-			g, tg, okg = e.gh.top()
-			if okg && tg <= lim && (len(e.ev) == 0 || tg <= e.ev[0].t) {
-				e.gh.remove(g)
-				e.completeDue(g)
+			l, tg, okg := e.gh.top()
+			if okg && tg <= lim && (len(e.ev) == 0 || tg <= e.ev[0].key) {
+				if !e.completeDue(e.lh[l][0].g) {
+					// nothing was due after all: the link waits for the
+					// batch's solve
+					e.gh.remove(l)
+					e.markLink(l)
+				}
 				continue
 			}
-			if len(e.ev) == 0 || e.ev[0].t > lim {
+			if len(e.ev) == 0 || e.ev[0].key > lim {
 				break
 			}
 			ev := e.ev.pop()
-			switch ev.kind {
+			switch ev.val.kind {
 			case evStart:
-				e.begin(ev.id)
+				e.begin(ev.val.id)
 			case evWake:
 				e.wakes++
-				e.makeReady(ev.id)
+				e.makeReady(ev.val.id)
 			}
 		}
+	}
+	for l := range e.f.lt {
+		e.f.flush(int32(l))
 	}
 	for i := range e.ps {
 		if !e.ps[i].finished {
@@ -374,47 +374,27 @@ func (e *engine) drainReady() {
 func (e *engine) settle() {
 	if len(e.seeds) > 0 {
 		e.f.solve(e.seeds, func(g int32, rate float64, boundIn bool) {
-			e.advance(g)
-			e.markDirty(g)
+			// a group moves when its bound side changes, or when it has
+			// none yet (rate 0: it never had a solve)
+			if gr := &e.f.groups[g]; boundIn != gr.boundIn || gr.rate == 0 {
+				b := gr.out
+				if boundIn {
+					b = gr.in
+				}
+				e.rebind(g, b)
+			}
 		})
 		e.seeds = e.seeds[:0]
 		e.sep++
-	}
-	for _, g := range e.dirty {
-		gr := &e.f.groups[g]
-		if !gr.live || gr.m == 0 {
-			continue
-		}
-		sv := &e.f.serv[g]
-		rem := sv.next - sv.served
-		if rem < 0 {
-			rem = 0
-		}
-		e.gh.set(g, sv.tLast+rem/gr.rate)
-	}
-	e.dirty = e.dirty[:0]
-	e.dep++
-}
-
-// advance brings a group's service up to now at its current rate.
-func (e *engine) advance(g int32) {
-	gr, sv := &e.f.groups[g], &e.f.serv[g]
-	dt := e.now - sv.tLast
-	if dt > 0 && gr.m > 0 && gr.rate > 0 {
-		s := gr.rate * dt
-		sv.served += s
-		if !gr.boundIn {
-			sv.servedOut += s
-		}
-		b := s * float64(gr.m)
-		e.f.bytes[gr.out] += b
-		e.f.bytes[gr.in] += b
-		if e.ser != nil {
-			e.ser.add(gr.out, sv.tLast, e.now, b)
-			e.ser.add(gr.in, sv.tLast, e.now, b)
+		for _, l := range e.f.region {
+			e.markLink(l)
 		}
 	}
-	sv.tLast = e.now
+	for _, l := range e.ldirty {
+		e.lmark[l] = false
+		e.relink(l)
+	}
+	e.ldirty = e.ldirty[:0]
 }
 
 // begin starts a message's flow (its latency has passed).
@@ -428,38 +408,49 @@ func (e *engine) begin(mi int32) {
 	g := e.f.groupFor(e.out[mi], e.in[mi], e.now)
 	e.advance(g)
 	gr, sv := &e.f.groups[g], &e.f.serv[g]
-	sv.push(member{key: sv.served + float64(m.Bytes), out0: sv.servedOut, msg: mi})
+	e.f.push(g, member{key: sv.served + float64(m.Bytes), tie: int64(mi), val: sv.servedOut})
 	gr.m++
 	e.seed(gr.out)
 	e.seed(gr.in)
-	e.markDirty(g)
+	if b := e.f.gpos[g].bind; b >= 0 {
+		e.lhSet(b, g, e.vkey(g))
+		e.markLink(b)
+	}
 }
 
-// completeDue completes the members of a group whose service is reached.
-func (e *engine) completeDue(g int32) {
+// completeDue completes the members of a group whose service is reached,
+// and reports whether any was.
+func (e *engine) completeDue(g int32) bool {
 	e.advance(g)
 	gr, sv := &e.f.groups[g], &e.f.serv[g]
+	m0 := gr.m
 	for gr.m > 0 {
-		top := sv.mem[0]
+		top := e.f.mem[g][0]
 		tol := 1e-9*math.Max(top.key, 1) + gr.rate*2*e.epsT()
 		if top.key > sv.served+tol {
 			break
 		}
-		sv.pop()
+		e.f.pop(g)
 		gr.m--
-		bytes := float64(e.p.msgs[top.msg].Bytes)
-		e.boundIn[top.msg] = sv.servedOut-top.out0 < bytes/2
-		e.finishMsg(top.msg)
+		bytes := float64(e.p.msgs[top.tie].Bytes)
+		mi := int32(top.tie)
+		e.boundIn[mi] = sv.servedOut-top.val < bytes/2
+		e.finishMsg(mi)
 		gr, sv = &e.f.groups[g], &e.f.serv[g]
 	}
+	done := gr.m < m0
 	e.seed(gr.out)
 	e.seed(gr.in)
+	b := e.f.gpos[g].bind
 	if gr.m == 0 {
-		e.gh.remove(g)
+		e.lhRemove(b, g)
+		e.f.gpos[g].bind = -1
 		e.f.drop(g)
-		return
+	} else {
+		e.lhSet(b, g, e.vkey(g))
 	}
-	e.markDirty(g)
+	e.relink(b)
+	return done
 }
 
 // finishMsg records a completed message and completes the rounds on both

@@ -227,3 +227,50 @@ func TestRunIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestSeriesCarriesEachLinksBytes wants every link's bytes, and the sum of
+// its series' bins, to be the bytes of the messages that cross it (the
+// links account what they carried at each change of their sums).
+func TestSeriesCarriesEachLinksBytes(t *testing.T) {
+	topo := reshard.Topology{Domain: []int{0, 0, 1, 1, 2}}
+	b := handBuilder(t, 5, topo, 3e6)
+	for r := 0; r < 6; r++ {
+		for src := 0; src < 4; src++ {
+			b.Add(msg(src, (src+r+1)%5, int64(1e6+r*1000+src), src%2 == 0), 0)
+		}
+	}
+	p, err := programOf(b.Schedule(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := placeRanks(testCluster, topo, p.world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := newEngine(p, testCluster, pl, runOptions{Bins: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.run(); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float64, len(e.f.bytes))
+	for i := range p.msgs {
+		if e.out[i] >= 0 {
+			want[e.out[i]] += float64(p.msgs[i].Bytes)
+			want[e.in[i]] += float64(p.msgs[i].Bytes)
+		}
+	}
+	for l, w := range want {
+		if got := e.f.bytes[l]; math.Abs(got-w) > 1e-9*w {
+			t.Errorf("link %d carried %g bytes, its messages %g", l, got, w)
+		}
+		s := 0.0
+		for _, x := range e.ser.data[l*e.ser.n : (l+1)*e.ser.n] {
+			s += float64(x)
+		}
+		if math.Abs(s-w) > 1e-5*w {
+			t.Errorf("link %d's series holds %g bytes, its messages %g", l, s, w)
+		}
+	}
+}

@@ -29,18 +29,25 @@ type fabric struct {
 	level []float64
 	sum   []float64 // current total rate of each link
 	adj   [][]int32 // active groups on each link
-	bytes []float64 // bytes each link has carried
+	bytes []float64 // bytes each link has carried, up to lt
+	lt    []float64 // [link] when its sum last changed (its bytes' time)
+	vt    []float64 // [link] virtual service at vtT (vtime.go)
+	vtT   []float64
+	now   float64 // the time of the current event (the engine's)
+	ser   *series // the links' series, or nil
 
 	groups []group
-	serv   []service // [group]
+	gpos   []groupPos         // [group]
+	serv   []service          // [group]
+	mem    []minHeap[float64] // [group] its members, by (key, msg)
 	free   []int32
 	index  map[uint64]int32
 
-	// solve scratch: per link (ls) and per group (gs), each kept in one
-	// record so that a fill's visit to a link or a group reads one line
+	// solve scratch: per link (ls) and per group (group.nr, nbIn), each
+	// kept in one record so that a fill's visit to a link or a group reads
+	// one line
 	epoch   uint32
 	ls      []linkScratch
-	gs      []groupScratch
 	dsum    []float64
 	dstamp  []uint32
 	depoch  uint32
@@ -51,8 +58,9 @@ type fabric struct {
 	touched []int32
 	changed []int32
 	caplist []capEntry
-	heap    minHeap[lentry]
-	caps2   capSorter
+	chead   []int32  // [link] an outside link's first cap in caplist
+	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
+	heap    minHeap[struct{}]
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
 	// whole connected component.
@@ -73,56 +81,57 @@ type fairStats struct {
 // epoch), and the fill's remaining capacity, unfrozen flows, saturation and new level.
 type linkScratch struct {
 	rem, cnt, newLvl float64
+	used             float64 // the frozen groups' total rate
 	stamp            uint32
 	fixed            bool
 }
 
-// groupScratch is a group's state during a fill: its new rate (-1 until frozen),
-// whether its in link bounds it, and the fill that listed it (stamp == gepoch).
-type groupScratch struct {
-	nr    float64
-	stamp uint32
-	nbIn  bool
-}
-
+// capEntry is a touched group capped by an outside link, in that link's
+// list (next: the list's next entry in caplist, -1 at its end).
 type capEntry struct {
-	level float64
-	g     int32
-	in    bool // the cap is the group's in link
+	g, next int32
+	in      bool // the cap is the group's in link
 }
 
-// group is the flows on one pair of links: what the solver reads, kept
-// small so that a fill's walk over the groups stays in cache; the service
-// the engine keeps is in a service of the same index.
+// group is the flows on one pair of links: what the solver reads, 32
+// bytes so that a visit reads one cache line; where it sits in its links'
+// lists is in a groupPos of the same index, the service the engine keeps in
+// a service.
 type group struct {
 	out, in int32
-	posOut  int32 // index in adj[out]
-	posIn   int32 // index in adj[in]
 	m       int32
 	boundIn bool
-	live    bool
+	nbIn    bool    // during a solve: whether its in link bounds its new rate
 	rate    float64 // per member
+	nr      float64 // during a fill: its new rate (-1 until frozen)
 }
 
-// service is what a group's members have received.
+// groupPos is where a group sits in adj[out] and adj[in], the link it is
+// bound at in the engine's virtual time (-1 before its first solve), and
+// where it sits in that link's heap (-1: absent).
+type groupPos struct {
+	out, in    int32
+	bind, lpos int32
+}
+
+// service is what a group's members have received (32 bytes: the
+// members themselves are in the fabric's mem).
 type service struct {
-	served    float64 // per-member service at tLast
+	served    float64 // per-member service when its bound link's vt was v0
 	servedOut float64 // the part of served while the out link bound the group
-	tLast     float64
-	next      float64         // mem[0].key, kept beside the heap for the engine's reads
-	mem       minHeap[member] // by (key, msg)
+	v0        float64
+	next      float64 // mem[g][0].key, kept here for the engine's reads
 }
 
-type member struct {
-	key  float64 // service at which the member completes
-	out0 float64 // servedOut when it joined
-	msg  int32
-}
+// member is a flow in its group's heap: key is the service at which it
+// completes, tie its message, val the group's servedOut when it joined.
+type member = entry[float64]
 
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
 	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
-		index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n)}
+		lt: make([]float64, n), vt: make([]float64, n), vtT: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
+		chead: make([]int32, n), cstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
 	}
@@ -144,16 +153,15 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 	} else {
 		g = int32(len(f.groups))
 		f.groups = append(f.groups, group{})
+		f.gpos = append(f.gpos, groupPos{})
 		f.serv = append(f.serv, service{})
-		f.gs = append(f.gs, groupScratch{})
+		f.mem = append(f.mem, nil)
 	}
-	gr := &f.groups[g]
-	*gr = group{out: out, in: in, live: true}
-	sv := &f.serv[g]
-	*sv = service{tLast: t, mem: sv.mem[:0]}
-	gr.posOut = int32(len(f.adj[out]))
+	f.groups[g] = group{out: out, in: in}
+	f.serv[g] = service{}
+	f.mem[g] = f.mem[g][:0]
+	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), bind: -1, lpos: -1}
 	f.adj[out] = append(f.adj[out], g)
-	gr.posIn = int32(len(f.adj[in]))
 	f.adj[in] = append(f.adj[in], g)
 	f.index[k] = g
 	if live := len(f.groups) - len(f.free); live > f.stats.maxGroups {
@@ -164,11 +172,10 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 
 // drop removes an empty group from its links.
 func (f *fabric) drop(g int32) {
-	gr := &f.groups[g]
-	f.unlink(gr.out, gr.posOut)
-	f.unlink(gr.in, gr.posIn)
+	gr, gp := &f.groups[g], &f.gpos[g]
+	f.unlink(gr.out, gp.out)
+	f.unlink(gr.in, gp.in)
 	delete(f.index, pairKey(gr.out, gr.in))
-	gr.live = false
 	f.free = append(f.free, g)
 }
 
@@ -178,41 +185,54 @@ func (f *fabric) unlink(l int32, pos int32) {
 	if pos != last {
 		moved := a[last]
 		a[pos] = moved
-		if mg := &f.groups[moved]; mg.out == l {
-			mg.posOut = pos
+		if f.groups[moved].out == l {
+			f.gpos[moved].out = pos
 		} else {
-			mg.posIn = pos
+			f.gpos[moved].in = pos
 		}
 	}
 	f.adj[l] = a[:last]
 	if len(f.adj[l]) == 0 {
+		f.flush(l)
 		f.sum[l] = 0
 	}
 }
 
-func (h *service) push(m member) {
-	h.mem.push(m)
-	h.next = h.mem[0].key
+// flush adds what link l carried at its current sum since its last change
+// to its bytes and its series; it comes before every change of the sum.
+func (f *fabric) flush(l int32) {
+	if dt := f.now - f.lt[l]; dt > 0 {
+		if s := f.sum[l]; s > 0 {
+			b := s * dt
+			f.bytes[l] += b
+			if f.ser != nil {
+				f.ser.add(l, f.lt[l], f.now, b)
+			}
+		}
+	}
+	f.lt[l] = f.now
 }
 
-func (h *service) pop() member {
-	top := h.mem.pop()
-	if len(h.mem) > 0 {
-		h.next = h.mem[0].key
+// push adds a member to group g.
+func (f *fabric) push(g int32, m member) {
+	f.mem[g].push(m)
+	f.serv[g].next = f.mem[g][0].key
+}
+
+// pop takes group g's first member out.
+func (f *fabric) pop(g int32) member {
+	h := &f.mem[g]
+	top := h.pop()
+	if len(*h) > 0 {
+		f.serv[g].next = (*h)[0].key
 	}
 	return top
 }
 
-func (a member) before(b member) bool { return keyThenTie(a.key, b.key, a.msg, b.msg) }
-
-// lentry is a link in the fabric's heap of links by key, ties by link id;
-// stale entries are skipped by the caller.
-type lentry struct {
-	key float64
-	l   int32
-}
-
-func (a lentry) before(b lentry) bool { return keyThenTie(a.key, b.key, a.l, b.l) }
+// lentry is a link in a fill's heap of links by key, ties by link id
+// (tie; an outside link that caps as -1-link); stale entries are skipped
+// by the caller.
+type lentry = entry[struct{}]
 
 const (
 	rateTol   = 1e-9  // a rate change below this (relative) does not grow the region
@@ -253,45 +273,45 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 	for _, l := range seeds {
 		f.addRegion(l)
 	}
-	f.predict()
+	f.predict(0)
 	for growth := 0; ; growth++ {
 		if growth == f.growths {
 			f.closeRegion()
 			f.stats.closures++
 		}
 		f.fill()
-		if growth >= f.growths || !f.grow() {
+		n := len(f.region)
+		// a closed region has no outside links: grow only lists the changes
+		if !f.grow() || growth >= f.growths {
 			break
 		}
+		f.predict(n)
 		f.stats.expansionRun++
 	}
 	f.stats.regionLinks += int64(len(f.region))
 	if len(f.region) > f.stats.maxRegion {
 		f.stats.maxRegion = len(f.region)
 	}
-	// commit: the changed groups first (their outside links' sums and the
-	// engine), then the region's sums rebuilt from every touched group; a
-	// link is either in the region or outside it, so each link's sum adds
-	// in the touched order as before
+	// commit: the region's levels and sums (each the total its fill froze),
+	// then the changed groups, in the touched order: the engine, and their
+	// outside links' sums
 	for _, l := range f.region {
+		f.tick(l)
 		f.level[l] = f.ls[l].newLvl
-		f.sum[l] = 0
+		f.flush(l)
+		f.sum[l] = f.ls[l].used
 	}
-	f.changed = f.changed[:0]
-	for _, g := range f.touched {
-		gr, s := &f.groups[g], &f.gs[g]
-		if relChange(gr.rate, s.nr, commitTol) || s.nbIn != gr.boundIn {
-			f.changed = append(f.changed, g)
-		}
-	}
+	ep := f.epoch
 	for _, g := range f.changed {
-		gr, s := &f.groups[g], &f.gs[g]
-		nr, nbIn := s.nr, s.nbIn
+		gr := &f.groups[g]
+		nr, nbIn := gr.nr, gr.nbIn
 		d := float64(gr.m) * (nr - gr.rate)
-		if !f.inRegion(gr.out) {
+		if f.ls[gr.out].stamp != ep {
+			f.flush(gr.out)
 			f.sum[gr.out] += d
 		}
-		if !f.inRegion(gr.in) {
+		if f.ls[gr.in].stamp != ep {
+			f.flush(gr.in)
 			f.sum[gr.in] += d
 		}
 		change(g, nr, nbIn)
@@ -299,17 +319,6 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 		gr.rate, gr.boundIn = nr, nbIn
 	}
 	f.stats.rateChanges += int64(len(f.changed))
-	ep := f.epoch
-	for _, g := range f.touched {
-		gr := &f.groups[g]
-		r := float64(gr.m) * gr.rate
-		if f.ls[gr.out].stamp == ep {
-			f.sum[gr.out] += r
-		}
-		if f.ls[gr.in].stamp == ep {
-			f.sum[gr.in] += r
-		}
-	}
 }
 
 // predict adds the links a change of the region's levels reaches through
@@ -317,10 +326,11 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 // moves its own rate, and with it the level of its other link where that
 // link is saturated. Growing the region this way before the first fill
 // saves the fills that would find those links one at a time; grow still
-// finds what it misses (a group that changes bottleneck).
-func (f *fabric) predict() {
+// finds what it misses (a group that changes bottleneck). It starts at
+// region[from:], the links added since it last ran.
+func (f *fabric) predict(from int) {
 	inf := math.Inf(1)
-	for i := 0; i < len(f.region); i++ {
+	for i := from; i < len(f.region); i++ {
 		l := f.region[i]
 		for _, g := range f.adj[l] {
 			gr := &f.groups[g]
@@ -350,121 +360,137 @@ func (f *fabric) closeRegion() {
 // fill runs progressive filling over the region, flows that leave it capped
 // at their outside link's level; it sets nr and nbIn for every touched group
 // and newLvl for every region link.
+//
+// The heap holds the region's links and the outside links that cap a
+// touched group, the latter as -1-link (ahead of a region link of the same
+// level) with their exact level: when one comes out, every unfrozen group
+// it caps freezes at once, at its level, so the caps need no sort.
 func (f *fabric) fill() {
 	f.gepoch++
 	f.touched = f.touched[:0]
 	f.caplist = f.caplist[:0]
 	f.heap = f.heap[:0]
 	inf := math.Inf(1)
-	ep, gep := f.epoch, f.gepoch
-	ls, gs, groups, level := f.ls, f.gs, f.groups, f.level
+	ep := f.epoch
+	ls, groups, level := f.ls, f.groups, f.level
 	for _, l := range f.region {
 		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf, stamp: ep}
 	}
 	for _, l := range f.region {
+		// a group whose links are both in the region is listed from its
+		// out link
 		for _, g := range f.adj[l] {
-			s := &gs[g]
-			if s.stamp == gep {
+			gr := &groups[g]
+			lo, li := &ls[gr.out], &ls[gr.in]
+			outIn, inIn := lo.stamp == ep, li.stamp == ep
+			if outIn && gr.in == l {
 				continue
 			}
-			s.stamp, s.nr = gep, -1
+			gr.nr = -1
 			f.touched = append(f.touched, g)
-			gr := &groups[g]
 			m := float64(gr.m)
-			if lo := &ls[gr.out]; lo.stamp == ep {
+			if outIn {
 				lo.cnt += m
 			} else if lv := level[gr.out]; lv < inf {
-				f.caplist = append(f.caplist, capEntry{lv, g, false})
+				f.addCap(gr.out, lv, g, false)
 			}
-			if li := &ls[gr.in]; li.stamp == ep {
+			if inIn {
 				li.cnt += m
 			} else if lv := level[gr.in]; lv < inf {
-				f.caplist = append(f.caplist, capEntry{lv, g, true})
+				f.addCap(gr.in, lv, g, true)
 			}
 		}
 	}
-	f.caplist = f.caps2.sort(f.caplist)
-	caplist := f.caplist
-	// The heap holds a lower bound of each link's fair level: freezing a
+	// A region link's key is a lower bound of its fair level: freezing a
 	// flow at a rate no higher than the link's level only raises the level
 	// (rem-v*m)/(cnt-m), so a stale entry is refreshed when it reaches the
 	// top instead of on every freeze.
 	for _, l := range f.region {
 		if x := &ls[l]; x.cnt > 0 {
-			f.heap.push(lentry{x.rem / x.cnt, l})
+			f.heap.push(lentry{key: x.rem / x.cnt, tie: int64(l)})
 		}
 	}
+	left := len(f.touched) // groups not yet frozen
 	level0 := 0.0
-	ci := 0
-	for {
-		// the next link to saturate, with its true level
-		for len(f.heap) > 0 {
-			top := f.heap[0]
-			x := &ls[top.l]
-			if x.fixed || x.cnt == 0 {
-				f.heap.pop()
-				continue
+	for left > 0 && len(f.heap) > 0 {
+		top := f.heap[0]
+		if top.tie < 0 {
+			f.heap.pop()
+			if top.key > level0 {
+				level0 = top.key
 			}
-			k := x.rem / x.cnt
-			if k < level0 {
-				k = level0
+			for c := f.chead[-1-top.tie]; c >= 0; c = f.caplist[c].next {
+				if ce := f.caplist[c]; groups[ce.g].nr < 0 {
+					f.freeze(ce.g, top.key, ce.in)
+					left--
+				}
 			}
-			if k > top.key {
-				f.heap[0].key = k
-				heapDown(f.heap, 0) // the top's key grew
-				continue
-			}
-			break
-		}
-		for ci < len(caplist) && gs[caplist[ci].g].nr >= 0 {
-			ci++
-		}
-		// every touched group keeps an unfixed region link until it is
-		// frozen: an empty heap leaves none to freeze
-		if len(f.heap) == 0 {
-			break
-		}
-		if ci < len(caplist) && caplist[ci].level <= f.heap[0].key {
-			c := caplist[ci]
-			ci++
-			if c.level > level0 {
-				level0 = c.level
-			}
-			f.freeze(c.g, c.level, c.in)
 			continue
 		}
-		top := f.heap.pop()
-		l := top.l
+		x := &ls[top.tie]
+		if x.fixed || x.cnt == 0 {
+			f.heap.pop()
+			continue
+		}
+		k := x.rem / x.cnt
+		if k < level0 {
+			k = level0
+		}
+		if k > top.key {
+			f.heap[0].key = k
+			heapDown(f.heap, 0) // the top's key grew
+			continue
+		}
+		f.heap.pop()
+		l := int32(top.tie)
 		if top.key > level0 {
 			level0 = top.key
 		}
-		x := &ls[l]
 		x.fixed = true
 		x.newLvl = top.key
 		for _, g := range f.adj[l] {
-			if gs[g].nr < 0 {
+			if groups[g].nr < 0 {
 				f.freeze(g, top.key, groups[g].in == l)
+				left--
 			}
 		}
 	}
 }
 
+// addCap lists touched group g as capped by outside link o at level lv,
+// putting o in the fill's heap the first time.
+func (f *fabric) addCap(o int32, lv float64, g int32, in bool) {
+	if f.cstamp[o] != f.gepoch {
+		f.cstamp[o] = f.gepoch
+		f.chead[o] = -1
+		f.heap.push(lentry{key: lv, tie: int64(-1 - o)})
+	}
+	f.caplist = append(f.caplist, capEntry{g: g, next: f.chead[o], in: in})
+	f.chead[o] = int32(len(f.caplist) - 1)
+}
+
 // freeze fixes group g's rate at v, bound by its in link or its out link,
 // and takes its flows off the unfrozen counts of its region links.
 func (f *fabric) freeze(g int32, v float64, boundIn bool) {
-	s := &f.gs[g]
-	s.nr, s.nbIn = v, boundIn
 	gr := &f.groups[g]
+	gr.nr, gr.nbIn = v, boundIn
 	m := float64(gr.m)
-	ep := f.epoch
-	if x := &f.ls[gr.out]; x.stamp == ep && !x.fixed {
-		x.rem -= v * m
-		if x.cnt -= m; x.cnt < 0.5 {
-			x.cnt = 0
-		}
+	r := v * m
+	f.take(gr.out, r, m)
+	f.take(gr.in, r, m)
+}
+
+// take adds rate r of m frozen flows to link l's total, and takes them off
+// its remaining capacity and unfrozen count while it is not saturated, if
+// l is in the region.
+func (f *fabric) take(l int32, r, m float64) {
+	x := &f.ls[l]
+	if x.stamp != f.epoch {
+		return
 	}
-	if x := &f.ls[gr.in]; x.stamp == ep && !x.fixed {
-		x.rem -= v * m
+	x.used += r
+	if !x.fixed {
+		x.rem -= r
 		if x.cnt -= m; x.cnt < 0.5 {
 			x.cnt = 0
 		}
@@ -473,15 +499,25 @@ func (f *fabric) freeze(g int32, v float64, boundIn bool) {
 
 // grow adds the outside links whose conditions the new rates break, and
 // reports whether it added any: a saturated link whose flows' rates changed,
-// or an unsaturated one the new rates push over its capacity.
+// or an unsaturated one the new rates push over its capacity. It lists the
+// touched groups whose rate (beyond commitTol) or bound side the fill
+// changed in f.changed, for the commit.
 func (f *fabric) grow() bool {
 	inf := math.Inf(1)
 	f.add = f.add[:0]
 	f.unsat = f.unsat[:0]
+	f.changed = f.changed[:0]
 	f.depoch++
 	for _, g := range f.touched {
 		gr := &f.groups[g]
-		nr := f.gs[g].nr
+		nr := gr.nr
+		if !relChange(gr.rate, nr, commitTol) {
+			if gr.nbIn != gr.boundIn {
+				f.changed = append(f.changed, g)
+			}
+			continue
+		}
+		f.changed = append(f.changed, g)
 		if !relChange(gr.rate, nr, rateTol) {
 			continue
 		}

@@ -1,77 +1,87 @@
 package sim
 
-// gheap is an indexed min-heap of groups by their next completion time
-// (ties by group id): one entry per group, moved in place when the time
-// changes, so rate changes leave no stale entries behind.
+// gheap is an indexed min-heap by time, ties by a tie value then id: one
+// entry per id, moved in place when the time changes, so that changes leave
+// no stale entries behind. The engine keeps links in one by their first
+// bound group's completion (ties by that group), and each link's groups in
+// one of its own by virtual key (vtime.go). Each entry holds its time, so
+// that a comparison reads the heap alone.
 type gheap struct {
-	items []int32   // group ids
-	pos   []int32   // [group] index in items, -1 when absent
-	at    []float64 // [group] completion time
+	items []gitem
+	pos   []int32 // [id] index in items, -1 when absent
 }
 
-func (h *gheap) less(i, j int) bool {
-	a, b := h.items[i], h.items[j]
-	if h.at[a] != h.at[b] {
-		return h.at[a] < h.at[b]
+type gitem struct {
+	at  float64 // completion time
+	tie int32   // ties first by tie, then by g
+	g   int32
+}
+
+func (a gitem) less(b gitem) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return a < b
-}
-
-func (h *gheap) swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.pos[h.items[i]] = int32(i)
-	h.pos[h.items[j]] = int32(j)
+	if a.tie != b.tie {
+		return a.tie < b.tie
+	}
+	return a.g < b.g
 }
 
 func (h *gheap) up(i int) {
+	x := h.items[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
+		if !x.less(h.items[p]) {
+			break
 		}
-		h.swap(i, p)
+		h.items[i] = h.items[p]
+		h.pos[h.items[i].g] = int32(i)
 		i = p
 	}
+	h.items[i] = x
+	h.pos[x.g] = int32(i)
 }
 
 func (h *gheap) down(i int) {
 	n := len(h.items)
+	x := h.items[i]
 	for {
 		l := 2*i + 1
 		if l >= n {
-			return
+			break
 		}
 		c := l
-		if r := l + 1; r < n && h.less(r, l) {
+		if r := l + 1; r < n && h.items[r].less(h.items[l]) {
 			c = r
 		}
-		if !h.less(c, i) {
-			return
+		if !h.items[c].less(x) {
+			break
 		}
-		h.swap(i, c)
+		h.items[i] = h.items[c]
+		h.pos[h.items[i].g] = int32(i)
 		i = c
 	}
+	h.items[i] = x
+	h.pos[x.g] = int32(i)
 }
 
-// set places group g at time t.
-func (h *gheap) set(g int32, t float64) {
+// set places entry g at time t, ties by tie.
+func (h *gheap) set(g int32, t float64, tie int32) {
 	for int(g) >= len(h.pos) {
 		h.pos = append(h.pos, -1)
-		h.at = append(h.at, 0)
 	}
 	if i := h.pos[g]; i >= 0 {
-		old := h.at[g]
-		h.at[g] = t
-		if t < old {
+		old := h.items[i]
+		h.items[i].at, h.items[i].tie = t, tie
+		if h.items[i].less(old) {
 			h.up(int(i))
 		} else {
 			h.down(int(i))
 		}
 		return
 	}
-	h.at[g] = t
 	h.pos[g] = int32(len(h.items))
-	h.items = append(h.items, g)
+	h.items = append(h.items, gitem{t, tie, g})
 	h.up(len(h.items) - 1)
 }
 
@@ -82,11 +92,12 @@ func (h *gheap) remove(g int32) {
 	}
 	i := int(h.pos[g])
 	last := len(h.items) - 1
+	h.pos[g] = -1
 	if i != last {
-		h.swap(i, last)
+		h.items[i] = h.items[last]
+		h.pos[h.items[i].g] = int32(i)
 	}
 	h.items = h.items[:last]
-	h.pos[g] = -1
 	if i != last {
 		h.down(i)
 		h.up(i)
@@ -98,6 +109,5 @@ func (h *gheap) top() (int32, float64, bool) {
 	if len(h.items) == 0 {
 		return 0, 0, false
 	}
-	g := h.items[0]
-	return g, h.at[g], true
+	return h.items[0].g, h.items[0].at, true
 }

@@ -97,7 +97,7 @@ func TestFairSharesLikeTheOracle(t *testing.T) {
 				fl := flow{out: int32(rng.IntN(outs)), in: int32(outs + rng.IntN(ins)), id: nextID}
 				nextID++
 				g := f.groupFor(fl.out, fl.in, 0)
-				f.serv[g].push(member{key: float64(fl.id), msg: fl.id})
+				f.push(g, member{key: float64(fl.id), tie: int64(fl.id)})
 				f.groups[g].m++
 				live = append(live, fl)
 				seeds = append(seeds, fl.out, fl.in)
@@ -108,8 +108,7 @@ func TestFairSharesLikeTheOracle(t *testing.T) {
 				g := f.index[pairKey(fl.out, fl.in)]
 				gr := &f.groups[g]
 				gr.m--
-				sv := &f.serv[g]
-				sv.mem = sv.mem[:len(sv.mem)-1]
+				f.mem[g] = f.mem[g][:len(f.mem[g])-1]
 				if gr.m == 0 {
 					f.drop(g)
 				}
@@ -148,7 +147,7 @@ func TestFairSimpleShares(t *testing.T) {
 	f := newFabric([]float64{10, 4, 9})
 	add := func(out, in int32) {
 		g := f.groupFor(out, in, 0)
-		f.serv[g].push(member{key: 1})
+		f.push(g, member{key: 1})
 		f.groups[g].m++
 		f.solve([]int32{out, in}, func(int32, float64, bool) {})
 	}

@@ -1,19 +1,32 @@
 package sim
 
-// before is the order of a min-heap's entries: a.before(b) when a comes
-// out first. The engine's events, a group's members and the fabric's links
-// are each kept in a minHeap under their own before.
-type before[T any] interface{ before(T) bool }
+// entry is a min-heap's entry: the heaps order by key, ties by tie (the
+// engine's events by time then sequence, a group's members by service then
+// message, a fill's links by level then link), and each entry carries its
+// own val. The order reads the two fields directly, so that the sift loops
+// compare inline rather than through a method of the type parameter.
+type entry[V any] struct {
+	key float64
+	tie int64
+	val V
+}
+
+func before[V any](a, b *entry[V]) bool {
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	return a.tie < b.tie
+}
 
 // minHeap is a binary min-heap: h[0] comes before every other entry.
-type minHeap[T before[T]] []T
+type minHeap[V any] []entry[V]
 
-func (h *minHeap[T]) push(x T) {
+func (h *minHeap[V]) push(x entry[V]) {
 	*h = append(*h, x)
 	heapUp(*h, len(*h)-1)
 }
 
-func (h *minHeap[T]) pop() T {
+func (h *minHeap[V]) pop() entry[V] {
 	s := *h
 	top := s[0]
 	n := len(s) - 1
@@ -25,43 +38,40 @@ func (h *minHeap[T]) pop() T {
 }
 
 // heapUp moves s[i] up until its parent comes before it.
-func heapUp[T before[T]](s []T, i int) {
+func heapUp[V any](s []entry[V], i int) {
+	x := s[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !s[i].before(s[p]) {
+		if !before(&x, &s[p]) {
 			break
 		}
-		s[i], s[p] = s[p], s[i]
+		s[i] = s[p]
 		i = p
 	}
+	s[i] = x
 }
 
 // heapDown moves s[i] down until it comes before both its children.
-func heapDown[T before[T]](s []T, i int) {
+func heapDown[V any](s []entry[V], i int) {
 	n := len(s)
+	if i >= n {
+		return
+	}
+	x := s[i]
 	for {
 		l := 2*i + 1
 		if l >= n {
-			return
+			break
 		}
 		c := l
-		if r := l + 1; r < n && s[r].before(s[l]) {
+		if r := l + 1; r < n && before(&s[r], &s[l]) {
 			c = r
 		}
-		if !s[c].before(s[i]) {
-			return
+		if !before(&s[c], &x) {
+			break
 		}
-		s[i], s[c] = s[c], s[i]
+		s[i] = s[c]
 		i = c
 	}
-}
-
-// keyThenTie orders by key, ties by id: the order of all three heaps
-// (events by time then sequence, members by key then message, links by key
-// then link).
-func keyThenTie[I int32 | uint64](ka, kb float64, ia, ib I) bool {
-	if ka != kb {
-		return ka < kb
-	}
-	return ia < ib
+	s[i] = x
 }

@@ -23,7 +23,8 @@ import (
 // (-benchtime 1x) and reports the messages, the flow events (arrivals and
 // completions), the cost per flow event, the time to plan and schedule
 // (build) and to simulate, the live heap after building the program, the
-// process's peak resident memory so far, and the simulated time. Ranks:
+// process's peak resident memory so far, the simulated time, the route's
+// bound (RouteResult.Bound) and the ratio of the two. Ranks:
 // M2N_SCALE_RANKS (default 256,512,1024,2048,4096); routes: hier and flat.
 func BenchmarkScale(b *testing.B) {
 	ranks := []int{256, 512, 1024, 2048, 4096}
@@ -118,6 +119,8 @@ func scaleOnce(b *testing.B, m *model.Model, c Cluster, n int, route string) {
 	b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
 	b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB")
 	b.ReportMetric(rr.Result.Seconds, "simulated-s")
+	b.ReportMetric(rr.Bound.Seconds, "bound-s")
+	b.ReportMetric(rr.Ratio(), "sim/bound")
 	b.ReportMetric(float64(st.Growths+st.Solves)/float64(st.Solves), "fills/solve")
 	b.ReportMetric(st.MeanRegion, "region-links")
 }
