@@ -59,11 +59,17 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 		return qs, make([][]item, len(qs)), nil
 	}
 	bytesOf := func(it item) int64 { return it.sub.Elems() * chains[it.chain].elem }
+	leaderOf := func(it item) int { return chains[it.chain].hops[0].leader }
+	// a source's candidates by entry leader: each leader's untaken
+	// candidates (indices into taken, ascending), so that a pick looks at
+	// each leader's last one rather than at every candidate
 	type cand struct {
-		from  int    // the first candidate item
-		taken []bool // per candidate, from on
-		sum   int64
-		done  bool
+		from    int    // the first candidate item
+		taken   []bool // per candidate, from on
+		leaders []int  // the candidates' entry leaders, first seen first
+		untaken [][]int
+		sum     int64
+		done    bool
 	}
 	cs := make([]cand, len(qs))
 	for si, q := range qs {
@@ -72,7 +78,20 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 			sum += bytesOf(q[k-1])
 			k--
 		}
-		cs[si] = cand{from: k, taken: make([]bool, len(q)-k), done: len(q) == 0}
+		c := cand{from: k, taken: make([]bool, len(q)-k), done: len(q) == 0}
+		at := map[int]int{}
+		for j, it := range q[k:] {
+			l := leaderOf(it)
+			i, ok := at[l]
+			if !ok {
+				i = len(c.leaders)
+				at[l] = i
+				c.leaders = append(c.leaders, l)
+				c.untaken = append(c.untaken, nil)
+			}
+			c.untaken[i] = append(c.untaken[i], j)
+		}
+		cs[si] = c
 	}
 	load := map[int]int64{} // tapered bytes per entry leader
 	for left := true; left; {
@@ -82,14 +101,17 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 			if c.done {
 				continue
 			}
-			best := -1
-			for j := len(c.taken) - 1; j >= 0; j-- {
-				if c.taken[j] {
+			// the candidate whose leader has the fewest tapered bytes, ties
+			// to the later candidate: each leader's last untaken one
+			best, bi := -1, -1
+			for i, l := range c.leaders {
+				u := c.untaken[i]
+				if len(u) == 0 {
 					continue
 				}
-				it := q[c.from+j]
-				if best < 0 || load[chains[it.chain].hops[0].leader] < load[chains[q[c.from+best].chain].hops[0].leader] {
-					best = j
+				j := u[len(u)-1]
+				if best < 0 || load[l] < load[c.leaders[bi]] || (load[l] == load[c.leaders[bi]] && j > best) {
+					best, bi = j, i
 				}
 			}
 			if best < 0 || (c.sum > 0 && c.sum+bytesOf(q[c.from+best]) > t.bytes) {
@@ -98,8 +120,9 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 			}
 			it := q[c.from+best]
 			c.taken[best] = true
+			c.untaken[bi] = c.untaken[bi][:len(c.untaken[bi])-1]
 			c.sum += bytesOf(it)
-			load[chains[it.chain].hops[0].leader] += bytesOf(it)
+			load[leaderOf(it)] += bytesOf(it)
 			left = true
 		}
 	}
