@@ -133,9 +133,15 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	}
 	spreadSources(chains)
 	if budget {
-		recv := receiveBudget(plans, opts)
+		srcs, dsts := endpoints(plans)
+		recv := receiveBudget(len(srcs), len(dsts), opts)
 		if err := b.SetBudgets(recv, localBudget(chains, recv, opts.RoundBytes())); err != nil {
 			return err
+		}
+		if recv < opts.RoundBytes() {
+			if err := b.SetNetSendBudget(forwarders(srcs, dsts), recv); err != nil {
+				return err
+			}
 		}
 	}
 	// a chunk is at most half of what a round may receive (receiveBudget),
@@ -208,16 +214,29 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 }
 
 // receiveBudget is the network receive budget of a round (see
-// reshard.Builder.SetBudgets): with S ranks sending and D > S
-// receiving, the round budget times S/D, so that every round spreads the
-// senders' full rounds evenly over the receivers: calls that run at once
-// into the same receivers (a model's pipeline stages, S sources each,
-// together as many as the receivers) then bring each receiver at most
-// about one round budget per round between them, where each call could
-// bring a full one and the receiver's NIC would bind the round. With
-// S >= D, the round budget. Chunks are cut to the budget (AddTensors).
-func receiveBudget(plans []*reshard.Plan, opts reshard.ScheduleOptions) int64 {
-	srcs, dsts := map[int]bool{}, map[int]bool{}
+// reshard.Builder.SetBudgets): with srcs ranks sending and dsts > srcs
+// receiving, the round budget times srcs/dsts, so that every round
+// spreads the senders' full rounds evenly over the receivers: calls that
+// run at once into the same receivers (a model's pipeline stages, srcs
+// sources each, together as many as the receivers) then bring each
+// receiver at most about one round budget per round between them, where
+// each call could bring a full one and the receiver's NIC would bind the
+// round. With srcs >= dsts, the round budget. Chunks are cut to the
+// budget (AddTensors), and the receivers forward under it too
+// (forwarders).
+func receiveBudget(srcs, dsts int, opts reshard.ScheduleOptions) int64 {
+	round := opts.RoundBytes()
+	if srcs == 0 || srcs >= dsts {
+		return round
+	}
+	n := round / int64(dsts) * int64(srcs) // < round: no overflow
+	return max(n, 1)
+}
+
+// endpoints returns the ranks that send and the ranks that receive
+// (another rank's bytes) in the plans.
+func endpoints(plans []*reshard.Plan) (srcs, dsts map[int]bool) {
+	srcs, dsts = map[int]bool{}, map[int]bool{}
 	for _, p := range plans {
 		for i := 0; i < p.Len(); i++ {
 			t := p.Transfer(i)
@@ -226,12 +245,28 @@ func receiveBudget(plans []*reshard.Plan, opts reshard.ScheduleOptions) int64 {
 			}
 		}
 	}
-	round := opts.RoundBytes()
-	if len(srcs) == 0 || len(srcs) >= len(dsts) {
-		return round
+	return srcs, dsts
+}
+
+// forwarders returns, in rank order, the ranks that receive and send no
+// bytes of their own (dsts not in srcs): what they send over the network
+// is what they forward, leader to leader, and they send it under the
+// network receive budget (reshard.Builder.SetNetSendBudget). Their NICs
+// out are shared by the calls that run at once as their NICs in are: with
+// the round budget, every pipeline stage's leaders forwarded a full round
+// budget in the same early rounds (chains through more domains go first),
+// 16 stages' forwards met on the generator's NICs out, and those rounds
+// took twice the others (NeMo-RL's DeepSeek-V3 on HGX: 175.6 ms, 148.3 ms
+// with this budget; issue 25).
+func forwarders(srcs, dsts map[int]bool) []int {
+	var out []int
+	for r := range dsts {
+		if !srcs[r] {
+			out = append(out, r)
+		}
 	}
-	n := round / int64(len(dsts)) * int64(len(srcs)) // < round: no overflow
-	return max(n, 1)
+	slices.Sort(out)
+	return out
 }
 
 // chain is the path of one piece of one contribution: from its source owner
