@@ -1,5 +1,7 @@
 package hier
 
+import "github.com/m2n-dev/m2n/reshard"
+
 // localBudget is the local fabric's per-round budget for a schedule of
 // these chains (reshard.Builder.SetBudgets): a leader forwards every
 // chunk it receives to the other replicas of its domain, so in a round in
@@ -43,4 +45,42 @@ func localBudget(chains []chain, net, round int64) int64 {
 	}
 	b := int64(most * float64(net))
 	return max(b, round)
+}
+
+// paceBudget is the network send budget of the sources (ranks that send
+// their own bytes) for these chains: where the receivers need more rounds
+// than the sources (the busiest receiver's network bytes over the network
+// receive budget, recv, against the busiest source's over the round
+// budget), the busiest source's bytes spread evenly over the receivers'
+// rounds, so that no source fills a round the receivers' pace leaves
+// part empty: a round lasts as long as its fullest link, and sources at a
+// full round budget made the rounds a seventh longer than the receivers
+// needed (NeMo-RL's DeepSeek-V3 on HGX, issue 25). Otherwise the round
+// budget. Never below a chunk.
+func paceBudget(chains []chain, topo reshard.Topology, recv, round, chunk int64) int64 {
+	sent, got := map[int]int64{}, map[int]int64{}
+	for i := range chains {
+		c := &chains[i]
+		n := c.box.Elems() * c.elem
+		for hi, h := range c.hops {
+			if hi > 0 || topo.Class(c.src, h.leader) == reshard.LinkNetwork {
+				got[h.leader] += n // every later hop is another domain's
+			}
+		}
+		if topo.Class(c.src, c.hops[0].leader) == reshard.LinkNetwork {
+			sent[c.src] += n
+		}
+	}
+	var src, dst int64
+	for _, v := range sent {
+		src = max(src, v)
+	}
+	for _, v := range got {
+		dst = max(dst, v)
+	}
+	rd := (dst + recv - 1) / recv // the receivers' rounds
+	if rd == 0 || (src+round-1)/round >= rd {
+		return round
+	}
+	return min(round, max((src+rd-1)/rd, chunk))
 }

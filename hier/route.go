@@ -153,6 +153,15 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	// sources share them (NeMo-RL's DeepSeek-V3 on HGX, 16 stages into the
 	// same 256 receivers: 185.5 ms against 175.6 ms with half; issue 25).
 	chunk := min(opts.ChunkBytes, max(b.NetReceiveBudget()/2, 1))
+	// the sources keep pace with the receivers (paceBudget).
+	if budget {
+		if pace := paceBudget(chains, topo, b.NetReceiveBudget(), opts.RoundBytes(), chunk); pace < opts.RoundBytes() {
+			srcs, _ := endpoints(plans)
+			if err := b.SetNetSendBudget(sortedKeys(srcs), pace); err != nil {
+				return err
+			}
+		}
+	}
 	// count: every chunk of a chain is messagesPerChunk messages.
 	var total int64
 	for i := range chains {
@@ -265,6 +274,16 @@ func forwarders(srcs, dsts map[int]bool) []int {
 		if !srcs[r] {
 			out = append(out, r)
 		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sortedKeys returns the ranks of a set in order.
+func sortedKeys(set map[int]bool) []int {
+	out := make([]int, 0, len(set))
+	for r := range set {
+		out = append(out, r)
 	}
 	slices.Sort(out)
 	return out

@@ -187,3 +187,31 @@ func TestLeadersShiftWithStage(t *testing.T) {
 		}
 	}
 }
+
+// TestSourcesPaced: two sources each send half of a tensor replicated on
+// two domains of one rank, into one domain each, and each domain forwards
+// what it took in to the other: every receiver takes in the whole tensor
+// (8 rounds of 8 KiB) where every source sends half (4 rounds), so the
+// sources send at most half a round per round, spread over the receivers'
+// 8 rounds; with the round budget they sent full rounds that the forwards
+// then left the receivers no room beside.
+func TestSourcesPaced(t *testing.T) {
+	shape := []int64{128, 256} // 64 KiB
+	src := layoutOf(t, shape, []int{2}, []int{0, 1}, "S0")
+	dst := layoutOf(t, shape, []int{2}, []int{2, 3}, "R")
+	opts := reshard.ScheduleOptions{ChunkBytes: 1 << 10, StagingBytes: 64 << 10}
+	s := schedule1(t, src, dst, 4, DomainSizes{Src: 1, Dst: 1}, opts)
+	type key struct{ round, rank int }
+	sent := map[key]int64{}
+	for _, m := range s.Messages {
+		if m.Class == reshard.LinkNetwork && m.Src < 2 {
+			sent[key{m.Round, m.Src}] += m.Bytes
+		}
+	}
+	pace := opts.RoundBytes() / 2
+	for k, v := range sent {
+		if v > pace {
+			t.Errorf("round %d: source %d sends %d bytes, want at most %d", k.round, k.rank, v, pace)
+		}
+	}
+}
