@@ -75,8 +75,7 @@ type Hier struct {
 	// Stage is the pipeline stage the call serves (ForStage): it rotates
 	// the order in which the schedule walks its chains, so that stages of
 	// equal layouts running at once do not send into the same receivers in
-	// the same rounds, and which replicas lead (tensorChains), so that
-	// the heaviest leaders of equal stages are not the same ranks.
+	// the same rounds.
 	Stage int
 }
 
@@ -130,7 +129,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	var chains []chain
 	lead := map[int]int64{}
 	for _, ti := range tensors {
-		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, h.Stage, lead)...)
+		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, lead)...)
 	}
 	spreadSources(chains)
 	if budget {
@@ -402,15 +401,8 @@ type shard struct {
 
 // tensorChains derives the chains of one tensor.
 // lead holds each rank's bytes received as a leader so far in the call
-// (spreadLeaders adds this tensor's). stage (Hier.Stage) shifts every
-// shard's leader rotation by one replica per stage: spreadLeaders balances
-// the leaders within one call, but tensors do not divide evenly over a
-// domain's replicas (an MLA projection replicated on all 8 ranks of an
-// HGX host is 22 MB, a stage's 4 layers of them 88 MB), and equal stages
-// running at once made the same ranks their heaviest leaders, 16 times
-// over: on NeMo-RL's DeepSeek-V3 on HGX the busiest NIC in received 6.49
-// GB against a mean of 6.37 (6.40 shifted; issue 25).
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, stage int, lead map[int]int64) []chain {
+// (spreadLeaders adds this tensor's).
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead map[int]int64) []chain {
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.
@@ -461,7 +453,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		}
 		rots := make([]int, nd)
 		for d, reps := range domains {
-			rots[d] = spreadLeaders(pieces, len(s.contribs), reps, balance, ti+si+stage, elem, lead)
+			rots[d] = spreadLeaders(pieces, len(s.contribs), reps, balance, ti+si, elem, lead)
 		}
 		for _, pc := range pieces {
 			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcs: s.srcs[pc.ci], srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}

@@ -147,47 +147,6 @@ func TestForwardShare(t *testing.T) {
 	}
 }
 
-// TestLeadersShiftWithStage: eight pipeline stages of equal layouts (one
-// source each, three tensors of 4, 1 and 1 KiB replicated on the 8 ranks
-// of one destination domain) lead their tensors on different replicas, so
-// that over the eight stages every rank receives the same bytes over the
-// network: within one stage the three tensors cannot be spread evenly,
-// and without the shift every stage made the same rank the 4 KiB leader.
-func TestLeadersShiftWithStage(t *testing.T) {
-	world := 9
-	var plans []*reshard.Plan
-	var topo reshard.Topology
-	for _, rows := range []int64{8, 2, 2} { // 4, 1 and 1 KiB
-		src := layoutOf(t, []int64{rows, 256}, []int{1}, []int{0}, "R")
-		dst := layoutOf(t, []int64{rows, 256}, []int{8}, seq(1, 8), "R")
-		p, err := reshard.NewPlan(src, dst, world, reshard.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		plans = append(plans, p)
-		if topo, err = Domains(make([]int, world), src, dst, DomainSizes{Dst: 8}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	in := map[int]int64{}
-	for stage := 0; stage < 8; stage++ {
-		s, err := Hier{}.ForStage(stage).Schedule(plans, topo, reshard.ScheduleOptions{ChunkBytes: 1 << 10, StagingBytes: 64 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range s.Messages {
-			if m.Class == reshard.LinkNetwork {
-				in[m.Dst] += m.Bytes
-			}
-		}
-	}
-	for r := 1; r < world; r++ {
-		if got, want := in[r], int64(6<<10); got != want {
-			t.Errorf("rank %d receives %d bytes over the network in the 8 stages, want %d", r, got, want)
-		}
-	}
-}
-
 // TestSourcesPaced: two sources each send half of a tensor replicated on
 // two domains of one rank, into one domain each, and each domain forwards
 // what it took in to the other: every receiver takes in the whole tensor
