@@ -64,7 +64,11 @@ func ParseBalance(s string) (Balance, error) {
 // schedule's rounds. A whole call (Schedule) ends tapered: each source's
 // last chunks, cut in four, go in rounds of a quarter budget, so that the
 // fan-out left after the last network byte is a quarter of two rounds'
-// (see taper).
+// (see taper). Where fewer ranks send than receive, a whole call's
+// receivers take at most their share of the senders' rounds
+// (receiveBudget) and forward under the same budget (forwarders), and
+// where the receivers then need more rounds than the sources, the sources
+// keep pace with them (paceBudget).
 //
 // The messages are counted before any box is cut into chunks: more than
 // reshard.MaxMessages is an error naming the count, as is a schedule that
