@@ -64,7 +64,11 @@ func ParseBalance(s string) (Balance, error) {
 // schedule's rounds. A whole call (Schedule) ends tapered: each source's
 // last chunks, cut in four, go in rounds of a quarter budget, so that the
 // fan-out left after the last network byte is a quarter of two rounds'
-// (see taper).
+// (see taper). Where fewer ranks send than receive, a whole call's
+// receivers take at most their share of the senders' rounds
+// (receiveBudget) and forward under the same budget (forwarders), and
+// where the receivers then need more rounds than the sources, the sources
+// keep pace with them (paceBudget).
 //
 // The messages are counted before any box is cut into chunks: more than
 // reshard.MaxMessages is an error naming the count, as is a schedule that
@@ -133,9 +137,15 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	}
 	spreadSources(chains)
 	if budget {
-		recv := receiveBudget(plans, opts)
+		srcs, dsts := endpoints(plans)
+		recv := receiveBudget(len(srcs), len(dsts), opts)
 		if err := b.SetBudgets(recv, localBudget(chains, recv, opts.RoundBytes())); err != nil {
 			return err
+		}
+		if recv < opts.RoundBytes() {
+			if err := b.SetNetSendBudget(forwarders(srcs, dsts), recv); err != nil {
+				return err
+			}
 		}
 	}
 	// a chunk is at most half of what a round may receive (receiveBudget),
@@ -146,6 +156,15 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	// sources share them (NeMo-RL's DeepSeek-V3 on HGX, 16 stages into the
 	// same 256 receivers: 185.5 ms against 175.6 ms with half; issue 25).
 	chunk := min(opts.ChunkBytes, max(b.NetReceiveBudget()/2, 1))
+	// the sources keep pace with the receivers (paceBudget).
+	if budget {
+		if pace := paceBudget(chains, topo, b.NetReceiveBudget(), opts.RoundBytes(), chunk); pace < opts.RoundBytes() {
+			srcs, _ := endpoints(plans)
+			if err := b.SetNetSendBudget(sortedKeys(srcs), pace); err != nil {
+				return err
+			}
+		}
+	}
 	// count: every chunk of a chain is messagesPerChunk messages.
 	var total int64
 	for i := range chains {
@@ -208,16 +227,29 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 }
 
 // receiveBudget is the network receive budget of a round (see
-// reshard.Builder.SetBudgets): with S ranks sending and D > S
-// receiving, the round budget times S/D, so that every round spreads the
-// senders' full rounds evenly over the receivers: calls that run at once
-// into the same receivers (a model's pipeline stages, S sources each,
-// together as many as the receivers) then bring each receiver at most
-// about one round budget per round between them, where each call could
-// bring a full one and the receiver's NIC would bind the round. With
-// S >= D, the round budget. Chunks are cut to the budget (AddTensors).
-func receiveBudget(plans []*reshard.Plan, opts reshard.ScheduleOptions) int64 {
-	srcs, dsts := map[int]bool{}, map[int]bool{}
+// reshard.Builder.SetBudgets): with srcs ranks sending and dsts > srcs
+// receiving, the round budget times srcs/dsts, so that every round
+// spreads the senders' full rounds evenly over the receivers: calls that
+// run at once into the same receivers (a model's pipeline stages, srcs
+// sources each, together as many as the receivers) then bring each
+// receiver at most about one round budget per round between them, where
+// each call could bring a full one and the receiver's NIC would bind the
+// round. With srcs >= dsts, the round budget. Chunks are cut to the
+// budget (AddTensors), and the receivers forward under it too
+// (forwarders).
+func receiveBudget(srcs, dsts int, opts reshard.ScheduleOptions) int64 {
+	round := opts.RoundBytes()
+	if srcs == 0 || srcs >= dsts {
+		return round
+	}
+	n := round / int64(dsts) * int64(srcs) // < round: no overflow
+	return max(n, 1)
+}
+
+// endpoints returns the ranks that send and the ranks that receive
+// (another rank's bytes) in the plans.
+func endpoints(plans []*reshard.Plan) (srcs, dsts map[int]bool) {
+	srcs, dsts = map[int]bool{}, map[int]bool{}
 	for _, p := range plans {
 		for i := 0; i < p.Len(); i++ {
 			t := p.Transfer(i)
@@ -226,12 +258,38 @@ func receiveBudget(plans []*reshard.Plan, opts reshard.ScheduleOptions) int64 {
 			}
 		}
 	}
-	round := opts.RoundBytes()
-	if len(srcs) == 0 || len(srcs) >= len(dsts) {
-		return round
+	return srcs, dsts
+}
+
+// forwarders returns, in rank order, the ranks that receive and send no
+// bytes of their own (dsts not in srcs): what they send over the network
+// is what they forward, leader to leader, and they send it under the
+// network receive budget (reshard.Builder.SetNetSendBudget). Their NICs
+// out are shared by the calls that run at once as their NICs in are: with
+// the round budget, every pipeline stage's leaders forwarded a full round
+// budget in the same early rounds (chains through more domains go first),
+// 16 stages' forwards met on the generator's NICs out, and those rounds
+// took twice the others (NeMo-RL's DeepSeek-V3 on HGX: 175.6 ms, 148.3 ms
+// with this budget; issue 25).
+func forwarders(srcs, dsts map[int]bool) []int {
+	var out []int
+	for r := range dsts {
+		if !srcs[r] {
+			out = append(out, r)
+		}
 	}
-	n := round / int64(len(dsts)) * int64(len(srcs)) // < round: no overflow
-	return max(n, 1)
+	slices.Sort(out)
+	return out
+}
+
+// sortedKeys returns the ranks of a set in order.
+func sortedKeys(set map[int]bool) []int {
+	out := make([]int, 0, len(set))
+	for r := range set {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // chain is the path of one piece of one contribution: from its source owner

@@ -53,6 +53,9 @@ type Builder struct {
 	hints    map[uint64]*pairHint
 	recvNet  int64 // the per-round budget of network receives (SetBudgets)
 	local    int64 // the per-round budget of local sends and receives (SetBudgets)
+	// sendNet[r] is rank r's per-round budget of network sends where it
+	// is not the round budget (SetNetSendBudget); nil when none is.
+	sendNet []int64
 }
 
 // rankUsage is a rank's usage lists, [send, recv][network, local]; nil
@@ -137,17 +140,59 @@ func (b *Builder) SetBudgets(netReceive, local int64) error {
 	return b.err
 }
 
+// SetNetSendBudget sets the most each of ranks sends over the network in
+// one round to bytes (0 < bytes <= the round budget); the other ranks
+// keep the round budget. A route whose receivers forward what they
+// receive over the network (hier's leaders, to the leaders of other
+// domains) gives them the network receive budget: calls that run at once
+// into the same receivers (a model's pipeline stages) share those ranks'
+// NICs out as they share their NICs in, and each call's forwards then add
+// up, over the calls, to about one round budget per round, where each
+// call could otherwise send a whole one in the same rounds.
+//
+// Like SetBudgets, it must come before the first Add; otherwise, or with
+// a budget out of range or a rank outside the communicator, it makes the
+// Builder fail.
+func (b *Builder) SetNetSendBudget(ranks []int, bytes int64) error {
+	switch {
+	case b.err != nil:
+		return b.err
+	case len(b.s.Messages) > 0:
+		b.err = fmt.Errorf("reshard: %s schedule: the budgets must be set before the first message", b.s.Route)
+		return b.err
+	case bytes <= 0 || bytes > b.s.RoundBytes:
+		b.err = &FieldError{Field: "network send budget", Got: fmt.Sprint(bytes), Want: fmt.Sprintf("in (0, %d], the round budget", b.s.RoundBytes),
+			Why: "sends are bounded by the staging a round holds"}
+		return b.err
+	}
+	for _, r := range ranks {
+		if r < 0 || r >= b.s.World {
+			b.err = fmt.Errorf("reshard: %s schedule: network send budget for rank %d, outside the communicator [0, %d)", b.s.Route, r, b.s.World)
+			return b.err
+		}
+	}
+	if b.sendNet == nil && len(ranks) > 0 {
+		b.sendNet = make([]int64, b.s.World)
+	}
+	for _, r := range ranks {
+		b.sendNet[r] = bytes
+	}
+	return nil
+}
+
 // NetReceiveBudget returns the most a rank receives over the network in
 // one round (SetBudgets; the round budget by default).
 func (b *Builder) NetReceiveBudget() int64 { return b.recvNet }
 
-// budget returns the per-round budget of direction dir over class c.
-func (b *Builder) budget(dir int, c LinkClass) int64 {
+// budget returns rank's per-round budget of direction dir over class c.
+func (b *Builder) budget(dir int, c LinkClass, rank int) int64 {
 	switch {
 	case c == LinkLocal:
 		return b.local
 	case dir == 1:
 		return b.recvNet
+	case b.sendNet != nil && b.sendNet[rank] > 0:
+		return b.sendNet[rank]
 	}
 	return b.s.RoundBytes
 }
@@ -238,7 +283,7 @@ func (b *Builder) add(m Message, after int, div int64) int {
 		from := r
 		r = max(r, min(b.open(m.Src), b.open(m.Dst)))
 		h := b.hint(m.Src, m.Dst)
-		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes, b.budget(0, m.Class)/div, b.budget(1, m.Class)/div)
+		r = b.place(su, du, h.skip(r, m.Bytes), m.Bytes, b.budget(0, m.Class, m.Src)/div, b.budget(1, m.Class, m.Dst)/div)
 		if div == 1 {
 			// a stretch without room under a divided budget may have
 			// room under the whole one: only whole-budget searches learn.
@@ -374,7 +419,7 @@ func (h *pairHint) learn(lo, hi int, n int64) {
 func (b *Builder) list(dir int, c LinkClass, rank int) *usage {
 	u := b.use[rank][dir][c]
 	if u == nil {
-		u = newUsage(b.budget(dir, c))
+		u = newUsage(b.budget(dir, c, rank))
 		b.use[rank][dir][c] = u
 	}
 	return u

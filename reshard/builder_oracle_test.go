@@ -7,8 +7,9 @@ package reshard
 // place every message in exactly the round this one does.
 type oracleBuilder struct {
 	roundBytes int64
-	recvNet    int64 // the network receive budget (SetBudgets)
-	local      int64 // the local budget (SetBudgets)
+	recvNet    int64         // the network receive budget (SetBudgets)
+	local      int64         // the local budget (SetBudgets)
+	sendNet    map[int]int64 // per-rank network send budgets (SetNetSendBudget)
 	topo       Topology
 	use        [2][2][][]int64 // [send, recv][network, local][rank][round] bytes
 	open       []int           // [rank] every round before this is full
@@ -35,7 +36,7 @@ func (b *oracleBuilder) add(m Message, after int, div int64) int {
 	if m.Src != m.Dst {
 		send, recv := &b.use[0][m.Class][m.Src], &b.use[1][m.Class][m.Dst]
 		r = max(r, min(b.open[m.Src], b.open[m.Dst]))
-		for !(b.fits(*send, r, m.Bytes, b.budget(0, m.Class)/div) && b.fits(*recv, r, m.Bytes, b.budget(1, m.Class)/div)) {
+		for !(b.fits(*send, r, m.Bytes, b.budget(0, m.Class, m.Src)/div) && b.fits(*recv, r, m.Bytes, b.budget(1, m.Class, m.Dst)/div)) {
 			r++
 		}
 		*send = oracleCharge(*send, r, m.Bytes)
@@ -53,12 +54,14 @@ func (b *oracleBuilder) fits(use []int64, r int, n, budget int64) bool {
 	return use[r]+n <= budget
 }
 
-func (b *oracleBuilder) budget(dir int, c LinkClass) int64 {
+func (b *oracleBuilder) budget(dir int, c LinkClass, rank int) int64 {
 	switch {
 	case c == LinkLocal:
 		return b.local
 	case dir == 1:
 		return b.recvNet
+	case b.sendNet[rank] > 0:
+		return b.sendNet[rank]
 	}
 	return b.roundBytes
 }
@@ -75,7 +78,7 @@ func (b *oracleBuilder) advance(rank int) {
 	for o := b.open[rank]; ; o++ {
 		for dir := range b.use {
 			for class := range b.use[dir] {
-				if u := b.use[dir][class][rank]; o >= len(u) || u[o] < b.budget(dir, LinkClass(class)) {
+				if u := b.use[dir][class][rank]; o >= len(u) || u[o] < b.budget(dir, LinkClass(class), rank) {
 					b.open[rank] = o
 					return
 				}

@@ -72,6 +72,22 @@ func TestBuilderMatchesOracle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if rng.IntN(3) == 0 { // some ranks with a lower network send budget
+			var ranks []int
+			for r := 0; r < world; r++ {
+				if rng.IntN(2) == 0 {
+					ranks = append(ranks, r)
+				}
+			}
+			send := 1 + rng.Int64N(budget)
+			o.sendNet = map[int]int64{}
+			for _, r := range ranks {
+				o.sendNet[r] = send
+			}
+			if err := b.SetNetSendBudget(ranks, send); err != nil {
+				t.Fatal(err)
+			}
+		}
 		n := 1 + rng.IntN(1500)
 		var rounds []int
 		for i := 0; i < n; i++ {
@@ -109,8 +125,8 @@ func TestBuilderMatchesOracle(t *testing.T) {
 				got = b.Add(m, after)
 			}
 			if got != want {
-				t.Fatalf("sequence %d (world %d, budget %d, receive budget %d, topology %v), message %d (%d bytes, %d to %d, after %d, taper %d): round %d, the oracle says %d",
-					seq, world, budget, o.recvNet, topo.Domain, i, m.Bytes, m.Src, m.Dst, after, div, got, want)
+				t.Fatalf("sequence %d (world %d, budget %d, receive budget %d, send budgets %v, topology %v), message %d (%d bytes, %d to %d, after %d, taper %d): round %d, the oracle says %d",
+					seq, world, budget, o.recvNet, o.sendNet, topo.Domain, i, m.Bytes, m.Src, m.Dst, after, div, got, want)
 			}
 			rounds = append(rounds, got)
 			msgs++
@@ -283,6 +299,26 @@ func TestBuilderRejects(t *testing.T) {
 	var fe *FieldError
 	if err := b.Expect(MaxMessages + 1); !errors.As(err, &fe) || !strings.Contains(err.Error(), "8388609 messages (about 4294967808 bytes), want at most 8388608") {
 		t.Errorf("Expect: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		ranks []int
+		bytes int64
+		added bool
+		want  string
+	}{
+		{"send budget zero", []int{1}, 0, false, "network send budget"},
+		{"send budget past the round", []int{1}, 9, false, "network send budget"},
+		{"send budget rank outside", []int{4}, 4, false, "rank 4, outside the communicator"},
+		{"send budget after a message", []int{1}, 4, true, "before the first message"},
+	} {
+		b, _ := NewBuilder("flat", []*Plan{p}, Topology{}, 8)
+		if tc.added {
+			b.Add(Message{Src: 0, Dst: 1, Bytes: 1}, 0)
+		}
+		if err := b.SetNetSendBudget(tc.ranks, tc.bytes); err == nil || !strings.Contains(err.Error(), tc.want) || b.Err() == nil {
+			t.Errorf("%s: SetNetSendBudget: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 	if _, err := NewBuilder("flat", []*Plan{nil}, Topology{}, 8); err == nil {
 		t.Error("nil plan accepted")

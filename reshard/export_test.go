@@ -15,6 +15,14 @@ func WatchBuilders() (stop func() (int, error)) {
 		if o == nil {
 			o = newOracleBuilder(b.s.World, b.topo, b.s.RoundBytes)
 			o.recvNet, o.local = b.recvNet, b.local
+			for r, v := range b.sendNet {
+				if v > 0 {
+					if o.sendNet == nil {
+						o.sendNet = map[int]int64{}
+					}
+					o.sendNet[r] = v
+				}
+			}
 			oracles[b] = o
 		}
 		n++
