@@ -191,22 +191,43 @@ type item struct {
 // divided by div, the source that has added the fewest bytes next (ties to
 // the earlier source).
 func addTurns(b *reshard.Builder, chains []chain, qs [][]item, div int64) {
+	// the sources with items left, in a heap by (bytes added, source)
+	type turn struct {
+		added int64
+		src   int
+	}
+	less := func(a, b turn) bool { return a.added < b.added || a.added == b.added && a.src < b.src }
+	var h []turn
+	for si, q := range qs {
+		if len(q) > 0 {
+			h = append(h, turn{0, si}) // in source order: already a heap
+		}
+	}
 	next := make([]int, len(qs))
-	added := make([]int64, len(qs))
-	for {
-		best := -1
-		for si, q := range qs {
-			if next[si] < len(q) && (best < 0 || added[si] < added[best]) {
-				best = si
-			}
-		}
-		if best < 0 {
-			return
-		}
+	for len(h) > 0 {
+		best := h[0].src
 		it := qs[best][next[best]]
 		next[best]++
 		c := &chains[it.chain]
-		added[best] += it.sub.Elems() * c.elem
+		h[0].added += it.sub.Elems() * c.elem
+		if next[best] == len(qs[best]) {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		for i := 0; ; { // sift the top down
+			k := 2*i + 1
+			if k >= len(h) {
+				break
+			}
+			if k+1 < len(h) && less(h[k+1], h[k]) {
+				k++
+			}
+			if !less(h[k], h[i]) {
+				break
+			}
+			h[i], h[k] = h[k], h[i]
+			i = k
+		}
 		c.add(b, it.sub, div)
 	}
 }
