@@ -127,14 +127,7 @@ func (b *replay) model(name string, mode fp8.Mode) ([]replayRow, error) {
 		return nil
 	}
 	c.check = func() error { return b.checkModel(parts, c.bufs, bufs[1], hosts[1], scales) }
-	// the traffic bound: every byte read once and written once at the
-	// copy's rate (a copy reads and writes each byte), which for an FP8
-	// generator writes half the bytes of its quantized weights
-	c.boundAt = float64(c.bytes+written) / (2 * b.copyBW)
-	c.bound = fmt.Sprintf("bytes at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
-	if mode != 0 {
-		c.bound = fmt.Sprintf("traffic at %.0f GB/s %s", b.copyBW/1e9, fmtSec(c.boundAt))
-	}
+	b.trafficBound(c, written, mode != 0)
 	c.goal = func(d refit.DriverKind, sec float64) (string, string) {
 		bf, ok := b.bf16[m.Name+"|"+string(d)]
 		if mode == 0 || !ok {
@@ -188,4 +181,17 @@ func (b *replay) checkModel(parts []modelPart, tbs []refit.TensorBuffers, dst ma
 		}
 		return nil
 	})
+}
+
+// trafficBound sets model case c's bound: its bytes read once (c.bytes)
+// and written once (written) at the copy's rate, a copy reading and
+// writing each byte; an FP8 generator writes half the bytes of its
+// quantized weights, so its bound is below the bf16 step's.
+func (b *replay) trafficBound(c *benchCase, written int64, fp8 bool) {
+	c.boundAt = float64(c.bytes+written) / (2 * b.copyBW)
+	what := "bytes"
+	if fp8 {
+		what = "traffic"
+	}
+	c.bound = fmt.Sprintf("%s at %.0f GB/s %s", what, b.copyBW/1e9, fmtSec(c.boundAt))
 }
