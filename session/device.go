@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 
 	"github.com/m2n-dev/m2n/control"
 	"github.com/m2n-dev/m2n/cuda"
 	"github.com/m2n-dev/m2n/cudamem"
 	"github.com/m2n-dev/m2n/internal/nvlink"
+	"github.com/m2n-dev/m2n/internal/replay"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/nccl"
 	"github.com/m2n-dev/m2n/refit"
@@ -89,7 +92,33 @@ type driverOptions struct {
 // driverOptions returns the options of this session's device drivers.
 func (s *Session) driverOptions() driverOptions {
 	return driverOptions{kind: s.opts.Driver, replay: gpu.Options{Timeout: s.opts.Timeout, Poll: s.ctl.poll,
-		Graph: s.opts.Driver == refit.DriverGraph, MemcpyMin: s.memcpyMin}}
+		Graph: s.opts.Driver == refit.DriverGraph, MemcpyMin: s.replayEnv.memcpyMin, FuseStreams: s.replayEnv.fuseStreams}}
+}
+
+// replayEnv is what the GPU replay takes from the environment, read at
+// Join (so that a bad value fails every rank there, once): M2N_MEMCPY_MIN
+// (gpu.Options.MemcpyMin) and M2N_FUSE_STREAMS (gpu.Options.FuseStreams;
+// 0 where unset: replay.DefaultFuseStreams).
+type replayEnv struct {
+	memcpyMin   int64
+	fuseStreams int
+}
+
+func readReplayEnv() (replayEnv, error) {
+	var e replayEnv
+	var err error
+	if e.memcpyMin, err = envInt64("M2N_MEMCPY_MIN"); err != nil {
+		return e, err
+	}
+	const name = "M2N_FUSE_STREAMS"
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > replay.MaxFuseStreams {
+			return e, &reshard.FieldError{Field: name, Got: v, Want: fmt.Sprintf("a whole number from 1 to %d", replay.MaxFuseStreams)}
+		}
+		e.fuseStreams = n
+	}
+	return e, nil
 }
 
 // cpuDevice keeps tensors in host memory and moves them with MPI.

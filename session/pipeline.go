@@ -103,7 +103,7 @@ func (s *Session) pipeline(l pipeline.Layout) (*Pipeline, error) {
 				continue
 			}
 			child := &Session{opts: s.opts, rank: comm.Rank(), size: comm.Size(), comm: comm, owns: []*mpi.Comm{comm}, nic: s.nic,
-				parent: s, stage: i, members: l.Members(i), memcpyMin: s.memcpyMin, derived: s.derived}
+				parent: s, stage: i, members: l.Members(i), replayEnv: s.replayEnv, derived: s.derived}
 			st.Sessions[i] = child
 			// the stage's control plane shares the stage's communicator
 			// with the data, as a two-job session's does (control tags
@@ -151,7 +151,7 @@ func (s *Session) pipeline(l pipeline.Layout) (*Pipeline, error) {
 func (s *Session) sharedStage(members []int) *Session {
 	return &Session{opts: s.opts, rank: s.rank, size: s.size, comm: s.comm, ctl: s.ctl, rt: s.rt, nic: s.nic,
 		hosts: s.hosts, machines: s.machines, dev: s.dev, base: s.base,
-		parent: s, stage: 0, members: members, memcpyMin: s.memcpyMin, shares: true, derived: s.derived}
+		parent: s, stage: 0, members: members, replayEnv: s.replayEnv, shares: true, derived: s.derived}
 }
 
 func identity(n int) []int {

@@ -42,8 +42,8 @@ type Session struct {
 	parent  *Session
 	stage   int
 	members []int // the parent's ranks of the stage's, by stage rank
-	// memcpyMin is M2N_MEMCPY_MIN (gpu.Options.MemcpyMin), read at Join.
-	memcpyMin int64
+	// replayEnv is the GPU replay's variables, read at Join.
+	replayEnv replayEnv
 	// link, of a session two jobs formed (Listener.Accept, Connect): the
 	// connection, disconnected at Close.
 	link *link
@@ -100,14 +100,14 @@ func join(comm *mpi.Comm, opts Options, refusal error, lk *link) (*Session, erro
 		localErr = fmt.Errorf("rank %d: %w", comm.Rank(), localErr)
 		opts.Timeout = max(opts.Timeout, DefaultTimeout)
 	}
-	memcpyMin, err := envInt64("M2N_MEMCPY_MIN")
+	env, err := readReplayEnv()
 	if err != nil && localErr == nil {
 		localErr = fmt.Errorf("rank %d: %w", comm.Rank(), err)
 	}
 	if refusal != nil {
 		localErr = refusal
 	}
-	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), owned: true, memcpyMin: memcpyMin}
+	s := &Session{opts: opts, rank: comm.Rank(), size: comm.Size(), owned: true, replayEnv: env}
 	var ph *phases
 	if lk != nil {
 		ph = lk.phases

@@ -134,7 +134,7 @@ func (j *Job) Join(opts session.Options, refuse error) error {
 }
 
 // sessionVars are the variables session.Join reads and checks itself.
-var sessionVars = []string{"M2N_GPU_DRIVER", "M2N_MEMCPY_MIN"}
+var sessionVars = []string{"M2N_GPU_DRIVER", "M2N_MEMCPY_MIN", "M2N_FUSE_STREAMS"}
 
 // Ready makes every rank learn whether any rank's input failed after the
 // ranks joined (layouts that need more ranks, say): a rank with an error

@@ -250,6 +250,7 @@ func TestEnvironmentNamed(t *testing.T) {
 		{"pack batch", false, "M2N_PACK_BATCH=garbage", nil, `rank 0: M2N_PACK_BATCH "garbage": want a whole number from 1 to 8`},
 		{"gpu driver", false, "M2N_GPU_DRIVER=warp", nil, `rank 0: M2N_GPU_DRIVER "warp": want host, replay or graph`},
 		{"memcpy min", false, "M2N_MEMCPY_MIN=lots", nil, `rank 0: M2N_MEMCPY_MIN "lots": want a whole number of bytes`},
+		{"fuse streams", false, "M2N_FUSE_STREAMS=0", nil, `rank 0: M2N_FUSE_STREAMS "0": want a whole number from 1 to 8`},
 		{"graph on cpu", false, "", []string{"--driver", "graph"}, `--driver "graph": the replay and graph drivers move GPU calls`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

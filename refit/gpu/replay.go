@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/m2n-dev/m2n/cuda"
@@ -40,8 +37,8 @@ type Options struct {
 	// see bind.
 	MemcpyMin int64
 	// FuseStreams is how many streams the step's first fused FP8 kernels
-	// spread over (replay.Options.FuseStreams): M2N_FUSE_STREAMS where 0
-	// and that is set, else replay.DefaultFuseStreams.
+	// spread over (replay.Options.FuseStreams; 0: replay.DefaultFuseStreams).
+	// A session passes M2N_FUSE_STREAMS, read at Join.
 	FuseStreams int
 }
 
@@ -111,13 +108,6 @@ type Replay struct {
 func NewReplay(p *program.Program, t *nccl.Transport, mem *cudamem.Memory, opts Options) (*Replay, error) {
 	if t.Rank() != p.Rank || t.Size() != p.World {
 		return nil, fmt.Errorf("gpu: replay of a program of rank %d of %d on a transport of rank %d of %d", p.Rank, p.World, t.Rank(), t.Size())
-	}
-	if opts.FuseStreams == 0 {
-		n, err := fuseStreamsFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		opts.FuseStreams = n
 	}
 	r := &Replay{prog: p, t: t, mem: mem, ctx: mem.Ctx, opts: opts}
 	_, netS := t.Comm(reshard.LinkNetwork)
@@ -304,20 +294,6 @@ func (r *Replay) destroySides() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// fuseStreamsFromEnv reads M2N_FUSE_STREAMS (Options.FuseStreams): 0 where
-// it is not set.
-func fuseStreamsFromEnv() (int, error) {
-	v := strings.TrimSpace(os.Getenv("M2N_FUSE_STREAMS"))
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > replay.MaxFuseStreams {
-		return 0, fmt.Errorf("gpu: M2N_FUSE_STREAMS %q: want a whole number from 1 to %d", v, replay.MaxFuseStreams)
-	}
-	return n, nil
 }
 
 // enqueue queues the bound step after the event after (nil: none).
