@@ -2,6 +2,7 @@ package hier
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -136,8 +137,9 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, lead)...)
 	}
 	spreadSources(chains)
+	var srcs, dsts map[int]bool
 	if budget {
-		srcs, dsts := endpoints(plans)
+		srcs, dsts = endpoints(plans)
 		recv := receiveBudget(len(srcs), len(dsts), opts)
 		if err := b.SetBudgets(recv, localBudget(chains, recv, opts.RoundBytes())); err != nil {
 			return err
@@ -159,8 +161,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	// the sources keep pace with the receivers (paceBudget).
 	if budget {
 		if pace := paceBudget(chains, topo, b.NetReceiveBudget(), opts.RoundBytes(), chunk); pace < opts.RoundBytes() {
-			srcs, _ := endpoints(plans)
-			if err := b.SetNetSendBudget(sortedKeys(srcs), pace); err != nil {
+			if err := b.SetNetSendBudget(slices.Sorted(maps.Keys(srcs)), pace); err != nil {
 				return err
 			}
 		}
@@ -277,16 +278,6 @@ func forwarders(srcs, dsts map[int]bool) []int {
 		if !srcs[r] {
 			out = append(out, r)
 		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// sortedKeys returns the ranks of a set in order.
-func sortedKeys(set map[int]bool) []int {
-	out := make([]int, 0, len(set))
-	for r := range set {
-		out = append(out, r)
 	}
 	slices.Sort(out)
 	return out
