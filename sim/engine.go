@@ -130,7 +130,6 @@ type engine struct {
 	seeds []int32
 	sstmp []uint32
 	sep   uint32
-	dep   uint32
 	// per tensor
 	tensorEnd   []float64
 	tensorBytes []int64
