@@ -27,7 +27,68 @@ func Apply(dst []byte, r strided.Desc, elem int, enc []byte) error {
 	if err := decode(nil, enc, &m); err != nil {
 		return err
 	}
+	if len(m.r.Count) == 0 {
+		writeFlat(dst, enc, &m)
+		return nil
+	}
 	return decode(dst, enc, &m)
+}
+
+// writeFlat writes a checked encoding (decode found it whole) into a
+// region of one run, in one pass that trusts the ops: each block is at
+// its offset, and a list's or bitmap's values go straight to their
+// elements.
+func writeFlat(dst, enc []byte, m *message) {
+	n, _ := readHeader(enc, m)
+	enc = enc[:n]
+	elem, bb := m.elem, int64(BlockElems*m.elem)
+	base := m.r.Offset
+	at := HeaderLen
+	for b := int64(0); at < len(enc); {
+		o := base + b*bb // the block's offset in dst
+		switch enc[at] {
+		case tagSkip:
+			b += int64(binary.LittleEndian.Uint32(enc[at+1:]))
+			at += opLen
+		case tagDense:
+			k := int64(binary.LittleEndian.Uint32(enc[at+1:]))
+			nb := min(k*bb, m.total-b*bb)
+			at += opLen
+			at += copy(dst[o:o+nb], enc[at:at+int(nb)])
+			b += k
+		case tagList:
+			c := int(enc[at+1]) + 1
+			idx := enc[at+2 : at+2+c]
+			vals := enc[at+2+c : at+2+c+c*elem]
+			if elem == 2 {
+				for k, i := range idx {
+					d := o + 2*int64(i)
+					dst[d], dst[d+1] = vals[2*k], vals[2*k+1]
+				}
+			} else {
+				for k, i := range idx {
+					d := o + int64(i)*int64(elem)
+					copy(dst[d:d+int64(elem)], vals[k*elem:(k+1)*elem])
+				}
+			}
+			at += 2 + c + c*elem
+			b++
+		default: // tagBitmap
+			ne := int(min(bb, m.total-b*bb)) / elem
+			bl := (ne + 7) / 8
+			bm := enc[at+1 : at+1+bl]
+			v := at + 1 + bl
+			for j := 0; j < bl; j += 8 {
+				for x := word(bm[j:]); x != 0; x &= x - 1 {
+					d := o + int64(j*8+bits.TrailingZeros64(x))*int64(elem)
+					copy(dst[d:d+int64(elem)], enc[v:v+elem])
+					v += elem
+				}
+			}
+			at = v
+			b++
+		}
+	}
 }
 
 // Check checks enc as Apply does, without writing anything: for a
@@ -95,7 +156,9 @@ func decode(dst, enc []byte, m *message) error {
 func (d *decoder) block() (p, nb int64, ne int) {
 	bb := int64(BlockElems * d.m.elem)
 	p = d.b * bb
-	nb = min(bb, d.m.total-p)
+	if nb = d.m.total - p; nb >= bb {
+		return p, bb, BlockElems
+	}
 	return p, nb, int(nb) / d.m.elem
 }
 

@@ -16,3 +16,11 @@ func setAVX2(on bool) { useAVX2 = on && cpu.X86.HasAVX2 }
 //
 //go:noescape
 func diffMasksAVX2(a, b *byte, n int, out *uint64)
+
+// blockDiffAVX2 writes to out[k], for each of n consecutive full blocks k
+// (BlockElems elements of elem bytes, 1, 2 or 4, at a and b), one bit
+// per element, set where the element differs: element i at bit i%32 of
+// out[k][i/32]. n is at least 1 and out has n entries.
+//
+//go:noescape
+func blockDiffAVX2(a, b *byte, elem, n int, out *[BlockElems / 32]uint32)

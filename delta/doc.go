@@ -73,7 +73,9 @@
 // at a time (the OR of eight 8-byte XORs), finds a word's changed elements
 // from its XOR without a loop over them, and after an unchanged block
 // compares whole blocks, and spans of 16 blocks, with the runtime's
-// vector compare.
+// vector compare. With AVX2, whole blocks within one run are compared up
+// to 32 at a time in one vector pass that yields a bit per element
+// (blockDiffAVX2), and each block is then encoded from its bits.
 //
 // A per-block digest instead of the copy (8 bytes per block: 1.6% of the
 // shard at 512-byte blocks) finds the changed blocks but not the changed

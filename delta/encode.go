@@ -23,8 +23,14 @@ type Encoder struct {
 	ps    []piece
 	nz    []uint64 // scan entries
 	idx   [BlockElems]byte
-	masks [BlockElems * 4 / 64]uint64 // scanWide's, one per 64 bytes of a block
+	masks [BlockElems * 4 / 64]uint64        // scanWide's, one per 64 bytes of a block
+	diffs [diffBatch][BlockElems / 32]uint32 // blockDiffAVX2's: one bit per element, per block
 }
+
+// diffBatch is how many whole blocks of one run the encoder compares in
+// one vector pass before it encodes them: the pass streams both versions
+// at memory speed, and the encoding then reads them from the cache.
+const diffBatch = 32
 
 // folds, by element size, turn a mask of changed bytes into one of
 // changed elements: m |= m>>s1; m = (m|m>>s2) & keep.
@@ -158,6 +164,26 @@ func (s *state) delta(prev, cur []byte) bool {
 	// scan, which finds an unchanged block too.
 	skipping := true
 	for p := int64(0); p < m.total; {
+		off := w.runOff + w.within
+		if k := min(w.run-w.within, m.total-p) / bb; useAVX2 && k > 0 &&
+			(s.open < 0 || s.out[s.open] != tagDense || !sampledDense(prev, cur, off, m.elem)) {
+			// whole blocks in one run: compared in one pass, then
+			// encoded from their bits (but a block that follows a dense
+			// one and changed at every sample goes dense below, unread)
+			k = min(k, diffBatch)
+			end := off + k*bb
+			a, b := prev[off:end], cur[off:end]
+			blockDiffAVX2(&a[0], &b[0], m.elem, int(k), &s.e.diffs[0])
+			for j := range k {
+				var ok bool
+				if skipping, ok = s.whole(prev, cur, off+j*bb, &s.e.diffs[j]); !ok {
+					return false
+				}
+			}
+			w.take(k * bb)
+			p += k * bb
+			continue
+		}
 		if sp := skipSpan * bb; skipping && m.total-p >= sp && w.run-w.within >= sp {
 			if off := w.runOff + w.within; string(prev[off:off+sp]) == string(cur[off:off+sp]) {
 				w.take(sp)
@@ -277,6 +303,86 @@ func (s *state) changed(prev, cur []byte, ps []piece, n int) (unchanged, ok bool
 		s.e.stats.Bitmaps++
 	}
 	s.values(prev, cur, ps, idx)
+	s.e.stats.Values += int64(c)
+	s.open = -1
+	return false, true
+}
+
+// whole is changed for a block of BlockElems elements at off, in one
+// piece, whose changed elements' bits d (blockDiffAVX2's) are known: the
+// index list, or the bitmap (the bits themselves), and the values (and,
+// with UpdatePrev, prev) are written from them in one pass over the set
+// bits. The encoding is changed's, byte for byte
+// (TestScanAVX2MatchesWords).
+func (s *state) whole(prev, cur []byte, off int64, d *[BlockElems / 32]uint32) (unchanged, ok bool) {
+	elem := s.m.elem
+	end := off + int64(BlockElems*elem)
+	ps := append(s.e.ps[:0], piece{off, end - off})
+	s.e.ps = ps
+	dense := BlockElems * elem
+	if s.open < 0 || s.out[s.open] != tagDense {
+		dense += opLen
+	} else if sampledDense(prev, cur, off, elem) {
+		return false, s.denseBlock(prev, cur, ps)
+	}
+	a, b := prev[off:end], cur[off:end]
+	w := [4]uint64{uint64(d[0]) | uint64(d[1])<<32, uint64(d[2]) | uint64(d[3])<<32,
+		uint64(d[4]) | uint64(d[5])<<32, uint64(d[6]) | uint64(d[7])<<32}
+	c := bits.OnesCount64(w[0]) + bits.OnesCount64(w[1]) + bits.OnesCount64(w[2]) + bits.OnesCount64(w[3])
+	if c == 0 {
+		s.e.stats.Skipped++
+		return true, s.extend(tagSkip)
+	}
+	const bmLen = 1 + BlockElems/8
+	if c > max((dense-3)/(1+elem), (dense-bmLen-1)/elem, 0) {
+		return false, s.denseBlock(prev, cur, ps)
+	}
+	list, bm := 2+c*(1+elem), bmLen+c*elem
+	var ix, vals []byte // where the indices (a list's) and the values go
+	if list <= bm {
+		if s.n+list > len(s.out) {
+			return false, false
+		}
+		o := s.out[s.n : s.n+list]
+		o[0], o[1] = tagList, byte(c-1)
+		ix, vals = o[2:2+c], o[2+c:]
+		s.n += list
+		s.e.stats.Lists++
+	} else {
+		if s.n+bm > len(s.out) {
+			return false, false
+		}
+		o := s.out[s.n : s.n+bm]
+		o[0] = tagBitmap
+		for j, x := range w {
+			binary.LittleEndian.PutUint64(o[1+8*j:], x)
+		}
+		vals = o[bmLen:]
+		s.n += bm
+		s.e.stats.Bitmaps++
+	}
+	// one pass over the set bits writes the indices and the values
+	up, k := s.e.UpdatePrev, 0
+	for j, x := range w {
+		for ; x != 0; x &= x - 1 {
+			e := j<<6 | bits.TrailingZeros64(x)
+			if ix != nil {
+				ix[k] = byte(e)
+			}
+			if i := e * elem; elem == 2 {
+				vals[2*k], vals[2*k+1] = b[i], b[i+1]
+				if up {
+					a[i], a[i+1] = b[i], b[i+1]
+				}
+			} else {
+				copy(vals[k*elem:(k+1)*elem], b[i:i+elem])
+				if up {
+					copy(a[i:i+elem], b[i:i+elem])
+				}
+			}
+			k++
+		}
+	}
 	s.e.stats.Values += int64(c)
 	s.open = -1
 	return false, true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/m2n-dev/m2n/transport"
 )
@@ -149,7 +150,9 @@ func (p *pending) Incomplete() []int {
 
 // Wait completes the round. Without a deadline or a poll it blocks in
 // MPI_Waitall; otherwise it polls MPI_Testall (which drives MPI's progress
-// engine, so the transfer runs at full speed), calls ctx's poll
+// engine, so the transfer runs at full speed; an idle wait,
+// transport.WithIdleWaits, sleeps between polls after its first
+// idleSpins, 25 to 200 us: idleSleep), calls ctx's poll
 // (transport.WithPoll) every transport.PollEvery on this goroutine, and
 // returns ctx's error when it ends, or the poll's, leaving the round
 // unfinished: the caller must then Abort. The requests of a round left
@@ -161,7 +164,11 @@ func (p *pending) Wait(ctx context.Context) error {
 		return waitall(p.reqs)
 	}
 	var t tester
-	for {
+	idle := transport.IdleWaits(ctx)
+	for spin := 0; ; spin++ {
+		if idle && spin >= idleSpins {
+			time.Sleep(idleSleep(spin))
+		}
 		done, err := t.testall(p.reqs)
 		if err != nil {
 			return err
@@ -178,6 +185,16 @@ func (p *pending) Wait(ctx context.Context) error {
 		default:
 		}
 	}
+}
+
+// idleSpins is how many polls an idle wait (transport.WithIdleWaits)
+// makes back to back before it sleeps between them.
+const idleSpins = 100
+
+// idleSleep is an idle wait's sleep before poll spin: 25 us, doubling
+// every 32 polls up to 200 us.
+func idleSleep(spin int) time.Duration {
+	return min(25*time.Microsecond<<min((spin-idleSpins)/32, 3), 200*time.Microsecond)
 }
 
 // PollsInline implements transport.InlinePoller: a round's Wait calls its

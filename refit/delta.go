@@ -25,7 +25,10 @@ import (
 // destination, which applies it in place (delta.Apply); each round, the
 // pairs first exchange their encodings' lengths (8 bytes per operation),
 // so that every receive names the count its sender sends, as every
-// transport needs. A step whose every source region changed at every
+// transport needs. Those waits, and a round's whose encodings are at most
+// an eighth of its dense bytes, are idle ones (transport.WithIdleWaits:
+// on MPI they sleep between polls), leaving the CPU to the peers that
+// encode and apply meanwhile. A step whose every source region changed at every
 // sampled element on every rank (changedThroughout, agreed in the step's
 // first collective) moves as a full sync instead: a fully changed step
 // costs a full sync and the samples. A message that forwards a region (hier's leaders to

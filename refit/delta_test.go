@@ -479,3 +479,67 @@ func TestDeltaRefused(t *testing.T) {
 		}
 	}
 }
+
+// idleCounter counts its rank's waits by whether their context marks
+// them idle (transport.WithIdleWaits).
+type idleCounter struct {
+	transport.Transport
+	idle, busy *atomic.Int64
+}
+
+func (c idleCounter) Start(ops []transport.Op) (transport.Pending, error) {
+	p, err := c.Transport.Start(ops)
+	if err != nil {
+		return nil, err
+	}
+	return idlePending{p, c}, nil
+}
+
+type idlePending struct {
+	transport.Pending
+	c idleCounter
+}
+
+func (p idlePending) Wait(ctx context.Context) error {
+	if transport.IdleWaits(ctx) {
+		p.c.idle.Add(1)
+	} else {
+		p.c.busy.Add(1)
+	}
+	return p.Pending.Wait(ctx)
+}
+
+// TestDeltaIdleWaits checks which waits a delta-mode call marks idle:
+// none of a full sync's or of a step that changed everything (both move
+// dense bytes, which a sleeping wait would stall), every one of a delta
+// step at 1% (the lengths, and encodings of a few percent of the dense
+// bytes), whose ranks wait while their peers encode and apply. Every
+// element is checked after each step.
+func TestDeltaIdleWaits(t *testing.T) {
+	ts := deltaTensors(t, "bf16")
+	var idle, busy [8]atomic.Int64
+	wrap := func(r int, tr transport.Transport) transport.Transport {
+		return idleCounter{tr, &idle[r], &busy[r]}
+	}
+	runDeltaCall(t, deltaConfig{route: "hier"}, ts, wrap, func(r int, c *refit.Call) error {
+		d := newDeltaRank(t, r, ts)
+		for k, frac := range []float64{-1, 0.01, 1} {
+			if k > 0 {
+				if err := d.update(frac); err != nil {
+					return err
+				}
+			}
+			idle[r].Store(0)
+			busy[r].Store(0)
+			what := fmt.Sprintf("step %d (%v changed)", k+1, frac)
+			if _, err := runDeltaStep(c, d.bufs, d.check, what, k, frac); err != nil {
+				return err
+			}
+			i, b := idle[r].Load(), busy[r].Load()
+			if want := frac == 0.01; i+b == 0 || (i > 0) != want || want && b > 0 {
+				return fmt.Errorf("rank %d, %s: %d idle waits and %d busy ones (idle: %v)", r, what, i, b, want)
+			}
+		}
+		return nil
+	})
+}

@@ -35,7 +35,15 @@ type deltaInflight struct {
 	ri      int // its index in the program
 	pending transport.Pending
 	lens    []int64 // per receive wire, the bytes its sender announced
+	idle    bool    // its wait is an idle one (idleRound)
 }
+
+// idleRound reports whether a round whose wires move enc encoded bytes,
+// against dense bytes for a dense step, and none of them dense (raw
+// false), waits idly (transport.WithIdleWaits): where its encodings are
+// at most an eighth of the dense bytes, which the wait need not hurry
+// while the peers encode and apply, rather than a transfer to keep moving.
+func idleRound(enc, dense int64, raw bool) bool { return !raw && 8*enc <= dense }
 
 // move moves one delta step of h's program: it returns when every
 // encoding this rank receives is applied (or, atomic, checked and kept).
@@ -229,20 +237,23 @@ func (d *deltaStep) start(ctx context.Context, ri int) (deltaInflight, error) {
 		return deltaInflight{}, err
 	}
 	ops := make([]transport.Op, 0, len(s.Sends)+len(s.Recvs))
+	raw, enc, dense := false, int64(0), int64(0)
 	for j := range s.Recvs {
+		enc, dense = enc+lens[j]&^rawBit, dense+s.Recvs[j].Bytes
 		w := &s.Recvs[j]
 		op := transport.Op{Peer: w.Peer, Tag: d.in.Tag, Buf: recv, Off: dr.recvs[j].off, Len: lens[j]}
 		if lens[j]&rawBit != 0 {
-			op = d.hs.op(w, false, d.h.staging[slot][1])
+			op, raw = d.hs.op(w, false, d.h.staging[slot][1]), true
 		}
 		ops = append(ops, op)
 		st.Recv[w.Class] += op.Len
 		st.Messages += len(w.Parts)
 	}
 	for j := range s.Sends {
+		enc, dense = enc+sent[j]&^rawBit, dense+s.Sends[j].Bytes
 		op := transport.Op{Peer: s.Sends[j].Peer, Send: true, Tag: d.in.Tag, Buf: send, Off: dr.sends[j].off, Len: sent[j]}
 		if sent[j]&rawBit != 0 {
-			op = d.hs.op(&s.Sends[j], true, d.h.staging[slot][0])
+			op, raw = d.hs.op(&s.Sends[j], true, d.h.staging[slot][0]), true
 		}
 		ops = append(ops, op)
 	}
@@ -251,7 +262,7 @@ func (d *deltaStep) start(ctx context.Context, ri int) (deltaInflight, error) {
 		return deltaInflight{}, fmt.Errorf("rank %d, round %d: %w", d.p.Rank, s.Index, err)
 	}
 	st.Rounds++
-	return deltaInflight{ri: ri, pending: pend, lens: lens}, nil
+	return deltaInflight{ri: ri, pending: pend, lens: lens, idle: idleRound(enc, dense, raw)}, nil
 }
 
 // exchangeLengths sends every send wire's encoded length (sent) to its
@@ -273,7 +284,9 @@ func (d *deltaStep) exchangeLengths(ctx context.Context, ri int, sent []int64) (
 	if err != nil {
 		return nil, fmt.Errorf("rank %d, round %d, encoded lengths: %w", d.p.Rank, s.Index, err)
 	}
-	if err := d.h.wait(ctx, d.p, s, pend); err != nil {
+	// the lengths come once the peers have encoded: the wait leaves them
+	// the CPU (an idle wait)
+	if err := d.h.wait(transport.WithIdleWaits(ctx), d.p, s, pend); err != nil {
 		return nil, err
 	}
 	lens := make([]int64, nr)
@@ -302,6 +315,9 @@ func (d *deltaStep) exchangeLengths(ctx context.Context, ri int, sent []int64) (
 // the step on every rank.
 func (d *deltaStep) complete(ctx context.Context, f deltaInflight) error {
 	s, dr := &d.p.Rounds[f.ri], &d.dc.plan.rounds[f.ri]
+	if f.idle {
+		ctx = transport.WithIdleWaits(ctx)
+	}
 	if err := d.h.wait(ctx, d.p, s, f.pending); err != nil {
 		return err
 	}

@@ -37,6 +37,26 @@ type PollFunc func(since time.Duration) error
 
 type pollKey struct{}
 
+type idleKey struct{}
+
+// WithIdleWaits returns ctx marking its waits as idle ones: rounds of
+// small messages whose peers are busy with work of their own (a delta
+// step's lengths and encodings, while the sources encode and the
+// destinations apply), which a transport that completes rounds by
+// polling (MPI) may wait for by sleeping between polls once a round did
+// not complete at once, so that the wait leaves the CPU to the ranks it
+// waits for on an oversubscribed host. A round that moves much data must
+// not wait idly: a sleep stalls the progress of a message in flight.
+func WithIdleWaits(ctx context.Context) context.Context {
+	return context.WithValue(ctx, idleKey{}, true)
+}
+
+// IdleWaits reports whether ctx's waits are idle ones (WithIdleWaits).
+func IdleWaits(ctx context.Context) bool {
+	idle, _ := ctx.Value(idleKey{}).(bool)
+	return idle
+}
+
 // WithPoll returns ctx carrying poll, for the waits of an InlinePoller.
 func WithPoll(ctx context.Context, poll PollFunc) context.Context {
 	return context.WithValue(ctx, pollKey{}, poll)
