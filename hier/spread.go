@@ -19,20 +19,18 @@ func (s *shard) noteSources(p *reshard.Plan, recvs []int32) {
 	if len(recvs) != len(s.contribs) {
 		return
 	}
-	ts := make([]reshard.Transfer, len(recvs))
 	for ci, ti := range recvs {
-		t := p.Transfer(int(ti))
-		if !t.Box.Equal(s.contribs[ci].Box) || !t.SrcLocal.Equal(s.contribs[ci].SrcLocal) {
+		if !p.SameRegion(int(ti), s.first+ci) {
 			return
 		}
-		ts[ci] = t
 	}
-	for ci, t := range ts {
-		if t.Src == t.Dst || s.contribs[ci].Src == s.contribs[ci].Dst {
+	for ci, ti := range recvs {
+		src, dst, _ := p.Ends(int(ti))
+		if src == dst || s.contribs[ci].Src == s.contribs[ci].Dst {
 			continue // a local copy on some replica: keep the plan's source
 		}
-		if !slices.Contains(s.srcs[ci], t.Src) {
-			s.srcs[ci] = append(s.srcs[ci], t.Src)
+		if !slices.Contains(s.srcs[ci], src) {
+			s.srcs[ci] = append(s.srcs[ci], src)
 		}
 	}
 }
