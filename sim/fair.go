@@ -1,6 +1,9 @@
 package sim
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // fabric holds the links and the flows on them and keeps the flows' rates
 // max-min fair.
@@ -61,6 +64,7 @@ type fabric struct {
 	chead   []int32  // [link] an outside link's first cap in caplist
 	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
 	heap    minHeap[struct{}]
+	capq    []lentry // the fill's outside links that cap, by (level, tie) once sorted
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
 	// whole connected component.
@@ -361,15 +365,18 @@ func (f *fabric) closeRegion() {
 // at their outside link's level; it sets nr and nbIn for every touched group
 // and newLvl for every region link.
 //
-// The heap holds the region's links and the outside links that cap a
-// touched group, the latter as -1-link (ahead of a region link of the same
-// level) with their exact level: when one comes out, every unfrozen group
-// it caps freezes at once, at its level, so the caps need no sort.
+// The heap holds the region's links; the outside links that cap a touched
+// group are listed apart (capq), as -1-link (ahead of a region link of the
+// same level) with their exact level, sorted once, since their keys never
+// change: the fill takes the lesser of the heap's top and the next cap in
+// (key, tie) order, the order one heap of both gives, and when a cap comes
+// up every unfrozen group it caps freezes at once, at its level.
 func (f *fabric) fill() {
 	f.gepoch++
 	f.touched = f.touched[:0]
 	f.caplist = f.caplist[:0]
 	f.heap = f.heap[:0]
+	f.capq = f.capq[:0]
 	inf := math.Inf(1)
 	ep := f.epoch
 	ls, groups, level := f.ls, f.groups, f.level
@@ -410,12 +417,20 @@ func (f *fabric) fill() {
 			f.heap.push(lentry{key: x.rem / x.cnt, tie: int64(l)})
 		}
 	}
+	capq := f.capq
+	slices.SortFunc(capq, func(a, b lentry) int {
+		if before(&a, &b) {
+			return -1
+		}
+		return 1 // (key, tie) pairs are distinct
+	})
 	left := len(f.touched) // groups not yet frozen
 	level0 := 0.0
-	for left > 0 && len(f.heap) > 0 {
-		top := f.heap[0]
-		if top.tie < 0 {
-			f.heap.pop()
+	ci := 0
+	for left > 0 && (len(f.heap) > 0 || ci < len(capq)) {
+		if ci < len(capq) && (len(f.heap) == 0 || before(&capq[ci], &f.heap[0])) {
+			top := capq[ci]
+			ci++
 			if top.key > level0 {
 				level0 = top.key
 			}
@@ -427,6 +442,7 @@ func (f *fabric) fill() {
 			}
 			continue
 		}
+		top := f.heap[0]
 		x := &ls[top.tie]
 		if x.fixed || x.cnt == 0 {
 			f.heap.pop()
@@ -463,7 +479,7 @@ func (f *fabric) addCap(o int32, lv float64, g int32, in bool) {
 	if f.cstamp[o] != f.gepoch {
 		f.cstamp[o] = f.gepoch
 		f.chead[o] = -1
-		f.heap.push(lentry{key: lv, tie: int64(-1 - o)})
+		f.capq = append(f.capq, lentry{key: lv, tie: int64(-1 - o)})
 	}
 	f.caplist = append(f.caplist, capEntry{g: g, next: f.chead[o], in: in})
 	f.chead[o] = int32(len(f.caplist) - 1)
