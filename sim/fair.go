@@ -31,7 +31,7 @@ type fabric struct {
 	caps  []float64
 	level []float64
 	sum   []float64 // current total rate of each link
-	adj   [][]int32 // active groups on each link
+	adj   [][]adjEntry // active groups on each link
 	bytes []float64 // bytes each link has carried, up to lt
 	lt    []float64 // [link] when its sum last changed (its bytes' time)
 	vt    []float64 // [link] virtual service at vtT (vtime.go)
@@ -90,6 +90,21 @@ type linkScratch struct {
 	fixed            bool
 }
 
+// adjEntry is a group in a link's list: the group and its other link, as
+// o where the list's link is the group's out link, as ^o (negative) where
+// it is its in link, so that a walk over a link's groups knows each one's
+// other link and side without reading the group.
+type adjEntry struct{ g, o int32 }
+
+// other returns the entry's other link and whether the list's link is the
+// group's in link.
+func (a adjEntry) other() (o int32, in bool) {
+	if a.o < 0 {
+		return ^a.o, true
+	}
+	return a.o, false
+}
+
 // capEntry is a touched group capped by an outside link, in that link's
 // list (next: the list's next entry in caplist, -1 at its end).
 type capEntry struct {
@@ -133,7 +148,7 @@ type member = entry[float64]
 
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
-	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
+	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]adjEntry, n), bytes: make([]float64, n),
 		lt: make([]float64, n), vt: make([]float64, n), vtT: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
 		chead: make([]int32, n), cstamp: make([]uint32, n)}
 	for i := range f.level {
@@ -165,8 +180,8 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 	f.serv[g] = service{}
 	f.mem[g] = f.mem[g][:0]
 	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), bind: -1, lpos: -1}
-	f.adj[out] = append(f.adj[out], g)
-	f.adj[in] = append(f.adj[in], g)
+	f.adj[out] = append(f.adj[out], adjEntry{g, in})
+	f.adj[in] = append(f.adj[in], adjEntry{g, ^out})
 	f.index[k] = g
 	if live := len(f.groups) - len(f.free); live > f.stats.maxGroups {
 		f.stats.maxGroups = live
@@ -189,10 +204,10 @@ func (f *fabric) unlink(l int32, pos int32) {
 	if pos != last {
 		moved := a[last]
 		a[pos] = moved
-		if f.groups[moved].out == l {
-			f.gpos[moved].out = pos
+		if _, in := moved.other(); !in {
+			f.gpos[moved.g].out = pos
 		} else {
-			f.gpos[moved].in = pos
+			f.gpos[moved.g].in = pos
 		}
 	}
 	f.adj[l] = a[:last]
@@ -336,13 +351,9 @@ func (f *fabric) predict(from int) {
 	inf := math.Inf(1)
 	for i := from; i < len(f.region); i++ {
 		l := f.region[i]
-		for _, g := range f.adj[l] {
-			gr := &f.groups[g]
-			o := gr.in
-			if o == l {
-				o = gr.out
-			}
-			if (gr.in == l) == gr.boundIn && f.level[o] < inf {
+		for _, a := range f.adj[l] {
+			// the level first: it is in a small array, the group is not
+			if o, in := a.other(); f.level[o] < inf && f.groups[a.g].boundIn == in {
 				f.addRegion(o)
 			}
 		}
@@ -353,10 +364,9 @@ func (f *fabric) predict(from int) {
 func (f *fabric) closeRegion() {
 	for i := 0; i < len(f.region); i++ {
 		l := f.region[i]
-		for _, g := range f.adj[l] {
-			gr := &f.groups[g]
-			f.addRegion(gr.out)
-			f.addRegion(gr.in)
+		for _, a := range f.adj[l] {
+			o, _ := a.other() // l is in the region already
+			f.addRegion(o)
 		}
 	}
 }
@@ -386,26 +396,32 @@ func (f *fabric) fill() {
 	for _, l := range f.region {
 		// a group whose links are both in the region is listed from its
 		// out link
-		for _, g := range f.adj[l] {
-			gr := &groups[g]
-			lo, li := &ls[gr.out], &ls[gr.in]
-			outIn, inIn := lo.stamp == ep, li.stamp == ep
-			if outIn && gr.in == l {
+		for _, a := range f.adj[l] {
+			o, lIn := a.other()
+			lo := &ls[o]
+			oIn := lo.stamp == ep
+			if oIn && lIn {
 				continue
 			}
+			g := a.g
+			gr := &groups[g]
 			gr.nr = -1
 			f.touched = append(f.touched, g)
 			m := float64(gr.m)
-			if outIn {
-				lo.cnt += m
-			} else if lv := level[gr.out]; lv < inf {
-				f.addCap(gr.out, lv, g, false)
+			if !lIn { // l is the out link (in the region), o the in link
+				ls[l].cnt += m
+				if oIn {
+					lo.cnt += m
+				} else if lv := level[o]; lv < inf {
+					f.addCap(o, lv, g, true)
+				}
+				continue
 			}
-			if inIn {
-				li.cnt += m
-			} else if lv := level[gr.in]; lv < inf {
-				f.addCap(gr.in, lv, g, true)
+			// l is the in link, o the out link (outside the region)
+			if lv := level[o]; lv < inf {
+				f.addCap(o, lv, g, false)
 			}
+			ls[l].cnt += m
 		}
 	}
 	// A region link's key is a lower bound of its fair level: freezing a
@@ -464,9 +480,9 @@ func (f *fabric) fill() {
 		}
 		x.fixed = true
 		x.newLvl = top.key
-		for _, g := range f.adj[l] {
-			if groups[g].nr < 0 {
-				f.freeze(g, top.key, groups[g].in == l)
+		for _, a := range f.adj[l] {
+			if groups[a.g].nr < 0 {
+				f.freeze(a.g, top.key, a.o < 0)
 				left--
 			}
 		}

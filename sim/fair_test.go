@@ -128,7 +128,8 @@ func TestFairSharesLikeTheOracle(t *testing.T) {
 			}
 			for l := range caps {
 				s := 0.0
-				for _, g := range f.adj[l] {
+				for _, a := range f.adj[l] {
+					g := a.g
 					s += float64(f.groups[g].m) * f.groups[g].rate
 				}
 				if s > caps[l]*(1+1e-6) {

@@ -30,7 +30,8 @@ func refFill(f *fabric) {
 		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf, stamp: ep}
 	}
 	for _, l := range f.region {
-		for _, g := range f.adj[l] {
+		for _, a := range f.adj[l] {
+			g := a.g
 			if seen[g] {
 				continue
 			}
@@ -94,7 +95,8 @@ func refFill(f *fabric) {
 		x := &ls[l]
 		x.fixed = true
 		x.newLvl = top.key
-		for _, g := range f.adj[l] {
+		for _, a := range f.adj[l] {
+			g := a.g
 			if groups[g].nr < 0 {
 				f.freeze(g, top.key, groups[g].in == l)
 			}
