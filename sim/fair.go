@@ -1,9 +1,6 @@
 package sim
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // fabric holds the links and the flows on them and keeps the flows' rates
 // max-min fair.
@@ -64,7 +61,7 @@ type fabric struct {
 	chead   []int32  // [link] an outside link's first cap in caplist
 	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
 	heap    minHeap[struct{}]
-	capq    []lentry // the fill's outside links that cap, by (level, tie) once sorted
+	capq    minHeap[struct{}] // the fill's outside links that cap, by (level, tie)
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
 	// whole connected component.
@@ -92,9 +89,14 @@ type linkScratch struct {
 
 // adjEntry is a group in a link's list: the group and its other link, as
 // o where the list's link is the group's out link, as ^o (negative) where
-// it is its in link, so that a walk over a link's groups knows each one's
-// other link and side without reading the group.
-type adjEntry struct{ g, o int32 }
+// it is its in link, and whether the group is bound at the list's link
+// (its boundIn says this side; solve's commit keeps the two alike), so
+// that a walk over a link's groups knows each one's other link, side and
+// bound without reading the group.
+type adjEntry struct {
+	g, o int32
+	here bool
+}
 
 // other returns the entry's other link and whether the list's link is the
 // group's in link.
@@ -180,8 +182,8 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 	f.serv[g] = service{}
 	f.mem[g] = f.mem[g][:0]
 	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), bind: -1, lpos: -1}
-	f.adj[out] = append(f.adj[out], adjEntry{g, in})
-	f.adj[in] = append(f.adj[in], adjEntry{g, ^out})
+	f.adj[out] = append(f.adj[out], adjEntry{g: g, o: in, here: true}) // boundIn false: bound out
+	f.adj[in] = append(f.adj[in], adjEntry{g: g, o: ^out})
 	f.index[k] = g
 	if live := len(f.groups) - len(f.free); live > f.stats.maxGroups {
 		f.stats.maxGroups = live
@@ -335,6 +337,11 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 		}
 		change(g, nr, nbIn)
 		gr = &f.groups[g]
+		if nbIn != gr.boundIn {
+			gp := &f.gpos[g]
+			f.adj[gr.out][gp.out].here = !nbIn
+			f.adj[gr.in][gp.in].here = nbIn
+		}
 		gr.rate, gr.boundIn = nr, nbIn
 	}
 	f.stats.rateChanges += int64(len(f.changed))
@@ -352,8 +359,7 @@ func (f *fabric) predict(from int) {
 	for i := from; i < len(f.region); i++ {
 		l := f.region[i]
 		for _, a := range f.adj[l] {
-			// the level first: it is in a small array, the group is not
-			if o, in := a.other(); f.level[o] < inf && f.groups[a.g].boundIn == in {
+			if o, _ := a.other(); a.here && f.level[o] < inf {
 				f.addRegion(o)
 			}
 		}
@@ -376,9 +382,9 @@ func (f *fabric) closeRegion() {
 // and newLvl for every region link.
 //
 // The heap holds the region's links; the outside links that cap a touched
-// group are listed apart (capq), as -1-link (ahead of a region link of the
-// same level) with their exact level, sorted once, since their keys never
-// change: the fill takes the lesser of the heap's top and the next cap in
+// group are in a heap of their own (capq), as -1-link (ahead of a region
+// link of the same level) with their exact level, built at once since
+// their keys never change: the fill takes the lesser of the two tops in
 // (key, tie) order, the order one heap of both gives, and when a cap comes
 // up every unfrozen group it caps freezes at once, at its level.
 func (f *fabric) fill() {
@@ -433,20 +439,17 @@ func (f *fabric) fill() {
 			f.heap.push(lentry{key: x.rem / x.cnt, tie: int64(l)})
 		}
 	}
+	// the caps in a heap of their own, built at once (a fill that freezes
+	// every group before it reaches the last caps pays nothing for them)
 	capq := f.capq
-	slices.SortFunc(capq, func(a, b lentry) int {
-		if before(&a, &b) {
-			return -1
-		}
-		return 1 // (key, tie) pairs are distinct
-	})
+	for i := len(capq)/2 - 1; i >= 0; i-- {
+		heapDown(capq, i)
+	}
 	left := len(f.touched) // groups not yet frozen
 	level0 := 0.0
-	ci := 0
-	for left > 0 && (len(f.heap) > 0 || ci < len(capq)) {
-		if ci < len(capq) && (len(f.heap) == 0 || before(&capq[ci], &f.heap[0])) {
-			top := capq[ci]
-			ci++
+	for left > 0 && (len(f.heap) > 0 || len(capq) > 0) {
+		if len(capq) > 0 && (len(f.heap) == 0 || before(&capq[0], &f.heap[0])) {
+			top := capq.pop()
 			if top.key > level0 {
 				level0 = top.key
 			}
