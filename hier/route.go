@@ -135,7 +135,11 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	// size (appending grew and copied it over and over).
 	per := make([][]chain, len(tensors))
 	n := 0
-	lead := map[int]int64{}
+	world := 0
+	for _, ti := range tensors {
+		world = max(world, plans[ti].World())
+	}
+	lead := make([]int64, world) // by rank (spreadLeaders)
 	for k, ti := range tensors {
 		per[k] = tensorChains(ti, plans[ti], topo, h.Balance, lead)
 		n += len(per[k])
@@ -412,7 +416,7 @@ type shard struct {
 // tensorChains derives the chains of one tensor.
 // lead holds each rank's bytes received as a leader so far in the call
 // (spreadLeaders adds this tensor's).
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead map[int]int64) []chain {
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead []int64) []chain {
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.

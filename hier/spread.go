@@ -81,14 +81,14 @@ func spreadSources(chains []chain) {
 // spreadLeaders returns the rotation of leader loads over the replicas reps
 // of one shard in one domain (leaderOf's rot) that keeps the busiest of
 // them least busy, given lead, the bytes each rank already receives as a
-// leader in this call, and adds the shard's pieces to lead under it. The
+// leader in this call (by rank), and adds the shard's pieces to lead under it. The
 // paper's rule still fixes the loads within the shard (contiguous blocks
 // that differ by at most one contribution); only which replica takes which
 // block moves, so that the shards of many tensors do not pile onto the
 // same replicas: the tensor-and-shard rotation alone (def, preferred on a
 // tie) maps a tensor that recurs every layer to the same replica in every
 // layer whenever a layer's tensor count is a multiple of the replicas.
-func spreadLeaders(pieces []piece, n int, reps []int, balance Balance, def int, elem int64, lead map[int]int64) int {
+func spreadLeaders(pieces []piece, n int, reps []int, balance Balance, def int, elem int64, lead []int64) int {
 	r := len(reps)
 	w := make([]int64, r)
 	for _, pc := range pieces {
