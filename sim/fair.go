@@ -27,11 +27,11 @@ import "math"
 type fabric struct {
 	caps  []float64
 	level []float64
-	sum   []float64 // current total rate of each link
+	sum   []float64    // current total rate of each link
 	adj   [][]adjEntry // active groups on each link
-	bytes []float64 // bytes each link has carried, up to lt
-	lt    []float64 // [link] when its sum last changed (its bytes' time)
-	vt    []float64 // [link] virtual service at vtT (vtime.go)
+	bytes []float64    // bytes each link has carried, up to lt
+	lt    []float64    // [link] when its sum last changed (its bytes' time)
+	vt    []float64    // [link] virtual service at vtT (vtime.go)
 	vtT   []float64
 	now   float64 // the time of the current event (the engine's)
 	ser   *series // the links' series, or nil
@@ -48,6 +48,7 @@ type fabric struct {
 	// one line
 	epoch   uint32
 	ls      []linkScratch
+	lstamp  []uint32 // [link] the solve (epoch) whose region holds it: a small array apart, read for every group a fill lists
 	dsum    []float64
 	dstamp  []uint32
 	depoch  uint32
@@ -78,12 +79,11 @@ type fairStats struct {
 	expansionRun int64
 }
 
-// linkScratch is a link's state during a solve: whether it is in the region (stamp ==
-// epoch), and the fill's remaining capacity, unfrozen flows, saturation and new level.
+// linkScratch is a link's state during a solve (in the region when its lstamp
+// is the epoch): the fill's remaining capacity, unfrozen flows, saturation and new level.
 type linkScratch struct {
 	rem, cnt, newLvl float64
 	used             float64 // the frozen groups' total rate
-	stamp            uint32
 	fixed            bool
 }
 
@@ -151,7 +151,7 @@ type member = entry[float64]
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
 	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]adjEntry, n), bytes: make([]float64, n),
-		lt: make([]float64, n), vt: make([]float64, n), vtT: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
+		lt: make([]float64, n), vt: make([]float64, n), vtT: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), lstamp: make([]uint32, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
 		chead: make([]int32, n), cstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
@@ -261,11 +261,11 @@ const (
 	maxGrowth = 8     // default region growths before taking the whole component
 )
 
-func (f *fabric) inRegion(l int32) bool { return f.ls[l].stamp == f.epoch }
+func (f *fabric) inRegion(l int32) bool { return f.lstamp[l] == f.epoch }
 
 func (f *fabric) addRegion(l int32) {
-	if ls := &f.ls[l]; ls.stamp != f.epoch {
-		ls.stamp = f.epoch
+	if f.lstamp[l] != f.epoch {
+		f.lstamp[l] = f.epoch
 		f.region = append(f.region, l)
 	}
 }
@@ -327,11 +327,11 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 		gr := &f.groups[g]
 		nr, nbIn := gr.nr, gr.nbIn
 		d := float64(gr.m) * (nr - gr.rate)
-		if f.ls[gr.out].stamp != ep {
+		if f.lstamp[gr.out] != ep {
 			f.flush(gr.out)
 			f.sum[gr.out] += d
 		}
-		if f.ls[gr.in].stamp != ep {
+		if f.lstamp[gr.in] != ep {
 			f.flush(gr.in)
 			f.sum[gr.in] += d
 		}
@@ -395,17 +395,16 @@ func (f *fabric) fill() {
 	f.capq = f.capq[:0]
 	inf := math.Inf(1)
 	ep := f.epoch
-	ls, groups, level := f.ls, f.groups, f.level
+	ls, lstamp, groups, level := f.ls, f.lstamp, f.groups, f.level
 	for _, l := range f.region {
-		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf, stamp: ep}
+		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf}
 	}
 	for _, l := range f.region {
 		// a group whose links are both in the region is listed from its
 		// out link
 		for _, a := range f.adj[l] {
 			o, lIn := a.other()
-			lo := &ls[o]
-			oIn := lo.stamp == ep
+			oIn := lstamp[o] == ep
 			if oIn && lIn {
 				continue
 			}
@@ -417,7 +416,7 @@ func (f *fabric) fill() {
 			if !lIn { // l is the out link (in the region), o the in link
 				ls[l].cnt += m
 				if oIn {
-					lo.cnt += m
+					ls[o].cnt += m
 				} else if lv := level[o]; lv < inf {
 					f.addCap(o, lv, g, true)
 				}
@@ -520,7 +519,7 @@ func (f *fabric) freeze(g int32, v float64, boundIn bool) {
 // l is in the region.
 func (f *fabric) take(l int32, r, m float64) {
 	x := &f.ls[l]
-	if x.stamp != f.epoch {
+	if f.lstamp[l] != f.epoch {
 		return
 	}
 	x.used += r
