@@ -245,9 +245,8 @@ func FromPlan(p *reshard.Plan, topo reshard.Topology, chunk float64) Problem {
 	// destination still inject).
 	senders := map[int]bool{}
 	for i := 0; i < p.Len(); i++ {
-		t := p.Transfer(i)
-		if t.Src != t.Dst {
-			senders[t.Src] = true
+		if src, dst, _ := p.Ends(i); src != dst {
+			senders[src] = true
 		}
 	}
 	prob.Sources = len(senders)
@@ -267,7 +266,7 @@ func FromPlan(p *reshard.Plan, topo reshard.Topology, chunk float64) Problem {
 		if bytes == 0 {
 			continue
 		}
-		id := p.Transfer(int(p.Recvs(r)[0])).DstShard
+		_, _, id := p.Ends(int(p.Recvs(r)[0]))
 		s := shards[id]
 		if s == nil {
 			s = &shardInfo{bytes: bytes, perDomain: map[int]int{}}

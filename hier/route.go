@@ -131,10 +131,23 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	if transfers > reshard.MaxMessages {
 		return b.Expect(transfers)
 	}
-	var chains []chain
-	lead := map[int]int64{}
+	// each tensor's chains, then all of them in one slice of the exact
+	// size (appending grew and copied it over and over).
+	per := make([][]chain, len(tensors))
+	n := 0
+	world := 0
 	for _, ti := range tensors {
-		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, lead)...)
+		world = max(world, plans[ti].World())
+	}
+	lead := make([]int64, world) // by rank (spreadLeaders)
+	for k, ti := range tensors {
+		per[k] = tensorChains(ti, plans[ti], topo, h.Balance, lead)
+		n += len(per[k])
+	}
+	chains := make([]chain, 0, n)
+	for k := range per {
+		chains = append(chains, per[k]...)
+		per[k] = nil
 	}
 	spreadSources(chains)
 	var srcs, dsts map[int]bool
@@ -253,9 +266,8 @@ func endpoints(plans []*reshard.Plan) (srcs, dsts map[int]bool) {
 	srcs, dsts = map[int]bool{}, map[int]bool{}
 	for _, p := range plans {
 		for i := 0; i < p.Len(); i++ {
-			t := p.Transfer(i)
-			if t.Src != t.Dst {
-				srcs[t.Src], dsts[t.Dst] = true, true
+			if src, dst, _ := p.Ends(i); src != dst {
+				srcs[src], dsts[dst] = true, true
 			}
 		}
 	}
@@ -324,8 +336,14 @@ func (c *chain) add(b *reshard.Builder, sub placement.Box, div int64) {
 	dstAt := strided.Describe(c.dstLocal, sub, c.elem)
 	from := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufSrc, At: strided.Describe(c.srcLocal, sub, c.srcElem)}}
 	to := []reshard.Segment{{Tensor: c.tensor, Buf: reshard.BufDst, At: dstAt}}
-	// ready[i] is the first round in which hop i's leader holds the chunk.
-	ready := make([]int, len(c.hops))
+	// ready[i] is the first round in which hop i's leader holds the chunk
+	// (on the stack for up to 16 domains).
+	var buf [16]int
+	ready := buf[:0]
+	if len(c.hops) > len(buf) {
+		ready = make([]int, len(c.hops))
+	}
+	ready = ready[:len(c.hops)]
 	for i, h := range c.hops {
 		prev, seg, after := c.src, from, 0
 		if p := treeParent(i, c.arity); p >= 0 {
@@ -388,6 +406,7 @@ func treeParent(i, arity int) int {
 type shard struct {
 	replicas []int              // in destination mesh order
 	contribs []reshard.Transfer // what the first replica receives
+	first    int                // the plan index of the first replica's first transfer (contribs[ci] is transfer first+ci)
 	// srcs[ci] are the source ranks the plan names for contribution ci
 	// across the replicas (more than one when the plan stripes a
 	// replicated source region over its holders), first replica's first.
@@ -397,7 +416,7 @@ type shard struct {
 // tensorChains derives the chains of one tensor.
 // lead holds each rank's bytes received as a leader so far in the call
 // (spreadLeaders adds this tensor's).
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead map[int]int64) []chain {
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead []int64) []chain {
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.
@@ -410,17 +429,15 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		if len(recvs) == 0 {
 			continue // an empty shard
 		}
-		id := p.Transfer(int(recvs[0])).DstShard
+		_, _, id := p.Ends(int(recvs[0]))
 		k, ok := index[id]
 		if !ok {
 			k = len(shards)
 			index[id] = k
-			s := shard{}
-			for _, t := range recvs {
-				s.contribs = append(s.contribs, p.Transfer(int(t)))
-			}
-			for _, t := range s.contribs {
-				s.srcs = append(s.srcs, []int{t.Src})
+			s := shard{first: int(recvs[0]), contribs: make([]reshard.Transfer, len(recvs)), srcs: make([][]int, len(recvs))}
+			for ci, t := range recvs {
+				s.contribs[ci] = p.Transfer(int(t))
+				s.srcs[ci] = []int{s.contribs[ci].Src}
 			}
 			shards = append(shards, s)
 		} else {
@@ -428,7 +445,17 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		}
 		shards[k].replicas = append(shards[k].replicas, r)
 	}
-	var out []chain
+	// each shard's pieces, and the leader rotation of each of its domains
+	// (spreadLeaders, in shard and domain order), before the chains: the
+	// chains are then allocated at once, and the hops of a shard's chains
+	// from one backing array.
+	type shardPieces struct {
+		domains [][]int
+		pieces  []piece
+		rots    []int
+	}
+	sps := make([]shardPieces, len(shards))
+	total := 0
 	for si, s := range shards {
 		domains := groupByDomain(s.replicas, topo)
 		nd := len(domains)
@@ -450,19 +477,39 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		for d, reps := range domains {
 			rots[d] = spreadLeaders(pieces, len(s.contribs), reps, balance, ti+si, elem, lead)
 		}
-		for _, pc := range pieces {
-			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcs: s.srcs[pc.ci], srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
+		sps[si] = shardPieces{domains: domains, pieces: pieces, rots: rots}
+		total += len(pieces)
+	}
+	out := make([]chain, 0, total)
+	for si, s := range shards {
+		sp := &sps[si]
+		domains, nd := sp.domains, len(sp.domains)
+		// others[d][li]: the replicas of domain d but its leader li, in
+		// mesh order; the same for every chain that domain d's replica li
+		// leads (hops only read it).
+		others := make([][][]int, nd)
+		hops := make([]hop, len(sp.pieces)*nd)
+		for k, pc := range sp.pieces {
+			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcs: s.srcs[pc.ci], srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box,
+				hops: hops[k*nd : (k+1)*nd : (k+1)*nd]}
 			for step := 0; step < nd; step++ {
 				d := (pc.entry + step) % nd
 				reps := domains[d]
-				li := leaderOf(pc, len(s.contribs), len(reps), balance, rots[d])
-				h := hop{leader: reps[li]}
-				for j, r := range reps {
-					if j != li {
-						h.others = append(h.others, r)
-					}
+				li := leaderOf(pc, len(s.contribs), len(reps), balance, sp.rots[d])
+				if others[d] == nil {
+					others[d] = make([][]int, len(reps))
 				}
-				c.hops = append(c.hops, h)
+				o := others[d][li]
+				if o == nil && len(reps) > 1 {
+					o = make([]int, 0, len(reps)-1)
+					for j, r := range reps {
+						if j != li {
+							o = append(o, r)
+						}
+					}
+					others[d][li] = o
+				}
+				c.hops[step] = hop{leader: reps[li], others: o}
 			}
 			out = append(out, c)
 		}

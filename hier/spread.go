@@ -19,20 +19,18 @@ func (s *shard) noteSources(p *reshard.Plan, recvs []int32) {
 	if len(recvs) != len(s.contribs) {
 		return
 	}
-	ts := make([]reshard.Transfer, len(recvs))
 	for ci, ti := range recvs {
-		t := p.Transfer(int(ti))
-		if !t.Box.Equal(s.contribs[ci].Box) || !t.SrcLocal.Equal(s.contribs[ci].SrcLocal) {
+		if !p.SameRegion(int(ti), s.first+ci) {
 			return
 		}
-		ts[ci] = t
 	}
-	for ci, t := range ts {
-		if t.Src == t.Dst || s.contribs[ci].Src == s.contribs[ci].Dst {
+	for ci, ti := range recvs {
+		src, dst, _ := p.Ends(int(ti))
+		if src == dst || s.contribs[ci].Src == s.contribs[ci].Dst {
 			continue // a local copy on some replica: keep the plan's source
 		}
-		if !slices.Contains(s.srcs[ci], t.Src) {
-			s.srcs[ci] = append(s.srcs[ci], t.Src)
+		if !slices.Contains(s.srcs[ci], src) {
+			s.srcs[ci] = append(s.srcs[ci], src)
 		}
 	}
 }
@@ -83,14 +81,14 @@ func spreadSources(chains []chain) {
 // spreadLeaders returns the rotation of leader loads over the replicas reps
 // of one shard in one domain (leaderOf's rot) that keeps the busiest of
 // them least busy, given lead, the bytes each rank already receives as a
-// leader in this call, and adds the shard's pieces to lead under it. The
+// leader in this call (by rank), and adds the shard's pieces to lead under it. The
 // paper's rule still fixes the loads within the shard (contiguous blocks
 // that differ by at most one contribution); only which replica takes which
 // block moves, so that the shards of many tensors do not pile onto the
 // same replicas: the tensor-and-shard rotation alone (def, preferred on a
 // tie) maps a tensor that recurs every layer to the same replica in every
 // layer whenever a layer's tensor count is a multiple of the replicas.
-func spreadLeaders(pieces []piece, n int, reps []int, balance Balance, def int, elem int64, lead map[int]int64) int {
+func spreadLeaders(pieces []piece, n int, reps []int, balance Balance, def int, elem int64, lead []int64) int {
 	r := len(reps)
 	w := make([]int64, r)
 	for _, pc := range pieces {

@@ -72,6 +72,7 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 		done    bool
 	}
 	cs := make([]cand, len(qs))
+	ranks := 0 // past the largest entry leader
 	for si, q := range qs {
 		k, sum := len(q), int64(0)
 		for k > 0 && (k == len(q) || sum+bytesOf(q[k-1]) <= taperWindow*t.bytes) {
@@ -82,6 +83,7 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 		at := map[int]int{}
 		for j, it := range q[k:] {
 			l := leaderOf(it)
+			ranks = max(ranks, l+1)
 			i, ok := at[l]
 			if !ok {
 				i = len(c.leaders)
@@ -93,7 +95,7 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 		}
 		cs[si] = c
 	}
-	load := map[int]int64{} // tapered bytes per entry leader
+	load := make([]int64, ranks) // tapered bytes per entry leader
 	for left := true; left; {
 		left = false
 		for si, q := range qs {

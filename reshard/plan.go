@@ -414,6 +414,29 @@ func (p *Plan) Transfer(i int) Transfer {
 	return t
 }
 
+// Ends returns transfer i's source and destination ranks and destination
+// shard (Transfer(i)'s Src, Dst and DstShard) without materializing its
+// boxes, 0 <= i < Len().
+func (p *Plan) Ends(i int) (src, dst, dstShard int) {
+	pc := &p.pieces[i]
+	return int(pc.src), int(pc.dst), int(pc.dstShard)
+}
+
+// SameRegion reports whether transfers i and j carry the same box out of
+// the same source region: Transfer(i).Box.Equal(Transfer(j).Box) and
+// Transfer(i).SrcLocal.Equal(Transfer(j).SrcLocal), without materializing
+// either, 0 <= i, j < Len().
+func (p *Plan) SameRegion(i, j int) bool {
+	a, b := &p.pieces[i], &p.pieces[j]
+	for d := 0; d < p.src.NDim(); d++ {
+		oa, ob := &p.overlaps[d][a.ov[d]], &p.overlaps[d][b.ov[d]]
+		if oa.iv != ob.iv || p.src.Part(d, int(oa.src)) != p.src.Part(d, int(ob.src)) {
+			return false
+		}
+	}
+	return true
+}
+
 // transfers materializes every transfer, in plan order.
 func (p *Plan) transfers() []Transfer {
 	out := make([]Transfer, len(p.pieces))

@@ -253,3 +253,42 @@ func TestPlanRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanEndsAndSameRegion checks Ends and SameRegion against the
+// materialized transfers (Transfer's Src, Dst, DstShard, Box and SrcLocal)
+// on random layout pairs, every pair of transfers of a plan (up to a
+// limit) for SameRegion.
+func TestPlanEndsAndSameRegion(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	same := 0
+	for i := 0; i < 600; i++ {
+		src, dst, world := randomPair(rng)
+		p, err := NewPlan(src, dst, world, Options{StripeReplicas: rng.IntN(2) == 0})
+		if err != nil {
+			t.Fatalf("pair %d: %v", i, err)
+		}
+		n := min(p.Len(), 60)
+		ts := make([]Transfer, n)
+		for a := range ts {
+			ts[a] = p.Transfer(a)
+			s, d, sh := p.Ends(a)
+			if s != ts[a].Src || d != ts[a].Dst || sh != ts[a].DstShard {
+				t.Fatalf("pair %d, transfer %d: Ends %d %d %d, Transfer %d %d %d", i, a, s, d, sh, ts[a].Src, ts[a].Dst, ts[a].DstShard)
+			}
+		}
+		for a := range ts {
+			for b := range ts {
+				want := ts[a].Box.Equal(ts[b].Box) && ts[a].SrcLocal.Equal(ts[b].SrcLocal)
+				if got := p.SameRegion(a, b); got != want {
+					t.Fatalf("pair %d: SameRegion(%d, %d) = %v, want %v (%v %v, %v %v)", i, a, b, got, want, ts[a].Box, ts[a].SrcLocal, ts[b].Box, ts[b].SrcLocal)
+				}
+				if want && a != b {
+					same++
+				}
+			}
+		}
+	}
+	if same == 0 {
+		t.Fatal("no two transfers shared a region: the test checks nothing")
+	}
+}

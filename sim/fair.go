@@ -27,11 +27,11 @@ import "math"
 type fabric struct {
 	caps  []float64
 	level []float64
-	sum   []float64 // current total rate of each link
-	adj   [][]int32 // active groups on each link
-	bytes []float64 // bytes each link has carried, up to lt
-	lt    []float64 // [link] when its sum last changed (its bytes' time)
-	vt    []float64 // [link] virtual service at vtT (vtime.go)
+	sum   []float64    // current total rate of each link
+	adj   [][]adjEntry // active groups on each link
+	bytes []float64    // bytes each link has carried, up to lt
+	lt    []float64    // [link] when its sum last changed (its bytes' time)
+	vt    []float64    // [link] virtual service at vtT (vtime.go)
 	vtT   []float64
 	now   float64 // the time of the current event (the engine's)
 	ser   *series // the links' series, or nil
@@ -48,6 +48,7 @@ type fabric struct {
 	// one line
 	epoch   uint32
 	ls      []linkScratch
+	lstamp  []uint32 // [link] the solve (epoch) whose region holds it: a small array apart, read for every group a fill lists
 	dsum    []float64
 	dstamp  []uint32
 	depoch  uint32
@@ -61,6 +62,7 @@ type fabric struct {
 	chead   []int32  // [link] an outside link's first cap in caplist
 	cstamp  []uint32 // [link] the fill (gepoch) that listed chead
 	heap    minHeap[struct{}]
+	capq    minHeap[struct{}] // the fill's outside links that cap, by (level, tie)
 	stats   fairStats
 	// growths is how many times a region may grow before it becomes its
 	// whole connected component.
@@ -77,13 +79,32 @@ type fairStats struct {
 	expansionRun int64
 }
 
-// linkScratch is a link's state during a solve: whether it is in the region (stamp ==
-// epoch), and the fill's remaining capacity, unfrozen flows, saturation and new level.
+// linkScratch is a link's state during a solve (in the region when its lstamp
+// is the epoch): the fill's remaining capacity, unfrozen flows, saturation and new level.
 type linkScratch struct {
 	rem, cnt, newLvl float64
 	used             float64 // the frozen groups' total rate
-	stamp            uint32
 	fixed            bool
+}
+
+// adjEntry is a group in a link's list: the group and its other link, as
+// o where the list's link is the group's out link, as ^o (negative) where
+// it is its in link, and whether the group is bound at the list's link
+// (its boundIn says this side; solve's commit keeps the two alike), so
+// that a walk over a link's groups knows each one's other link, side and
+// bound without reading the group.
+type adjEntry struct {
+	g, o int32
+	here bool
+}
+
+// other returns the entry's other link and whether the list's link is the
+// group's in link.
+func (a adjEntry) other() (o int32, in bool) {
+	if a.o < 0 {
+		return ^a.o, true
+	}
+	return a.o, false
 }
 
 // capEntry is a touched group capped by an outside link, in that link's
@@ -129,8 +150,8 @@ type member = entry[float64]
 
 func newFabric(caps []float64) *fabric {
 	n := len(caps)
-	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]int32, n), bytes: make([]float64, n),
-		lt: make([]float64, n), vt: make([]float64, n), vtT: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
+	f := &fabric{caps: caps, level: make([]float64, n), sum: make([]float64, n), adj: make([][]adjEntry, n), bytes: make([]float64, n),
+		lt: make([]float64, n), vt: make([]float64, n), vtT: make([]float64, n), index: map[uint64]int32{}, growths: maxGrowth, ls: make([]linkScratch, n), lstamp: make([]uint32, n), dsum: make([]float64, n), dstamp: make([]uint32, n),
 		chead: make([]int32, n), cstamp: make([]uint32, n)}
 	for i := range f.level {
 		f.level[i] = math.Inf(1)
@@ -161,8 +182,8 @@ func (f *fabric) groupFor(out, in int32, t float64) int32 {
 	f.serv[g] = service{}
 	f.mem[g] = f.mem[g][:0]
 	f.gpos[g] = groupPos{out: int32(len(f.adj[out])), in: int32(len(f.adj[in])), bind: -1, lpos: -1}
-	f.adj[out] = append(f.adj[out], g)
-	f.adj[in] = append(f.adj[in], g)
+	f.adj[out] = append(f.adj[out], adjEntry{g: g, o: in, here: true}) // boundIn false: bound out
+	f.adj[in] = append(f.adj[in], adjEntry{g: g, o: ^out})
 	f.index[k] = g
 	if live := len(f.groups) - len(f.free); live > f.stats.maxGroups {
 		f.stats.maxGroups = live
@@ -185,10 +206,10 @@ func (f *fabric) unlink(l int32, pos int32) {
 	if pos != last {
 		moved := a[last]
 		a[pos] = moved
-		if f.groups[moved].out == l {
-			f.gpos[moved].out = pos
+		if _, in := moved.other(); !in {
+			f.gpos[moved.g].out = pos
 		} else {
-			f.gpos[moved].in = pos
+			f.gpos[moved.g].in = pos
 		}
 	}
 	f.adj[l] = a[:last]
@@ -240,11 +261,11 @@ const (
 	maxGrowth = 8     // default region growths before taking the whole component
 )
 
-func (f *fabric) inRegion(l int32) bool { return f.ls[l].stamp == f.epoch }
+func (f *fabric) inRegion(l int32) bool { return f.lstamp[l] == f.epoch }
 
 func (f *fabric) addRegion(l int32) {
-	if ls := &f.ls[l]; ls.stamp != f.epoch {
-		ls.stamp = f.epoch
+	if f.lstamp[l] != f.epoch {
+		f.lstamp[l] = f.epoch
 		f.region = append(f.region, l)
 	}
 }
@@ -306,16 +327,21 @@ func (f *fabric) solve(seeds []int32, change func(g int32, rate float64, boundIn
 		gr := &f.groups[g]
 		nr, nbIn := gr.nr, gr.nbIn
 		d := float64(gr.m) * (nr - gr.rate)
-		if f.ls[gr.out].stamp != ep {
+		if f.lstamp[gr.out] != ep {
 			f.flush(gr.out)
 			f.sum[gr.out] += d
 		}
-		if f.ls[gr.in].stamp != ep {
+		if f.lstamp[gr.in] != ep {
 			f.flush(gr.in)
 			f.sum[gr.in] += d
 		}
 		change(g, nr, nbIn)
 		gr = &f.groups[g]
+		if nbIn != gr.boundIn {
+			gp := &f.gpos[g]
+			f.adj[gr.out][gp.out].here = !nbIn
+			f.adj[gr.in][gp.in].here = nbIn
+		}
 		gr.rate, gr.boundIn = nr, nbIn
 	}
 	f.stats.rateChanges += int64(len(f.changed))
@@ -332,13 +358,8 @@ func (f *fabric) predict(from int) {
 	inf := math.Inf(1)
 	for i := from; i < len(f.region); i++ {
 		l := f.region[i]
-		for _, g := range f.adj[l] {
-			gr := &f.groups[g]
-			o := gr.in
-			if o == l {
-				o = gr.out
-			}
-			if (gr.in == l) == gr.boundIn && f.level[o] < inf {
+		for _, a := range f.adj[l] {
+			if o, _ := a.other(); a.here && f.level[o] < inf {
 				f.addRegion(o)
 			}
 		}
@@ -349,10 +370,9 @@ func (f *fabric) predict(from int) {
 func (f *fabric) closeRegion() {
 	for i := 0; i < len(f.region); i++ {
 		l := f.region[i]
-		for _, g := range f.adj[l] {
-			gr := &f.groups[g]
-			f.addRegion(gr.out)
-			f.addRegion(gr.in)
+		for _, a := range f.adj[l] {
+			o, _ := a.other() // l is in the region already
+			f.addRegion(o)
 		}
 	}
 }
@@ -361,44 +381,52 @@ func (f *fabric) closeRegion() {
 // at their outside link's level; it sets nr and nbIn for every touched group
 // and newLvl for every region link.
 //
-// The heap holds the region's links and the outside links that cap a
-// touched group, the latter as -1-link (ahead of a region link of the same
-// level) with their exact level: when one comes out, every unfrozen group
-// it caps freezes at once, at its level, so the caps need no sort.
+// The heap holds the region's links; the outside links that cap a touched
+// group are in a heap of their own (capq), as -1-link (ahead of a region
+// link of the same level) with their exact level, built at once since
+// their keys never change: the fill takes the lesser of the two tops in
+// (key, tie) order, the order one heap of both gives, and when a cap comes
+// up every unfrozen group it caps freezes at once, at its level.
 func (f *fabric) fill() {
 	f.gepoch++
 	f.touched = f.touched[:0]
 	f.caplist = f.caplist[:0]
 	f.heap = f.heap[:0]
+	f.capq = f.capq[:0]
 	inf := math.Inf(1)
 	ep := f.epoch
-	ls, groups, level := f.ls, f.groups, f.level
+	ls, lstamp, groups, level := f.ls, f.lstamp, f.groups, f.level
 	for _, l := range f.region {
-		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf, stamp: ep}
+		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf}
 	}
 	for _, l := range f.region {
 		// a group whose links are both in the region is listed from its
 		// out link
-		for _, g := range f.adj[l] {
-			gr := &groups[g]
-			lo, li := &ls[gr.out], &ls[gr.in]
-			outIn, inIn := lo.stamp == ep, li.stamp == ep
-			if outIn && gr.in == l {
+		for _, a := range f.adj[l] {
+			o, lIn := a.other()
+			oIn := lstamp[o] == ep
+			if oIn && lIn {
 				continue
 			}
+			g := a.g
+			gr := &groups[g]
 			gr.nr = -1
 			f.touched = append(f.touched, g)
 			m := float64(gr.m)
-			if outIn {
-				lo.cnt += m
-			} else if lv := level[gr.out]; lv < inf {
-				f.addCap(gr.out, lv, g, false)
+			if !lIn { // l is the out link (in the region), o the in link
+				ls[l].cnt += m
+				if oIn {
+					ls[o].cnt += m
+				} else if lv := level[o]; lv < inf {
+					f.addCap(o, lv, g, true)
+				}
+				continue
 			}
-			if inIn {
-				li.cnt += m
-			} else if lv := level[gr.in]; lv < inf {
-				f.addCap(gr.in, lv, g, true)
+			// l is the in link, o the out link (outside the region)
+			if lv := level[o]; lv < inf {
+				f.addCap(o, lv, g, false)
 			}
+			ls[l].cnt += m
 		}
 	}
 	// A region link's key is a lower bound of its fair level: freezing a
@@ -410,12 +438,17 @@ func (f *fabric) fill() {
 			f.heap.push(lentry{key: x.rem / x.cnt, tie: int64(l)})
 		}
 	}
+	// the caps in a heap of their own, built at once (a fill that freezes
+	// every group before it reaches the last caps pays nothing for them)
+	capq := f.capq
+	for i := len(capq)/2 - 1; i >= 0; i-- {
+		heapDown(capq, i)
+	}
 	left := len(f.touched) // groups not yet frozen
 	level0 := 0.0
-	for left > 0 && len(f.heap) > 0 {
-		top := f.heap[0]
-		if top.tie < 0 {
-			f.heap.pop()
+	for left > 0 && (len(f.heap) > 0 || len(capq) > 0) {
+		if len(capq) > 0 && (len(f.heap) == 0 || before(&capq[0], &f.heap[0])) {
+			top := capq.pop()
 			if top.key > level0 {
 				level0 = top.key
 			}
@@ -427,6 +460,7 @@ func (f *fabric) fill() {
 			}
 			continue
 		}
+		top := f.heap[0]
 		x := &ls[top.tie]
 		if x.fixed || x.cnt == 0 {
 			f.heap.pop()
@@ -448,9 +482,9 @@ func (f *fabric) fill() {
 		}
 		x.fixed = true
 		x.newLvl = top.key
-		for _, g := range f.adj[l] {
-			if groups[g].nr < 0 {
-				f.freeze(g, top.key, groups[g].in == l)
+		for _, a := range f.adj[l] {
+			if groups[a.g].nr < 0 {
+				f.freeze(a.g, top.key, a.o < 0)
 				left--
 			}
 		}
@@ -463,7 +497,7 @@ func (f *fabric) addCap(o int32, lv float64, g int32, in bool) {
 	if f.cstamp[o] != f.gepoch {
 		f.cstamp[o] = f.gepoch
 		f.chead[o] = -1
-		f.heap.push(lentry{key: lv, tie: int64(-1 - o)})
+		f.capq = append(f.capq, lentry{key: lv, tie: int64(-1 - o)})
 	}
 	f.caplist = append(f.caplist, capEntry{g: g, next: f.chead[o], in: in})
 	f.chead[o] = int32(len(f.caplist) - 1)
@@ -485,7 +519,7 @@ func (f *fabric) freeze(g int32, v float64, boundIn bool) {
 // l is in the region.
 func (f *fabric) take(l int32, r, m float64) {
 	x := &f.ls[l]
-	if x.stamp != f.epoch {
+	if f.lstamp[l] != f.epoch {
 		return
 	}
 	x.used += r

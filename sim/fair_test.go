@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -126,9 +127,13 @@ func TestFairSharesLikeTheOracle(t *testing.T) {
 					t.Fatalf("trial %d event %d: flow %d (%d->%d) rate %g, oracle %g", trial, ev, i, fl.out, fl.in, got, want[i])
 				}
 			}
+			if err := checkAdj(f); err != nil {
+				t.Fatalf("trial %d event %d: %v", trial, ev, err)
+			}
 			for l := range caps {
 				s := 0.0
-				for _, g := range f.adj[l] {
+				for _, a := range f.adj[l] {
+					g := a.g
 					s += float64(f.groups[g].m) * f.groups[g].rate
 				}
 				if s > caps[l]*(1+1e-6) {
@@ -161,4 +166,25 @@ func TestFairSimpleShares(t *testing.T) {
 	if a.rate != 5 || b.rate != 4 || !a.boundIn || b.boundIn {
 		t.Fatalf("two flows: rates %g (in-bound %v) and %g (in-bound %v), want 5 (in) and 4 (out)", a.rate, a.boundIn, b.rate, b.boundIn)
 	}
+}
+
+// checkAdj checks every link's list of groups against the groups: each
+// entry's other link, side and bound flag (adjEntry) as the group has
+// them, and the group's positions (groupPos) pointing at its entries.
+func checkAdj(f *fabric) error {
+	for l := range f.adj {
+		for i, a := range f.adj[l] {
+			gr, gp := f.groups[a.g], f.gpos[a.g]
+			o, in := a.other()
+			switch {
+			case in && (gr.in != int32(l) || gr.out != o || gp.in != int32(i)):
+				return fmt.Errorf("link %d entry %d: group %d (%d->%d, at %d/%d) listed as in from %d", l, i, a.g, gr.out, gr.in, gp.out, gp.in, o)
+			case !in && (gr.out != int32(l) || gr.in != o || gp.out != int32(i)):
+				return fmt.Errorf("link %d entry %d: group %d (%d->%d, at %d/%d) listed as out to %d", l, i, a.g, gr.out, gr.in, gp.out, gp.in, o)
+			case a.here != (gr.boundIn == in):
+				return fmt.Errorf("link %d entry %d: group %d bound in %v, the entry says bound here %v", l, i, a.g, gr.boundIn, a.here)
+			}
+		}
+	}
+	return nil
 }

@@ -27,10 +27,11 @@ func refFill(f *fabric) {
 	ls, groups, level := f.ls, f.groups, f.level
 	seen := map[int32]bool{}
 	for _, l := range f.region {
-		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf, stamp: ep}
+		ls[l] = linkScratch{rem: f.caps[l], newLvl: inf}
 	}
 	for _, l := range f.region {
-		for _, g := range f.adj[l] {
+		for _, a := range f.adj[l] {
+			g := a.g
 			if seen[g] {
 				continue
 			}
@@ -39,12 +40,12 @@ func refFill(f *fabric) {
 			gr.nr = -1
 			f.touched = append(f.touched, g)
 			m := float64(gr.m)
-			if lo := &ls[gr.out]; lo.stamp == ep {
+			if lo := &ls[gr.out]; f.lstamp[gr.out] == ep {
 				lo.cnt += m
 			} else if lv := level[gr.out]; lv < inf {
 				caplist = append(caplist, refCap{lv, g, false})
 			}
-			if li := &ls[gr.in]; li.stamp == ep {
+			if li := &ls[gr.in]; f.lstamp[gr.in] == ep {
 				li.cnt += m
 			} else if lv := level[gr.in]; lv < inf {
 				caplist = append(caplist, refCap{lv, g, true})
@@ -94,7 +95,8 @@ func refFill(f *fabric) {
 		x := &ls[l]
 		x.fixed = true
 		x.newLvl = top.key
-		for _, g := range f.adj[l] {
+		for _, a := range f.adj[l] {
+			g := a.g
 			if groups[g].nr < 0 {
 				f.freeze(g, top.key, groups[g].in == l)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/m2n-dev/m2n/hier"
@@ -50,6 +51,7 @@ type simFlags struct {
 	dstDType         string
 	fp8Scale         string
 	measured         string
+	profile          string
 	changed          func(string) bool
 }
 
@@ -161,6 +163,7 @@ each stage's and each tensor's completion.`,
 	fs.BoolVar(&f.mtp, "mtp", false, "model form: add DeepSeek's multi-token-prediction layer")
 	fs.StringVar(&f.dstDType, "dst-dtype", "", "model form: e4m3 makes the generator FP8 where vLLM's FP8 path quantizes (half the bytes on the wire; the quantize cost on the source)")
 	fs.StringVar(&f.fp8Scale, "fp8-scale", "", "model form, with --dst-dtype e4m3: block (128x128, default), row or tensor")
+	fs.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of the planning, scheduling and simulation to this file (go tool pprof reads it)")
 	fs.StringVar(&f.measured, "measured", "", "a refit run --json report of the same layouts: simulate on its domains, chunking and (when it emulated the network) its fabric, and print measured beside simulated")
 	return cmd
 }
@@ -204,6 +207,18 @@ func runSim(out io.Writer, f *simFlags) error {
 	c, meas, err := f.config()
 	if err != nil {
 		return err
+	}
+	if f.profile != "" {
+		pf, err := os.Create(f.profile)
+		if err != nil {
+			return flagError("cpuprofile", f.profile, err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return flagError("cpuprofile", f.profile, err)
+		}
+		defer pf.Close()
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := sim.Simulate(c)
 	var ce *sim.ConfigError
