@@ -131,16 +131,27 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	if transfers > reshard.MaxMessages {
 		return b.Expect(transfers)
 	}
+	var srcs, dsts map[int]bool
+	recv := b.NetReceiveBudget()
+	if budget {
+		srcs, dsts = endpoints(plans)
+		recv = receiveBudget(len(srcs), len(dsts), opts)
+	}
+	// a chunk is at most half of what a round may receive (receiveBudget),
+	// so that no receiver needs a round of its own for one chunk and a
+	// receiver's round that holds a smaller message still takes a chunk:
+	// with whole-budget chunks a round with any other message in it had no
+	// room for one, and the receivers' rounds went part empty where many
+	// sources share them (NeMo-RL's DeepSeek-V3 on HGX, 16 stages into the
+	// same 256 receivers: 185.5 ms against 175.6 ms with half; issue 25).
+	chunk := min(opts.ChunkBytes, max(recv/2, 1))
 	var chains []chain
 	lead := map[int]int64{}
 	for _, ti := range tensors {
-		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, lead)...)
+		chains = append(chains, tensorChains(ti, plans[ti], topo, h.Balance, chunk, lead)...)
 	}
 	spreadSources(chains)
-	var srcs, dsts map[int]bool
 	if budget {
-		srcs, dsts = endpoints(plans)
-		recv := receiveBudget(len(srcs), len(dsts), opts)
 		if err := b.SetBudgets(recv, localBudget(chains, recv, opts.RoundBytes())); err != nil {
 			return err
 		}
@@ -150,14 +161,6 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 			}
 		}
 	}
-	// a chunk is at most half of what a round may receive (receiveBudget),
-	// so that no receiver needs a round of its own for one chunk and a
-	// receiver's round that holds a smaller message still takes a chunk:
-	// with whole-budget chunks a round with any other message in it had no
-	// room for one, and the receivers' rounds went part empty where many
-	// sources share them (NeMo-RL's DeepSeek-V3 on HGX, 16 stages into the
-	// same 256 receivers: 185.5 ms against 175.6 ms with half; issue 25).
-	chunk := min(opts.ChunkBytes, max(b.NetReceiveBudget()/2, 1))
 	// the sources keep pace with the receivers (paceBudget).
 	if budget {
 		if pace := paceBudget(chains, topo, b.NetReceiveBudget(), opts.RoundBytes(), chunk); pace < opts.RoundBytes() {
@@ -394,10 +397,11 @@ type shard struct {
 	srcs [][]int
 }
 
-// tensorChains derives the chains of one tensor.
-// lead holds each rank's bytes received as a leader so far in the call
-// (spreadLeaders adds this tensor's).
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead map[int]int64) []chain {
+// tensorChains derives the chains of one tensor, contributions cut into
+// parts of at least chunk bytes where a shard has fewer contributions than
+// replicas (countParts). lead holds each rank's bytes received as a
+// leader so far in the call (spreadLeaders adds this tensor's).
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, chunk int64, lead map[int]int64) []chain {
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.
@@ -433,29 +437,33 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		domains := groupByDomain(s.replicas, topo)
 		nd := len(domains)
 		var pieces []piece
+		most := 0 // the most replicas in one domain
+		for _, d := range domains {
+			most = max(most, len(d))
+		}
 		for ci, t := range s.contribs {
 			if balance == BalanceBytes {
-				n := 0
-				for _, d := range domains {
-					n = max(n, len(d))
-				}
-				for j, part := range t.Box.Split(n) {
-					pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: j, entry: (ci*n + j) % nd})
+				for j, part := range t.Box.Split(most) {
+					pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: j, entry: (ci*most + j) % nd})
 				}
 				continue
 			}
-			pieces = append(pieces, piece{t: t, ci: ci, box: t.Box, slot: ci, entry: ci % nd})
+			for _, part := range t.Box.Split(countParts(t.Box.Elems()*elem, len(s.contribs), most, chunk)) {
+				slot := len(pieces)
+				pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: slot, entry: slot % nd})
+			}
 		}
+		slots := len(pieces) // the count rule's items: contributions, or their parts
 		rots := make([]int, nd)
 		for d, reps := range domains {
-			rots[d] = spreadLeaders(pieces, len(s.contribs), reps, balance, ti+si, elem, lead)
+			rots[d] = spreadLeaders(pieces, slots, reps, balance, ti+si, elem, lead)
 		}
 		for _, pc := range pieces {
 			c := chain{tensor: ti, srcElem: srcElem, elem: elem, src: pc.t.Src, srcs: s.srcs[pc.ci], srcLocal: pc.t.SrcLocal, dstLocal: pc.t.DstLocal, box: pc.box}
 			for step := 0; step < nd; step++ {
 				d := (pc.entry + step) % nd
 				reps := domains[d]
-				li := leaderOf(pc, len(s.contribs), len(reps), balance, rots[d])
+				li := leaderOf(pc, slots, len(reps), balance, rots[d])
 				h := hop{leader: reps[li]}
 				for j, r := range reps {
 					if j != li {
@@ -470,7 +478,29 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 	return out
 }
 
-// piece is a contribution, or with BalanceBytes one part of it.
+// countParts returns how many parts the count rule cuts one contribution
+// of bytes into, in a shard of contribs contributions whose domains hold
+// at most replicas replicas each: where the contributions are fewer than
+// the replicas, each into about replicas/contribs parts, but none smaller
+// than a chunk, so that the replicas lead a large contribution between
+// them and each part still moves in whole chunks (no more messages than
+// the contribution's chunks, plus one per part at most). A contribution
+// with one leader per domain is received whole by that leader, which, in
+// the tree over the domains, forwards it whole to its children, one chunk
+// per round to each: a DeepSeek-V3 lm_head shard (231 MB under TP8, one
+// contribution from a TP1 trainer) took 15 chunks down a tree of 16
+// domains at 2048 ranks, and its forwards alone filled the last 11 of its
+// stage's 31 rounds (issue 25: 51.6 ms against a bound of 36.2 ms; 46.6
+// ms with the parts).
+func countParts(bytes int64, contribs, replicas int, chunk int64) int {
+	if contribs >= replicas || chunk <= 0 {
+		return 1
+	}
+	want := (replicas + contribs - 1) / contribs
+	return int(max(1, min(int64(want), bytes/chunk)))
+}
+
+// piece is a contribution, or one part of it (BalanceBytes, or countParts).
 type piece struct {
 	t     reshard.Transfer
 	ci    int // the contribution's index in its shard
