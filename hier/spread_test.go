@@ -52,3 +52,44 @@ func TestCountPartsWholeChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestEntriesRotate: eight one-chunk tensors, each replicated on four
+// domains of one rank and sent by one source, enter at every domain in
+// turn, two each, so that each domain's leader roots the tree of two and
+// forwards alike: with the entry by contribution index alone, every
+// single-contribution shard entered at its first domain, and the domains
+// at the top of every tree forwarded for all of them while the leaves
+// forwarded nothing.
+func TestEntriesRotate(t *testing.T) {
+	shape := []int64{16, 16} // 512 bytes: one chunk
+	src := layoutOf(t, shape, []int{1}, []int{0}, "R")
+	dst := layoutOf(t, shape, []int{4}, seq(1, 4), "R")
+	world := 5
+	var plans []*reshard.Plan
+	for i := 0; i < 8; i++ {
+		p, err := reshard.NewPlan(src, dst, world, reshard.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans = append(plans, p)
+	}
+	topo, err := Domains(make([]int, world), src, dst, DomainSizes{Src: 1, Dst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Hier{}.Schedule(plans, topo, reshard.ScheduleOptions{ChunkBytes: 1 << 10, StagingBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := map[int]int64{}
+	for _, m := range s.Messages {
+		if m.Src == 0 && m.Class == reshard.LinkNetwork {
+			entered[m.Dst] += m.Bytes
+		}
+	}
+	for r := 1; r < world; r++ {
+		if got, want := entered[r], int64(2*512); got != want {
+			t.Errorf("domain of rank %d: %d bytes enter from the source, want %d (two tensors)", r, got, want)
+		}
+	}
+}
