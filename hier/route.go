@@ -131,6 +131,20 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 	if transfers > reshard.MaxMessages {
 		return b.Expect(transfers)
 	}
+	var srcs, dsts map[int]bool
+	recv := b.NetReceiveBudget()
+	if budget {
+		srcs, dsts = endpoints(plans)
+		recv = receiveBudget(len(srcs), len(dsts), opts)
+	}
+	// a chunk is at most half of what a round may receive (receiveBudget),
+	// so that no receiver needs a round of its own for one chunk and a
+	// receiver's round that holds a smaller message still takes a chunk:
+	// with whole-budget chunks a round with any other message in it had no
+	// room for one, and the receivers' rounds went part empty where many
+	// sources share them (NeMo-RL's DeepSeek-V3 on HGX, 16 stages into the
+	// same 256 receivers: 185.5 ms against 175.6 ms with half; issue 25).
+	chunk := min(opts.ChunkBytes, max(recv/2, 1))
 	// each tensor's chains, then all of them in one slice of the exact
 	// size (appending grew and copied it over and over).
 	per := make([][]chain, len(tensors))
@@ -140,8 +154,9 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		world = max(world, plans[ti].World())
 	}
 	lead := make([]int64, world) // by rank (spreadLeaders)
+	entries := 0
 	for k, ti := range tensors {
-		per[k] = tensorChains(ti, plans[ti], topo, h.Balance, lead)
+		per[k] = tensorChains(ti, plans[ti], topo, h.Balance, chunk, lead, &entries)
 		n += len(per[k])
 	}
 	chains := make([]chain, 0, n)
@@ -150,10 +165,7 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		per[k] = nil
 	}
 	spreadSources(chains)
-	var srcs, dsts map[int]bool
 	if budget {
-		srcs, dsts = endpoints(plans)
-		recv := receiveBudget(len(srcs), len(dsts), opts)
 		if err := b.SetBudgets(recv, localBudget(chains, recv, opts.RoundBytes())); err != nil {
 			return err
 		}
@@ -163,14 +175,6 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 			}
 		}
 	}
-	// a chunk is at most half of what a round may receive (receiveBudget),
-	// so that no receiver needs a round of its own for one chunk and a
-	// receiver's round that holds a smaller message still takes a chunk:
-	// with whole-budget chunks a round with any other message in it had no
-	// room for one, and the receivers' rounds went part empty where many
-	// sources share them (NeMo-RL's DeepSeek-V3 on HGX, 16 stages into the
-	// same 256 receivers: 185.5 ms against 175.6 ms with half; issue 25).
-	chunk := min(opts.ChunkBytes, max(b.NetReceiveBudget()/2, 1))
 	// the sources keep pace with the receivers (paceBudget).
 	if budget {
 		if pace := paceBudget(chains, topo, b.NetReceiveBudget(), opts.RoundBytes(), chunk); pace < opts.RoundBytes() {
@@ -413,10 +417,19 @@ type shard struct {
 	srcs [][]int
 }
 
-// tensorChains derives the chains of one tensor.
-// lead holds each rank's bytes received as a leader so far in the call
-// (spreadLeaders adds this tensor's).
-func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, lead []int64) []chain {
+// tensorChains derives the chains of one tensor, contributions cut into
+// parts of at least chunk bytes where a shard has fewer contributions than
+// replicas (countParts). lead holds each rank's bytes received as a
+// leader so far in the call (spreadLeaders adds this tensor's), and
+// entries counts the pieces so far in the call: with the count rule,
+// piece k enters the ring at the shard's domain k mod domains, so that the
+// entry domains, which root the trees and forward the most, rotate over
+// the call. By the contribution's index within its shard, every shard of
+// one contribution (a TP1 trainer's dense tensors) entered at its first
+// domain, and the first half of the domains forwarded every such tree
+// while the rest forwarded none (DeepSeek-V3 at 2048 ranks: 46.6 -> 44.3
+// ms, issue 25).
+func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balance, chunk int64, lead []int64, entries *int) []chain {
 	dm := p.Dst().Mesh()
 	// a converting plan's messages carry destination (FP8) elements; only
 	// the first hop reads the source's.
@@ -453,6 +466,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		domains [][]int
 		pieces  []piece
 		rots    []int
+		slots   int // the count rule's items: contributions, or their parts
 	}
 	sps := make([]shardPieces, len(shards))
 	total := 0
@@ -460,24 +474,30 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		domains := groupByDomain(s.replicas, topo)
 		nd := len(domains)
 		var pieces []piece
+		most := 0 // the most replicas in one domain
+		for _, d := range domains {
+			most = max(most, len(d))
+		}
 		for ci, t := range s.contribs {
 			if balance == BalanceBytes {
-				n := 0
-				for _, d := range domains {
-					n = max(n, len(d))
-				}
-				for j, part := range t.Box.Split(n) {
-					pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: j, entry: (ci*n + j) % nd})
+				for j, part := range t.Box.Split(most) {
+					pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: j, entry: (ci*most + j) % nd})
 				}
 				continue
 			}
-			pieces = append(pieces, piece{t: t, ci: ci, box: t.Box, slot: ci, entry: ci % nd})
+			for _, part := range t.Box.Split(countParts(t.Box.Elems()*elem, len(s.contribs), most, chunk)) {
+				// entries rotate over the domains across the call, not
+				// within the shard alone (entries)
+				pieces = append(pieces, piece{t: t, ci: ci, box: part, slot: len(pieces), entry: *entries % nd})
+				*entries++
+			}
 		}
+		slots := len(pieces) // the count rule's items: contributions, or their parts
 		rots := make([]int, nd)
 		for d, reps := range domains {
-			rots[d] = spreadLeaders(pieces, len(s.contribs), reps, balance, ti+si, elem, lead)
+			rots[d] = spreadLeaders(pieces, slots, reps, balance, ti+si, elem, lead)
 		}
-		sps[si] = shardPieces{domains: domains, pieces: pieces, rots: rots}
+		sps[si] = shardPieces{domains: domains, pieces: pieces, rots: rots, slots: slots}
 		total += len(pieces)
 	}
 	out := make([]chain, 0, total)
@@ -495,7 +515,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			for step := 0; step < nd; step++ {
 				d := (pc.entry + step) % nd
 				reps := domains[d]
-				li := leaderOf(pc, len(s.contribs), len(reps), balance, sp.rots[d])
+				li := leaderOf(pc, sp.slots, len(reps), balance, sp.rots[d])
 				if others[d] == nil {
 					others[d] = make([][]int, len(reps))
 				}
@@ -517,7 +537,29 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 	return out
 }
 
-// piece is a contribution, or with BalanceBytes one part of it.
+// countParts returns how many parts the count rule cuts one contribution
+// of bytes into, in a shard of contribs contributions whose domains hold
+// at most replicas replicas each: where the contributions are fewer than
+// the replicas, each into about replicas/contribs parts, but none smaller
+// than a chunk, so that the replicas lead a large contribution between
+// them and each part still moves in whole chunks (no more messages than
+// the contribution's chunks, plus one per part at most). A contribution
+// with one leader per domain is received whole by that leader, which, in
+// the tree over the domains, forwards it whole to its children, one chunk
+// per round to each: a DeepSeek-V3 lm_head shard (231 MB under TP8, one
+// contribution from a TP1 trainer) took 15 chunks down a tree of 16
+// domains at 2048 ranks, and its forwards alone filled the last 11 of its
+// stage's 31 rounds (issue 25: 51.6 ms against a bound of 36.2 ms; 46.6
+// ms with the parts).
+func countParts(bytes int64, contribs, replicas int, chunk int64) int {
+	if contribs >= replicas || chunk <= 0 {
+		return 1
+	}
+	want := (replicas + contribs - 1) / contribs
+	return int(max(1, min(int64(want), bytes/chunk)))
+}
+
+// piece is a contribution, or one part of it (BalanceBytes, or countParts).
 type piece struct {
 	t     reshard.Transfer
 	ci    int // the contribution's index in its shard

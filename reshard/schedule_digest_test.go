@@ -24,9 +24,12 @@ import (
 // and agbcast's schedules alone hash as before, d16a1cb9...; and again
 // for hier's taper, its last chunks cut in four and placed in rounds of a
 // quarter budget: 9f193d05... before; and for hier's chunks of half the
-// network receive budget: 2c508307... before): schedules must stay
-// byte-identical.
-const scheduleDigest = "6bda1d0c2df1dc92eba74f04317934dcec4f228bc5b09a2059512b2048427ac9"
+// network receive budget: 2c508307... before; and for hier's count rule
+// cutting a shard's contributions into parts of whole chunks where the
+// shard has fewer contributions than replicas: 6bda1d0c... before; and
+// for its entry domains rotating over the call's pieces: 3454269b...
+// before): schedules must stay byte-identical.
+const scheduleDigest = "3be821e6844984594301dd828089b6b9d64eaa116782a3d3b6336f3a90ebcc11"
 
 func digestSchedule(h hash.Hash, s *reshard.Schedule) {
 	fmt.Fprintf(h, "%s %d %d %d\n", s.Route, s.Rounds, s.RoundBytes, len(s.Messages))
