@@ -564,7 +564,7 @@ type piece struct {
 	t     reshard.Transfer
 	ci    int // the contribution's index in its shard
 	box   placement.Box
-	slot  int // which leader: contribution index (count) or part index (bytes)
+	slot  int // which leader: the piece's index in its shard (count: contributions or their parts) or the part's index (bytes)
 	entry int // the domain the piece enters the ring at
 }
 
