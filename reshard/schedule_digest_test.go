@@ -3,11 +3,10 @@ package reshard_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"hash"
 	"testing"
 
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/testutil/scheduletest"
 	"github.com/m2n-dev/m2n/reshard"
 	"github.com/m2n-dev/m2n/transport/transporttest"
 )
@@ -30,20 +29,6 @@ import (
 // for its entry domains rotating over the call's pieces: 3454269b...
 // before): schedules must stay byte-identical.
 const scheduleDigest = "3be821e6844984594301dd828089b6b9d64eaa116782a3d3b6336f3a90ebcc11"
-
-func digestSchedule(h hash.Hash, s *reshard.Schedule) {
-	fmt.Fprintf(h, "%s %d %d %d\n", s.Route, s.Rounds, s.RoundBytes, len(s.Messages))
-	for _, m := range s.Messages {
-		fmt.Fprintf(h, "%d %d %d %d %d %d %v", m.Src, m.Dst, m.Round, m.Bytes, m.Class, m.Tensor, m.Box)
-		for _, sg := range m.From {
-			fmt.Fprintf(h, " f%d/%d/%v", sg.Tensor, sg.Buf, sg.At)
-		}
-		for _, sg := range m.To {
-			fmt.Fprintf(h, " t%d/%d/%v", sg.Tensor, sg.Buf, sg.At)
-		}
-		h.Write([]byte{'\n'})
-	}
-}
 
 func TestSchedulesUnchanged(t *testing.T) {
 	cases, err := transporttest.DefaultCases(13)
@@ -88,7 +73,7 @@ func TestSchedulesUnchanged(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v: %v", c, err)
 				}
-				digestSchedule(h, s)
+				scheduletest.Digest(h, s)
 			}
 		}
 	}

@@ -4,12 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/m2n-dev/m2n/internal/testutil/scheduletest"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/reshard"
 )
@@ -78,27 +78,11 @@ func TestScaleScheduleDigests(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := sha256.New()
-			digestSchedule(h, s)
+			scheduletest.Digest(h, s)
 			sum := hex.EncodeToString(h.Sum(nil))
 			fmt.Fprintf(all, "%s\n", sum)
 			t.Logf("%s stage %d: %d messages, %d rounds, %s", f, i, len(s.Messages), s.Rounds, sum)
 		}
 		t.Logf("%s all stages: %s (scheduling: %.2f s CPU, one stage at a time)", f, hex.EncodeToString(all.Sum(nil)), buildCPU)
-	}
-}
-
-// digestSchedule writes every message of s (reshard's schedule digest
-// test's format) to h.
-func digestSchedule(h hash.Hash, s *reshard.Schedule) {
-	fmt.Fprintf(h, "%s %d %d %d\n", s.Route, s.Rounds, s.RoundBytes, len(s.Messages))
-	for _, m := range s.Messages {
-		fmt.Fprintf(h, "%d %d %d %d %d %d %v", m.Src, m.Dst, m.Round, m.Bytes, m.Class, m.Tensor, m.Box)
-		for _, sg := range m.From {
-			fmt.Fprintf(h, " f%d/%d/%v", sg.Tensor, sg.Buf, sg.At)
-		}
-		for _, sg := range m.To {
-			fmt.Fprintf(h, " t%d/%d/%v", sg.Tensor, sg.Buf, sg.At)
-		}
-		h.Write([]byte{'\n'})
 	}
 }

@@ -5,6 +5,7 @@
 // the GPU with NCCL and a one-rank communicator, goldentest compares
 // output with a golden file in testdata/ (-rewrite accepts it),
 // frameworktest is the stored form of the framework conformance suite
-// (testdata/frameworks), which model's tests write and refit's read. The
+// (testdata/frameworks), which model's tests write and refit's read,
+// scheduletest the schedule digests' format (reshard's and sim's). The
 // rest of internal/ is plumbing the library itself runs on.
 package testutil
