@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 
 	"github.com/m2n-dev/m2n/fp8"
+	"github.com/m2n-dev/m2n/internal/cpuprof"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/mpi"
 	"github.com/m2n-dev/m2n/perf"
@@ -161,17 +160,11 @@ func runReplayBench(out io.Writer, f *replayBenchFlags) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "%s\n\n", b.Describe())
-	if f.profile != "" {
-		pf, err := os.Create(f.profile)
-		if err != nil {
-			return flagError("cpuprofile", f.profile, err)
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := cpuprof.Start(f.profile)
+	if err != nil {
+		return flagError("cpuprofile", f.profile, err)
 	}
+	defer stop()
 	rows, err := b.Run()
 	if err != nil {
 		return err

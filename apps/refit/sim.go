@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"strings"
 
 	"github.com/m2n-dev/m2n/hier"
+	"github.com/m2n-dev/m2n/internal/cpuprof"
 	"github.com/m2n-dev/m2n/model"
 	"github.com/m2n-dev/m2n/modelspec"
 	"github.com/m2n-dev/m2n/routespec"
@@ -208,18 +208,11 @@ func runSim(out io.Writer, f *simFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.profile != "" {
-		pf, err := os.Create(f.profile)
-		if err != nil {
-			return flagError("cpuprofile", f.profile, err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			pf.Close()
-			return flagError("cpuprofile", f.profile, err)
-		}
-		defer pf.Close()
-		defer pprof.StopCPUProfile()
+	stop, err := cpuprof.Start(f.profile)
+	if err != nil {
+		return flagError("cpuprofile", f.profile, err)
 	}
+	defer stop()
 	rep, err := sim.Simulate(c)
 	var ce *sim.ConfigError
 	switch {
