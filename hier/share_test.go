@@ -17,14 +17,7 @@ func TestLeadersRotate(t *testing.T) {
 		src := layoutOf(t, shape, []int{1}, []int{0}, "R")
 		dst := layoutOf(t, shape, []int{8}, seq(1, 8), "R")
 		world := 9
-		var plans []*reshard.Plan
-		for i := 0; i < 8; i++ {
-			p, err := reshard.NewPlan(src, dst, world, reshard.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			plans = append(plans, p)
-		}
+		plans := samePlans(t, src, dst, world, 8)
 		topo, err := Domains(make([]int, world), src, dst, DomainSizes{Dst: 8})
 		if err != nil {
 			t.Fatal(err)
@@ -101,14 +94,7 @@ func TestForwardShare(t *testing.T) {
 	src := layoutOf(t, shape, []int{2}, []int{0, 1}, "S0")
 	dst := layoutOf(t, shape, []int{4, 2}, seq(2, 8), "R,S1")
 	world := 10
-	var plans []*reshard.Plan
-	for i := 0; i < 24; i++ {
-		p, err := reshard.NewPlan(src, dst, world, reshard.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		plans = append(plans, p)
-	}
+	plans := samePlans(t, src, dst, world, 24)
 	topo, err := Domains(make([]int, world), src, dst, DomainSizes{Src: 1, Dst: 2})
 	if err != nil {
 		t.Fatal(err)

@@ -65,14 +65,7 @@ func TestEntriesRotate(t *testing.T) {
 	src := layoutOf(t, shape, []int{1}, []int{0}, "R")
 	dst := layoutOf(t, shape, []int{4}, seq(1, 4), "R")
 	world := 5
-	var plans []*reshard.Plan
-	for i := 0; i < 8; i++ {
-		p, err := reshard.NewPlan(src, dst, world, reshard.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		plans = append(plans, p)
-	}
+	plans := samePlans(t, src, dst, world, 8)
 	topo, err := Domains(make([]int, world), src, dst, DomainSizes{Src: 1, Dst: 1})
 	if err != nil {
 		t.Fatal(err)
