@@ -95,7 +95,6 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 		domains [][]int
 		pieces  []piece
 		rots    []int
-		slots   int // the count rule's items: contributions, or their parts
 	}
 	sps := make([]shardPieces, len(shards))
 	total := 0
@@ -121,12 +120,12 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 				*entries++
 			}
 		}
-		slots := len(pieces) // the count rule's items: contributions, or their parts
+		// the count rule's items are the pieces: contributions, or their parts
 		rots := make([]int, nd)
 		for d, reps := range domains {
-			rots[d] = spreadLeaders(pieces, slots, reps, balance, ti+si, elem, lead)
+			rots[d] = spreadLeaders(pieces, len(pieces), reps, balance, ti+si, elem, lead)
 		}
-		sps[si] = shardPieces{domains: domains, pieces: pieces, rots: rots, slots: slots}
+		sps[si] = shardPieces{domains: domains, pieces: pieces, rots: rots}
 		total += len(pieces)
 	}
 	out := make([]chain, 0, total)
@@ -144,7 +143,7 @@ func tensorChains(ti int, p *reshard.Plan, topo reshard.Topology, balance Balanc
 			for step := 0; step < nd; step++ {
 				d := (pc.entry + step) % nd
 				reps := domains[d]
-				li := leaderOf(pc, sp.slots, len(reps), balance, sp.rots[d])
+				li := leaderOf(pc, len(sp.pieces), len(reps), balance, sp.rots[d])
 				if others[d] == nil {
 					others[d] = make([][]int, len(reps))
 				}
