@@ -156,10 +156,8 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 				return err
 			}
 		}
-	}
-	// the sources keep pace with the receivers (paceBudget).
-	if budget {
-		if pace := paceBudget(chains, topo, b.NetReceiveBudget(), opts.RoundBytes(), chunk); pace < opts.RoundBytes() {
+		// the sources keep pace with the receivers (paceBudget).
+		if pace := paceBudget(chains, topo, recv, opts.RoundBytes(), chunk); pace < opts.RoundBytes() {
 			if err := b.SetNetSendBudget(slices.Sorted(maps.Keys(srcs)), pace); err != nil {
 				return err
 			}
@@ -192,8 +190,6 @@ func (h Hier) addTensors(b *reshard.Builder, plans []*reshard.Plan, tensors []in
 		}
 		c.arity = arityOf(len(c.chunks), len(c.hops))
 	}
-	// Add chunk-major: every chain's first chunk, then every second, ...
-	// active lists, in chain order, the chains with chunks left.
 	// Add chunk-major (every chain's first chunk, then every second, ...),
 	// chains through more domains first: all of a depth's chunks before
 	// the next shallower depth's, so that the deep chains, whose last hop

@@ -59,7 +59,7 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 		return qs, make([][]item, len(qs)), nil
 	}
 	bytesOf := func(it item) int64 { return it.sub.Elems() * chains[it.chain].elem }
-	leaderOf := func(it item) int { return chains[it.chain].hops[0].leader }
+	entryLeader := func(it item) int { return chains[it.chain].hops[0].leader }
 	// a source's candidates by entry leader: each leader's untaken
 	// candidates (indices into taken, ascending), so that a pick looks at
 	// each leader's last one rather than at every candidate
@@ -82,7 +82,7 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 		c := cand{from: k, taken: make([]bool, len(q)-k), done: len(q) == 0}
 		at := map[int]int{}
 		for j, it := range q[k:] {
-			l := leaderOf(it)
+			l := entryLeader(it)
 			ranks = max(ranks, l+1)
 			i, ok := at[l]
 			if !ok {
@@ -124,7 +124,7 @@ func (t taper) cut(b *reshard.Builder, chains []chain, qs [][]item) (body, tail 
 			c.taken[best] = true
 			c.untaken[bi] = c.untaken[bi][:len(c.untaken[bi])-1]
 			c.sum += bytesOf(it)
-			load[leaderOf(it)] += bytesOf(it)
+			load[entryLeader(it)] += bytesOf(it)
 			left = true
 		}
 	}
